@@ -1,0 +1,28 @@
+# shellcheck shell=bash
+# Sourced by ci/test.sh and ci/main_job.sh: makes (once) and activates the shared development venv.
+#
+# One CUDA torch venv is 5.4 GiB, so every test venv shares this one torch install: tests that need a
+# fresh venv create it with a .pth file pointing at this venv's site-packages (tests/_venvs.py).
+set -euo pipefail
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export REPO_ROOT
+export MAMBA_DEV_HOME="${MAMBA_DEV_HOME:-$HOME/.cache/mamba-ssm-dev}"
+export MAMBA_DEV_TORCH="${MAMBA_DEV_TORCH:-2.14.1}"
+export MAMBA_DEV_PYTHON="${MAMBA_DEV_PYTHON:-python3.11}"
+VENV="$MAMBA_DEV_HOME/torch-$MAMBA_DEV_TORCH-cp311"
+export VENV
+mkdir -p "$MAMBA_DEV_HOME"
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+  echo "[env] creating $VENV with torch==$MAMBA_DEV_TORCH (once; about 5.4 GiB)"
+  rm -rf "$VENV"
+  "$MAMBA_DEV_PYTHON" -m venv "$VENV"
+  "$VENV/bin/pip" install -q "torch==$MAMBA_DEV_TORCH"
+fi
+# Development tools; pip skips what is already there.
+"$VENV/bin/pip" install -q -r "$REPO_ROOT/ci/requirements-dev.txt" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+# shellcheck disable=SC1091
+source "$VENV/bin/activate"
+# The toolkit root, never the wrapper script on PATH (torch's guess from it breaks the link).
+if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda-13.0/bin/nvcc ]; then
+  export CUDA_HOME=/usr/local/cuda-13.0
+fi

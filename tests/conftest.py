@@ -1,0 +1,7 @@
+"""Shared pytest configuration: markers and the repository root on sys.path."""
+import os
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
