@@ -1,0 +1,249 @@
+"""The build-info record every ``mamba_ssm/_C`` carries, and THE compatibility rule.
+
+setup.py writes ``mamba_ssm_build_info.h`` (``render_header``) defining ``MAMBA_SSM_BUILD_INFO_JSON``;
+the binding embeds ``"MAMBA_SSM_BUILD_INFO_BEGIN" MAMBA_SSM_BUILD_INFO_JSON "MAMBA_SSM_BUILD_INFO_END"``
+in a used static array. ``read_build_info`` finds it in the file's bytes, so the loader, the audit and
+doctor judge a library without dlopen'ing it.
+
+Pure Python (no torch), loadable by path from setup.py.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from dataclasses import asdict, dataclass, field, fields
+from typing import List, Optional
+
+from packaging.version import InvalidVersion, Version
+
+try:  # loaded as part of the package
+    from .versions import TorchBuild, parse_cuda_version, parse_rocm_version
+except ImportError:  # loaded by file path (setup.py, build_matrix/_compat_loader.py)
+    import importlib.util as _ilu
+    import sys as _sys
+
+    _name = "_mamba_ssm_compat_versions"
+    _mod = _sys.modules.get(_name)
+    if _mod is None:
+        _spec = _ilu.spec_from_file_location(
+            _name, os.path.join(os.path.dirname(os.path.abspath(__file__)), "versions.py")
+        )
+        _mod = _ilu.module_from_spec(_spec)
+        _sys.modules[_name] = _mod
+        _spec.loader.exec_module(_mod)
+    TorchBuild = _mod.TorchBuild
+    parse_cuda_version = _mod.parse_cuda_version
+    parse_rocm_version = _mod.parse_rocm_version
+
+__all__ = [
+    "BuildInfo",
+    "BuildInfoError",
+    "BEGIN_MARKER",
+    "END_MARKER",
+    "SCHEMA",
+    "read_build_info",
+    "find_build_info",
+    "render_header",
+    "incompatibilities",
+]
+
+SCHEMA = 1
+BEGIN_MARKER = b"MAMBA_SSM_BUILD_INFO_BEGIN"
+END_MARKER = b"MAMBA_SSM_BUILD_INFO_END"
+_MAX_JSON = 64 * 1024
+
+
+class BuildInfoError(ValueError):
+    """The build info is absent from a file or cannot be read; the message names the file/text."""
+
+
+@dataclass
+class BuildInfo:
+    """What one ``mamba_ssm/_C`` was built with and for (see docs/architecture.md).
+
+    ``torch_version`` is the full version (``"2.14.1+cu130"``); ``torch_cuda`` / ``torch_hip`` are
+    ``torch.version.cuda`` / ``.hip`` of that torch (None for CPU); ``sass_archs`` like ``["sm_90"]``,
+    ``ptx_archs`` like ``["compute_90"]``, ``gfx_archs`` like ``["gfx90a"]``; ``kernels`` like
+    ``["cpu", "cuda"]``.
+    """
+
+    package_version: str
+    torch_version: str
+    torch_cuda: Optional[str] = None
+    torch_hip: Optional[str] = None
+    nvcc_version: Optional[str] = None
+    hipcc_version: Optional[str] = None
+    cxx11_abi: bool = True
+    sass_archs: List[str] = field(default_factory=list)
+    ptx_archs: List[str] = field(default_factory=list)
+    gfx_archs: List[str] = field(default_factory=list)
+    python_tag: str = "cp39-abi3"
+    platform: str = "linux-x86_64"
+    git_commit: Optional[str] = None
+    kernels: List[str] = field(default_factory=lambda: ["cpu"])
+    schema: int = SCHEMA
+
+    def to_json(self) -> str:
+        """Compact JSON with sorted keys (one line; embeddable in a C string literal)."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text) -> "BuildInfo":
+        """Parse and validate; unknown keys (a newer schema's additions) are ignored.
+
+        Raises ``BuildInfoError`` naming what is missing or of the wrong type.
+        """
+        if isinstance(text, (bytes, bytearray)):
+            try:
+                text = bytes(text).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise BuildInfoError(f"build info is not UTF-8: {e}") from None
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise BuildInfoError(f"build info is not valid JSON ({e}): {str(text)[:200]!r}") from None
+        if not isinstance(data, dict):
+            raise BuildInfoError(f"build info must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        for key in ("package_version", "torch_version"):
+            if not isinstance(data.get(key), str) or not data[key]:
+                raise BuildInfoError(f"build info lacks {key!r} (a non-empty string): {data!r}"[:400])
+        schema = data.get("schema", SCHEMA)
+        if not isinstance(schema, int) or schema < 1:
+            raise BuildInfoError(f"build info has schema {schema!r}; expected an int >= 1")
+        for key in ("sass_archs", "ptx_archs", "gfx_archs", "kernels"):
+            if key in data and not (
+                isinstance(data[key], list) and all(isinstance(x, str) for x in data[key])
+            ):
+                raise BuildInfoError(f"build info {key!r} must be a list of strings, got {data[key]!r}")
+        if "cxx11_abi" in data and not isinstance(data["cxx11_abi"], bool):
+            raise BuildInfoError(f"build info 'cxx11_abi' must be true/false, got {data['cxx11_abi']!r}")
+        try:
+            Version(data["torch_version"])
+        except InvalidVersion:
+            raise BuildInfoError(
+                f"build info torch_version {data['torch_version']!r} is not a PEP 440 version"
+            ) from None
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @property
+    def torch_build(self) -> TorchBuild:
+        """The torch this library was built against, as a ``TorchBuild``."""
+        return TorchBuild(self.torch_version, self.torch_cuda, self.torch_hip, self.cxx11_abi)
+
+
+def find_build_info(data) -> Optional[bytes]:
+    """The JSON bytes between the markers in ``data`` (bytes or mmap), or None when absent.
+
+    The marker text can also occur on its own (e.g. in this module's bytecode); only an occurrence
+    directly followed by ``{`` counts.
+    """
+    start = 0
+    while True:
+        i = data.find(BEGIN_MARKER, start)
+        if i < 0:
+            return None
+        j = i + len(BEGIN_MARKER)
+        if data[j : j + 1] == b"{":
+            k = data.find(END_MARKER, j, j + _MAX_JSON)
+            if k < 0:
+                return None
+            return bytes(data[j:k])
+        start = j
+
+
+def read_build_info(path) -> BuildInfo:
+    """Read the build info embedded in the shared object at ``path`` without loading it.
+
+    Raises ``BuildInfoError`` naming the path when the file cannot be read, carries no markers (not a
+    mamba_ssm build, or built without ``mamba_ssm_build_info.h``) or the JSON is corrupt.
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                raise BuildInfoError(f"{path}: empty file, no build info (reinstall mamba-ssm)")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                raw = find_build_info(m)
+    except OSError as e:
+        raise BuildInfoError(f"{path}: cannot read build info ({e})") from None
+    if raw is None:
+        raise BuildInfoError(
+            f"{path}: no MAMBA_SSM_BUILD_INFO block found; this is not a mamba_ssm._C built by this "
+            "package's setup.py (rebuild or reinstall mamba-ssm)"
+        )
+    try:
+        return BuildInfo.from_json(raw)
+    except BuildInfoError as e:
+        raise BuildInfoError(f"{path}: corrupt build info: {e}") from None
+
+
+def render_header(info: BuildInfo) -> str:
+    """The C header text defining ``MAMBA_SSM_BUILD_INFO_JSON`` as a string literal of ``info``'s JSON.
+
+    Non-ASCII and special characters are escaped (octal, so no hex escape swallows following digits).
+    """
+    js = info.to_json()
+    out = []
+    for ch in js.encode("utf-8"):
+        c = chr(ch)
+        if c in ('"', "\\"):
+            out.append("\\" + c)
+        elif 0x20 <= ch < 0x7F and c != "?":  # '?' escaped to avoid trigraphs
+            out.append(c)
+        else:
+            out.append("\\%03o" % ch)
+    literal = "".join(out)
+    return (
+        "/* Generated by setup.py: the build info of mamba_ssm._C. Do not edit. */\n"
+        "#pragma once\n"
+        f'#define MAMBA_SSM_BUILD_INFO_JSON "{literal}"\n'
+    )
+
+
+def incompatibilities(build: BuildInfo, runtime: TorchBuild) -> List[str]:
+    """Why a library built as ``build`` must not be loaded into ``runtime`` torch; empty when compatible.
+
+    The rule (one for the loader, the resolver and the audit): the same torch major.minor (for a
+    pre-release, nightly, NGC or source-built torch on either side: the exact same version string);
+    the same C++ ABI (skipped when the runtime's is unknown); the same CUDA major (or both without CUDA);
+    the same ROCm major.minor (or both without ROCm). GPU coverage is ``archs.coverage``'s business.
+
+    Each entry is one sentence naming both values and the fix.
+    """
+    problems: List[str] = []
+    fix = (
+        "install the mamba-ssm wheel built for this torch (python -m mamba_ssm install-kernels) or "
+        "rebuild from source (MAMBA_FORCE_BUILD=TRUE pip install --no-build-isolation mamba-ssm)"
+    )
+    built = build.torch_build
+    if built.needs_exact_match or runtime.needs_exact_match:
+        if build.torch_version != runtime.version:
+            which = "a pre-release/nightly/NGC/source" if runtime.needs_exact_match else "such a"
+            problems.append(
+                f"built against torch {build.torch_version} but running torch {runtime.version}; with "
+                f"{which} torch only the exact same torch build is compatible: {fix}"
+            )
+    elif built.major_minor != runtime.major_minor:
+        problems.append(
+            f"built against torch {built.major_minor} ({build.torch_version}) but running torch "
+            f"{runtime.major_minor} ({runtime.version}); torch's C++ ABI changes between minor versions: {fix}"
+        )
+    if runtime.cxx11_abi is not None and bool(build.cxx11_abi) != bool(runtime.cxx11_abi):
+        problems.append(
+            f"built with _GLIBCXX_USE_CXX11_ABI={int(bool(build.cxx11_abi))} but torch uses "
+            f"_GLIBCXX_USE_CXX11_ABI={int(bool(runtime.cxx11_abi))}: {fix}"
+        )
+    b_cuda, r_cuda = built.cuda_major, runtime.cuda_major
+    if b_cuda != r_cuda:
+        b = f"CUDA {built.cuda_version}" if b_cuda is not None else "a torch without CUDA"
+        r = f"CUDA {runtime.cuda_version}" if r_cuda is not None else "without CUDA"
+        problems.append(f"built against {b} but torch runs {r} (CUDA major must match): {fix}")
+    b_rocm, r_rocm = built.rocm_version, runtime.rocm_version
+    if b_rocm != r_rocm:
+        b = f"ROCm {b_rocm}" if b_rocm else "a torch without ROCm"
+        r = f"ROCm {r_rocm}" if r_rocm else "without ROCm"
+        problems.append(f"built against {b} but torch runs {r} (ROCm major.minor must match): {fix}")
+    return problems
