@@ -1,0 +1,46 @@
+"""Mamba's selective state-space model: selective-scan ops, the Mamba block, and their backends.
+
+``import mamba_ssm`` never fails and does nothing expensive: it imports neither torch nor the compiled
+module ``mamba_ssm._C``, and so never initialises CUDA (safe before forking DataLoader workers). The
+public names below are resolved lazily on first access:
+
+* ``selective_scan_fn``, ``mamba_inner_fn``: :mod:`mamba_ssm.ops.selective_scan_interface`
+* ``Mamba``: :mod:`mamba_ssm.modules.mamba_simple`
+* ``Mamba2``: :mod:`mamba_ssm.modules.mamba2`; ``MambaLMHeadModel``:
+  :mod:`mamba_ssm.models.mixer_seq_simple` (where those modules exist)
+* ``set_backend``, ``get_backend``: :mod:`mamba_ssm._dispatch` (``"auto"``, ``"compiled"``,
+  ``"torch"``, ``"ref"``; see also ``MAMBA_SSM_BACKEND``)
+
+``python -m mamba_ssm doctor`` reports which backend runs where, and why.
+"""
+from mamba_ssm._version import __version__
+
+# name -> (module, attribute)
+_LAZY = {
+    "selective_scan_fn": ("mamba_ssm.ops.selective_scan_interface", "selective_scan_fn"),
+    "mamba_inner_fn": ("mamba_ssm.ops.selective_scan_interface", "mamba_inner_fn"),
+    "Mamba": ("mamba_ssm.modules.mamba_simple", "Mamba"),
+    "Mamba2": ("mamba_ssm.modules.mamba2", "Mamba2"),
+    "MambaLMHeadModel": ("mamba_ssm.models.mixer_seq_simple", "MambaLMHeadModel"),
+    "set_backend": ("mamba_ssm._dispatch", "set_backend"),
+    "get_backend": ("mamba_ssm._dispatch", "get_backend"),
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name):
+    """Resolve a public name on first access (PEP 562) and cache it in the module."""
+    try:
+        module_name, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'mamba_ssm' has no attribute {name!r}") from None
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

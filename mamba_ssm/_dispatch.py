@@ -1,0 +1,324 @@
+"""Which implementation runs an op on a device: the compiled kernels, the PyTorch fallback or the reference.
+
+Backends:
+
+* ``compiled``: the kernels of ``mamba_ssm._C`` (Python face: :mod:`mamba_ssm.ops.backends.compiled`);
+  chosen when the module is present, passes the compatibility rule, loaded, and covers the device.
+* ``torch``: the fast PyTorch fallback (a chunked parallel scan; :mod:`mamba_ssm.ops.backends.torch_scan`).
+* ``ref``: the sequential reference implementations (slow; for checking).
+
+The choice comes from :func:`set_backend` when called, else the environment variable
+``MAMBA_SSM_BACKEND`` = ``auto`` (default) | ``compiled`` | ``cuda`` (an alias of ``compiled``) | ``torch``
+| ``ref``. ``auto`` uses the compiled kernels where they can run and falls back to PyTorch otherwise,
+warning once per process (a :class:`MambaFallbackWarning`, silenced by
+``MAMBA_SSM_NO_FALLBACK_WARNING=1``) with the reason and the fix. Forcing ``compiled`` where it cannot
+run raises :class:`RuntimeError` with the reason instead of falling back.
+
+Nothing here runs at ``import mamba_ssm``; the compiled module is loaded at the first
+:func:`backend_for` call that could use it, and a GPU's coverage is checked at the first call on it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from typing import Any, Dict, Optional, Tuple
+
+from mamba_ssm import _loader
+
+__all__ = [
+    "BACKENDS",
+    "CHOICES",
+    "ENV_BACKEND",
+    "ENV_NO_WARNING",
+    "OPS",
+    "COMPILED_OPS",
+    "MambaFallbackWarning",
+    "backend_for",
+    "fallback_for_call",
+    "set_backend",
+    "get_backend",
+    "plan",
+]
+
+ENV_BACKEND = "MAMBA_SSM_BACKEND"
+ENV_NO_WARNING = "MAMBA_SSM_NO_FALLBACK_WARNING"
+
+#: What backend_for returns.
+BACKENDS = ("compiled", "torch", "ref")
+#: What MAMBA_SSM_BACKEND and set_backend accept (``cuda`` is an alias of ``compiled``).
+CHOICES = ("auto", "compiled", "cuda", "torch", "ref")
+_ALIASES = {"cuda": "compiled"}
+
+#: The ops the dispatcher knows, and which of them mamba_ssm._C has kernels for. The others always run
+#: on the PyTorch implementation (or the reference when ``ref`` is chosen), whatever is installed.
+OPS = (
+    "selective_scan",
+    "mamba_inner",
+    "selective_state_update",
+    "causal_conv1d",
+    "causal_conv1d_update",
+    "ssd_chunk_scan",
+    "rms_norm",
+    "layer_norm",
+)
+COMPILED_OPS = frozenset({"selective_scan", "mamba_inner"})
+
+
+class MambaFallbackWarning(UserWarning):
+    """Warned (once per process per reason) when an op runs on the PyTorch fallback instead of the
+    compiled kernels. Silence it with ``MAMBA_SSM_NO_FALLBACK_WARNING=1`` or the ``warnings`` module."""
+
+
+_lock = threading.RLock()
+_override: Optional[str] = None   # set_backend's value, normalised; None: the environment decides
+_warned: set = set()
+_compiled_import_error: Optional[str] = None
+_compiled_imported = False
+
+
+def _normalise(value: Any, source: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{source} must be a string, one of {', '.join(CHOICES)}; got {value!r}")
+    name = value.strip().lower()
+    if name not in CHOICES:
+        raise ValueError(
+            f"{source}={value!r} is not a mamba_ssm backend; choose one of {', '.join(CHOICES)} "
+            f"(cuda is an alias of compiled)"
+        )
+    return _ALIASES.get(name, name)
+
+
+def _requested() -> Tuple[str, str]:
+    """(normalised choice, where it came from)."""
+    override = _override
+    if override is not None:
+        return override, "mamba_ssm.set_backend"
+    raw = os.environ.get(ENV_BACKEND)
+    if raw is None or raw.strip() == "":
+        return "auto", "default"
+    return _normalise(raw, ENV_BACKEND), ENV_BACKEND
+
+
+def set_backend(name: Optional[str]) -> Optional[str]:
+    """Choose the backend for every op in this process, overriding ``MAMBA_SSM_BACKEND``.
+
+    Args:
+        name: ``"auto"``, ``"compiled"`` (alias ``"cuda"``), ``"torch"`` or ``"ref"``; ``None`` goes
+            back to what the environment variable says.
+
+    Returns:
+        The previous override (a normalised name, or None when the environment decided).
+
+    Raises:
+        ValueError: ``name`` is not one of the choices (the message names it and the choices).
+        TypeError: ``name`` is neither a string nor None.
+    """
+    global _override
+    value = None if name is None else _normalise(name, "backend")
+    with _lock:
+        previous, _override = _override, value
+    return previous
+
+
+def get_backend() -> str:
+    """The backend asked for: ``"auto"``, ``"compiled"``, ``"torch"`` or ``"ref"``.
+
+    That is :func:`set_backend`'s value when set, else ``MAMBA_SSM_BACKEND`` (``cuda`` reported as
+    ``compiled``), else ``"auto"``. What actually runs on a device is :func:`backend_for`'s answer.
+
+    Raises:
+        ValueError: ``MAMBA_SSM_BACKEND`` holds a value that is not a backend.
+    """
+    return _requested()[0]
+
+
+def _check_op(op: str) -> None:
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r} for backend dispatch; known ops: {', '.join(OPS)}")
+
+
+def _import_compiled() -> Optional[str]:
+    """Import mamba_ssm.ops.backends.compiled once (it registers fake/autograd implementations).
+
+    Returns None on success, else why it failed."""
+    global _compiled_imported, _compiled_import_error
+    if _compiled_imported:
+        return None
+    if _compiled_import_error is not None:
+        return _compiled_import_error
+    with _lock:
+        if not _compiled_imported and _compiled_import_error is None:
+            try:
+                import mamba_ssm.ops.backends.compiled  # noqa: F401,PLC0415
+            except Exception as exc:  # noqa: BLE001
+                _compiled_import_error = (
+                    f"mamba_ssm._C loaded but its Python face mamba_ssm.ops.backends.compiled failed to "
+                    f"import ({type(exc).__name__}: {exc})"
+                )
+            else:
+                _compiled_imported = True
+    return _compiled_import_error
+
+
+def _compiled_unavailable(device: Any) -> Optional[Tuple[str, str]]:
+    """None when the compiled kernels can run on ``device``, else (reason, fix)."""
+    result = _loader.load()
+    if not result.loaded:
+        return result.reason or "mamba_ssm._C is not loaded", result.fix or ""
+    reason = _loader.device_coverage(device)
+    if reason is not None:
+        return reason, (
+            "install a wheel built for this GPU's compute capability (`python -m mamba_ssm install-kernels` "
+            f"picks one), or build from source for it: `TORCH_CUDA_ARCH_LIST=<capability> "
+            f"{_loader.FIX_SOURCE_BUILD}`"
+        )
+    error = _import_compiled()
+    if error is not None:
+        return error, f"reinstall the package: `{_loader.FIX_REINSTALL}`"
+    return None
+
+
+def plan(op: str, device: Any) -> Dict[str, Any]:
+    """What :func:`backend_for` would choose, without warning or raising for an unavailable backend.
+
+    Args:
+        op: one of :data:`OPS`.
+        device: a torch.device, a device string, a CUDA ordinal or a tensor.
+
+    Returns:
+        ``{"backend": "compiled"|"torch"|"ref"|None, "requested": ..., "source": ..., "reason": str|None,
+        "fix": str|None, "error": bool}``: ``backend`` None and ``error`` True when the requested
+        backend cannot run (``backend_for`` raises then); ``reason``/``fix`` explain any fallback.
+
+    Raises:
+        ValueError: unknown op, or a bad ``MAMBA_SSM_BACKEND`` value.
+    """
+    _check_op(op)
+    requested, source = _requested()
+    out: Dict[str, Any] = {"backend": None, "requested": requested, "source": source,
+                           "reason": None, "fix": None, "error": False}
+    if requested in ("torch", "ref"):
+        out["backend"] = requested
+        return out
+    if op not in COMPILED_OPS:
+        out["backend"] = "torch"
+        out["reason"] = f"mamba_ssm._C has no kernel for {op}; it runs on PyTorch"
+        return out
+    unavailable = _compiled_unavailable(device)
+    if unavailable is None:
+        out["backend"] = "compiled"
+        return out
+    out["reason"], out["fix"] = unavailable
+    if requested == "compiled":
+        out["error"] = True
+    else:
+        out["backend"] = "torch"
+    return out
+
+
+def _warnings_silenced() -> bool:
+    return os.environ.get(ENV_NO_WARNING, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _warn_once(key: Any, message: str, stacklevel: int) -> None:
+    if _warnings_silenced():
+        return
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, MambaFallbackWarning, stacklevel=stacklevel + 1)
+
+
+def _fallback_message(op: str, device: Any, reason: str, fix: Optional[str]) -> str:
+    text = f"mamba_ssm: {op} on {device} runs on the PyTorch fallback (slower): {reason}."
+    if fix:
+        text += f" Fix: {fix}."
+    if _loader.kernels_deferred(_loader.install_decision()) and _loader.FIX_INSTALL_KERNELS not in text:
+        text += (f" The kernels were deferred at install time (torch was being installed by the same "
+                 f"command): run `{_loader.FIX_INSTALL_KERNELS}`.")
+    text += f" Set {ENV_NO_WARNING}=1 to silence this warning; `python -m mamba_ssm doctor` explains more."
+    return text
+
+
+def _describe(device: Any) -> str:
+    try:
+        kind, index = _loader.device_key(device)
+    except Exception:  # noqa: BLE001
+        return str(device)
+    return kind if index < 0 else f"{kind}:{index}"
+
+
+def backend_for(op: str, device: Any) -> str:
+    """The backend that runs ``op`` on ``device`` for this call.
+
+    Args:
+        op: one of :data:`OPS` (``"selective_scan"``, ``"selective_state_update"``, ...).
+        device: the device of the op's inputs: a torch.device, a device string, a CUDA ordinal or a
+            tensor. A CUDA device's coverage (compute capability vs the build's SASS/PTX) is checked
+            at its first call and cached.
+
+    Returns:
+        ``"compiled"``, ``"torch"`` or ``"ref"``. When ``"compiled"`` is returned,
+        :mod:`mamba_ssm.ops.backends.compiled` has been imported.
+
+    Raises:
+        RuntimeError: ``compiled`` was forced (``MAMBA_SSM_BACKEND=compiled|cuda`` or
+            ``set_backend("compiled")``) and cannot run on ``device``; the message gives the reason
+            and the fix.
+        ValueError: unknown ``op``, or ``MAMBA_SSM_BACKEND`` holds a value that is not a backend.
+
+    Falling back from ``auto`` to ``torch`` warns once per process and reason
+    (:class:`MambaFallbackWarning`), unless ``MAMBA_SSM_NO_FALLBACK_WARNING=1``.
+    """
+    decision = plan(op, device)
+    if decision["error"]:
+        raise RuntimeError(
+            f"mamba_ssm: the compiled backend was forced ({decision['source']}="
+            f"{decision['requested']}) but cannot run {op} on {_describe(device)}: {decision['reason']}. "
+            f"Fix: {decision['fix']}; or unset {ENV_BACKEND} (auto) to use the PyTorch fallback."
+        )
+    if decision["backend"] == "torch" and decision["fix"]:
+        _warn_once(("unavailable", decision["reason"]),
+                   _fallback_message(op, _describe(device), decision["reason"], decision["fix"]),
+                   stacklevel=2)
+    return decision["backend"]
+
+
+def fallback_for_call(op: str, device: Any, reason: str) -> str:
+    """Called by an op when the compiled backend was chosen but cannot take this particular call.
+
+    For example ``mamba_ssm.ops.backends.compiled.supports(...)`` says d_state 512 exceeds the
+    kernel's limit of 256.
+
+    Args:
+        op: one of :data:`OPS`.
+        device: the inputs' device (for the message).
+        reason: why the compiled kernel cannot take this call, one sentence.
+
+    Returns:
+        ``"torch"``: run this call on the PyTorch fallback (warned once per process per op).
+
+    Raises:
+        RuntimeError: the compiled backend was forced; the message carries ``reason``.
+    """
+    _check_op(op)
+    requested, source = _requested()
+    if requested == "compiled":
+        raise RuntimeError(
+            f"mamba_ssm: the compiled backend was forced ({source}=compiled) but cannot run this {op} "
+            f"call on {_describe(device)}: {reason}. Unset {ENV_BACKEND} (auto) to let such calls run "
+            "on the PyTorch fallback."
+        )
+    _warn_once(("call", op), f"mamba_ssm: this {op} call on {_describe(device)} runs on the PyTorch "
+               f"fallback: {reason}. Set {ENV_NO_WARNING}=1 to silence this warning.", stacklevel=2)
+    return "torch"
+
+
+def _reset_for_tests() -> None:
+    """Forget warnings given and the override (tests only)."""
+    global _override
+    with _lock:
+        _warned.clear()
+        _override = None

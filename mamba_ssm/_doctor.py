@@ -1,0 +1,424 @@
+"""``python -m mamba_ssm doctor``: what is installed, what runs where, and why.
+
+Reports the package version; torch's version, CUDA/HIP version and C++ ABI; the Python interpreter
+tag and platform tags (``packaging.tags``); the GPUs with compute capability and the driver version;
+the compiled module ``mamba_ssm._C`` (found, path, build info, loaded or not and the exact reason);
+the decision the install-time resolver recorded; and the backend each op uses on each device (CPU
+and every visible GPU).
+
+Unlike ``import mamba_ssm``, doctor initialises CUDA (to list GPUs and check their coverage).
+
+Exit status: 0 when the compiled backend is active for every device present; 1 when some device runs
+on the PyTorch fallback for a fixable reason (the fix is printed); 2 when broken (torch cannot be
+imported, a bad ``MAMBA_SSM_BACKEND``, a forced backend that cannot run).
+
+``--json`` prints one JSON object with these stable top-level keys: ``schema``, ``package``, ``python``,
+``torch``, ``gpus``, ``driver``, ``compiled_module``, ``install_decision``, ``backend``, ``devices``,
+``problems``, ``status``, ``exit_code``.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+from typing import Any, Dict, List, Optional
+
+from mamba_ssm import _version
+
+__all__ = ["collect", "render_text", "main", "SCHEMA", "EXIT_OK", "EXIT_FALLBACK", "EXIT_BROKEN"]
+
+SCHEMA = 1
+EXIT_OK = 0
+EXIT_FALLBACK = 1
+EXIT_BROKEN = 2
+_N_PLATFORM_TAGS = 5
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _python_info() -> Dict[str, Any]:
+    info: Dict[str, Any] = {
+        "version": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "sysconfig_platform": sysconfig.get_platform(),
+        "interpreter_tag": None,
+        "most_specific_tag": None,
+        "platform_tags": [],
+        "abi3_compatible": None,
+        "error": None,
+    }
+    try:
+        from packaging import tags  # noqa: PLC0415
+
+        info["interpreter_tag"] = f"{tags.interpreter_name()}{tags.interpreter_version()}"
+        sys_tags = list(tags.sys_tags())
+        info["most_specific_tag"] = str(sys_tags[0]) if sys_tags else None
+        platforms: List[str] = []
+        for tag in tags.platform_tags():
+            if tag not in platforms:
+                platforms.append(tag)
+            if len(platforms) >= _N_PLATFORM_TAGS:
+                break
+        info["platform_tags"] = platforms
+        # Can a cp39-abi3 wheel (what our limited-API build ships) be installed here?
+        info["abi3_compatible"] = any(t.interpreter == "cp39" and t.abi == "abi3" for t in sys_tags)
+    except Exception as exc:  # noqa: BLE001
+        info["error"] = f"packaging.tags failed: {_error_text(exc)}"
+    return info
+
+
+def _torch_info() -> Dict[str, Any]:
+    info: Dict[str, Any] = {"importable": False, "version": None, "cuda": None, "hip": None,
+                            "cxx11_abi": None, "path": None, "error": None}
+    try:
+        import torch  # noqa: PLC0415
+    except BaseException as exc:  # noqa: BLE001 - even SystemExit/KeyboardInterrupt-free broken installs
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        info["error"] = _error_text(exc)
+        return info
+    info["importable"] = True
+    info["version"] = str(torch.__version__)
+    info["cuda"] = getattr(torch.version, "cuda", None)
+    info["hip"] = getattr(torch.version, "hip", None)
+    abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
+    info["cxx11_abi"] = None if abi is None else bool(abi)
+    info["path"] = os.path.dirname(getattr(torch, "__file__", "") or "") or None
+    return info
+
+
+def _nvml_driver_version() -> Optional[str]:
+    """The NVIDIA driver version through NVML (libnvidia-ml.so.1), or None when there is no driver."""
+    try:
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    try:
+        init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
+        if init() != 0:
+            return None
+        try:
+            buf = ctypes.create_string_buffer(96)
+            if lib.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(96)) != 0:
+                return None
+            return buf.value.decode("ascii", "replace") or None
+        finally:
+            lib.nvmlShutdown()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _nvidia_smi_driver_version() -> Optional[str]:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    return lines[0] if out.returncode == 0 and lines else None
+
+
+def _driver_info() -> Dict[str, Any]:
+    version = _nvml_driver_version()
+    source = "nvml" if version else None
+    if version is None:
+        version = _nvidia_smi_driver_version()
+        source = "nvidia-smi" if version else None
+    return {"nvidia_driver_version": version, "source": source}
+
+
+def _gpu_info(torch_ok: bool) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"available": False, "count": 0, "devices": [], "error": None}
+    if not torch_ok:
+        return out
+    try:
+        import torch  # noqa: PLC0415
+
+        if not torch.cuda.is_available():
+            return out
+        out["available"] = True
+        out["count"] = torch.cuda.device_count()
+        for i in range(out["count"]):
+            props = torch.cuda.get_device_properties(i)
+            entry = {
+                "index": i,
+                "device": f"cuda:{i}",
+                "name": props.name,
+                "compute_capability": f"{props.major}.{props.minor}",
+                "arch": f"sm_{props.major}{props.minor}",
+                "total_memory_mib": int(props.total_memory // (1024 * 1024)),
+            }
+            gcn = getattr(props, "gcnArchName", None)
+            if getattr(torch.version, "hip", None) and gcn:
+                entry["arch"] = str(gcn).split(":", 1)[0]
+                entry["gcn_arch_name"] = str(gcn)
+            out["devices"].append(entry)
+    except Exception as exc:  # noqa: BLE001
+        out["error"] = _error_text(exc)
+    return out
+
+
+def _decision_info() -> Dict[str, Any]:
+    info: Dict[str, Any] = {"resolver_present": False, "recorded": False, "decision": None,
+                            "kernels_deferred": False, "error": None}
+    try:
+        from mamba_ssm._install import decision as _decision  # noqa: PLC0415
+    except ImportError as exc:
+        info["error"] = f"the install-time resolver is not part of this install ({exc})"
+        return info
+    except Exception as exc:  # noqa: BLE001
+        info["error"] = f"the install-time resolver failed to import: {_error_text(exc)}"
+        return info
+    info["resolver_present"] = True
+    try:
+        value = _decision.read_decision()
+    except Exception as exc:  # noqa: BLE001
+        info["error"] = f"reading the recorded decision failed: {_error_text(exc)}"
+        return info
+    from mamba_ssm import _loader  # noqa: PLC0415
+
+    decision = _loader.install_decision() if value is not None else None
+    if value is not None and decision is None:
+        decision = {"repr": repr(value)}
+    info["recorded"] = decision is not None
+    info["decision"] = decision
+    info["kernels_deferred"] = _loader.kernels_deferred(decision)
+    return info
+
+
+def _json_safe(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        if isinstance(value, dict):
+            return {str(k): _json_safe(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [_json_safe(v) for v in value]
+        return repr(value)
+
+
+def collect() -> Dict[str, Any]:
+    """Gather the report as a JSON-serialisable dict (see the module docstring for the keys).
+
+    Never raises for a broken install: every failure is recorded in the report, and ``exit_code``
+    summarises (0 compiled everywhere, 1 fallback for a fixable reason, 2 broken).
+    """
+    report: Dict[str, Any] = {"schema": SCHEMA}
+    package_dir = os.path.dirname(os.path.abspath(__file__))
+    report["package"] = {"name": "mamba-ssm", "version": _version.__version__, "path": package_dir}
+    report["python"] = _python_info()
+    torch_info = _torch_info()
+    report["torch"] = torch_info
+    report["gpus"] = _gpu_info(torch_info["importable"])
+    report["driver"] = _driver_info()
+    problems: List[Dict[str, Any]] = []
+
+    def problem(severity: str, reason: str, fix: Optional[str], where: Optional[str] = None) -> None:
+        for p in problems:
+            if p["reason"] == reason and p["severity"] == severity:
+                if where and where not in p["devices"]:
+                    p["devices"].append(where)
+                return
+        problems.append({"severity": severity, "reason": reason, "fix": fix,
+                         "devices": [where] if where else []})
+
+    # The compiled module (loaded here if nothing loaded it yet).
+    from mamba_ssm import _loader  # noqa: PLC0415
+
+    try:
+        load = _loader.load()
+        report["compiled_module"] = _json_safe(load.to_dict())
+    except Exception as exc:  # noqa: BLE001
+        report["compiled_module"] = {"found": None, "path": None, "loaded": False, "kind": "error",
+                                     "reason": f"the loader failed: {_error_text(exc)}",
+                                     "fix": f"reinstall: `{_loader.FIX_REINSTALL}`",
+                                     "incompatibilities": [], "build_info": None}
+    report["install_decision"] = _json_safe(_decision_info())
+
+    # Backend per op and device.
+    backend: Dict[str, Any] = {"requested": None, "source": None, "env": os.environ.get("MAMBA_SSM_BACKEND"),
+                               "error": None}
+    devices: List[Dict[str, Any]] = []
+    report["backend"] = backend
+    report["devices"] = devices
+    if not torch_info["importable"]:
+        problem("broken", f"torch cannot be imported ({torch_info['error']})",
+                "install or repair torch (`pip install torch`), then reinstall mamba-ssm")
+    else:
+        from mamba_ssm import _dispatch  # noqa: PLC0415
+
+        try:
+            backend["requested"] = _dispatch.get_backend()
+            backend["source"] = _dispatch._requested()[1]
+        except ValueError as exc:
+            backend["error"] = str(exc)
+            problem("broken", str(exc), "set MAMBA_SSM_BACKEND to one of "
+                    + ", ".join(_dispatch.CHOICES) + " or unset it")
+        names = ["cpu"] + [g["device"] for g in report["gpus"]["devices"]]
+        for name in names:
+            entry: Dict[str, Any] = {"device": name, "ops": {}, "compiled_active": False,
+                                     "coverage": None}
+            try:
+                entry["coverage"] = _loader.device_coverage(name)
+            except Exception as exc:  # noqa: BLE001
+                entry["coverage"] = f"coverage check failed: {_error_text(exc)}"
+            for op in _dispatch.OPS:
+                try:
+                    p = _dispatch.plan(op, name)
+                except Exception as exc:  # noqa: BLE001
+                    entry["ops"][op] = {"backend": None, "reason": _error_text(exc), "fix": None,
+                                        "error": True}
+                    continue
+                entry["ops"][op] = {"backend": p["backend"], "reason": p["reason"], "fix": p["fix"],
+                                    "error": p["error"]}
+            compiled_ops = [op for op in _dispatch.OPS if op in _dispatch.COMPILED_OPS]
+            entry["compiled_active"] = all(entry["ops"][op]["backend"] == "compiled" for op in compiled_ops)
+            for op in compiled_ops:
+                o = entry["ops"][op]
+                if o["error"]:
+                    fix = o["fix"] or "unset MAMBA_SSM_BACKEND"
+                    if backend["requested"] == "compiled":
+                        fix = (f"{fix}; or unset MAMBA_SSM_BACKEND (now {backend['env']!r}) to run on "
+                               "the PyTorch fallback")
+                    problem("broken", f"{op}: {o['reason']}", fix, name)
+                elif o["backend"] in ("torch", "ref"):
+                    if o["fix"]:
+                        problem("fallback", o["reason"], o["fix"], name)
+                    else:
+                        problem("fallback", f"the {o['backend']} backend was chosen "
+                                f"({backend['source']}={backend['requested']})",
+                                "unset MAMBA_SSM_BACKEND (or call mamba_ssm.set_backend('auto')) to use "
+                                "the compiled kernels", name)
+            devices.append(entry)
+
+    if any(p["severity"] == "broken" for p in problems):
+        status, code = "broken", EXIT_BROKEN
+    elif problems:
+        status, code = "fallback", EXIT_FALLBACK
+    else:
+        status, code = "ok", EXIT_OK
+    if report["install_decision"].get("kernels_deferred") and code == EXIT_FALLBACK:
+        for p in problems:
+            if "install-kernels" not in (p["fix"] or ""):
+                p["fix"] = (p["fix"] + "; " if p["fix"] else "") + (
+                    f"the kernels were deferred at install time: run `{_loader.FIX_INSTALL_KERNELS}`")
+    report["problems"] = problems
+    report["status"] = status
+    report["exit_code"] = code
+    return report
+
+
+def _yes(value: Any) -> str:
+    return "yes" if value else "no"
+
+
+def render_text(report: Dict[str, Any]) -> str:
+    """The human-readable report (what ``doctor`` prints without ``--json``)."""
+    lines: List[str] = []
+    add = lines.append
+    pkg, py, tinfo, gpus, drv = (report["package"], report["python"], report["torch"], report["gpus"],
+                                 report["driver"])
+    add(f"mamba-ssm {pkg['version']}  ({pkg['path']})")
+    add(f"Python {py['version']} ({py['implementation']}, {py['executable']})")
+    add(f"  interpreter tag: {py['interpreter_tag']}   most specific tag: {py['most_specific_tag']}")
+    add(f"  platform tags: {', '.join(py['platform_tags']) or '-'}   (sysconfig: {py['sysconfig_platform']})")
+    if py.get("error"):
+        add(f"  ! {py['error']}")
+    if tinfo["importable"]:
+        add(f"torch {tinfo['version']}  CUDA {tinfo['cuda'] or '-'}  HIP {tinfo['hip'] or '-'}  "
+            f"cxx11abi {tinfo['cxx11_abi']}  ({tinfo['path']})")
+    else:
+        add(f"torch: cannot be imported: {tinfo['error']}")
+    driver = drv.get("nvidia_driver_version")
+    if gpus["devices"]:
+        add(f"GPUs ({gpus['count']}), driver {driver or 'unknown'}:")
+        for g in gpus["devices"]:
+            add(f"  {g['device']}: {g['name']}, compute capability {g['compute_capability']} ({g['arch']}), "
+                f"{g['total_memory_mib']} MiB")
+    else:
+        why = gpus.get("error") or "torch sees no GPU"
+        add(f"GPUs: none ({why}); NVIDIA driver: {driver or 'none found'}")
+
+    cm = report["compiled_module"]
+    add("Compiled module mamba_ssm._C:")
+    add(f"  found: {_yes(cm.get('found'))}{'  ' + cm['path'] if cm.get('path') else ''}")
+    bi = cm.get("build_info")
+    if bi:
+        add(f"  built for: torch {bi.get('torch_version')}, CUDA {bi.get('torch_cuda') or '-'}, "
+            f"HIP {bi.get('torch_hip') or '-'}, cxx11abi {bi.get('cxx11_abi')}, {bi.get('python_tag')}, "
+            f"{bi.get('platform')}")
+        add(f"  kernels: {', '.join(bi.get('kernels') or []) or '-'}; SASS {', '.join(bi.get('sass_archs') or []) or '-'}; "
+            f"PTX {', '.join(bi.get('ptx_archs') or []) or '-'}; gfx {', '.join(bi.get('gfx_archs') or []) or '-'}")
+        add(f"  compiled by: nvcc {bi.get('nvcc_version') or '-'}, hipcc {bi.get('hipcc_version') or '-'}; "
+            f"package {bi.get('package_version')}, commit {bi.get('git_commit') or '-'}")
+    add(f"  loaded: {_yes(cm.get('loaded'))}")
+    if not cm.get("loaded"):
+        add(f"  reason: {cm.get('reason')}")
+
+    dec = report["install_decision"]
+    if dec.get("recorded"):
+        add("Install decision (recorded by the resolver):")
+        d = dec.get("decision") or {}
+        for key in sorted(d):
+            value = d[key]
+            text = value if isinstance(value, str) else json.dumps(value)
+            add(f"  {key}: {text}")
+    else:
+        add(f"Install decision: {dec.get('error') or 'none recorded'}")
+
+    be = report["backend"]
+    add(f"Backend requested: {be.get('requested') or '-'} (from {be.get('source') or '-'})"
+        + (f"  ! {be['error']}" if be.get("error") else ""))
+    for entry in report["devices"]:
+        add(f"  {entry['device']}:")
+        for op, o in entry["ops"].items():
+            add(f"    {op:<24} {o['backend'] or 'ERROR'}")
+
+    status = report["status"]
+    title = {"ok": "OK: the compiled kernels run on every device",
+             "fallback": "FALLBACK: some ops run on the PyTorch fallback",
+             "broken": "BROKEN"}[status]
+    add(f"Status: {title} (exit {report['exit_code']})")
+    for p in report["problems"]:
+        where = f" [{', '.join(p['devices'])}]" if p.get("devices") else ""
+        add(f"  - {p['reason']}{where}")
+        if p.get("fix"):
+            add(f"    fix: {p['fix']}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``doctor [--json]``; returns the exit status (0 ok, 1 fallback with a fix, 2 broken)."""
+    parser = argparse.ArgumentParser(prog="python -m mamba_ssm doctor",
+                                     description="Report what mamba-ssm runs on, and why.")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (stable keys)")
+    args = parser.parse_args(argv)
+    try:
+        report = collect()
+    except Exception as exc:  # noqa: BLE001 - doctor itself must not crash without a report
+        report = {"schema": SCHEMA, "status": "broken", "exit_code": EXIT_BROKEN,
+                  "problems": [{"severity": "broken", "reason": f"doctor failed: {_error_text(exc)}",
+                                "fix": None, "devices": []}]}
+        if args.json:
+            print(json.dumps(report, indent=2, sort_keys=True))
+        else:
+            print(f"mamba-ssm doctor failed: {_error_text(exc)}", file=sys.stderr)
+        return EXIT_BROKEN
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        sys.stdout.write(render_text(report))
+    return int(report["exit_code"])
