@@ -1,0 +1,312 @@
+"""Downloads for the resolver: timeouts, retries with backoff, proxies, CA bundles, size + sha256
+checks, a cache shared by concurrent installs.
+
+* Timeouts: ``MAMBA_HTTP_CONNECT_TIMEOUT`` (s, default 15) for the connection, then
+  ``MAMBA_HTTP_READ_TIMEOUT`` (s, default 60) for each read, so a stalled server fails instead of
+  hanging the install.
+* Retries: ``MAMBA_HTTP_RETRIES`` (default 3) more attempts, waiting ``MAMBA_HTTP_BACKOFF`` x 2^n
+  seconds (default 1), on transient faults only: connection reset/refused, timeouts, truncated
+  bodies, HTTP 5xx/408/429. Never on 404 (or other 4xx), a TLS failure, a DNS failure, a size
+  overrun or a sha256 mismatch.
+* Proxies: ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` (urllib's ProxyHandler reads them). CA bundles:
+  the system store plus ``SSL_CERT_FILE`` and ``PIP_CERT`` when set.
+* Wheels go to ``<cache>/wheels/<sha256>/<file>``; a download is written to a temp file in that folder
+  and renamed only after its size and sha256 match, under a file lock (``filelock`` when importable,
+  else ``fcntl.flock``), so two installs at once download once and nothing half-written is ever left
+  where it could be used. The cache is ``MAMBA_SSM_CACHE_DIR``, else ``$XDG_CACHE_HOME/mamba-ssm``,
+  else ``~/.cache/mamba-ssm``.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import os
+import socket
+import ssl
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping, Optional
+
+__all__ = [
+    "FetchError", "HttpSettings", "cache_dir", "fetch_bytes", "fetch_wheel", "file_lock",
+    "index_url", "join_url", "sha256_file",
+]
+
+CHUNK = 1 << 20
+USER_AGENT = "mamba-ssm-resolver/1"
+
+
+class FetchError(RuntimeError):
+    """A download failed for good. ``kind``: ``not-found``, ``http``, ``network``, ``timeout``,
+    ``truncated``, ``tls``, ``dns``, ``size``, ``hash``, ``url``; the message names the URL."""
+
+    def __init__(self, kind: str, url: str, message: str, transient: bool = False):
+        super().__init__(f"{url}: {message}")
+        self.kind, self.url, self.transient = kind, url, transient
+
+
+@dataclass
+class HttpSettings:
+    """Timeouts in seconds, the number of retries after the first attempt, the backoff base (s)."""
+
+    connect_timeout: float = 15.0
+    read_timeout: float = 60.0
+    retries: int = 3
+    backoff: float = 1.0
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "HttpSettings":
+        """Read ``MAMBA_HTTP_*``; a value that is not a number raises ValueError naming it."""
+        environ = os.environ if environ is None else environ
+        out = cls()
+        for name, attr, conv in (
+            ("MAMBA_HTTP_CONNECT_TIMEOUT", "connect_timeout", float),
+            ("MAMBA_HTTP_READ_TIMEOUT", "read_timeout", float),
+            ("MAMBA_HTTP_RETRIES", "retries", int),
+            ("MAMBA_HTTP_BACKOFF", "backoff", float),
+        ):
+            if environ.get(name):
+                try:
+                    setattr(out, attr, conv(environ[name]))
+                except ValueError:
+                    raise ValueError(f"{name}={environ[name]!r} is not a number") from None
+        return out
+
+
+def cache_dir(environ: Optional[Mapping[str, str]] = None) -> str:
+    """The resolver's cache folder (see the module docstring); not created here."""
+    environ = os.environ if environ is None else environ
+    if environ.get("MAMBA_SSM_CACHE_DIR"):
+        return environ["MAMBA_SSM_CACHE_DIR"]
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "mamba-ssm")
+
+
+def index_url(value: str) -> str:
+    """Normalise an index location: a URL (http, https, file) or a local path, ending in ``/``."""
+    if "://" not in value:
+        value = urllib.parse.urljoin("file:", urllib.request.pathname2url(os.path.abspath(value)))
+    scheme = urllib.parse.urlsplit(value).scheme
+    if scheme not in ("http", "https", "file"):
+        raise ValueError(f"index URL {value!r}: scheme {scheme!r} is not http, https or file")
+    return value if value.endswith("/") else value + "/"
+
+
+def join_url(base: str, relpath: str) -> str:
+    """``base`` (ending in ``/``) + a relative path of plain components, each percent-quoted."""
+    parts = relpath.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"relative path {relpath!r} has an empty, '.' or '..' component")
+    return base + "/".join(urllib.parse.quote(p) for p in parts)
+
+
+def _ssl_context(environ: Mapping[str, str]) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    for var in ("SSL_CERT_FILE", "PIP_CERT"):
+        path = environ.get(var)
+        if path and os.path.isfile(path):
+            ctx.load_verify_locations(cafile=path)
+    return ctx
+
+
+def _opener(environ: Mapping[str, str]) -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(
+        urllib.request.ProxyHandler(),  # HTTPS_PROXY / HTTP_PROXY / NO_PROXY from the environment
+        urllib.request.HTTPSHandler(context=_ssl_context(environ)),
+    )
+
+
+def _classify(exc: BaseException, url: str) -> FetchError:
+    if isinstance(exc, FetchError):
+        return exc
+    if isinstance(exc, urllib.error.HTTPError):
+        code = exc.code
+        if code == 404 or code == 410:
+            return FetchError("not-found", url, f"HTTP {code} (not on the index)")
+        transient = code >= 500 or code in (408, 429)
+        return FetchError("http", url, f"HTTP {code} {exc.reason}", transient)
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, ssl.SSLCertVerificationError) or isinstance(reason, ssl.SSLError):
+        return FetchError(
+            "tls", url,
+            f"TLS failure ({reason}); if a proxy or private CA re-signs traffic, point SSL_CERT_FILE or "
+            f"PIP_CERT at its CA bundle",
+        )
+    if isinstance(reason, FileNotFoundError):
+        return FetchError("not-found", url, f"no such file ({reason.strerror})")
+    if isinstance(reason, socket.gaierror):
+        return FetchError("dns", url, f"cannot resolve the host ({reason}); offline? set MAMBA_WHEEL_INDEX "
+                                      f"to a local mirror (python -m build_matrix mirror)")
+    if isinstance(reason, (socket.timeout, TimeoutError)):
+        return FetchError("timeout", url, f"timed out ({reason or 'no data'})", True)
+    if isinstance(reason, http.client.IncompleteRead):
+        return FetchError("truncated", url, f"the body ended early ({len(reason.partial)} bytes read)", True)
+    if isinstance(reason, (ConnectionError, http.client.HTTPException, OSError)):
+        return FetchError("network", url, f"{type(reason).__name__}: {reason}", True)
+    return FetchError("network", url, f"{type(reason).__name__}: {reason}", False)
+
+
+def _open(url: str, settings: HttpSettings, environ: Mapping[str, str]):
+    req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    resp = _opener(environ).open(req, timeout=settings.connect_timeout)
+    with contextlib.suppress(AttributeError, OSError):  # reads get their own timeout
+        resp.fp.raw._sock.settimeout(settings.read_timeout)
+    return resp
+
+
+def _stream(url: str, sink: Callable[[bytes], None], max_bytes: int, exact: Optional[int],
+            settings: HttpSettings, environ: Mapping[str, str]) -> int:
+    """One attempt: stream ``url`` into ``sink``; returns the byte count. Raises FetchError."""
+    try:
+        with _open(url, settings, environ) as resp:
+            length = resp.headers.get("Content-Length") if hasattr(resp, "headers") else None
+            if length is not None and length.isdigit() and exact is not None and int(length) != exact:
+                raise FetchError("size", url, f"the server announces {length} bytes, the index says {exact}")
+            total = 0
+            while True:
+                chunk = resp.read(CHUNK)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > max_bytes:
+                    raise FetchError("size", url, f"more than {max_bytes} bytes (the expected size): refusing")
+                sink(chunk)
+    except FetchError:
+        raise
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+        if isinstance(exc, ValueError) and not isinstance(exc, urllib.error.URLError):
+            raise FetchError("url", url, f"bad URL ({exc})") from None
+        raise _classify(exc, url) from None
+    if exact is not None and total < exact:
+        raise FetchError("truncated", url, f"the body ended after {total} of {exact} bytes", True)
+    return total
+
+
+def _with_retries(url: str, attempt: Callable[[], object], settings: HttpSettings,
+                  sleep: Callable[[float], None], log: Optional[Callable[[str], None]]):
+    for n in range(settings.retries + 1):
+        try:
+            return attempt()
+        except FetchError as exc:
+            if not exc.transient or n == settings.retries:
+                if exc.transient and n:
+                    raise FetchError(exc.kind, url, f"{str(exc).split(': ', 1)[-1]} (after {n + 1} attempts)") from None
+                raise
+            wait = settings.backoff * (2 ** n)
+            if log:
+                log(f"{exc}; retrying in {wait:g} s ({n + 1}/{settings.retries})")
+            sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def fetch_bytes(url: str, max_bytes: int, settings: Optional[HttpSettings] = None,
+                environ: Optional[Mapping[str, str]] = None, sleep: Callable[[float], None] = time.sleep,
+                log: Optional[Callable[[str], None]] = None) -> bytes:
+    """The body of ``url`` (at most ``max_bytes``), with the retries above. Raises FetchError."""
+    environ = os.environ if environ is None else environ
+    settings = settings or HttpSettings.from_env(environ)
+
+    def attempt() -> bytes:
+        buf = bytearray()
+        _stream(url, buf.extend, max_bytes, None, settings, environ)
+        return bytes(buf)
+
+    return _with_retries(url, attempt, settings, sleep, log)
+
+
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def file_lock(path: str, timeout: float = 900.0) -> Iterator[None]:
+    """An exclusive inter-process lock on ``path`` (``filelock`` when importable, else fcntl).
+
+    Raises TimeoutError naming the lock file after ``timeout`` seconds.
+    """
+    try:
+        import filelock
+    except ImportError:
+        filelock = None
+    if filelock is not None:
+        try:
+            with filelock.FileLock(path, timeout=timeout):
+                yield
+        except filelock.Timeout:
+            raise TimeoutError(f"could not lock {path} within {timeout:g} s (another install holds it)") from None
+        return
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"could not lock {path} within {timeout:g} s") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)
+
+
+def fetch_wheel(url: str, filename: str, sha256: str, size: int, cache: Optional[str] = None,
+                settings: Optional[HttpSettings] = None, environ: Optional[Mapping[str, str]] = None,
+                sleep: Callable[[float], None] = time.sleep,
+                log: Optional[Callable[[str], None]] = None) -> str:
+    """Download ``url`` into the cache as ``<cache>/wheels/<sha256>/<filename>`` and return that path.
+
+    ``size`` in bytes and ``sha256`` (hex) are what the file must match; a verified cached copy is
+    reused. Raises FetchError (``hash``/``size`` when the bytes are wrong: no retry; nothing kept).
+    """
+    environ = os.environ if environ is None else environ
+    settings = settings or HttpSettings.from_env(environ)
+    if "/" in filename or "\\" in filename or filename.startswith("."):
+        raise FetchError("url", url, f"unsafe file name {filename!r}")
+    folder = os.path.join(cache or cache_dir(environ), "wheels", sha256.lower())
+    os.makedirs(folder, exist_ok=True)
+    dest = os.path.join(folder, filename)
+    with file_lock(dest + ".lock"):
+        if os.path.isfile(dest):
+            if os.path.getsize(dest) == size and sha256_file(dest) == sha256.lower():
+                if log:
+                    log(f"using the verified cached {dest}")
+                return dest
+            os.unlink(dest)  # a corrupted cache entry: fetch again
+
+        def attempt() -> str:
+            fd, tmp = tempfile.mkstemp(prefix=f".{filename}.", suffix=".part", dir=folder)
+            h = hashlib.sha256()
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    def sink(chunk: bytes) -> None:
+                        h.update(chunk)
+                        fh.write(chunk)
+
+                    _stream(url, sink, size, size, settings, environ)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                got = h.hexdigest()
+                if got != sha256.lower():
+                    raise FetchError("hash", url, f"sha256 {got} does not match the expected {sha256.lower()}: "
+                                                  f"the file was discarded")
+                os.replace(tmp, dest)
+                return dest
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+
+        return _with_retries(url, attempt, settings, sleep, log)

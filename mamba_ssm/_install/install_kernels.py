@@ -1,0 +1,104 @@
+"""``python -m mamba_ssm install-kernels``: add the prebuilt kernels after torch is installed.
+
+When ``pip install mamba-ssm`` runs in a fresh environment, pip builds our sdist before it installs
+torch, so the resolver cannot know which kernels fit and the pure-Python package is installed with the
+kernels deferred. This command runs the same resolution in the environment it is started from (torch
+is there now), downloads and verifies the chosen wheel, and installs it with pip (``pip install
+--no-deps --force-reinstall --no-cache-dir WHEEL``; ``uv pip install --python`` where the environment
+has no pip). It also fixes a wheel that pip's cache served for another torch.
+
+Exit status: 0 installed (or, with --dry-run, resolved); 1 no fitting wheel; 2 error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from typing import List, Optional
+
+from .decision import write_decision
+from .environment import DetectionError, detect
+from .resolve import resolve
+
+__all__ = ["main"]
+
+
+def _installed_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        from packaging.version import Version
+
+        return Version(version("mamba-ssm")).public
+    except Exception:
+        from .._version import __version__
+
+        return __version__
+
+
+def _pip_command(wheel: str) -> List[str]:
+    args = ["install", "--no-deps", "--force-reinstall", "--no-cache-dir", wheel]
+    probe = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True)
+    if probe.returncode == 0:
+        return [sys.executable, "-m", "pip"] + args
+    uv = shutil.which("uv")
+    if uv:
+        return [uv, "pip", "install", "--python", sys.executable, "--no-deps", "--reinstall", "--no-cache", wheel]
+    raise RuntimeError(f"neither pip nor uv is available to install {wheel}; install it with your installer")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point (``python -m mamba_ssm install-kernels [--index URL] [--dry-run] [--json]``)."""
+    parser = argparse.ArgumentParser(prog="python -m mamba_ssm install-kernels", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--index", help="wheel index URL or path (default: MAMBA_WHEEL_INDEX or the release index)")
+    parser.add_argument("--version", help="the mamba-ssm version to match (default: the installed one)")
+    parser.add_argument("--dry-run", action="store_true", help="resolve and download, but do not install")
+    parser.add_argument("--json", action="store_true", help="print the resolution as JSON")
+    args = parser.parse_args(argv)
+    version = args.version or _installed_version()
+    try:
+        env = detect(python=sys.executable)
+        env.target_source = "install-kernels: this interpreter"
+    except DetectionError as exc:
+        print(f"install-kernels: {exc}", file=sys.stderr)
+        return 2
+    log = (lambda t: print(f"[install-kernels] {t}", file=sys.stderr)) if not args.json else None
+    res = resolve(version, index=args.index, env=env, log=log)
+    code = 0
+    final = "install-kernels"
+    if res.status == "prebuilt" and not args.dry_run:
+        try:
+            cmd = _pip_command(res.wheel_path)
+            print(f"[install-kernels] {' '.join(cmd)}", file=sys.stderr)
+            proc = subprocess.run(cmd)
+            if proc.returncode != 0:
+                res.message += f" Installing it failed (exit {proc.returncode})."
+                code, final = 2, "error"
+        except RuntimeError as exc:
+            res.message += f" {exc}"
+            code, final = 2, "error"
+    elif res.status == "prebuilt":
+        final = "dry-run"
+    elif res.status == "no-candidate":
+        code = 1
+    else:
+        code = 2
+    if final != "dry-run":
+        rec = res.record()
+        rec["final_mode"] = final if res.status == "prebuilt" else res.status
+        try:
+            write_decision(rec, env.prefix)
+        except OSError as exc:
+            print(f"[install-kernels] could not record the decision: {exc}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"status": res.status, "wheel": res.wheel_path, "message": res.message,
+                          "decision": res.decision.to_dict() if res.decision else None}, indent=1))
+    else:
+        print(res.message)
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

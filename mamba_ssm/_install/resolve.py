@@ -1,0 +1,172 @@
+"""The resolver end to end: detect the target, read the index, select, fetch and verify.
+
+Used by setup.py (``setup_hook``), ``python -m mamba_ssm install-kernels`` and
+``python -m build_matrix resolve``. The index is ``MAMBA_WHEEL_INDEX`` (an http(s) or file:// URL or a
+local path), else :data:`RELEASE_INDEX_URL` for this version.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from .environment import DetectionError, Environment, detect
+from .fetch import FetchError, HttpSettings, fetch_bytes, fetch_wheel, index_url, join_url
+from .manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, WheelEntry, load_pinned_hashes
+from .selection import Decision, select
+
+__all__ = ["RELEASE_INDEX_URL", "Resolution", "resolve", "default_index"]
+
+#: The project's release wheel index (a static PEP 503 tree per release, written by
+#: ``python -m build_matrix index``); ``{version}`` is the sdist's public version.
+RELEASE_INDEX_URL = "https://mamba-ssm.github.io/wheels/v{version}/"
+
+FIX_NO_CANDIDATE = (
+    "What to do: install a torch that a prebuilt wheel serves (python -m build_matrix resolve --explain "
+    "lists them), point MAMBA_WHEEL_INDEX at an index that has your variant, or build from source "
+    "(MAMBA_FORCE_BUILD=TRUE pip install --no-build-isolation mamba-ssm, needs nvcc)."
+)
+FIX_INDEX = (
+    "What to do: check the network/proxy (HTTPS_PROXY, NO_PROXY, SSL_CERT_FILE or PIP_CERT), or set "
+    "MAMBA_WHEEL_INDEX to a reachable copy (python -m build_matrix mirror --for ENV.json --to DIR on a "
+    "connected machine makes one), or build from source (MAMBA_FORCE_BUILD=TRUE)."
+)
+
+
+def default_index(version: str, environ: Optional[Mapping[str, str]] = None) -> str:
+    """``MAMBA_WHEEL_INDEX`` or the release index of ``version``, normalised to end in ``/``."""
+    environ = os.environ if environ is None else environ
+    from packaging.version import Version
+
+    value = environ.get("MAMBA_WHEEL_INDEX") or RELEASE_INDEX_URL.format(version=Version(version).public)
+    return index_url(value)
+
+
+@dataclass
+class Resolution:
+    """What the resolver found.
+
+    ``status``: ``prebuilt`` (``wheel_path`` is a verified wheel), ``deferred`` (no torch in the
+    target yet), ``no-candidate`` (the index has no fitting wheel), ``error`` (detection, index or
+    download failed; ``error_kind`` says which). ``message`` is one paragraph for humans.
+    """
+
+    status: str
+    message: str
+    version: str
+    index: Optional[str] = None
+    env: Optional[Environment] = None
+    decision: Optional[Decision] = None
+    entry: Optional[WheelEntry] = None
+    wheel_path: Optional[str] = None
+    error_kind: Optional[str] = None
+    log: List[str] = field(default_factory=list)
+
+    def record(self) -> Dict[str, Any]:
+        """The decision record (``decision.write_decision``'s keys, less ``final_mode``)."""
+        return {
+            "package_version": self.version,
+            "status": self.status,
+            "wheel": self.entry.filename if self.entry and self.wheel_path else None,
+            "sha256": self.entry.sha256 if self.entry and self.wheel_path else None,
+            "index": self.index,
+            "environment": self.env.summary() if self.env else None,
+            "target_python": self.env.executable if self.env else None,
+            "decision": self.decision.to_dict() if self.decision else None,
+            "message": self.message,
+            "error_kind": self.error_kind,
+        }
+
+
+def resolve(version: str, index: Optional[str] = None, env: Optional[Environment] = None,
+            fetch: bool = True, environ: Optional[Mapping[str, str]] = None,
+            settings: Optional[HttpSettings] = None, pinned: Any = "sdist",
+            cache: Optional[str] = None, log: Optional[Callable[[str], None]] = None) -> Resolution:
+    """Resolve (and with ``fetch``, download and verify) the wheel for ``version`` (e.g. ``"2.4.0"``).
+
+    ``env``: a declared target (default: detect it). ``pinned``: ``"sdist"`` reads
+    ``pinned_hashes.json`` shipped in the sdist, None disables the pin check, or a dict.
+    Never raises for network, index or environment faults: they come back as ``status == "error"``.
+    """
+    environ = os.environ if environ is None else environ
+    lines: List[str] = []
+
+    def say(text: str) -> None:
+        lines.append(text)
+        if log:
+            log(text)
+
+    res = Resolution("error", "", version, log=lines)
+    try:
+        res.index = index_url(index) if index else default_index(version, environ)
+    except ValueError as exc:
+        res.error_kind, res.message = "index", f"Bad wheel index: {exc}. {FIX_INDEX}"
+        return res
+    if env is None:
+        try:
+            env = detect(environ=environ)
+        except DetectionError as exc:
+            res.error_kind = "detect"
+            res.message = (f"Could not detect the target environment: {exc}. Set MAMBA_TARGET_PYTHON to "
+                           f"the target interpreter, or run python -m mamba_ssm install-kernels there.")
+            return res
+    res.env = env
+    say(f"target: {env.summary()} ({env.target_source or 'declared'})")
+    if env.torch is None or not env.torch.version:
+        res.status = "deferred"
+        res.message = (
+            f"torch is not installed in the target environment ({env.prefix or env.executable}) yet: it is "
+            f"being installed by the same command, after this package is built. Installed the pure-Python "
+            f"package with the kernels deferred; when the install has finished, run "
+            f"`python -m mamba_ssm install-kernels` to add the prebuilt kernels for that torch."
+        )
+        return res
+    manifest_url = res.index + "manifest.json"
+    try:
+        raw = fetch_bytes(manifest_url, MAX_MANIFEST_BYTES, settings, environ, log=say)
+        manifest = Manifest.from_json(raw, source=manifest_url)
+        pins = load_pinned_hashes() if pinned == "sdist" else pinned
+    except FetchError as exc:
+        res.error_kind = f"index-{exc.kind}"
+        res.message = f"Could not read the wheel index: {exc}. Looked for a wheel for {env.summary()}. {FIX_INDEX}"
+        return res
+    except ManifestError as exc:
+        res.error_kind = "manifest"
+        res.message = (f"The wheel index's manifest was refused: {exc}. No wheel was downloaded. {FIX_INDEX}")
+        return res
+    decision = select(env, manifest, version, pins)
+    res.decision = decision
+    say(decision.explain())
+    if decision.status != "chosen":
+        res.status = "no-candidate"
+        res.message = f"No prebuilt mamba-ssm wheel fits. {decision.explain()} {FIX_NO_CANDIDATE}"
+        return res
+    if not fetch:
+        res.status, res.entry = "prebuilt", decision.chosen
+        res.message = decision.explain()
+        return res
+    failures = []
+    for entry in decision.candidates:
+        pin = (pins or {}).get(entry.filename) if isinstance(pins, dict) else None
+        sha = pin["sha256"] if pin else entry.sha256
+        size = pin.get("size") or entry.size if pin else entry.size
+        url = join_url(res.index, entry.relpath)
+        try:
+            res.wheel_path = fetch_wheel(url, entry.filename, sha, size, cache, settings, environ, log=say)
+        except (FetchError, OSError, TimeoutError) as exc:
+            failures.append(str(exc))
+            res.error_kind = f"fetch-{getattr(exc, 'kind', 'os')}"
+            if getattr(exc, "kind", None) == "not-found":
+                continue  # the manifest lists a wheel the host lacks: try the next candidate
+            break
+        res.status, res.entry, res.error_kind = "prebuilt", entry, None
+        res.message = f"{decision.explain()} Downloaded and verified (sha256 {sha[:16]}..., {size} bytes)."
+        return res
+    res.message = (f"The chosen wheel could not be downloaded: {' | '.join(failures)}. "
+                   f"{decision.explain()} {FIX_INDEX}")
+    return res
+
+
+def main_log(text: str) -> None:  # pragma: no cover - convenience for callers
+    print(f"[mamba-ssm resolver] {text}", file=sys.stderr)

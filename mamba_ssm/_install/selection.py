@@ -1,0 +1,323 @@
+"""Selection: which wheel of a manifest serves a target environment; a pure function.
+
+``select(env, manifest, sdist_version)`` checks every wheel and returns a :class:`Decision`: the
+chosen wheel, the ranked compatible candidates, and each rejected wheel with its reasons. Rules:
+
+* the wheel's version equals the sdist's (local version label ignored);
+* its platform / Python / ABI tags are among the target's (``packaging.tags``: an aarch64 target never
+  takes an x86_64 wheel, a musllinux target never a manylinux one);
+* THE compatibility rule, ``mamba_ssm._compat.buildinfo.incompatibilities`` (torch major.minor or the
+  exact build, C++ ABI, CUDA major, ROCm major.minor; a CPU-only torch gets the ``+cpu`` wheel);
+* the NVIDIA driver is at least the minimum of the wheel's CUDA major (CUDA minor-version
+  compatibility) and, when a GPU can only run the wheel's PTX (JIT), at least the driver of the
+  toolkit that produced that PTX (:data:`TOOLKIT_DRIVER`);
+* every visible GPU is covered (``mamba_ssm._compat.archs.coverage``; ROCm: its gfx target is built);
+* with hashes pinned into the sdist, the wheel is one of them with the same sha256.
+
+No wheel passing is a result of its own (``Decision.chosen is None``, ``status == "no-candidate"``);
+what to do then (source build / pure-Python package / error) is the caller's business.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from packaging.tags import Tag
+from packaging.version import InvalidVersion, Version
+
+from .._compat.archs import coverage
+from .._compat.buildinfo import BuildInfo, BuildInfoError, incompatibilities
+from .environment import Environment
+from .manifest import Manifest, WheelEntry
+
+__all__ = [
+    "Decision", "select", "CUDA_MAJOR_MIN_DRIVER", "TOOLKIT_DRIVER", "min_driver_for_toolkit",
+    "parse_driver_version",
+]
+
+#: Minimum Linux driver for any toolkit of a CUDA major (CUDA minor-version compatibility), from
+#: NVIDIA's CUDA Toolkit release notes ("CUDA Toolkit and Minimum Required Driver Version for CUDA
+#: Minor Version Compatibility").
+CUDA_MAJOR_MIN_DRIVER: Dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "580"}
+
+#: Linux driver shipped with each toolkit (the same release notes, "CUDA Toolkit and Corresponding
+#: Driver Versions"): PTX from that toolkit needs at least this driver to JIT-compile.
+TOOLKIT_DRIVER: Dict[Tuple[int, int], str] = {
+    (11, 0): "450.36.06", (11, 1): "455.23", (11, 2): "460.27.03", (11, 3): "465.19.01",
+    (11, 4): "470.42.01", (11, 5): "495.29.05", (11, 6): "510.39.01", (11, 7): "515.43.04",
+    (11, 8): "520.61.05", (12, 0): "525.60.13", (12, 1): "530.30.02", (12, 2): "535.54.03",
+    (12, 3): "545.23.06", (12, 4): "550.54.14", (12, 5): "555.42.02", (12, 6): "560.28.03",
+    (12, 8): "570.26", (12, 9): "575.51.03", (13, 0): "580.65.06",
+}
+
+_ARCH_RE = re.compile(r"(x86_64|aarch64|i686|ppc64le|s390x|armv7l|riscv64|arm64|universal2)$")
+
+
+def parse_driver_version(text: str) -> Tuple[int, ...]:
+    """``"580.65.06"`` -> ``(580, 65, 6)``. Raises ValueError naming the text."""
+    m = re.match(r"^\s*(\d+(?:\.\d+)*)", str(text))
+    if not m:
+        raise ValueError(f"driver version {text!r} is not dotted numbers (e.g. '580.65.06')")
+    return tuple(int(x) for x in m.group(1).split("."))
+
+
+def min_driver_for_toolkit(toolkit: Tuple[int, int]) -> Tuple[str, bool]:
+    """(the driver PTX of ``toolkit`` (major, minor) needs, exact?) — an unknown minor takes the
+    nearest older known toolkit of the same major (exact False); an unknown major the newest known."""
+    if toolkit in TOOLKIT_DRIVER:
+        return TOOLKIT_DRIVER[toolkit], True
+    older = [k for k in TOOLKIT_DRIVER if k[0] == toolkit[0] and k < toolkit]
+    if older:
+        return TOOLKIT_DRIVER[max(older)], False
+    return TOOLKIT_DRIVER[max(TOOLKIT_DRIVER)], False
+
+
+@dataclass
+class Decision:
+    """The result of :func:`select`.
+
+    ``status``: ``"chosen"``, ``"no-candidate"`` (no wheel fits: see ``rejected``) or ``"no-torch"``
+    (torch is not in the target, nothing to match). ``candidates`` are the compatible wheels, best
+    first (``chosen`` is ``candidates[0]``); ``rejected`` is ``[(filename, reason)]``, nearest first;
+    ``looked_for`` says what a fitting wheel would be.
+    """
+
+    status: str
+    chosen: Optional[WheelEntry]
+    candidates: List[WheelEntry]
+    rejected: List[Tuple[str, str]]
+    looked_for: str
+    notes: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "status": self.status,
+            "chosen": self.chosen.filename if self.chosen else None,
+            "candidates": [c.filename for c in self.candidates],
+            "rejected": [{"filename": f, "reason": r} for f, r in self.rejected],
+            "looked_for": self.looked_for,
+            "notes": list(self.notes),
+        }
+
+    def explain(self, limit: int = 3) -> str:
+        """One paragraph: what was looked for, the outcome, the nearest rejected wheels and why."""
+        if self.status == "chosen":
+            text = f"Looked for {self.looked_for}; chose {self.chosen.filename}"
+            if len(self.candidates) > 1:
+                text += f" (best of {len(self.candidates)} compatible wheels)"
+            text += "."
+        elif self.status == "no-torch":
+            text = f"Looked for {self.looked_for}: torch is not installed in the target environment."
+        else:
+            text = f"Looked for {self.looked_for}; no wheel of the index fits."
+        if self.rejected and self.status != "chosen":
+            near = "; ".join(f"{f}: {r}" for f, r in self.rejected[:limit])
+            more = len(self.rejected) - limit
+            text += f" Nearest: {near}" + (f" (and {more} more rejected)." if more > 0 else ".")
+        if self.notes:
+            text += " Note: " + "; ".join(self.notes) + "."
+        return text
+
+
+def _arch_of(platform_tag: str) -> Optional[str]:
+    m = _ARCH_RE.search(platform_tag)
+    return m.group(1) if m else None
+
+
+def _tag_reason(entry: WheelEntry, env: Environment) -> Optional[str]:
+    wheel_tags = entry.tags
+    env_tags = set(env.tags)
+    if any(str(t) in env_tags for t in wheel_tags):
+        return None
+    wheel_plats = sorted({t.platform for t in wheel_tags})
+    env_plats = env.platform_tags
+    env_arch = _arch_of(env_plats[0]) if env_plats else env.machine
+    wheel_arch = {_arch_of(p) for p in wheel_plats} - {None}
+    if wheel_arch and env_arch and env_arch not in wheel_arch:
+        return (f"built for {', '.join(sorted(wheel_arch))} ({', '.join(wheel_plats)}) but the target is "
+                f"{env_arch}")
+    env_musl = any(p.startswith("musllinux") for p in env_plats)
+    env_many = any(p.startswith("manylinux") for p in env_plats)
+    if any(p.startswith("manylinux") for p in wheel_plats) and env_musl and not env_many:
+        return (f"a manylinux (glibc) wheel ({', '.join(wheel_plats)}) cannot run on a musllinux "
+                f"(musl libc) target")
+    if any(p.startswith("musllinux") for p in wheel_plats) and not env_musl:
+        return f"a musllinux wheel ({', '.join(wheel_plats)}) cannot run on a glibc target"
+    if not any(p in env_plats for p in wheel_plats):
+        best = env_plats[0] if env_plats else env.platform
+        return (f"platform tag {', '.join(wheel_plats)} is not supported by the target (newest it "
+                f"accepts: {best}; a manylinux tag needs at least that glibc)")
+    interp = sorted({f"{t.interpreter}-{t.abi}" for t in wheel_tags})
+    return (f"Python/ABI tag {', '.join(interp)} is not supported by the target interpreter "
+            f"(Python {env.python_version}, e.g. {env.tags[0] if env.tags else '?'})")
+
+
+def _tag_rank(entry: WheelEntry, env: Environment) -> int:
+    order = {t: i for i, t in enumerate(env.tags)}
+    return min((order[str(t)] for t in entry.tags if str(t) in order), default=len(order))
+
+
+def _toolkit(info: BuildInfo) -> Optional[Tuple[int, int]]:
+    source = info.nvcc_version or info.torch_cuda
+    if not source:
+        return None
+    m = re.search(r"(\d+)\.(\d+)", str(source))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _gfx_base(name: str) -> str:
+    return name.split(":", 1)[0].lower()
+
+
+def _looked_for(env: Environment) -> str:
+    plat = next((p for p in env.platform_tags if not p.startswith("linux_")), None)
+    plat = plat or (env.platform_tags[0] if env.platform_tags else env.platform)
+    if env.torch is None or not env.torch.version:
+        return f"a wheel for Python {env.python_version} on {plat}"
+    label = None
+    try:
+        from .._compat.variant import VariantKey
+
+        label = VariantKey.from_torch(env.torch.build()).local_label
+    except Exception:  # unknown ABI or an odd version: describe it in words
+        label = f"torch {env.torch.version}"
+    gpus = ", ".join(
+        f"sm_{g.capability.replace('.', '')}" if g.capability else (g.gfx or g.vendor) for g in env.gpus
+    )
+    text = f"+{label} (torch {env.torch.version}) for Python {env.python_version} on {plat}"
+    if gpus:
+        text += f", GPUs {gpus}"
+    if env.driver_version:
+        text += f", driver {env.driver_version}"
+    return text
+
+
+def _check(entry: WheelEntry, env: Environment, sdist: Version, runtime, pinned) -> Tuple[List[str], Dict[str, Any]]:
+    reasons: List[str] = []
+    facts: Dict[str, Any] = {"jit": False, "exact_torch": False}
+    try:
+        wheel_version = Version(entry.version)
+    except InvalidVersion:
+        return [f"version {entry.version!r} is not PEP 440"], facts
+    if wheel_version.public != sdist.public:
+        reasons.append(f"version {wheel_version.public} is not this sdist's {sdist.public}")
+    tag = _tag_reason(entry, env)
+    if tag:
+        reasons.append(tag)
+    if pinned is not None:
+        pin = pinned.get(entry.filename)
+        if pin is None:
+            reasons.append("not among the wheels whose sha256 is pinned in this sdist")
+        elif pin["sha256"] != entry.sha256:
+            reasons.append(
+                f"the index's sha256 {entry.sha256[:12]}... differs from the one pinned in this sdist "
+                f"({pin['sha256'][:12]}...): refusing it"
+            )
+    if entry.build_info is None:
+        reasons.append("carries no compiled module (pure-Python wheel)")
+        return reasons, facts
+    try:
+        import json as _json
+
+        info = BuildInfo.from_json(_json.dumps(entry.build_info))
+    except BuildInfoError as exc:
+        reasons.append(f"unreadable build info ({exc})")
+        return reasons, facts
+    facts["exact_torch"] = info.torch_version == runtime.version
+    reasons.extend(incompatibilities(info, runtime))
+    if reasons:
+        return reasons, facts
+    # NVIDIA: driver and coverage.
+    if info.torch_cuda:
+        nv = [g for g in env.gpus if g.vendor == "nvidia" and g.capability]
+        toolkit = _toolkit(info)
+        driver = None
+        if env.driver_version:
+            try:
+                driver = parse_driver_version(env.driver_version)
+            except ValueError:
+                facts.setdefault("notes", []).append(f"driver version {env.driver_version!r} unreadable")
+        if driver is not None and toolkit is not None:
+            need = CUDA_MAJOR_MIN_DRIVER.get(toolkit[0])
+            if need and driver < parse_driver_version(need):
+                reasons.append(
+                    f"the NVIDIA driver {env.driver_version} is older than {need}, the minimum for CUDA "
+                    f"{toolkit[0]}.x (update the driver, or use a torch built for an older CUDA)"
+                )
+        sass = entry.sass_archs or info.sass_archs
+        ptx = entry.ptx_archs or info.ptx_archs
+        for gpu in nv:
+            cap = gpu.capability_tuple
+            why = coverage(cap, sass, ptx)
+            if why:
+                reasons.append(f"{gpu.name or 'GPU'}: {why}")
+                continue
+            if coverage(cap, sass, []) is not None:  # runs only through PTX JIT
+                facts["jit"] = True
+                if driver is not None and toolkit is not None:
+                    need, exact = min_driver_for_toolkit(toolkit)
+                    if driver < parse_driver_version(need):
+                        reasons.append(
+                            f"{gpu.name or 'GPU'} (sm_{cap[0]}{cap[1]}) needs PTX JIT, and PTX from CUDA "
+                            f"{toolkit[0]}.{toolkit[1]} needs driver >= {need}, not {env.driver_version}"
+                        )
+    if info.torch_hip:
+        built = {_gfx_base(g) for g in (entry.gfx_archs or info.gfx_archs)}
+        for gpu in env.gpus:
+            if gpu.vendor == "amd" and gpu.gfx and _gfx_base(gpu.gfx) not in built:
+                reasons.append(
+                    f"{gpu.name or 'GPU'} ({gpu.gfx}) is not among the wheel's targets "
+                    f"({', '.join(sorted(built)) or 'none'})"
+                )
+    return reasons, facts
+
+
+def select(env: Environment, manifest: Manifest, sdist_version: str,
+           pinned: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Decision:
+    """Rank the manifest's wheels for ``env``; see the module docstring for the rules.
+
+    Args:
+        env: the target (``environment.detect()`` or a declared ``--env-json``).
+        manifest: the index's wheels.
+        sdist_version: the version being installed (e.g. ``"2.4.0.dev0"``; a local label is ignored).
+        pinned: ``{filename: {"sha256": hex}}`` pinned into the sdist, or None (no pin check).
+
+    Returns a Decision (never raises for an incompatible wheel; raises ValueError naming
+    ``sdist_version`` when it is not PEP 440).
+    """
+    try:
+        sdist = Version(sdist_version)
+    except InvalidVersion:
+        raise ValueError(f"sdist version {sdist_version!r} is not a PEP 440 version") from None
+    looked_for = _looked_for(env)
+    notes: List[str] = []
+    if env.torch is None or not env.torch.version:
+        return Decision("no-torch", None, [], [(w.filename, "torch is not installed in the target")
+                                              for w in manifest.wheels], looked_for)
+    if env.torch.error:
+        notes.append(f"torch is installed but does not import ({env.torch.error})")
+    if env.torch.cxx11_abi is None:
+        notes.append("the target torch's C++ ABI is unknown, so it was not compared")
+    try:
+        runtime = env.torch.build()
+    except ValueError as exc:
+        return Decision("no-candidate", None, [], [(w.filename, str(exc)) for w in manifest.wheels], looked_for)
+    if not env.gpus and (runtime.cuda_major is not None):
+        notes.append("no NVIDIA GPU is visible, so GPU coverage and the driver were not checked")
+    good: List[Tuple[Tuple, WheelEntry]] = []
+    bad: List[Tuple[int, str, str]] = []
+    for entry in manifest.wheels:
+        reasons, facts = _check(entry, env, sdist, runtime, pinned)
+        notes.extend(n for n in facts.get("notes", []) if n not in notes)
+        if reasons:
+            bad.append((len(reasons), entry.filename, "; ".join(reasons)))
+        else:
+            rank = (not facts["exact_torch"], facts["jit"], _tag_rank(entry, env), entry.filename)
+            good.append((rank, entry))
+    good.sort(key=lambda x: x[0])
+    bad.sort(key=lambda x: (x[0], x[1]))
+    candidates = [e for _, e in good]
+    rejected = [(f, r) for _, f, r in bad]
+    status = "chosen" if candidates else "no-candidate"
+    return Decision(status, candidates[0] if candidates else None, candidates, rejected, looked_for, notes)

@@ -1,0 +1,97 @@
+"""setup.py's entry into the resolver (docs/architecture.md, "setup.py and the resolver").
+
+setup.py loads this file by path (it never imports ``mamba_ssm``: no torch in an isolated build)::
+
+    spec = importlib.util.spec_from_file_location("mamba_setup_hook", "mamba_ssm/_install/setup_hook.py")
+    hook = importlib.util.module_from_spec(spec); spec.loader.exec_module(hook)
+    outcome = hook.resolve_prebuilt(version)        # Outcome(wheel_path, deferred, message)
+    ...
+    hook.record(outcome, final_mode)                # "prebuilt" | "deferred" | "source" | "python" | "error"
+
+Loaded that way, the rest of ``mamba_ssm/_install`` and ``mamba_ssm/_compat`` are imported under a
+private package name whose ``__path__`` is this checkout's ``mamba_ssm`` folder, so
+``mamba_ssm/__init__.py`` (and torch) is never executed.
+"""
+# No ``from __future__ import annotations`` here: setup.py may exec this file without registering it
+# in sys.modules, and dataclasses then cannot resolve string annotations.
+import importlib
+import os
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+__all__ = ["Outcome", "resolve_prebuilt", "record"]
+
+_BYPATH = "_mamba_ssm_install_bypath"
+
+
+def _install_pkg() -> types.ModuleType:
+    """The ``_install`` package: the real one when imported normally, else a by-path copy."""
+    if __package__:
+        return importlib.import_module(__package__)
+    if _BYPATH not in sys.modules:
+        root = types.ModuleType(_BYPATH)
+        root.__path__ = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+        sys.modules[_BYPATH] = root
+    return importlib.import_module(_BYPATH + "._install")
+
+
+def _mod(name: str) -> types.ModuleType:
+    return importlib.import_module(f"{_install_pkg().__name__}.{name}")
+
+
+@dataclass
+class Outcome:
+    """What setup.py does next.
+
+    ``wheel_path``: a verified wheel in the resolver's cache to hand to pip unchanged (file name and
+    METADATA carry the local version label), or None. ``deferred``: torch is absent from the target
+    (installed by the same command): build the pure-Python wheel, kernels deferred. ``message``: one
+    paragraph (what was looked for, the nearest candidates and why they were rejected, what to do).
+    ``status``: ``prebuilt`` | ``deferred`` | ``no-candidate`` | ``error``.
+    """
+
+    wheel_path: Optional[str]
+    deferred: bool
+    message: str
+    status: str = "error"
+    details: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+def _say(text: str) -> None:
+    print(f"[mamba-ssm resolver] {text}", file=sys.stderr, flush=True)
+
+
+def resolve_prebuilt(version: str) -> Outcome:
+    """Resolve, download and verify the prebuilt wheel of ``version`` for the target environment.
+
+    Never raises: any fault (no network, a bad index, an unexpected bug) becomes an Outcome without a
+    wheel whose message says what happened and what to do.
+    """
+    try:
+        res = _mod("resolve").resolve(version, log=_say)
+    except Exception as exc:  # the install must go on to its fallback, with the reason
+        msg = f"The prebuilt-wheel resolver failed unexpectedly ({type(exc).__name__}: {exc})."
+        _say(msg)
+        return Outcome(None, False, msg, "error", {"record": {"package_version": version, "status": "error",
+                                                              "message": msg}, "prefix": None})
+    _say(res.message)
+    details = {"record": res.record(), "prefix": res.env.prefix if res.env else None}
+    return Outcome(res.wheel_path, res.status == "deferred", res.message, res.status, details)
+
+
+def record(outcome: Outcome, final_mode: str) -> Optional[str]:
+    """Store the decision (with what setup.py finally did: ``prebuilt``, ``deferred``, ``source``,
+    ``python`` or ``error``) where doctor finds it. Returns the path, or None when it could not be
+    written (never raises: a read-only home must not fail the install)."""
+    try:
+        rec = dict(outcome.details.get("record") or {"message": outcome.message, "status": outcome.status})
+        rec["final_mode"] = final_mode
+        rec.setdefault("message", outcome.message)
+        path = _mod("decision").write_decision(rec, outcome.details.get("prefix"))
+        _say(f"decision recorded in {path} (shown by python -m mamba_ssm doctor)")
+        return path
+    except Exception as exc:
+        _say(f"could not record the decision ({type(exc).__name__}: {exc})")
+        return None
