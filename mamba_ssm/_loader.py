@@ -217,6 +217,20 @@ def _exception_text(exc: BaseException) -> str:
     return ": ".join(parts)
 
 
+def _dlopen_error_text(exc: BaseException, path: str) -> str:
+    """The dynamic loader's own message (torch wraps it as the cause of "Could not load this library"),
+    without the repeated path prefix: e.g. "undefined symbol: _ZN3c10...", "invalid ELF header"."""
+    root: BaseException = exc
+    seen = {id(exc)}
+    while (root.__cause__ or root.__context__) is not None and id(root.__cause__ or root.__context__) not in seen:
+        root = root.__cause__ or root.__context__
+        seen.add(id(root))
+    text = str(root).strip() or type(root).__name__
+    while text.startswith(path + ": "):
+        text = text[len(path) + 2:]
+    return text
+
+
 def _fix_for_missing() -> str:
     text = (
         f"run `{FIX_INSTALL_KERNELS}` to fetch the prebuilt kernels matching this torch, or build them "
@@ -320,7 +334,7 @@ def _load_uncached(package_dir: Optional[str] = None) -> LoadResult:
             path=path,
             build_info=build,
             loaded=False,
-            reason=f"loading {path} failed: {_exception_text(exc)}",
+            reason=f"loading {path} failed: {_dlopen_error_text(exc, path)}",
             fix=_fix_for_mismatch(),
             kind=KIND_LOAD_ERROR,
         )

@@ -1,0 +1,271 @@
+"""Backend dispatch: MAMBA_SSM_BACKEND / set_backend semantics, forcing an unavailable backend,
+warn-once and its silencing env var, per-device coverage, and the compiled path's import.
+
+Each case runs in a subprocess against a temporary copy of the package (the repository's own ``_C`` is
+never loaded), with the real torch here.
+"""
+import importlib.util
+import json
+import os
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "mamba_ssm_test_loader_support", os.path.join(os.path.dirname(__file__), "test_loader_support.py"))
+S = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(S)
+
+# A child that asks for backend_for / get_backend and reports results, errors and warnings as JSON.
+PROBE = r"""
+import json, sys, warnings
+from mamba_ssm import _dispatch, _loader
+
+def attempt(fn, *args):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            value = fn(*args)
+            error = None
+        except Exception as e:
+            value, error = None, {"type": type(e).__name__, "message": str(e)}
+    ws = [{"category": w.category.__name__, "user_warning": issubclass(w.category, UserWarning),
+           "message": str(w.message)} for w in caught]
+    return {"value": value, "error": error, "warnings": ws}
+
+out = {"load": _loader.load().to_dict()}
+out["get_backend"] = attempt(_dispatch.get_backend)
+out["first"] = attempt(_dispatch.backend_for, "selective_scan", "cpu")
+out["second"] = attempt(_dispatch.backend_for, "selective_scan", "cpu")
+out["other_op"] = attempt(_dispatch.backend_for, "mamba_inner", "cpu")
+out["no_compiled_kernel_op"] = attempt(_dispatch.backend_for, "selective_state_update", "cpu")
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def missing_root(tmp_path_factory):
+    """A package copy without any _C (a pure-Python install)."""
+    return S.make_package(tmp_path_factory.mktemp("dispatch_missing"))
+
+
+def probe(root, **env):
+    proc = S.run_python(root, PROBE, env=S.child_env(root, **env))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return S.last_json(proc.stdout)
+
+
+def test_auto_falls_back_and_warns_once(missing_root):
+    out = probe(missing_root)
+    reason = out["load"]["reason"]
+    assert out["get_backend"]["value"] == "auto"
+    assert out["first"]["value"] == "torch"
+    assert len(out["first"]["warnings"]) == 1
+    w = out["first"]["warnings"][0]
+    assert w["category"] == "MambaFallbackWarning" and w["user_warning"]
+    assert reason in w["message"] and "python -m mamba_ssm install-kernels" in w["message"]
+    assert "MAMBA_SSM_NO_FALLBACK_WARNING=1" in w["message"]
+    # Once per process: the same reason is not repeated, not even for another op.
+    assert out["second"] == {"value": "torch", "error": None, "warnings": []}
+    assert out["other_op"] == {"value": "torch", "error": None, "warnings": []}
+    # An op without a compiled kernel runs on torch without a warning.
+    assert out["no_compiled_kernel_op"] == {"value": "torch", "error": None, "warnings": []}
+
+
+@pytest.mark.parametrize("value", ["1", "true", "yes"])
+def test_silence_env_var(missing_root, value):
+    out = probe(missing_root, MAMBA_SSM_NO_FALLBACK_WARNING=value)
+    assert out["first"] == {"value": "torch", "error": None, "warnings": []}
+
+
+@pytest.mark.parametrize("value", ["compiled", "cuda", " CUDA "])
+def test_forcing_unavailable_compiled_raises_with_reason(missing_root, value):
+    out = probe(missing_root, MAMBA_SSM_BACKEND=value)
+    assert out["get_backend"]["value"] == "compiled"
+    err = out["first"]["error"]
+    assert err is not None and err["type"] == "RuntimeError"
+    assert out["load"]["reason"] in err["message"]
+    assert "python -m mamba_ssm install-kernels" in err["message"]
+    assert "MAMBA_SSM_BACKEND" in err["message"]
+    assert out["first"]["warnings"] == []
+    # Forcing compiled does not break ops that have no compiled kernel at all.
+    assert out["no_compiled_kernel_op"]["value"] == "torch"
+
+
+@pytest.mark.parametrize("value,expected", [("torch", "torch"), ("ref", "ref"), ("auto", "torch"),
+                                            ("", "torch"), ("TORCH", "torch")])
+def test_explicit_backends(missing_root, value, expected):
+    out = probe(missing_root, MAMBA_SSM_BACKEND=value)
+    assert out["first"]["value"] == expected
+    if value.strip().lower() in ("torch", "ref"):
+        # Chosen by the user: not a fallback, no warning.
+        assert out["first"]["warnings"] == []
+        assert out["get_backend"]["value"] == expected
+
+
+def test_bad_env_value_names_value_and_choices(missing_root):
+    out = probe(missing_root, MAMBA_SSM_BACKEND="triton")
+    for key in ("get_backend", "first"):
+        err = out[key]["error"]
+        assert err["type"] == "ValueError"
+        assert "'triton'" in err["message"] and "MAMBA_SSM_BACKEND" in err["message"]
+        for choice in ("auto", "compiled", "cuda", "torch", "ref"):
+            assert choice in err["message"]
+
+
+SETTER = r"""
+import json, warnings
+import mamba_ssm
+from mamba_ssm import _dispatch
+warnings.simplefilter("error")  # no fallback warning may escape in this script
+out = {}
+out["same_function"] = mamba_ssm.set_backend is _dispatch.set_backend and mamba_ssm.get_backend is _dispatch.get_backend
+out["env"] = mamba_ssm.get_backend()
+out["prev1"] = mamba_ssm.set_backend("ref")
+out["after_ref"] = [mamba_ssm.get_backend(), _dispatch.backend_for("selective_scan", "cpu")]
+out["prev2"] = mamba_ssm.set_backend("cuda")
+out["after_cuda"] = mamba_ssm.get_backend()
+try:
+    _dispatch.backend_for("selective_scan", "cpu")
+    out["forced"] = None
+except RuntimeError as e:
+    out["forced"] = str(e)
+try:
+    mamba_ssm.set_backend("fast")
+    out["bad"] = None
+except ValueError as e:
+    out["bad"] = str(e)
+out["still"] = mamba_ssm.get_backend()
+try:
+    _dispatch.backend_for("selective_scan_typo", "cpu")
+    out["bad_op"] = None
+except ValueError as e:
+    out["bad_op"] = str(e)
+out["prev3"] = mamba_ssm.set_backend(None)
+out["restored"] = mamba_ssm.get_backend()
+print(json.dumps(out))
+"""
+
+
+def test_set_backend_overrides_env_and_validates(missing_root):
+    proc = S.run_python(missing_root, SETTER, env=S.child_env(missing_root, MAMBA_SSM_BACKEND="torch"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = S.last_json(proc.stdout)
+    assert out["same_function"] is True
+    assert out["env"] == "torch"
+    assert out["prev1"] is None
+    assert out["after_ref"] == ["ref", "ref"]
+    assert out["prev2"] == "ref"
+    assert out["after_cuda"] == "compiled"
+    assert "mamba_ssm.set_backend=compiled" in out["forced"] and "not installed" in out["forced"]
+    assert "'fast'" in out["bad"] and "auto, compiled, cuda, torch, ref" in out["bad"]
+    assert out["still"] == "compiled"
+    assert "'selective_scan_typo'" in out["bad_op"] and "selective_scan" in out["bad_op"]
+    assert out["prev3"] == "compiled"
+    assert out["restored"] == "torch"
+
+
+CALL_FALLBACK = r"""
+import json, warnings
+from mamba_ssm import _dispatch
+out = {}
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    out["a"] = _dispatch.fallback_for_call("selective_scan", "cpu", "d_state 512 exceeds the kernel's 256")
+    out["b"] = _dispatch.fallback_for_call("selective_scan", "cpu", "d_state 300 exceeds the kernel's 256")
+out["warnings"] = [str(w.message) for w in caught if w.category.__name__ == "MambaFallbackWarning"]
+_dispatch.set_backend("compiled")
+try:
+    _dispatch.fallback_for_call("selective_scan", "cpu", "d_state 512 exceeds the kernel's 256")
+    out["forced"] = None
+except RuntimeError as e:
+    out["forced"] = str(e)
+print(json.dumps(out))
+"""
+
+
+def test_fallback_for_call(missing_root):
+    proc = S.run_python(missing_root, CALL_FALLBACK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = S.last_json(proc.stdout)
+    assert out["a"] == "torch" and out["b"] == "torch"
+    assert len(out["warnings"]) == 1 and "d_state 512 exceeds the kernel's 256" in out["warnings"][0]
+    assert "d_state 512 exceeds the kernel's 256" in out["forced"]
+    assert "compiled" in out["forced"]
+
+
+# --- a compatible, loadable _C (a real shared object made here) -----------------------------------
+
+FAKE_COMPILED_PY = '''"""Test stand-in for the kernels part's Python face: records that dispatch imported it."""
+import os
+IMPORTED = True
+open(os.environ["MAMBA_SSM_TEST_COMPILED_IMPORTED"], "w").write("imported")
+'''
+
+COVERAGE = r"""
+import json, sys
+import torch
+from mamba_ssm import _loader, _dispatch
+caps = {0: (8, 0), 1: (8, 6), 2: (7, 5), 3: (12, 0)}
+calls = []
+def fake_capability(i):   # no GPU here: declare four, and count the queries
+    calls.append(i)
+    return caps[i]
+torch.cuda.get_device_capability = fake_capability
+out = {"load": _loader.load().to_dict(), "cuda_initialized": torch.cuda.is_initialized()}
+devices = ["cpu", "cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+out["coverage"] = {d: _loader.device_coverage(d) for d in devices}
+out["plans"] = {d: _dispatch.plan("selective_scan", d)["backend"] for d in devices}
+out["calls"] = calls
+print(json.dumps(out))
+"""
+
+
+def _loadable_package(tmp_path, kernels, sass=("sm_90",), ptx=()):
+    root = S.make_package(tmp_path)
+    info = S.build_info(kernels=list(kernels), sass_archs=list(sass), ptx_archs=list(ptx))
+    S.compile_so(root / "mamba_ssm" / "_C.abi3.so", info)
+    return root
+
+
+def test_loaded_module_and_device_coverage(tmp_path):
+    t = S.torch_facts()
+    if not t["cuda"]:
+        pytest.skip("coverage of CUDA devices needs a CUDA torch (this torch is CPU-only)")
+    root = _loadable_package(tmp_path, ["cpu", "cuda"], sass=["sm_80", "sm_90"], ptx=["compute_90"])
+    marker = tmp_path / "marker"
+    compiled_flag = tmp_path / "compiled_imported"
+    (root / "mamba_ssm" / "ops" / "backends").mkdir(parents=True, exist_ok=True)
+    (root / "mamba_ssm" / "ops" / "backends" / "compiled.py").write_text(FAKE_COMPILED_PY)
+    env = S.child_env(root, MAMBA_SSM_TEST_DLOPEN_MARKER=marker, MAMBA_SSM_TEST_COMPILED_IMPORTED=compiled_flag)
+    proc = S.run_python(root, COVERAGE, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = S.last_json(proc.stdout)
+    assert out["load"]["loaded"] is True and out["load"]["kind"] == "loaded", out["load"]
+    assert marker.read_text() == "loaded"  # really dlopened
+    assert out["cuda_initialized"] is False
+    cov = out["coverage"]
+    # NVIDIA's rules: SASS runs on the same major with an equal or newer minor; PTX JIT-compiles for
+    # any newer capability.
+    assert cov["cpu"] is None
+    assert cov["cuda:0"] is None     # 8.0: sm_80 SASS
+    assert cov["cuda:1"] is None     # 8.6: sm_80 SASS runs on 8.6
+    assert cov["cuda:2"] is not None and "7.5" in cov["cuda:2"]  # older than every target
+    assert cov["cuda:3"] is None     # 12.0: compute_90 PTX JIT-compiles
+    assert out["plans"] == {"cpu": "compiled", "cuda:0": "compiled", "cuda:1": "compiled",
+                            "cuda:2": "torch", "cuda:3": "compiled"}
+    assert sorted(out["calls"]) == [0, 1, 2, 3]  # once per device, cached afterwards
+    assert compiled_flag.read_text() == "imported"
+
+
+def test_loaded_module_without_cpu_kernel_falls_back_on_cpu(tmp_path):
+    root = _loadable_package(tmp_path, ["cuda"])
+    proc = S.run_python(root, PROBE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = S.last_json(proc.stdout)
+    assert out["load"]["loaded"] is True
+    assert out["first"]["value"] == "torch"
+    (w,) = out["first"]["warnings"]
+    assert "no CPU kernel" in w["message"]
+    forced = probe(root, MAMBA_SSM_BACKEND="compiled")
+    assert forced["first"]["error"]["type"] == "RuntimeError"
+    assert "no CPU kernel" in forced["first"]["error"]["message"]
