@@ -225,7 +225,8 @@ def _check(entry: WheelEntry, env: Environment, sdist: Version, runtime, pinned)
         reasons.append(f"unreadable build info ({exc})")
         return reasons, facts
     facts["exact_torch"] = info.torch_version == runtime.version
-    reasons.extend(incompatibilities(info, runtime))
+    # The shared rule's sentences end in the generic fix; the decision's paragraph gives the fix once.
+    reasons.extend(r.split(": install the mamba-ssm wheel", 1)[0] for r in incompatibilities(info, runtime))
     if reasons:
         return reasons, facts
     # NVIDIA: driver and coverage.

@@ -1,0 +1,150 @@
+"""The resolver's commands of ``python -m build_matrix``: ``index``, ``resolve``, ``mirror``.
+
+``build_matrix/cli.py`` calls :func:`register` with its subparsers; each command's function is
+``args.func(args) -> int`` (exit status).
+
+* ``index DIR [--add WHEEL ...] [--pin FILE]``: PEP 503 roots per variant + manifest.json
+  (:mod:`build_matrix.index`).
+* ``resolve [--index URL] [--explain] [--env-json FILE] [--json] [--fetch] [--version V]``: what the
+  install would choose here (or for a declared target) and why. Exit 0 chosen, 1 no candidate,
+  2 error, 3 no torch in the target (deferred).
+* ``mirror --for ENV.json --to DIR [--index URL] [--all]``: download and verify the wheel(s) a declared
+  target needs into DIR as an index of their own, for air-gapped installs
+  (``MAMBA_WHEEL_INDEX=file:///DIR pip install mamba-ssm`` there).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from typing import List, Optional
+
+__all__ = ["register", "main"]
+
+EXIT = {"prebuilt": 0, "no-candidate": 1, "error": 2, "deferred": 3}
+
+
+def _sdist_version() -> str:
+    from mamba_ssm._version import __version__
+
+    return __version__
+
+
+def _load_env(path: Optional[str]):
+    from mamba_ssm._install.environment import Environment, detect
+
+    if not path:
+        return detect()
+    try:
+        with open(path) as fh:
+            return Environment.from_json(fh.read())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--env-json {path}: {exc}")
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from build_matrix.index import IndexError_, build_index
+
+    try:
+        manifest = build_index(args.dir, add=args.add or [], pin=args.pin)
+    except IndexError_ as exc:
+        print(f"index: {exc}", file=sys.stderr)
+        return 2
+    for w in manifest.wheels:
+        print(f"{w.variant}/mamba-ssm/{w.filename}  {w.size} bytes  sha256 {w.sha256}")
+    print(f"{len(manifest.wheels)} wheel(s); manifest: {os.path.join(os.path.abspath(args.dir), 'manifest.json')}"
+          + (f"; pins: {args.pin}" if args.pin else ""))
+    return 0
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    from mamba_ssm._install.resolve import resolve
+
+    env = _load_env(args.env_json)
+    log = (lambda t: print(f"[resolve] {t}", file=sys.stderr)) if args.explain and not args.json else None
+    res = resolve(args.version or _sdist_version(), index=args.index, env=env, fetch=args.fetch,
+                  pinned=None if args.no_pins else "sdist", log=log)
+    if args.json:
+        out = {"status": res.status, "index": res.index, "message": res.message,
+               "wheel": res.entry.filename if res.entry else None, "wheel_path": res.wheel_path,
+               "environment": res.env.to_dict() if res.env else None,
+               "decision": res.decision.to_dict() if res.decision else None}
+        print(json.dumps(out, indent=1, sort_keys=True))
+    else:
+        if res.status == "prebuilt":
+            print(res.entry.filename if not res.wheel_path else res.wheel_path)
+        if args.explain or res.status != "prebuilt":
+            print(res.message)
+            if args.explain and res.decision:
+                for c in res.decision.candidates:
+                    print(f"  candidate: {c.filename}")
+                for f, r in res.decision.rejected:
+                    print(f"  rejected:  {f}: {r}")
+    return EXIT.get(res.status, 2)
+
+
+def cmd_mirror(args: argparse.Namespace) -> int:
+    from build_matrix.index import write_index
+    from mamba_ssm._install.fetch import fetch_wheel, join_url
+    from mamba_ssm._install.resolve import resolve
+
+    env = _load_env(args.for_env)
+    res = resolve(args.version or _sdist_version(), index=args.index, env=env, fetch=False,
+                  pinned=None if args.no_pins else "sdist")
+    if res.status != "prebuilt":
+        print(res.message, file=sys.stderr)
+        return EXIT.get(res.status, 2)
+    wanted = res.decision.candidates if args.all else [res.decision.chosen]
+    root = os.path.abspath(args.to)
+    for entry in wanted:
+        path = fetch_wheel(join_url(res.index, entry.relpath), entry.filename, entry.sha256, entry.size)
+        dest = os.path.join(root, entry.variant, "mamba-ssm", entry.filename)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copyfile(path, dest + ".part")
+        os.replace(dest + ".part", dest)
+        print(f"mirrored {entry.filename}")
+    write_index(root, wanted)
+    print(f"index for this target at {root}: MAMBA_WHEEL_INDEX=file://{root} pip install mamba-ssm")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``index``, ``resolve`` and ``mirror`` to ``python -m build_matrix``'s subparsers."""
+    p = subparsers.add_parser("index", help="write the PEP 503 wheel index and manifest.json for a folder of wheels")
+    p.add_argument("dir", help="the index folder (wheels under it are gathered and placed)")
+    p.add_argument("--add", nargs="*", metavar="WHEEL", help="wheel files to copy into the index")
+    p.add_argument("--pin", metavar="FILE", help="also write the sha256 pins (release: mamba_ssm/_install/pinned_hashes.json)")
+    p.set_defaults(func=cmd_index)
+
+    p = subparsers.add_parser("resolve", help="show which prebuilt wheel the install would choose, and why")
+    p.add_argument("--index", help="wheel index URL or path (default: MAMBA_WHEEL_INDEX or the release index)")
+    p.add_argument("--explain", action="store_true", help="print every candidate and rejection with its reason")
+    p.add_argument("--env-json", metavar="FILE", help="resolve for a declared target (Environment JSON) instead of this one")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--fetch", action="store_true", help="also download and verify the chosen wheel into the cache")
+    p.add_argument("--version", help="the mamba-ssm version to match (default: this checkout's)")
+    p.add_argument("--no-pins", action="store_true", help="ignore pinned_hashes.json (development)")
+    p.set_defaults(func=cmd_resolve)
+
+    p = subparsers.add_parser("mirror", help="copy the wheel(s) a declared target needs into a local index (air-gapped)")
+    p.add_argument("--for", dest="for_env", required=True, metavar="ENV.json", help="the target (Environment JSON)")
+    p.add_argument("--to", required=True, metavar="DIR", help="the mirror folder")
+    p.add_argument("--index", help="source index (default: MAMBA_WHEEL_INDEX or the release index)")
+    p.add_argument("--all", action="store_true", help="every compatible wheel, not only the best")
+    p.add_argument("--version", help="the mamba-ssm version (default: this checkout's)")
+    p.add_argument("--no-pins", action="store_true", help="ignore pinned_hashes.json")
+    p.set_defaults(func=cmd_mirror)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Standalone entry (``python -m build_matrix.resolver_cli``), until cli.py wires it in."""
+    parser = argparse.ArgumentParser(prog="python -m build_matrix")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

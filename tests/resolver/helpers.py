@@ -1,0 +1,175 @@
+"""Test helpers for the resolver: fabricated wheels, declared environments, a loopback HTTP server
+with injectable faults. Nothing here uses the code under test to compute expected values."""
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import http.server
+import io
+import json
+import os
+import socket
+import ssl
+import threading
+import time
+import zipfile
+from typing import Dict, Iterator, List, Optional
+
+from packaging import tags as ptags
+
+
+def build_info(torch="2.14.1+cu130", cuda="13.0", hip=None, abi=True, sass=("sm_90",), ptx=(),
+               gfx=(), nvcc="13.0", version="2.4.0.dev0") -> dict:
+    """A build-info record with the architecture doc's keys."""
+    return {
+        "package_version": version, "torch_version": torch, "torch_cuda": cuda, "torch_hip": hip,
+        "nvcc_version": nvcc if cuda else None, "hipcc_version": None, "cxx11_abi": abi,
+        "sass_archs": list(sass), "ptx_archs": list(ptx), "gfx_archs": list(gfx),
+        "python_tag": "cp39-abi3", "platform": "linux-x86_64", "git_commit": None,
+        "kernels": ["cpu", "cuda"] if cuda else (["cpu", "hip"] if hip else ["cpu"]), "schema": 1,
+    }
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def make_wheel(folder: str, label: str, info: Optional[dict], platform: str = "linux_x86_64",
+               version: str = "2.4.0.dev0", python_tag: str = "cp39", abi_tag: str = "abi3",
+               padding: int = 0) -> str:
+    """Write a valid wheel ``mamba_ssm-<version>+<label>-<py>-<abi>-<platform>.whl`` whose
+    ``mamba_ssm/_C.abi3.so`` is a byte blob carrying ``info`` between the build-info markers
+    (``padding`` extra bytes make it bigger). Returns its path."""
+    full = f"{version}+{label}" if label else version
+    from packaging.version import Version
+
+    norm = str(Version(full))
+    dist = f"mamba_ssm-{norm}.dist-info"
+    files: Dict[str, bytes] = {"mamba_ssm/__init__.py": b"__version__ = %r\n" % norm}
+    if info is not None:
+        blob = b"\x7fELF-fake" + os.urandom(64) + b"MAMBA_SSM_BUILD_INFO_BEGIN" + json.dumps(info).encode() \
+            + b"MAMBA_SSM_BUILD_INFO_END" + b"\0" * padding
+        files["mamba_ssm/_C.abi3.so"] = blob
+    files[f"{dist}/METADATA"] = (f"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: {norm}\n"
+                                 f"Requires-Python: >=3.9\n").encode()
+    files[f"{dist}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\n"
+                              f"Tag: {python_tag}-{abi_tag}-{platform}\n").encode()
+    record = [_record_line(n, d) for n, d in files.items()] + [f"{dist}/RECORD,,"]
+    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = os.path.join(folder, f"mamba_ssm-{norm}-{python_tag}-{abi_tag}-{platform}.whl")
+    os.makedirs(folder, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for n, d in files.items():
+            zf.writestr(n, d)
+    return path
+
+
+def tags_of(python=(3, 11), platforms=("manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "linux_x86_64")) -> List[str]:
+    """Wheel tags a CPython of ``python`` accepts on ``platforms`` (packaging.tags directly)."""
+    plats = list(platforms)
+    out = [str(t) for t in ptags.cpython_tags(python_version=python, platforms=plats)]
+    return out + [str(t) for t in ptags.compatible_tags(python_version=python, platforms=plats)]
+
+
+def env_dict(torch="2.14.1+cu130", cuda="13.0", hip=None, abi=True, gpus=(), driver=None,
+             python=(3, 11), platforms=("manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "linux_x86_64")) -> dict:
+    """A declared-environment dict (the --env-json shape)."""
+    return {
+        "python_version": f"{python[0]}.{python[1]}.0",
+        "tags": tags_of(python, platforms),
+        "torch": None if torch is None else {"version": torch, "cuda": cuda, "hip": hip, "cxx11_abi": abi},
+        "gpus": [dict(g) for g in gpus], "driver_version": driver,
+    }
+
+
+# ----------------------------------------------------------------------------- loopback server
+class FaultServer:
+    """A threaded HTTP server on 127.0.0.1 serving ``root``; ``faults[path] = kind`` injects:
+    ``404``, ``500``, ``500-once`` (then normal), ``reset``, ``truncate``, ``stall``, ``corrupt``
+    (same size, other bytes). ``hits[path]`` counts requests."""
+
+    def __init__(self, root: str, tls: Optional[ssl.SSLContext] = None):
+        self.root = root
+        self.faults: Dict[str, str] = {}
+        self.hits: Dict[str, int] = {}
+        self.stall_s = 5.0
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):  # quiet
+                pass
+
+            def do_GET(self):
+                path = self.path.split("?", 1)[0]
+                server.hits[path] = server.hits.get(path, 0) + 1
+                fault = server.faults.get(path)
+                if fault == "500-once":
+                    server.faults.pop(path)
+                    fault = "500"
+                if fault == "404":
+                    return self.send_error(404)
+                if fault == "500":
+                    return self.send_error(500)
+                from urllib.parse import unquote
+
+                local = os.path.join(server.root, unquote(path.lstrip("/")))
+                if os.path.isdir(local):
+                    local = os.path.join(local, "index.html")
+                if not os.path.isfile(local):
+                    return self.send_error(404)
+                with open(local, "rb") as fh:
+                    data = fh.read()
+                if fault == "reset":
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data[: len(data) // 3])
+                    self.wfile.flush()
+                    sock = self.connection
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    sock.close()
+                    return
+                if fault == "corrupt":
+                    data = bytes(b ^ 0xFF for b in data)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if fault == "truncate":
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                if fault == "stall":
+                    self.wfile.write(data[:10])
+                    self.wfile.flush()
+                    time.sleep(server.stall_s)
+                    return
+                self.wfile.write(data)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+        self.scheme = "https" if tls is not None else "http"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"{self.scheme}://127.0.0.1:{port}/"
+
+    def __enter__(self) -> "FaultServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@contextlib.contextmanager
+def serving(root: str, tls: Optional[ssl.SSLContext] = None) -> Iterator[FaultServer]:
+    with FaultServer(root, tls) as srv:
+        yield srv
