@@ -1,0 +1,486 @@
+"""Read build_matrix/matrix.toml, expand it into cells, exclude, and validate every cell.
+
+A *cell* is one wheel: (torch series, accelerator family ``cuNN`` / ``rocmX.Y`` / ``cpu``, C++ ABI,
+platform), built by one toolkit against one torch build, serving one or more published torch builds
+(e.g. the cell ``cu12torch2.8cxx11abiTRUE-x86_64`` serves torch 2.8.x +cu126, +cu128 and +cu129).
+
+Validation is not circular: torch builds are checked against ``data/torch_builds.toml`` (a copy of
+PyTorch's published compatibility data, written independently of matrix.toml), archs against
+``mamba_ssm._compat.archs.nvcc_supported_archs`` / ``known_bad``, and the Python list against
+pyproject.toml's ``requires-python`` both ways.  Impossible builds are *rejected* with the reason;
+``plan`` exits non-zero when anything is rejected or the matrix itself is wrong.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from ._compat_loader import REPO_ROOT, load_compat
+
+MATRIX_PATH = Path(__file__).resolve().parent / "matrix.toml"
+DATA_PATH = Path(__file__).resolve().parent / "data" / "torch_builds.toml"
+PYPROJECT_PATH = REPO_ROOT / "pyproject.toml"
+
+_CU_RE = re.compile(r"^cu(\d+)(\d)$")
+_ROCM_RE = re.compile(r"^rocm(\d+)\.(\d+)(?:\.(\d+))?$")
+
+
+class MatrixError(ValueError):
+    """matrix.toml (or the data file) is malformed; the message names the entry and the fix."""
+
+
+def accelerator_family(acc: str) -> str:
+    """'cu124' -> 'cu12', 'cu130' -> 'cu13', 'rocm6.2.4' -> 'rocm6.2', 'cpu' -> 'cpu'.
+
+    Raises MatrixError naming the value when it is none of cuXYZ / rocmX.Y[.Z] / cpu.
+    """
+    if acc == "cpu":
+        return "cpu"
+    m = _CU_RE.match(acc)
+    if m:
+        return f"cu{int(m.group(1))}"
+    m = _ROCM_RE.match(acc)
+    if m:
+        return f"rocm{int(m.group(1))}.{int(m.group(2))}"
+    raise MatrixError(f"accelerator {acc!r} is none of cu<major><minor> (cu124), rocmX.Y[.Z], cpu")
+
+
+def accelerator_version(acc: str) -> Optional[Tuple[int, ...]]:
+    """'cu124' -> (12, 4); 'rocm6.2.4' -> (6, 2, 4); 'cpu' -> None."""
+    m = _CU_RE.match(acc)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    m = _ROCM_RE.match(acc)
+    if m:
+        return tuple(int(x) for x in m.groups() if x is not None)
+    return None
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """A compiler toolchain cells are built with (one builder image per toolkit and platform)."""
+
+    id: str
+    kind: str  # cuda | rocm | cpu
+    version: str
+    serves: Tuple[str, ...]
+    platforms: Tuple[str, ...]
+    sass: Tuple[str, ...] = ()
+    ptx: Tuple[str, ...] = ()
+    gfx: Tuple[str, ...] = ()
+    experimental: bool = False
+    base_image: str = "quay.io/pypa/manylinux_2_28_{arch}"
+    packages: Tuple[str, ...] = ()
+
+    @property
+    def nvcc(self) -> Optional[Tuple[int, int]]:
+        if self.kind != "cuda":
+            return None
+        major, minor = self.version.split(".")[:2]
+        return int(major), int(minor)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One wheel of the release (see the module docstring).  All fields are plain data (to_dict)."""
+
+    id: str                  # "<local label>-<platform>", e.g. "cu13torch2.14cxx11abiTRUE-x86_64"
+    label: str               # the local version label, e.g. "cu13torch2.14cxx11abiTRUE"
+    series: str              # "2.14"
+    torch_version: str       # the release compiled against, e.g. "2.14.1"
+    build_against: str       # the accelerator of that torch build, e.g. "cu130"
+    serves: Tuple[str, ...]  # the torch builds this wheel serves, e.g. ("cu130", "cu132")
+    family: str              # "cu13" | "rocm6.2" | "cpu"
+    cxx11abi: bool
+    platform: str            # "x86_64" | "aarch64"
+    toolkit: str             # toolkit id, e.g. "cuda13.0"
+    toolkit_kind: str
+    toolkit_version: str
+    sass: Tuple[str, ...]
+    ptx: Tuple[str, ...]
+    gfx: Tuple[str, ...]
+    image: str               # the builder image
+    runner: str
+    manylinux: str
+    size_budget_mib: float
+    experimental: bool
+    python_tag: str = "cp39"
+    abi_tag: str = "abi3"
+
+    @property
+    def torch_spec(self) -> str:
+        """The pip requirement of the torch this cell compiles against: 'torch==2.14.1+cu130'."""
+        return f"torch=={self.torch_version}+{self.build_against}"
+
+    @property
+    def platform_tag(self) -> str:
+        return f"{self.manylinux}_{self.platform}"
+
+    def variant_key(self, platform_tag: Optional[str] = None):
+        """The VariantKey of this cell's wheel (platform tag: the manylinux one unless given)."""
+        VariantKey = load_compat("variant").VariantKey
+        return VariantKey(torch=self.series, accelerator=self.family, cxx11abi=self.cxx11abi,
+                          python_tag=self.python_tag, abi_tag=self.abi_tag,
+                          platform_tag=platform_tag or self.platform_tag)
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["torch_spec"] = self.torch_spec
+        d["platform_tag"] = self.platform_tag
+        return d
+
+
+@dataclass
+class Rejection:
+    what: str    # e.g. "torch 2.8 cu118 x86_64"
+    reason: str
+
+
+@dataclass
+class Plan:
+    """The expanded, validated matrix."""
+
+    cells: List[Cell] = field(default_factory=list)
+    rejected: List[Rejection] = field(default_factory=list)
+    skipped: List[Rejection] = field(default_factory=list)
+    excluded: List[Rejection] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)      # the matrix itself is wrong
+    warnings: List[str] = field(default_factory=list)
+    python_versions: List[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and not self.rejected
+
+    def cell(self, cell_id: str) -> Cell:
+        """The cell with this id; MatrixError listing near ids when absent or rejected."""
+        for c in self.cells:
+            if c.id == cell_id:
+                return c
+        for r in self.rejected:
+            if cell_id in r.what:
+                raise MatrixError(f"cell {cell_id!r} was rejected: {r.reason}")
+        near = [c.id for c in self.cells if c.id.split("-")[0][:4] == cell_id[:4]][:8]
+        raise MatrixError(
+            f"no cell {cell_id!r} in the plan; `python -m build_matrix plan` lists them"
+            + (f" (e.g. {', '.join(near)})" if near else "")
+        )
+
+    def filtered(self, filters: Sequence[str]) -> List[Cell]:
+        return [c for c in self.cells if all(_matches(c, f) for f in filters)]
+
+
+def _matches(cell: Cell, flt: str) -> bool:
+    """'key=glob' matches a cell field (series=2.1*, family=cu13, platform=x86_64, cxx11abi=true,
+    toolkit=cuda13.0, kind=cuda); a bare glob matches the id."""
+    if "=" in flt:
+        key, pat = flt.split("=", 1)
+        key = {"kind": "toolkit_kind", "abi": "cxx11abi"}.get(key.strip(), key.strip())
+        if not hasattr(cell, key):
+            raise MatrixError(
+                f"filter {flt!r}: a cell has no field {key!r} (use series, family, cxx11abi, platform, "
+                f"toolkit, kind, experimental or a glob on the id)"
+            )
+        value = getattr(cell, key)
+        if isinstance(value, bool):
+            value = str(value).lower()
+        elif isinstance(value, tuple):
+            return any(fnmatch.fnmatchcase(str(v), pat.strip()) for v in value)
+        return fnmatch.fnmatchcase(str(value), pat.strip().lower() if key == "cxx11abi" else pat.strip())
+    return fnmatch.fnmatchcase(cell.id, flt if any(ch in flt for ch in "*?[") else f"*{flt}*")
+
+
+# --------------------------------------------------------------------------------------- loading
+def load_toml(path: Path) -> Dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise MatrixError(f"{path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise MatrixError(f"{path} is not valid TOML: {exc}") from None
+
+
+def _toolkits(matrix: Dict[str, Any], errors: List[str]) -> List[Toolkit]:
+    out = []
+    for i, t in enumerate(matrix.get("toolkit", [])):
+        try:
+            out.append(Toolkit(
+                id=t["id"], kind=t["kind"], version=str(t["version"]),
+                serves=tuple(t["serves"]), platforms=tuple(t["platforms"]),
+                sass=tuple(t.get("sass", ())), ptx=tuple(t.get("ptx", ())),
+                gfx=tuple(t.get("gfx", ())), experimental=bool(t.get("experimental", False)),
+                base_image=t.get("base_image", Toolkit.base_image),
+                packages=tuple(t.get("packages", ())),
+            ))
+        except KeyError as exc:
+            errors.append(f"[[toolkit]] #{i + 1} lacks {exc.args[0]!r}")
+    return out
+
+
+def validate_toolkit_archs(tk: Toolkit, known_bad_rules: Sequence[Dict[str, Any]]) -> List[str]:
+    """Why this toolkit's arch list is wrong (empty when fine).
+
+    Each SASS ``sm_XY`` must be one nvcc ``tk.version`` can target
+    (``archs.nvcc_supported_archs``), each PTX ``compute_XY`` likewise, and no pair may be known bad
+    (``archs.known_bad`` and matrix.toml's ``[[known_bad]]``).  gfx targets must parse.
+    """
+    archs = load_compat("archs")
+    problems: List[str] = []
+    if tk.kind == "cuda":
+        if not tk.sass:
+            problems.append(f"toolkit {tk.id}: no SASS archs")
+        supported = set(archs.nvcc_supported_archs(tk.nvcc, variants=True))
+        for name in tk.sass + tk.ptx:
+            try:
+                a = archs.parse_arch(name)
+            except ValueError as exc:
+                problems.append(f"toolkit {tk.id}: {exc}")
+                continue
+            if a.sass not in supported:
+                problems.append(
+                    f"toolkit {tk.id}: {name} is not supported by nvcc {tk.version} "
+                    f"(it targets {', '.join(archs.nvcc_supported_archs(tk.nvcc))})"
+                )
+                continue
+            if name.startswith("sm_"):
+                reason = archs.known_bad(a.sass, tk.nvcc)
+                if reason:
+                    problems.append(f"toolkit {tk.id}: known-bad pair: {reason}")
+                for rule in known_bad_rules:
+                    if rule.get("arch") == a.sass and Version(tk.version) in SpecifierSet(rule["nvcc"]):
+                        problems.append(
+                            f"toolkit {tk.id}: known-bad pair ({a.sass}, nvcc {tk.version}): {rule['reason']}"
+                        )
+    elif tk.kind == "rocm":
+        try:
+            archs.parse_gfx_list(";".join(tk.gfx))
+        except ValueError as exc:
+            problems.append(f"toolkit {tk.id}: {exc}")
+        if not tk.gfx:
+            problems.append(f"toolkit {tk.id}: no gfx targets")
+    elif tk.kind != "cpu":
+        problems.append(f"toolkit {tk.id}: kind {tk.kind!r} is none of cuda, rocm, cpu")
+    return problems
+
+
+def validate_python(versions: Sequence[str], requires_python: str, wheel_python_tag: str) -> List[str]:
+    """Python list vs requires-python, both directions, and the abi3 tag vs the lower bound.
+
+    Every listed version must satisfy requires-python; every CPython minor that requires-python
+    allows between its lower bound and the newest listed one must be listed (no untested gap); the
+    wheel's ``cpXY`` tag must be the lowest listed version.
+    """
+    problems = []
+    spec = SpecifierSet(requires_python)
+    listed = sorted({tuple(int(p) for p in v.split(".")) for v in versions})
+    if not listed:
+        return ["[python] versions is empty"]
+    for v in listed:
+        if f"{v[0]}.{v[1]}" not in spec:
+            problems.append(
+                f"Python {v[0]}.{v[1]} is listed in matrix.toml but pyproject.toml requires-python is "
+                f"{requires_python!r}: drop it from [python] versions or widen requires-python"
+            )
+    allowed = [(3, m) for m in range(0, listed[-1][1] + 1) if f"3.{m}" in spec]
+    for v in allowed:
+        if v not in listed:
+            problems.append(
+                f"requires-python {requires_python!r} admits Python {v[0]}.{v[1]} but matrix.toml does "
+                f"not test it: add it to [python] versions or raise requires-python"
+            )
+    lowest = f"cp{listed[0][0]}{listed[0][1]}"
+    if wheel_python_tag != lowest:
+        problems.append(
+            f"wheel_python_tag {wheel_python_tag!r} must be the lowest tested Python ({lowest}), the "
+            f"oldest interpreter the abi3 wheel is built for"
+        )
+    return problems
+
+
+def read_requires_python(pyproject: Path = PYPROJECT_PATH) -> str:
+    data = load_toml(pyproject)
+    try:
+        return data["project"]["requires-python"]
+    except KeyError:
+        raise MatrixError(f"{pyproject} has no [project] requires-python") from None
+
+
+# ------------------------------------------------------------------------------------- expansion
+def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -> Plan:
+    """Expand matrix.toml into validated cells (see the module docstring).  Never raises for a bad
+    entry: it lands in ``plan.rejected`` / ``plan.errors`` with the reason."""
+    plan = Plan()
+    py = matrix.get("python", {})
+    plan.python_versions = list(py.get("versions", []))
+    plan.errors += validate_python(plan.python_versions, requires_python,
+                                   matrix.get("wheel_python_tag", "cp39"))
+    platforms = matrix.get("platforms", {})
+    budgets = matrix.get("size_budget_mib", {})
+    images = matrix.get("images", {})
+    toolkits = _toolkits(matrix, plan.errors)
+    known_bad_rules = matrix.get("known_bad", [])
+    for tk in toolkits:
+        plan.errors += validate_toolkit_archs(tk, known_bad_rules)
+        for p in tk.platforms:
+            if p not in platforms:
+                plan.errors.append(f"toolkit {tk.id}: platform {p!r} is not in [platforms]")
+    serves: Dict[str, List[Toolkit]] = {}
+    for tk in toolkits:
+        for acc in tk.serves:
+            serves.setdefault(acc, []).append(tk)
+    for acc, tks in serves.items():
+        if len(tks) > 1:
+            plan.errors.append(f"{acc} is served by several toolkits: {', '.join(t.id for t in tks)}")
+
+    releases = data.get("releases", {})
+    groups: Dict[Tuple[str, str, bool, str], Dict[str, Any]] = {}
+    for t in matrix.get("torch", []):
+        series, version = str(t.get("series")), str(t.get("version"))
+        rel = releases.get(series)
+        for b in t.get("builds", []):
+            acc = b.get("accelerator", "?")
+            abi = b.get("cxx11abi")
+            for platform in b.get("platforms", ["x86_64"]):
+                what = f"torch {series} ({version}) +{acc} cxx11abi={abi} {platform}"
+                skip = b.get("skip")
+                reason = _reject_reason(series, version, acc, abi, platform, rel, platforms, serves,
+                                        check_toolkit=not skip)
+                if reason:
+                    plan.rejected.append(Rejection(what, reason))
+                    continue
+                if skip:
+                    plan.skipped.append(Rejection(what, str(skip)))
+                    continue
+                fam = accelerator_family(acc)
+                g = groups.setdefault((series, fam, bool(abi), platform),
+                                      {"version": version, "builds": [], "release": rel})
+                g["builds"].append(acc)
+
+    excludes = matrix.get("exclude", [])
+    for (series, fam, abi, platform), g in groups.items():
+        VariantKey = load_compat("variant").VariantKey
+        label = VariantKey(torch=series, accelerator=fam, cxx11abi=abi).local_label
+        cell_id = f"{label}-{platform}"
+        ex = _excluded(excludes, series, fam, abi, platform)
+        if ex is not None:
+            plan.excluded.append(Rejection(cell_id, ex))
+            continue
+        tks = {serves[a][0].id: serves[a][0] for a in g["builds"]}
+        if len(tks) != 1:
+            plan.rejected.append(Rejection(
+                cell_id, f"its builds {', '.join(g['builds'])} need different toolkits "
+                         f"({', '.join(sorted(tks))}); one wheel is built by one toolkit"))
+            continue
+        tk = next(iter(tks.values()))
+        rel = g["release"]
+        default = rel.get("pypi_default")
+        against = default if default in g["builds"] else sorted(
+            g["builds"], key=lambda a: accelerator_version(a) or ())[0]
+        kind = tk.kind
+        plat = platforms[platform]
+        cell = Cell(
+            id=cell_id, label=label, series=series, torch_version=g["version"],
+            build_against=against, serves=tuple(g["builds"]), family=fam, cxx11abi=abi,
+            platform=platform, toolkit=tk.id, toolkit_kind=kind, toolkit_version=tk.version,
+            sass=tk.sass, ptx=tk.ptx, gfx=tk.gfx,
+            image=f"{images.get('registry', 'ghcr.io/mamba-ssm')}/{images.get('name', 'builder')}:"
+                  f"{tk.id}-{platform}",
+            runner=plat.get("runner", "ubuntu-24.04"), manylinux=plat.get("manylinux", "manylinux_2_28"),
+            size_budget_mib=float(budgets.get(kind, 100)), experimental=tk.experimental,
+            python_tag=matrix.get("wheel_python_tag", "cp39"), abi_tag=matrix.get("wheel_abi_tag", "abi3"),
+        )
+        plan.cells.append(cell)
+        plan.warnings += _coverage_warnings(cell, data, matrix.get("policy", {}))
+    plan.cells.sort(key=lambda c: (Version(c.series), c.family, c.cxx11abi, c.platform))
+    return plan
+
+
+def _reject_reason(series, version, acc, abi, platform, rel, platforms, serves,
+                   check_toolkit: bool = True) -> Optional[str]:
+    """Why this (torch build, platform) cannot be a cell, or None."""
+    if not isinstance(abi, bool):
+        return f"cxx11abi must be true or false, got {abi!r}"
+    try:
+        accelerator_family(acc)
+    except MatrixError as exc:
+        return str(exc)
+    if platform not in platforms:
+        return f"platform {platform!r} is not in [platforms] ({', '.join(platforms)})"
+    if rel is None:
+        return (f"torch {series} is not in build_matrix/data/torch_builds.toml (PyTorch's published "
+                f"builds); add the release there from pytorch.org first")
+    if version not in rel.get("versions", []):
+        return (f"torch {version} is not a release of the {series} series "
+                f"({', '.join(rel.get('versions', []))})")
+    if platform == "aarch64":
+        shipped = list(rel.get("aarch64", []))
+    else:
+        shipped = list(rel.get("cuda", [])) + list(rel.get("rocm", [])) + (["cpu"] if rel.get("cpu") else [])
+    if acc not in shipped:
+        return (f"PyTorch {series} shipped no +{acc} build for {platform} (it shipped "
+                f"{', '.join(shipped) or 'none'})")
+    # Independent of the data file: PyTorch's Linux pip wheels use the cxx11 ABI from 2.7 on.
+    if Version(series) >= Version("2.7") and abi is False:
+        return f"torch {series} Linux pip wheels are built with the cxx11 ABI (TRUE) since 2.7; FALSE is impossible"
+    published = rel.get("aarch64_cxx11abi") if platform == "aarch64" else rel.get("cxx11abi", {}).get(acc)
+    if published is not None and published != abi:
+        return (f"torch {series}+{acc} ({platform}) is published with cxx11abi={str(published).upper()}, "
+                f"matrix says {str(abi).upper()}")
+    if not check_toolkit:
+        return None
+    tks = serves.get(acc, [])
+    if not tks:
+        return f"no [[toolkit]] serves +{acc}"
+    if platform not in tks[0].platforms:
+        return f"toolkit {tks[0].id} (serving +{acc}) has no {platform} builder"
+    return None
+
+
+def _excluded(excludes, series, fam, abi, platform) -> Optional[str]:
+    for ex in excludes:
+        fields = {"series": series, "family": fam, "cxx11abi": abi, "platform": platform}
+        keys = [k for k in ex if k in fields]
+        if keys and all(fnmatch.fnmatchcase(str(fields[k]).lower(), str(ex[k]).lower()) for k in keys):
+            return ex.get("reason", "excluded")
+    return None
+
+
+def _coverage_warnings(cell: Cell, data: Dict[str, Any], policy: Dict[str, Any]) -> List[str]:
+    """GPUs (at or above the policy's minimum capability) that a served torch build targets but
+    this cell's SASS/PTX would not run on."""
+    if cell.toolkit_kind != "cuda":
+        return []
+    archs = load_compat("archs")
+    floor = archs.parse_capability(str(policy.get("min_compute_capability", "0.0")))
+    out = []
+    for acc in cell.serves:
+        v = accelerator_version(acc)
+        torch_archs = data.get("torch_archs", {}).get(f"{v[0]}.{v[1]}")
+        for a in torch_archs or []:
+            if not a.startswith("sm_"):
+                continue
+            cap = archs.parse_arch(a).capability
+            if cap < floor:
+                continue
+            why = archs.coverage(cap, cell.sass, cell.ptx)
+            if why:
+                out.append(f"{cell.id}: torch +{acc} targets {a} but this wheel does not run there: {why}")
+    return out
+
+
+def load_plan(matrix_path: Path = MATRIX_PATH, data_path: Path = DATA_PATH,
+              pyproject: Path = PYPROJECT_PATH) -> Plan:
+    """Load the three files and expand (MatrixError when a file is missing or not TOML)."""
+    return expand(load_toml(matrix_path), load_toml(data_path), read_requires_python(pyproject))

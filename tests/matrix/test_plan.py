@@ -1,0 +1,179 @@
+"""plan: expansion and validation of build_matrix/matrix.toml against PyTorch's published builds,
+the nvcc arch tables and requires-python.  Bad matrices are fabricated by editing a copy."""
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from build_matrix import matrix as mx
+
+REAL_MATRIX = mx.load_toml(mx.MATRIX_PATH)
+DATA = mx.load_toml(mx.DATA_PATH)
+REQ = mx.read_requires_python()
+
+
+def plan_of(mutate=None, requires_python=REQ):
+    m = copy.deepcopy(REAL_MATRIX)
+    if mutate:
+        mutate(m)
+    return mx.expand(m, DATA, requires_python)
+
+
+def add_build(series, **build):
+    def mutate(m):
+        for t in m["torch"]:
+            if t["series"] == series:
+                t["builds"].append(build)
+                return
+        raise AssertionError(series)
+    return mutate
+
+
+def test_real_matrix_is_valid_and_covers_the_required_range():
+    plan = plan_of()
+    assert plan.ok, (plan.errors, [r.__dict__ for r in plan.rejected])
+    series = {c.series for c in plan.cells}
+    assert {"2.4", "2.14"} <= series
+    families = {c.family for c in plan.cells}
+    assert {"cu11", "cu12", "cu13", "cpu"} <= families
+    assert any(f.startswith("rocm6") for f in families) and any(f.startswith("rocm7") for f in families)
+    assert {c.platform for c in plan.cells} == {"x86_64", "aarch64"}
+    assert all(c.python_tag == "cp39" and c.abi_tag == "abi3" for c in plan.cells)
+    assert all(c.experimental for c in plan.cells if c.toolkit_kind == "rocm")
+    ids = [c.id for c in plan.cells]
+    assert len(ids) == len(set(ids))
+
+
+def test_host_cell():
+    cell = plan_of().cell("cu13torch2.14cxx11abiTRUE-x86_64")
+    assert cell.torch_spec == "torch==2.14.1+cu130"
+    assert cell.toolkit == "cuda13.0" and cell.toolkit_version == "13.0"
+    assert set(cell.serves) == {"cu130", "cu132"}
+    assert "sm_90" in cell.sass and "sm_103" not in cell.sass
+    assert cell.variant_key().wheel_filename("2.4.0") == (
+        "mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_28_x86_64.whl")
+
+
+def test_abi_belongs_to_the_build_not_the_release():
+    plan = plan_of()
+    c124 = plan.cell("cu12torch2.6cxx11abiFALSE-x86_64")
+    c126 = plan.cell("cu12torch2.6cxx11abiTRUE-x86_64")
+    assert c124.serves == ("cu124",) and c126.serves == ("cu126",)
+    assert not any(c.cxx11abi is False for c in plan.cells if tuple(map(int, c.series.split("."))) >= (2, 7))
+
+
+@pytest.mark.parametrize("series,build,reason", [
+    ("2.8", dict(accelerator="cu118", cxx11abi=True), "PyTorch 2.8 shipped no +cu118 build"),
+    ("2.7", dict(accelerator="cu126", cxx11abi=False), "cxx11 ABI (TRUE) since 2.7"),
+    ("2.6", dict(accelerator="cu126", cxx11abi=False), "published with cxx11abi=TRUE"),
+    ("2.6", dict(accelerator="cu124", cxx11abi=True), "published with cxx11abi=FALSE"),
+    ("2.5", dict(accelerator="rocm7.1", cxx11abi=False), "shipped no +rocm7.1"),
+    ("2.6", dict(accelerator="cu126", cxx11abi=True, platforms=["aarch64"]), "shipped no +cu126 build for aarch64"),
+    ("2.6", dict(accelerator="cuda12", cxx11abi=True), "none of cu<major><minor>"),
+    ("2.6", dict(accelerator="cu126", cxx11abi=True, platforms=["ppc64le"]), "not in [platforms]"),
+])
+def test_impossible_builds_are_rejected_with_the_reason(series, build, reason):
+    plan = plan_of(add_build(series, **build))
+    assert not plan.ok
+    assert len(plan.rejected) == 1, plan.rejected
+    assert reason in plan.rejected[0].reason
+    assert f"torch {series}" in plan.rejected[0].what
+
+
+def test_unknown_torch_release():
+    def mutate(m):
+        m["torch"].append({"series": "2.3", "version": "2.3.1",
+                           "builds": [{"accelerator": "cu121", "cxx11abi": False}]})
+    plan = plan_of(mutate)
+    assert "torch 2.3 is not in build_matrix/data/torch_builds.toml" in plan.rejected[0].reason
+
+    def wrong_patch(m):
+        m["torch"][0]["version"] = "2.4.7"
+    plan = plan_of(wrong_patch)
+    assert any("2.4.7 is not a release of the 2.4 series" in r.reason for r in plan.rejected)
+
+
+def _toolkit(m, tid):
+    return next(t for t in m["toolkit"] if t["id"] == tid)
+
+
+def test_arch_not_supported_by_the_toolkit():
+    plan = plan_of(lambda m: _toolkit(m, "cuda11.8")["sass"].append("sm_100"))
+    assert any("sm_100 is not supported by nvcc 11.8" in e for e in plan.errors), plan.errors
+    plan = plan_of(lambda m: _toolkit(m, "cuda13.0")["sass"].append("sm_70"))
+    assert any("sm_70 is not supported by nvcc 13.0" in e for e in plan.errors), plan.errors
+
+
+def test_known_bad_pair():
+    plan = plan_of(lambda m: _toolkit(m, "cuda13.0")["sass"].append("sm_103"))
+    assert sum("known-bad pair" in e and "sm_103" in e for e in plan.errors) >= 1
+    # the same arch with nvcc 12.8 is fine
+    plan = plan_of(lambda m: _toolkit(m, "cuda12.8").__setitem__("version", "12.9")
+                   or _toolkit(m, "cuda12.8")["sass"].append("sm_103"))
+    assert plan.errors == []
+
+
+def test_two_toolkits_for_one_cell():
+    def mutate(m):
+        _toolkit(m, "cuda12.8")["serves"].remove("cu128")
+        m["toolkit"].append({"id": "cuda12.9", "kind": "cuda", "version": "12.9", "serves": ["cu128"],
+                             "sass": ["sm_90"], "platforms": ["x86_64", "aarch64"]})
+    plan = plan_of(mutate)
+    assert any("need different toolkits" in r.reason and r.what == "cu12torch2.8cxx11abiTRUE-x86_64"
+               for r in plan.rejected)
+
+
+@pytest.mark.parametrize("versions,requires,needle", [
+    (["3.8", "3.9", "3.10", "3.11", "3.12", "3.13"], ">=3.9", "Python 3.8 is listed"),
+    (["3.9", "3.11", "3.12", "3.13"], ">=3.9", "admits Python 3.10 but matrix.toml does not test it"),
+    (["3.10", "3.11", "3.12", "3.13"], ">=3.9", "admits Python 3.9"),
+    (["3.10", "3.11", "3.12", "3.13"], ">=3.10", "wheel_python_tag 'cp39' must be the lowest"),
+])
+def test_python_against_requires_python_both_ways(versions, requires, needle):
+    plan = plan_of(lambda m: m["python"].__setitem__("versions", versions), requires_python=requires)
+    assert any(needle in e for e in plan.errors), plan.errors
+
+
+def test_exclude_and_skip():
+    plan = plan_of(lambda m: m["exclude"].append({"family": "rocm*", "reason": "no ROCm this time"}))
+    assert plan.ok
+    assert not any(c.family.startswith("rocm") for c in plan.cells)
+    assert all(e.reason == "no ROCm this time" for e in plan.excluded) and plan.excluded
+    assert any("rocm6.1" in s.what for s in plan.skipped)
+
+
+def test_filters():
+    plan = plan_of()
+    cells = plan.filtered(["series=2.14", "kind=cpu"])
+    assert {c.id for c in cells} == {"cputorch2.14cxx11abiTRUE-x86_64", "cputorch2.14cxx11abiTRUE-aarch64"}
+    assert {c.id for c in plan.filtered(["cu13torch2.14*"])} == {
+        "cu13torch2.14cxx11abiTRUE-x86_64", "cu13torch2.14cxx11abiTRUE-aarch64"}
+    with pytest.raises(mx.MatrixError, match="no field 'colour'"):
+        plan.filtered(["colour=red"])
+    with pytest.raises(mx.MatrixError, match="no cell 'cu13torch9.9"):
+        plan.cell("cu13torch9.9cxx11abiTRUE-x86_64")
+
+
+def test_plan_cli(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "build_matrix", "plan", "--format", "json"],
+                         capture_output=True, text=True, cwd=mx.REPO_ROOT)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["count"] == len(data["cells"]) == len(plan_of().cells)
+    gh = subprocess.run([sys.executable, "-m", "build_matrix", "plan", "--format", "github",
+                         "--filter", "series=2.14"], capture_output=True, text=True, cwd=mx.REPO_ROOT)
+    assert {c["id"] for c in json.loads(gh.stdout)["include"]} == {
+        c.id for c in plan_of().cells if c.series == "2.14"}
+    # a bad matrix: non-zero exit, the reason on the terminal
+    m = (mx.MATRIX_PATH.read_text()
+         .replace('{ accelerator = "cu126", cxx11abi = true },\n  { accelerator = "cu128", cxx11abi = true, '
+                  'platforms = ["x86_64", "aarch64"] },\n  { accelerator = "cu129"',
+                  '{ accelerator = "cu118", cxx11abi = true },\n  { accelerator = "cu129"', 1))
+    bad = tmp_path / "matrix.toml"
+    bad.write_text(m)
+    out = subprocess.run([sys.executable, "-m", "build_matrix", "plan", "--matrix", str(bad)],
+                         capture_output=True, text=True, cwd=mx.REPO_ROOT)
+    assert out.returncode == 1
+    assert "rejected: torch 2.8 (2.8.0) +cu118" in out.stdout and "shipped no +cu118" in out.stdout
