@@ -88,7 +88,7 @@ def env_dict(torch="2.14.1+cu130", cuda="13.0", hip=None, abi=True, gpus=(), dri
 class FaultServer:
     """A threaded HTTP server on 127.0.0.1 serving ``root``; ``faults[path] = kind`` injects:
     ``404``, ``500``, ``500-once`` (then normal), ``reset``, ``truncate``, ``stall``, ``corrupt``
-    (same size, other bytes). ``hits[path]`` counts requests."""
+    (same size, other bytes), ``slow`` (1 s before the answer). ``hits[path]`` counts requests."""
 
     def __init__(self, root: str, tls: Optional[ssl.SSLContext] = None):
         self.root = root
@@ -114,7 +114,8 @@ class FaultServer:
                     return self.send_error(500)
                 from urllib.parse import unquote
 
-                local = os.path.join(server.root, unquote(path.lstrip("/")))
+                rel = path.split("://", 1)[1].split("/", 1)[1] if "://" in path else path  # proxy requests
+                local = os.path.join(server.root, unquote(rel.lstrip("/")))
                 if os.path.isdir(local):
                     local = os.path.join(local, "index.html")
                 if not os.path.isfile(local):
@@ -131,6 +132,8 @@ class FaultServer:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                     sock.close()
                     return
+                if fault == "slow":
+                    time.sleep(1.0)
                 if fault == "corrupt":
                     data = bytes(b ^ 0xFF for b in data)
                 self.send_response(200)
