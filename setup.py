@@ -708,6 +708,10 @@ class Plan:
     outcome: object = None
     hook: Optional[types.ModuleType] = None
     reason: str = ""
+    final_mode: str = ""  # what the resolver records: prebuilt | deferred | source | python | error
+
+    def __post_init__(self):
+        self.final_mode = self.final_mode or self.mode
 
 
 def _fallback(env, outcome_msg: str, use_hook: bool) -> Plan:
@@ -756,7 +760,8 @@ def plan_build(kind: str, env=None) -> Plan:
             raise PreflightError(f"the resolver returned {wheel!r}, which does not exist")
         plan = Plan("prebuilt", prebuilt_wheel=os.fspath(wheel), reason="prebuilt wheel found")
     elif getattr(outcome, "deferred", False):
-        plan = Plan("python", reason="deferred: torch is being installed by the same command")
+        plan = Plan("python", reason="deferred: torch is being installed by the same command",
+                    final_mode="deferred")
     else:
         try:
             plan = _fallback(env, str(getattr(outcome, "message", "") or ""), use_hook=True)
@@ -795,7 +800,7 @@ def make_cmdclass(plan: Plan) -> Dict[str, type]:
             else:
                 super().run()
             if plan.hook is not None:
-                _record(plan.hook, plan.outcome, plan.mode)
+                _record(plan.hook, plan.outcome, plan.final_mode)
 
     cmdclass["bdist_wheel"] = bdist_wheel
     if plan.mode == "source":

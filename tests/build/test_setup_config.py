@@ -1,0 +1,364 @@
+"""setup.py's preflight and the BuildConfig it resolves from the environment.
+
+torch is described by a TorchInfo (its version fields and arch list) so that every torch flavour can be
+tried here; the tools (nvcc, hipcc, gcc, ninja) are real programs: fake toolkits are shell scripts in
+a temporary folder, the host compiler is this machine's gcc.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from _setup_loader import fake_toolkit, load_setup
+
+S = load_setup()
+TorchBuild = S.versions.TorchBuild
+ARCH_214 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+
+
+def gcc_version():
+    out = subprocess.run(["gcc", "-dumpversion"], capture_output=True, text=True).stdout
+    return int(re.match(r"\d+", out.strip()).group(0))
+
+
+def cuda_torch(cuda="13.0", abi=True, home=None, version=None):
+    return S.TorchInfo(
+        build=TorchBuild(version or f"2.14.1+cu{cuda.replace('.', '')}", cuda=cuda, cxx11_abi=abi),
+        arch_list=list(ARCH_214), cuda_home=home,
+    )
+
+
+def cpu_torch(abi=True):
+    return S.TorchInfo(build=TorchBuild("2.13.0+cpu", cxx11_abi=abi))
+
+
+@pytest.fixture
+def toolkit(tmp_path):
+    return fake_toolkit(str(tmp_path / "cuda"), release=(13, 0), gcc_limit=gcc_version() + 1)
+
+
+@pytest.fixture
+def env(toolkit):
+    # ninja comes from the venv (the ninja package / PATH), gcc from the system
+    return {"PATH": os.environ.get("PATH", ""), "CUDA_HOME": toolkit}
+
+
+def test_cuda_defaults(env, toolkit):
+    cfg = S.resolve_config(env, cuda_torch(home=toolkit))
+    assert cfg.kernels == ("cpu", "cuda")
+    assert cfg.nvcc == (13, 0) and cfg.cuda_home == toolkit
+    assert cfg.arch_source == "default"
+    assert cfg.arch_spec.sass == tuple(ARCH_214) and cfg.arch_spec.ptx == ("compute_120",)
+    assert "-gencode=arch=compute_120,code=compute_120" in cfg.gpu_flags
+    assert ("MAMBA_SSM_WITH_CUDA", None) in cfg.define_macros
+    assert all(s.endswith((".cpp", ".cu")) for s in cfg.sources)
+    assert any(s.endswith(".cu") for s in cfg.sources)
+    # the C++ standard is torch's business: never ours
+    assert not [f for f in cfg.cxx_flags + cfg.gpu_flags if "-std=" in f]
+    info = cfg.build_info(git_commit="abc")
+    assert info.sass_archs == list(ARCH_214) and info.torch_version == "2.14.1+cu130"
+    assert info.nvcc_version == "13.0" and info.kernels == ["cpu", "cuda"]
+    assert info.python_tag == "cp39-abi3"
+
+
+@pytest.mark.parametrize(
+    "var,value,sass,ptx",
+    [
+        ("MAMBA_CUDA_ARCHS", "90", ("sm_90",), ()),
+        ("MAMBA_CUDA_ARCHS", "80;90", ("sm_80", "sm_90"), ()),
+        ("MAMBA_CUDA_ARCHS", "90+PTX", ("sm_90",), ("compute_90",)),
+        ("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX", ("sm_80", "sm_90"), ("compute_90",)),
+        ("TORCH_CUDA_ARCH_LIST", "9.0a", ("sm_90a",), ()),
+    ],
+)
+def test_arch_env(env, toolkit, var, value, sass, ptx):
+    env[var] = value
+    cfg = S.resolve_config(env, cuda_torch(home=toolkit))
+    assert (cfg.arch_spec.sass, cfg.arch_spec.ptx, cfg.arch_source) == (sass, ptx, var)
+    want = [f"-gencode=arch={s.replace('sm_', 'compute_')},code={s}" for s in sass]
+    assert [f for f in cfg.gpu_flags if f.startswith("-gencode")][: len(want)] == want
+
+
+def test_mamba_archs_win_over_torch_list(env, toolkit):
+    env.update(MAMBA_CUDA_ARCHS="90", TORCH_CUDA_ARCH_LIST="8.0")
+    cfg = S.resolve_config(env, cuda_torch(home=toolkit))
+    assert cfg.arch_spec.sass == ("sm_90",) and cfg.arch_source == "MAMBA_CUDA_ARCHS"
+
+
+@pytest.mark.parametrize("value,match", [("70", "sm_70 is not supported by nvcc 13.0"),
+                                         ("103", "sm_103 with nvcc 13.0"),
+                                         ("native", "native")])
+def test_arch_env_rejected(env, toolkit, value, match):
+    env["MAMBA_CUDA_ARCHS"] = value
+    with pytest.raises(S.PreflightError, match=match) as e:
+        S.resolve_config(env, cuda_torch(home=toolkit))
+    assert "MAMBA_CUDA_ARCHS" in str(e.value)
+
+
+def test_default_drops_known_bad_sm103(env, toolkit):
+    info = cuda_torch(home=toolkit)
+    info.arch_list = ["sm_90", "sm_100", "sm_103"]
+    cfg = S.resolve_config(env, info)
+    assert cfg.arch_spec.sass == ("sm_90", "sm_100") and cfg.arch_spec.ptx == ("compute_100",)
+
+
+def test_force_cxx11_abi(env, toolkit):
+    cfg = S.resolve_config(env, cuda_torch(home=toolkit, abi=False))
+    assert cfg.cxx11_abi is False and not cfg.force_cxx11_abi
+    assert not [f for f in cfg.cxx_flags if "GLIBCXX" in f]
+    env["MAMBA_FORCE_CXX11_ABI"] = "TRUE"
+    cfg = S.resolve_config(env, cuda_torch(home=toolkit, abi=False))
+    assert cfg.cxx11_abi is True and cfg.force_cxx11_abi
+    assert "-D_GLIBCXX_USE_CXX11_ABI=1" in cfg.cxx_flags
+    assert "-Xcompiler=-D_GLIBCXX_USE_CXX11_ABI=1" in cfg.gpu_flags
+    assert cfg.build_info().cxx11_abi is True
+
+
+def test_max_jobs_and_nvcc_threads(env, toolkit):
+    env.update(MAX_JOBS="3", NVCC_THREADS="2", MAMBA_CUDA_ARCHS="80;90")
+    cfg = S.resolve_config(env, cuda_torch(home=toolkit))
+    assert cfg.max_jobs == 3 and cfg.nvcc_threads == 2 and "--threads=2" in cfg.gpu_flags
+    env["MAX_JOBS"] = "0"
+    with pytest.raises(S.PreflightError, match="MAX_JOBS='0'"):
+        S.resolve_config(env, cuda_torch(home=toolkit))
+
+
+def test_default_max_jobs_from_cores_and_memory():
+    assert S.default_max_jobs(cpu_count=16, mem_available_gib=10) == 4
+    assert S.default_max_jobs(cpu_count=2, mem_available_gib=64) == 2
+    assert S.default_max_jobs(cpu_count=8, mem_available_gib=1) == 1
+    assert S.default_max_jobs(cpu_count=4, mem_available_gib=None) == 4
+
+
+def test_local_version(env, toolkit):
+    env["MAMBA_LOCAL_VERSION"] = "cu13torch2.14cxx11abiTRUE"
+    cfg = S.resolve_config(env, cuda_torch(home=toolkit))
+    assert cfg.version == S.BASE_VERSION + "+cu13torch2.14cxx11abitrue"
+    assert cfg.build_info().package_version == cfg.version
+    env["MAMBA_LOCAL_VERSION"] = "not a label"
+    with pytest.raises(S.PreflightError, match="MAMBA_LOCAL_VERSION='not a label'"):
+        S.resolve_config(env, cuda_torch(home=toolkit))
+
+
+def test_keep_cuda_build_is_accepted_noop(env, toolkit):
+    base = S.resolve_config(dict(env), cuda_torch(home=toolkit))
+    env["MAMBA_KEEP_CUDA_BUILD"] = "TRUE"
+    cfg = S.resolve_config(env, cuda_torch(home=toolkit))
+    assert (cfg.sources, cfg.gpu_flags, cfg.cxx_flags) == (base.sources, base.gpu_flags, base.cxx_flags)
+    assert any("MAMBA_KEEP_CUDA_BUILD" in n for n in cfg.notes)
+
+
+# ----------------------------------------------------------------------------- CPU-only torch
+def test_cpu_torch_builds_cpu_kernel_alone(tmp_path):
+    # no CUDA toolkit anywhere: a CPU torch needs none
+    env = {"PATH": os.environ["PATH"], "CUDA_HOME": str(tmp_path / "nowhere")}
+    cfg = S.resolve_config(env, cpu_torch())
+    assert cfg.kernels == ("cpu",) and cfg.nvcc is None and cfg.arch_spec is None
+    assert cfg.sources and all(s.endswith(".cpp") for s in cfg.sources)
+    assert ("MAMBA_SSM_WITH_CUDA", None) not in cfg.define_macros
+    info = cfg.build_info()
+    assert info.kernels == ["cpu"] and info.torch_cuda is None and info.sass_archs == []
+
+
+@pytest.mark.parametrize("var", ["MAMBA_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST"])
+def test_cpu_torch_with_cuda_build_asked(var):
+    env = {"PATH": os.environ["PATH"], var: "90"}
+    with pytest.raises(S.PreflightError, match=f"{var}='90' asks for a CUDA build, but torch 2.13.0\\+cpu"):
+        S.resolve_config(env, cpu_torch())
+
+
+# ----------------------------------------------------------------------------- preflight failures
+def test_nvcc_missing_no_cuda_home():
+    env = {"PATH": "/nonexistent"}
+    with pytest.raises(S.PreflightError, match="nvcc was not found"):
+        S.resolve_config(env, cuda_torch(home=None))
+
+
+def test_cuda_home_wrong(tmp_path):
+    home = str(tmp_path / "not-cuda")
+    os.makedirs(home)
+    env = {"PATH": os.environ["PATH"], "CUDA_HOME": home}
+    with pytest.raises(S.PreflightError, match=f"nvcc not found at {re.escape(home)}/bin/nvcc \\(CUDA_HOME="):
+        S.resolve_config(env, cuda_torch(home=home))
+
+
+def test_cuda_home_without_runtime(tmp_path, toolkit):
+    os.remove(os.path.join(toolkit, "lib64", "libcudart.so"))
+    env = {"PATH": os.environ["PATH"], "CUDA_HOME": toolkit}
+    with pytest.raises(S.PreflightError, match="not a CUDA toolkit root"):
+        S.resolve_config(env, cuda_torch(home=toolkit))
+
+
+def test_nvcc_on_path_is_wrapper_script(tmp_path, toolkit):
+    # like this machine's /usr/local/bin/nvcc: `exec <toolkit>/bin/nvcc "$@"`; torch then guesses
+    # CUDA_HOME = dirname(dirname(wrapper)), which holds no CUDA runtime
+    prefix = tmp_path / "usr-local"
+    (prefix / "bin").mkdir(parents=True)
+    wrapper = prefix / "bin" / "nvcc"
+    wrapper.write_text(f'#!/bin/sh\nexec {toolkit}/bin/nvcc "$@"\n')
+    wrapper.chmod(0o755)
+    env = {"PATH": f"{prefix}/bin:{os.environ['PATH']}"}
+    with pytest.raises(S.PreflightError) as e:
+        S.resolve_config(env, cuda_torch(home=str(prefix)))
+    msg = str(e.value)
+    assert "wrapper script" in msg and str(wrapper) in msg and f"CUDA_HOME={toolkit}" in msg
+    # with CUDA_HOME set to the root it passes
+    env["CUDA_HOME"] = toolkit
+    assert S.resolve_config(env, cuda_torch(home=toolkit)).cuda_home == toolkit
+
+
+def test_nvcc_major_differs_from_torch(tmp_path):
+    home = fake_toolkit(str(tmp_path / "cuda12"), release=(12, 4), gcc_limit=gcc_version() + 1)
+    env = {"PATH": os.environ["PATH"], "CUDA_HOME": home}
+    with pytest.raises(S.PreflightError, match=r"nvcc 12.4 .* does not match torch's CUDA 13.0"):
+        S.resolve_config(env, cuda_torch(home=home))
+    # a minor difference is fine
+    assert S.resolve_config(env, cuda_torch(cuda="12.6", home=home)).nvcc == (12, 4)
+
+
+def test_nvcc_unreadable_version(tmp_path, toolkit):
+    with open(os.path.join(toolkit, "bin", "nvcc"), "w") as f:
+        f.write("#!/bin/sh\necho 'hello from a broken nvcc'\n")
+    env = {"PATH": os.environ["PATH"], "CUDA_HOME": toolkit}
+    with pytest.raises(S.PreflightError, match="hello from a broken nvcc"):
+        S.resolve_config(env, cuda_torch(home=toolkit))
+
+
+def test_host_compiler_newer_than_nvcc_supports(tmp_path):
+    gcc = gcc_version()
+    home = fake_toolkit(str(tmp_path / "cuda"), release=(13, 0), gcc_limit=gcc - 1)
+    env = {"PATH": os.environ["PATH"], "CUDA_HOME": home, "CC": "gcc"}
+    with pytest.raises(S.PreflightError) as e:
+        S.resolve_config(env, cuda_torch(home=home))
+    assert f"GCC {gcc}" in str(e.value) and f"GCC <= {gcc - 1}" in str(e.value)
+    env["NVCC_APPEND_FLAGS"] = "-allow-unsupported-compiler"
+    assert S.resolve_config(env, cuda_torch(home=home)).nvcc == (13, 0)
+
+
+def test_max_gcc_from_real_toolkit():
+    home = os.environ.get("CUDA_HOME", "/usr/local/cuda-13.0")
+    if not os.path.isfile(os.path.join(home, "include", "crt", "host_config.h")):
+        pytest.skip(f"no CUDA toolkit at {home}")
+    # CUDA 13.0's host_config.h rejects GCC > 15 (CUDA 13.0 installation guide: GCC up to 15)
+    nvcc_out = subprocess.run([os.path.join(home, "bin", "nvcc"), "--version"], capture_output=True,
+                              text=True).stdout
+    if "release 13.0" in nvcc_out:
+        assert S.max_gcc_for_nvcc(home, (13, 0)) == 15
+
+
+def test_ninja_missing(env, toolkit, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "ninja", None)  # `import ninja` fails
+    (tmp_path / "emptybin").mkdir()
+    env["PATH"] = str(tmp_path / "emptybin")  # ninja is checked first, before any other tool
+    assert shutil.which("ninja", path=env["PATH"]) is None
+    with pytest.raises(S.PreflightError, match="ninja is not installed.*pip install ninja"):
+        S.resolve_config(env, cuda_torch(home=toolkit))
+
+
+# ----------------------------------------------------------------------------- HIP / ROCm
+def fake_rocm(root, hip_version="6.2.41133-dd7f95766", bf16_header=None):
+    os.makedirs(os.path.join(root, "bin"), exist_ok=True)
+    hipcc = os.path.join(root, "bin", "hipcc")
+    with open(hipcc, "w") as f:
+        f.write(f"#!/bin/sh\necho 'HIP version: {hip_version}'\necho 'AMD clang version 18.0.0'\n")
+    os.chmod(hipcc, 0o755)
+    if bf16_header is not None:
+        d = os.path.join(root, "include", "hip", "amd_detail")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "amd_hip_bf16.h"), "w") as f:
+            f.write(bf16_header)
+    return root
+
+
+def rocm_torch(hip="6.2.41133-dd7f95766", version="2.5.1+rocm6.2"):
+    return S.TorchInfo(build=TorchBuild(version, hip=hip, cxx11_abi=False))
+
+
+def test_hip_build_requested_with_cuda_torch(env, toolkit):
+    env["HIP_BUILD"] = "1"
+    with pytest.raises(S.PreflightError, match="HIP_BUILD=1 but torch 2.14.1\\+cu130 is not a ROCm build"):
+        S.resolve_config(env, cuda_torch(home=toolkit))
+
+
+def test_hip_without_hipcc(tmp_path):
+    (tmp_path / "emptybin").mkdir()
+    env = {"PATH": str(tmp_path / "emptybin"), "ROCM_PATH": str(tmp_path / "rocm"), "HIP_BUILD": "1"}
+    if shutil.which("hipcc", path=env["PATH"]):
+        pytest.skip("a real hipcc is on PATH")
+    with pytest.raises(S.PreflightError, match="hipcc was not found.*ROCM_PATH"):
+        S.resolve_config(env, rocm_torch())
+
+
+def test_rocm_detected_from_torch(tmp_path):
+    root = fake_rocm(str(tmp_path / "rocm"))
+    env = {"PATH": os.environ["PATH"], "ROCM_PATH": root}
+    cfg = S.resolve_config(env, rocm_torch())  # HIP_BUILD not needed: torch.version.hip says ROCm
+    assert cfg.kernels == ("cpu", "hip") and cfg.hipcc == (6, 2) and cfg.rocm_home == root
+    assert "native" not in cfg.gfx_archs and "gfx942" in cfg.gfx_archs
+    assert ("MAMBA_SSM_HIP", None) in cfg.define_macros
+    assert "--offload-arch=gfx90a" in cfg.gpu_flags
+    info = cfg.build_info()
+    assert info.torch_hip == "6.2.41133-dd7f95766" and info.hipcc_version == "6.2"
+    assert info.gfx_archs == list(cfg.gfx_archs) and info.kernels == ["cpu", "hip"]
+
+
+@pytest.mark.parametrize("var", ["PYTORCH_ROCM_ARCH", "HIP_ARCHITECTURES"])
+def test_rocm_arch_env(tmp_path, var):
+    root = fake_rocm(str(tmp_path / "rocm"))
+    env = {"PATH": os.environ["PATH"], "ROCM_PATH": root, var: "gfx90a;gfx1100"}
+    cfg = S.resolve_config(env, rocm_torch())
+    assert cfg.gfx_archs == ("gfx90a", "gfx1100") and cfg.gfx_source == var
+    env[var] = "native"
+    with pytest.raises(S.PreflightError, match="native"):
+        S.resolve_config(env, rocm_torch())
+
+
+# amd_hip_bf16.h of ROCm 6.0 as quoted in ROCm/hip issue 3403 (functions without static/inline), and the
+# fixed form (every function through the *_STATIC__ macros).
+BF16_60 = """#define __BF16_DEVICE__ __device__
+#define __BF16_HOST_DEVICE__ __host__ __BF16_DEVICE__
+#define __BF16_DEVICE_STATIC__ __BF16_DEVICE__ static inline
+#define __BF16_HOST_DEVICE_STATIC__ __BF16_HOST_DEVICE__ static inline
+__device__ __hip_bfloat16 __low2bfloat16(const __hip_bfloat162 a) { return a.x; }
+"""
+BF16_FIXED = """#define __BF16_DEVICE__ __device__
+#define __BF16_HOST_DEVICE__ __host__ __BF16_DEVICE__
+#define __BF16_DEVICE_STATIC__ __BF16_DEVICE__ static inline
+#define __BF16_HOST_DEVICE_STATIC__ __BF16_HOST_DEVICE__ static inline
+__BF16_DEVICE_STATIC__ __hip_bfloat16 __low2bfloat16(const __hip_bfloat162 a) { return a.x; }
+"""
+
+
+def test_rocm60_bf16_header_needs_patch(tmp_path):
+    root = fake_rocm(str(tmp_path / "rocm"), hip_version="6.0.32830-d62f6a171", bf16_header=BF16_60)
+    env = {"PATH": os.environ["PATH"], "ROCM_PATH": root}
+    torch60 = rocm_torch(hip="6.0.32830-d62f6a171", version="2.3.1+rocm6.0")
+    with pytest.raises(S.PreflightError, match="amd_hip_bf16.h.*static inline.*ROCm 6.1"):
+        S.resolve_config(env, torch60)
+    fake_rocm(root, hip_version="6.0.32830-d62f6a171", bf16_header=BF16_FIXED)
+    assert S.resolve_config(env, torch60).hipcc == (6, 0)
+
+
+def test_bf16_check_only_on_rocm60(tmp_path):
+    root = fake_rocm(str(tmp_path / "rocm"), hip_version="6.1.40091-a8dbc0c19", bf16_header=BF16_60)
+    env = {"PATH": os.environ["PATH"], "ROCM_PATH": root}
+    assert S.resolve_config(env, rocm_torch(hip="6.1.40091-a8dbc0c19", version="2.4.0+rocm6.1")).hipcc == (6, 1)
+
+
+def test_no_sources(tmp_path, env, toolkit):
+    (tmp_path / "proj" / "csrc").mkdir(parents=True)
+    with pytest.raises(S.PreflightError, match="no C\\+\\+ sources"):
+        S.resolve_config(env, cuda_torch(home=toolkit), root=str(tmp_path / "proj"))
+
+
+def test_commands_classified():
+    assert S.classify_commands(["egg_info"]) == "metadata"
+    assert S.classify_commands(["dist_info", "--output-dir", "x"]) == "metadata"
+    assert S.classify_commands(["sdist"]) == "metadata"
+    assert S.classify_commands(["--version"]) == "metadata"
+    assert S.classify_commands(["bdist_wheel", "--dist-dir", "d"]) == "wheel"
+    assert S.classify_commands(["build_ext", "--inplace"]) == "source"
+    assert S.classify_commands(["editable_wheel", "--dist-dir", "d"]) == "editable"
