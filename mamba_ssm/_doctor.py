@@ -226,14 +226,17 @@ def collect() -> Dict[str, Any]:
     report["driver"] = _driver_info()
     problems: List[Dict[str, Any]] = []
 
-    def problem(severity: str, reason: str, fix: Optional[str], where: Optional[str] = None) -> None:
+    def problem(severity: str, reason: str, fix: Optional[str], where: Optional[str] = None,
+                op: Optional[str] = None) -> None:
         for p in problems:
             if p["reason"] == reason and p["severity"] == severity:
                 if where and where not in p["devices"]:
                     p["devices"].append(where)
+                if op and op not in p["ops"]:
+                    p["ops"].append(op)
                 return
         problems.append({"severity": severity, "reason": reason, "fix": fix,
-                         "devices": [where] if where else []})
+                         "devices": [where] if where else [], "ops": [op] if op else []})
 
     # The compiled module (loaded here if nothing loaded it yet).
     from mamba_ssm import _loader  # noqa: PLC0415
@@ -293,15 +296,15 @@ def collect() -> Dict[str, Any]:
                     if backend["requested"] == "compiled":
                         fix = (f"{fix}; or unset MAMBA_SSM_BACKEND (now {backend['env']!r}) to run on "
                                "the PyTorch fallback")
-                    problem("broken", f"{op}: {o['reason']}", fix, name)
+                    problem("broken", o["reason"], fix, name, op)
                 elif o["backend"] in ("torch", "ref"):
                     if o["fix"]:
-                        problem("fallback", o["reason"], o["fix"], name)
+                        problem("fallback", o["reason"], o["fix"], name, op)
                     else:
                         problem("fallback", f"the {o['backend']} backend was chosen "
                                 f"({backend['source']}={backend['requested']})",
                                 "unset MAMBA_SSM_BACKEND (or call mamba_ssm.set_backend('auto')) to use "
-                                "the compiled kernels", name)
+                                "the compiled kernels", name, op)
             devices.append(entry)
 
     if any(p["severity"] == "broken" for p in problems):
@@ -393,7 +396,8 @@ def render_text(report: Dict[str, Any]) -> str:
              "broken": "BROKEN"}[status]
     add(f"Status: {title} (exit {report['exit_code']})")
     for p in report["problems"]:
-        where = f" [{', '.join(p['devices'])}]" if p.get("devices") else ""
+        where = ", ".join((p.get("ops") or []) + (p.get("devices") or []))
+        where = f" [{where}]" if where else ""
         add(f"  - {p['reason']}{where}")
         if p.get("fix"):
             add(f"    fix: {p['fix']}")
@@ -411,7 +415,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as exc:  # noqa: BLE001 - doctor itself must not crash without a report
         report = {"schema": SCHEMA, "status": "broken", "exit_code": EXIT_BROKEN,
                   "problems": [{"severity": "broken", "reason": f"doctor failed: {_error_text(exc)}",
-                                "fix": None, "devices": []}]}
+                                "fix": None, "devices": [], "ops": []}]}
         if args.json:
             print(json.dumps(report, indent=2, sort_keys=True))
         else:

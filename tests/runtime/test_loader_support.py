@@ -139,6 +139,8 @@ def child_env(root, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAMBA_SSM_")}
     env["PYTHONPATH"] = str(root)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # An empty decision folder: a decision recorded for this venv elsewhere must not leak in.
+    env["MAMBA_SSM_DECISION_DIR"] = str(root.parent / "decisions")
     for k, v in extra.items():
         if v is None:
             env.pop(k, None)

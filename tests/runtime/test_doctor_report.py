@@ -1,0 +1,269 @@
+"""``python -m mamba_ssm doctor``: JSON fields against the real torch / packaging here, exit codes
+0 / 1 / 2, the text report, the recorded install decision, install-kernels delegation and the console
+script's target. Every run is a subprocess against a temporary copy of the package."""
+import importlib.util
+import json
+import os
+import platform
+import re
+import sys
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "mamba_ssm_test_loader_support", os.path.join(os.path.dirname(__file__), "test_loader_support.py"))
+S = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(S)
+
+TOP_LEVEL_KEYS = {"schema", "package", "python", "torch", "gpus", "driver", "compiled_module",
+                  "install_decision", "backend", "devices", "problems", "status", "exit_code"}
+
+
+@pytest.fixture(scope="module")
+def missing_root(tmp_path_factory):
+    return S.make_package(tmp_path_factory.mktemp("doctor_missing"))
+
+
+def doctor_json(root, env=None):
+    proc = S.run_module(root, ["doctor", "--json"], env=env)
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"doctor --json printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc.returncode, report
+
+
+def _package_version():
+    with open(os.path.join(S.REPO_ROOT, "mamba_ssm", "_version.py")) as fh:
+        return re.search(r'__version__\s*=\s*"([^"]+)"', fh.read()).group(1)
+
+
+def test_json_against_real_environment(missing_root):
+    import torch
+    from packaging import tags
+
+    rc, report = doctor_json(missing_root)
+    assert rc == 1 and report["exit_code"] == 1 and report["status"] == "fallback"
+    assert set(report) == TOP_LEVEL_KEYS
+    assert report["package"]["version"] == _package_version()
+    assert report["package"]["path"] == str(missing_root / "mamba_ssm")
+
+    t = report["torch"]
+    assert t["importable"] is True
+    assert t["version"] == torch.__version__
+    assert t["cuda"] == torch.version.cuda
+    assert t["hip"] == torch.version.hip
+    assert t["cxx11_abi"] is bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+
+    py = report["python"]
+    assert py["version"] == platform.python_version()
+    assert py["interpreter_tag"] == f"{tags.interpreter_name()}{tags.interpreter_version()}"
+    assert py["most_specific_tag"] == str(next(iter(tags.sys_tags())))
+    expected_platforms = []
+    for tag in tags.platform_tags():
+        if tag not in expected_platforms:
+            expected_platforms.append(tag)
+        if len(expected_platforms) == 5:
+            break
+    assert py["platform_tags"] == expected_platforms
+    assert py["abi3_compatible"] is (sys.implementation.name == "cpython")
+
+    gpus = report["gpus"]
+    assert gpus["count"] == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    assert [d["device"] for d in report["devices"]] == ["cpu"] + [f"cuda:{i}" for i in range(gpus["count"])]
+
+    cm = report["compiled_module"]
+    assert cm["found"] is False and cm["loaded"] is False and cm["kind"] == "missing"
+    assert cm["reason"] and "install-kernels" in cm["fix"]
+    assert report["backend"] == {"requested": "auto", "source": "default", "env": None, "error": None}
+    cpu = report["devices"][0]
+    assert cpu["ops"]["selective_scan"] == {"backend": "torch", "reason": cm["reason"], "fix": cm["fix"],
+                                            "error": False}
+    assert report["install_decision"]["recorded"] is False
+
+
+def test_text_report(missing_root):
+    import torch
+
+    proc = S.run_module(missing_root, ["doctor"])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert f"mamba-ssm {_package_version()}" in out
+    assert f"torch {torch.__version__}" in out
+    assert "Compiled module mamba_ssm._C:" in out and "found: no" in out and "loaded: no" in out
+    assert "Status: FALLBACK" in out and "(exit 1)" in out
+    assert "fix: run `python -m mamba_ssm install-kernels`" in out
+    assert re.search(r"^\s+selective_scan\s+torch$", out, re.M), out
+
+
+def test_bad_backend_env_is_broken(missing_root):
+    rc, report = doctor_json(missing_root, S.child_env(missing_root, MAMBA_SSM_BACKEND="fastest"))
+    assert rc == 2 and report["status"] == "broken"
+    assert "'fastest'" in report["backend"]["error"]
+    assert any("'fastest'" in p["reason"] and p["severity"] == "broken" for p in report["problems"])
+
+
+def test_forced_compiled_unavailable_is_broken(missing_root):
+    rc, report = doctor_json(missing_root, S.child_env(missing_root, MAMBA_SSM_BACKEND="cuda"))
+    assert rc == 2 and report["status"] == "broken"
+    assert report["backend"]["requested"] == "compiled"
+    op = report["devices"][0]["ops"]["selective_scan"]
+    assert op["backend"] is None and op["error"] is True
+    (p,) = [p for p in report["problems"] if p["severity"] == "broken"]
+    assert report["compiled_module"]["reason"] in p["reason"]
+    assert "unset MAMBA_SSM_BACKEND" in p["fix"]
+    assert p["ops"] == ["selective_scan", "mamba_inner"] and p["devices"][0] == "cpu"
+
+
+def test_broken_torch_exit_2(tmp_path):
+    root = S.make_package(tmp_path)
+    fake = tmp_path / "broken_torch"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(
+        'raise ImportError("libtorch_cpu.so: cannot open shared object file (simulated broken torch)")\n')
+    env = S.child_env(root)
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(fake)])
+    rc, report = doctor_json(root, env)
+    assert rc == 2 and report["status"] == "broken"
+    assert report["torch"]["importable"] is False
+    assert "simulated broken torch" in report["torch"]["error"]
+    assert any("torch cannot be imported" in p["reason"] for p in report["problems"])
+    assert report["package"]["version"] == _package_version()
+
+
+FAKE_COMPILED_PY = '''"""Test stand-in for the kernels part's Python face (the fabricated _C registers no ops)."""
+'''
+
+
+def _loadable_root(tmp_path, kernels):
+    root = S.make_package(tmp_path)
+    S.compile_so(root / "mamba_ssm" / "_C.abi3.so", S.build_info(kernels=kernels))
+    (root / "mamba_ssm" / "ops" / "backends").mkdir(parents=True, exist_ok=True)
+    (root / "mamba_ssm" / "ops" / "backends" / "compiled.py").write_text(FAKE_COMPILED_PY)
+    return root
+
+
+def test_exit_0_when_compiled_runs_everywhere_and_1_when_torch_is_chosen(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a fabricated _C carries no kernel for the GPUs present; exit 0 is checked without GPUs")
+    root = _loadable_root(tmp_path, ["cpu"])
+    rc, report = doctor_json(root)
+    assert rc == 0 and report["status"] == "ok" and report["problems"] == []
+    assert report["compiled_module"]["loaded"] is True
+    assert report["compiled_module"]["build_info"]["torch_version"] == torch.__version__
+    assert report["devices"][0]["compiled_active"] is True
+    assert report["devices"][0]["ops"]["selective_scan"]["backend"] == "compiled"
+    assert report["devices"][0]["ops"]["selective_state_update"]["backend"] == "torch"
+
+    rc, report = doctor_json(root, S.child_env(root, MAMBA_SSM_BACKEND="torch"))
+    assert rc == 1 and report["status"] == "fallback"
+    (p,) = report["problems"]
+    assert "MAMBA_SSM_BACKEND=torch" in p["reason"] and "unset MAMBA_SSM_BACKEND" in p["fix"]
+
+
+def test_cpu_without_cpu_kernel_is_fallback(tmp_path):
+    root = _loadable_root(tmp_path, ["cuda"])
+    rc, report = doctor_json(root)
+    assert rc == 1
+    assert report["compiled_module"]["loaded"] is True
+    assert "no CPU kernel" in report["devices"][0]["coverage"]
+
+
+RECORD_DEFERRED = r"""
+from mamba_ssm._install.decision import write_decision
+print(write_decision({"package_version": "2.4.0.dev0", "final_mode": "deferred", "status": "deferred",
+                      "wheel": None, "message": "torch was being installed by the same command"}))
+"""
+
+WARN = r"""
+import json, warnings
+from mamba_ssm import _dispatch
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    _dispatch.backend_for("selective_scan", "cpu")
+print(json.dumps([str(w.message) for w in caught]))
+"""
+
+
+def test_deferred_install_decision_is_shown_and_hinted(tmp_path):
+    root = S.make_package(tmp_path)
+    if not (root / "mamba_ssm" / "_install" / "decision.py").exists():
+        pytest.skip("the resolver's mamba_ssm._install.decision is not in the tree yet")
+    env = S.child_env(root)
+    proc = S.run_python(root, RECORD_DEFERRED, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recorded_at = proc.stdout.strip().splitlines()[-1]
+    assert recorded_at.startswith(env["MAMBA_SSM_DECISION_DIR"])
+
+    rc, report = doctor_json(root, env)
+    assert rc == 1
+    dec = report["install_decision"]
+    assert dec["resolver_present"] is True and dec["recorded"] is True and dec["kernels_deferred"] is True
+    assert dec["decision"]["final_mode"] == "deferred"
+    assert dec["decision"]["message"] == "torch was being installed by the same command"
+    assert "deferred" in report["compiled_module"]["fix"] and "install-kernels" in report["compiled_module"]["fix"]
+    text = S.run_module(root, ["doctor"], env=env).stdout
+    assert "Install decision (recorded by the resolver):" in text and "final_mode: deferred" in text
+
+    proc = S.run_python(root, WARN, env=env)
+    (message,) = S.last_json(proc.stdout)
+    assert "deferred" in message and "python -m mamba_ssm install-kernels" in message
+
+
+def test_install_kernels_delegates_and_degrades(tmp_path):
+    root = S.make_package(tmp_path)
+    if not (root / "mamba_ssm" / "_install" / "install_kernels.py").exists():
+        pytest.skip("the resolver's mamba_ssm._install.install_kernels is not in the tree yet")
+    proc = S.run_module(root, ["install-kernels", "--help"])
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: python -m mamba_ssm install-kernels" in proc.stdout
+    (root / "mamba_ssm" / "_install" / "install_kernels.py").unlink()
+    proc = S.run_module(root, ["install-kernels"])
+    assert proc.returncode == 2
+    assert "not part of this install" in proc.stderr and "--force-reinstall mamba-ssm" in proc.stderr
+
+
+def test_unknown_command_and_usage(missing_root):
+    proc = S.run_module(missing_root, ["frobnicate"])
+    assert proc.returncode == 2 and "'frobnicate'" in proc.stderr and "doctor" in proc.stderr
+    proc = S.run_module(missing_root, ["--help"])
+    assert proc.returncode == 0 and "doctor [--json]" in proc.stdout
+
+
+def test_console_script_target(missing_root):
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        tomllib = pytest.importorskip("tomli")
+    with open(os.path.join(S.REPO_ROOT, "pyproject.toml"), "rb") as fh:
+        scripts = tomllib.load(fh)["project"]["scripts"]
+    target = scripts["mamba-ssm"]
+    module, func = target.split(":")
+    # What the generated `mamba-ssm` script does: import the target, sys.exit(func()).
+    code = f"import sys; from {module} import {func} as f; sys.argv = ['mamba-ssm', 'doctor', '--json']; sys.exit(f())"
+    proc = S.run_python(missing_root, code)
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["exit_code"] == 1
+
+
+def test_real_build_if_present(tmp_path):
+    """With the repository's own build of _C (made by ci/test.sh / the kernels part), copied: it loads."""
+    import glob
+    import shutil
+
+    import torch
+
+    built = sorted(glob.glob(os.path.join(S.REPO_ROOT, "mamba_ssm", "_C*.so")))
+    if not built:
+        pytest.skip("no mamba_ssm/_C*.so built in the repository (pip install --no-build-isolation -e . makes one)")
+    root = S.make_package(tmp_path)
+    shutil.copy2(built[0], root / "mamba_ssm" / os.path.basename(built[0]))
+    rc, report = doctor_json(root)
+    cm = report["compiled_module"]
+    assert cm["loaded"] is True, cm
+    assert cm["build_info"]["torch_version"] == torch.__version__
+    if "cpu" in cm["build_info"]["kernels"] and not torch.cuda.is_available():
+        assert rc == 0, report["problems"]
+        assert report["devices"][0]["ops"]["selective_scan"]["backend"] == "compiled"
