@@ -255,6 +255,8 @@ def locate_cuda(torch_cuda_home: Optional[str], env) -> Tuple[str, str]:
     script: the link then fails on ``-lcudart``). Raises ``PreflightError`` naming the value and the fix.
     """
     set_by = "CUDA_HOME" if env.get("CUDA_HOME") else ("CUDA_PATH" if env.get("CUDA_PATH") else None)
+    if set_by:  # what torch reads too (its guess was made from the same variables at import)
+        torch_cuda_home = env[set_by]
     on_path = shutil.which("nvcc", path=env.get("PATH"))
     if not torch_cuda_home:
         raise PreflightError(
@@ -714,7 +716,7 @@ class Plan:
         self.final_mode = self.final_mode or self.mode
 
 
-def _fallback(env, outcome_msg: str, use_hook: bool) -> Plan:
+def _fallback(env, outcome_msg: str, root: str = ROOT) -> Plan:
     choice = str(env.get("MAMBA_FALLBACK", "auto")).strip().lower() or "auto"
     if choice not in FALLBACKS:
         raise PreflightError(f"MAMBA_FALLBACK={choice!r} is not one of {', '.join(FALLBACKS)}")
@@ -727,14 +729,14 @@ def _fallback(env, outcome_msg: str, use_hook: bool) -> Plan:
     if choice == "python":
         return Plan("python", reason="MAMBA_FALLBACK=python")
     if choice == "source":
-        return Plan("source", config=resolve_config(env), reason="MAMBA_FALLBACK=source")
+        return Plan("source", config=resolve_config(env, root=root), reason="MAMBA_FALLBACK=source")
     try:
-        return Plan("source", config=resolve_config(env), reason="MAMBA_FALLBACK=auto: preflight passed")
+        return Plan("source", config=resolve_config(env, root=root), reason="MAMBA_FALLBACK=auto: preflight passed")
     except PreflightError as e:
         return Plan("python", reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: {e}")
 
 
-def plan_build(kind: str, env=None) -> Plan:
+def plan_build(kind: str, env=None, root: str = ROOT) -> Plan:
     """Decide what to build for a command ``kind`` (``classify_commands``). Raises ``PreflightError``."""
     env = os.environ if env is None else env
     if kind == "metadata":
@@ -743,14 +745,14 @@ def plan_build(kind: str, env=None) -> Plan:
         return Plan("python", reason="MAMBA_SKIP_CUDA_BUILD=TRUE")
     if env_flag(env, "MAMBA_FORCE_BUILD"):
         probe_torch("MAMBA_FORCE_BUILD=TRUE")  # fail at once under build isolation
-        return Plan("source", config=resolve_config(env), reason="MAMBA_FORCE_BUILD=TRUE")
+        return Plan("source", config=resolve_config(env, root=root), reason="MAMBA_FORCE_BUILD=TRUE")
     if kind == "source":
-        return Plan("source", config=resolve_config(env), reason=f"setup.py {kind} command")
+        return Plan("source", config=resolve_config(env, root=root), reason=f"setup.py {kind} command")
     if kind == "editable":
-        return _fallback(env, "", use_hook=False)
+        return _fallback(env, "", root)
     hook = load_setup_hook(env)
     if hook is None:
-        plan = _fallback(env, "", use_hook=False)
+        plan = _fallback(env, "", root)
         plan.reason += " (no resolver hook in this checkout)"
         return plan
     outcome = hook.resolve_prebuilt(package_version(env))
@@ -764,7 +766,7 @@ def plan_build(kind: str, env=None) -> Plan:
                     final_mode="deferred")
     else:
         try:
-            plan = _fallback(env, str(getattr(outcome, "message", "") or ""), use_hook=True)
+            plan = _fallback(env, str(getattr(outcome, "message", "") or ""), root)
         except PreflightError:
             _record(hook, outcome, "error")
             raise
