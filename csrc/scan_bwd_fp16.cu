@@ -1,0 +1,8 @@
+// Selective-scan bwd GPU kernel, fp16 inputs (one translation unit per dtype and direction).
+#include "scan_bwd.cuh"
+
+namespace mamba_ssm {
+const char* scan_bwd_gpu_fp16(const ScanBwdParams& p, void* stream) {
+  return gpu::scan_bwd_launch<mamba_fp16_t>(p, stream);
+}
+}  // namespace mamba_ssm

@@ -1,0 +1,8 @@
+// Selective-scan bwd GPU kernel, fp32 inputs (one translation unit per dtype and direction).
+#include "scan_bwd.cuh"
+
+namespace mamba_ssm {
+const char* scan_bwd_gpu_fp32(const ScanBwdParams& p, void* stream) {
+  return gpu::scan_bwd_launch<float>(p, stream);
+}
+}  // namespace mamba_ssm

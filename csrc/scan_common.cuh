@@ -1,0 +1,119 @@
+// Device helpers shared by the forward and backward GPU kernels. Includes no torch header.
+#pragma once
+#include "portability.h"
+#include "scan_gpu.h"
+
+namespace mamba_ssm {
+namespace gpu {
+
+constexpr int kThreads = kGpuThreads;
+constexpr int kItems = kGpuItems;
+constexpr int kChunk = kGpuChunk;
+constexpr int kWarps = kThreads / kWarpSize;   // warps of this target
+constexpr int kMaxWarps = kThreads / 32;       // buffer size good for every target
+static_assert(kThreads % 64 == 0, "block must be whole warps on wave32 and wave64 targets");
+
+template <typename T> struct Cvt;
+template <> struct Cvt<float> {
+  __device__ __forceinline__ static float load(float v) { return v; }
+  __device__ __forceinline__ static float store(float v) { return v; }
+};
+template <> struct Cvt<mamba_fp16_t> {
+  __device__ __forceinline__ static float load(mamba_fp16_t v) { return __half2float(v); }
+  __device__ __forceinline__ static mamba_fp16_t store(float v) { return __float2half_rn(v); }
+};
+#if MAMBA_SSM_HAS_BF16
+template <> struct Cvt<mamba_bf16_t> {
+  __device__ __forceinline__ static float load(mamba_bf16_t v) { return __bfloat162float(v); }
+  __device__ __forceinline__ static mamba_bf16_t store(float v) { return __float2bfloat16(v); }
+};
+#endif
+
+__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+
+// Variable B/C element (stored fp32 or in the input dtype T).
+template <typename T>
+__device__ __forceinline__ float load_bc(const void* base, bool is_fp32, int64_t i) {
+  return is_fp32 ? static_cast<const float*>(base)[i] : Cvt<T>::load(static_cast<const T*>(base)[i]);
+}
+
+// Block-wide exclusive scan of affine maps x -> a*x + b (one per thread, composed in scan order:
+// thread order, or reversed when kReverse) applied to `carry`. Returns the value entering this
+// thread's first element; `total` gets the value after the whole block (the same in every thread).
+// `buf` is shared memory of kMaxWarps entries; successive calls must alternate between two buffers
+// (each call has one barrier, so a buffer is rewritten only after every thread finished reading it).
+template <bool kReverse>
+__device__ __forceinline__ float block_scan(float a, float b, float carry, float2* buf, float& total) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+#pragma unroll
+  for (int off = 1; off < kWarpSize; off *= 2) {
+    const float pa = kReverse ? shfl_down(a, off) : shfl_up(a, off);
+    const float pb = kReverse ? shfl_down(b, off) : shfl_up(b, off);
+    const bool take = kReverse ? (lane + off < kWarpSize) : (lane >= off);
+    if (take) { b = a * pb + b; a = a * pa; }
+  }
+  // Inclusive (a, b) now covers this lane and every lane before it in scan order.
+  if (lane == (kReverse ? 0 : kWarpSize - 1)) buf[warp] = make_float2(a, b);
+  float ea = kReverse ? shfl_down(a, 1) : shfl_up(a, 1);
+  float eb = kReverse ? shfl_down(b, 1) : shfl_up(b, 1);
+  if (lane == (kReverse ? kWarpSize - 1 : 0)) { ea = 1.f; eb = 0.f; }
+  __syncthreads();
+  float x = carry;
+  if (!kReverse) {
+    for (int w = 0; w < warp; ++w) x = buf[w].x * x + buf[w].y;
+  } else {
+    for (int w = kWarps - 1; w > warp; --w) x = buf[w].x * x + buf[w].y;
+  }
+  const float entering = ea * x + eb;
+  float t = x;
+  if (!kReverse) {
+    for (int w = warp; w < kWarps; ++w) t = buf[w].x * t + buf[w].y;
+  } else {
+    for (int w = warp; w >= 0; --w) t = buf[w].x * t + buf[w].y;
+  }
+  total = t;
+  return entering;
+}
+
+// Block-wide sum of three values; the result is valid in thread 0 only. One barrier; same buffer
+// alternation rule as block_scan.
+__device__ __forceinline__ float3 block_sum3(float3 v, float4* buf) {
+#pragma unroll
+  for (int off = kWarpSize / 2; off > 0; off /= 2) {
+    v.x += shfl_down(v.x, off);
+    v.y += shfl_down(v.y, off);
+    v.z += shfl_down(v.z, off);
+  }
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  if (lane == 0) buf[warp] = make_float4(v.x, v.y, v.z, 0.f);
+  __syncthreads();
+  float3 s = make_float3(0.f, 0.f, 0.f);
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < kWarps; ++w) { s.x += buf[w].x; s.y += buf[w].y; s.z += buf[w].z; }
+  }
+  return s;
+}
+
+// Per-block view of the inputs of channel (b, d).
+struct Channel {
+  int64_t bd, b, d, g;
+  int64_t seq_off;  // offset of (b, d, 0) in (batch, dim, seqlen) tensors
+  int64_t bc_off;   // offset of (b, g, 0, 0) in variable B/C
+};
+
+__device__ __forceinline__ Channel channel_of(const ScanParams& p) {
+  Channel c;
+  c.bd = static_cast<int64_t>(blockIdx.x);
+  c.b = c.bd / p.dim;
+  c.d = c.bd % p.dim;
+  c.g = c.d / (p.dim / p.n_groups);
+  c.seq_off = c.bd * p.seqlen;
+  c.bc_off = (c.b * p.n_groups + c.g) * p.dstate * p.seqlen;
+  return c;
+}
+
+}  // namespace gpu
+}  // namespace mamba_ssm

@@ -1,0 +1,343 @@
+// CPU selective-scan kernels: the implementation, compiled once per instruction set (scan_cpu.cpp for
+// the baseline ISA, scan_cpu_avx2.cpp with AVX2+FMA enabled), inside namespace MAMBA_CPU_NS.
+// Includes no torch header. Math: see scan_params.h (forward) and scan_bwd.cuh (gradients).
+//
+// Vectorisation: plain loops over d_state in groups of kLanes that the compiler turns into SIMD (the
+// state is padded to a multiple of kLanes with A = B = C = 0, which keeps the padding at h = 0), with a
+// branch-free exp. Sums over d_state use kLanes independent partial sums, so no reassociation (and no
+// -ffast-math) is needed for the compiler to vectorise them. Variable B/C are transposed per tile of
+// kTile timesteps from their (d_state, seqlen) layout to (timestep, d_state).
+#ifndef MAMBA_CPU_NS
+#error "define MAMBA_CPU_NS before including scan_cpu_impl.h"
+#endif
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+#include "scan_params.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+// The clamps in exp_approx are float compares; with GCC's default -ftrapping-math they count as
+// control flow that may trap and block vectorisation. Nothing here relies on FP exception flags.
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
+
+namespace mamba_ssm {
+namespace MAMBA_CPU_NS {
+
+constexpr int kLanes = 8;
+constexpr int64_t kTile = 64;
+
+// exp(x) for x in float range, relative error ~2e-7: 2^k * e^r with k = round(x / ln 2), |r| <= ln2/2,
+// degree-6 Taylor polynomial for e^r. Branch-free so that loops calling it vectorise.
+static inline float exp_approx(float x) {
+  x = x < -87.0f ? -87.0f : x;  // (no std::min/max: they would not inline across the pragmas)
+  x = x > 88.0f ? 88.0f : x;
+  const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float kf = (x * 1.44269504088896341f + shifter) - shifter;
+  const float r = (x - kf * 0.693145751953125f) - kf * 1.42860682030941723e-06f;
+  float poly = 1.0f / 720.0f;
+  poly = poly * r + 1.0f / 120.0f;
+  poly = poly * r + 1.0f / 24.0f;
+  poly = poly * r + 1.0f / 6.0f;
+  poly = poly * r + 0.5f;
+  poly = poly * r + 1.0f;
+  poly = poly * r + 1.0f;
+  const int32_t ki = static_cast<int32_t>(kf);
+  const int32_t bits = (ki + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return poly * scale;
+}
+
+static inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
+static inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+static inline int64_t padded(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
+// Per-channel constants padded to Np lanes.
+struct ChannelConsts {
+  std::vector<float> A, Bc, Cc;
+};
+
+static inline void load_consts(const ScanParams& p, int64_t d, int64_t Np, ChannelConsts& cc) {
+  const int64_t N = p.dstate;
+  cc.A.assign(Np, 0.f);
+  std::copy(p.A + d * N, p.A + d * N + N, cc.A.begin());
+  if (!p.b_variable) {
+    cc.Bc.assign(Np, 0.f);
+    const float* B = static_cast<const float*>(p.B) + d * N;
+    std::copy(B, B + N, cc.Bc.begin());
+  }
+  if (!p.c_variable) {
+    cc.Cc.assign(Np, 0.f);
+    const float* C = static_cast<const float*>(p.C) + d * N;
+    std::copy(C, C + N, cc.Cc.begin());
+  }
+}
+
+// (d_state, seqlen) rows [t0, t0 + tn) -> tile (tn, Np); the padding lanes stay 0.
+static inline void transpose_tile(const float* src, int64_t N, int64_t L, int64_t t0, int64_t tn,
+                                  int64_t Np, float* tile) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = src + n * L + t0;
+    for (int64_t j = 0; j < tn; ++j) tile[j * Np + n] = row[j];
+  }
+}
+
+static inline float hsum(const float* acc) {
+  float s = 0.f;
+  for (int l = 0; l < kLanes; ++l) s += acc[l];
+  return s;
+}
+
+// One tile of the forward recurrence: advances h over tn timesteps, writes y_t (before D and z).
+static inline void fwd_tile(const float* __restrict u, const float* __restrict dt, int64_t tn,
+                            int64_t Np, const float* __restrict A, const float* __restrict Bsrc,
+                            int64_t Bstride, const float* __restrict Csrc, int64_t Cstride,
+                            float* __restrict h, float* __restrict y) {
+  for (int64_t j = 0; j < tn; ++j) {
+    const float dtj = dt[j];
+    const float dtu = dtj * u[j];
+    const float* Bj = Bsrc + j * Bstride;
+    const float* Cj = Csrc + j * Cstride;
+    float acc[kLanes] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int64_t nb = 0; nb < Np; nb += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        const int64_t n = nb + l;
+        const float hn = exp_approx(dtj * A[n]) * h[n] + dtu * Bj[n];
+        h[n] = hn;
+        acc[l] += Cj[n] * hn;
+      }
+    }
+    y[j] = hsum(acc);
+  }
+}
+
+// One timestep of the backward recurrence over all (padded) states: g = s_{t+1} + C dy, and
+// the per-state gradient terms; returns sum_n g B (sumB) and sum_n g (B u + A a h_{t-1}) (sumT).
+static inline void bwd_step(int64_t Np, const float* __restrict aj, const float* __restrict hpj,
+                            const float* __restrict Bj, const float* __restrict Cj,
+                            const float* __restrict A, float dy, float dtj, float uj,
+                            float* __restrict s, float* __restrict dA, float* __restrict dBj,
+                            float* __restrict dCj, float& sumB, float& sumT) {
+  const float dtu = dtj * uj;
+  float accB[kLanes] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  float accT[kLanes] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (int64_t nb = 0; nb < Np; nb += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const int64_t n = nb + l;
+      const float a = aj[n], hp = hpj[n], Bn = Bj[n];
+      const float g = s[n] + Cj[n] * dy;
+      const float ga = g * a * hp;
+      dCj[n] = dy * (a * hp + dtu * Bn);
+      dBj[n] = g * dtu;
+      accB[l] += g * Bn;
+      accT[l] += g * Bn * uj + ga * A[n];
+      dA[n] += ga * dtj;
+      s[n] = a * g;
+    }
+  }
+  sumB = hsum(accB);
+  sumT = hsum(accT);
+}
+
+struct Tiles {
+  std::vector<float> Bt, Ct, dt, draw, y;
+  void init(int64_t Np) {
+    Bt.assign(kTile * Np, 0.f);
+    Ct.assign(kTile * Np, 0.f);
+    dt.assign(kTile, 0.f);
+    draw.assign(kTile, 0.f);
+    y.assign(kTile, 0.f);
+  }
+};
+
+static inline void load_dt(const ScanParams& p, const float* delta, float bias, int64_t t0, int64_t tn,
+                           float* draw, float* dt) {
+  for (int64_t j = 0; j < tn; ++j) {
+    draw[j] = delta[t0 + j] + bias;
+    dt[j] = p.delta_softplus ? softplus(draw[j]) : draw[j];
+  }
+}
+
+void scan_fwd(const ScanParams& p, int64_t bd_begin, int64_t bd_end) {
+  const int64_t L = p.seqlen, N = p.dstate, Np = padded(N);
+  const int64_t per_group = p.dim / p.n_groups;
+  ChannelConsts cc;
+  Tiles tiles;
+  tiles.init(Np);
+  std::vector<float> h(Np);
+  for (int64_t bd = bd_begin; bd < bd_end; ++bd) {
+    const int64_t b = bd / p.dim, d = bd % p.dim, g = d / per_group;
+    load_consts(p, d, Np, cc);
+    std::fill(h.begin(), h.end(), 0.f);
+    const float* u = static_cast<const float*>(p.u) + bd * L;
+    const float* delta = static_cast<const float*>(p.delta) + bd * L;
+    const float* z = p.z ? static_cast<const float*>(p.z) + bd * L : nullptr;
+    float* out = static_cast<float*>(p.out) + bd * L;
+    const float Dd = p.D ? p.D[d] : 0.f;
+    const float bias = p.delta_bias ? p.delta_bias[d] : 0.f;
+    const int64_t bc_off = (b * p.n_groups + g) * N * L;
+    for (int64_t t0 = 0; t0 < L; t0 += kTile) {
+      const int64_t tn = std::min(kTile, L - t0);
+      if (p.b_variable)
+        transpose_tile(static_cast<const float*>(p.B) + bc_off, N, L, t0, tn, Np, tiles.Bt.data());
+      if (p.c_variable)
+        transpose_tile(static_cast<const float*>(p.C) + bc_off, N, L, t0, tn, Np, tiles.Ct.data());
+      load_dt(p, delta, bias, t0, tn, tiles.draw.data(), tiles.dt.data());
+      fwd_tile(u + t0, tiles.dt.data(), tn, Np, cc.A.data(),
+               p.b_variable ? tiles.Bt.data() : cc.Bc.data(), p.b_variable ? Np : 0,
+               p.c_variable ? tiles.Ct.data() : cc.Cc.data(), p.c_variable ? Np : 0, h.data(),
+               tiles.y.data());
+      for (int64_t j = 0; j < tn; ++j) {
+        float v = tiles.y[j] + Dd * u[t0 + j];
+        if (z) {
+          const float zv = z[t0 + j];
+          v *= zv * sigmoid(zv);
+        }
+        out[t0 + j] = v;
+      }
+    }
+    if (p.last_state) std::copy(h.begin(), h.begin() + N, p.last_state + bd * N);
+  }
+}
+
+void scan_bwd(const ScanBwdParams& p, int64_t task) {
+  const int64_t L = p.seqlen, N = p.dstate, Np = padded(N);
+  const int64_t per_group = p.dim / p.n_groups;
+  const int64_t b = task / p.cpu_n_split, split = task % p.cpu_n_split;
+  const int64_t d_begin = p.dim * split / p.cpu_n_split;
+  const int64_t d_end = p.dim * (split + 1) / p.cpu_n_split;
+  const int64_t n_tiles = (L + kTile - 1) / kTile;
+  // This task's slab of the variable dB / dC partials: (groups, d_state, seqlen).
+  const int64_t slab = p.n_groups * N * L;
+  float* dB_slab = p.b_variable ? p.dB + task * slab : nullptr;
+  float* dC_slab = p.c_variable ? p.dC + task * slab : nullptr;
+
+  ChannelConsts cc;
+  Tiles tiles;
+  tiles.init(Np);
+  std::vector<float> h(Np), s(Np), dA(Np), dBc(Np), dCc(Np);
+  std::vector<float> states(n_tiles * Np), ybuf(p.z ? L : 0);
+  std::vector<float> a_tile(kTile * Np), hp_tile(kTile * Np), dBt(kTile * Np), dCt(kTile * Np);
+  // Raw pointers in the hot loops: std::vector's operator[] is not inlined into code compiled under
+  // different optimisation pragmas, which would block vectorisation.
+  float* __restrict hv = h.data();
+  float* __restrict sv = s.data();
+  float* __restrict dAv = dA.data();
+  float* __restrict dBcv = dBc.data();
+  float* __restrict dCcv = dCc.data();
+  for (int64_t d = d_begin; d < d_end; ++d) {
+    const int64_t bd = b * p.dim + d, g = d / per_group;
+    load_consts(p, d, Np, cc);
+    const float* A = cc.A.data();
+    const float* u = static_cast<const float*>(p.u) + bd * L;
+    const float* delta = static_cast<const float*>(p.delta) + bd * L;
+    const float* z = p.z ? static_cast<const float*>(p.z) + bd * L : nullptr;
+    const float* dout = static_cast<const float*>(p.dout) + bd * L;
+    float* du = static_cast<float*>(p.du) + bd * L;
+    float* ddelta = static_cast<float*>(p.ddelta) + bd * L;
+    float* dz = p.dz ? static_cast<float*>(p.dz) + bd * L : nullptr;
+    const float Dd = p.D ? p.D[d] : 0.f;
+    const float bias = p.delta_bias ? p.delta_bias[d] : 0.f;
+    const int64_t bc_off = (b * p.n_groups + g) * N * L;
+    const float* Bsrc = static_cast<const float*>(p.B) + (p.b_variable ? bc_off : 0);
+    const float* Csrc = static_cast<const float*>(p.C) + (p.c_variable ? bc_off : 0);
+
+    // Pass 1: state entering every tile, and y (for dz).
+    std::fill(h.begin(), h.end(), 0.f);
+    for (int64_t c = 0; c < n_tiles; ++c) {
+      const int64_t t0 = c * kTile, tn = std::min(kTile, L - t0);
+      std::copy(h.begin(), h.end(), states.begin() + c * Np);
+      if (p.b_variable) transpose_tile(Bsrc, N, L, t0, tn, Np, tiles.Bt.data());
+      if (p.c_variable) transpose_tile(Csrc, N, L, t0, tn, Np, tiles.Ct.data());
+      load_dt(p, delta, bias, t0, tn, tiles.draw.data(), tiles.dt.data());
+      fwd_tile(u + t0, tiles.dt.data(), tn, Np, A, p.b_variable ? tiles.Bt.data() : cc.Bc.data(),
+               p.b_variable ? Np : 0, p.c_variable ? tiles.Ct.data() : cc.Cc.data(),
+               p.c_variable ? Np : 0, h.data(), tiles.y.data());
+      if (z) std::copy(tiles.y.begin(), tiles.y.begin() + tn, ybuf.begin() + t0);
+    }
+
+    // Pass 2: tiles backwards; s holds s_{t+1} = a_{t+1} g_{t+1}.
+    std::fill(s.begin(), s.end(), 0.f);
+    if (p.dlast_state) std::copy(p.dlast_state + bd * N, p.dlast_state + bd * N + N, s.begin());
+    std::fill(dA.begin(), dA.end(), 0.f);
+    std::fill(dBc.begin(), dBc.end(), 0.f);
+    std::fill(dCc.begin(), dCc.end(), 0.f);
+    float dD_acc = 0.f, dbias_acc = 0.f;
+    for (int64_t c = n_tiles - 1; c >= 0; --c) {
+      const int64_t t0 = c * kTile, tn = std::min(kTile, L - t0);
+      if (p.b_variable) transpose_tile(Bsrc, N, L, t0, tn, Np, tiles.Bt.data());
+      if (p.c_variable) transpose_tile(Csrc, N, L, t0, tn, Np, tiles.Ct.data());
+      load_dt(p, delta, bias, t0, tn, tiles.draw.data(), tiles.dt.data());
+      // Recompute a_t and h_{t-1} inside the tile.
+      std::copy(states.begin() + c * Np, states.begin() + (c + 1) * Np, h.begin());
+      for (int64_t j = 0; j < tn; ++j) {
+        const float dtj = tiles.dt[j], dtu = dtj * u[t0 + j];
+        const float* Bj = p.b_variable ? tiles.Bt.data() + j * Np : cc.Bc.data();
+        float* __restrict aj = a_tile.data() + j * Np;
+        float* __restrict hpj = hp_tile.data() + j * Np;
+        for (int64_t n = 0; n < Np; ++n) {
+          const float a = exp_approx(dtj * A[n]);
+          aj[n] = a;
+          hpj[n] = hv[n];
+          hv[n] = a * hv[n] + dtu * Bj[n];
+        }
+      }
+      for (int64_t j = tn - 1; j >= 0; --j) {
+        const int64_t t = t0 + j;
+        const float dtj = tiles.dt[j], uj = u[t];
+        const float dov = dout[t];
+        float sg = 0.f, zv = 0.f, dy = dov;
+        if (z) {
+          zv = z[t];
+          sg = sigmoid(zv);
+          dy = dov * zv * sg;
+        }
+        const float* Bj = p.b_variable ? tiles.Bt.data() + j * Np : cc.Bc.data();
+        const float* Cj = p.c_variable ? tiles.Ct.data() + j * Np : cc.Cc.data();
+        const float* __restrict aj = a_tile.data() + j * Np;
+        const float* __restrict hpj = hp_tile.data() + j * Np;
+        float* __restrict dBj = dBt.data() + j * Np;
+        float* __restrict dCj = dCt.data() + j * Np;
+        float sumB, sumT;
+        bwd_step(Np, aj, hpj, Bj, Cj, A, dy, dtj, uj, sv, dAv, dBj, dCj, sumB, sumT);
+        if (!p.b_variable)
+          for (int64_t n = 0; n < Np; ++n) dBcv[n] += dBj[n];
+        if (!p.c_variable)
+          for (int64_t n = 0; n < Np; ++n) dCcv[n] += dCj[n];
+        float ddt = sumT;
+        if (p.delta_softplus) ddt *= sigmoid(tiles.draw[j]);
+        du[t] = Dd * dy + dtj * sumB;
+        ddelta[t] = ddt;
+        dD_acc += dy * uj;
+        dbias_acc += ddt;
+        if (dz) dz[t] = dov * (ybuf[t] + Dd * uj) * sg * (1.f + zv * (1.f - sg));
+      }
+      if (p.b_variable) {
+        float* dst = dB_slab + g * N * L + t0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t j = 0; j < tn; ++j) dst[n * L + j] += dBt[j * Np + n];
+      }
+      if (p.c_variable) {
+        float* dst = dC_slab + g * N * L + t0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t j = 0; j < tn; ++j) dst[n * L + j] += dCt[j * Np + n];
+      }
+    }
+    std::copy(dA.begin(), dA.begin() + N, p.dA_part + bd * N);
+    if (!p.b_variable) std::copy(dBc.begin(), dBc.begin() + N, p.dB + bd * N);
+    if (!p.c_variable) std::copy(dCc.begin(), dCc.begin() + N, p.dC + bd * N);
+    p.dD_part[bd] = dD_acc;
+    p.ddelta_bias_part[bd] = dbias_acc;
+  }
+}
+
+}  // namespace MAMBA_CPU_NS
+}  // namespace mamba_ssm
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif

@@ -1,0 +1,112 @@
+// Selective-scan forward GPU kernel (CUDA and HIP). Includes no torch header.
+//
+// One block per (batch, channel) on blockIdx.x (no y/z grid dimension, so dim of 65,536 and more is
+// fine). The sequence is processed in chunks of kChunk = kThreads * kItems timesteps; each thread owns
+// kItems consecutive timesteps. For every state index n the recurrence h_t = a_t h_{t-1} + b_t is a
+// composition of affine maps, scanned across the block (warp shuffles, then across warps through
+// shared memory) and seeded with the state carried over from the previous chunk. Positions past
+// seqlen get dt = 0 (a = 1, b = 0: the identity) and C = 0, so they change nothing.
+#pragma once
+#include "scan_common.cuh"
+
+namespace mamba_ssm {
+namespace gpu {
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) scan_fwd_kernel(const ScanParams p) {
+  __shared__ float carry_s[kGpuMaxDState];
+  __shared__ float2 scan_buf[2][kMaxWarps];
+  const Channel ch = channel_of(p);
+  const int64_t L = p.seqlen;
+  const int N = static_cast<int>(p.dstate);
+  const T* u = static_cast<const T*>(p.u) + ch.seq_off;
+  const T* delta = static_cast<const T*>(p.delta) + ch.seq_off;
+  const T* z = p.z ? static_cast<const T*>(p.z) + ch.seq_off : nullptr;
+  T* out = static_cast<T*>(p.out) + ch.seq_off;
+  const float* A = p.A + ch.d * N;
+  const float Dd = p.D ? p.D[ch.d] : 0.f;
+  const float bias = p.delta_bias ? p.delta_bias[ch.d] : 0.f;
+  const float* Bconst = p.b_variable ? nullptr : static_cast<const float*>(p.B) + ch.d * N;
+  const float* Cconst = p.c_variable ? nullptr : static_cast<const float*>(p.C) + ch.d * N;
+
+  for (int n = threadIdx.x; n < N; n += kThreads) carry_s[n] = 0.f;
+  __syncthreads();
+  int buf = 0;
+  const int64_t n_chunks = (L + kChunk - 1) / kChunk;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const int64_t t0 = c * kChunk + static_cast<int64_t>(threadIdx.x) * kItems;
+    float uv[kItems], dt[kItems], y[kItems];
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const int64_t t = t0 + i;
+      if (t < L) {
+        uv[i] = Cvt<T>::load(u[t]);
+        float v = Cvt<T>::load(delta[t]) + bias;
+        dt[i] = p.delta_softplus ? softplus(v) : v;
+      } else {
+        uv[i] = 0.f;
+        dt[i] = 0.f;
+      }
+      y[i] = 0.f;
+    }
+    for (int n = 0; n < N; ++n) {
+      const float An = A[n];
+      float a[kItems], bb[kItems];
+      float agg_a = 1.f, agg_b = 0.f;
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) {
+        const int64_t t = t0 + i;
+        float Bv;
+        if (p.b_variable) Bv = t < L ? load_bc<T>(p.B, p.bc_fp32, ch.bc_off + n * L + t) : 0.f;
+        else Bv = Bconst[n];
+        a[i] = __expf(dt[i] * An);
+        bb[i] = dt[i] * uv[i] * Bv;
+        agg_b = a[i] * agg_b + bb[i];
+        agg_a = a[i] * agg_a;
+      }
+      const float carry = carry_s[n];
+      float total;
+      float h = block_scan<false>(agg_a, agg_b, carry, scan_buf[buf], total);
+      buf ^= 1;
+      if (threadIdx.x == 0) carry_s[n] = total;
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) {
+        const int64_t t = t0 + i;
+        float Cv;
+        if (p.c_variable) Cv = t < L ? load_bc<T>(p.C, p.bc_fp32, ch.bc_off + n * L + t) : 0.f;
+        else Cv = Cconst[n];
+        h = a[i] * h + bb[i];
+        y[i] += Cv * h;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const int64_t t = t0 + i;
+      if (t < L) {
+        float v = y[i] + Dd * uv[i];
+        if (z) {
+          const float zv = Cvt<T>::load(z[t]);
+          v *= zv / (1.f + expf(-zv));
+        }
+        out[t] = Cvt<T>::store(v);
+      }
+    }
+  }
+  if (p.last_state) {
+    __syncthreads();
+    for (int n = threadIdx.x; n < N; n += kThreads) p.last_state[ch.bd * N + n] = carry_s[n];
+  }
+}
+
+template <typename T>
+const char* scan_fwd_launch(const ScanParams& p, void* stream) {
+  if (const char* why = gpu_unsupported_reason(p)) return why;
+  if (p.batch * p.dim == 0) return nullptr;
+  scan_fwd_kernel<T><<<static_cast<unsigned>(p.batch * p.dim), kThreads, 0,
+                       static_cast<mamba_stream_t>(stream)>>>(p);
+  const mamba_error_t err = mambaGetLastError();
+  return err == MAMBA_GPU_SUCCESS ? nullptr : mambaGetErrorString(err);
+}
+
+}  // namespace gpu
+}  // namespace mamba_ssm

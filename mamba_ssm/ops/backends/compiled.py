@@ -1,0 +1,167 @@
+"""The compiled backend: the selective-scan kernels of ``mamba_ssm._C`` (CPU, CUDA, HIP).
+
+Imported only after :func:`mamba_ssm._loader.load` loaded ``_C`` (the dispatcher does that); importing it
+registers, for the ``torch.library`` ops that ``_C`` defines,
+
+* fake (meta) implementations (``torch.library.register_fake``), for ``torch.compile`` / FakeTensor, and
+* autograd (``torch.library.register_autograd``): the forward op's backward calls the backward op.
+
+so the C++ binding needs no Python C API (``_C`` is a limited-API, abi3 module).
+
+Ops (schemas are private to ``csrc/binding.cpp`` and this file):
+
+* ``mamba_ssm::selective_scan_fwd(u, delta, A, B, C, D?, z?, delta_bias?, delta_softplus)``
+  -> ``(out, last_state)``
+* ``mamba_ssm::selective_scan_bwd(u, delta, A, B, C, D?, z?, delta_bias?, delta_softplus, dout,
+  dlast_state?)`` -> ``(du, ddelta, dA, dB, dC, dD, dz, ddelta_bias)``; ``dD`` / ``dz`` /
+  ``ddelta_bias`` are empty (shape (0,)) when that input is None.
+
+Math: the selective scan of Mamba (Gu & Dao 2023, arXiv:2312.00752, eq. 2a-2b and Algorithm 2),
+zero-order-hold discretisation with the simplified B; see :func:`selective_scan`.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+__all__ = ["supports", "selective_scan", "GPU_MAX_D_STATE"]
+
+#: The largest d_state the GPU kernels take (their state lives in shared memory).
+GPU_MAX_D_STATE = 256
+
+_NS = "mamba_ssm"
+_FWD = f"{_NS}::selective_scan_fwd"
+_BWD = f"{_NS}::selective_scan_bwd"
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _require_ops() -> None:
+    if not hasattr(torch.ops, _NS) or not hasattr(getattr(torch.ops, _NS), "selective_scan_fwd"):
+        raise ImportError(
+            "mamba_ssm.ops.backends.compiled needs the compiled module mamba_ssm._C loaded first "
+            "(mamba_ssm._loader.load()); the mamba_ssm::selective_scan_fwd op is not registered"
+        )
+
+
+_require_ops()
+
+
+def _contiguous_empty(x: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
+
+
+@torch.library.register_fake(_FWD)
+def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+    out = _contiguous_empty(u)
+    last_state = torch.empty((u.shape[0], u.shape[1], A.shape[1]), dtype=torch.float32, device=u.device)
+    return out, last_state
+
+
+@torch.library.register_fake(_BWD)
+def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dlast_state):
+    def opt(x):
+        if x is None:
+            return torch.empty((0,), dtype=torch.float32, device=u.device)
+        return _contiguous_empty(x)
+
+    dz = _contiguous_empty(z) if z is not None else torch.empty((0,), dtype=u.dtype, device=u.device)
+    return (_contiguous_empty(u), _contiguous_empty(delta), _contiguous_empty(A), _contiguous_empty(B),
+            _contiguous_empty(C), opt(D), dz, opt(delta_bias))
+
+
+def _setup_context(ctx, inputs, output):
+    u, delta, A, B, C, D, z, delta_bias, delta_softplus = inputs
+    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias)
+    ctx.delta_softplus = delta_softplus
+    ctx.has = (D is not None, z is not None, delta_bias is not None)
+
+
+def _backward(ctx, dout, dlast_state):
+    u, delta, A, B, C, D, z, delta_bias = ctx.saved_tensors
+    if dout is None:
+        dout = torch.zeros_like(u)
+    du, ddelta, dA, dB, dC, dD, dz, ddelta_bias = torch.ops.mamba_ssm.selective_scan_bwd(
+        u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast_state)
+    has_D, has_z, has_bias = ctx.has
+    return (du, ddelta, dA, dB, dC, dD if has_D else None, dz if has_z else None,
+            ddelta_bias if has_bias else None, None)
+
+
+torch.library.register_autograd(_FWD, _backward, setup_context=_setup_context)
+
+
+def _has_cuda_kernel() -> bool:
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(_FWD, "CUDA"))
+    except Exception:  # noqa: BLE001 - a private API; assume present when it is gone
+        return True
+
+
+def supports(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> Optional[str]:
+    """Whether the compiled kernels can run this call.
+
+    Args: as :func:`selective_scan` (already validated by ``selective_scan_fn``).
+
+    Returns:
+        None when they can, else the reason in one sentence (the dispatcher then uses the PyTorch
+        fallback): an unsupported dtype (float64, complex), a device other than CPU/CUDA, a CUDA call on a
+        CPU-only build, d_state > 256 on a GPU, or variable B and C with different group counts.
+    """
+    tensors = {"u": u, "delta": delta, "B": B, "C": C, "z": z}
+    for name, t in tensors.items():
+        if t is not None and t.dtype not in _DTYPES:
+            return (f"the compiled kernels take float32/float16/bfloat16 {name}, got {t.dtype}")
+    for name, t in (("A", A), ("D", D), ("delta_bias", delta_bias)):
+        if t is not None and (t.is_complex() or t.dtype not in _DTYPES):
+            return f"the compiled kernels take a real float32/float16/bfloat16 {name}, got {t.dtype}"
+    device = u.device
+    if device.type not in ("cpu", "cuda"):
+        return f"the compiled kernels run on CPU and CUDA/ROCm devices, not {device.type}"
+    for name, t in (("delta", delta), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z),
+                    ("delta_bias", delta_bias)):
+        if t is not None and t.device != device:
+            return f"{name} is on {t.device} but u is on {device}"
+    if B.dim() == 4 and C.dim() == 4 and B.shape[1] != C.shape[1]:
+        return (f"the compiled kernels need B and C with the same number of groups "
+                f"(got {B.shape[1]} and {C.shape[1]})")
+    if device.type == "cuda":
+        if not _has_cuda_kernel():
+            return "this build of mamba_ssm._C has no CUDA kernel (a CPU-only build)"
+        if A.shape[-1] > GPU_MAX_D_STATE:
+            return f"d_state = {A.shape[-1]} > {GPU_MAX_D_STATE} is not supported by the GPU kernels"
+        if u.shape[0] * u.shape[1] > 2**31 - 1:
+            return "batch * dim exceeds 2^31 - 1 (one GPU block per channel)"
+    return None
+
+
+def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                   return_last_state=False):
+    """Selective scan with the compiled kernels (Mamba, arXiv:2312.00752, eq. 2a-2b, Algorithm 2).
+
+    For each batch b, channel d, time t (h starts at 0; all arithmetic accumulates in fp32)::
+
+        dt   = delta[b,d,t] (+ delta_bias[d], then softplus if delta_softplus)
+        h[n] = exp(dt * A[d,n]) * h[n] + dt * B[..,n,t] * u[b,d,t]
+        y    = sum_n C[..,n,t] * h[n] + D[d] * u[b,d,t];   out = y * silu(z[b,d,t]) if z is given
+
+    Args:
+        u, delta: (batch, dim, seqlen), float32/float16/bfloat16.
+        A: (dim, d_state), real (float32 preferred).
+        B, C: (dim, d_state) constant, or (batch, d_state, seqlen), or (batch, groups, d_state, seqlen)
+            with channel d using group d // (dim // groups).
+        D, delta_bias: (dim,) or None. z: (batch, dim, seqlen) or None.
+        delta_softplus: apply softplus to delta (+ delta_bias).
+        return_last_state: also return the final state.
+
+    Returns:
+        out (batch, dim, seqlen) in u's dtype; with ``return_last_state``, ``(out, last_state)`` where
+        last_state is (batch, dim, d_state) float32. Every tensor input gets a gradient.
+
+    Raises:
+        RuntimeError: from the kernels for shapes they reject (inputs are validated by the caller,
+        ``selective_scan_fn``; :func:`supports` says beforehand whether a call can run here).
+    """
+    out, last_state = torch.ops.mamba_ssm.selective_scan_fwd(
+        u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
+    return (out, last_state) if return_last_state else out
