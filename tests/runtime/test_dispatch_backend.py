@@ -16,8 +16,8 @@ S = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(S)
 
 # A child that asks for backend_for / get_backend and reports results, errors and warnings as JSON.
-PROBE = r"""
-import json, sys, warnings
+PROBE_FUNCS = r"""
+import json, os, sys, warnings
 from mamba_ssm import _dispatch, _loader
 
 def attempt(fn, *args):
@@ -32,20 +32,60 @@ def attempt(fn, *args):
            "message": str(w.message)} for w in caught]
     return {"value": value, "error": error, "warnings": ws}
 
-out = {"load": _loader.load().to_dict()}
-out["get_backend"] = attempt(_dispatch.get_backend)
-out["first"] = attempt(_dispatch.backend_for, "selective_scan", "cpu")
-out["second"] = attempt(_dispatch.backend_for, "selective_scan", "cpu")
-out["other_op"] = attempt(_dispatch.backend_for, "mamba_inner", "cpu")
-out["no_compiled_kernel_op"] = attempt(_dispatch.backend_for, "selective_state_update", "cpu")
-print(json.dumps(out))
+def run_probe():
+    out = {"load": _loader.load().to_dict()}
+    out["get_backend"] = attempt(_dispatch.get_backend)
+    out["first"] = attempt(_dispatch.backend_for, "selective_scan", "cpu")
+    out["second"] = attempt(_dispatch.backend_for, "selective_scan", "cpu")
+    out["other_op"] = attempt(_dispatch.backend_for, "mamba_inner", "cpu")
+    out["no_compiled_kernel_op"] = attempt(_dispatch.backend_for, "selective_state_update", "cpu")
+    return out
 """
+PROBE = PROBE_FUNCS + "\nprint(json.dumps(run_probe()))\n"
+
+# One process, many environment settings: the env is read at each call; the warn-once memory is
+# cleared between settings (a test-only reset), so each setting starts as a fresh process would.
+MATRIX = PROBE_FUNCS + r"""
+results = {}
+for key, settings in json.loads(sys.argv[1]).items():
+    for name, value in settings.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    _dispatch._reset_for_tests()
+    results[key] = run_probe()
+print(json.dumps(results))
+"""
+
+SETTINGS = {
+    "silence_1": {"MAMBA_SSM_BACKEND": None, "MAMBA_SSM_NO_FALLBACK_WARNING": "1"},
+    "silence_true": {"MAMBA_SSM_BACKEND": None, "MAMBA_SSM_NO_FALLBACK_WARNING": "true"},
+    "silence_yes": {"MAMBA_SSM_BACKEND": None, "MAMBA_SSM_NO_FALLBACK_WARNING": "yes"},
+    "silence_0": {"MAMBA_SSM_BACKEND": None, "MAMBA_SSM_NO_FALLBACK_WARNING": "0"},
+    "force_compiled": {"MAMBA_SSM_BACKEND": "compiled", "MAMBA_SSM_NO_FALLBACK_WARNING": None},
+    "force_cuda": {"MAMBA_SSM_BACKEND": "cuda"},
+    "force_cuda_spaced": {"MAMBA_SSM_BACKEND": " CUDA "},
+    "torch": {"MAMBA_SSM_BACKEND": "torch"},
+    "TORCH": {"MAMBA_SSM_BACKEND": "TORCH"},
+    "ref": {"MAMBA_SSM_BACKEND": "ref"},
+    "auto": {"MAMBA_SSM_BACKEND": "auto"},
+    "empty": {"MAMBA_SSM_BACKEND": ""},
+    "bad": {"MAMBA_SSM_BACKEND": "triton"},
+}
 
 
 @pytest.fixture(scope="module")
 def missing_root(tmp_path_factory):
     """A package copy without any _C (a pure-Python install)."""
     return S.make_package(tmp_path_factory.mktemp("dispatch_missing"))
+
+
+@pytest.fixture(scope="module")
+def matrix(missing_root):
+    proc = S.run_python(missing_root, MATRIX, args=[json.dumps(SETTINGS)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return S.last_json(proc.stdout)
 
 
 def probe(root, **env):
@@ -71,15 +111,18 @@ def test_auto_falls_back_and_warns_once(missing_root):
     assert out["no_compiled_kernel_op"] == {"value": "torch", "error": None, "warnings": []}
 
 
-@pytest.mark.parametrize("value", ["1", "true", "yes"])
-def test_silence_env_var(missing_root, value):
-    out = probe(missing_root, MAMBA_SSM_NO_FALLBACK_WARNING=value)
-    assert out["first"] == {"value": "torch", "error": None, "warnings": []}
+@pytest.mark.parametrize("key", ["silence_1", "silence_true", "silence_yes"])
+def test_silence_env_var(matrix, key):
+    assert matrix[key]["first"] == {"value": "torch", "error": None, "warnings": []}
 
 
-@pytest.mark.parametrize("value", ["compiled", "cuda", " CUDA "])
-def test_forcing_unavailable_compiled_raises_with_reason(missing_root, value):
-    out = probe(missing_root, MAMBA_SSM_BACKEND=value)
+def test_silence_env_var_zero_does_not_silence(matrix):
+    assert len(matrix["silence_0"]["first"]["warnings"]) == 1
+
+
+@pytest.mark.parametrize("key", ["force_compiled", "force_cuda", "force_cuda_spaced"])
+def test_forcing_unavailable_compiled_raises_with_reason(matrix, key):
+    out = matrix[key]
     assert out["get_backend"]["value"] == "compiled"
     err = out["first"]["error"]
     assert err is not None and err["type"] == "RuntimeError"
@@ -91,19 +134,22 @@ def test_forcing_unavailable_compiled_raises_with_reason(missing_root, value):
     assert out["no_compiled_kernel_op"]["value"] == "torch"
 
 
-@pytest.mark.parametrize("value,expected", [("torch", "torch"), ("ref", "ref"), ("auto", "torch"),
-                                            ("", "torch"), ("TORCH", "torch")])
-def test_explicit_backends(missing_root, value, expected):
-    out = probe(missing_root, MAMBA_SSM_BACKEND=value)
+@pytest.mark.parametrize("key,expected", [("torch", "torch"), ("TORCH", "torch"), ("ref", "ref"),
+                                          ("auto", "torch"), ("empty", "torch")])
+def test_explicit_backends(matrix, key, expected):
+    out = matrix[key]
     assert out["first"]["value"] == expected
-    if value.strip().lower() in ("torch", "ref"):
+    if key in ("torch", "TORCH", "ref"):
         # Chosen by the user: not a fallback, no warning.
         assert out["first"]["warnings"] == []
         assert out["get_backend"]["value"] == expected
+    else:
+        assert out["get_backend"]["value"] == "auto"
+        assert len(out["first"]["warnings"]) == 1
 
 
-def test_bad_env_value_names_value_and_choices(missing_root):
-    out = probe(missing_root, MAMBA_SSM_BACKEND="triton")
+def test_bad_env_value_names_value_and_choices(matrix):
+    out = matrix["bad"]
     for key in ("get_backend", "first"):
         err = out[key]["error"]
         assert err["type"] == "ValueError"
@@ -269,3 +315,36 @@ def test_loaded_module_without_cpu_kernel_falls_back_on_cpu(tmp_path):
     forced = probe(root, MAMBA_SSM_BACKEND="compiled")
     assert forced["first"]["error"]["type"] == "RuntimeError"
     assert "no CPU kernel" in forced["first"]["error"]["message"]
+
+
+ROCM = r"""
+import json, types
+import torch
+# No AMD GPU here: present this torch as a ROCm 6.2 build with two GPUs of different gfx archs.
+torch.__version__ = "2.14.1+rocm6.2"
+torch.version.cuda = None
+torch.version.hip = "6.2.41133-dd7f95766"
+props = {0: types.SimpleNamespace(name="AMD Instinct MI250X", gcnArchName="gfx90a:sramecc+:xnack-"),
+         1: types.SimpleNamespace(name="AMD Radeon RX 7900 XTX", gcnArchName="gfx1100")}
+torch.cuda.get_device_properties = lambda i: props[i]
+from mamba_ssm import _loader
+out = {"load": _loader.load().to_dict()}
+out["coverage"] = {d: _loader.device_coverage(d) for d in ["cpu", "cuda:0", "cuda:1"]}
+print(json.dumps(out))
+"""
+
+
+def test_rocm_gfx_coverage(tmp_path):
+    root = S.make_package(tmp_path)
+    info = S.build_info(torch_version="2.14.1+rocm6.2", torch_cuda=None, torch_hip="6.2.41133-dd7f95766",
+                        nvcc_version=None, hipcc_version="6.2.41133", sass_archs=[], ptx_archs=[],
+                        gfx_archs=["gfx90a", "gfx942"], kernels=["cpu", "hip"])
+    S.compile_so(root / "mamba_ssm" / "_C.abi3.so", info)
+    proc = S.run_python(root, ROCM)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = S.last_json(proc.stdout)
+    assert out["load"]["loaded"] is True, out["load"]
+    cov = out["coverage"]
+    assert cov["cpu"] is None
+    assert cov["cuda:0"] is None  # gfx90a (feature suffixes ignored) is in the build
+    assert "gfx1100" in cov["cuda:1"] and "gfx90a" in cov["cuda:1"] and "gfx942" in cov["cuda:1"]
