@@ -1,0 +1,233 @@
+"""Metadata, sdist and wheel builds of a scratch copy of the project, through real setup.py / pip runs.
+
+* metadata (egg_info, sdist, PEP 517 prepare_metadata) touches neither torch nor nvcc (sentinels);
+* the sdist holds every source the build compiles and every header they include;
+* MAMBA_SKIP_CUDA_BUILD: a pure-Python wheel without a shared object, even with one in the tree;
+* a prebuilt wheel from the resolver hook is handed to pip byte for byte;
+* MAMBA_FORCE_BUILD under build isolation fails at once, naming --no-build-isolation;
+* a source wheel (tiny C++ source) is cp39-abi3, its file name, METADATA and build info agree;
+* MAMBA_FORCE_CXX11_ABI wins over a -D_GLIBCXX_USE_CXX11_ABI=0 in CFLAGS (nm shows __cxx11).
+"""
+import email
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+import pytest
+
+from _project import REPO, copy_project, sentinel_bin, sentinel_torch
+from mamba_ssm._compat.buildinfo import read_build_info
+
+sys.path.insert(0, REPO)
+BASE_VERSION = re.search(r'__version__ = "([^"]+)"', open(os.path.join(REPO, "mamba_ssm", "_version.py")).read()).group(1)
+CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda-13.0")
+CLEAN = ("MAMBA_SKIP_CUDA_BUILD", "MAMBA_FORCE_BUILD", "MAMBA_FALLBACK", "MAMBA_LOCAL_VERSION",
+         "MAMBA_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST", "MAMBA_FORCE_CXX11_ABI", "MAMBA_SETUP_HOOK",
+         "HIP_BUILD", "CFLAGS", "CXXFLAGS")
+
+
+def run(cmd, cwd, env_extra=None, check=True, timeout=600):
+    env = {k: v for k, v in os.environ.items() if k not in CLEAN}
+    env.update(env_extra or {})
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def wheel_metadata(path):
+    with zipfile.ZipFile(path) as z:
+        name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        return email.message_from_bytes(z.read(name)), z.namelist()
+
+
+@pytest.fixture
+def sentinels(tmp_path):
+    log = tmp_path / "sentinel.log"
+    bin_dir = sentinel_bin(str(tmp_path / "sbin"), str(log))
+    torch_dir = sentinel_torch(str(tmp_path / "spkgs"), str(log))
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": torch_dir, "CUDA_HOME": "/nonexistent"}
+    return env, log
+
+
+def test_metadata_needs_no_torch_nvcc(tmp_path, sentinels):
+    proj = copy_project(str(tmp_path / "proj"))
+    env, log = sentinels
+    env = dict(env, MAMBA_LOCAL_VERSION="cu13torch2.14cxx11abiTRUE")
+    run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)], proj, env)
+    (tmp_path / "di").mkdir()
+    run([sys.executable, "setup.py", "-q", "dist_info", "--output-dir", str(tmp_path / "di")], proj, env)
+    (dist_info,) = list((tmp_path / "di").glob("*.dist-info"))
+    assert email.message_from_string((dist_info / "METADATA").read_text())["Version"] == \
+        f"{BASE_VERSION}+cu13torch2.14cxx11abitrue"
+    pkg_info = email.message_from_string((tmp_path / "mamba_ssm.egg-info" / "PKG-INFO").read_text())
+    assert pkg_info["Version"] == f"{BASE_VERSION}+cu13torch2.14cxx11abitrue"
+    assert pkg_info["Name"] == "mamba-ssm"
+    assert not log.exists(), log.read_text()
+
+
+def test_pep517_metadata_in_isolation(tmp_path, sentinels):
+    """pip's own prepare_metadata_for_build_wheel, in an isolated build env (no torch there)."""
+    proj = copy_project(str(tmp_path / "proj"))
+    env, log = sentinels
+    report = tmp_path / "report.json"
+    run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed",
+         "--report", str(report), proj], str(tmp_path), {"PATH": env["PATH"], "CUDA_HOME": "/nonexistent"})
+    meta = json.loads(report.read_text())["install"][0]["metadata"]
+    assert meta["name"] == "mamba-ssm" and meta["version"] == BASE_VERSION
+    assert not log.exists()
+
+
+def test_sdist_holds_everything_the_build_compiles(tmp_path, sentinels):
+    proj = copy_project(str(tmp_path / "proj"))
+    env, log = sentinels
+    run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "dist")], proj, env)
+    assert not log.exists()
+    (sdist,) = list((tmp_path / "dist").glob("*.tar.gz"))
+    with tarfile.open(sdist) as tf:
+        names = {m.name.split("/", 1)[1] for m in tf.getmembers() if m.isfile()}
+        tf.extractall(tmp_path / "x", filter="data") if sys.version_info >= (3, 12) else tf.extractall(tmp_path / "x")
+    in_tree = [os.path.relpath(os.path.join(d, f), proj) for d, _, fs in os.walk(proj) for f in fs]
+    expected = {p for p in in_tree if p.startswith(("csrc/", "build_matrix/")) and "__pycache__" not in p}
+    expected |= {p for p in in_tree if p.startswith("mamba_ssm/") and p.endswith((".py", ".json"))}
+    expected |= {"setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "mamba_ssm/_version.py"}
+    missing = sorted(expected - names)
+    assert not missing, f"missing from the sdist: {missing}"
+    assert not [n for n in names if n.endswith((".so", ".o", ".pyc"))]
+    # every local header a compiled source includes is there (the build-info header is generated)
+    (root,) = list((tmp_path / "x").iterdir())
+    for src in (root / "csrc").iterdir():
+        for inc in re.findall(r'#\s*include\s+"([^"]+)"', src.read_text(errors="replace")):
+            if inc != "mamba_ssm_build_info.h":
+                assert (root / "csrc" / inc).is_file(), f"{src.name} includes {inc}, absent from the sdist"
+
+
+@pytest.fixture(scope="module")
+def skip_wheel(tmp_path_factory):
+    """The MAMBA_SKIP_CUDA_BUILD wheel of a copy that has a stale _C.abi3.so lying in the tree."""
+    tmp = tmp_path_factory.mktemp("skip")
+    proj = copy_project(str(tmp / "proj"))
+    with open(os.path.join(proj, "mamba_ssm", "_C.abi3.so"), "wb") as f:
+        f.write(b"\x7fELF stale in-place build")
+    log = tmp / "sentinel.log"
+    env = {"MAMBA_SKIP_CUDA_BUILD": "TRUE", "MAMBA_LOCAL_VERSION": "cu13torch2.14cxx11abiTRUE",
+           "PATH": f"{sentinel_bin(str(tmp / 'sbin'), str(log))}:{os.environ['PATH']}",
+           "CUDA_HOME": "/nonexistent"}
+    run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp / "out"), proj],
+        str(tmp), env)
+    (whl,) = list((tmp / "out").glob("*.whl"))
+    return whl, log
+
+
+def test_skip_cuda_build_is_pure_python(skip_wheel):
+    whl, log = skip_wheel
+    assert whl.name == f"mamba_ssm-{BASE_VERSION}+cu13torch2.14cxx11abitrue-py3-none-any.whl"
+    meta, names = wheel_metadata(whl)
+    assert meta["Version"] == f"{BASE_VERSION}+cu13torch2.14cxx11abitrue"  # file name and METADATA agree
+    assert not [n for n in names if n.endswith((".so", ".pyd"))]
+    assert "mamba_ssm/__init__.py" in names and "mamba_ssm/_compat/buildinfo.py" in names
+    assert not [n for n in names if n.startswith(("build_matrix/", "tests/"))]
+    assert not log.exists()  # no compiler run
+
+
+HOOK = '''
+import json, os
+from dataclasses import dataclass
+@dataclass
+class Outcome:
+    wheel_path: object
+    deferred: bool
+    message: str
+def resolve_prebuilt(version):
+    return Outcome(os.environ.get("FAKE_WHEEL") or None, False, "fake: nothing in the index")
+def record(outcome, final_mode):
+    with open(os.environ["FAKE_LOG"], "a") as f:
+        f.write(final_mode + "\\n")
+'''
+
+
+def test_prebuilt_wheel_handed_over_unchanged(tmp_path, skip_wheel):
+    prebuilt = tmp_path / "cache" / skip_wheel[0].name
+    prebuilt.parent.mkdir()
+    shutil.copy(skip_wheel[0], prebuilt)
+    proj = copy_project(str(tmp_path / "proj"))
+    (tmp_path / "hook.py").write_text(HOOK)
+    env = {"MAMBA_SETUP_HOOK": str(tmp_path / "hook.py"), "FAKE_WHEEL": str(prebuilt),
+           "FAKE_LOG": str(tmp_path / "record.log"), "CUDA_HOME": "/nonexistent"}
+    run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp_path / "out"),
+         proj], str(tmp_path), env)
+    (out,) = list((tmp_path / "out").glob("*.whl"))
+    assert out.name == prebuilt.name and out.read_bytes() == prebuilt.read_bytes()
+    assert (tmp_path / "record.log").read_text() == "prebuilt\n"
+
+
+def test_force_build_under_isolation_fails_at_once(tmp_path):
+    proj = copy_project(str(tmp_path / "proj"), tiny_csrc=True)
+    p = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path / "out"), proj], str(tmp_path),
+            {"MAMBA_FORCE_BUILD": "TRUE"}, check=False)
+    assert p.returncode != 0
+    out = p.stdout + p.stderr
+    assert "MAMBA_FORCE_BUILD=TRUE needs torch" in out and "--no-build-isolation" in out
+    assert not list((tmp_path / "out").glob("*.whl")) if (tmp_path / "out").exists() else True
+
+
+def _needs_toolkit():
+    if not os.access(os.path.join(CUDA_HOME, "bin", "nvcc"), os.X_OK):
+        pytest.skip(f"no nvcc under CUDA_HOME={CUDA_HOME}")
+    pytest.importorskip("torch")
+
+
+def test_source_wheel_after_resolver_found_nothing(tmp_path):
+    """auto fallback with a passing preflight: a cp39-abi3 wheel whose build info matches its name."""
+    _needs_toolkit()
+    import torch
+
+    proj = copy_project(str(tmp_path / "proj"), tiny_csrc=True)
+    (tmp_path / "hook.py").write_text(HOOK)
+    env = {"MAMBA_SETUP_HOOK": str(tmp_path / "hook.py"), "FAKE_LOG": str(tmp_path / "record.log"),
+           "MAMBA_LOCAL_VERSION": "cu13torch2.14", "MAMBA_CUDA_ARCHS": "90", "CUDA_HOME": CUDA_HOME,
+           "MAX_JOBS": "1"}
+    run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp_path / "out"),
+         proj], str(tmp_path), env)
+    (whl,) = list((tmp_path / "out").glob("*.whl"))
+    assert whl.name.startswith(f"mamba_ssm-{BASE_VERSION}+cu13torch2.14-cp39-abi3-")
+    meta, names = wheel_metadata(whl)
+    assert meta["Version"] == f"{BASE_VERSION}+cu13torch2.14"
+    assert "mamba_ssm/_C.abi3.so" in names
+    with zipfile.ZipFile(whl) as z:
+        (tmp_path / "_C.abi3.so").write_bytes(z.read("mamba_ssm/_C.abi3.so"))
+    info = read_build_info(tmp_path / "_C.abi3.so")
+    assert info.package_version == meta["Version"]
+    assert info.torch_version == torch.__version__ and info.torch_cuda == torch.version.cuda
+    assert info.sass_archs == ["sm_90"] and info.ptx_archs == [] and info.python_tag == "cp39-abi3"
+    assert info.kernels == (["cpu", "cuda"] if torch.version.cuda else ["cpu"])
+    assert (tmp_path / "record.log").read_text() == "source\n"
+
+
+def _nm(path):
+    return subprocess.run(["nm", "-C", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def test_force_cxx11_abi_in_symbols(tmp_path):
+    """CFLAGS=-D_GLIBCXX_USE_CXX11_ABI=0 gives the old std::string; MAMBA_FORCE_CXX11_ABI=TRUE wins."""
+    _needs_toolkit()
+    if not shutil.which("nm"):
+        pytest.skip("no nm")
+    results = {}
+    for forced in (False, True):
+        proj = copy_project(str(tmp_path / f"proj{int(forced)}"), tiny_csrc=True)
+        env = {"MAMBA_CUDA_ARCHS": "90", "CUDA_HOME": CUDA_HOME, "MAX_JOBS": "1",
+               "CFLAGS": "-D_GLIBCXX_USE_CXX11_ABI=0"}
+        if forced:
+            env["MAMBA_FORCE_CXX11_ABI"] = "TRUE"
+        run([sys.executable, "setup.py", "build_ext", "--inplace"], proj, env)
+        so = os.path.join(proj, "mamba_ssm", "_C.abi3.so")
+        line = next(l for l in _nm(so).splitlines() if "mamba_tiny_name" in l)
+        results[forced] = (line, read_build_info(so).cxx11_abi)
+    assert "std::__cxx11::basic_string" not in results[False][0]
+    assert "std::__cxx11::basic_string" in results[True][0] and results[True][1] is True
