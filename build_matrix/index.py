@@ -180,3 +180,32 @@ def build_index(root: str, add: Iterable[str] = (), pin: Optional[str] = None, m
     if pin:
         write_pins(manifest, pin)
     return manifest
+
+
+def pin_sdist(sdist: str, manifest: Manifest) -> str:
+    """Add ``mamba_ssm/_install/pinned_hashes.json`` (the manifest's sha256 and sizes) to a built
+    ``.tar.gz`` sdist, rewriting it atomically; the release does this before publishing the sdist.
+    Returns the sdist path. Raises IndexError_ when the archive is not an sdist of mamba_ssm."""
+    import io
+    import tarfile
+
+    data = json.dumps({"wheels": {w.filename: {"sha256": w.sha256, "size": w.size} for w in manifest.wheels}},
+                      indent=1, sort_keys=True).encode()
+    with tarfile.open(sdist, "r:gz") as src:
+        members = src.getmembers()
+        tops = {m.name.split("/", 1)[0] for m in members}
+        if len(tops) != 1 or not any(m.name.endswith("/setup.py") for m in members):
+            raise IndexError_(f"{sdist}: not an sdist (one top folder with setup.py expected)")
+        top = tops.pop()
+        target = f"{top}/mamba_ssm/_install/pinned_hashes.json"
+        tmp = sdist + ".part"
+        with tarfile.open(tmp, "w:gz", format=tarfile.PAX_FORMAT) as dst:
+            for m in members:
+                if m.name == target:
+                    continue
+                dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+            info = tarfile.TarInfo(target)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(max((m.mtime for m in members), default=0))
+            dst.addfile(info, io.BytesIO(data))
+    os.replace(tmp, sdist)
+    return sdist

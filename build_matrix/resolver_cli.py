@@ -3,7 +3,7 @@
 ``build_matrix/cli.py`` calls :func:`register` with its subparsers; each command's function is
 ``args.func(args) -> int`` (exit status).
 
-* ``index DIR [--add WHEEL ...] [--pin FILE]``: PEP 503 roots per variant + manifest.json
+* ``index DIR [--add WHEEL ...] [--pin FILE] [--pin-sdist SDIST ...]``: PEP 503 roots per variant + manifest.json
   (:mod:`build_matrix.index`).
 * ``resolve [--index URL] [--explain] [--env-json FILE] [--json] [--fetch] [--version V]``: what the
   install would choose here (or for a declared target) and why. Exit 0 chosen, 1 no candidate,
@@ -45,10 +45,13 @@ def _load_env(path: Optional[str]):
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from build_matrix.index import IndexError_, build_index
+    from build_matrix.index import IndexError_, build_index, pin_sdist
 
     try:
         manifest = build_index(args.dir, add=args.add or [], pin=args.pin)
+        for sdist in args.pin_sdist or []:
+            pin_sdist(sdist, manifest)
+            print(f"pinned {len(manifest.wheels)} wheel hash(es) into {sdist}")
     except IndexError_ as exc:
         print(f"index: {exc}", file=sys.stderr)
         return 2
@@ -116,6 +119,7 @@ def register(subparsers) -> None:
     p.add_argument("dir", help="the index folder (wheels under it are gathered and placed)")
     p.add_argument("--add", nargs="*", metavar="WHEEL", help="wheel files to copy into the index")
     p.add_argument("--pin", metavar="FILE", help="also write the sha256 pins (release: mamba_ssm/_install/pinned_hashes.json)")
+    p.add_argument("--pin-sdist", nargs="*", metavar="SDIST", help="add the pins as mamba_ssm/_install/pinned_hashes.json to these .tar.gz sdists")
     p.set_defaults(func=cmd_index)
 
     p = subparsers.add_parser("resolve", help="show which prebuilt wheel the install would choose, and why")

@@ -137,7 +137,6 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
         return res
     decision = select(env, manifest, version, pins)
     res.decision = decision
-    say(decision.explain())
     if decision.status != "chosen":
         res.status = "no-candidate"
         res.message = f"No prebuilt mamba-ssm wheel fits. {decision.explain()} {FIX_NO_CANDIDATE}"

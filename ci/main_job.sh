@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# README's first command: the whole main job on this machine.
+#
+#   1. build the host cell (python -m build_matrix build --host: torch 2.14.1+cu130, cxx11abi TRUE, sm_90)
+#   2. audit it
+#   3. index it (PEP 503 root per variant + manifest.json) and pin its sha256 into our sdist
+#   4. serve the index on a loopback port (python -m http.server on 127.0.0.1)
+#   5. build our sdist
+#   6. install the sdist into a fresh venv (torch shared through a .pth file) through the resolver, with
+#      MAMBA_WHEEL_INDEX pointing at the loopback server and no compiler or CUDA toolkit reachable
+#   7. print doctor
+#
+# Environment: MAIN_JOB_DIR (work folder, default build/main_job), MAIN_JOB_ARCHS (default 90),
+# MAIN_JOB_WHEEL (skip steps 1-2 and use this wheel).
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$REPO_ROOT"
+
+WORK="${MAIN_JOB_DIR:-$REPO_ROOT/build/main_job}"
+ARCHS="${MAIN_JOB_ARCHS:-90}"
+step() { echo; echo "=== [main job] $*"; }
+rm -rf "$WORK/index" "$WORK/sdist" "$WORK/venv" "$WORK/home"
+mkdir -p "$WORK/cells" "$WORK/index" "$WORK/sdist" "$WORK/home"
+SERVER_PID=""
+cleanup() { if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; fi; }
+trap cleanup EXIT
+
+if [ -n "${MAIN_JOB_WHEEL:-}" ]; then
+  step "1-2. using the given wheel $MAIN_JOB_WHEEL"
+  WHEEL="$MAIN_JOB_WHEEL"
+else
+  step "1. build the host cell (archs $ARCHS)"
+  python -m build_matrix build --host --archs "$ARCHS" --out "$WORK/cells"
+  WHEEL="$(ls -t "$WORK"/cells/mamba_ssm-*.whl | head -n 1)"
+  step "2. audit $WHEEL"
+  python -m build_matrix audit "$WHEEL"
+fi
+
+step "5. build our sdist"
+python -m build --sdist --no-isolation -o "$WORK/sdist" . >"$WORK/sdist.log" 2>&1 || { tail -n 40 "$WORK/sdist.log"; exit 1; }
+SDIST="$(ls "$WORK"/sdist/mamba_ssm-*.tar.gz | head -n 1)"
+echo "$SDIST"
+
+step "3. index the wheel and pin its sha256 into the sdist"
+python -m build_matrix index "$WORK/index" --add "$WHEEL" --pin-sdist "$SDIST"
+
+step "4. serve the index on 127.0.0.1"
+PORT="$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
+python -m http.server "$PORT" --bind 127.0.0.1 --directory "$WORK/index" >"$WORK/http.log" 2>&1 &
+SERVER_PID=$!
+for _ in $(seq 50); do
+  python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$PORT/manifest.json', timeout=1)" 2>/dev/null && break
+  sleep 0.2
+done
+INDEX_URL="http://127.0.0.1:$PORT/"
+echo "serving $WORK/index at $INDEX_URL"
+python -m build_matrix resolve --index "$INDEX_URL" --explain
+
+step "6. install the sdist into a fresh venv through the resolver (no compiler, no CUDA toolkit)"
+python -m venv "$WORK/venv"
+SITE="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+VSITE="$("$WORK/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "$SITE" >"$VSITE/_mamba_shared_torch.pth"   # share the dev venv's torch (5.4 GiB) instead of copying it
+NO_NVCC_PATH="$(echo "$PATH" | tr ':' '\n' | grep -v -e cuda -e "$VENV/bin" | paste -sd: -)"
+start=$(date +%s.%N)
+env PATH="$WORK/venv/bin:$NO_NVCC_PATH" CUDA_HOME=/nonexistent CC=false CXX=false \
+    MAMBA_WHEEL_INDEX="$INDEX_URL" MAMBA_SSM_CACHE_DIR="$WORK/home/cache" \
+    "$WORK/venv/bin/pip" install --no-cache-dir -v "$SDIST" 2>&1 | tee "$WORK/install.log" \
+    | grep -e "mamba-ssm resolver" -e "mamba-ssm:" -e "Successfully" -e "ERROR" || true
+end=$(date +%s.%N)
+grep -q "Successfully installed.*mamba-ssm" "$WORK/install.log" || { echo "install failed, see $WORK/install.log"; exit 1; }
+echo "install took $(python -c "print(round($end - $start, 1))") s"
+diff <(unzip -p "$WHEEL" '*.dist-info/RECORD' | tr -d '\r' | sort) \
+     <(tr -d '\r' <"$VSITE"/mamba_ssm-*.dist-info/RECORD | sort | grep -v -e '^\.\./' -e 'INSTALLER' -e 'REQUESTED' -e 'direct_url' -e '__pycache__') \
+  && echo "installed RECORD == the index wheel's RECORD"
+
+step "7. doctor"
+cd "$WORK"
+MAMBA_SSM_CACHE_DIR="$WORK/home/cache" "$WORK/venv/bin/python" -m mamba_ssm doctor || true
