@@ -1,0 +1,96 @@
+"""The loader finds the right file, loads once per process under concurrent first calls, and never at
+import. File-finding runs in-process on temporary folders (it loads nothing); loading runs in a
+subprocess against a temporary copy of the package."""
+import importlib.util
+import os
+import sys
+
+_spec = importlib.util.spec_from_file_location(
+    "mamba_ssm_test_loader_support", os.path.join(os.path.dirname(__file__), "test_loader_support.py"))
+S = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(S)
+
+
+def _loader_module():
+    spec = importlib.util.spec_from_file_location(
+        "mamba_ssm_loader_under_test", os.path.join(S.PACKAGE_SRC, "_loader.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_find_prefers_abi3_then_this_interpreters_suffix(tmp_path):
+    import importlib.machinery
+
+    loader = _loader_module()
+    assert loader.find_compiled_module(str(tmp_path)) is None
+    (tmp_path / "_C_notes.txt").write_text("not a module")
+    assert loader.find_compiled_module(str(tmp_path)) is None
+
+    versioned = tmp_path / ("_C" + importlib.machinery.EXTENSION_SUFFIXES[0])
+    versioned.write_bytes(b"x")
+    other_python = tmp_path / "_C.cpython-39-x86_64-linux-gnu.so"
+    if other_python.name != versioned.name:
+        other_python.write_bytes(b"x")
+    assert loader.find_compiled_module(str(tmp_path)) == str(versioned)
+
+    abi3 = tmp_path / "_C.abi3.so"
+    abi3.write_bytes(b"x")
+    assert loader.find_compiled_module(str(tmp_path)) == str(abi3)
+
+    # A folder named like the module is not a module.
+    for f in (versioned, abi3):
+        f.unlink()
+    if other_python.exists():
+        assert loader.find_compiled_module(str(tmp_path)) == str(other_python)
+        other_python.unlink()
+    (tmp_path / "_C.abi3.so").mkdir()
+    assert loader.find_compiled_module(str(tmp_path)) is None
+
+
+CONCURRENT = r"""
+import json, threading
+import torch
+calls = []
+real = torch.ops.load_library
+def counting(path):
+    calls.append(path)
+    return real(path)
+torch.ops.load_library = counting
+from mamba_ssm import _loader
+assert _loader.peek() is None
+barrier = threading.Barrier(8)
+results = []
+def worker():
+    barrier.wait()
+    results.append(_loader.load())
+threads = [threading.Thread(target=worker) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps({"calls": len(calls), "same": all(r is results[0] for r in results), "n": len(results),
+                  "loaded": results[0].loaded, "peek_same": _loader.peek() is results[0],
+                  "again_same": _loader.load() is results[0]}))
+"""
+
+
+def test_concurrent_first_calls_load_once(tmp_path):
+    root = S.make_package(tmp_path)
+    S.compile_so(root / "mamba_ssm" / "_C.abi3.so", S.build_info())
+    marker = tmp_path / "marker"
+    proc = S.run_python(root, CONCURRENT, env=S.child_env(root, MAMBA_SSM_TEST_DLOPEN_MARKER=marker))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = S.last_json(proc.stdout)
+    assert out == {"calls": 1, "same": True, "n": 8, "loaded": True, "peek_same": True, "again_same": True}
+    assert marker.read_text() == "loaded"
+
+
+def test_import_does_not_load(tmp_path):
+    root = S.make_package(tmp_path)
+    S.compile_so(root / "mamba_ssm" / "_C.abi3.so", S.build_info())
+    marker = tmp_path / "marker"
+    code = "import mamba_ssm, mamba_ssm._dispatch, mamba_ssm._loader as L; print(L.peek() is None)"
+    proc = S.run_python(root, code, env=S.child_env(root, MAMBA_SSM_TEST_DLOPEN_MARKER=marker))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "True"
+    assert not marker.exists()
