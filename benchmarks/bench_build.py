@@ -1,0 +1,189 @@
+"""Build benchmark: a clean source build of mamba_ssm._C for sm_90 only (plus the CPU kernel), MAX_JOBS=2.
+
+Measures, for a fresh copy of the project (no objects from earlier builds):
+
+* wall time of ``python setup.py build_ext --inplace`` (MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90);
+* CPU time of everything it ran (user + system of all waited-for child processes, getrusage);
+* peak resident memory of the largest single process of the build (ru_maxrss of the children, MiB);
+* the size of ``mamba_ssm/_C.abi3.so`` (MB = 10^6 bytes, as upstream's 47.9 MB was quoted);
+* a second, incremental run with nothing changed (what ci/test.sh pays on every run).
+
+Goals (issue 3): wall <= 90 s (1/3 of upstream 2.3.2.post1's 4 min 38 s for sm_90 on this 2-core
+machine) and .so <= 24 MB (half of upstream's 47.9 MB).
+
+Usage::
+
+    CUDA_HOME=/usr/local/cuda-13.0 python benchmarks/bench_build.py [--jobs 2] [--archs 90] [--no-write]
+
+Writes its section of docs/benchmarks.md (between the bench_build markers) unless --no-write.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC = os.path.join(REPO, "docs", "benchmarks.md")
+BEGIN, END = "<!-- bench_build:begin -->", "<!-- bench_build:end -->"
+GOAL_WALL_S = 90.0
+GOAL_SIZE_MB = 24.0
+
+
+def copy_project(dest: str) -> None:
+    """Copy the checkout's tracked and unignored files (what a clean clone has) to ``dest``."""
+    out = subprocess.run(["git", "-C", REPO, "ls-files", "-co", "--exclude-standard", "-z"],
+                         capture_output=True, check=True).stdout.decode()
+    for rel in out.split("\0"):
+        src = os.path.join(REPO, rel)
+        if not rel or not os.path.isfile(src):
+            continue
+        target = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(src, target)
+
+
+def timed_build(proj: str, env: dict) -> dict:
+    """Run the in-place build once; wall/CPU/peak RSS from getrusage of the children."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=proj, env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-6000:])
+        raise SystemExit(f"build failed with exit code {p.returncode}")
+    return {
+        "wall_s": wall,
+        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        "peak_rss_mib": after.ru_maxrss / 1024.0,  # KiB on Linux; max over all children so far
+        "log": p.stdout,
+    }
+
+
+def _first_line(cmd) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "n/a"
+    lines = [l for l in out.splitlines() if l.strip()]
+    return lines[0].strip() if lines else "n/a"
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            m = re.search(r"model name\s*:\s*(.+)", f.read())
+            cpu = m.group(1).strip() if m else cpu
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count()
+    mem = "?"
+    try:
+        with open("/proc/meminfo") as f:
+            mem = f"{int(f.readline().split()[1]) / 1024 / 1024:.0f} GiB"
+    except OSError:
+        pass
+    import torch  # noqa: PLC0415 - the build needs it anyway
+
+    nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+    nvcc_line = [l for l in subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.splitlines()
+                 if "release" in l]
+    return (f"{cpu}, {cores} cores, {mem} RAM, {platform.system()} {platform.release()}; "
+            f"{_first_line(['gcc', '--version'])}; {nvcc_line[0].strip() if nvcc_line else 'nvcc n/a'}; "
+            f"torch {torch.__version__}; Python {platform.python_version()}")
+
+
+def write_section(text: str) -> None:
+    os.makedirs(os.path.dirname(DOC), exist_ok=True)
+    try:
+        with open(DOC) as f:
+            doc = f.read()
+    except FileNotFoundError:
+        doc = "# Benchmarks\n\nEach section is written by the script it names.\n"
+    block = f"{BEGIN}\n{text.rstrip()}\n{END}"
+    if BEGIN in doc and END in doc:
+        doc = doc[: doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
+    else:
+        doc = doc.rstrip() + "\n\n" + block + "\n"
+    tmp = DOC + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(doc)
+    os.replace(tmp, DOC)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=2, help="MAX_JOBS for the build (default 2)")
+    ap.add_argument("--archs", default="90", help="MAMBA_CUDA_ARCHS (default 90)")
+    ap.add_argument("--no-write", action="store_true", help="print only; do not update docs/benchmarks.md")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch project")
+    args = ap.parse_args(argv)
+
+    env = dict(os.environ, MAMBA_FORCE_BUILD="TRUE", MAMBA_CUDA_ARCHS=args.archs, MAX_JOBS=str(args.jobs))
+    env.setdefault("CUDA_HOME", "/usr/local/cuda-13.0")
+    for var in ("TORCH_CUDA_ARCH_LIST", "MAMBA_SKIP_CUDA_BUILD", "CFLAGS", "CXXFLAGS"):
+        env.pop(var, None)
+    tmp = tempfile.mkdtemp(prefix="mamba-bench-build-")
+    proj = os.path.join(tmp, "proj")
+    try:
+        copy_project(proj)
+        clean = timed_build(proj, env)
+        so = os.path.join(proj, "mamba_ssm", "_C.abi3.so")
+        size_mb = os.path.getsize(so) / 1e6
+        n_tu = len(re.findall(r"^\[\d+/\d+\]", clean["log"], flags=re.M))
+        sys.path.insert(0, REPO)
+        from mamba_ssm._compat.buildinfo import read_build_info  # noqa: PLC0415
+
+        info = read_build_info(so)
+        incr = timed_build(proj, env)
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    ok_wall = clean["wall_s"] <= GOAL_WALL_S
+    ok_size = size_mb <= GOAL_SIZE_MB
+    cmd = f"CUDA_HOME={env['CUDA_HOME']} python benchmarks/bench_build.py --jobs {args.jobs} --archs {args.archs}"
+    text = f"""## Source build of mamba_ssm._C (`benchmarks/bench_build.py`)
+
+Command: `{cmd}`
+Machine: {machine()}
+Date: {date}
+
+Clean build of a fresh copy of the project, `MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS={args.archs} MAX_JOBS={args.jobs}
+python setup.py build_ext --inplace` ({n_tu} ninja steps; kernels {', '.join(info.kernels)}; SASS
+{', '.join(info.sass_archs) or '-'}; PTX {', '.join(info.ptx_archs) or '-'}).
+
+| measure | value | goal | upstream 2.3.2.post1 (sm_90, same machine) |
+| --- | --- | --- | --- |
+| wall time, clean build | {clean['wall_s']:.1f} s | <= {GOAL_WALL_S:.0f} s ({'met' if ok_wall else 'NOT met'}) | 278 s |
+| CPU time (user+sys, all processes) | {clean['cpu_s']:.1f} s | | about 420 s |
+| peak RSS of the largest process | {clean['peak_rss_mib']:.0f} MiB | | |
+| `_C.abi3.so` size | {size_mb:.1f} MB | <= {GOAL_SIZE_MB:.0f} MB ({'met' if ok_size else 'NOT met'}) | 47.9 MB |
+| incremental rebuild, nothing changed | {incr['wall_s']:.1f} s wall, {incr['cpu_s']:.1f} s CPU | | |
+
+The machine's 2 cores are shared with other work; wall time varies with its load, CPU time much less.
+"""
+    print(text)
+    if not args.no_write:
+        write_section(text)
+        print(f"written to {DOC}")
+    return 0 if (ok_wall and ok_size) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
