@@ -189,9 +189,13 @@ def _decision_info() -> Dict[str, Any]:
         return info
     from mamba_ssm import _loader  # noqa: PLC0415
 
-    decision = _loader.install_decision() if value is not None else None
-    if value is not None and decision is None:
+    decision: Optional[Dict[str, Any]]
+    if value is None or isinstance(value, dict):
+        decision = value
+    else:
         decision = {"repr": repr(value)}
+    if decision is not None and decision.get("error"):
+        info["error"] = str(decision["error"])
     info["recorded"] = decision is not None
     info["decision"] = decision
     info["kernels_deferred"] = _loader.kernels_deferred(decision)
