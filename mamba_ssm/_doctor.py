@@ -130,13 +130,29 @@ def _nvidia_smi_driver_version() -> Optional[str]:
     return lines[0] if out.returncode == 0 and lines else None
 
 
-def _driver_info() -> Dict[str, Any]:
+def _cuda_driver_api_version(torch_ok: bool) -> Optional[str]:
+    """The CUDA version the installed driver supports (cuDriverGetVersion, e.g. "13.0"), or None."""
+    if not torch_ok:
+        return None
+    try:
+        import torch  # noqa: PLC0415
+
+        if not torch.version.cuda or not torch.cuda.is_available():
+            return None
+        value = int(torch._C._cuda_getDriverVersion())
+    except Exception:  # noqa: BLE001
+        return None
+    return f"{value // 1000}.{(value % 1000) // 10}" if value > 0 else None
+
+
+def _driver_info(torch_ok: bool = False) -> Dict[str, Any]:
     version = _nvml_driver_version()
     source = "nvml" if version else None
     if version is None:
         version = _nvidia_smi_driver_version()
         source = "nvidia-smi" if version else None
-    return {"nvidia_driver_version": version, "source": source}
+    return {"nvidia_driver_version": version, "source": source,
+            "cuda_driver_api_version": _cuda_driver_api_version(torch_ok)}
 
 
 def _gpu_info(torch_ok: bool) -> Dict[str, Any]:
@@ -227,7 +243,7 @@ def collect() -> Dict[str, Any]:
     torch_info = _torch_info()
     report["torch"] = torch_info
     report["gpus"] = _gpu_info(torch_info["importable"])
-    report["driver"] = _driver_info()
+    report["driver"] = _driver_info(torch_info["importable"])
     problems: List[Dict[str, Any]] = []
 
     def problem(severity: str, reason: str, fix: Optional[str], where: Optional[str] = None,
@@ -351,7 +367,9 @@ def render_text(report: Dict[str, Any]) -> str:
         add(f"torch: cannot be imported: {tinfo['error']}")
     driver = drv.get("nvidia_driver_version")
     if gpus["devices"]:
-        add(f"GPUs ({gpus['count']}), driver {driver or 'unknown'}:")
+        api = drv.get("cuda_driver_api_version")
+        add(f"GPUs ({gpus['count']}), driver {driver or 'unknown'}"
+            + (f" (supports CUDA {api})" if api else "") + ":")
         for g in gpus["devices"]:
             add(f"  {g['device']}: {g['name']}, compute capability {g['compute_capability']} ({g['arch']}), "
                 f"{g['total_memory_mib']} MiB")

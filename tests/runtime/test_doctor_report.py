@@ -1,11 +1,14 @@
 """``python -m mamba_ssm doctor``: JSON fields against the real torch / packaging here, exit codes
 0 / 1 / 2, the text report, the recorded install decision, install-kernels delegation and the console
 script's target. Every run is a subprocess against a temporary copy of the package."""
+import ctypes
 import importlib.util
 import json
 import os
 import platform
 import re
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -71,6 +74,19 @@ def test_json_against_real_environment(missing_root):
     gpus = report["gpus"]
     assert gpus["count"] == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
     assert [d["device"] for d in report["devices"]] == ["cpu"] + [f"cuda:{i}" for i in range(gpus["count"])]
+
+    drv = report["driver"]
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        first = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True).stdout.split()
+        if first:
+            assert drv["nvidia_driver_version"] == first[0]
+    else:
+        try:
+            ctypes.CDLL("libnvidia-ml.so.1")
+        except OSError:  # no NVIDIA driver on this machine
+            assert drv == {"nvidia_driver_version": None, "source": None, "cuda_driver_api_version": None}
 
     cm = report["compiled_module"]
     assert cm["found"] is False and cm["loaded"] is False and cm["kind"] == "missing"
