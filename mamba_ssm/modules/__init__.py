@@ -1,0 +1,1 @@
+"""Mamba blocks (:mod:`.mamba_simple`)."""

@@ -1,0 +1,1 @@
+"""Utilities (:mod:`.generation`: ``InferenceParams`` for step-by-step decoding)."""
