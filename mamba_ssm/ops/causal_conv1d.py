@@ -1,0 +1,187 @@
+"""Causal depthwise conv1d (the short convolution in front of Mamba's selective scan).
+
+``out[b, d, t] = act(bias[d] + sum_k weight[d, k] * x[b, d, t - (width - 1) + k])`` with x = 0 (or
+``initial_states``) before the start: the convolution of Mamba (arXiv:2312.00752, Figure 3, "Conv").
+
+The ``causal_conv1d`` package's CUDA kernels are used for CUDA tensors when that package imports;
+otherwise (CPU, or the package absent) a PyTorch implementation with the same arguments runs.
+Computation is in float32 (float64 for float64 inputs); outputs have x's dtype.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_ref", "external_package"]
+
+_ACTIVATIONS = (None, "silu", "swish")
+_external = None  # (fn, update) or False once looked up
+
+
+def external_package():
+    """``(causal_conv1d_fn, causal_conv1d_update)`` of the ``causal_conv1d`` package, or None."""
+    global _external
+    if _external is None:
+        try:
+            from causal_conv1d import causal_conv1d_fn as fn, causal_conv1d_update as upd  # noqa: PLC0415
+            _external = (fn, upd)
+        except Exception:  # noqa: BLE001 (absent, or built for another torch)
+            _external = False
+    return _external or None
+
+
+def _check_activation(activation):
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"causal_conv1d: activation={activation!r} is not supported; expected None, "
+                         f"'silu' or 'swish'")
+
+
+def _cdtype(*xs):
+    return torch.float64 if any(x is not None and x.dtype == torch.float64 for x in xs) else torch.float32
+
+
+def _check_x_weight(name, x, weight, bias):
+    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        raise TypeError(f"{name}: x and weight must be torch.Tensor, got {type(x).__name__} and "
+                        f"{type(weight).__name__}")
+    if weight.dim() != 2:
+        raise ValueError(f"{name}: weight must have shape (dim, width), got {tuple(weight.shape)}")
+    if x.shape[1] != weight.shape[0]:
+        raise ValueError(f"{name}: x has dim {x.shape[1]} (shape {tuple(x.shape)}) but weight has "
+                         f"{weight.shape[0]} channels (shape {tuple(weight.shape)}); expected equal")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"{name}: bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+
+
+def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
+                     final_states_out=None, activation=None):
+    """Causal depthwise conv1d over the sequence.
+
+    Args:
+        x: (batch, dim, seqlen), float dtype.
+        weight: (dim, width). bias: (dim,) or None.
+        seq_idx: (batch, seqlen) integer sequence ids of packed sequences; no position sees another
+            sequence's inputs. None: one sequence per row.
+        initial_states: (batch, dim, width - 1), the inputs before position 0 (default zeros).
+        return_final_states: also return the last width - 1 inputs (batch, dim, width - 1), the
+            state :func:`causal_conv1d_update` continues from.
+        final_states_out: optional tensor to write the final states into (returned).
+        activation: None, "silu" or "swish" (the same).
+
+    Returns:
+        out (batch, dim, seqlen) in x's dtype, or (out, final_states).
+
+    Raises:
+        ValueError / TypeError: bad shapes, types or activation.
+    """
+    _check_activation(activation)
+    _check_x_weight("causal_conv1d_fn", x, weight, bias)
+    if x.dim() != 3:
+        raise ValueError(f"causal_conv1d_fn: x must have shape (batch, dim, seqlen), got {tuple(x.shape)}")
+    ext = external_package() if x.is_cuda else None
+    if ext is not None:
+        kwargs = {}
+        if seq_idx is not None:
+            kwargs["seq_idx"] = seq_idx
+        if initial_states is not None or return_final_states:
+            kwargs.update(initial_states=initial_states, return_final_states=return_final_states,
+                          final_states_out=final_states_out)
+        return ext[0](x, weight, bias, activation=activation, **kwargs)
+    return causal_conv1d_ref(x, weight, bias, seq_idx, initial_states, return_final_states,
+                             final_states_out, activation)
+
+
+def causal_conv1d_ref(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
+                      final_states_out=None, activation=None):
+    """The PyTorch implementation of :func:`causal_conv1d_fn` (same arguments and results)."""
+    _check_activation(activation)
+    batch, dim, seqlen = x.shape
+    width = weight.shape[1]
+    cdtype = _cdtype(x, weight)
+    xf = x.to(cdtype)
+    if initial_states is not None:
+        if tuple(initial_states.shape) != (batch, dim, width - 1):
+            raise ValueError(f"causal_conv1d_fn: initial_states must have shape ({batch}, {dim}, "
+                             f"{width - 1}), got {tuple(initial_states.shape)}")
+        xpad = torch.cat([initial_states.to(cdtype), xf], dim=-1)
+    else:
+        xpad = F.pad(xf, (width - 1, 0))
+    w = weight.to(cdtype)
+    if seq_idx is None:
+        out = F.conv1d(xpad, w.unsqueeze(1), None, groups=dim)
+    else:
+        if tuple(seq_idx.shape) != (batch, seqlen):
+            raise ValueError(f"causal_conv1d_fn: seq_idx must have shape ({batch}, {seqlen}), got "
+                             f"{tuple(seq_idx.shape)}")
+        sid = torch.cat([seq_idx[:, :1].expand(batch, width - 1), seq_idx], dim=-1)
+        windows = xpad.unfold(-1, width, 1)                       # (b, d, l, w)
+        same = sid.unfold(-1, width, 1) == seq_idx.unsqueeze(-1)  # (b, l, w)
+        out = torch.einsum("bdlw,dw->bdl", windows * same.unsqueeze(1).to(cdtype), w)
+    if bias is not None:
+        out = out + bias.to(cdtype).unsqueeze(-1)
+    if activation is not None:
+        out = F.silu(out)
+    out = out.to(x.dtype)
+    if not return_final_states:
+        return out
+    final = xpad[..., xpad.shape[-1] - (width - 1):].to(x.dtype)
+    if final_states_out is not None:
+        final_states_out.copy_(final)
+        final = final_states_out
+    return out, final
+
+
+def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
+                         conv_state_indices=None):
+    """Decode step(s) of the causal conv1d from a rolling state, updating ``conv_state`` in place.
+
+    Args:
+        x: (batch, dim) or (batch, dim, seqlen) new inputs.
+        conv_state: (batch, dim, state_len) with state_len >= width - 1: the last inputs, oldest first
+            (Mamba keeps state_len = width). Shifted left and appended to, in place.
+        weight: (dim, width). bias: (dim,) or None. activation: None, "silu" or "swish".
+        cache_seqlens: not supported by the PyTorch implementation (NotImplementedError).
+        conv_state_indices: (batch,) int, the rows of ``conv_state`` to use (continuous batching).
+
+    Returns:
+        out with x's shape and dtype.
+    """
+    _check_activation(activation)
+    _check_x_weight("causal_conv1d_update", x, weight, bias)
+    ext = external_package() if x.is_cuda else None
+    if ext is not None:
+        kwargs = {}
+        if cache_seqlens is not None:
+            kwargs["cache_seqlens"] = cache_seqlens
+        if conv_state_indices is not None:
+            kwargs["conv_state_indices"] = conv_state_indices
+        return ext[1](x, conv_state, weight, bias, activation, **kwargs)
+    if cache_seqlens is not None:
+        raise NotImplementedError("causal_conv1d_update: cache_seqlens (a circular conv_state) needs the "
+                                  "causal_conv1d package on CUDA; pass cache_seqlens=None")
+    squeeze = x.dim() == 2
+    xs = x.unsqueeze(-1) if squeeze else x
+    width = weight.shape[1]
+    state = conv_state if conv_state_indices is None else conv_state[conv_state_indices]
+    if state.dim() != 3 or state.shape[1] != xs.shape[1] or state.shape[0] != xs.shape[0] \
+            or state.shape[2] < width - 1:
+        raise ValueError(f"causal_conv1d_update: conv_state must have shape ({xs.shape[0]}, {xs.shape[1]}, "
+                         f">= {width - 1}), got {tuple(state.shape)}")
+    cdtype = _cdtype(x, weight)
+    full = torch.cat([state.to(cdtype), xs.to(cdtype)], dim=-1)
+    seqlen = xs.shape[-1]
+    window = full[..., full.shape[-1] - (seqlen + width - 1):]
+    out = F.conv1d(window, weight.to(cdtype).unsqueeze(1), None, groups=xs.shape[1])
+    if bias is not None:
+        out = out + bias.to(cdtype).unsqueeze(-1)
+    if activation is not None:
+        out = F.silu(out)
+    new_state = full[..., full.shape[-1] - state.shape[-1]:].to(conv_state.dtype)
+    if conv_state_indices is None:
+        conv_state.copy_(new_state)
+    else:
+        conv_state[conv_state_indices] = new_state
+    out = out.to(x.dtype)
+    return out.squeeze(-1) if squeeze else out

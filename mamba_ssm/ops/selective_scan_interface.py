@@ -1,0 +1,339 @@
+"""The selective scan and the fused Mamba inner function, with upstream mamba-ssm's import path,
+signatures and semantics.
+
+The selective scan is the S6 layer of Mamba (Gu & Dao, arXiv:2312.00752, Algorithm 2, section 3.2, with
+the zero-order-hold discretisation of A and the simplified Euler discretisation of B used by the
+reference implementation):
+
+    delta' = softplus(delta + delta_bias)      (softplus only with delta_softplus=True)
+    h_t    = exp(delta'_t * A) * h_{t-1} + delta'_t * B_t * u_t      (per channel d, state index n)
+    y_t    = C_t . h_t + D * u_t
+    out    = y * silu(z)                        (when z is given)
+
+Each call picks a backend through :func:`mamba_ssm._dispatch.backend_for`: the compiled kernels of
+``mamba_ssm._C`` when they load and cover the device, else the chunked PyTorch scan
+(:mod:`mamba_ssm.ops.backends.torch_scan`), or the sequential reference ``selective_scan_ref`` when the
+``ref`` backend is chosen (``MAMBA_SSM_BACKEND=ref``).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["selective_scan_fn", "selective_scan_ref", "mamba_inner_fn", "mamba_inner_ref"]
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Input validation
+# ----------------------------------------------------------------------------------------------------
+
+def _shape(x) -> str:
+    return str(tuple(x.shape))
+
+
+def _require_tensor(fn: str, name: str, x, optional: bool = False) -> None:
+    if x is None and optional:
+        return
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor{' or None' if optional else ''}, got "
+                        f"{type(x).__name__}")
+
+
+def _require_float(fn: str, name: str, x) -> None:
+    if x is None:
+        return
+    if x.is_complex():
+        raise TypeError(
+            f"{fn}: {name} has complex dtype {x.dtype}; complex inputs are not supported (upstream's "
+            f"complex-A variant is not implemented): pass a real {name} (float32 for A)")
+    if x.dtype not in _FLOATS:
+        raise TypeError(f"{fn}: {name} has dtype {x.dtype}; expected float16, bfloat16, float32 or "
+                        f"float64")
+
+
+def validate_selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None,
+                            fn: str = "selective_scan_fn") -> None:
+    """Check the selective scan's inputs; raise TypeError/ValueError naming the argument, what was
+    received and what was expected. Shapes: see :func:`selective_scan_fn`."""
+    for name, x, opt in (("u", u, False), ("delta", delta, False), ("A", A, False), ("B", B, False),
+                         ("C", C, False), ("D", D, True), ("z", z, True), ("delta_bias", delta_bias, True)):
+        _require_tensor(fn, name, x, opt)
+    for name, x in (("A", A), ("u", u), ("delta", delta), ("B", B), ("C", C), ("D", D), ("z", z),
+                    ("delta_bias", delta_bias)):
+        _require_float(fn, name, x)
+    if u.dim() != 3:
+        raise ValueError(f"{fn}: u must have rank 3 (batch, dim, seqlen), got shape {_shape(u)}")
+    batch, dim, seqlen = u.shape
+    if tuple(delta.shape) != tuple(u.shape):
+        raise ValueError(f"{fn}: delta must have u's shape (batch, dim, seqlen) = {_shape(u)}, got "
+                         f"{_shape(delta)}")
+    if A.dim() != 2 or A.shape[0] != dim:
+        raise ValueError(f"{fn}: A must have shape (dim, d_state) with dim = {dim} (from u {_shape(u)}), "
+                         f"got {_shape(A)}")
+    d_state = A.shape[1]
+    if d_state < 1:
+        raise ValueError(f"{fn}: A has d_state 0 (shape {_shape(A)}); expected d_state >= 1")
+    for name, X in (("B", B), ("C", C)):
+        if X.dim() == 2:
+            if tuple(X.shape) != (dim, d_state):
+                raise ValueError(f"{fn}: constant {name} must have shape (dim, d_state) = ({dim}, "
+                                 f"{d_state}), got {_shape(X)}")
+        elif X.dim() == 3:
+            if tuple(X.shape) != (batch, d_state, seqlen):
+                raise ValueError(f"{fn}: variable {name} must have shape (batch, d_state, seqlen) = "
+                                 f"({batch}, {d_state}, {seqlen}), got {_shape(X)}")
+        elif X.dim() == 4:
+            groups = X.shape[1]
+            if X.shape[0] != batch or X.shape[2] != d_state or X.shape[3] != seqlen or groups < 1 \
+                    or dim % groups:
+                raise ValueError(
+                    f"{fn}: grouped {name} must have shape (batch, groups, d_state, seqlen) = ({batch}, "
+                    f"groups, {d_state}, {seqlen}) with groups dividing dim = {dim}, got {_shape(X)}")
+        else:
+            raise ValueError(f"{fn}: {name} must have rank 2 (dim, d_state), 3 (batch, d_state, seqlen) or "
+                             f"4 (batch, groups, d_state, seqlen), got shape {_shape(X)}")
+    if B.dim() >= 3 and C.dim() >= 3:
+        gb = B.shape[1] if B.dim() == 4 else 1
+        gc = C.shape[1] if C.dim() == 4 else 1
+        if gb != gc:
+            raise ValueError(f"{fn}: variable B has {gb} group(s) (shape {_shape(B)}) and variable C has "
+                             f"{gc} (shape {_shape(C)}); expected the same number of groups")
+    for name, x in (("D", D), ("delta_bias", delta_bias)):
+        if x is not None and tuple(x.shape) != (dim,):
+            raise ValueError(f"{fn}: {name} must have shape (dim,) = ({dim},), got {_shape(x)}")
+    if z is not None and tuple(z.shape) != tuple(u.shape):
+        raise ValueError(f"{fn}: z must have u's shape (batch, dim, seqlen) = {_shape(u)}, got {_shape(z)}")
+    for name, x in (("delta", delta), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z),
+                    ("delta_bias", delta_bias)):
+        if x is not None and x.device != u.device:
+            raise ValueError(f"{fn}: {name} is on {x.device} but u is on {u.device}; expected every input "
+                             f"on one device (move {name} with .to({str(u.device)!r}))")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Backend choice
+# ----------------------------------------------------------------------------------------------------
+
+def _backend_for(op: str, device) -> str:
+    try:
+        from mamba_ssm import _dispatch  # noqa: PLC0415
+    except ImportError:  # a partial install without the dispatcher: PyTorch always works
+        return "torch"
+    return _dispatch.backend_for(op, device)
+
+
+def _run_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
+    name = _backend_for("selective_scan", u.device)
+    if name == "compiled":
+        from mamba_ssm.ops.backends import compiled  # noqa: PLC0415
+        reason = compiled.supports(u, delta, A, B, C, D, z, delta_bias)
+        if reason is None:
+            return compiled.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                                           return_last_state)
+        from mamba_ssm import _dispatch  # noqa: PLC0415
+        name = _dispatch.fallback_for_call("selective_scan", u.device, reason)
+    if name == "ref":
+        return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+    from mamba_ssm.ops.backends import torch_scan  # noqa: PLC0415
+    return torch_scan.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                                     return_last_state)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Public ops
+# ----------------------------------------------------------------------------------------------------
+
+def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                      return_last_state=False):
+    """Mamba's selective scan (S6), differentiable in every tensor argument.
+
+    Args:
+        u: (batch, dim, seqlen) input.
+        delta: (batch, dim, seqlen) step size Delta (before ``delta_bias`` and the softplus).
+        A: (dim, d_state) real state matrix (diagonal per channel; typically negative). Complex A raises
+            TypeError.
+        B, C: (dim, d_state) constant; (batch, d_state, seqlen) input-dependent (Mamba); or
+            (batch, groups, d_state, seqlen) grouped: channel d uses group d // (dim / groups). When
+            both are input-dependent they have the same number of groups (a 3-D one counts as 1).
+        D: (dim,) skip connection, or None. z: (batch, dim, seqlen) gate, or None.
+        delta_bias: (dim,) added to delta, or None. delta_softplus: apply softplus to delta.
+        return_last_state: also return the state after the last step.
+
+    Returns:
+        out (batch, dim, seqlen) in u's dtype; with ``return_last_state`` also the last state
+        (batch, dim, d_state) in float32 (float64 for float64 inputs). fp16/bf16 inputs are computed
+        in float32; autocast does not lower the scan's precision.
+
+    Raises:
+        TypeError: a non-tensor argument, a non-float or complex dtype.
+        ValueError: a wrong rank or shape, mismatched batch/dim/seqlen/d_state, inputs on different
+            devices; the message names the argument, what was received and what was expected.
+        RuntimeError: the compiled backend was forced and cannot take this call.
+    """
+    validate_selective_scan(u, delta, A, B, C, D, z, delta_bias)
+    return _run_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+
+
+def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                       return_last_state=False):
+    """The sequential reference of :func:`selective_scan_fn` (same arguments and results): one step per
+    timestep, computed in float32 (float64 for float64 inputs). Slow; for tests and debugging."""
+    validate_selective_scan(u, delta, A, B, C, D, z, delta_bias, fn="selective_scan_ref")
+    dtypes = {u.dtype, delta.dtype, A.dtype, B.dtype, C.dtype}
+    cdtype = torch.float64 if torch.float64 in dtypes else torch.float32
+    batch, dim, seqlen = u.shape
+    uf, dt = u.to(cdtype), delta.to(cdtype)
+    if delta_bias is not None:
+        dt = dt + delta_bias.to(cdtype)[:, None]
+    if delta_softplus:
+        dt = F.softplus(dt)
+    Af = A.to(cdtype)
+
+    def per_channel(X):  # -> (dim, d_state) or (batch, dim, d_state, seqlen)
+        X = X.to(cdtype)
+        if X.dim() == 2:
+            return X
+        if X.dim() == 3:
+            return X.unsqueeze(1).expand(batch, dim, *X.shape[1:])
+        return X.repeat_interleave(dim // X.shape[1], dim=1)
+
+    Bf, Cf = per_channel(B), per_channel(C)
+    h = uf.new_zeros(batch, dim, A.shape[1])
+    ys = []
+    for t in range(seqlen):
+        Bt = Bf if Bf.dim() == 2 else Bf[..., t]
+        Ct = Cf if Cf.dim() == 2 else Cf[..., t]
+        h = torch.exp(dt[:, :, t, None] * Af) * h + (dt[:, :, t] * uf[:, :, t])[..., None] * Bt
+        ys.append((h * Ct).sum(-1))
+    y = torch.stack(ys, dim=-1) if ys else uf.new_zeros(batch, dim, 0)
+    if D is not None:
+        y = y + uf * D.to(cdtype)[:, None]
+    if z is not None:
+        y = y * F.silu(z.to(cdtype))
+    out = y.to(u.dtype)
+    return (out, h) if return_last_state else out
+
+
+def _rms(x, weight, eps):
+    """RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * weight (computed in float32)."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+
+def _mamba_inner(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
+                 out_proj_bias, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias, delta_softplus,
+                 checkpoint_lvl, b_rms_weight, c_rms_weight, dt_rms_weight, b_c_dt_rms_eps, ref):
+    fn = "mamba_inner_ref" if ref else "mamba_inner_fn"
+    for name, x in (("xz", xz), ("conv1d_weight", conv1d_weight), ("x_proj_weight", x_proj_weight),
+                    ("delta_proj_weight", delta_proj_weight), ("out_proj_weight", out_proj_weight),
+                    ("A", A)):
+        _require_tensor(fn, name, x)
+    _require_float(fn, "A", A)
+    if checkpoint_lvl not in (0, 1):
+        raise ValueError(f"{fn}: checkpoint_lvl must be 0 or 1, got {checkpoint_lvl!r}")
+    if xz.dim() != 3 or xz.shape[1] % 2:
+        raise ValueError(f"{fn}: xz must have shape (batch, 2 * d_inner, seqlen), got {_shape(xz)}")
+    batch, two_d, seqlen = xz.shape
+    d_inner = two_d // 2
+    if A.dim() != 2 or A.shape[0] != d_inner:
+        raise ValueError(f"{fn}: A must have shape (d_inner, d_state) = ({d_inner}, d_state), got "
+                         f"{_shape(A)}")
+    d_state = A.shape[1]
+    delta_rank = delta_proj_weight.shape[1]
+    if delta_proj_weight.dim() != 2 or delta_proj_weight.shape[0] != d_inner:
+        raise ValueError(f"{fn}: delta_proj_weight must have shape (d_inner, dt_rank) = ({d_inner}, "
+                         f"dt_rank), got {_shape(delta_proj_weight)}")
+    expect_rows = delta_rank + (d_state if B is None else 0) + (d_state if C is None else 0)
+    if x_proj_weight.dim() != 2 or tuple(x_proj_weight.shape) != (expect_rows, d_inner):
+        raise ValueError(f"{fn}: x_proj_weight must have shape (dt_rank + d_state for each of B, C given "
+                         f"as None, d_inner) = ({expect_rows}, {d_inner}), got {_shape(x_proj_weight)}")
+    cw = conv1d_weight.reshape(d_inner, -1) if conv1d_weight.dim() == 3 else conv1d_weight
+    if cw.dim() != 2 or cw.shape[0] != d_inner:
+        raise ValueError(f"{fn}: conv1d_weight must have shape (d_inner, 1, d_conv) or (d_inner, d_conv) "
+                         f"with d_inner = {d_inner}, got {_shape(conv1d_weight)}")
+    device_type = xz.device.type
+    if torch.is_autocast_enabled(device_type):
+        adt = torch.get_autocast_dtype(device_type)
+        x_proj_weight = x_proj_weight.to(adt)
+        delta_proj_weight = delta_proj_weight.to(adt)
+        out_proj_weight = out_proj_weight.to(adt)
+        out_proj_bias = out_proj_bias.to(adt) if out_proj_bias is not None else None
+    from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_ref  # noqa: PLC0415
+    x, z = xz.chunk(2, dim=1)
+    conv = causal_conv1d_ref if ref else causal_conv1d_fn
+    conv_out = conv(x, cw, conv1d_bias, activation="silu")
+    x_dbl = F.linear(conv_out.transpose(1, 2).reshape(batch * seqlen, d_inner), x_proj_weight)
+    delta = (delta_proj_weight @ x_dbl[:, :delta_rank].t()).reshape(d_inner, batch, seqlen).transpose(0, 1)
+    if dt_rms_weight is not None:
+        delta = _rms(delta.transpose(1, 2), dt_rms_weight, b_c_dt_rms_eps).transpose(1, 2)
+    col = delta_rank
+
+    def take(given, proj_bias, rms_weight):
+        nonlocal col
+        if given is not None:
+            return given
+        part = x_dbl[:, col:col + d_state]
+        col += d_state
+        if proj_bias is not None:
+            part = part + proj_bias.to(part.dtype)
+        if rms_weight is not None:
+            part = _rms(part, rms_weight, b_c_dt_rms_eps)
+        return part.reshape(batch, seqlen, d_state).transpose(1, 2).contiguous()
+
+    Bm = take(B, B_proj_bias, b_rms_weight)
+    Cm = take(C, C_proj_bias, c_rms_weight)
+    if ref:
+        y = selective_scan_ref(conv_out, delta, A, Bm, Cm, D, z=z, delta_bias=delta_bias,
+                               delta_softplus=delta_softplus)
+    else:
+        y = selective_scan_fn(conv_out, delta, A, Bm, Cm, D, z=z, delta_bias=delta_bias,
+                              delta_softplus=delta_softplus)
+    return F.linear(y.transpose(1, 2), out_proj_weight, out_proj_bias)
+
+
+def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
+                   out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None,
+                   C_proj_bias=None, delta_softplus=True, checkpoint_lvl=1, b_rms_weight=None,
+                   c_rms_weight=None, dt_rms_weight=None, b_c_dt_rms_eps=1e-6):
+    """The Mamba block's inner path after ``in_proj`` (arXiv:2312.00752, Figure 3):
+    split ``xz`` into x and z, causal conv1d + SiLU on x, ``x_proj`` to (dt, B, C), ``dt_proj`` to delta,
+    the selective scan gated by ``silu(z)``, then ``out_proj``.
+
+    Args:
+        xz: (batch, 2 * d_inner, seqlen) the output of in_proj, channels first.
+        conv1d_weight: (d_inner, 1, d_conv) or (d_inner, d_conv); conv1d_bias: (d_inner,) or None.
+        x_proj_weight: (dt_rank + 2 * d_state, d_inner) (fewer rows when B or C is given).
+        delta_proj_weight: (d_inner, dt_rank). out_proj_weight: (d_model, d_inner);
+        out_proj_bias: (d_model,) or None.
+        A: (d_inner, d_state) real. B, C: None (input-dependent, from x_proj) or (d_inner, d_state).
+        D: (d_inner,). delta_bias: (d_inner,) (dt_proj's bias). B_proj_bias, C_proj_bias: (d_state,).
+        delta_softplus: softplus on delta (Mamba: True). checkpoint_lvl: 0 or 1 (upstream's memory
+            trade-off; both compute the same values here).
+        b_rms_weight, c_rms_weight: (d_state,) RMSNorm weights applied to B and C; dt_rms_weight:
+            (d_inner,) applied to delta after dt_proj; b_c_dt_rms_eps: their epsilon.
+
+    Returns:
+        (batch, seqlen, d_model). Under autocast the projection weights are cast to the autocast dtype.
+
+    Raises:
+        TypeError / ValueError: bad inputs, naming the argument (see :func:`selective_scan_fn`).
+    """
+    return _mamba_inner(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
+                        out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias,
+                        delta_softplus, checkpoint_lvl, b_rms_weight, c_rms_weight, dt_rms_weight,
+                        b_c_dt_rms_eps, ref=False)
+
+
+def mamba_inner_ref(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
+                    out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None,
+                    C_proj_bias=None, delta_softplus=True, checkpoint_lvl=1, b_rms_weight=None,
+                    c_rms_weight=None, dt_rms_weight=None, b_c_dt_rms_eps=1e-6):
+    """:func:`mamba_inner_fn` built from the references (PyTorch conv1d, sequential scan)."""
+    return _mamba_inner(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
+                        out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias,
+                        delta_softplus, checkpoint_lvl, b_rms_weight, c_rms_weight, dt_rms_weight,
+                        b_c_dt_rms_eps, ref=True)
