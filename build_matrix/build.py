@@ -1,0 +1,417 @@
+"""``python -m build_matrix build --host | --cell ID``: build one cell's wheel here, repair it, audit it.
+
+Per cell, under ``$MAMBA_DEV_HOME/cells/<cell>-py<XY>/`` (default ``~/.cache/mamba-ssm-dev``):
+
+* ``venv/``: the cell's Python (pyenv, ``pythonX.Y`` on PATH, or manylinux's ``/opt/python``) with the
+  cell's torch: for the host cell (and ``--torch-from VENV``) a ``.pth`` file pointing at that venv's
+  site-packages instead of a second 5 GiB install; otherwise ``pip install torch==<version>`` (PyPI's
+  default build, or a ``+label`` build from pip's configured find-links/index; pip's download cache is
+  shared by all cells).
+* ``src/``: a copy of the sources (what ``git ls-files`` lists plus untracked non-ignored files); its
+  ``build/`` survives, so ninja recompiles only what changed, and with ccache (masquerading as
+  gcc/g++, and ``PYTORCH_NVCC="ccache nvcc"``) so does a fresh tree.
+* ``build.log``: the full log; the terminal shows one line per step.
+* then ``pip wheel --no-build-isolation --no-deps`` with ``MAMBA_FORCE_BUILD=TRUE``,
+  ``MAMBA_CUDA_ARCHS`` (the cell's archs or ``--archs``), ``MAMBA_LOCAL_VERSION=<label>`` (so file
+  name and METADATA agree), ``CUDA_HOME`` (the toolkit root), ``MAX_JOBS``;
+  ``auditwheel repair`` with torch / CUDA / ROCm runtime libraries excluded (never bundled); the audit.
+
+A re-run with the same sources, cell, archs and torch reuses the audited wheel (``done.json``).
+A cell this machine cannot build (other platform, no matching toolkit, no Python, a torch build
+neither PyPI's default nor on a configured local path) is refused before anything runs, with the
+reason (exit 2).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import platform as _platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from . import matrix as mx
+from ._compat_loader import REPO_ROOT, load_compat
+
+DEV_HOME = Path(os.environ.get("MAMBA_DEV_HOME", Path.home() / ".cache" / "mamba-ssm-dev"))
+SHARED_TORCH_VENV = Path(os.environ.get("MAMBA_DEV_TORCH_VENV", DEV_HOME / "torch-2.14.1-cp311"))
+CELLS_HOME = DEV_HOME / "cells"
+
+# Never grafted into a wheel: torch's own libraries and the GPU runtimes torch brings (or the driver).
+EXCLUDE_LIBS = (
+    "libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch_hip.so", "libtorch_python.so",
+    "libtorch_global_deps.so", "libc10.so", "libc10_cuda.so", "libc10_hip.so", "libshm.so",
+    "libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13", "libcuda.so.1", "libnvrtc.so.12",
+    "libnvrtc.so.13", "libcublas.so.12", "libcublas.so.13", "libcublasLt.so.12", "libcublasLt.so.13",
+    "libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.7", "libgomp.so.1",
+)
+# auditwheel --exclude accepts fnmatch patterns (auditwheel >= 6.1); the audit uses the same list.
+EXCLUDE_PATTERNS = ("libtorch*", "libc10*", "libshm*", "libcudart*", "libcuda.so*", "libnvrtc*",
+                    "libcublas*", "libcusparse*", "libcufft*", "libcurand*", "libcudnn*", "libnccl*",
+                    "libamdhip64*", "libhiprtc*", "librocblas*", "libMIOpen*", "libgomp*")
+
+
+class Refused(Exception):
+    """This machine cannot build the cell; the message says why and what would make it possible."""
+
+
+class BuildFailed(Exception):
+    """A step failed; the message names the step and the log."""
+
+
+@dataclass
+class Host:
+    """What this machine offers a build."""
+
+    machine: str
+    nvcc: Dict[str, Path] = field(default_factory=dict)  # "13.0" -> CUDA_HOME
+    hipcc: Optional[str] = None
+
+
+def _run(cmd, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def detect_host() -> Host:
+    """The machine's platform and the CUDA toolkits found under /usr/local/cuda-* and CUDA_HOME."""
+    versions = load_compat("versions")
+    host = Host(machine=_platform.machine())
+    roots = set(glob.glob("/usr/local/cuda-*")) | ({os.environ["CUDA_HOME"]} if os.environ.get("CUDA_HOME") else set())
+    for root in sorted(roots):
+        nvcc = Path(root) / "bin" / "nvcc"
+        if not nvcc.is_file():
+            continue
+        try:
+            out = _run([str(nvcc), "--version"], timeout=60)
+            major, minor = versions.parse_nvcc_version(out.stdout)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            continue
+        host.nvcc.setdefault(f"{major}.{minor}", Path(root))
+    host.hipcc = shutil.which("hipcc")
+    return host
+
+
+def find_python(minor: str) -> Path:
+    """The interpreter for Python ``minor`` ("3.12"): pyenv, then ``pythonX.Y`` on PATH, then
+    manylinux's /opt/python.  Raises Refused naming what was searched."""
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates = sorted(pyenv_root.glob(f"versions/{minor}.*/bin/python{minor}"), reverse=True)
+    which = shutil.which(f"python{minor}")
+    if which:
+        candidates.append(Path(which))
+    candidates.append(Path(f"/opt/python/cp{minor.replace('.', '')}-cp{minor.replace('.', '')}/bin/python"))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    raise Refused(f"no Python {minor} here (looked in {pyenv_root}/versions/{minor}.*, python{minor} on "
+                  f"PATH, /opt/python): install it (pyenv install {minor}) or pass --python")
+
+
+def torch_info(python: Path) -> Optional[dict]:
+    """torch's version / CUDA / HIP / C++ ABI as seen by ``python`` (None when torch is absent)."""
+    code = ("import json, torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
+            "'hip': getattr(torch.version, 'hip', None), 'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))")
+    out = _run([str(python), "-c", code], cwd=tempfile.gettempdir())
+    if out.returncode != 0:
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def host_cell_id(plan: mx.Plan, venv: Path = SHARED_TORCH_VENV) -> str:
+    """The cell of the torch in the shared dev venv (e.g. cu13torch2.14cxx11abiTRUE-x86_64)."""
+    info = torch_info(venv / "bin" / "python")
+    if info is None:
+        raise Refused(f"no torch in {venv}: create it with `source ci/env.sh`")
+    TorchBuild = load_compat("versions").TorchBuild
+    key = load_compat("variant").VariantKey.from_torch(
+        TorchBuild(info["version"], info["cuda"], info["hip"], info["cxx11_abi"]))
+    return f"{key.local_label}-{_platform.machine()}"
+
+
+def _find_links() -> List[Path]:
+    """Local directories pip is configured to search (pip config find-links, PIP_FIND_LINKS)."""
+    dirs = []
+    text = os.environ.get("PIP_FIND_LINKS", "")
+    out = _run([sys.executable, "-m", "pip", "config", "list"])
+    for line in out.stdout.splitlines():
+        if "find-links" in line:
+            text += " " + line.split("=", 1)[1].strip().strip("'\"")
+    for item in text.split():
+        p = Path(item.replace("file://", ""))
+        if p.is_dir():
+            dirs.append(p)
+    return dirs
+
+
+def torch_source(cell: mx.Cell, py_minor: str, data: dict) -> str:
+    """The pip requirement that gives this cell's torch here, or Refused with the reason.
+
+    PyPI carries only each release's default build (``pypi_default`` in data/torch_builds.toml) for
+    x86_64; any other build must lie in a configured find-links directory."""
+    rel = data["releases"][cell.series]
+    tag = f"cp{py_minor.replace('.', '')}"
+    if cell.build_against == rel.get("pypi_default") and cell.platform == "x86_64":
+        return f"torch=={cell.torch_version}"
+    pattern = f"torch-{cell.torch_version}+{cell.build_against}-{tag}-*{cell.platform}*.whl"
+    for d in _find_links():
+        if list(d.glob(pattern)):
+            return cell.torch_spec
+    raise Refused(
+        f"torch {cell.torch_version}+{cell.build_against} for Python {py_minor} is not available here: PyPI "
+        f"serves only +{rel.get('pypi_default')} for torch {cell.series}, and no configured find-links "
+        f"directory ({', '.join(map(str, _find_links())) or 'none'}) has {pattern}; download it from "
+        f"download.pytorch.org/whl/{cell.build_against} into one, or pass --python for a tag that is there"
+    )
+
+
+def source_files(root: Path = REPO_ROOT) -> List[str]:
+    """Files a build needs: git's tracked + untracked-not-ignored files (else a walk of the tree)."""
+    out = _run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root)
+    if out.returncode == 0:
+        files = [f for f in out.stdout.splitlines() if (root / f).is_file()]
+    else:
+        files = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".git" not in p.parts]
+    skip = (".github/", "docker/", "tests/", "benchmarks/", "docs/")
+    return sorted(f for f in files if not f.startswith(skip) and "__pycache__" not in f)
+
+
+def source_hash(files: List[str], root: Path = REPO_ROOT) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.encode() + b"\0" + (root / f).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+class Log:
+    """Terminal progress (one line per step) + the full log file."""
+
+    def __init__(self, path: Path, cell_id: str):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.fh = open(path, "a")
+        self.cell_id = cell_id
+        self.t0 = time.monotonic()
+        self.fh.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} build {cell_id}\n")
+
+    def step(self, text: str) -> None:
+        line = f"[{self.cell_id} {time.monotonic() - self.t0:6.1f}s] {text}"
+        print(line, flush=True)
+        self.fh.write(line + "\n")
+        self.fh.flush()
+
+    def run(self, what: str, cmd: List[str], env: Optional[dict] = None, cwd: Optional[Path] = None,
+            timeout: Optional[float] = None) -> subprocess.CompletedProcess:
+        self.step(what)
+        self.fh.write("$ " + " ".join(map(str, cmd)) + "\n")
+        self.fh.flush()
+        proc = subprocess.run(list(map(str, cmd)), stdout=self.fh, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                              timeout=timeout)
+        if proc.returncode != 0:
+            self.fh.flush()
+            tail = self.path.read_text(errors="replace").splitlines()[-30:]
+            raise BuildFailed(f"{what} failed (exit {proc.returncode}); last lines of {self.path}:\n"
+                              + "\n".join(tail))
+        return proc
+
+
+def _copy_sources(files: List[str], dest: Path) -> None:
+    """Mirror the source files into dest (keeping dest/build), removing files no longer present."""
+    dest.mkdir(parents=True, exist_ok=True)
+    wanted = set(files)
+    for f in files:
+        src, dst = REPO_ROOT / f, dest / f
+        if dst.exists() and dst.stat().st_size == src.stat().st_size and dst.read_bytes() == src.read_bytes():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    for p in list(dest.rglob("*")):
+        rel = str(p.relative_to(dest))
+        if p.is_file() and not rel.startswith(("build/", "dist/")) and ".egg-info" not in rel \
+                and "__pycache__" not in rel and rel not in wanted:
+            p.unlink()
+
+
+def _make_venv(python: Path, venv: Path, torch_from: Optional[Path], log: Log) -> Path:
+    vpy = venv / "bin" / "python"
+    if not vpy.exists():
+        cmd = [python, "-m", "venv", "--without-pip", venv] if torch_from else [python, "-m", "venv", venv]
+        log.run(f"venv {venv} ({python})", cmd)
+    if torch_from:
+        site = _run([str(torch_from / "bin" / "python"), "-c",
+                     "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+        mine = _run([str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+        (Path(mine) / "_shared_torch.pth").write_text(site + "\n")
+    return vpy
+
+
+def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
+    """Build, repair and audit ``cell``; returns the audited wheel (Refused / BuildFailed otherwise)."""
+    archs_mod = load_compat("archs")
+    # ---- refuse early, with the reason
+    if cell.platform != host.machine:
+        raise Refused(f"cell {cell.id} is for {cell.platform}; this machine is {host.machine}")
+    cuda_home: Optional[Path] = None
+    if cell.toolkit_kind == "cuda":
+        want = ".".join(cell.toolkit_version.split(".")[:2])
+        cuda_home = host.nvcc.get(want)
+        if cuda_home is None:
+            raise Refused(
+                f"cell {cell.id} is built with nvcc {want} (toolkit {cell.toolkit}); this machine has "
+                f"{', '.join(f'nvcc {v} at {p}' for v, p in host.nvcc.items()) or 'no nvcc'}: install CUDA "
+                f"{want} under /usr/local/cuda-{want} or build it in the {cell.image} image"
+            )
+    elif cell.toolkit_kind == "rocm":
+        raise Refused(f"cell {cell.id} needs hipcc from ROCm {cell.toolkit_version} and a ROCm torch; this "
+                      f"machine has {'hipcc ' + str(host.hipcc) if host.hipcc else 'no hipcc'} (build it in "
+                      f"{cell.image})")
+    py_minor = args.python or "3.11"
+    python = find_python(py_minor)
+    torch_from = Path(args.torch_from) if args.torch_from else None
+    if torch_from is None and getattr(args, "host", False):
+        torch_from = SHARED_TORCH_VENV
+    if torch_from is not None:
+        info = torch_info(torch_from / "bin" / "python")
+        if info is None or info["version"] != f"{cell.torch_version}+{cell.build_against}":
+            raise Refused(f"--torch-from {torch_from} has torch {info and info['version']}, the cell needs "
+                          f"{cell.torch_version}+{cell.build_against}")
+        vpy_minor = _run([str(torch_from / "bin" / "python"), "-c",
+                          "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"]).stdout.strip()
+        if vpy_minor != py_minor:
+            raise Refused(f"--torch-from {torch_from} is Python {vpy_minor}, not {py_minor}")
+        requirement = None
+    else:
+        requirement = torch_source(cell, py_minor, data)
+
+    if args.archs:
+        spec = archs_mod.parse_arch_list(args.archs)
+    else:
+        spec = archs_mod.ArchSpec(sass=tuple(cell.sass), ptx=tuple(cell.ptx))
+    archs_text = archs_mod.to_torch_arch_list(spec) if cell.toolkit_kind == "cuda" else ""
+
+    work = CELLS_HOME / f"{cell.id}-py{py_minor.replace('.', '')}"
+    log = Log(work / "build.log", cell.id)
+    files = source_files()
+    key = hashlib.sha256(json.dumps([source_hash(files), cell.to_dict(), archs_text, requirement or
+                                     str(torch_from), py_minor], sort_keys=True, default=str).encode()).hexdigest()
+    out_dir = Path(args.out or (REPO_ROOT / "dist" / "cells"))
+    done = work / "done.json"
+    if done.exists() and not args.force:
+        record = json.loads(done.read_text())
+        wheel = out_dir / record["wheel"]
+        if record.get("key") == key and wheel.exists():
+            log.step(f"up to date: {wheel} (same sources, cell, archs and torch; --force rebuilds)")
+            return wheel
+    if args.plan_only:
+        log.step(f"would build with {python}, torch {requirement or torch_from}, archs {archs_text or '-'}, "
+                 f"CUDA_HOME {cuda_home or '-'}")
+        return Path()
+
+    # ---- venv + torch
+    vpy = _make_venv(python, work / "venv", torch_from, log)
+    if requirement:
+        if torch_info(vpy) is None:
+            log.run(f"pip install {requirement} (shared pip cache)",
+                    [vpy, "-m", "pip", "install", requirement, "setuptools>=70", "wheel", "ninja", "packaging>=24"])
+        info = torch_info(vpy)
+        want = f"{cell.torch_version}+{cell.build_against}"
+        if info is None or info["version"] != want:
+            raise BuildFailed(f"the cell venv has torch {info and info['version']}, the cell needs {want} "
+                              f"(PyPI's default build changed? see data/torch_builds.toml pypi_default)")
+
+    # ---- sources + build
+    src = work / "src"
+    _copy_sources(files, src)
+    env = dict(os.environ)
+    env.update(MAMBA_FORCE_BUILD="TRUE", MAMBA_LOCAL_VERSION=cell.label, MAX_JOBS=env.get("MAX_JOBS", "1"),
+               PIP_NO_BUILD_ISOLATION="0")
+    env.pop("MAMBA_SKIP_CUDA_BUILD", None)
+    if cuda_home:
+        env.update(CUDA_HOME=str(cuda_home), MAMBA_CUDA_ARCHS=archs_text)
+        env["PATH"] = f"{cuda_home}/bin:" + env["PATH"]
+    else:
+        env.pop("MAMBA_CUDA_ARCHS", None)
+        env.pop("TORCH_CUDA_ARCH_LIST", None)
+    ccache = shutil.which("ccache")
+    if ccache:
+        shim = work / "ccache-bin"
+        shim.mkdir(exist_ok=True)
+        for name in ("gcc", "g++", "cc", "c++"):
+            link = shim / name
+            if not link.exists():
+                link.symlink_to(ccache)
+        env["PATH"] = f"{shim}:" + env["PATH"]
+        env.setdefault("CCACHE_DIR", str(DEV_HOME / "ccache"))
+        if cuda_home:
+            env["PYTORCH_NVCC"] = f"{ccache} {cuda_home}/bin/nvcc"
+        log.step(f"ccache {ccache} (CCACHE_DIR={env['CCACHE_DIR']})")
+    raw = work / "raw"
+    shutil.rmtree(raw, ignore_errors=True)
+    log.run(f"pip wheel (MAMBA_CUDA_ARCHS={archs_text or '-'}, MAMBA_LOCAL_VERSION={cell.label}, "
+            f"MAX_JOBS={env['MAX_JOBS']})",
+            [vpy, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir", "-w", raw, "."],
+            env=env, cwd=src)
+    built = sorted(raw.glob("*.whl"))
+    if len(built) != 1:
+        raise BuildFailed(f"pip wheel left {len(built)} wheels in {raw}: {built}")
+
+    # ---- repair
+    repaired = work / "repaired"
+    shutil.rmtree(repaired, ignore_errors=True)
+    cmd = [sys.executable, "-m", "auditwheel", "repair", "-w", repaired]
+    for pat in EXCLUDE_PATTERNS:
+        cmd += ["--exclude", pat]
+    log.run("auditwheel repair (torch / CUDA / ROCm runtime libraries excluded)", cmd + [built[0]], env=env)
+    wheels = sorted(repaired.glob("*.whl"))
+    if len(wheels) != 1:
+        raise BuildFailed(f"auditwheel left {len(wheels)} wheels in {repaired}")
+    wheel = wheels[0]
+    log.step(f"repaired: {wheel.name} ({wheel.stat().st_size / 2**20:.1f} MiB)")
+
+    # ---- audit
+    if not args.no_audit:
+        from . import audit
+        report = audit.audit_wheel(wheel, cell, archs=args.archs, torch_from=torch_from or work / "venv",
+                                   runtime=True, log=log.step)
+        for f in report.findings:
+            log.step(f"audit: {f}")
+        if not report.ok:
+            raise BuildFailed(f"audit of {wheel.name} failed:\n  " + "\n  ".join(report.findings))
+        log.step(f"audit passed: {', '.join(report.passed)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob(f"mamba_ssm-*+{cell.label.lower()}-*{cell.platform}.whl"):
+        old.unlink()
+    final = out_dir / wheel.name
+    shutil.copy2(wheel, final)
+    tmp = done.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"key": key, "wheel": wheel.name, "audited": not args.no_audit,
+                               "seconds": round(time.monotonic() - log.t0, 1)}, indent=1))
+    tmp.replace(done)
+    log.step(f"done: {final}")
+    return final
+
+
+def main(args) -> int:
+    plan = mx.load_plan(args.matrix, args.data, args.pyproject)
+    data = mx.load_toml(args.data)
+    try:
+        cell_id = host_cell_id(plan) if args.host else args.cell
+        cell = plan.cell(cell_id)
+        host = detect_host()
+        wheel = build_cell(cell, args, data, host)
+    except Refused as exc:
+        print(f"build: refused: {exc}", file=sys.stderr)
+        return 2
+    except BuildFailed as exc:
+        print(f"build: {exc}", file=sys.stderr)
+        return 1
+    if wheel != Path():
+        print(wheel)
+    return 0
