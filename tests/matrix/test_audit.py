@@ -1,0 +1,228 @@
+"""audit: small fabricated wheels (a tiny shared object compiled here, carrying real build info and,
+for CUDA cells, real SASS from nvcc) that are right in every respect but one; the audit must pass the
+good one and name exactly what is wrong in each bad one.  The runtime check is exercised by the slow
+real-build test (test_build_slow.py)."""
+import base64
+import dataclasses
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from build_matrix import audit, build
+from build_matrix import matrix as mx
+from build_matrix._compat_loader import load_compat
+
+buildinfo = load_compat("buildinfo")
+NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")
+LABEL = "cu13torch2.14cxx11abiTRUE"
+CELL_ID = f"{LABEL}-x86_64"
+CPU_CELL_ID = "cputorch2.13cxx11abiTRUE-x86_64"
+
+
+def _info(**over):
+    fields = dict(package_version=f"2.4.0.dev0+{LABEL.lower()}", torch_version="2.14.1+cu130", torch_cuda="13.0",
+                  nvcc_version="13.0", cxx11_abi=True, sass_archs=["sm_90"], ptx_archs=[], python_tag="cp39-abi3",
+                  platform="linux-x86_64", kernels=["cpu", "cuda"])
+    fields.update(over)
+    return buildinfo.BuildInfo(**fields)
+
+
+SRC = r'''
+#include "mamba_ssm_build_info.h"
+extern "C" {
+__attribute__((used)) static const char kInfo[] =
+    "MAMBA_SSM_BUILD_INFO_BEGIN" MAMBA_SSM_BUILD_INFO_JSON "MAMBA_SSM_BUILD_INFO_END";
+const char* mamba_ssm_build_info(void) { return kInfo; }
+}
+'''
+KERNEL = r'''
+__global__ void scale(float* x, float a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }
+extern "C" void launch(float* x, float a, int n) { scale<<<(n + 255) / 256, 256>>>(x, a, n); }
+'''
+
+
+def compile_so(tmp: Path, info, gencode=None) -> Path:
+    """A shared object carrying ``info`` (and, with ``gencode``, a CUDA kernel for those targets)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "mamba_ssm_build_info.h").write_text(buildinfo.render_header(info))
+    so = tmp / "_C.abi3.so"
+    if gencode:
+        if not NVCC.exists():
+            pytest.skip(f"{NVCC} not present (CUDA 13.0 toolkit)")
+        (tmp / "c.cu").write_text(SRC + KERNEL)
+        cmd = [str(NVCC), "-shared", "-Xcompiler", "-fPIC", "-I", str(tmp), "-o", str(so), str(tmp / "c.cu")]
+        for g in gencode:
+            cmd += ["-gencode", g]
+    else:
+        (tmp / "c.cpp").write_text(SRC)
+        cmd = ["g++", "-shared", "-fPIC", "-I", str(tmp), "-o", str(so), str(tmp / "c.cpp")]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return so
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def make_wheel(out: Path, so: Path, version=f"2.4.0.dev0+{LABEL}", platform_tag=None, meta_version=None,
+               extra=None, corrupt_record=False) -> Path:
+    """A wheel like setup.py + auditwheel produce; platform tag defaults to what auditwheel grants."""
+    from packaging.version import Version
+
+    v = str(Version(version))
+    if platform_tag is None:  # ask auditwheel which manylinux tag the symbols allow
+        probe = make_wheel(out / "probe", so, version, platform_tag="linux_x86_64", meta_version=meta_version)
+        show = json.loads(subprocess.run([sys.executable, "-m", "auditwheel", "show", "--json", str(probe)],
+                                         capture_output=True, text=True, check=True).stdout)
+        platform_tag = show["sym_tag"]
+        shutil.rmtree(out / "probe")
+    dist = f"mamba_ssm-{v}.dist-info"
+    files = {
+        "mamba_ssm/__init__.py": b"__version__ = '2.4.0.dev0'\n",
+        "mamba_ssm/_C.abi3.so": so.read_bytes(),
+        f"{dist}/METADATA": f"Metadata-Version: 2.4\nName: mamba-ssm\nVersion: {meta_version or v}\n".encode(),
+        f"{dist}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
+                          f"Tag: cp39-abi3-{platform_tag}\n").encode(),
+    }
+    files.update(extra or {})
+    record = "".join(f"{n},sha256={_b64(d)},{len(d)}\n" for n, d in files.items())
+    if corrupt_record:
+        record = record.replace(_b64(files["mamba_ssm/__init__.py"]), _b64(b"something else"))
+    files[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"mamba_ssm-{v}-cp39-abi3-{platform_tag}.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, d in files.items():
+            zf.writestr(n, d)
+    return path
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return mx.load_plan()
+
+
+@pytest.fixture(scope="module")
+def sm90_so(tmp_path_factory):
+    return compile_so(tmp_path_factory.mktemp("sm90"), _info(), ["arch=compute_90,code=sm_90"])
+
+
+def run_audit(wheel, cell, archs="90"):
+    return audit.audit_wheel(wheel, cell, archs=archs, runtime=False)
+
+
+def test_good_wheel_passes(tmp_path, plan, sm90_so):
+    wheel = make_wheel(tmp_path, sm90_so)
+    rep = run_audit(wheel, plan.cell(CELL_ID))
+    assert rep.ok, rep.findings
+    assert set(rep.passed) == {"file name", "metadata", "shared objects", "size", "device code", "build info",
+                               "auditwheel show"}
+    assert rep.facts["sass"] == ["sm_90"] and rep.facts["ptx"] == []
+
+
+def test_other_archs_fail(tmp_path, plan):
+    so = compile_so(tmp_path / "so", _info(sass_archs=["sm_80"]), ["arch=compute_80,code=sm_80"])
+    rep = run_audit(make_wheel(tmp_path, so), plan.cell(CELL_ID))
+    assert any(f.startswith("device code: SASS in mamba_ssm/_C.abi3.so is ['sm_80'], the plan says ['sm_90']")
+               for f in rep.findings), rep.findings
+    assert any(f.startswith("build info: build info archs ['sm_80']") for f in rep.findings)
+
+
+def test_build_info_that_lies_about_archs_fails(tmp_path, plan):
+    # build info claims sm_90 but the fatbin holds sm_80: the device-code check reads the binary itself
+    so = compile_so(tmp_path / "so", _info(), ["arch=compute_80,code=sm_80"])
+    rep = run_audit(make_wheel(tmp_path, so), plan.cell(CELL_ID))
+    assert [f for f in rep.findings if f.startswith("device code:")] and \
+        not [f for f in rep.findings if f.startswith("build info:")], rep.findings
+
+
+def test_bundled_libtorch_fails(tmp_path, plan, sm90_so):
+    fake_lib = compile_so(tmp_path / "lib", _info())  # any ELF will do
+    wheel = make_wheel(tmp_path, sm90_so, extra={"mamba_ssm.libs/libtorch_cpu-1a2b3c4d.so": fake_lib.read_bytes()})
+    rep = run_audit(wheel, plan.cell(CELL_ID))
+    assert any("mamba_ssm.libs/libtorch_cpu-1a2b3c4d.so is bundled: it matches libtorch*" in f
+               for f in rep.findings), rep.findings
+
+
+def test_metadata_filename_mismatch_fails(tmp_path, plan, sm90_so):
+    # upstream's failure mode: the file renamed with a label, METADATA without it
+    wheel = make_wheel(tmp_path, sm90_so, meta_version="2.4.0.dev0")
+    rep = run_audit(wheel, plan.cell(CELL_ID))
+    assert any("METADATA Version '2.4.0.dev0' != file name version '2.4.0.dev0+cu13torch2.14cxx11abitrue'" in f
+               for f in rep.findings), rep.findings
+
+
+def test_record_mismatch_fails(tmp_path, plan, sm90_so):
+    rep = run_audit(make_wheel(tmp_path, sm90_so, corrupt_record=True), plan.cell(CELL_ID))
+    assert any("mamba_ssm/__init__.py: sha256 in RECORD" in f for f in rep.findings), rep.findings
+
+
+def test_wrong_abi_and_torch_fail(tmp_path, plan):
+    so = compile_so(tmp_path / "so", _info(cxx11_abi=False, torch_version="2.13.0+cu130"),
+                    ["arch=compute_90,code=sm_90"])
+    rep = run_audit(make_wheel(tmp_path, so), plan.cell(CELL_ID))
+    text = "\n".join(rep.findings)
+    assert "built against torch 2.13.0+cu130, the cell says 2.14.1+cu130" in text
+    assert "cxx11_abi False != the cell's True" in text
+    assert "the compatibility rule says" in text  # buildinfo.incompatibilities rejects what the cell serves
+
+
+def test_unrepaired_and_wrong_variant_fail(tmp_path, plan, sm90_so):
+    rep = run_audit(make_wheel(tmp_path, sm90_so, platform_tag="linux_x86_64"), plan.cell(CELL_ID))
+    assert any("'linux_x86_64' is not a manylinux tag" in f for f in rep.findings), rep.findings
+    other = make_wheel(tmp_path / "o", sm90_so, version="2.4.0.dev0+cu12torch2.14cxx11abiTRUE")
+    rep = run_audit(other, plan.cell(CELL_ID))
+    assert any(f.startswith("file name: variant cu12torch2.14cxx11abiTRUE") for f in rep.findings), rep.findings
+
+
+def test_size_budget(tmp_path, plan, sm90_so):
+    cell = dataclasses.replace(plan.cell(CELL_ID), size_budget_mib=0.001)
+    rep = run_audit(make_wheel(tmp_path, sm90_so), cell)
+    assert any(f.startswith("size: ") and "> budget 0.001 MiB" in f for f in rep.findings), rep.findings
+
+
+def test_cpu_cell(tmp_path, plan):
+    info = _info(package_version="2.4.0.dev0+cputorch2.13cxx11abitrue", torch_version="2.13.0+cpu",
+                 torch_cuda=None, nvcc_version=None, sass_archs=[], kernels=["cpu"])
+    so = compile_so(tmp_path / "so", info)
+    good = make_wheel(tmp_path / "g", so, version="2.4.0.dev0+cputorch2.13cxx11abiTRUE")
+    rep = run_audit(good, plan.cell(CPU_CELL_ID), archs=None)
+    assert rep.ok, rep.findings
+    assert rep.facts["sass"] == [] and rep.facts["device_code_by"] == "ELF .nv_fatbin"
+    # a CPU wheel that carries GPU code is wrong
+    gpu = compile_so(tmp_path / "gpu", info, ["arch=compute_90,code=sm_90"])
+    rep = run_audit(make_wheel(tmp_path / "b", gpu, version="2.4.0.dev0+cputorch2.13cxx11abiTRUE"),
+                    plan.cell(CPU_CELL_ID), archs=None)
+    assert any("SASS in mamba_ssm/_C.abi3.so is ['sm_90'], the plan says none" in f for f in rep.findings)
+
+
+def test_elf_parser_agrees_with_cuobjdump(tmp_path):
+    so = compile_so(tmp_path, _info(), ["arch=compute_80,code=sm_80", "arch=compute_90,code=sm_90",
+                                        "arch=compute_90,code=compute_90"])
+    assert audit.archs_by_elf(so) == (["sm_80", "sm_90"], ["compute_90"])
+    cuobjdump = audit.find_cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("no cuobjdump (CUDA toolkit or triton) to compare with")
+    assert audit.archs_by_cuobjdump(so, cuobjdump) == audit.archs_by_elf(so)
+
+
+def test_audit_cli_exit_status(tmp_path, sm90_so):
+    bad = make_wheel(tmp_path, sm90_so, meta_version="2.4.0.dev0")
+    out = subprocess.run([sys.executable, "-m", "build_matrix", "audit", str(bad), "--archs", "90", "--no-runtime"],
+                         capture_output=True, text=True, cwd=mx.REPO_ROOT)
+    assert out.returncode == 1
+    assert "FAIL metadata: METADATA Version '2.4.0.dev0'" in out.stdout
+    assert f"against {CELL_ID}: FAILED" in out.stdout
+
+
+def test_exclusions_cover_what_torch_provides():
+    for lib in ("libtorch_cpu.so", "libc10.so", "libc10_cuda.so", "libcudart.so.13", "libcuda.so.1",
+                "libamdhip64.so.6", "libgomp.so.1"):
+        assert any(__import__("fnmatch").fnmatch(lib, p) for p in build.EXCLUDE_PATTERNS), lib
