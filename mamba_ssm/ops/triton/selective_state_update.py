@@ -1,0 +1,107 @@
+"""One decode step of the selective scan from a cached state, updating the state in place, with
+upstream's import path and arguments (``mamba_ssm.ops.triton.selective_state_update``). PyTorch
+implementation, computed in float32 (float64 for float64 inputs); Triton is not needed.
+
+Math (arXiv:2312.00752, Algorithm 2, one timestep; Mamba-2 heads from arXiv:2405.21060):
+
+    dt'   = softplus(dt + dt_bias)            (softplus only with dt_softplus=True)
+    state = exp(dt' * A) * state + dt' * B * x
+    out   = (state . C) + D * x, then * silu(z) when z is given
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["selective_state_update", "selective_state_update_ref"]
+
+
+def _shape(x):
+    return tuple(x.shape)
+
+
+def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
+                           state_batch_indices=None):
+    """Advance ``state`` by one token and return the output for that token.
+
+    Shapes (without heads / with heads, as upstream):
+        state: (batch, dim, dstate) / (batch, nheads, dim, dstate), updated in place
+        x, dt, z: (batch, dim) / (batch, nheads, dim)
+        A: (dim, dstate) / (nheads, dim, dstate)
+        B, C: (batch, dstate) / (batch, ngroups, dstate) with ngroups dividing nheads
+        D, dt_bias: (dim,) / (nheads, dim)
+        state_batch_indices: (batch,) int rows of ``state`` to use (its first dim may be larger).
+
+    Returns:
+        out with x's shape and dtype.
+
+    Raises:
+        TypeError / ValueError: a non-tensor or non-float argument, shapes that disagree.
+    """
+    for name, t in (("state", state), ("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"selective_state_update: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"selective_state_update: {name} has dtype {t.dtype}; expected a float dtype")
+    heads = state.dim() == 4
+    if not heads:
+        if state.dim() != 3:
+            raise ValueError(f"selective_state_update: state must be (batch, dim, dstate) or (batch, nheads, "
+                             f"dim, dstate), got {_shape(state)}")
+        state_h = state.unsqueeze(1)
+        x_h, dt_h, A_h = x.unsqueeze(1), dt.unsqueeze(1), A.unsqueeze(0)
+        B_h, C_h = B.unsqueeze(1), C.unsqueeze(1)
+        D_h = D.unsqueeze(0) if D is not None else None
+        z_h = z.unsqueeze(1) if z is not None else None
+        db_h = dt_bias.unsqueeze(0) if dt_bias is not None else None
+    else:
+        state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h = state, x, dt, A, B, C, D, z, dt_bias
+    rows = state_h if state_batch_indices is None else state_h[state_batch_indices]
+    batch, nheads, dim, dstate = rows.shape
+    expect = (batch, nheads, dim)
+    for name, t in (("x", x_h), ("dt", dt_h), ("z", z_h)):
+        if t is not None and _shape(t) != expect:
+            raise ValueError(f"selective_state_update: {name} must have shape {expect if heads else expect[::2]}"
+                             f" to match state {_shape(state)}, got {_shape(t if heads else t.squeeze(1))}")
+    if _shape(A_h) != (nheads, dim, dstate):
+        raise ValueError(f"selective_state_update: A must have shape "
+                         f"{(nheads, dim, dstate) if heads else (dim, dstate)}, got {_shape(A)}")
+    for name, t in (("B", B_h), ("C", C_h)):
+        if t.dim() != 3 or t.shape[0] != batch or t.shape[2] != dstate or nheads % t.shape[1]:
+            raise ValueError(f"selective_state_update: {name} must have shape "
+                             f"{'(batch, ngroups, dstate)' if heads else '(batch, dstate)'} = ({batch}, "
+                             f"{'ngroups, ' if heads else ''}{dstate}), got {_shape(t if heads else t.squeeze(1))}")
+    for name, t in (("D", D_h), ("dt_bias", db_h)):
+        if t is not None and _shape(t) != (nheads, dim):
+            # Mamba-2 passes per-head D / dt_bias expanded with stride 0; accept (nheads,) too.
+            if heads and _shape(t) == (nheads,):
+                continue
+            raise ValueError(f"selective_state_update: {name} must have shape "
+                             f"{(nheads, dim) if heads else (dim,)}, got {_shape(t)}")
+    cdtype = torch.float64 if torch.float64 in (x.dtype, state.dtype, A.dtype) else torch.float32
+    dtf = dt_h.to(cdtype)
+    if db_h is not None:
+        dtf = dtf + (db_h.to(cdtype) if db_h.dim() == 2 else db_h.to(cdtype)[:, None])
+    if dt_softplus:
+        dtf = F.softplus(dtf)
+    Bf = B_h.to(cdtype).repeat_interleave(nheads // B_h.shape[1], dim=1)  # (batch, nheads, dstate)
+    Cf = C_h.to(cdtype).repeat_interleave(nheads // C_h.shape[1], dim=1)
+    xf = x_h.to(cdtype)
+    dA = torch.exp(dtf.unsqueeze(-1) * A_h.to(cdtype))
+    new = rows.to(cdtype) * dA + (dtf * xf).unsqueeze(-1) * Bf.unsqueeze(2)
+    if state_batch_indices is None:
+        state_h.copy_(new)
+    else:
+        state_h[state_batch_indices] = new.to(state.dtype)
+    out = (new * Cf.unsqueeze(2)).sum(-1)
+    if D_h is not None:
+        out = out + xf * (D_h.to(cdtype) if D_h.dim() == 2 else D_h.to(cdtype)[:, None])
+    if z_h is not None:
+        out = out * F.silu(z_h.to(cdtype))
+    out = out.to(x.dtype)
+    return out if heads else out.squeeze(1)
+
+
+def selective_state_update_ref(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False):
+    """Alias of :func:`selective_state_update` (upstream exports a reference under this name)."""
+    return selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus)
