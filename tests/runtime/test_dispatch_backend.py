@@ -362,3 +362,48 @@ def test_loaded_module_that_registers_no_ops_falls_back(tmp_path):
     (w,) = out["first"]["warnings"]
     assert "mamba_ssm.ops.backends.compiled failed to import" in w["message"]
     assert "selective_scan_fwd" in w["message"]
+
+
+OPS_UNDER_SETTINGS = r"""
+import json, os, sys, warnings
+import torch
+from mamba_ssm import _loader
+try:
+    from mamba_ssm import selective_scan_fn
+except ImportError as e:
+    print(json.dumps({"unavailable": str(e)})); sys.exit(0)
+g = torch.Generator().manual_seed(2)
+b, d, n, l = 1, 3, 2, 5
+args = (torch.randn(b, d, l, generator=g), torch.rand(b, d, l, generator=g), -torch.rand(d, n, generator=g) - 0.5,
+        torch.randn(b, n, l, generator=g), torch.randn(b, n, l, generator=g))
+out = {"reason": _loader.load().reason}
+for setting in ["compiled", "ref", "torch"]:
+    os.environ["MAMBA_SSM_BACKEND"] = setting
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            y = selective_scan_fn(*args)
+            out[setting] = {"y": y.tolist(), "error": None}
+        except RuntimeError as e:
+            out[setting] = {"y": None, "error": str(e)}
+    out[setting]["warnings"] = [str(w.message) for w in caught if w.category.__name__ == "MambaFallbackWarning"]
+torch.save(args, sys.argv[1])
+print(json.dumps(out))
+"""
+
+
+def test_selective_scan_fn_honours_the_setting(missing_root, tmp_path):
+    import torch
+
+    saved = tmp_path / "args.pt"
+    proc = S.run_python(missing_root, OPS_UNDER_SETTINGS, args=[str(saved)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = S.last_json(proc.stdout)
+    if "unavailable" in out:
+        pytest.skip(f"selective_scan_fn is not importable yet (ops part): {out['unavailable']}")
+    assert out["compiled"]["y"] is None
+    assert out["reason"] in out["compiled"]["error"] and "MAMBA_SSM_BACKEND=compiled" in out["compiled"]["error"]
+    ref = S.selective_scan_reference(*torch.load(saved))
+    for setting in ("ref", "torch"):
+        assert out[setting]["error"] is None and out[setting]["warnings"] == []
+        torch.testing.assert_close(torch.tensor(out[setting]["y"], dtype=torch.float64), ref, rtol=1e-4, atol=1e-5)

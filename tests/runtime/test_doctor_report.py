@@ -283,3 +283,37 @@ def test_real_build_if_present(tmp_path):
     if "cpu" in cm["build_info"]["kernels"] and not torch.cuda.is_available():
         assert rc == 0, report["problems"]
         assert report["devices"][0]["ops"]["selective_scan"]["backend"] == "compiled"
+    if "cpu" not in cm["build_info"]["kernels"]:
+        return
+    # A CPU call through the dispatcher lands on the compiled kernel, warns nothing, matches the reference.
+    tensors = tmp_path / "tensors.pt"
+    proc = S.run_python(root, REAL_CALL, args=[str(tensors)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = S.last_json(proc.stdout)
+    assert out == {"plan": "compiled", "warnings": []}
+    saved = torch.load(tensors)
+    ref = S.selective_scan_reference(*saved["inputs"], delta_softplus=True)
+    torch.testing.assert_close(saved["y"].double(), ref, rtol=1e-4, atol=1e-5)
+
+
+REAL_CALL = r"""
+import json, sys, warnings
+import torch
+from mamba_ssm import selective_scan_fn, _dispatch
+g = torch.Generator().manual_seed(1)
+b, d, n, l = 2, 8, 4, 33
+u = torch.randn(b, d, l, generator=g)
+delta = torch.rand(b, d, l, generator=g) * 0.5
+A = -torch.rand(d, n, generator=g) - 0.5
+B = torch.randn(b, n, l, generator=g)
+C = torch.randn(b, n, l, generator=g)
+D = torch.randn(d, generator=g)
+z = torch.randn(b, d, l, generator=g)
+delta_bias = torch.rand(d, generator=g) * 0.1
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    y = selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus=True)
+torch.save({"inputs": (u, delta, A, B, C, D, z, delta_bias), "y": y}, sys.argv[1])
+print(json.dumps({"plan": _dispatch.plan("selective_scan", "cpu")["backend"],
+                  "warnings": [str(w.message) for w in caught if w.category.__name__ == "MambaFallbackWarning"]}))
+"""
