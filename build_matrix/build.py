@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from packaging.specifiers import SpecifierSet
+
 from . import matrix as mx
 from ._compat_loader import REPO_ROOT, load_compat
 
@@ -272,7 +274,13 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
         raise Refused(f"cell {cell.id} needs hipcc from ROCm {cell.toolkit_version} and a ROCm torch; this "
                       f"machine has {'hipcc ' + str(host.hipcc) if host.hipcc else 'no hipcc'} (build it in "
                       f"{cell.image})")
-    py_minor = args.python or "3.11"
+    py_minor = args.python or data.get("_build_python", "3.11")
+    listed = data.get("_python_versions", [])
+    if listed and py_minor not in listed:
+        raise Refused(f"Python {py_minor} is not in matrix.toml [python] versions ({', '.join(listed)})")
+    torch_py = data["releases"][cell.series].get("python")
+    if torch_py and py_minor not in SpecifierSet(torch_py):
+        raise Refused(f"torch {cell.series} supports Python {torch_py} (data/torch_builds.toml), not {py_minor}")
     python = find_python(py_minor)
     torch_from = Path(args.torch_from) if args.torch_from else None
     if torch_from is None and getattr(args, "host", False):
@@ -401,6 +409,9 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
 def main(args) -> int:
     plan = mx.load_plan(args.matrix, args.data, args.pyproject)
     data = mx.load_toml(args.data)
+    matrix = mx.load_toml(args.matrix)
+    data["_build_python"] = matrix.get("python", {}).get("build", "3.11")
+    data["_python_versions"] = plan.python_versions
     try:
         cell_id = host_cell_id(plan) if args.host else args.cell
         cell = plan.cell(cell_id)
