@@ -48,7 +48,10 @@ def copy_project(dest: str) -> None:
             continue
         target = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copy2(src, target)
+        try:
+            shutil.copy2(src, target)
+        except FileNotFoundError:  # removed since listed
+            continue
 
 
 def timed_build(proj: str, env: dict) -> dict:

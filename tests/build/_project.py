@@ -29,7 +29,10 @@ def copy_project(dest, tiny_csrc=False):
             continue
         target = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copy2(os.path.join(REPO, rel), target)
+        try:
+            shutil.copy2(os.path.join(REPO, rel), target)
+        except FileNotFoundError:  # removed since listed (a shared working tree)
+            continue
     if tiny_csrc:
         os.makedirs(os.path.join(dest, "csrc"), exist_ok=True)
         with open(os.path.join(dest, "csrc", "tiny.cpp"), "w") as f:
