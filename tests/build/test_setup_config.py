@@ -362,3 +362,18 @@ def test_commands_classified():
     assert S.classify_commands(["bdist_wheel", "--dist-dir", "d"]) == "wheel"
     assert S.classify_commands(["build_ext", "--inplace"]) == "source"
     assert S.classify_commands(["editable_wheel", "--dist-dir", "d"]) == "editable"
+
+
+def test_real_debian_hipcc():
+    """Debian's hipcc (ROCm 5.2) found on PATH; its `HIP version: 5.2.21153-0` read tolerantly."""
+    hipcc = shutil.which("hipcc")
+    if not hipcc:
+        pytest.skip("no hipcc on PATH (apt-get install hipcc)")
+    env = {"PATH": os.environ["PATH"], "HIP_BUILD": "1"}
+    cfg = S.resolve_config(env, rocm_torch(hip="5.2.21153-0", version="1.13.1+rocm5.2"))
+    dpkg = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "hipcc"], capture_output=True, text=True)
+    if dpkg.returncode == 0:  # the package manager's version is the independent truth
+        assert cfg.hipcc == tuple(int(x) for x in dpkg.stdout.split(".")[:2])
+    else:
+        assert cfg.hipcc[0] >= 5
+    assert cfg.gfx_archs == ("gfx90a", "gfx1100")  # ROCm 5.x: no gfx942 by default
