@@ -217,7 +217,7 @@ def audit_wheel(wheel: Path, cell: mx.Cell, archs: Optional[str] = None,
                 torch_from: Optional[Path] = None, runtime: bool = True,
                 log: Optional[Callable[[str], None]] = None) -> AuditReport:
     """Run every check (module docstring) and return the report; never raises for a bad wheel."""
-    wheel = Path(wheel)
+    wheel = Path(wheel).resolve()
     rep = AuditReport(wheel=str(wheel), cell=cell.id)
     variant = load_compat("variant")
     archs_mod = load_compat("archs")
@@ -475,6 +475,11 @@ for b in range(Bn):
             ref *= zz / (1.0 + math.exp(-zz))
             worst = max(worst, abs(float(y[b, d, t]) - ref) / (1.0 + abs(ref)))
 out["max_rel_err"] = worst
+try:
+    from mamba_ssm import _dispatch
+    out["backend"] = _dispatch.backend_for("selective_scan", torch.device("cpu"))
+except Exception as exc:
+    out["backend"] = "unknown (%s)" % exc
 print(json.dumps(out))
 '''
 
@@ -519,6 +524,8 @@ def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], 
             problems.append(f"mamba_ssm imported from {res.get('package_path')}, not from the fresh venv")
         if not res.get("doctor_loaded"):
             problems.append(f"doctor reports _C not loaded: {res.get('doctor_reason')}")
+        if res.get("backend") != "compiled":
+            problems.append(f"the CPU selective scan ran on backend {res.get('backend')!r}, not the compiled kernel")
         err = res.get("max_rel_err")
         if err is None or not err <= 1e-4:
             problems.append(f"compiled CPU selective_scan_fn differs from the float64 reference: max rel err {err}")
