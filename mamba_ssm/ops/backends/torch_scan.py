@@ -88,6 +88,8 @@ def _segments(seqlen: int, segment: int, chunk: int) -> List[Tuple[int, int, int
     """(start, end, chunk) per segment: full segments, then a multiple-of-chunk rest, then a tail."""
     out = []
     start = 0
+    if segment >= chunk:
+        segment = (segment // chunk) * chunk
     while seqlen - start >= segment and segment >= chunk:
         out.append((start, start + segment, chunk))
         start += segment

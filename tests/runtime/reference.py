@@ -1,0 +1,239 @@
+"""Float64 sequential references for the runtime tests, written independently of ``mamba_ssm``.
+
+Each follows the recurrences as stated in the papers, one timestep and one channel group at a time in
+numpy float64, so they share no code (and no vectorisation tricks) with the implementations under test.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+
+def _np(t):
+    if t is None:
+        return None
+    return t.detach().cpu().double().numpy()
+
+
+def _softplus(x):
+    return np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0.0)
+
+
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                   initial_state=None):
+    """Mamba's S6 scan (arXiv:2312.00752, Algorithm 2) in float64, one timestep at a time.
+
+    u, delta (batch, dim, L); A (dim, N); B, C (dim, N) | (batch, N, L) | (batch, G, N, L).
+    Returns (out (batch, dim, L), last state (batch, dim, N)) as numpy float64 arrays.
+    """
+    u, delta, A, B, C = _np(u), _np(delta), _np(A), _np(B), _np(C)
+    D, z, delta_bias = _np(D), _np(z), _np(delta_bias)
+    batch, dim, L = u.shape
+    N = A.shape[1]
+
+    def per_channel(X):  # -> (dim, N) or (batch, dim, N, L)
+        if X.ndim == 2:
+            return X
+        if X.ndim == 3:
+            return np.broadcast_to(X[:, None], (batch, dim, N, L))
+        groups = X.shape[1]
+        return np.stack([X[:, d // (dim // groups)] for d in range(dim)], axis=1)
+
+    Bd, Cd = per_channel(B), per_channel(C)
+    dt = delta + (delta_bias[None, :, None] if delta_bias is not None else 0.0)
+    if delta_softplus:
+        dt = _softplus(dt)
+    h = np.zeros((batch, dim, N)) if initial_state is None else _np(initial_state).copy()
+    out = np.zeros((batch, dim, L))
+    for t in range(L):
+        Bt = Bd if Bd.ndim == 2 else Bd[..., t]
+        Ct = Cd if Cd.ndim == 2 else Cd[..., t]
+        h = np.exp(dt[:, :, t, None] * A[None]) * h + (dt[:, :, t] * u[:, :, t])[..., None] * Bt
+        out[:, :, t] = (h * Ct).sum(-1)
+    if D is not None:
+        out = out + D[None, :, None] * u
+    if z is not None:
+        out = out * _silu(z)
+    return out, h
+
+
+def selective_scan_torch(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
+    """The same recurrence in torch float64, one timestep at a time: differentiable by autograd, the
+    gradient oracle of the tests. Returns (out, last state) as float64 tensors."""
+    import torch  # noqa: PLC0415
+
+    f = lambda t: None if t is None else t.double()  # noqa: E731
+    u, delta, A, B, C, D, z, delta_bias = map(f, (u, delta, A, B, C, D, z, delta_bias))
+    batch, dim, L = u.shape
+    N = A.shape[1]
+
+    def per_channel(X):
+        if X.dim() == 2:
+            return X
+        if X.dim() == 3:
+            return X.unsqueeze(1).expand(batch, dim, N, L)
+        return X.repeat_interleave(dim // X.shape[1], dim=1)
+
+    Bd, Cd = per_channel(B), per_channel(C)
+    dt = delta + (delta_bias[None, :, None] if delta_bias is not None else 0.0)
+    if delta_softplus:
+        dt = torch.nn.functional.softplus(dt)
+    h = u.new_zeros(batch, dim, N)
+    ys = []
+    for t in range(L):
+        Bt = Bd if Bd.dim() == 2 else Bd[..., t]
+        Ct = Cd if Cd.dim() == 2 else Cd[..., t]
+        h = torch.exp(dt[:, :, t, None] * A) * h + (dt[:, :, t] * u[:, :, t])[..., None] * Bt
+        ys.append((h * Ct).sum(-1))
+    out = torch.stack(ys, -1)
+    if D is not None:
+        out = out + D[None, :, None] * u
+    if z is not None:
+        out = out * z * torch.sigmoid(z)
+    return out, h
+
+
+def ssd(x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, initial_states=None,
+        seq_idx=None, dt_limit=(0.0, float("inf"))):
+    """Mamba-2's SSD recurrence (arXiv:2405.21060, eq. (1) with scalar A per head) in float64.
+
+    x (b, l, h, p); dt (b, l, h); A (h,); B, C (b, l, g, n). seq_idx: the state restarts from zero
+    where it changes. Returns (out (b, l, h, p), final state (b, h, p, n), states after every step
+    (b, l, h, p, n)).
+    """
+    x, dt, A, B, C = _np(x), _np(dt), _np(A), _np(B), _np(C)
+    D, z, dt_bias = _np(D), _np(z), _np(dt_bias)
+    b_, l_, h_, p_ = x.shape
+    g_, n_ = B.shape[2], B.shape[3]
+    out = np.zeros_like(x)
+    states = np.zeros((b_, l_, h_, p_, n_))
+    final = np.zeros((b_, h_, p_, n_))
+    for b in range(b_):
+        for hh in range(h_):
+            grp = hh // (h_ // g_)
+            s = np.zeros((p_, n_)) if initial_states is None else _np(initial_states)[b, hh].copy()
+            for t in range(l_):
+                if seq_idx is not None and t > 0 and int(seq_idx[b, t]) != int(seq_idx[b, t - 1]):
+                    s = np.zeros((p_, n_))
+                d = dt[b, t, hh] + (dt_bias[hh] if dt_bias is not None else 0.0)
+                if dt_softplus:
+                    d = float(_softplus(np.array(d)))
+                d = min(max(d, dt_limit[0]), dt_limit[1])
+                s = np.exp(d * A[hh]) * s + d * np.outer(x[b, t, hh], B[b, t, grp])
+                y = s @ C[b, t, grp]
+                if D is not None:
+                    y = y + (D[hh] if D.ndim == 2 else D[hh] * np.ones(p_)) * x[b, t, hh]
+                if z is not None:
+                    y = y * _silu(z[b, t, hh])
+                out[b, t, hh] = y
+                states[b, t, hh] = s
+            final[b, hh] = s
+    return out, final, states
+
+
+def rms_norm(x, weight, eps):
+    """x / sqrt(mean(x^2) + eps) * weight over the last dim, float64 (Zhang & Sennrich 2019)."""
+    x, weight = _np(x), _np(weight)
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * weight
+
+
+def causal_conv1d(x, weight, bias=None, silu=False):
+    """out[b, d, t] = sum_k weight[d, k] * x[b, d, t - (w - 1) + k] (zeros before 0), float64."""
+    x, weight, bias = _np(x), _np(weight), _np(bias)
+    batch, dim, L = x.shape
+    w = weight.shape[1]
+    out = np.zeros((batch, dim, L))
+    for t in range(L):
+        for k in range(w):
+            s = t - (w - 1) + k
+            if s >= 0:
+                out[:, :, t] += weight[:, k] * x[:, :, s]
+    if bias is not None:
+        out += bias[None, :, None]
+    return _silu(out) if silu else out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Test utilities (no reference math below): covering design, tolerances, input factories
+# ----------------------------------------------------------------------------------------------------
+import torch  # noqa: E402
+
+def pairwise(factors):
+    """A greedy covering design: rows (dicts) such that every pair of levels of every two factors
+    appears in at least one row. ``factors``: {name: [levels]}. Deterministic."""
+    names = list(factors)
+    uncovered = set()
+    for (i, a), (j, b) in itertools.combinations(enumerate(names), 2):
+        for x in range(len(factors[a])):
+            for y in range(len(factors[b])):
+                uncovered.add((i, x, j, y))
+    candidates = list(itertools.product(*[range(len(factors[n])) for n in names]))
+    rows = []
+    while uncovered:
+        best, best_gain = None, -1
+        for cand in candidates:
+            gain = sum(1 for (i, j) in itertools.combinations(range(len(names)), 2)
+                       if (i, cand[i], j, cand[j]) in uncovered)
+            if gain > best_gain:
+                best, best_gain = cand, gain
+        rows.append(best)
+        for i, j in itertools.combinations(range(len(names)), 2):
+            uncovered.discard((i, best[i], j, best[j]))
+    return [{n: factors[n][k] for n, k in zip(names, row)} for row in rows]
+
+
+TOL = {torch.float32: (2e-4, 2e-4), torch.bfloat16: (2e-2, 3e-2), torch.float16: (5e-3, 5e-3),
+       torch.float64: (1e-9, 1e-9)}
+
+
+def assert_close(actual, expected, dtype, what="", scale=1.0):
+    """|actual - expected| <= atol * scale + rtol * |expected| elementwise, with the dtype's tolerances."""
+    rtol, atol = TOL[dtype]
+    a = actual.detach().cpu().double().numpy() if isinstance(actual, torch.Tensor) else np.asarray(actual)
+    e = expected.detach().cpu().double().numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
+    assert a.shape == e.shape, f"{what}: shape {a.shape} != expected {e.shape}"
+    assert np.all(np.isfinite(a)), f"{what}: non-finite values"
+    err = np.abs(a - e)
+    bound = atol * scale + rtol * np.abs(e)
+    worst = np.argmax(err - bound) if err.size else 0
+    assert np.all(err <= bound), (
+        f"{what}: max |err| {err.max():.3g} (at {np.unravel_index(worst, err.shape)}: got "
+        f"{a.flat[worst]:.6g}, expected {e.flat[worst]:.6g}); rtol {rtol}, atol {atol * scale}")
+
+
+def make_scan_inputs(batch, dim, d_state, seqlen, bc, has_D, has_z, has_bias, softplus, dtype,
+                     seed=0, device="cpu"):
+    """Random selective-scan inputs. ``bc``: 'constant', 'variable', 'grouped1', 'grouped2' or
+    'mixed' (B variable, C constant). u, delta, B, C, z in ``dtype``; A, D, delta_bias float32."""
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    u = r(batch, dim, seqlen).to(dtype)
+    if softplus:
+        delta = (0.5 * r(batch, dim, seqlen) - 1.0).to(dtype)
+    else:
+        delta = (0.2 * torch.rand(batch, dim, seqlen, generator=g) + 0.01).to(dtype)
+    A = -(0.1 + 2.0 * torch.rand(dim, d_state, generator=g))
+
+    def bc_tensor(kind):
+        if kind == "constant":
+            return r(dim, d_state).to(dtype)
+        if kind == "variable":
+            return r(batch, d_state, seqlen).to(dtype)
+        groups = int(kind[-1])
+        return r(batch, groups, d_state, seqlen).to(dtype)
+
+    if bc == "mixed":
+        B, C = bc_tensor("variable"), bc_tensor("constant")
+    else:
+        B, C = bc_tensor(bc), bc_tensor(bc)
+    D = r(dim) if has_D else None
+    z = r(batch, dim, seqlen).to(dtype) if has_z else None
+    # Without softplus the step must stay positive (a negative step with A < 0 is an exploding state).
+    delta_bias = (0.3 * r(dim) if softplus else 0.05 * r(dim).abs()) if has_bias else None
+    out = dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias, delta_softplus=softplus)
+    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
