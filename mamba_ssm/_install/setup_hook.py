@@ -45,8 +45,9 @@ def _mod(name: str) -> types.ModuleType:
 class Outcome:
     """What setup.py does next.
 
-    ``wheel_path``: a verified wheel in the resolver's cache to hand to pip unchanged (file name and
-    METADATA carry the local version label), or None. ``deferred``: torch is absent from the target
+    ``wheel_path``: a verified wheel in the resolver's cache to hand to pip unchanged, or None. Its
+    package files are the index wheel's; its version is the sdist's (``relabel.py`` says why pip needs
+    that; ``MAMBA_PREBUILT_LABEL=keep`` keeps the index wheel's local label instead). ``deferred``: torch is absent from the target
     (installed by the same command): build the pure-Python wheel, kernels deferred. ``message``: one
     paragraph (what was looked for, the nearest candidates and why they were rejected, what to do).
     ``status``: ``prebuilt`` | ``deferred`` | ``no-candidate`` | ``error``.
@@ -78,7 +79,22 @@ def resolve_prebuilt(version: str) -> Outcome:
                                                               "message": msg}, "prefix": None})
     _say(res.message)
     details = {"record": res.record(), "prefix": res.env.prefix if res.env else None}
-    return Outcome(res.wheel_path, res.status == "deferred", res.message, res.status, details)
+    wheel = res.wheel_path
+    if wheel and os.environ.get("MAMBA_PREBUILT_LABEL", "sdist").strip().lower() != "keep":
+        # pip refuses a cached wheel whose version differs from the sdist's (see relabel.py)
+        try:
+            wheel = _mod("relabel").relabel_wheel(
+                wheel, version, os.path.join(os.path.dirname(wheel), "as-" + version), res.entry.sha256)
+        except Exception as exc:
+            msg = f"{res.message} Could not give the wheel the sdist's version ({type(exc).__name__}: {exc})."
+            _say(msg)
+            details["record"]["message"] = msg
+            return Outcome(None, False, msg, "error", details)
+        if wheel != res.wheel_path:
+            _say(f"handing pip {os.path.basename(wheel)}: the index wheel with the sdist's version {version} "
+                 f"(package files unchanged; MAMBA_PREBUILT_LABEL=keep hands over the index wheel as is)")
+        details["record"]["installed_wheel"] = os.path.basename(wheel)
+    return Outcome(wheel, res.status == "deferred", res.message, res.status, details)
 
 
 def record(outcome: Outcome, final_mode: str) -> Optional[str]:
