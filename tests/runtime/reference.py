@@ -123,7 +123,8 @@ def ssd(x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, initial
                 d = dt[b, t, hh] + (dt_bias[hh] if dt_bias is not None else 0.0)
                 if dt_softplus:
                     d = float(_softplus(np.array(d)))
-                d = min(max(d, dt_limit[0]), dt_limit[1])
+                if tuple(dt_limit) != (0.0, float("inf")):  # the default means no clamp
+                    d = min(max(d, dt_limit[0]), dt_limit[1])
                 s = np.exp(d * A[hh]) * s + d * np.outer(x[b, t, hh], B[b, t, grp])
                 y = s @ C[b, t, grp]
                 if D is not None:
