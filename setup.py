@@ -612,8 +612,7 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
         spec, source = resolve_cuda_archs(env, torch_info.arch_list, nvcc)
         threads = _positive_int(env, "NVCC_THREADS", max(1, min(4, len(spec.sass) + len(spec.ptx))))
         gpu_flags += archs.gencode_flags(spec)
-        gpu_flags += [
-            "--expt-relaxed-constexpr",
+        gpu_flags += [  # torch's cpp_extension adds --expt-relaxed-constexpr and the -D__CUDA_NO_* we undo
             "-U__CUDA_NO_HALF_OPERATORS__",
             "-U__CUDA_NO_HALF_CONVERSIONS__",
             "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",

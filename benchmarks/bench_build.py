@@ -138,6 +138,7 @@ def main(argv=None) -> int:
 
     env = dict(os.environ, MAMBA_FORCE_BUILD="TRUE", MAMBA_CUDA_ARCHS=args.archs, MAX_JOBS=str(args.jobs))
     env.setdefault("CUDA_HOME", "/usr/local/cuda-13.0")
+    env["CCACHE_DISABLE"] = "1"  # torch's cpp_extension prepends ccache when installed: measure real compiles
     for var in ("TORCH_CUDA_ARCH_LIST", "MAMBA_SKIP_CUDA_BUILD", "CFLAGS", "CXXFLAGS"):
         env.pop(var, None)
     tmp = tempfile.mkdtemp(prefix="mamba-bench-build-")
@@ -167,7 +168,7 @@ Command: `{cmd}`
 Machine: {machine()}
 Date: {date}
 
-Clean build of a fresh copy of the project, `MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS={args.archs} MAX_JOBS={args.jobs}
+Clean build (ccache disabled) of a fresh copy of the project, `MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS={args.archs} MAX_JOBS={args.jobs}
 python setup.py build_ext --inplace` ({n_tu} ninja steps; kernels {', '.join(info.kernels)}; SASS
 {', '.join(info.sass_archs) or '-'}; PTX {', '.join(info.ptx_archs) or '-'}).
 
