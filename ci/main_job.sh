@@ -33,7 +33,7 @@ else
   python -m build_matrix build --host --archs "$ARCHS" --out "$WORK/cells"
   WHEEL="$(ls -t "$WORK"/cells/mamba_ssm-*.whl | head -n 1)"
   step "2. audit $WHEEL"
-  python -m build_matrix audit "$WHEEL"
+  python -m build_matrix audit "$WHEEL" --archs "$ARCHS"
 fi
 
 step "5. build our sdist"
@@ -70,9 +70,14 @@ env PATH="$WORK/venv/bin:$NO_NVCC_PATH" CUDA_HOME=/nonexistent CC=false CXX=fals
 end=$(date +%s.%N)
 grep -q "Successfully installed.*mamba-ssm" "$WORK/install.log" || { echo "install failed, see $WORK/install.log"; exit 1; }
 echo "install took $(python -c "print(round($end - $start, 1))") s"
-diff <(unzip -p "$WHEEL" '*.dist-info/RECORD' | tr -d '\r' | sort) \
-     <(tr -d '\r' <"$VSITE"/mamba_ssm-*.dist-info/RECORD | sort | grep -v -e '^\.\./' -e 'INSTALLER' -e 'REQUESTED' -e 'direct_url' -e '__pycache__') \
-  && echo "installed RECORD == the index wheel's RECORD"
+# The package files are the index wheel's, byte for byte (same RECORD rows); only the dist-info name and
+# METADATA's Version differ (pip needs the sdist's version: mamba_ssm/_install/relabel.py).
+pkg_rows() { tr -d '\r' | grep -v -e '\.dist-info/' -e '^\.\./' -e '__pycache__' | sort; }
+if diff <(unzip -p "$WHEEL" '*.dist-info/RECORD' | pkg_rows) <(pkg_rows <"$VSITE"/mamba_ssm-*.dist-info/RECORD); then
+  echo "installed package files == the index wheel's ($(unzip -p "$WHEEL" '*.dist-info/RECORD' | pkg_rows | wc -l) RECORD rows)"
+else
+  echo "installed files differ from the index wheel's"; exit 1
+fi
 
 step "7. doctor"
 cd "$WORK"

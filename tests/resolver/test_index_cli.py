@@ -1,0 +1,152 @@
+"""The index (PEP 503 roots + manifest + pins), the relabelled wheel, and the resolve / mirror
+commands, on fabricated wheels (fast). Hashes are recomputed here with hashlib, independently."""
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from helpers import build_info, env_dict, make_wheel  # noqa: E402
+
+from build_matrix.index import IndexError_, build_index, pin_sdist  # noqa: E402
+from build_matrix.resolver_cli import main as cli  # noqa: E402
+from mamba_ssm._install.manifest import load_pinned_hashes  # noqa: E402
+from mamba_ssm._install.relabel import relabel_wheel  # noqa: E402
+
+LABEL = "cu13torch2.14cxx11abiTRUE"
+CPU = "cputorch2.13cxx11abiTRUE"
+
+
+def sha(path):
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+@pytest.fixture()
+def index(tmp_path):
+    root = tmp_path / "idx"
+    a = make_wheel(str(root), LABEL, build_info(sass=("sm_80", "sm_90"), ptx=("compute_90",)), platform="manylinux_2_28_x86_64")
+    b = make_wheel(str(tmp_path / "elsewhere"), CPU, build_info("2.13.0+cpu", None, sass=()), platform="manylinux_2_28_x86_64")
+    expected = {os.path.basename(a): sha(a), os.path.basename(b): sha(b)}
+    manifest = build_index(str(root), add=[b], pin=str(tmp_path / "pins.json"))
+    return root, manifest, expected, tmp_path
+
+
+def test_index_layout_pages_manifest_and_pins(index):
+    root, manifest, expected, tmp = index
+    assert {w.filename: w.sha256 for w in manifest.wheels} == expected
+    for w in manifest.wheels:
+        folder = root / w.variant / "mamba-ssm"
+        assert (folder / w.filename).is_file()
+        page = (folder / "index.html").read_text()
+        links = re.findall(r'href="([^"#]+)#sha256=([0-9a-f]{64})"', page)
+        assert links == [(w.filename.replace("+", "%2B"), expected[w.filename])]
+        assert 'href="mamba-ssm/"' in (root / w.variant / "index.html").read_text()
+    assert sorted(os.listdir(root)) == sorted([LABEL, CPU, "index.html", "manifest.json"])  # the loose wheel was moved
+    data = json.loads((root / "manifest.json").read_text())
+    cu = next(w for w in data["wheels"] if w["variant"] == LABEL)
+    assert cu["sass_archs"] == ["sm_80", "sm_90"] and cu["ptx_archs"] == ["compute_90"]
+    assert cu["build_info"]["torch_version"] == "2.14.1+cu130"
+    pins = load_pinned_hashes(str(tmp / "pins.json"))
+    assert {k: v["sha256"] for k, v in pins.items()} == expected
+
+
+def test_pip_installs_from_a_variant_root_by_hand(index):
+    root, manifest, expected, tmp = index
+    cu = next(w for w in manifest.wheels if w.variant == LABEL)
+    target = tmp / "target"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "--target", str(target),
+         "--index-url", (root / LABEL).as_uri() + "/", f"mamba-ssm=={cu.version}"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (target / "mamba_ssm" / "_C.abi3.so").is_file()
+
+
+def test_a_wheel_whose_metadata_disagrees_with_its_name_is_refused(tmp_path):
+    path = make_wheel(str(tmp_path / "w"), LABEL, build_info())
+    bad = path.replace("2.4.0.dev0+", "2.4.1+")
+    os.rename(path, bad)
+    with pytest.raises(IndexError_, match="METADATA version"):
+        build_index(str(tmp_path / "w"))
+
+
+def test_pin_sdist_adds_the_pins_inside_the_archive(index):
+    root, manifest, expected, tmp = index
+    sdist = tmp / "mamba_ssm-2.4.0.dev0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tf:
+        for name, data in (("mamba_ssm-2.4.0.dev0/setup.py", b"# setup\n"), ("mamba_ssm-2.4.0.dev0/PKG-INFO", b"x")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    pin_sdist(str(sdist), manifest)
+    with tarfile.open(sdist) as tf:
+        names = tf.getnames()
+        pins = json.loads(tf.extractfile("mamba_ssm-2.4.0.dev0/mamba_ssm/_install/pinned_hashes.json").read())
+    assert "mamba_ssm-2.4.0.dev0/setup.py" in names
+    assert {k: v["sha256"] for k, v in pins["wheels"].items()} == expected
+
+
+def _b64(data):
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def test_relabel_keeps_every_package_file_and_fixes_the_version(tmp_path):
+    src = make_wheel(str(tmp_path), LABEL, build_info())
+    out = relabel_wheel(src, "2.4.0.dev0", str(tmp_path / "out"), sha256=sha(src))
+    assert os.path.basename(out) == "mamba_ssm-2.4.0.dev0-cp39-abi3-linux_x86_64.whl"
+    with zipfile.ZipFile(src) as a, zipfile.ZipFile(out) as b:
+        old_di = f"mamba_ssm-2.4.0.dev0+{LABEL.lower()}.dist-info"
+        for name in a.namelist():
+            if not name.startswith(old_di):
+                assert a.read(name) == b.read(name)
+        names = b.namelist()
+        assert all(n.startswith(("mamba_ssm/", "mamba_ssm-2.4.0.dev0.dist-info/")) for n in names)
+        meta = b.read("mamba_ssm-2.4.0.dev0.dist-info/METADATA").decode()
+        assert "\nVersion: 2.4.0.dev0\n" in meta
+        rows = list(csv.reader(io.StringIO(b.read("mamba_ssm-2.4.0.dev0.dist-info/RECORD").decode())))
+        for path, digest, size in rows:
+            if path.endswith("/RECORD"):
+                assert digest == size == ""
+                continue
+            data = b.read(path)
+            assert digest == _b64(data) and int(size) == len(data)
+        assert sorted(r[0] for r in rows) == sorted(names)
+        variant = json.loads(b.read("mamba_ssm-2.4.0.dev0.dist-info/mamba_ssm_variant.json"))
+        assert variant["index_wheel"] == os.path.basename(src) and variant["sha256"] == sha(src)
+    assert relabel_wheel(src, f"2.4.0.dev0+{LABEL}", str(tmp_path / "same")) == src
+
+
+def test_cli_resolve_for_declared_targets_and_mirror(index, capsys):
+    root, manifest, expected, tmp = index
+    env_file = tmp / "env.json"
+    env_file.write_text(json.dumps(env_dict(gpus=[{"vendor": "nvidia", "capability": "9.0"}], driver="580.65.06")))
+    assert cli(["resolve", "--index", str(root), "--env-json", str(env_file), "--json", "--no-pins"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "prebuilt" and out["wheel"] == f"mamba_ssm-2.4.0.dev0+{LABEL.lower()}-cp39-abi3-manylinux_2_28_x86_64.whl"
+    arm = tmp / "arm.json"
+    arm.write_text(json.dumps(env_dict(platforms=("manylinux_2_28_aarch64",))))
+    assert cli(["resolve", "--index", str(root), "--env-json", str(arm), "--no-pins", "--explain"]) == 1
+    assert "aarch64" in capsys.readouterr().out
+    notorch = tmp / "notorch.json"
+    notorch.write_text(json.dumps(env_dict(torch=None)))
+    assert cli(["resolve", "--index", str(root), "--env-json", str(notorch), "--no-pins"]) == 3
+    capsys.readouterr()
+    mirror = tmp / "mirror"
+    assert cli(["mirror", "--for", str(env_file), "--to", str(mirror), "--index", root.as_uri(), "--no-pins"]) == 0
+    data = json.loads((mirror / "manifest.json").read_text())
+    assert [w["filename"] for w in data["wheels"]] == [out["wheel"]]
+    assert sha(mirror / LABEL / "mamba-ssm" / out["wheel"]) == expected[out["wheel"]]
+    capsys.readouterr()
+    assert cli(["resolve", "--index", str(mirror), "--env-json", str(env_file), "--no-pins", "--fetch"]) == 0
