@@ -101,6 +101,38 @@ def detect_host() -> Host:
     return host
 
 
+PYPI_TOOLKIT_PACKAGES = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl",
+                         "nvidia-cuda-runtime")
+
+
+def pypi_cuda_home(version: str, log: "Log") -> Path:
+    """A CUDA >= 13 toolkit assembled from PyPI wheels (nvcc, nvvm, crt, cccl, runtime all install
+    into ``nvidia/cu13``), under ``$MAMBA_DEV_HOME/toolkits/cuda-<version>-pypi`` (shared by cells,
+    installed once, renamed into place when complete).  Returns the CUDA_HOME (``.../nvidia/cu13``)."""
+    versions = load_compat("versions")
+    major = int(version.split(".")[0])
+    target = DEV_HOME / "toolkits" / f"cuda-{version}-pypi"
+    home = target / "nvidia" / f"cu{major}"
+    if not (home / "bin" / "nvcc").exists():
+        tmp = target.with_name(target.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        log.run(f"CUDA {version} toolkit from PyPI ({', '.join(PYPI_TOOLKIT_PACKAGES)})",
+                [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", tmp]
+                + [f"{p}=={version}.*" for p in PYPI_TOOLKIT_PACKAGES])
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+    lib = home / "lib"
+    link = lib / "libcudart.so"
+    if not link.exists() and (lib / f"libcudart.so.{major}").exists():
+        link.symlink_to(f"libcudart.so.{major}")  # -lcudart needs the unversioned name
+    out = _run([str(home / "bin" / "nvcc"), "--version"])
+    got = versions.parse_nvcc_version(out.stdout)
+    if f"{got[0]}.{got[1]}" != version:
+        raise BuildFailed(f"the PyPI toolkit at {home} is nvcc {got[0]}.{got[1]}, not {version}")
+    log.step(f"nvcc {version} from PyPI at {home}")
+    return home
+
+
 def find_python(minor: str) -> Path:
     """The interpreter for Python ``minor`` ("3.12"): pyenv, then ``pythonX.Y`` on PATH, then
     manylinux's /opt/python.  Raises Refused naming what was searched."""
@@ -261,14 +293,20 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     if cell.platform != host.machine:
         raise Refused(f"cell {cell.id} is for {cell.platform}; this machine is {host.machine}")
     cuda_home: Optional[Path] = None
+    pypi_toolkit: Optional[str] = None
+    toolkit_choice = getattr(args, "toolkit", "auto") or "auto"
     if cell.toolkit_kind == "cuda":
         want = ".".join(cell.toolkit_version.split(".")[:2])
-        cuda_home = host.nvcc.get(want)
-        if cuda_home is None:
+        cuda_home = host.nvcc.get(want) if toolkit_choice in ("auto", "system") else None
+        if cuda_home is None and toolkit_choice in ("auto", "pypi") and int(want.split(".")[0]) >= 13:
+            pypi_toolkit = want
+        elif cuda_home is None:
             raise Refused(
                 f"cell {cell.id} is built with nvcc {want} (toolkit {cell.toolkit}); this machine has "
-                f"{', '.join(f'nvcc {v} at {p}' for v, p in host.nvcc.items()) or 'no nvcc'}: install CUDA "
-                f"{want} under /usr/local/cuda-{want} or build it in the {cell.image} image"
+                f"{', '.join(f'nvcc {v} at {p}' for v, p in host.nvcc.items()) or 'no nvcc'}"
+                + (" and PyPI's nvidia-cuda-nvcc-cu11/-cu12 wheels carry no nvcc (only CUDA 13.x comes from PyPI)"
+                   if int(want.split(".")[0]) < 13 else "")
+                + f": install CUDA {want} under /usr/local/cuda-{want} or build it in the {cell.image} image"
             )
     elif cell.toolkit_kind == "rocm":
         raise Refused(f"cell {cell.id} needs hipcc from ROCm {cell.toolkit_version} and a ROCm torch; this "
@@ -304,11 +342,12 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
         spec = archs_mod.ArchSpec(sass=tuple(cell.sass), ptx=tuple(cell.ptx))
     archs_text = archs_mod.to_torch_arch_list(spec) if cell.toolkit_kind == "cuda" else ""
 
-    work = CELLS_HOME / f"{cell.id}-py{py_minor.replace('.', '')}"
+    work = CELLS_HOME / (f"{cell.id}-py{py_minor.replace('.', '')}" + ("-pypi-nvcc" if pypi_toolkit else ""))
     log = Log(work / "build.log", cell.id)
     files = source_files()
     key = hashlib.sha256(json.dumps([source_hash(files), cell.to_dict(), archs_text, requirement or
-                                     str(torch_from), py_minor], sort_keys=True, default=str).encode()).hexdigest()
+                                     str(torch_from), py_minor, str(cuda_home), pypi_toolkit],
+                                    sort_keys=True, default=str).encode()).hexdigest()
     out_dir = Path(args.out or (REPO_ROOT / "dist" / "cells"))
     done = work / "done.json"
     if done.exists() and not args.force:
@@ -319,8 +358,10 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
             return wheel
     if args.plan_only:
         log.step(f"would build with {python}, torch {requirement or torch_from}, archs {archs_text or '-'}, "
-                 f"CUDA_HOME {cuda_home or '-'}")
+                 f"CUDA_HOME {cuda_home or ('nvcc ' + pypi_toolkit + ' from PyPI') if pypi_toolkit else cuda_home or '-'}")
         return Path()
+    if pypi_toolkit:
+        cuda_home = pypi_cuda_home(pypi_toolkit, log)
 
     # ---- venv + torch
     vpy = _make_venv(python, work / "venv", torch_from, log)

@@ -125,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--archs", help="reduce the CUDA archs, e.g. '90' or '80;90+PTX' (for time)")
     p.add_argument("--torch-from", metavar="VENV",
                    help="reuse torch from this venv (a .pth file) instead of installing it")
+    p.add_argument("--toolkit", choices=["auto", "system", "pypi"], default="auto",
+                   help="CUDA toolkit: /usr/local/cuda-X.Y or $CUDA_HOME (system), nvcc + nvvm + crt + cccl "
+                        "+ runtime wheels from PyPI (pypi; CUDA >= 13 only), or system else pypi (auto)")
     p.add_argument("--out", type=Path, default=None, help="where audited wheels go (default: dist/cells)")
     p.add_argument("--force", action="store_true", help="rebuild even when an audited wheel exists")
     p.add_argument("--no-audit", action="store_true", help="skip the audit after repair")
