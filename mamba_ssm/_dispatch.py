@@ -20,6 +20,7 @@ Nothing here runs at ``import mamba_ssm``; the compiled module is loaded at the 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import warnings
 from typing import Any, Dict, Optional, Tuple
@@ -222,7 +223,7 @@ def _warnings_silenced() -> bool:
 
 
 def _warn_once(key: Any, message: str, stacklevel: int) -> None:
-    if _warnings_silenced():
+    if key in _warned or _warnings_silenced():  # the common case: no lock (and traceable by dynamo)
         return
     with _lock:
         if key in _warned:
@@ -271,7 +272,39 @@ def backend_for(op: str, device: Any) -> str:
 
     Falling back from ``auto`` to ``torch`` warns once per process and reason
     (:class:`MambaFallbackWarning`), unless ``MAMBA_SSM_NO_FALLBACK_WARNING=1``.
+
+    Under ``torch.compile`` (also ``fullgraph=True``) the choice is made eagerly at trace time and
+    baked into the graph as a constant; changing the setting afterwards needs a recompile
+    (``torch._dynamo.reset()``).
     """
+    if _compiling():
+        # Under torch.compile the choice is made once, eagerly, at trace time and baked into the graph
+        # as a constant (finding and loading _C touches the file system, which dynamo cannot trace).
+        return _constant_backend_for(op, _describe(device))
+    return _backend_for_eager(op, device)
+
+
+def _compiling() -> bool:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.compiler.is_compiling())
+    except Exception:  # noqa: BLE001 - an old torch without torch.compiler
+        return False
+
+
+def _constant_backend_for(op: str, device: str) -> str:
+    """backend_for as dynamo sees it: called eagerly at trace time, its result baked in as a constant."""
+    return _backend_for_eager(op, device)
+
+
+# What torch._dynamo.assume_constant_result sets; set here so that import needs no torch, and so that
+# the marking is in place before tracing starts (dynamo refuses to trace the decorator itself).
+_constant_backend_for._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def _backend_for_eager(op: str, device: Any) -> str:
     decision = plan(op, device)
     if decision["error"]:
         raise RuntimeError(
@@ -282,7 +315,7 @@ def backend_for(op: str, device: Any) -> str:
     if decision["backend"] == "torch" and decision["fix"]:
         _warn_once(("unavailable", decision["reason"]),
                    _fallback_message(op, _describe(device), decision["reason"], decision["fix"]),
-                   stacklevel=2)
+                   stacklevel=3)
     return decision["backend"]
 
 
@@ -303,6 +336,20 @@ def fallback_for_call(op: str, device: Any, reason: str) -> str:
     Raises:
         RuntimeError: the compiled backend was forced; the message carries ``reason``.
     """
+    if _compiling():
+        return _constant_fallback_for_call(op, _describe(device), str(reason))
+    return _fallback_for_call_eager(op, device, reason)
+
+
+def _constant_fallback_for_call(op: str, device: str, reason: str) -> str:
+    """fallback_for_call as dynamo sees it (see _constant_backend_for)."""
+    return _fallback_for_call_eager(op, device, reason)
+
+
+_constant_fallback_for_call._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def _fallback_for_call_eager(op: str, device: Any, reason: str) -> str:
     _check_op(op)
     requested, source = _requested()
     if requested == "compiled":
@@ -312,7 +359,7 @@ def fallback_for_call(op: str, device: Any, reason: str) -> str:
             "on the PyTorch fallback."
         )
     _warn_once(("call", op), f"mamba_ssm: this {op} call on {_describe(device)} runs on the PyTorch "
-               f"fallback: {reason}. Set {ENV_NO_WARNING}=1 to silence this warning.", stacklevel=2)
+               f"fallback: {reason}. Set {ENV_NO_WARNING}=1 to silence this warning.", stacklevel=3)
     return "torch"
 
 

@@ -407,3 +407,41 @@ def test_selective_scan_fn_honours_the_setting(missing_root, tmp_path):
     for setting in ("ref", "torch"):
         assert out[setting]["error"] is None and out[setting]["warnings"] == []
         torch.testing.assert_close(torch.tensor(out[setting]["y"], dtype=torch.float64), ref, rtol=1e-4, atol=1e-5)
+
+
+COMPILE = r"""
+import json, os, warnings
+import torch
+from mamba_ssm import _dispatch, _loader
+
+def f(x):
+    backend = _dispatch.backend_for("selective_scan", x.device)
+    return x + (1.0 if backend == "torch" else 2.0)
+
+out = {"loaded_before": _loader.peek() is not None}
+x = torch.zeros(3)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    y = torch.compile(f, backend="eager", fullgraph=True)(x)   # the first dispatch happens while tracing
+out["y"] = y.tolist()
+out["warnings"] = [str(w.message) for w in caught if w.category.__name__ == "MambaFallbackWarning"]
+out["reason"] = _loader.load().reason
+torch._dynamo.reset()
+os.environ["MAMBA_SSM_BACKEND"] = "compiled"
+try:
+    torch.compile(f, backend="eager", fullgraph=True)(x)
+    out["forced"] = None
+except Exception as e:
+    out["forced"] = str(e)
+print(json.dumps(out))
+"""
+
+
+def test_dispatch_inside_torch_compile_fullgraph(missing_root):
+    proc = S.run_python(missing_root, COMPILE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = S.last_json(proc.stdout)
+    assert out["loaded_before"] is False
+    assert out["y"] == [1.0, 1.0, 1.0]
+    assert len(out["warnings"]) == 1 and out["reason"] in out["warnings"][0]
+    assert out["forced"] and out["reason"] in out["forced"] and "MAMBA_SSM_BACKEND=compiled" in out["forced"]
