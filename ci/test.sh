@@ -8,14 +8,15 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$REPO_ROOT"
+# One arch in CI (the tests check the build used exactly this list).
+export MAMBA_CUDA_ARCHS="${MAMBA_CUDA_ARCHS:-90}"
 if [ "${MAMBA_CI_SKIP_BUILD:-0}" != "1" ]; then
   if compgen -G "csrc/*.cpp" >/dev/null; then
-    echo "[test] building mamba_ssm._C in place (MAMBA_CUDA_ARCHS=${MAMBA_CUDA_ARCHS:-90}, CUDA_HOME=${CUDA_HOME:-unset})"
+    echo "[test] building mamba_ssm._C in place (MAMBA_CUDA_ARCHS=$MAMBA_CUDA_ARCHS, CUDA_HOME=${CUDA_HOME:-unset})"
     start=$(date +%s)
     mkdir -p build
     log=build/ci_inplace_build.log
-    if ! MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS="${MAMBA_CUDA_ARCHS:-90}" \
-        python setup.py build_ext --inplace >"$log" 2>&1; then
+    if ! MAMBA_FORCE_BUILD=TRUE python setup.py build_ext --inplace >"$log" 2>&1; then
       grep -v -e "Deprecat" -e "^!!" -e "^ *\*\*\*" "$log" | tail -n 80
       echo "[test] the in-place build of mamba_ssm._C failed (full log: $log)"
       exit 1
@@ -26,4 +27,6 @@ if [ "${MAMBA_CI_SKIP_BUILD:-0}" != "1" ]; then
     echo "[test] csrc/ has no .cpp sources yet: no in-place build"
   fi
 fi
-python -m pytest -q -ra tests "$@"
+# Arguments replace the default test path: `bash ci/test.sh tests/build -x`.
+if [ "$#" -eq 0 ]; then set -- tests; fi
+python -m pytest -q -ra "$@"
