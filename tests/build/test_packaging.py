@@ -231,3 +231,36 @@ def test_force_cxx11_abi_in_symbols(tmp_path):
         results[forced] = (line, read_build_info(so).cxx11_abi)
     assert "std::__cxx11::basic_string" not in results[False][0]
     assert "std::__cxx11::basic_string" in results[True][0] and results[True][1] is True
+
+
+def _cpu_torch_python():
+    """A Python with a CPU-only torch (MAMBA_TEST_CPU_TORCH_PYTHON, or the dev cache's torch 2.13 CPU venv)."""
+    cands = [os.environ.get("MAMBA_TEST_CPU_TORCH_PYTHON"),
+             os.path.expanduser("~/.cache/mamba-ssm-dev/torch-2.13.0-cpu-cp311/bin/python")]
+    for py in cands:
+        if py and os.access(py, os.X_OK):
+            p = subprocess.run([py, "-c", "import torch, setuptools, packaging; print(torch.version.cuda)"],
+                               capture_output=True, text=True)
+            if p.returncode == 0 and p.stdout.strip().endswith("None"):
+                return py
+    return None
+
+
+def test_cpu_only_torch_builds_cpu_kernel_alone(tmp_path):
+    """A real CPU-only torch: no CUDA toolkit is looked at, the library holds the CPU kernel only."""
+    py = _cpu_torch_python()
+    if py is None:
+        pytest.skip("no CPU-only torch venv (set MAMBA_TEST_CPU_TORCH_PYTHON)")
+    proj = copy_project(str(tmp_path / "proj"), tiny_csrc=True)
+    log = tmp_path / "sentinel.log"
+    sbin = sentinel_bin(str(tmp_path / "sbin"), str(log))
+    # ninja may come from this venv's bin/ (the ninja package) when the CPU venv lacks it
+    env = {"PATH": f"{sbin}:{os.path.dirname(py)}:{os.environ['PATH']}", "CUDA_HOME": "/nonexistent",
+           "MAX_JOBS": "1", "MAMBA_FORCE_BUILD": "TRUE"}
+    run([py, "setup.py", "build_ext", "--inplace"], proj, env)
+    info = read_build_info(os.path.join(proj, "mamba_ssm", "_C.abi3.so"))
+    torch_version = subprocess.run([py, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                                   text=True).stdout.strip()
+    assert info.kernels == ["cpu"] and info.torch_cuda is None and info.nvcc_version is None
+    assert info.sass_archs == [] and info.torch_version == torch_version
+    assert not log.exists()  # nvcc never run
