@@ -51,8 +51,9 @@ BACKENDS = ("compiled", "torch", "ref")
 CHOICES = ("auto", "compiled", "cuda", "torch", "ref")
 _ALIASES = {"cuda": "compiled"}
 
-#: The ops the dispatcher knows, and which of them mamba_ssm._C has kernels for. The others always run
-#: on the PyTorch implementation (or the reference when ``ref`` is chosen), whatever is installed.
+#: The ops the dispatcher knows, and which of them mamba_ssm._C has kernels for. The others have one
+#: implementation (PyTorch; causal-conv1d's kernels for CUDA tensors when that package is installed):
+#: backend_for answers "torch" for them whatever is asked for.
 OPS = (
     "selective_scan",
     "mamba_inner",
@@ -199,12 +200,14 @@ def plan(op: str, device: Any) -> Dict[str, Any]:
     requested, source = _requested()
     out: Dict[str, Any] = {"backend": None, "requested": requested, "source": source,
                            "reason": None, "fix": None, "error": False}
+    if op not in COMPILED_OPS:
+        # One implementation, whatever is asked for (the causal_conv1d ops use the causal-conv1d
+        # package's kernels for CUDA tensors when it is installed; doctor reports that).
+        out["backend"] = "torch"
+        out["reason"] = f"mamba_ssm._C has no kernel for {op}; it runs on its PyTorch implementation"
+        return out
     if requested in ("torch", "ref"):
         out["backend"] = requested
-        return out
-    if op not in COMPILED_OPS:
-        out["backend"] = "torch"
-        out["reason"] = f"mamba_ssm._C has no kernel for {op}; it runs on PyTorch"
         return out
     unavailable = _compiled_unavailable(device)
     if unavailable is None:

@@ -218,6 +218,16 @@ def _decision_info() -> Dict[str, Any]:
     return info
 
 
+def _causal_conv1d_package() -> Any:
+    """The causal-conv1d package's functions as the ops use them, or None (absent or broken)."""
+    try:
+        from mamba_ssm.ops.causal_conv1d import external_package  # noqa: PLC0415
+
+        return external_package()
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def _json_safe(value: Any) -> Any:
     try:
         json.dumps(value)
@@ -307,6 +317,10 @@ def collect() -> Dict[str, Any]:
                     continue
                 entry["ops"][op] = {"backend": p["backend"], "reason": p["reason"], "fix": p["fix"],
                                     "error": p["error"]}
+                if op in ("causal_conv1d", "causal_conv1d_update") and name.startswith("cuda"):
+                    if _causal_conv1d_package() is not None:
+                        entry["ops"][op]["backend"] = "causal-conv1d"
+                        entry["ops"][op]["reason"] = "the causal-conv1d package's kernels (installed)"
             compiled_ops = [op for op in _dispatch.OPS if op in _dispatch.COMPILED_OPS]
             entry["compiled_active"] = all(entry["ops"][op]["backend"] == "compiled" for op in compiled_ops)
             for op in compiled_ops:

@@ -139,6 +139,8 @@ def test_forcing_unavailable_compiled_raises_with_reason(matrix, key):
 def test_explicit_backends(matrix, key, expected):
     out = matrix[key]
     assert out["first"]["value"] == expected
+    # An op with one implementation answers "torch" whatever is asked for.
+    assert out["no_compiled_kernel_op"]["value"] == "torch"
     if key in ("torch", "TORCH", "ref"):
         # Chosen by the user: not a fallback, no warning.
         assert out["first"]["warnings"] == []
