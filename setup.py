@@ -799,7 +799,12 @@ def make_cmdclass(plan: Plan) -> Dict[str, type]:
                 os.replace(tmp, dest)
                 print(f"mamba-ssm: using the prebuilt wheel {plan.prebuilt_wheel}")
             else:
-                super().run()
+                try:
+                    super().run()
+                except BaseException:
+                    if plan.hook is not None:  # doctor shows why the install has no kernels
+                        _record(plan.hook, plan.outcome, "error")
+                    raise
             if plan.hook is not None:
                 _record(plan.hook, plan.outcome, plan.final_mode)
 
