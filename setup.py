@@ -594,8 +594,10 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
     cxx11_abi = True if force_abi else (t.cxx11_abi if t.cxx11_abi is not None else True)
     max_jobs = _positive_int(env, "MAX_JOBS", default_max_jobs())
     define_macros: List[Tuple[str, Optional[str]]] = []
-    cxx_flags = ["-O3"]
-    gpu_flags: List[str] = ["-O3"]
+    # Python's CFLAGS carry -g: debug info for torch's templates costs compile time and megabytes.
+    debug = env_flag(env, "MAMBA_DEBUG_BUILD")
+    cxx_flags = ["-O3", "-g" if debug else "-g0"]
+    gpu_flags: List[str] = ["-O3"] + (["-lineinfo"] if debug else [])
     if force_abi:
         cxx_flags.append("-D_GLIBCXX_USE_CXX11_ABI=1")
     cfg = BuildConfig(

@@ -377,3 +377,11 @@ def test_real_debian_hipcc():
     else:
         assert cfg.hipcc[0] >= 5
     assert cfg.gfx_archs == ("gfx90a", "gfx1100")  # ROCm 5.x: no gfx942 by default
+
+
+def test_debug_info_off_unless_asked(env, toolkit):
+    cfg = S.resolve_config(env, cuda_torch(home=toolkit))
+    assert "-g0" in cfg.cxx_flags and "-lineinfo" not in cfg.gpu_flags
+    env["MAMBA_DEBUG_BUILD"] = "TRUE"
+    cfg = S.resolve_config(env, cuda_torch(home=toolkit))
+    assert "-g" in cfg.cxx_flags and "-g0" not in cfg.cxx_flags and "-lineinfo" in cfg.gpu_flags
