@@ -388,7 +388,7 @@ def render_text(report: Dict[str, Any]) -> str:
             add(f"  {g['device']}: {g['name']}, compute capability {g['compute_capability']} ({g['arch']}), "
                 f"{g['total_memory_mib']} MiB")
     else:
-        why = gpus.get("error") or "torch sees no GPU"
+        why = gpus.get("error") or ("torch sees no GPU" if tinfo["importable"] else "torch cannot be imported")
         add(f"GPUs: none ({why}); NVIDIA driver: {driver or 'none found'}")
 
     cm = report["compiled_module"]

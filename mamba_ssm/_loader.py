@@ -231,6 +231,18 @@ def _dlopen_error_text(exc: BaseException, path: str) -> str:
     return text
 
 
+def _without_shared_fix(problems: List[str]) -> List[str]:
+    """The compatibility rule ends each sentence with the same ": <fix>"; the LoadResult carries the fix
+    once (``fix``), so the reason keeps only what differs. Sentences without a shared tail stay whole."""
+    if not problems:
+        return problems
+    parts = [p.rsplit(": ", 1) for p in problems]
+    tails = {part[1] for part in parts if len(part) == 2}
+    if len(tails) == 1 and all(len(part) == 2 for part in parts):
+        return [part[0] for part in parts]
+    return list(problems)
+
+
 def _fix_for_missing() -> str:
     text = (
         f"run `{FIX_INSTALL_KERNELS}` to fetch the prebuilt kernels matching this torch, or build them "
@@ -319,7 +331,7 @@ def _load_uncached(package_dir: Optional[str] = None) -> LoadResult:
     if problems:
         reason = (
             f"{path} does not match this torch {runtime.version} (CUDA {runtime.cuda or 'none'}, "
-            f"cxx11abi={runtime.cxx11_abi}), so it was not loaded: " + "; ".join(problems)
+            f"cxx11abi={runtime.cxx11_abi}), so it was not loaded: " + "; ".join(_without_shared_fix(problems))
         )
         return LoadResult(True, path, build, False, reason, _fix_for_mismatch(), KIND_INCOMPATIBLE,
                           incompatibilities=problems)
