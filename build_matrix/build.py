@@ -367,8 +367,10 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     vpy = _make_venv(python, work / "venv", torch_from, log)
     if requirement:
         if torch_info(vpy) is None:
-            log.run(f"pip install {requirement} (shared pip cache)",
-                    [vpy, "-m", "pip", "install", requirement, "setuptools>=70", "wheel", "ninja", "packaging>=24"])
+            pip_env = dict(os.environ, PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR", str(DEV_HOME / "pip-cache")))
+            log.run(f"pip install {requirement} (pip cache shared by the cells: {pip_env['PIP_CACHE_DIR']})",
+                    [vpy, "-m", "pip", "install", requirement, "setuptools>=70", "wheel", "ninja", "packaging>=24"],
+                    env=pip_env)
         info = torch_info(vpy)
         want = f"{cell.torch_version}+{cell.build_against}"
         if info is None or info["version"] != want:
