@@ -14,7 +14,8 @@ imported, a bad ``MAMBA_SSM_BACKEND``, a forced backend that cannot run).
 
 ``--json`` prints one JSON object with these stable top-level keys: ``schema``, ``package``, ``python``,
 ``torch``, ``gpus``, ``driver``, ``compiled_module``, ``install_decision``, ``backend``, ``devices``,
-``problems``, ``status``, ``exit_code``.
+``problems``, ``status``, ``exit_code`` (and ``checks`` with ``--check``: selective_scan forward and
+backward run on every device through the chosen backend, compared with a float64 reference).
 """
 from __future__ import annotations
 
@@ -240,8 +241,70 @@ def _json_safe(value: Any) -> Any:
         return repr(value)
 
 
-def collect() -> Dict[str, Any]:
+def _scan_reference(u, delta, A, B, C, D, z, delta_bias):
+    """Sequential float64 selective scan with softplus(delta + delta_bias) (Gu & Dao 2023, Algorithm 2,
+    zero-order hold for A): x_t = exp(dt_t A) x_{t-1} + dt_t B_t u_t; y_t = C_t . x_t + D u_t; y *= silu(z).
+    Shapes: u, delta, z (batch, dim, seqlen); A (dim, d_state); B, C (batch, d_state, seqlen); D,
+    delta_bias (dim,)."""
+    import torch  # noqa: PLC0415
+
+    u, delta, A, B, C, D, z, delta_bias = (t.detach().double().cpu() for t in (u, delta, A, B, C, D, z, delta_bias))
+    dt = torch.nn.functional.softplus(delta + delta_bias[:, None])
+    x = torch.zeros(u.shape[0], u.shape[1], A.shape[1], dtype=torch.float64)
+    ys = []
+    for t in range(u.shape[2]):
+        x = torch.exp(dt[:, :, t, None] * A) * x + dt[:, :, t, None] * B[:, None, :, t] * u[:, :, t, None]
+        ys.append((x * C[:, None, :, t]).sum(-1))
+    y = torch.stack(ys, -1) + D[:, None] * u
+    return y * z * torch.sigmoid(z)
+
+
+def _check_device(device: str) -> Dict[str, Any]:
+    """Run selective_scan_fn (forward and backward) on ``device`` through the dispatcher and compare the
+    output with the float64 reference; fp32, batch 2, dim 8, d_state 4, seqlen 37."""
+    import warnings  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    from mamba_ssm import _dispatch  # noqa: PLC0415
+
+    result: Dict[str, Any] = {"device": device, "backend": None, "ok": False, "max_abs_err": None,
+                              "tolerance": None, "error": None}
+    try:
+        result["backend"] = _dispatch.plan("selective_scan", device)["backend"]
+        from mamba_ssm.ops.selective_scan_interface import selective_scan_fn  # noqa: PLC0415
+
+        g = torch.Generator().manual_seed(0)
+        b, d, n, length = 2, 8, 4, 37
+        tensors = [torch.randn(b, d, length, generator=g), torch.rand(b, d, length, generator=g) * 0.5,
+                   -torch.rand(d, n, generator=g) - 0.5, torch.randn(b, n, length, generator=g),
+                   torch.randn(b, n, length, generator=g), torch.randn(d, generator=g),
+                   torch.randn(b, d, length, generator=g), torch.rand(d, generator=g) * 0.1]
+        u, delta, A, B, C, D, z, delta_bias = (t.to(device).requires_grad_(True) for t in tensors)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y = selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus=True)
+            y.sum().backward()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+        grads_finite = all(t.grad is not None and bool(torch.isfinite(t.grad).all()) for t in (u, delta, A, B, C))
+        ref = _scan_reference(u, delta, A, B, C, D, z, delta_bias)
+        err = float((y.detach().double().cpu() - ref).abs().max())
+        tol = 1e-4 * max(1.0, float(ref.abs().max()))
+        result.update(max_abs_err=err, tolerance=tol, ok=bool(err <= tol and grads_finite))
+        if not grads_finite:
+            result["error"] = "non-finite or missing gradients"
+    except Exception as exc:  # noqa: BLE001 - a failing kernel is what this check is for
+        result["error"] = _error_text(exc)
+    return result
+
+
+def collect(check: bool = False) -> Dict[str, Any]:
     """Gather the report as a JSON-serialisable dict (see the module docstring for the keys).
+
+    Args:
+        check: also run selective_scan_fn forward+backward on every device through the chosen backend
+            and compare with a float64 reference (adds the key ``checks``).
 
     Never raises for a broken install: every failure is recorded in the report, and ``exit_code``
     summarises (0 compiled everywhere, 1 fallback for a fixable reason, 2 broken).
@@ -341,6 +404,22 @@ def collect() -> Dict[str, Any]:
                                 "the compiled kernels", name, op)
             devices.append(entry)
 
+    if check:
+        checks: List[Dict[str, Any]] = []
+        if torch_info["importable"]:
+            for entry in devices:
+                if entry["ops"].get("selective_scan", {}).get("backend") is None:
+                    continue  # the op cannot run there (already a problem)
+                c = _check_device(entry["device"])
+                checks.append(c)
+                if not c["ok"]:
+                    why = c["error"] or (f"max abs error {c['max_abs_err']:.3g} exceeds {c['tolerance']:.3g}")
+                    problem("broken", f"selective_scan on {c['device']} ({c['backend']} backend) failed the "
+                            f"check against the float64 reference: {why}",
+                            "run on the PyTorch fallback meanwhile (MAMBA_SSM_BACKEND=torch) and report this "
+                            "output", c["device"], "selective_scan")
+        report["checks"] = checks
+
     if any(p["severity"] == "broken" for p in problems):
         status, code = "broken", EXIT_BROKEN
     elif problems:
@@ -426,6 +505,13 @@ def render_text(report: Dict[str, Any]) -> str:
         for op, o in entry["ops"].items():
             add(f"    {op:<24} {o['backend'] or 'ERROR'}")
 
+    for c in report.get("checks", []):
+        if c["ok"]:
+            add(f"Check {c['device']}: ok ({c['backend']} backend, max abs error {c['max_abs_err']:.2e})")
+        else:
+            add(f"Check {c['device']}: FAILED ({c['backend']} backend): "
+                f"{c['error'] or 'max abs error %.3g > %.3g' % (c['max_abs_err'], c['tolerance'])}")
+
     status = report["status"]
     title = {"ok": "OK: the compiled kernels run on every device",
              "fallback": "FALLBACK: some ops run on the PyTorch fallback",
@@ -445,9 +531,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mamba_ssm doctor",
                                      description="Report what mamba-ssm runs on, and why.")
     parser.add_argument("--json", action="store_true", help="print one JSON object (stable keys)")
+    parser.add_argument("--check", action="store_true",
+                        help="also run selective_scan forward+backward on every device and compare with a "
+                             "float64 reference (a failure exits 2)")
     args = parser.parse_args(argv)
     try:
-        report = collect()
+        report = collect(check=args.check)
     except Exception as exc:  # noqa: BLE001 - doctor itself must not crash without a report
         report = {"schema": SCHEMA, "status": "broken", "exit_code": EXIT_BROKEN,
                   "problems": [{"severity": "broken", "reason": f"doctor failed: {_error_text(exc)}",

@@ -276,9 +276,10 @@ def test_real_build_if_present(tmp_path):
         pytest.skip("no mamba_ssm/_C*.so built in the repository (pip install --no-build-isolation -e . makes one)")
     root = S.make_package(tmp_path)
     shutil.copy2(built[0], root / "mamba_ssm" / os.path.basename(built[0]))
-    rc, report = doctor_json(root)
+    rc, report = doctor_json_args(root, ["--check"])
     cm = report["compiled_module"]
     assert cm["loaded"] is True, cm
+    assert all(c["ok"] for c in report["checks"]), report["checks"]
     assert cm["build_info"]["torch_version"] == torch.__version__
     if "cpu" in cm["build_info"]["kernels"] and not torch.cuda.is_available():
         assert rc == 0, report["problems"]
@@ -317,3 +318,47 @@ torch.save({"inputs": (u, delta, A, B, C, D, z, delta_bias), "y": y}, sys.argv[1
 print(json.dumps({"plan": _dispatch.plan("selective_scan", "cpu")["backend"],
                   "warnings": [str(w.message) for w in caught if w.category.__name__ == "MambaFallbackWarning"]}))
 """
+
+
+def test_check_runs_the_op_on_each_device(missing_root):
+    rc, report = doctor_json_args(missing_root, ["--check"])
+    assert rc == 1
+    (c,) = report["checks"]
+    assert c["device"] == "cpu" and c["backend"] == "torch" and c["ok"] is True and c["error"] is None
+    assert c["max_abs_err"] <= c["tolerance"]
+
+
+WRONG_COMPILED_PY = '''"""Test stand-in for a miscompiled kernel: claims every call and returns zeros."""
+def supports(u, delta, A, B, C, D, z, delta_bias):
+    return None
+
+def selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
+    out = u * 0.0
+    if return_last_state:
+        return out, u.new_zeros(u.shape[0], u.shape[1], A.shape[1])
+    return out
+'''
+
+
+def test_check_catches_a_wrong_kernel(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the fabricated _C has no kernel for the GPUs present")
+    root = _loadable_root(tmp_path, ["cpu"])
+    (root / "mamba_ssm" / "ops" / "backends" / "compiled.py").write_text(WRONG_COMPILED_PY)
+    rc, report = doctor_json_args(root, ["--check"])
+    assert rc == 2 and report["status"] == "broken"
+    (c,) = report["checks"]
+    assert c["backend"] == "compiled" and c["ok"] is False and c["max_abs_err"] > c["tolerance"]
+    (p,) = report["problems"]
+    assert "failed the check against the float64 reference" in p["reason"]
+    assert "MAMBA_SSM_BACKEND=torch" in p["fix"]
+
+
+def doctor_json_args(root, args, env=None):
+    proc = S.run_module(root, ["doctor", "--json"] + list(args), env=env)
+    try:
+        return proc.returncode, json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"doctor printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
