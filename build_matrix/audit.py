@@ -534,6 +534,15 @@ def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def default_torch_venv(cell: mx.Cell) -> Optional[Path]:
+    """The venv ``build`` made for this cell (newest first), so ``audit`` after ``build --cell`` in CI
+    checks the wheel against the cell's own torch; None falls back to the running interpreter."""
+    from .build import CELLS_HOME
+
+    venvs = sorted(CELLS_HOME.glob(f"{cell.id}-py*/venv/bin/python"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return venvs[0].parent.parent if venvs else None
+
+
 def main(args) -> int:
     plan = mx.load_plan(args.matrix, args.data, args.pyproject)
     wheel = Path(args.wheel)
@@ -548,7 +557,8 @@ def main(args) -> int:
     except ValueError as exc:
         print(f"audit: {wheel.name}: {exc}", file=sys.stderr)
         return 1
-    rep = audit_wheel(wheel, cell, archs=args.archs, torch_from=Path(args.torch_from) if args.torch_from else None,
+    torch_from = Path(args.torch_from) if args.torch_from else default_torch_venv(cell)
+    rep = audit_wheel(wheel, cell, archs=args.archs, torch_from=torch_from,
                       runtime=not args.no_runtime, log=lambda t: print(f"[audit] {t}", file=sys.stderr))
     if args.json:
         print(json.dumps(rep.to_dict(), indent=2, default=str))

@@ -42,6 +42,8 @@ def test_refuses_cells_this_machine_cannot_build():
     if "12.8" not in host.nvcc:
         out = _build("--cell", "cu12torch2.14cxx11abiTRUE-x86_64")
         assert out.returncode == 2 and "is built with nvcc 12.8" in out.stderr
+    out = _build("--cell", "cu11torch2.6cxx11abiFALSE-x86_64", "--toolkit", "pypi")
+    assert out.returncode == 2 and "carry no nvcc (only CUDA 13.x comes from PyPI)" in out.stderr
     out = _build("--cell", "rocm7.2torch2.13cxx11abiTRUE-x86_64")
     assert out.returncode == 2 and "needs hipcc from ROCm 7.2.0 and a ROCm torch" in out.stderr
     out = _build("--cell", "cputorch2.14cxx11abiTRUE-aarch64")
