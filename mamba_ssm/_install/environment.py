@@ -377,19 +377,31 @@ def probe_python(python: str, environ: Optional[Mapping[str, str]] = None, timeo
 
     Raises DetectionError naming the interpreter when it cannot run or prints no result.
     """
+    return _probe_result(python, _probe_start(python, environ), timeout)
+
+
+def _probe_start(python: str, environ: Optional[Mapping[str, str]]) -> Any:
     try:
-        proc = subprocess.run(
-            [python, "-c", PROBE], env=probe_environ(environ), capture_output=True, text=True,
-            timeout=timeout, cwd=os.path.expanduser("~") if os.path.isdir(os.path.expanduser("~")) else None,
+        return subprocess.Popen(
+            [python, "-c", PROBE], env=probe_environ(environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, cwd=os.path.expanduser("~") if os.path.isdir(os.path.expanduser("~")) else None,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except OSError as exc:
         raise DetectionError(f"cannot run the target interpreter {python!r}: {exc}") from None
-    out = proc.stdout
+
+
+def _probe_result(python: str, proc: Any, timeout: float) -> Dict[str, Any]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise DetectionError(f"the target interpreter {python!r} did not answer within {timeout:g} s") from None
     i, j = out.rfind(PROBE_BEGIN), out.rfind(PROBE_END)
     if i < 0 or j < i:
         raise DetectionError(
             f"the target interpreter {python!r} printed no probe result (exit {proc.returncode}): "
-            f"{(proc.stderr or out)[-600:]}"
+            f"{(err or out)[-600:]}"
         )
     return json.loads(out[i + len(PROBE_BEGIN):j])
 
@@ -534,7 +546,9 @@ def detect(python: Optional[str] = None, environ: Optional[Mapping[str, str]] = 
         python, how = find_target_python(environ)
     else:
         how = "given"
-    data = probe_python(python, environ)
+    proc = _probe_start(python, environ)  # GPUs are probed while the target imports torch
+    found_gpus = detect_gpus(environ) if gpus else None
+    data = _probe_result(python, proc, 120.0)
     notes = list(data.get("notes") or [])
     tags = data.get("tags")
     if not tags:
@@ -550,6 +564,6 @@ def detect(python: Optional[str] = None, environ: Optional[Mapping[str, str]] = 
         torch=TorchInfo(**{k: torch.get(k) for k in TorchInfo.__dataclass_fields__}) if torch else None,
         target_source=how, notes=notes,
     )
-    if gpus:
-        env.gpus, env.driver_version, env.gpu_probe = detect_gpus(environ)
+    if found_gpus is not None:
+        env.gpus, env.driver_version, env.gpu_probe = found_gpus
     return env

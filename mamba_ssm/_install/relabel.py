@@ -88,7 +88,9 @@ def relabel_wheel(src: str, version: str, out_dir: str, sha256: Optional[str] = 
                             raise ValueError(f"{src}: METADATA has no Version header")
                     data = "\n".join(lines).encode("utf-8")
                 out = zipfile.ZipInfo(path, info.date_time)
-                out.compress_type, out.external_attr = info.compress_type, info.external_attr
+                # stored, not deflated: re-compressing a 100+ MB library costs seconds, and this wheel
+                # is only handed to the local installer, which unpacks it
+                out.compress_type, out.external_attr = zipfile.ZIP_STORED, info.external_attr
                 zout.writestr(out, data)
                 rows.append([path, _hash(data), str(len(data))])
             variant = json.dumps({"index_wheel": name, "sha256": sha256, "version": str(old),
