@@ -214,6 +214,8 @@ def test_fresh_env_defers_kernels_then_install_kernels_adds_them(work, server, s
     assert dec["final_mode"] == "deferred" and "install-kernels" in dec["message"]
     with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:  # torch arrives
         fh.write(SHARED_SITE + "\n")
+    before = doctor(py, env, str(work))  # torch present, kernels still deferred: doctor points to the fix
+    assert before["compiled_module"]["found"] is False and "install-kernels" in json.dumps(before["problems"])
     proc = run([py, "-m", "mamba_ssm", "install-kernels"], env=env, cwd=str(work), check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert glob.glob(os.path.join(site, "mamba_ssm", "_C*.so"))
