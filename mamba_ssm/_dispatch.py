@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import warnings
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from mamba_ssm import _loader
 
@@ -225,14 +225,16 @@ def _warnings_silenced() -> bool:
     return os.environ.get(ENV_NO_WARNING, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-def _warn_once(key: Any, message: str, stacklevel: int) -> None:
+def _warn_once(key: Any, message: Callable[[], str], stacklevel: int) -> None:
+    """Warn ``message()`` unless ``key`` was warned already; the text is only built when warned (it
+    reads the recorded install decision from disk)."""
     if key in _warned or _warnings_silenced():  # the common case: no lock (and traceable by dynamo)
         return
     with _lock:
         if key in _warned:
             return
         _warned.add(key)
-    warnings.warn(message, MambaFallbackWarning, stacklevel=stacklevel + 1)
+    warnings.warn(message(), MambaFallbackWarning, stacklevel=stacklevel + 1)
 
 
 def _fallback_message(op: str, device: Any, reason: str, fix: Optional[str]) -> str:
@@ -317,7 +319,7 @@ def _backend_for_eager(op: str, device: Any) -> str:
         )
     if decision["backend"] == "torch" and decision["fix"]:
         _warn_once(("unavailable", decision["reason"]),
-                   _fallback_message(op, _describe(device), decision["reason"], decision["fix"]),
+                   lambda: _fallback_message(op, _describe(device), decision["reason"], decision["fix"]),
                    stacklevel=3)
     return decision["backend"]
 
@@ -361,7 +363,7 @@ def _fallback_for_call_eager(op: str, device: Any, reason: str) -> str:
             f"call on {_describe(device)}: {reason}. Unset {ENV_BACKEND} (auto) to let such calls run "
             "on the PyTorch fallback."
         )
-    _warn_once(("call", op), f"mamba_ssm: this {op} call on {_describe(device)} runs on the PyTorch "
+    _warn_once(("call", op), lambda: f"mamba_ssm: this {op} call on {_describe(device)} runs on the PyTorch "
                f"fallback: {reason}. Set {ENV_NO_WARNING}=1 to silence this warning.", stacklevel=3)
     return "torch"
 
