@@ -185,6 +185,16 @@ def _find_links() -> List[Path]:
     return dirs
 
 
+TORCH_INDEX_ENV = "MAMBA_TORCH_INDEX_URL"
+
+
+def torch_pip_args(cell: mx.Cell) -> List[str]:
+    """Extra pip arguments for the cell's torch: with $MAMBA_TORCH_INDEX_URL, PyTorch's per-build index
+    (``<url>/<accelerator>``, e.g. https://download.pytorch.org/whl/cu126) as an extra index."""
+    base = os.environ.get(TORCH_INDEX_ENV, "").rstrip("/")
+    return ["--extra-index-url", f"{base}/{cell.build_against}"] if base else []
+
+
 def torch_source(cell: mx.Cell, py_minor: str, data: dict) -> str:
     """The pip requirement that gives this cell's torch here, or Refused with the reason.
 
@@ -194,6 +204,8 @@ def torch_source(cell: mx.Cell, py_minor: str, data: dict) -> str:
     tag = f"cp{py_minor.replace('.', '')}"
     if cell.build_against == rel.get("pypi_default") and cell.platform == "x86_64":
         return f"torch=={cell.torch_version}"
+    if os.environ.get(TORCH_INDEX_ENV):  # e.g. https://download.pytorch.org/whl (CI builder jobs)
+        return cell.torch_spec
     pattern = f"torch-{cell.torch_version}+{cell.build_against}-{tag}-*{cell.platform}*.whl"
     for d in _find_links():
         if list(d.glob(pattern)):
@@ -202,7 +214,8 @@ def torch_source(cell: mx.Cell, py_minor: str, data: dict) -> str:
         f"torch {cell.torch_version}+{cell.build_against} for Python {py_minor} is not available here: PyPI "
         f"serves only +{rel.get('pypi_default')} for torch {cell.series}, and no configured find-links "
         f"directory ({', '.join(map(str, _find_links())) or 'none'}) has {pattern}; download it from "
-        f"download.pytorch.org/whl/{cell.build_against} into one, or pass --python for a tag that is there"
+        f"download.pytorch.org/whl/{cell.build_against} into one, set {TORCH_INDEX_ENV}="
+        f"https://download.pytorch.org/whl, or pass --python for a tag that is there"
     )
 
 
@@ -369,7 +382,8 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
         if torch_info(vpy) is None:
             pip_env = dict(os.environ, PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR", str(DEV_HOME / "pip-cache")))
             log.run(f"pip install {requirement} (pip cache shared by the cells: {pip_env['PIP_CACHE_DIR']})",
-                    [vpy, "-m", "pip", "install", requirement, "setuptools>=70", "wheel", "ninja", "packaging>=24"],
+                    [vpy, "-m", "pip", "install", *torch_pip_args(cell), requirement, "setuptools>=70", "wheel",
+                     "ninja", "packaging>=24"],
                     env=pip_env)
         info = torch_info(vpy)
         want = f"{cell.torch_version}+{cell.build_against}"

@@ -226,6 +226,7 @@ jobs:
       CELL: ${{{{ matrix.id }}}}
       CCACHE_DIR: ${{{{ github.workspace }}}}/.ccache
       MAX_JOBS: "4"
+      MAMBA_TORCH_INDEX_URL: https://download.pytorch.org/whl
     steps:
       - uses: actions/checkout@v4
       - name: Restore the compiler cache

@@ -99,6 +99,10 @@ def build_from(unpacked: Path, out: Path, archs: str) -> Path:
 def main(args) -> int:
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="mamba-sdist-check-"))
     if args.out and work.exists():
+        if any(work.iterdir()) and not (work / "sdist-build").exists():
+            print(f"sdist-check: {work} exists and is not an earlier sdist-check folder; pick another --out",
+                  file=sys.stderr)
+            return 2
         shutil.rmtree(work)
     work.mkdir(parents=True)
     problems: List[str] = []
