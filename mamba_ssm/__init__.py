@@ -37,7 +37,17 @@ def __getattr__(name):
         raise AttributeError(f"module 'mamba_ssm' has no attribute {name!r}") from None
     import importlib
 
-    value = getattr(importlib.import_module(module_name), attribute)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            # The module itself is not part of this version: an absent attribute, not a broken install.
+            raise AttributeError(
+                f"module 'mamba_ssm' has no attribute {name!r}: {module_name} is not part of mamba-ssm "
+                f"{__version__}"
+            ) from None
+        raise  # e.g. torch is missing: say so
+    value = getattr(module, attribute)
     globals()[name] = value
     return value
 

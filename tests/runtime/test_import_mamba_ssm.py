@@ -46,6 +46,16 @@ for name, (module, attr) in {
     import importlib
     resolved[name] = value is getattr(importlib.import_module(module), attr)
 out["resolved"] = resolved
+optional = {}
+for name, module in {"Mamba2": "mamba_ssm.modules.mamba2",
+                     "MambaLMHeadModel": "mamba_ssm.models.mixer_seq_simple"}.items():
+    import importlib.util
+    try:
+        exists = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        exists = False
+    optional[name] = {"exists": exists, "hasattr": hasattr(mamba_ssm, name)}
+out["optional"] = optional
 out["cuda_initialized_after_attributes"] = torch.cuda.is_initialized()
 print(json.dumps(out))
 """
@@ -149,3 +159,9 @@ def test_dispatch_on_cpu_keeps_cuda_uninitialised_across_fork(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = S.last_json(proc.stdout)
     assert out == {"child_cuda_initialized": False, "parent_cuda_initialized": False, "backend": "torch"}
+
+
+def test_optional_names_are_attributes_only_where_their_module_exists(light):
+    # hasattr/getattr(..., None) must not raise for a name whose module is not in this version.
+    for name, facts in light["optional"].items():
+        assert facts["hasattr"] is facts["exists"], (name, facts)
