@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The GPU check, one script for the reference GPU machine (an H200 with Python 3.12, torch 2.11.0+cu130,
+# nvcc, no network), in at most 5 minutes:
+#   1. build mamba_ssm._C in place for sm_90 only (CPU kernel + CUDA kernels), with the build log;
+#   2. doctor's JSON (the module loaded, its build info, the backend per device);
+#   3. the GPU kernel tests (tests/kernels/test_gpu_kernel.py: float64 reference, fwd+bwd, fp32/fp16/bf16,
+#      seqlen 2049 with delta_bias+softplus, dim 65,536, side stream, second device);
+#   4. the kernel benchmark (benchmarks/bench_kernel.py --device cuda: B=8, D=2048, d_state 16, L=4096,
+#      fp32/bf16, fwd and fwd+bwd, bandwidth, measured copy bandwidth, speed vs the PyTorch fallback).
+# Every step writes into $OUT as it goes (summary.txt collects one line per step), so a run cut short
+# still leaves what it did. Each step has its own time limit; a failing step does not stop the others.
+#
+# Usage (repository root):  OUT=/some/dir bash benchmarks/gpu_check.sh
+# Environment: PYTHON (default: python3, else python), CUDA_HOME (default: the toolkit that holds the
+# nvcc on PATH, resolved through wrapper scripts and symlinks, else /usr/local/cuda), MAX_JOBS (default:
+# CPU count, at most 16).
+set -uo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+OUT="${OUT:-$REPO/gpu_check_out}"
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+START=$(date +%s)
+
+say() { echo "[gpu_check +$(( $(date +%s) - START ))s] $*" | tee -a "$SUMMARY"; }
+
+PYTHON="${PYTHON:-}"
+if [ -z "$PYTHON" ]; then
+  if command -v python3 >/dev/null 2>&1; then PYTHON=python3; else PYTHON=python; fi
+fi
+
+# ---- environment --------------------------------------------------------------------------------
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "host: $(uname -a)"
+  echo "git: $(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo 'not a git checkout')"
+  echo "python: $($PYTHON --version 2>&1) ($(command -v "$PYTHON"))"
+  $PYTHON -c "import torch; print('torch:', torch.__version__, 'cuda:', torch.version.cuda, 'gpus:', torch.cuda.device_count(), [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])" 2>&1
+  $PYTHON -c "import ninja; print('ninja (python):', ninja.__version__)" 2>&1 || true
+  echo "ninja on PATH: $(command -v ninja || echo none)"
+  command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi 2>&1 | head -20
+} >"$OUT/env.txt" 2>&1
+say "environment in env.txt: $(grep -E '^(python|torch):' "$OUT/env.txt" | tr '\n' ' ')"
+
+if [ -z "${CUDA_HOME:-}" ]; then
+  NVCC_ON_PATH="$(command -v nvcc || true)"
+  if [ -n "$NVCC_ON_PATH" ]; then
+    NVCC_REAL="$(readlink -f "$NVCC_ON_PATH")"
+    # A wrapper script (`exec /usr/local/cuda-X/bin/nvcc "$@"`): take the toolkit it points at.
+    if head -c 2 "$NVCC_REAL" 2>/dev/null | grep -q '#!'; then
+      TARGET="$(grep -oE '/[^ "]+/bin/nvcc' "$NVCC_REAL" | head -1)"
+      [ -n "$TARGET" ] && NVCC_REAL="$(readlink -f "$TARGET")"
+    fi
+    CUDA_HOME="$(dirname "$(dirname "$NVCC_REAL")")"
+  elif [ -x /usr/local/cuda/bin/nvcc ]; then
+    CUDA_HOME=/usr/local/cuda
+  fi
+fi
+export CUDA_HOME="${CUDA_HOME:-}"
+say "CUDA_HOME=${CUDA_HOME:-unset} ($("${CUDA_HOME:-/nonexistent}/bin/nvcc" --version 2>/dev/null | grep -oE 'release [0-9.]+' || echo 'no nvcc there'))"
+
+CPUS="$(nproc 2>/dev/null || echo 4)"
+export MAX_JOBS="${MAX_JOBS:-$(( CPUS < 16 ? CPUS : 16 ))}"
+
+# ---- 1. build (sm_90) ---------------------------------------------------------------------------
+say "1/4 build: MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90 MAX_JOBS=$MAX_JOBS setup.py build_ext --inplace"
+b0=$(date +%s)
+MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90 timeout 200 \
+  $PYTHON setup.py build_ext --inplace >"$OUT/build.log" 2>&1
+rc=$?
+SO="$(ls "$REPO"/mamba_ssm/_C*.so 2>/dev/null | head -1)"
+if [ $rc -eq 0 ] && [ -n "$SO" ]; then
+  say "build ok in $(( $(date +%s) - b0 )) s: $SO ($(stat -c %s "$SO") bytes)"
+else
+  say "build FAILED (rc=$rc) after $(( $(date +%s) - b0 )) s; last lines of build.log:"
+  grep -v -e Deprecat "$OUT/build.log" | tail -n 25 | tee -a "$SUMMARY"
+fi
+
+# ---- 2. doctor ----------------------------------------------------------------------------------
+timeout 60 $PYTHON -m mamba_ssm doctor --json >"$OUT/doctor.json" 2>"$OUT/doctor.stderr"
+say "2/4 doctor exit $? (doctor.json)"
+
+# ---- 3. GPU kernel tests ------------------------------------------------------------------------
+say "3/4 GPU kernel tests"
+timeout 150 $PYTHON -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_gpu_kernel.py \
+  --junitxml="$OUT/gpu_tests.xml" >"$OUT/gpu_tests.log" 2>&1
+rc=$?
+say "GPU tests exit $rc: $(tail -n 1 "$OUT/gpu_tests.log")"
+[ $rc -ne 0 ] && grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -20 | tee -a "$SUMMARY"
+
+# ---- 4. kernel benchmark ------------------------------------------------------------------------
+say "4/4 kernel benchmark"
+timeout 120 $PYTHON benchmarks/bench_kernel.py --device cuda --out "$OUT" >"$OUT/bench_kernel.log" 2>&1
+say "benchmark exit $?:"
+cat "$OUT/bench_kernel_cuda.md" 2>/dev/null | tee -a "$SUMMARY" || tail -n 20 "$OUT/bench_kernel.log" | tee -a "$SUMMARY"
+
+say "done in $(( $(date +%s) - START )) s; results in $OUT"
