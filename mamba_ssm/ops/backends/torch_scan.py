@@ -39,17 +39,20 @@ import torch
 
 __all__ = ["selective_scan", "selective_scan_with_state", "plan_chunks", "DEFAULT_MEMORY_BUDGET"]
 
-#: Working-set budget of one segment, in bytes (override with MAMBA_SSM_SCAN_MEMORY_MB).
-DEFAULT_MEMORY_BUDGET = 64 * 1024 * 1024
+#: Working-set budget of one segment, in bytes, per device type (override with MAMBA_SSM_SCAN_MEMORY_MB).
+#: On CPU a segment that stays in the caches is fastest (measured: 8 MiB beats 2, 4, 16, 64 and 256 MiB
+#: at seqlen 8192 on a 2-core EPYC); on a GPU, larger segments mean fewer kernel launches.
+DEFAULT_MEMORY_BUDGET = 8 * 1024 * 1024
+_DEVICE_BUDGETS = {"cpu": DEFAULT_MEMORY_BUDGET, "cuda": 1024 * 1024 * 1024}
 #: Buffers of shape (batch, dim, segment, d_state) alive at once in backward (a, b, h, g, products).
 _BUFFERS = 6
 _MIN_CHUNK, _MAX_CHUNK = 4, 128
 
 
-def _budget() -> int:
+def _budget(device_type: str = "cpu") -> int:
     text = os.environ.get("MAMBA_SSM_SCAN_MEMORY_MB", "").strip()
     if not text:
-        return DEFAULT_MEMORY_BUDGET
+        return _DEVICE_BUDGETS.get(device_type, DEFAULT_MEMORY_BUDGET)
     try:
         value = float(text)
     except ValueError:
@@ -60,20 +63,21 @@ def _budget() -> int:
 
 
 def plan_chunks(batch: int, dim: int, d_state: int, seqlen: int, itemsize: int = 4,
-                budget: Optional[int] = None) -> Tuple[int, int]:
+                budget: Optional[int] = None, device_type: str = "cpu") -> Tuple[int, int]:
     """Segment length and chunk size for a scan of this shape.
 
     Args:
         batch, dim, d_state, seqlen: the scan's sizes.
         itemsize: bytes per element of the compute dtype (4 for float32, 8 for float64).
-        budget: bytes the per-segment buffers may take (default :data:`DEFAULT_MEMORY_BUDGET` or
-            ``MAMBA_SSM_SCAN_MEMORY_MB``).
+        budget: bytes the per-segment buffers may take (default: ``MAMBA_SSM_SCAN_MEMORY_MB``, else
+            8 MiB on CPU and 1 GiB on CUDA).
+        device_type: "cpu", "cuda", ... (picks the default budget).
 
     Returns:
         ``(segment, chunk)``: timesteps per segment (a multiple of ``chunk`` unless the whole sequence
         is shorter) and timesteps per chunk.
     """
-    budget = _budget() if budget is None else budget
+    budget = _budget(device_type) if budget is None else budget
     per_step = max(1, batch * dim * d_state * itemsize * _BUFFERS)
     segment = max(_MIN_CHUNK * _MIN_CHUNK, budget // per_step)
     segment = min(segment, max(seqlen, 1))
@@ -339,7 +343,8 @@ def selective_scan_with_state(u, delta, A, B, C, D=None, z=None, delta_bias=None
         Cc = _canonical_bc(C, batch, dim, groups)
         h0 = None if initial_state is None else initial_state.to(cdtype).reshape(batch, groups, hh, n)
         if segment is None or chunk is None:
-            seg, ch = plan_chunks(batch, dim, n, seqlen, torch.empty((), dtype=cdtype).element_size())
+            seg, ch = plan_chunks(batch, dim, n, seqlen, torch.empty((), dtype=cdtype).element_size(),
+                                  device_type=device_type)
             segment = segment or seg
             chunk = chunk or ch
         y, last = _ScanCore.apply(u4, dt4, A3, Bc, Cc, h0, segment, chunk)
