@@ -105,7 +105,7 @@ def cmd_sdist_check(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m build_matrix", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m build_matrix", description=" ".join(__doc__.split("\n\n")[0].split()))
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("plan", help="expand, exclude and validate the matrix; print the cells and the count")
