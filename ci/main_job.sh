@@ -33,7 +33,7 @@ else
   python -m build_matrix build --host --archs "$ARCHS" --out "$WORK/cells"
   WHEEL="$(ls -t "$WORK"/cells/mamba_ssm-*.whl | head -n 1)"
   step "2. audit $WHEEL"
-  python -m build_matrix audit "$WHEEL" --archs "$ARCHS"
+  python -m build_matrix audit "$WHEEL" --archs "$ARCHS" --torch-from "$VENV"
 fi
 
 step "5. build our sdist"

@@ -92,7 +92,8 @@ def relabel_wheel(src: str, version: str, out_dir: str, sha256: Optional[str] = 
                 # is only handed to the local installer, which unpacks it
                 out.compress_type, out.external_attr = zipfile.ZIP_STORED, info.external_attr
                 zout.writestr(out, data)
-                rows.append([path, _hash(data), str(len(data))])
+                if not path.endswith("/"):  # directory entries (auditwheel writes them) are not RECORD rows
+                    rows.append([path, _hash(data), str(len(data))])
             variant = json.dumps({"index_wheel": name, "sha256": sha256, "version": str(old),
                                   "installed_as": str(new)}, indent=1, sort_keys=True).encode()
             vinfo = zipfile.ZipInfo(f"{new_di}/{VARIANT_FILE}", infos[0].date_time)

@@ -58,7 +58,9 @@ def host_wheel(work):
     given = os.environ.get("MAMBA_E2E_WHEEL")
     if given:
         return given
-    cells = sorted(glob.glob(os.path.join(REPO, "dist", "cells", f"mamba_ssm-*+{LABEL.lower()}-*.whl")), key=os.path.getmtime)
+    cells = sorted(glob.glob(os.path.join(REPO, "dist", "cells", f"mamba_ssm-*+{LABEL.lower()}-*.whl"))
+                   + glob.glob(os.path.join(REPO, "build", "main_job", "cells", f"mamba_ssm-*+{LABEL.lower()}-*.whl")),
+                   key=os.path.getmtime)
     if cells:
         return cells[-1]
     out = os.path.join(REPO, "build", "resolver_e2e_wheel")
@@ -77,10 +79,17 @@ def sdist(work):
     return glob.glob(str(out / "mamba_ssm-*.tar.gz"))[0]
 
 
+def cpu_cell_wheel():
+    """The matrix's CPU cell (torch 2.13 +cpu) when `python -m build_matrix build` made it, else None."""
+    found = sorted(glob.glob(os.path.join(REPO, "dist", "cells", "mamba_ssm-*+cputorch2.13cxx11abitrue-*.whl")),
+                   key=os.path.getmtime)
+    return found[-1] if found else None
+
+
 @pytest.fixture(scope="module")
 def server(work, host_wheel, sdist):
     root = work / "index"
-    manifest = build_index(str(root), add=[host_wheel])
+    manifest = build_index(str(root), add=[host_wheel] + ([cpu_cell_wheel()] if cpu_cell_wheel() else []), move=False)
     pin_sdist(sdist, manifest)
     with serving(str(root)) as srv:
         yield srv
@@ -258,10 +267,19 @@ def test_stale_pip_cache_is_caught_and_doctor_names_the_fix(work, server, sdist,
     assert cm["loaded"] is False and any("2.13" in r for r in cm["incompatibilities"]), cm
     text = json.dumps(doc)
     assert "--no-cache-dir" in text or "install-kernels" in text
-    # the fix: no +cpu wheel on this index, so the resolver says so and the pure-Python package is used
-    fix_env = dict(env, MAMBA_FALLBACK="python")
-    run([py_b, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "--force-reinstall", sdist], env=fix_env)
-    dec = decision(py_b, env, str(work))
-    assert dec["status"] == "no-candidate" and dec["final_mode"] == "python"
-    assert "cputorch2.13cxx11abiTRUE" in dec["message"]
-    assert doctor(py_b, env, str(work))["compiled_module"]["found"] is False
+    if cpu_cell_wheel():
+        # the fix doctor names: install-kernels resolves again for this torch and installs the +cpu wheel
+        proc = run([py_b, "-m", "mamba_ssm", "install-kernels"], env=env, cwd=str(work), check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        doc = doctor(py_b, env, str(work))
+        assert doc["compiled_module"]["loaded"] is True
+        assert doc["compiled_module"]["build_info"]["torch_version"].startswith("2.13")
+        assert decision(py_b, env, str(work))["wheel"] == os.path.basename(cpu_cell_wheel())
+    else:
+        # no +cpu wheel on this index: the resolver says so and the pure-Python package is used
+        fix_env = dict(env, MAMBA_FALLBACK="python")
+        run([py_b, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "--force-reinstall", sdist], env=fix_env)
+        dec = decision(py_b, env, str(work))
+        assert dec["status"] == "no-candidate" and dec["final_mode"] == "python"
+        assert "cputorch2.13cxx11abiTRUE" in dec["message"]
+        assert doctor(py_b, env, str(work))["compiled_module"]["found"] is False
