@@ -145,7 +145,9 @@ def main(argv=None) -> int:
     proj = os.path.join(tmp, "proj")
     try:
         copy_project(proj)
+        load_before = os.getloadavg()[0]
         clean = timed_build(proj, env)
+        load_after = os.getloadavg()[0]
         so = os.path.join(proj, "mamba_ssm", "_C.abi3.so")
         size_mb = os.path.getsize(so) / 1e6
         n_tu = len(re.findall(r"^\[\d+/\d+\]", clean["log"], flags=re.M))
@@ -180,7 +182,9 @@ python setup.py build_ext --inplace` ({n_tu} ninja steps; kernels {', '.join(inf
 | `_C.abi3.so` size | {size_mb:.1f} MB | <= {GOAL_SIZE_MB:.0f} MB ({'met' if ok_size else 'NOT met'}) | 47.9 MB |
 | incremental rebuild, nothing changed | {incr['wall_s']:.1f} s wall, {incr['cpu_s']:.1f} s CPU | | |
 
-The machine's 2 cores are shared with other work; wall time varies with its load, CPU time much less.
+Load average (1 min) before / after the clean build: {load_before:.1f} / {load_after:.1f}. The machine's cores
+are shared with other work, so wall time depends on that load; CPU time much less (on an idle machine the
+wall time of a MAX_JOBS={args.jobs} build is about CPU time / {args.jobs} plus the serial steps).
 """
     print(text)
     if not args.no_write:
