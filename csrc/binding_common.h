@@ -1,7 +1,10 @@
 // Shared by the CPU and CUDA bindings: argument checks and the ScanParams filled from ATen tensors.
 // (The kernel headers themselves include no torch header; only the bindings do.)
 #pragma once
-#include <ATen/ATen.h>
+// Per-op ATen headers instead of <ATen/ATen.h>: half the compile time of this file.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/util/Optional.h>
 #include <optional>
 #include "scan_params.h"
