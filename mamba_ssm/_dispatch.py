@@ -225,16 +225,30 @@ def _warnings_silenced() -> bool:
     return os.environ.get(ENV_NO_WARNING, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-def _warn_once(key: Any, message: Callable[[], str], stacklevel: int) -> None:
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """The warnings stacklevel, seen from _warn_once, of the first frame outside this package (the
+    user's call of selective_scan_fn, Mamba.forward, ...)."""
+    level = 1
+    frame = sys._getframe(1)  # _warn_once's frame; stacklevel 1 names it
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _warn_once(key: Any, message: Callable[[], str]) -> None:
     """Warn ``message()`` unless ``key`` was warned already; the text is only built when warned (it
-    reads the recorded install decision from disk)."""
+    reads the recorded install decision from disk). The warning names the user's line."""
     if key in _warned or _warnings_silenced():  # the common case: no lock (and traceable by dynamo)
         return
     with _lock:
         if key in _warned:
             return
         _warned.add(key)
-    warnings.warn(message(), MambaFallbackWarning, stacklevel=stacklevel + 1)
+    warnings.warn(message(), MambaFallbackWarning, stacklevel=_user_stacklevel())
 
 
 def _fallback_message(op: str, device: Any, reason: str, fix: Optional[str]) -> str:
@@ -319,8 +333,7 @@ def _backend_for_eager(op: str, device: Any) -> str:
         )
     if decision["backend"] == "torch" and decision["fix"]:
         _warn_once(("unavailable", decision["reason"]),
-                   lambda: _fallback_message(op, _describe(device), decision["reason"], decision["fix"]),
-                   stacklevel=3)
+                   lambda: _fallback_message(op, _describe(device), decision["reason"], decision["fix"]))
     return decision["backend"]
 
 
@@ -364,7 +377,7 @@ def _fallback_for_call_eager(op: str, device: Any, reason: str) -> str:
             "on the PyTorch fallback."
         )
     _warn_once(("call", op), lambda: f"mamba_ssm: this {op} call on {_describe(device)} runs on the PyTorch "
-               f"fallback: {reason}. Set {ENV_NO_WARNING}=1 to silence this warning.", stacklevel=3)
+               f"fallback: {reason}. Set {ENV_NO_WARNING}=1 to silence this warning.")
     return "torch"
 
 

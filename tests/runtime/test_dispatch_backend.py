@@ -447,3 +447,25 @@ def test_dispatch_inside_torch_compile_fullgraph(missing_root):
     assert out["y"] == [1.0, 1.0, 1.0]
     assert len(out["warnings"]) == 1 and out["reason"] in out["warnings"][0]
     assert out["forced"] and out["reason"] in out["forced"] and "MAMBA_SSM_BACKEND=compiled" in out["forced"]
+
+
+WHERE = r"""
+import json, warnings
+import torch
+from mamba_ssm import _dispatch
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    _dispatch.backend_for("selective_scan", torch.device("cpu"))  # USER LINE A
+    _dispatch.fallback_for_call("selective_scan", "cpu", "d_state too large")  # USER LINE B
+print(json.dumps([[w.filename, w.lineno] for w in caught if w.category.__name__ == "MambaFallbackWarning"]))
+"""
+
+
+def test_warning_names_the_users_line(missing_root, tmp_path):
+    script = tmp_path / "user_script.py"
+    script.write_text(WHERE)
+    lines = WHERE.splitlines()
+    expected = [[str(script), lines.index(line) + 1] for line in lines if "USER LINE" in line]
+    proc = S.run_python(missing_root, f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert S.last_json(proc.stdout) == expected
