@@ -362,3 +362,56 @@ def doctor_json_args(root, args, env=None):
         return proc.returncode, json.loads(proc.stdout)
     except ValueError:
         raise AssertionError(f"doctor printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+
+
+FAKE_GPUS = r"""
+import contextlib, io, json, sys, types
+import torch
+# No GPU here: present two, an H200 (9.0) and a T4 (7.5), to doctor.
+props = {0: types.SimpleNamespace(name="NVIDIA H200", major=9, minor=0, total_memory=141 * 2**30),
+         1: types.SimpleNamespace(name="Tesla T4", major=7, minor=5, total_memory=16 * 2**30)}
+torch.cuda.is_available = lambda: True
+torch.cuda.device_count = lambda: 2
+torch.cuda.get_device_properties = lambda i: props[i]
+torch.cuda.get_device_capability = lambda i=None: (props[i].major, props[i].minor)
+from mamba_ssm.__main__ import main
+for args in (["doctor", "--json"], ["doctor"]):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(args)
+    print(json.dumps({"code": code, "out": buf.getvalue()}))
+"""
+
+
+def test_gpus_listed_and_each_checked_against_the_build(tmp_path):
+    t = S.torch_facts()
+    if not t["cuda"]:
+        pytest.skip("needs a CUDA torch (the fabricated build is a CUDA build matching it)")
+    root = S.make_package(tmp_path)
+    S.compile_so(root / "mamba_ssm" / "_C.abi3.so",
+                 S.build_info(kernels=["cpu", "cuda"], sass_archs=["sm_80", "sm_90"], ptx_archs=[]))
+    (root / "mamba_ssm" / "ops" / "backends").mkdir(parents=True, exist_ok=True)
+    (root / "mamba_ssm" / "ops" / "backends" / "compiled.py").write_text(FAKE_COMPILED_PY)
+    proc = S.run_python(root, FAKE_GPUS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    report = json.loads(runs[0]["out"])
+    assert runs[0]["code"] == 1 and report["exit_code"] == 1
+    gpus = report["gpus"]
+    assert gpus["count"] == 2
+    assert [(g["device"], g["name"], g["compute_capability"], g["arch"], g["total_memory_mib"])
+            for g in gpus["devices"]] == [("cuda:0", "NVIDIA H200", "9.0", "sm_90", 141 * 1024),
+                                          ("cuda:1", "Tesla T4", "7.5", "sm_75", 16 * 1024)]
+    by_device = {d["device"]: d for d in report["devices"]}
+    assert list(by_device) == ["cpu", "cuda:0", "cuda:1"]
+    assert by_device["cpu"]["compiled_active"] and by_device["cuda:0"]["compiled_active"]
+    assert by_device["cuda:1"]["compiled_active"] is False
+    assert by_device["cuda:1"]["ops"]["selective_scan"]["backend"] == "torch"
+    assert "7.5" in by_device["cuda:1"]["coverage"]
+    (p,) = report["problems"]
+    assert p["devices"] == ["cuda:1"] and p["ops"] == ["selective_scan", "mamba_inner"]
+    assert "7.5" in p["reason"] and "install-kernels" in p["fix"]
+    text = runs[1]["out"]
+    assert runs[1]["code"] == 1
+    assert "cuda:0: NVIDIA H200, compute capability 9.0 (sm_90)" in text
+    assert "cuda:1: Tesla T4, compute capability 7.5 (sm_75)" in text
