@@ -163,6 +163,24 @@ def _import_compiled() -> Optional[str]:
     return _compiled_import_error
 
 
+def _coverage_fix(device: Any) -> str:
+    """What to do when the loaded build has no kernel for ``device`` ("" when nothing can be done)."""
+    kind, _ = _loader.device_key(device)
+    arch = _loader.device_arch(device)
+    if kind == "cpu":
+        return (f"install the build for this torch, which carries the CPU kernel: `{_loader.FIX_INSTALL_KERNELS}`, "
+                f"or build from source: `{_loader.FIX_SOURCE_BUILD}`")
+    if kind != "cuda":
+        return ""
+    if arch and arch.startswith("gfx"):
+        return (f"install a wheel built for {arch} (`{_loader.FIX_INSTALL_KERNELS}` picks one), or build "
+                f"from source for it: `HIP_BUILD=1 PYTORCH_ROCM_ARCH={arch} {_loader.FIX_SOURCE_BUILD}`")
+    capability = arch or "<compute capability>"
+    return (f"install a wheel whose kernels cover compute capability {capability} "
+            f"(`{_loader.FIX_INSTALL_KERNELS}` picks one), or build from source for it: "
+            f"`TORCH_CUDA_ARCH_LIST={capability} {_loader.FIX_SOURCE_BUILD}`")
+
+
 def _compiled_unavailable(device: Any) -> Optional[Tuple[str, str]]:
     """None when the compiled kernels can run on ``device``, else (reason, fix)."""
     result = _loader.load()
@@ -170,11 +188,7 @@ def _compiled_unavailable(device: Any) -> Optional[Tuple[str, str]]:
         return result.reason or "mamba_ssm._C is not loaded", result.fix or ""
     reason = _loader.device_coverage(device)
     if reason is not None:
-        return reason, (
-            "install a wheel built for this GPU's compute capability (`python -m mamba_ssm install-kernels` "
-            f"picks one), or build from source for it: `TORCH_CUDA_ARCH_LIST=<capability> "
-            f"{_loader.FIX_SOURCE_BUILD}`"
-        )
+        return reason, _coverage_fix(device)
     error = _import_compiled()
     if error is not None:
         return error, f"reinstall the package: `{_loader.FIX_REINSTALL}`"

@@ -35,6 +35,7 @@ __all__ = [
     "load",
     "peek",
     "device_coverage",
+    "device_arch",
     "device_key",
     "install_decision",
     "kernels_deferred",
@@ -110,6 +111,7 @@ class LoadResult:
 _lock = threading.RLock()
 _result: Optional[LoadResult] = None
 _coverage: Dict[Tuple[str, int], Optional[str]] = {}
+_archs: Dict[Tuple[str, int], str] = {}  # device key -> "7.5" (CUDA compute capability) or "gfx90a"
 
 
 def _build_info_as_dict(build: Any) -> Optional[Dict[str, Any]]:
@@ -437,6 +439,8 @@ def _coverage_uncached(key: Tuple[str, int]) -> Optional[str]:
                     f"{', '.join(kernels) or 'none'})")
         props = torch.cuda.get_device_properties(index)
         arch = _gfx_base(getattr(props, "gcnArchName", "") or "")
+        if arch:
+            _archs[key] = arch
         built = sorted({_gfx_base(a) for a in (getattr(build, "gfx_archs", None) or [])})
         if arch and arch in built:
             return None
@@ -449,6 +453,7 @@ def _coverage_uncached(key: Tuple[str, int]) -> Optional[str]:
     from mamba_ssm._compat.archs import coverage  # noqa: PLC0415
 
     capability = tuple(torch.cuda.get_device_capability(index))
+    _archs[key] = f"{capability[0]}.{capability[1]}"
     reason = coverage(capability, list(getattr(build, "sass_archs", None) or []),
                       list(getattr(build, "ptx_archs", None) or []))
     if reason is None:
@@ -483,9 +488,16 @@ def device_coverage(device: Any) -> Optional[str]:
         return _coverage[key]
 
 
+def device_arch(device: Any) -> Optional[str]:
+    """The arch :func:`device_coverage` found for ``device``: a CUDA compute capability such as ``"7.5"``
+    or a ROCm gfx arch such as ``"gfx1100"``; None for CPU or before its coverage was checked."""
+    return _archs.get(device_key(device))
+
+
 def _reset_for_tests() -> None:
     """Forget the cached load result and coverage (tests only; a loaded library stays loaded)."""
     global _result
     with _lock:
         _result = None
         _coverage.clear()
+        _archs.clear()

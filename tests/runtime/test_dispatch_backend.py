@@ -314,6 +314,7 @@ def test_loaded_module_without_cpu_kernel_falls_back_on_cpu(tmp_path):
     assert out["first"]["value"] == "torch"
     (w,) = out["first"]["warnings"]
     assert "no CPU kernel" in w["message"]
+    assert "compute capability" not in w["message"] and "python -m mamba_ssm install-kernels" in w["message"]
     forced = probe(root, MAMBA_SSM_BACKEND="compiled")
     assert forced["first"]["error"]["type"] == "RuntimeError"
     assert "no CPU kernel" in forced["first"]["error"]["message"]
