@@ -3,9 +3,9 @@
 #
 #   1. build the host cell (python -m build_matrix build --host: torch 2.14.1+cu130, cxx11abi TRUE, sm_90)
 #   2. audit it
-#   3. index it (PEP 503 root per variant + manifest.json) and pin its sha256 into our sdist
-#   4. serve the index on a loopback port (python -m http.server on 127.0.0.1)
-#   5. build our sdist
+#   3. build our sdist
+#   4. index the wheel (PEP 503 root per variant + manifest.json) and pin its sha256 into the sdist
+#   5. serve the index on a loopback port (python -m http.server on 127.0.0.1)
 #   6. install the sdist into a fresh venv (torch shared through a .pth file) through the resolver, with
 #      MAMBA_WHEEL_INDEX pointing at the loopback server and no compiler or CUDA toolkit reachable
 #   7. print doctor
@@ -36,15 +36,15 @@ else
   python -m build_matrix audit "$WHEEL" --archs "$ARCHS" --torch-from "$VENV"
 fi
 
-step "5. build our sdist"
+step "3. build our sdist"
 python -m build --sdist --no-isolation -o "$WORK/sdist" . >"$WORK/sdist.log" 2>&1 || { tail -n 40 "$WORK/sdist.log"; exit 1; }
 SDIST="$(ls "$WORK"/sdist/mamba_ssm-*.tar.gz | head -n 1)"
 echo "$SDIST"
 
-step "3. index the wheel and pin its sha256 into the sdist"
+step "4. index the wheel and pin its sha256 into the sdist"
 python -m build_matrix index "$WORK/index" --add "$WHEEL" --pin-sdist "$SDIST"
 
-step "4. serve the index on 127.0.0.1"
+step "5. serve the index on 127.0.0.1"
 PORT="$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
 python -m http.server "$PORT" --bind 127.0.0.1 --directory "$WORK/index" >"$WORK/http.log" 2>&1 &
 SERVER_PID=$!
