@@ -44,26 +44,29 @@ __global__ void __launch_bounds__(kThreads) scan_bwd_kernel(const ScanBwdParams 
   const int64_t n_chunks = (L + kChunk - 1) / kChunk;
   float* ws = p.workspace + ch.bd * n_chunks * N;
 
-  auto load_B = [&](int n, int64_t t) -> float {
-    if (!p.b_variable) return Bconst[n];
-    return t < L ? load_bc<T>(p.B, p.bc_fp32, ch.bc_off + n * L + t) : 0.f;
+  auto load_BC = [&](int n, int64_t t0, float (&Bv)[kItems], float (&Cv)[kItems], bool with_C) {
+    if (p.b_variable) {
+      load_bc_items<T>(p.B, p.bc_fp32, ch.bc_off + n * L, t0, L, Bv);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) Bv[i] = Bconst[n];
+    }
+    if (!with_C) return;
+    if (p.c_variable) {
+      load_bc_items<T>(p.C, p.bc_fp32, ch.bc_off + n * L, t0, L, Cv);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) Cv[i] = Cconst[n];
+    }
   };
-  auto load_C = [&](int n, int64_t t) -> float {
-    if (!p.c_variable) return Cconst[n];
-    return t < L ? load_bc<T>(p.C, p.bc_fp32, ch.bc_off + n * L + t) : 0.f;
-  };
-  // Loads u and dt (after bias and softplus) of this thread's timesteps; zero past seqlen.
-  auto load_u_dt = [&](int64_t t0, float* uv, float* dt, float* draw) {
+  // Loads u and dt (after bias and softplus; draw = delta + bias before softplus); dt = 0 past seqlen.
+  auto load_u_dt = [&](int64_t t0, float (&uv)[kItems], float (&dt)[kItems], float (&draw)[kItems]) {
+    load_items<T>(u, t0, L, uv);
+    load_items<T>(delta, t0, L, draw);
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
-      const int64_t t = t0 + i;
-      if (t < L) {
-        uv[i] = Cvt<T>::load(u[t]);
-        draw[i] = Cvt<T>::load(delta[t]) + bias;
-        dt[i] = p.delta_softplus ? softplus(draw[i]) : draw[i];
-      } else {
-        uv[i] = 0.f; dt[i] = 0.f; draw[i] = 0.f;
-      }
+      draw[i] += bias;
+      dt[i] = t0 + i < L ? (p.delta_softplus ? softplus(draw[i]) : draw[i]) : 0.f;
     }
   };
 
@@ -80,11 +83,13 @@ __global__ void __launch_bounds__(kThreads) scan_bwd_kernel(const ScanBwdParams 
     load_u_dt(t0, uv, dt, draw);
     for (int n = 0; n < N; ++n) {
       const float An = A[n];
+      float Bv[kItems], Cv[kItems];
+      load_BC(n, t0, Bv, Cv, false);
       float agg_a = 1.f, agg_b = 0.f;
 #pragma unroll
       for (int i = 0; i < kItems; ++i) {
         const float a = __expf(dt[i] * An);
-        agg_b = a * agg_b + dt[i] * uv[i] * load_B(n, t0 + i);
+        agg_b = a * agg_b + dt[i] * uv[i] * Bv[i];
         agg_a = a * agg_a;
       }
       const float carry = carry_s[n];
@@ -107,15 +112,12 @@ __global__ void __launch_bounds__(kThreads) scan_bwd_kernel(const ScanBwdParams 
     float uv[kItems], dt[kItems], draw[kItems], dy[kItems], dov[kItems], y[kItems], du_acc[kItems],
         ddt[kItems];
     load_u_dt(t0, uv, dt, draw);
+    load_items<T>(dout, t0, L, dov);
+    float zv[kItems];
+    if (z) load_items<T>(z, t0, L, zv);
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
-      const int64_t t = t0 + i;
-      dov[i] = t < L ? Cvt<T>::load(dout[t]) : 0.f;
-      dy[i] = dov[i];
-      if (z && t < L) {
-        const float zv = Cvt<T>::load(z[t]);
-        dy[i] = dov[i] * zv / (1.f + expf(-zv));
-      }
+      dy[i] = z ? dov[i] * zv[i] / (1.f + __expf(-zv[i])) : dov[i];
       y[i] = 0.f;
       du_acc[i] = 0.f;
       ddt[i] = 0.f;
@@ -124,10 +126,9 @@ __global__ void __launch_bounds__(kThreads) scan_bwd_kernel(const ScanBwdParams 
       const float An = A[n];
       float a[kItems], hp[kItems], Bv[kItems], Cv[kItems];
       float agg_a = 1.f, agg_b = 0.f;
+      load_BC(n, t0, Bv, Cv, true);
 #pragma unroll
       for (int i = 0; i < kItems; ++i) {
-        Bv[i] = load_B(n, t0 + i);
-        Cv[i] = load_C(n, t0 + i);
         a[i] = __expf(dt[i] * An);
         agg_b = a[i] * agg_b + dt[i] * uv[i] * Bv[i];
         agg_a = a[i] * agg_a;
@@ -179,23 +180,22 @@ __global__ void __launch_bounds__(kThreads) scan_bwd_kernel(const ScanBwdParams 
       sbuf ^= 1;
       if (threadIdx.x == 0) { dA_s[n] += sums.x; dBc_s[n] += sums.y; dCc_s[n] += sums.z; }
     }
+    float dz_v[kItems];
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
-      const int64_t t = t0 + i;
-      if (t >= L) continue;
-      float ddt_v = ddt[i];
-      if (p.delta_softplus) ddt_v *= sigmoid(draw[i]);
-      du[t] = Cvt<T>::store(du_acc[i] + Dd * dy[i]);
-      ddelta[t] = Cvt<T>::store(ddt_v);
-      dD_acc += dy[i] * uv[i];
-      dbias_acc += ddt_v;
-      if (dz) {
-        const float zv = Cvt<T>::load(z[t]);
-        const float sg = 1.f / (1.f + expf(-zv));
-        const float yv = y[i] + Dd * uv[i];
-        dz[t] = Cvt<T>::store(dov[i] * yv * sg * (1.f + zv * (1.f - sg)));
+      const bool valid = t0 + i < L;
+      if (p.delta_softplus) ddt[i] *= sigmoid(draw[i]);
+      du_acc[i] += Dd * dy[i];
+      dD_acc += valid ? dy[i] * uv[i] : 0.f;
+      dbias_acc += valid ? ddt[i] : 0.f;
+      if (z) {
+        const float sg = 1.f / (1.f + __expf(-zv[i]));
+        dz_v[i] = dov[i] * (y[i] + Dd * uv[i]) * sg * (1.f + zv[i] * (1.f - sg));
       }
     }
+    store_items<T>(du, t0, L, du_acc);
+    store_items<T>(ddelta, t0, L, ddt);
+    if (dz) store_items<T>(dz, t0, L, dz_v);
   }
   const float3 sums = block_sum3(make_float3(dD_acc, dbias_acc, 0.f), sum_buf[sbuf]);
   __syncthreads();

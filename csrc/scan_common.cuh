@@ -3,6 +3,8 @@
 #include "portability.h"
 #include "scan_gpu.h"
 
+#include <cstdint>
+
 namespace mamba_ssm {
 namespace gpu {
 
@@ -36,6 +38,57 @@ __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)
 template <typename T>
 __device__ __forceinline__ float load_bc(const void* base, bool is_fp32, int64_t i) {
   return is_fp32 ? static_cast<const float*>(base)[i] : Cvt<T>::load(static_cast<const T*>(base)[i]);
+}
+
+// Loads kItems consecutive elements starting at base[t0] as fp32; zero past seqlen L. Full, 16-byte
+// aligned runs use 16-byte vector loads (4 fp32 or 8 fp16/bf16 per load), the rest scalar loads.
+template <typename T>
+__device__ __forceinline__ void load_items(const T* base, int64_t t0, int64_t L, float (&v)[kItems]) {
+  constexpr int kPerVec = 16 / sizeof(T);
+  static_assert(kItems % kPerVec == 0, "whole vectors per thread");
+  const T* p = base + t0;
+  if (t0 + kItems <= L && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+#pragma unroll
+    for (int k = 0; k < kItems / kPerVec; ++k) {
+      const uint4 raw = reinterpret_cast<const uint4*>(p)[k];
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int j = 0; j < kPerVec; ++j) v[k * kPerVec + j] = Cvt<T>::load(e[j]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) v[i] = t0 + i < L ? Cvt<T>::load(p[i]) : 0.f;
+  }
+}
+
+// Stores kItems values to base[t0...] in T, skipping positions past seqlen L (vector stores when full
+// and aligned, as load_items).
+template <typename T>
+__device__ __forceinline__ void store_items(T* base, int64_t t0, int64_t L, const float (&v)[kItems]) {
+  constexpr int kPerVec = 16 / sizeof(T);
+  T* p = base + t0;
+  if (t0 + kItems <= L && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+#pragma unroll
+    for (int k = 0; k < kItems / kPerVec; ++k) {
+      uint4 raw;
+      T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+      for (int j = 0; j < kPerVec; ++j) e[j] = Cvt<T>::store(v[k * kPerVec + j]);
+      reinterpret_cast<uint4*>(p)[k] = raw;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+      if (t0 + i < L) p[i] = Cvt<T>::store(v[i]);
+  }
+}
+
+// Variable B or C of state n for this thread's timesteps (stored fp32 or in T).
+template <typename T>
+__device__ __forceinline__ void load_bc_items(const void* base, bool is_fp32, int64_t off, int64_t t0,
+                                              int64_t L, float (&v)[kItems]) {
+  if (is_fp32) load_items<float>(static_cast<const float*>(base) + off, t0, L, v);
+  else load_items<T>(static_cast<const T*>(base) + off, t0, L, v);
 }
 
 // Block-wide exclusive scan of affine maps x -> a*x + b (one per thread, composed in scan order:

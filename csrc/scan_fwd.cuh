@@ -36,31 +36,34 @@ __global__ void __launch_bounds__(kThreads) scan_fwd_kernel(const ScanParams p) 
   for (int64_t c = 0; c < n_chunks; ++c) {
     const int64_t t0 = c * kChunk + static_cast<int64_t>(threadIdx.x) * kItems;
     float uv[kItems], dt[kItems], y[kItems];
+    load_items<T>(u, t0, L, uv);
+    load_items<T>(delta, t0, L, dt);
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
-      const int64_t t = t0 + i;
-      if (t < L) {
-        uv[i] = Cvt<T>::load(u[t]);
-        float v = Cvt<T>::load(delta[t]) + bias;
-        dt[i] = p.delta_softplus ? softplus(v) : v;
-      } else {
-        uv[i] = 0.f;
-        dt[i] = 0.f;
-      }
+      const float v = dt[i] + bias;
+      dt[i] = t0 + i < L ? (p.delta_softplus ? softplus(v) : v) : 0.f;  // dt = 0 past seqlen
       y[i] = 0.f;
     }
     for (int n = 0; n < N; ++n) {
       const float An = A[n];
-      float a[kItems], bb[kItems];
+      float a[kItems], bb[kItems], Cv[kItems];
+      if (p.b_variable) {
+        load_bc_items<T>(p.B, p.bc_fp32, ch.bc_off + n * L, t0, L, bb);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kItems; ++i) bb[i] = Bconst[n];
+      }
+      if (p.c_variable) {
+        load_bc_items<T>(p.C, p.bc_fp32, ch.bc_off + n * L, t0, L, Cv);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kItems; ++i) Cv[i] = Cconst[n];
+      }
       float agg_a = 1.f, agg_b = 0.f;
 #pragma unroll
       for (int i = 0; i < kItems; ++i) {
-        const int64_t t = t0 + i;
-        float Bv;
-        if (p.b_variable) Bv = t < L ? load_bc<T>(p.B, p.bc_fp32, ch.bc_off + n * L + t) : 0.f;
-        else Bv = Bconst[n];
         a[i] = __expf(dt[i] * An);
-        bb[i] = dt[i] * uv[i] * Bv;
+        bb[i] = dt[i] * uv[i] * bb[i];
         agg_b = a[i] * agg_b + bb[i];
         agg_a = a[i] * agg_a;
       }
@@ -71,26 +74,20 @@ __global__ void __launch_bounds__(kThreads) scan_fwd_kernel(const ScanParams p) 
       if (threadIdx.x == 0) carry_s[n] = total;
 #pragma unroll
       for (int i = 0; i < kItems; ++i) {
-        const int64_t t = t0 + i;
-        float Cv;
-        if (p.c_variable) Cv = t < L ? load_bc<T>(p.C, p.bc_fp32, ch.bc_off + n * L + t) : 0.f;
-        else Cv = Cconst[n];
         h = a[i] * h + bb[i];
-        y[i] += Cv * h;
+        y[i] += Cv[i] * h;
       }
     }
+    if (z) {
+      float zv[kItems];
+      load_items<T>(z, t0, L, zv);
 #pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      const int64_t t = t0 + i;
-      if (t < L) {
-        float v = y[i] + Dd * uv[i];
-        if (z) {
-          const float zv = Cvt<T>::load(z[t]);
-          v *= zv / (1.f + expf(-zv));
-        }
-        out[t] = Cvt<T>::store(v);
-      }
+      for (int i = 0; i < kItems; ++i) y[i] = (y[i] + Dd * uv[i]) * (zv[i] / (1.f + __expf(-zv[i])));
+    } else {
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) y[i] += Dd * uv[i];
     }
+    store_items<T>(out, t0, L, y);
   }
   if (p.last_state) {
     __syncthreads();
