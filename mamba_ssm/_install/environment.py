@@ -32,8 +32,10 @@ __all__ = [
 PROBE_BEGIN = "@@MAMBA_SSM_PROBE_BEGIN@@"
 PROBE_END = "@@MAMBA_SSM_PROBE_END@@"
 
-#: Runs in the target interpreter (``python -c``); prints one JSON object between markers. It imports
-#: torch (one import: the only reliable source of the C++ ABI) but never touches torch.cuda.
+#: Runs in the target interpreter (``python -c``); prints one JSON object between markers. It reads
+#: torch/version.py and, for the C++ ABI, looks for ``std::__cxx11`` names in torch/lib/libc10.so; when
+#: that does not settle it (or ``MAMBA_PROBE_IMPORT_TORCH=1``) it imports torch (``torch._C.
+#: _GLIBCXX_USE_CXX11_ABI``). It never touches torch.cuda.
 PROBE = r'''
 import json, os, sys, sysconfig, platform
 out = {"executable": sys.executable, "prefix": os.path.realpath(sys.prefix),
@@ -56,8 +58,29 @@ try:
     spec = importlib.util.find_spec("torch")
 except Exception as e:
     out["notes"].append("find_spec(torch): %s" % e)
-if spec is not None:
-    info = {"path": os.path.dirname(spec.origin or "") or None, "error": None}
+fast = None
+if spec is not None and spec.origin and os.environ.get("MAMBA_PROBE_IMPORT_TORCH") != "1":
+    # Fast path, no torch import: torch/version.py for the versions and libc10.so's symbols for the
+    # C++ ABI (std::__cxx11 names exist only in a _GLIBCXX_USE_CXX11_ABI=1 build). Anything unclear
+    # (no such files, no __cxx11 names) falls back to importing torch.
+    tdir = os.path.dirname(spec.origin)
+    try:
+        ns = {}
+        with open(os.path.join(tdir, "version.py")) as fh:
+            exec(compile(fh.read(), "torch/version.py", "exec"), ns)
+        import mmap
+        with open(os.path.join(tdir, "lib", "libc10.so"), "rb") as fh:
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                if m.find(b"__cxx11") >= 0:
+                    fast = {"path": tdir, "error": None, "version": str(ns["__version__"]),
+                            "cuda": ns.get("cuda"), "hip": ns.get("hip"), "git_version": ns.get("git_version"),
+                            "cxx11_abi": True, "source": "torch/version.py + lib/libc10.so"}
+    except Exception as e:
+        out["notes"].append("fast torch probe: %s: %s" % (type(e).__name__, e))
+if fast is not None:
+    out["torch"] = fast
+elif spec is not None:
+    info = {"path": os.path.dirname(spec.origin or "") or None, "error": None, "source": "import torch"}
     try:
         import torch
         info.update(version=str(torch.__version__), cuda=getattr(torch.version, "cuda", None),
@@ -94,6 +117,7 @@ class TorchInfo:
     git_version: Optional[str] = None
     path: Optional[str] = None
     error: Optional[str] = None
+    source: Optional[str] = None  # how it was read: "import torch" or "torch/version.py + lib/libc10.so"
 
     def build(self):
         """This torch as a ``mamba_ssm._compat.versions.TorchBuild`` (ValueError on a bad version)."""

@@ -129,3 +129,39 @@ def test_detect_a_python_without_torch():
     env = detect(python=candidates[0], environ={"PATH": "/usr/bin", "MAMBA_SSM_NO_NVML": "1"})
     assert env.torch is None and env.python_version.startswith("3.12.")
     assert any(t.startswith("cp312-cp312-") for t in env.tags)
+
+
+def test_fast_probe_agrees_with_importing_torch():
+    fast = detect(python=sys.executable, environ=dict(os.environ, MAMBA_SSM_NO_NVML="1"))
+    slow = detect(python=sys.executable, environ=dict(os.environ, MAMBA_SSM_NO_NVML="1", MAMBA_PROBE_IMPORT_TORCH="1"))
+    assert fast.torch.source.startswith("torch/version.py") and slow.torch.source == "import torch"
+    for field in ("version", "cuda", "hip", "cxx11_abi", "git_version"):
+        assert getattr(fast.torch, field) == getattr(slow.torch, field), field
+
+
+def _fake_torch(root, version, cuda, abi_symbols, import_abi):
+    pkg = root / "torch"
+    (pkg / "lib").mkdir(parents=True)
+    (pkg / "version.py").write_text(f"__version__ = {version!r}\ncuda = {cuda!r}\nhip = None\ngit_version = 'abc'\n")
+    (pkg / "lib" / "libc10.so").write_bytes(b"\x7fELF" + (b"_ZNSt7__cxx1112basic_string" if abi_symbols else b"_ZNSs4_Rep") + b"\0" * 64)
+    (pkg / "__init__.py").write_text(
+        "import os\n"
+        "if os.environ.get('FAKE_TORCH_FORBID_IMPORT'): raise RuntimeError('torch was imported')\n"
+        f"__version__ = {version!r}\nfrom . import version\n"
+        f"class _C:\n    _GLIBCXX_USE_CXX11_ABI = {import_abi!r}\n")
+    return str(root)
+
+
+def test_old_abi_torch_falls_back_to_importing_torch(tmp_path):
+    path = _fake_torch(tmp_path, "2.5.1+cu124", "12.4", abi_symbols=False, import_abi=False)
+    env = detect(python=sys.executable, environ=dict(os.environ, PYTHONPATH=path, MAMBA_SSM_NO_NVML="1"))
+    assert env.torch.source == "import torch" and env.torch.cxx11_abi is False
+    assert env.torch.version == "2.5.1+cu124" and env.torch.cuda == "12.4"
+
+
+def test_new_abi_torch_is_read_without_importing_it(tmp_path):
+    path = _fake_torch(tmp_path, "2.6.0+cu126", "12.6", abi_symbols=True, import_abi=True)
+    env = detect(python=sys.executable, environ=dict(os.environ, PYTHONPATH=path, MAMBA_SSM_NO_NVML="1",
+                                                     FAKE_TORCH_FORBID_IMPORT="1"))
+    assert env.torch.source.startswith("torch/version.py") and env.torch.cxx11_abi is True
+    assert env.torch.error is None and env.torch.version == "2.6.0+cu126"
