@@ -42,9 +42,11 @@ def loop_scan(u, delta, A, B, C):
     delta_bu = torch.einsum("bdl,bnl,bdl->bdln", delta, B, u)
     x = u.new_zeros(u.shape[0], u.shape[1], A.shape[1])
     ys = []
-    for i in range(u.shape[2]):
-        x = delta_a[:, :, i] * x + delta_bu[:, :, i]
-        ys.append(torch.einsum("bdn,bn->bd", x, C[:, :, i]))
+    # unbind, not indexing: indexing's backward would scatter every step's gradient into a full-size
+    # zero tensor (quadratic in seqlen); unbind's backward is one stack.
+    for a_t, bu_t, c_t in zip(delta_a.unbind(2), delta_bu.unbind(2), C.unbind(2)):
+        x = a_t * x + bu_t
+        ys.append(torch.einsum("bdn,bn->bd", x, c_t))
     return torch.stack(ys, dim=2)
 
 

@@ -107,95 +107,121 @@ def _segments(seqlen: int, segment: int, chunk: int) -> List[Tuple[int, int, int
     return out
 
 
-def _view6(x: torch.Tensor, nc: int, t: int) -> torch.Tensor:
-    """(..., L, N) -> (..., nc, t, N); a length-1 L axis (constant B/C) stays broadcastable."""
-    if x.shape[-2] == 1:
-        return x.unsqueeze(-3)
-    return x.view(*x.shape[:-2], nc, t, x.shape[-1])
+# Layout of a segment of Ls = NC * T steps inside the core: "time-major chunks",
+# (T, Bt, G, H, NC, N): the step-j slice of every chunk, x[j], is one contiguous block, so each of
+# the T vectorised steps is a dense elementwise op.
 
 
-def _step(x6: torch.Tensor, j: int) -> torch.Tensor:
-    return x6[..., j if x6.shape[-2] > 1 else 0, :]
+def _to_chunks(x: torch.Tensor, nc: int, t: int, cdtype) -> torch.Tensor:
+    """(Bt, G, H, Ls) -> (T, Bt, G, H, NC, 1) contiguous in the compute dtype."""
+    y = x.to(cdtype).reshape(*x.shape[:-1], nc, t)
+    return y.permute(4, 0, 1, 2, 3).contiguous().unsqueeze(-1)
 
 
-def _forward_states(a: torch.Tensor, b: torch.Tensor, dt: torch.Tensor, A5: torch.Tensor,
-                    h0: torch.Tensor, t: int, hbuf: torch.Tensor) -> torch.Tensor:
-    """States of one segment: ``hbuf[..., 1 + i, :] = h_i``, ``hbuf[..., 0, :] = h0``.
+def _bc_to_chunks(X: torch.Tensor, nc: int, t: int, cdtype) -> torch.Tensor:
+    """B or C: variable (Bt, G, Ls, N) -> (T, Bt, G, 1, NC, N); constant (G, H, N) -> (1, 1, G, H, 1, N)."""
+    if X.dim() == 3:
+        return X.to(cdtype).reshape(1, 1, *X.shape[:2], 1, X.shape[-1])
+    y = X.to(cdtype).reshape(X.shape[0], X.shape[1], nc, t, X.shape[-1])
+    return y.permute(3, 0, 1, 2, 4).contiguous().unsqueeze(3)
 
-    a, b: (Bt, G, H, Ls, N) contiguous (decay and input per step); dt: (Bt, G, H, Ls, 1); A5:
-    (1, G, H, 1, N); h0: (Bt, G, H, N); hbuf: (Bt, G, H, Ls + 1, N). Returns the final state.
+
+def _from_chunks(x: torch.Tensor) -> torch.Tensor:
+    """(T, Bt, G, H, NC) -> (Bt, G, H, NC * T)."""
+    t, nc = x.shape[0], x.shape[-1]
+    return x.permute(1, 2, 3, 4, 0).reshape(*x.shape[1:-1], nc * t)
+
+
+def _bc_from_chunks(x: torch.Tensor) -> torch.Tensor:
+    """(T, Bt, G, NC, N) -> (Bt, G, NC * T, N)."""
+    t, nc = x.shape[0], x.shape[3]
+    return x.permute(1, 2, 3, 0, 4).reshape(x.shape[1], x.shape[2], nc * t, x.shape[-1])
+
+
+class _Workspace:
+    """Big per-segment buffers, allocated once per call and reused by every segment: a fresh multi-MiB
+    tensor per op costs page faults (measured: exp of a fresh product 3x slower than in place)."""
+
+    def __init__(self, dtype, device):
+        self.dtype, self.device, self.bufs = dtype, device, {}
+
+    def get(self, name: str, shape) -> torch.Tensor:
+        numel = 1
+        for d in shape:
+            numel *= d
+        buf = self.bufs.get(name)
+        if buf is None or buf.numel() < numel:
+            buf = torch.empty(numel, dtype=self.dtype, device=self.device)
+            self.bufs[name] = buf
+        return buf[:numel].view(shape)
+
+
+def _forward_states(a: torch.Tensor, b: torch.Tensor, dt: torch.Tensor, A6: torch.Tensor,
+                    h0: torch.Tensor, hbuf: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """States of one segment in the chunk layout.
+
+    a, b: (T, Bt, G, H, NC, N) decay and input per step; dt: (T, Bt, G, H, NC, 1); A6: (1, 1, G, H, 1, N);
+    h0: (Bt, G, H, N). Returns hbuf (T + 1, Bt, G, H, NC, N) with ``hbuf[1 + j][..., c, :]`` the state
+    after step j of chunk c and ``hbuf[0][..., c, :]`` the state entering chunk c (so hbuf[1:] are the
+    states and hbuf[:-1] the states one step earlier).
     """
-    ls = a.shape[-2]
-    nc = ls // t
-    a6, b6 = _view6(a, nc, t), _view6(b, nc, t)
-    hbuf[..., 0, :] = h0
-    hs6 = hbuf[..., 1:, :].view(*a.shape[:-2], nc, t, a.shape[-1])
+    t, nc = a.shape[0], a.shape[-2]
+    if hbuf is None:
+        hbuf = torch.empty((t + 1,) + tuple(a.shape[1:]), dtype=a.dtype, device=a.device)
     if nc == 1:
-        hin = h0.unsqueeze(-2)
+        hbuf[0, ..., 0, :] = h0
     else:
         # Pass 1: each chunk's end state from a zero initial state, all chunks at once.
-        h = b6[..., 0, :]
+        h = b[0]
         for j in range(1, t):
-            h = torch.addcmul(b6[..., j, :], a6[..., j, :], h)
-        # Carry across chunks with the chunk decay exp(A * sum(delta)) (a product of per-step decays).
-        decay = torch.exp(dt.view(*dt.shape[:-2], nc, t).sum(-1, keepdim=True) * A5)
-        hin = torch.empty_like(h)
+            h = torch.addcmul(b[j], a[j], h)
+        # Carry across chunks with the chunk decay exp(A * sum(delta)) (= the product of its steps' decays).
+        decay = torch.exp(dt.sum(0) * A6[0])                  # (Bt, G, H, NC, N)
+        hin = hbuf[0]
         cur = h0
         for c in range(nc):
             hin[..., c, :] = cur
             cur = torch.addcmul(h[..., c, :], decay[..., c, :], cur)
     # Pass 2: the states from each chunk's true initial state.
-    torch.addcmul(b6[..., 0, :], a6[..., 0, :], hin, out=hs6[..., 0, :])
-    for j in range(1, t):
-        torch.addcmul(b6[..., j, :], a6[..., j, :], hs6[..., j - 1, :], out=hs6[..., j, :])
-    return hbuf[..., -1, :]
+    for j in range(t):
+        torch.addcmul(b[j], a[j], hbuf[j], out=hbuf[j + 1])
+    return hbuf
 
 
-def _reverse_states(a: torch.Tensor, c: torch.Tensor, dt: torch.Tensor, A5: torch.Tensor,
-                    carry: torch.Tensor, t: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Reverse scan of one segment: ``g_i = c_i + a_{i+1} g_{i+1}``, the step past the end given by
-    ``carry`` (= a_{next} * g_{next}, already decayed). Returns (g (Bt, G, H, Ls, N), the carry for the
-    segment before: a_0 * g_0)."""
-    ls = a.shape[-2]
-    nc = ls // t
-    a6, c6 = _view6(a, nc, t), _view6(c, nc, t)
-    g = torch.empty_like(c)
-    g6 = g.view(*c.shape[:-2], nc, t, c.shape[-1])
+def _reverse_states(a: torch.Tensor, c: torch.Tensor, dt: torch.Tensor, A6: torch.Tensor,
+                    carry: torch.Tensor, g: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Reverse scan of one segment (chunk layout): ``g_i = c_i + a_{i+1} g_{i+1}``, the step past the end
+    given by ``carry`` (= a_next * g_next, already decayed). Returns (g like c, the carry for the segment
+    before: a_0 * g_0)."""
+    t, nc = a.shape[0], a.shape[-2]
+    if g is None:
+        g = torch.empty_like(c)
     if nc == 1:
         ein = carry.unsqueeze(-2)
     else:
-        r = c6[..., t - 1, :]
+        r = c[t - 1]
         for j in range(t - 2, -1, -1):
-            r = torch.addcmul(c6[..., j, :], a6[..., j + 1, :], r)
-        # Decay from the chunk's first step to the step past its end, excluding step 0's own decay.
-        dt6 = dt.view(*dt.shape[:-2], nc, t)
-        inner = torch.exp((dt6.sum(-1, keepdim=True) - dt6[..., :1]) * A5)
+            r = torch.addcmul(c[j], a[j + 1], r)
+        # Decay from a chunk's first step to the step past its end, excluding step 0's own decay.
+        inner = torch.exp((dt.sum(0) - dt[0]) * A6[0])
         ein = torch.empty_like(r)
         cur = carry
+        a0 = a[0]
         for k in range(nc - 1, -1, -1):
             ein[..., k, :] = cur
-            first = torch.addcmul(r[..., k, :], inner[..., k, :], cur)
-            cur = a6[..., k, 0, :] * first
-    torch.add(c6[..., t - 1, :], ein, out=g6[..., t - 1, :])
+            cur = a0[..., k, :] * torch.addcmul(r[..., k, :], inner[..., k, :], cur)
+    torch.add(c[t - 1], ein, out=g[t - 1])
     for j in range(t - 2, -1, -1):
-        torch.addcmul(c6[..., j, :], a6[..., j + 1, :], g6[..., j + 1, :], out=g6[..., j, :])
-    return g, a6[..., 0, 0, :] * g6[..., 0, 0, :]
-
-
-def _seg_inputs(u, dt, A5, Bv, Cv, s, e, cdtype):
-    """Per-segment operands in the compute dtype: u, dt (Bt,G,H,Ls,1); B, C broadcastable 5D."""
-    us = u[..., s:e].to(cdtype).contiguous().unsqueeze(-1)
-    dts = dt[..., s:e].to(cdtype).contiguous().unsqueeze(-1)
-    Bs = Bv[:, :, s:e].to(cdtype).contiguous().unsqueeze(2) if Bv.dim() == 4 else Bv
-    Cs = Cv[:, :, s:e].to(cdtype).contiguous().unsqueeze(2) if Cv.dim() == 4 else Cv
-    return us, dts, Bs, Cs
+        torch.addcmul(c[j], a[j + 1], g[j + 1], out=g[j])
+    return g, a[0][..., 0, :] * g[0][..., 0, :]
 
 
 class _ScanCore(torch.autograd.Function):
     """(u, dt, A, B, C, h0) -> (y, last state). Shapes (Bt = batch, D = G * H):
 
-    u, dt: (Bt, G, H, L); A: (G, H, N); B, C: (Bt, G, L, N) (variable) or (G, H, N) (constant);
-    h0: (Bt, G, H, N) or None. y: (Bt, G, H, L) and last state (Bt, G, H, N) in the compute dtype.
+    u, dt: (Bt, G, H, L); A: (G, H, N) in the compute dtype; B, C: (Bt, G, L, N) (variable) or (G, H, N)
+    (constant); h0: (Bt, G, H, N) or None. y: (Bt, G, H, L) and the last state (Bt, G, H, N) in the
+    compute dtype (A's).
     """
 
     @staticmethod
@@ -203,24 +229,26 @@ class _ScanCore(torch.autograd.Function):
         cdtype = A.dtype
         bt, g, hh, seqlen = u.shape
         n = A.shape[-1]
-        A5 = A.unsqueeze(0).unsqueeze(3)
-        Bv = B if B.dim() == 4 else B.to(cdtype).unsqueeze(0).unsqueeze(3)
-        Cv = C if C.dim() == 4 else C.to(cdtype).unsqueeze(0).unsqueeze(3)
+        A6 = A.reshape(1, 1, g, hh, 1, n)
         segs = _segments(seqlen, segment, chunk)
         y = torch.empty(bt, g, hh, seqlen, dtype=cdtype, device=u.device)
         cur = torch.zeros(bt, g, hh, n, dtype=cdtype, device=u.device) if h0 is None else h0.to(cdtype)
         starts = []
-        hbuf = None
+        ws = _Workspace(cdtype, u.device)
         for s, e, t in segs:
             starts.append(cur)
-            us, dts, Bs, Cs = _seg_inputs(u, dt, A5, Bv, Cv, s, e, cdtype)
-            a = torch.exp(dts * A5)
-            b = (dts * us) * Bs
-            if hbuf is None or hbuf.shape[-2] != e - s + 1:
-                hbuf = torch.empty(bt, g, hh, e - s + 1, n, dtype=cdtype, device=u.device)
-            cur = _forward_states(a, b, dts, A5, cur, t, hbuf).clone()
-            del a, b
-            y[..., s:e] = (hbuf[..., 1:, :] * Cs).sum(-1)
+            nc = (e - s) // t
+            shape = (t, bt, g, hh, nc, n)
+            dts = _to_chunks(dt[..., s:e], nc, t, cdtype)
+            a = torch.mul(dts, A6, out=ws.get("a", shape)).exp_()
+            dtu = dts * _to_chunks(u[..., s:e], nc, t, cdtype)
+            b = torch.mul(dtu, _bc_to_chunks(B[:, :, s:e] if B.dim() == 4 else B, nc, t, cdtype),
+                          out=ws.get("b", shape))
+            hbuf = _forward_states(a, b, dts, A6, cur, ws.get("h", (t + 1,) + shape[1:]))
+            cur = hbuf[t][..., nc - 1, :].clone()
+            Cs = _bc_to_chunks(C[:, :, s:e] if C.dim() == 4 else C, nc, t, cdtype)
+            y[..., s:e] = _from_chunks(torch.mul(hbuf[1:], Cs, out=ws.get("b", shape)).sum(-1))
+        del ws
         ctx.save_for_backward(u, dt, A, B, C, *starts)
         ctx.segs = segs
         ctx.has_h0 = h0 is not None
@@ -233,63 +261,58 @@ class _ScanCore(torch.autograd.Function):
         cdtype = A.dtype
         bt, g, hh, seqlen = u.shape
         n = A.shape[-1]
-        A5 = A.unsqueeze(0).unsqueeze(3)
+        A6 = A.reshape(1, 1, g, hh, 1, n)
         var_b, var_c = B.dim() == 4, C.dim() == 4
-        Bv = B if var_b else B.to(cdtype).unsqueeze(0).unsqueeze(3)
-        Cv = C if var_c else C.to(cdtype).unsqueeze(0).unsqueeze(3)
         need = ctx.needs_input_grad
-        du = torch.empty(bt, g, hh, seqlen, dtype=cdtype, device=u.device) if need[0] else None
-        ddt = torch.empty(bt, g, hh, seqlen, dtype=cdtype, device=u.device) if need[1] else None
+        new = lambda *shape: torch.empty(*shape, dtype=cdtype, device=u.device)  # noqa: E731
+        du = new(bt, g, hh, seqlen) if need[0] else None
+        ddt = new(bt, g, hh, seqlen) if need[1] else None
         dA = torch.zeros_like(A) if need[2] else None
-        dB = (torch.empty(bt, g, seqlen, n, dtype=cdtype, device=u.device) if var_b
-              else torch.zeros(g, hh, n, dtype=cdtype, device=u.device)) if need[3] else None
-        dC = (torch.empty(bt, g, seqlen, n, dtype=cdtype, device=u.device) if var_c
-              else torch.zeros(g, hh, n, dtype=cdtype, device=u.device)) if need[4] else None
-        carry = (torch.zeros(bt, g, hh, n, dtype=cdtype, device=u.device) if dlast is None
-                 else dlast.to(cdtype))
+        dB = (new(bt, g, seqlen, n) if var_b else torch.zeros_like(B, dtype=cdtype)) if need[3] else None
+        dC = (new(bt, g, seqlen, n) if var_c else torch.zeros_like(C, dtype=cdtype)) if need[4] else None
+        carry = torch.zeros(bt, g, hh, n, dtype=cdtype, device=u.device) if dlast is None else dlast.to(cdtype)
         if dy is None:
             dy = torch.zeros(bt, g, hh, seqlen, dtype=cdtype, device=u.device)
+        ws = _Workspace(cdtype, u.device)
         for (s, e, t), h0 in zip(reversed(segs), reversed(starts)):
-            us, dts, Bs, Cs = _seg_inputs(u, dt, A5, Bv, Cv, s, e, cdtype)
-            dys = dy[..., s:e].to(cdtype).unsqueeze(-1)
-            a = torch.exp(dts * A5)
+            nc = (e - s) // t
+            shape = (t, bt, g, hh, nc, n)
+            dts = _to_chunks(dt[..., s:e], nc, t, cdtype)
+            us = _to_chunks(u[..., s:e], nc, t, cdtype)
+            dys = _to_chunks(dy[..., s:e], nc, t, cdtype)
+            Bs = _bc_to_chunks(B[:, :, s:e] if var_b else B, nc, t, cdtype)
+            Cs = _bc_to_chunks(C[:, :, s:e] if var_c else C, nc, t, cdtype)
+            a = torch.mul(dts, A6, out=ws.get("a", shape)).exp_()
             dtu = dts * us
-            b = dtu * Bs
-            hbuf = torch.empty(bt, g, hh, e - s + 1, n, dtype=cdtype, device=u.device)
-            _forward_states(a, b, dts, A5, h0, t, hbuf)
-            del b
-            hs, hprev = hbuf[..., 1:, :], hbuf[..., :-1, :]
+            tmp = ws.get("tmp", shape)
+            hbuf = _forward_states(a, torch.mul(dtu, Bs, out=tmp), dts, A6, h0,
+                                   ws.get("h", (t + 1,) + shape[1:]))
             if need[4]:
-                prod = hs * dys
+                prod = torch.mul(hbuf[1:], dys, out=tmp)
                 if var_c:
-                    dC[:, :, s:e] = prod.sum(2)
+                    dC[:, :, s:e] = _bc_from_chunks(prod.sum(3))
                 else:
-                    dC += prod.sum((0, 3))
-                del prod
-            del hs
-            gs, carry = _reverse_states(a, dys * Cs, dts, A5, carry, t)
-            if need[3] or need[0] or need[1]:
-                gB = gs * Bs
-                gBn = gB.sum(-1, keepdim=True)
-                del gB
+                    dC += prod.sum((0, 1, 4))
+            gs, carry = _reverse_states(a, torch.mul(dys, Cs, out=tmp), dts, A6, carry, ws.get("g", shape))
+            if need[0] or need[1] or need[3]:
+                gBn = torch.mul(gs, Bs, out=tmp).sum(-1, keepdim=True)
                 if need[0]:
-                    du[..., s:e] = (dts * gBn).squeeze(-1)
+                    du[..., s:e] = _from_chunks((dts * gBn).squeeze(-1))
                 if need[3]:
-                    prod = gs * dtu
+                    prod = torch.mul(gs, dtu, out=tmp)
                     if var_b:
-                        dB[:, :, s:e] = prod.sum(2)
+                        dB[:, :, s:e] = _bc_from_chunks(prod.sum(3))
                     else:
-                        dB += prod.sum((0, 3))
-                    del prod
+                        dB += prod.sum((0, 1, 4))
             if need[1] or need[2]:
-                q = gs * a
-                q *= hprev
-                if need[2]:
-                    dA += (q * dts).sum((0, 3))
+                q = torch.mul(gs, a, out=tmp)
+                q *= hbuf[:-1]
                 if need[1]:
-                    ddt[..., s:e] = ((q * A5).sum(-1, keepdim=True) + us * gBn).squeeze(-1)
-                del q
-            del gs, a, hbuf
+                    qA = torch.mul(q, A6, out=a).sum(-1, keepdim=True)  # a is no longer needed
+                    ddt[..., s:e] = _from_chunks((qA + us * gBn).squeeze(-1))
+                if need[2]:
+                    dA += q.mul_(dts).sum((0, 1, 4))
+        del ws
         dh0 = carry if ctx.has_h0 else None
         return du, ddt, dA, dB, dC, dh0, None, None
 
