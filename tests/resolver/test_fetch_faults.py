@@ -218,3 +218,30 @@ def test_two_installs_at_once_download_once(index, tmp_path):
     paths = {o[0].strip() for o in outs}
     assert len(paths) == 1 and srv.hits[wheel_path(entry)] == 1
     assert cache_files(tmp_path / "c") == [entry.filename]
+
+
+def test_lock_without_filelock_uses_fcntl_and_times_out(tmp_path, monkeypatch):
+    """pip's isolated build env has no filelock: the stdlib fallback must still exclude."""
+    import threading
+
+    from mamba_ssm._install.fetch import file_lock
+
+    monkeypatch.setitem(sys.modules, "filelock", None)  # import filelock -> ImportError
+    lock = str(tmp_path / "x.lock")
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with file_lock(lock):
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(10)
+    with pytest.raises(TimeoutError, match="x.lock"):
+        with file_lock(lock, timeout=0.3):
+            pass
+    release.set()
+    t.join(10)
+    with file_lock(lock, timeout=2):  # free again
+        pass
