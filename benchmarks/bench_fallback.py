@@ -198,7 +198,8 @@ def main(argv=None):
             "## Selective scan: per-timestep loop vs PyTorch fallback vs compiled kernels",
             "",
             f"Command: `{command.strip()}`  ",
-            f"Machine: {_machine()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+            f"Machine: {_machine()}; torch {torch.__version__}, "
+            f"{args.threads or torch.get_num_threads()} thread(s) per measurement; "
             f"load average at the end {load[0]:.1f} (the machine is shared)  ",
             f"Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}  ",
             f"Shape: fp32, batch {BATCH}, dim {DIM}, d_state {D_STATE}, variable B and C; medians of "
@@ -207,6 +208,9 @@ def main(argv=None):
             table,
             "",
             "Peak memory is the rise above the inputs in that measurement's own process (CPU: peak RSS).",
+            "One thread per measurement keeps the numbers comparable on this shared 2-core machine (with "
+            "two threads and other jobs running, every variant slowed down 5-10x and varied run to run); "
+            "the loop's tiny per-step ops are single-threaded anyway.",
             "Goal (issue 2): the fallback at >= 3x the loop at every length on CPU, forward and "
             "forward+backward.",
             END,

@@ -21,6 +21,9 @@ How it is computed (no Python loop over every timestep):
   quotient of two cumulative products, so nothing overflows when A < 0 (the decays only underflow to 0,
   which is the right limit). A > 0 (a growing state) is computed exactly as the recurrence says; it
   overflows only where the state itself does.
+* Inside a segment the tensors are laid out "time-major by chunk", (T, batch, groups, dim/groups,
+  chunks, d_state), so each of the T vectorised steps reads and writes one dense block, and the big
+  per-segment buffers are allocated once per call and reused by every segment.
 * Backward is a custom autograd function: it keeps only the inputs and one state per segment, recomputes
   a segment's states, runs the reverse scan ``g_t = C_t dy_t + exp(delta_{t+1} A) g_{t+1}`` with the same
   chunked scheme, and forms every input's gradient from ``h``, ``g`` and ``h_{t-1}``:
