@@ -211,6 +211,11 @@ def test_uv_finds_the_target_outside_its_build_venv(work, server, sdist, host_wh
     proc = run([uv, "pip", "install", "--python", py, "--no-deps", "-v", sdist], env=env)
     assert "uv's --python" in proc.stderr  # the resolver found the target through the uv process
     check_prebuilt_installed(py, site, env, work, host_wheel)
+    # the target named by VIRTUAL_ENV in uv's environment (no --python)
+    venv_env = dict(env, VIRTUAL_ENV=os.path.dirname(os.path.dirname(py)), MAMBA_SSM_CACHE_DIR=str(work / "cache-uv2"))
+    proc = run([uv, "pip", "install", "--reinstall", "--no-cache", "--no-deps", "-v", sdist], env=venv_env, cwd=str(work))
+    assert "VIRTUAL_ENV=" in proc.stderr and "of the uv process" in proc.stderr
+    check_prebuilt_installed(py, site, venv_env, work, host_wheel)
 
 
 def test_fresh_env_defers_kernels_then_install_kernels_adds_them(work, server, sdist, host_wheel):
