@@ -324,3 +324,31 @@ def test_bad_input_names_argument_received_and_expected(change, exc, words):
     text = str(info.value)
     for w in words:
         assert w in text, (w, text)
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"], indirect=True)
+def test_large_d_state_has_no_limit(backend):
+    """d_state 300 (past the 256 of upstream's kernels), forward and gradients."""
+    inp = ref.make_scan_inputs(1, 2, 300, 40, "variable", True, True, True, True, torch.float32, seed=12)
+    out, last = ssi.selective_scan_fn(**inp, return_last_state=True)
+    exp, exp_last = ref.selective_scan(**inp)
+    ref.assert_close(out, exp, torch.float32, "out", scale=float(abs(exp).max()))
+    ref.assert_close(last, exp_last, torch.float32, "last", scale=float(abs(exp_last).max()))
+    _grad_check(30, "variable", True, batch=1, dim=2)
+
+
+def test_ops_import_without_triton_or_compiled_module():
+    import subprocess
+
+    code = ("import sys\n"
+            "import mamba_ssm.ops.selective_scan_interface, mamba_ssm.ops.triton.layer_norm\n"
+            "import mamba_ssm.ops.triton.selective_state_update, mamba_ssm.ops.triton.ssd_combined\n"
+            "import mamba_ssm.ops.triton.layernorm_gated, mamba_ssm.ops.causal_conv1d\n"
+            "import mamba_ssm.modules.mamba_simple, mamba_ssm.utils.generation\n"
+            "assert 'triton' not in sys.modules, 'triton imported'\n"
+            "assert 'mamba_ssm.ops.backends.compiled' not in sys.modules\n"
+            "print('ok')\n")
+    root = os.path.dirname(os.path.dirname(_HERE))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
