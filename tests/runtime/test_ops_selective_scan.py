@@ -352,3 +352,20 @@ def test_ops_import_without_triton_or_compiled_module():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
                           env={**os.environ, "PYTHONPATH": root})
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+@pytest.mark.parametrize("bc,segment,chunk", [("variable", 4, 2), ("constant", 6, 3), ("grouped2", 9, 4)])
+def test_fallback_gradcheck_with_initial_state(bc, segment, chunk):
+    """Finite differences through the fallback's custom backward, initial state included, with the
+    segment and chunk boundaries forced inside the sequence."""
+    inp = ref.make_scan_inputs(1, 2, 2, 9, bc, True, True, True, True, torch.float64, seed=13)
+    names = ["u", "delta", "A", "B", "C", "D", "z", "delta_bias"]
+    leaves = [inp[k].double().clone().requires_grad_() for k in names]
+    h0 = torch.randn(1, 2, 2, dtype=torch.float64, requires_grad=True)
+
+    def f(u, delta, A, B, C, D, z, delta_bias, h0):
+        out, last = torch_scan.selective_scan_with_state(u, delta, A, B, C, D, z, delta_bias, True,
+                                                         initial_state=h0, segment=segment, chunk=chunk)
+        return out, last
+
+    assert torch.autograd.gradcheck(f, (*leaves, h0))
