@@ -66,6 +66,9 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     from mamba_ssm._install.resolve import resolve
 
     env = _load_env(args.env_json)
+    if args.print_env:
+        print(env.to_json())
+        return 0
     log = (lambda t: print(f"[resolve] {t}", file=sys.stderr)) if args.explain and not args.json else None
     res = resolve(args.version or _sdist_version(), index=args.index, env=env, fetch=args.fetch,
                   pinned=None if args.no_pins else "sdist", log=log)
@@ -130,6 +133,7 @@ def register(subparsers) -> None:
     p.add_argument("--fetch", action="store_true", help="also download and verify the chosen wheel into the cache")
     p.add_argument("--version", help="the mamba-ssm version to match (default: this checkout's)")
     p.add_argument("--no-pins", action="store_true", help="ignore pinned_hashes.json (development)")
+    p.add_argument("--print-env", action="store_true", help="print the detected (or declared) environment as JSON and exit")
     p.set_defaults(func=cmd_resolve)
 
     p = subparsers.add_parser("mirror", help="copy the wheel(s) a declared target needs into a local index (air-gapped)")

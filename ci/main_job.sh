@@ -61,7 +61,22 @@ python -m venv "$WORK/venv"
 SITE="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 VSITE="$("$WORK/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 echo "$SITE" >"$VSITE/_mamba_shared_torch.pth"   # share the dev venv's torch (5.4 GiB) instead of copying it
-NO_NVCC_PATH="$(echo "$PATH" | tr ':' '\n' | grep -v -e cuda -e "$VENV/bin" | paste -sd: -)"
+# PATH without CUDA folders and without any nvcc (a folder holding one, like /usr/local/bin here, is
+# replaced by a shadow folder of links to everything else in it)
+NO_NVCC_PATH=""
+i=0
+IFS=: read -r -a path_dirs <<<"$PATH"
+for d in "${path_dirs[@]}"; do
+  i=$((i + 1))
+  case "$d" in ""|*cuda*|"$VENV"/bin) continue ;; esac
+  if [ -e "$d/nvcc" ]; then
+    shadow="$WORK/path-shadow-$i"; rm -rf "$shadow"; mkdir -p "$shadow"
+    for f in "$d"/*; do [ "$(basename "$f")" = nvcc ] || ln -s "$f" "$shadow/"; done
+    d="$shadow"
+  fi
+  NO_NVCC_PATH="${NO_NVCC_PATH:+$NO_NVCC_PATH:}$d"
+done
+if PATH="$NO_NVCC_PATH" command -v nvcc >/dev/null; then echo "nvcc still on PATH"; exit 1; fi
 start=$(date +%s.%N)
 env PATH="$WORK/venv/bin:$NO_NVCC_PATH" CUDA_HOME=/nonexistent CC=false CXX=false \
     MAMBA_WHEEL_INDEX="$INDEX_URL" MAMBA_SSM_CACHE_DIR="$WORK/home/cache" \

@@ -8,6 +8,10 @@ is there now), downloads and verifies the chosen wheel, and installs it with pip
 has no pip). It also fixes a wheel that pip's cache served for another torch.
 
 Exit status: 0 installed (or, with --dry-run, resolved); 1 no fitting wheel; 2 error.
+
+Air-gapped machines: ``python -m mamba_ssm install-kernels --print-env > env.json`` there,
+``python -m build_matrix mirror --for env.json --to DIR`` on a connected machine, copy DIR over, then
+``MAMBA_WHEEL_INDEX=DIR python -m mamba_ssm install-kernels`` (or ``pip install mamba-ssm``).
 """
 from __future__ import annotations
 
@@ -56,6 +60,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--version", help="the mamba-ssm version to match (default: the installed one)")
     parser.add_argument("--dry-run", action="store_true", help="resolve and download, but do not install")
     parser.add_argument("--json", action="store_true", help="print the resolution as JSON")
+    parser.add_argument("--print-env", action="store_true",
+                        help="print this environment as JSON (for `python -m build_matrix mirror --for ENV.json` "
+                             "on a connected machine) and exit")
     args = parser.parse_args(argv)
     version = args.version or _installed_version()
     try:
@@ -64,6 +71,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except DetectionError as exc:
         print(f"install-kernels: {exc}", file=sys.stderr)
         return 2
+    if args.print_env:
+        print(env.to_json())
+        return 0
     log = (lambda t: print(f"[install-kernels] {t}", file=sys.stderr)) if not args.json else None
     res = resolve(version, index=args.index, env=env, log=log)
     code = 0

@@ -105,9 +105,30 @@ def venv(path, share_torch=True):
     return py, site
 
 
+def path_without_nvcc(work):
+    """PATH minus CUDA folders and this venv; a folder holding an nvcc (here /usr/local/bin has a wrapper)
+    is replaced by a shadow folder of links to everything else in it."""
+    out = []
+    for i, d in enumerate(os.environ["PATH"].split(":")):
+        if not d or "cuda" in d or d.startswith(sys.prefix):
+            continue
+        if os.path.exists(os.path.join(d, "nvcc")):
+            shadow = work / f"path-shadow-{i}"
+            if not shadow.exists():
+                shadow.mkdir()
+                for name in os.listdir(d):
+                    if name != "nvcc":
+                        os.symlink(os.path.join(d, name), shadow / name)
+            d = str(shadow)
+        out.append(d)
+    path = ":".join(out)
+    assert shutil.which("nvcc", path=path) is None
+    return path
+
+
 def clean_env(work, index_url, **extra):
     """No compiler, no CUDA toolkit, no nvcc on PATH; the loopback index; a private cache."""
-    path = ":".join(p for p in os.environ["PATH"].split(":") if "cuda" not in p and not p.startswith(sys.prefix))
+    path = path_without_nvcc(work)
     env = dict(os.environ, PATH=path, CUDA_HOME="/nonexistent", CC="false", CXX="false",
                MAMBA_WHEEL_INDEX=index_url, MAMBA_SSM_CACHE_DIR=str(work / "cache"), PIP_NO_CACHE_DIR="1")
     env.pop("VIRTUAL_ENV", None)
