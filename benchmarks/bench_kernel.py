@@ -97,14 +97,20 @@ def time_cuda(fn, repeats, warmup=3):
     return statistics.median(times)
 
 
+CLOCK = {"fn": time.perf_counter}
+
+
 def time_cpu(fn, repeats, warmup=1):
+    """Median ms by the chosen clock: wall (perf_counter) or this process's CPU time (process_time,
+    robust on a shared, loaded machine when run with --threads 1)."""
+    clock = CLOCK["fn"]
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append((time.perf_counter() - t0) * 1e3)
+        times.append((clock() - t0) * 1e3)
     return statistics.median(times)
 
 
@@ -216,7 +222,8 @@ def cpu_inputs(seqlen, requires_grad):
 def run_cpu(args_ns, emit):
     compiled, torch_scan = load_backends()
     emit({"kind": "cpu_info", "isa": torch.ops.mamba_ssm.cpu_isa(), "threads": torch.get_num_threads(),
-          "machine": platform.processor() or platform.machine()})
+          "clock": args_ns.clock, "machine": platform.processor() or platform.machine(),
+          "loadavg": os.getloadavg()[0]})
     for seqlen in (1024, 2048, 8192):
         for backward in (False, True):
             args = cpu_inputs(seqlen, backward)
@@ -255,7 +262,8 @@ def to_markdown(rows, device):
     else:
         info = [r for r in rows if r["kind"] == "cpu_info"]
         if info:
-            lines.append(f"CPU kernel ISA: {info[0]['isa']}; torch threads: {info[0]['threads']}.\n")
+            lines.append(f"CPU kernel ISA: {info[0]['isa']}; torch threads: {info[0]['threads']}; clock: "
+                         f"{info[0]['clock']}; load average at start: {info[0]['loadavg']:.1f}.\n")
         lines.append("| pass | shape | per-timestep loop ms | CPU kernel ms | speed-up | goal | fallback ms |")
         lines.append("| --- | --- | --- | --- | --- | --- | --- |")
         for r in rows:
@@ -290,7 +298,14 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=None, help="timed repetitions (median reported)")
     ap.add_argument("--out", help="folder for bench_kernel_<device>.json/.md, written as rows complete")
     ap.add_argument("--write-doc", action="store_true", help="update docs/benchmarks.md")
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads for the CPU run")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="CPU run: wall time, or process CPU time (use with --threads 1 on a busy machine)")
     ns = ap.parse_args(argv)
+    if ns.threads:
+        torch.set_num_threads(ns.threads)
+    if ns.clock == "cpu":
+        CLOCK["fn"] = time.process_time
     if ns.repeats is None:
         ns.repeats = 20 if ns.device == "cuda" else 5
     if ns.device == "cuda" and not torch.cuda.is_available():

@@ -2,14 +2,22 @@
 // No torch header: the parallel loop over tasks lives in the binding.
 #include "scan_cpu.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #define MAMBA_CPU_NS cpu_generic
 #include "scan_cpu_impl.h"
 #undef MAMBA_CPU_NS
 
 namespace mamba_ssm {
 
+// MAMBA_SSM_CPU_ISA=generic forces the baseline build (tests use it to check both builds).
 static bool use_avx2() {
-  static const bool yes = cpu_avx2::available();
+  static const bool yes = [] {
+    const char* force = std::getenv("MAMBA_SSM_CPU_ISA");
+    if (force && std::strcmp(force, "generic") == 0) return false;
+    return cpu_avx2::available();
+  }();
   return yes;
 }
 

@@ -145,3 +145,25 @@ def test_opcheck_backward(compiled, case):
     dlast = torch.randn(u.shape[0], u.shape[1], A.shape[1])
     torch.library.opcheck(torch.ops.mamba_ssm.selective_scan_bwd.default,
                           (u, delta, A, B, C, D, z, bias, sp, dout, dlast))
+
+
+def test_generic_isa_build_matches(compiled, tmp_path):
+    """The baseline-ISA build of the CPU kernel (MAMBA_SSM_CPU_ISA=generic) gives the same results as the
+    reference, forward and backward (the AVX2 build is what the other tests exercise on x86-64)."""
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (
+        "import sys, torch; sys.path[:0] = [%r, %r]\n"
+        "from mamba_ssm import _loader; assert _loader.load().loaded\n"
+        "import mamba_ssm.ops.backends.compiled as b\n"
+        "assert torch.ops.mamba_ssm.cpu_isa() == 'generic', torch.ops.mamba_ssm.cpu_isa()\n"
+        "from cases import make_inputs, run_and_check\n"
+        "run_and_check(b, make_inputs(2, 4, 130, 11, 'grouped2', True, True, True, torch.float32), True,"
+        " torch.float32)\n"
+        "print('ok')\n" % (here, os.path.dirname(os.path.dirname(here))))
+    env = dict(os.environ, MAMBA_SSM_CPU_ISA="generic")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
