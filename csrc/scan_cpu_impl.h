@@ -162,35 +162,43 @@ static inline void load_dt(const ScanParams& p, const float* delta, float bias, 
   }
 }
 
+// Tiles outer, channels inner: the transposed B/C tile of a (batch, group) is made once per tile and
+// shared by every channel of that group in this range (the transposes cost as much as the scan).
 void scan_fwd(const ScanParams& p, int64_t bd_begin, int64_t bd_end) {
   const int64_t L = p.seqlen, N = p.dstate, Np = padded(N);
   const int64_t per_group = p.dim / p.n_groups;
+  const int64_t n_ch = bd_end - bd_begin;
+  if (n_ch <= 0) return;
   ChannelConsts cc;
   Tiles tiles;
   tiles.init(Np);
-  std::vector<float> h(Np);
-  for (int64_t bd = bd_begin; bd < bd_end; ++bd) {
-    const int64_t b = bd / p.dim, d = bd % p.dim, g = d / per_group;
-    load_consts(p, d, Np, cc);
-    std::fill(h.begin(), h.end(), 0.f);
-    const float* u = static_cast<const float*>(p.u) + bd * L;
-    const float* delta = static_cast<const float*>(p.delta) + bd * L;
-    const float* z = p.z ? static_cast<const float*>(p.z) + bd * L : nullptr;
-    float* out = static_cast<float*>(p.out) + bd * L;
-    const float Dd = p.D ? p.D[d] : 0.f;
-    const float bias = p.delta_bias ? p.delta_bias[d] : 0.f;
-    const int64_t bc_off = (b * p.n_groups + g) * N * L;
-    for (int64_t t0 = 0; t0 < L; t0 += kTile) {
-      const int64_t tn = std::min(kTile, L - t0);
-      if (p.b_variable)
-        transpose_tile(static_cast<const float*>(p.B) + bc_off, N, L, t0, tn, Np, tiles.Bt.data());
-      if (p.c_variable)
-        transpose_tile(static_cast<const float*>(p.C) + bc_off, N, L, t0, tn, Np, tiles.Ct.data());
+  std::vector<float> states(n_ch * Np, 0.f);
+  for (int64_t t0 = 0; t0 < L; t0 += kTile) {
+    const int64_t tn = std::min(kTile, L - t0);
+    int64_t cached_bg = -1;
+    for (int64_t bd = bd_begin; bd < bd_end; ++bd) {
+      const int64_t b = bd / p.dim, d = bd % p.dim, g = d / per_group;
+      const int64_t bg = b * p.n_groups + g;
+      const int64_t bc_off = bg * N * L;
+      if ((p.b_variable || p.c_variable) && bg != cached_bg) {
+        if (p.b_variable)
+          transpose_tile(static_cast<const float*>(p.B) + bc_off, N, L, t0, tn, Np, tiles.Bt.data());
+        if (p.c_variable)
+          transpose_tile(static_cast<const float*>(p.C) + bc_off, N, L, t0, tn, Np, tiles.Ct.data());
+        cached_bg = bg;
+      }
+      load_consts(p, d, Np, cc);
+      const float* u = static_cast<const float*>(p.u) + bd * L;
+      const float* delta = static_cast<const float*>(p.delta) + bd * L;
+      const float* z = p.z ? static_cast<const float*>(p.z) + bd * L : nullptr;
+      float* out = static_cast<float*>(p.out) + bd * L;
+      const float Dd = p.D ? p.D[d] : 0.f;
+      const float bias = p.delta_bias ? p.delta_bias[d] : 0.f;
       load_dt(p, delta, bias, t0, tn, tiles.draw.data(), tiles.dt.data());
       fwd_tile(u + t0, tiles.dt.data(), tn, Np, cc.A.data(),
                p.b_variable ? tiles.Bt.data() : cc.Bc.data(), p.b_variable ? Np : 0,
-               p.c_variable ? tiles.Ct.data() : cc.Cc.data(), p.c_variable ? Np : 0, h.data(),
-               tiles.y.data());
+               p.c_variable ? tiles.Ct.data() : cc.Cc.data(), p.c_variable ? Np : 0,
+               states.data() + (bd - bd_begin) * Np, tiles.y.data());
       for (int64_t j = 0; j < tn; ++j) {
         float v = tiles.y[j] + Dd * u[t0 + j];
         if (z) {
@@ -200,8 +208,11 @@ void scan_fwd(const ScanParams& p, int64_t bd_begin, int64_t bd_end) {
         out[t0 + j] = v;
       }
     }
-    if (p.last_state) std::copy(h.begin(), h.begin() + N, p.last_state + bd * N);
   }
+  if (p.last_state)
+    for (int64_t bd = bd_begin; bd < bd_end; ++bd)
+      std::copy(states.begin() + (bd - bd_begin) * Np, states.begin() + (bd - bd_begin) * Np + N,
+                p.last_state + bd * N);
 }
 
 void scan_bwd(const ScanBwdParams& p, int64_t task) {
