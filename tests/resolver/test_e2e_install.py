@@ -261,6 +261,13 @@ def test_fresh_env_defers_kernels_then_install_kernels_adds_them(work, server, s
 def _cpu_torch_site():
     """A shared venv with torch 2.13.0+cpu (from this machine's disk), made once."""
     home = os.environ.get("MAMBA_DEV_HOME", os.path.expanduser("~/.cache/mamba-ssm-dev"))
+    # the CPU cell's venv of `python -m build_matrix build` has exactly this torch: share it when present
+    cell = os.path.join(home, "cells", "cputorch2.13cxx11abiTRUE-x86_64-py311", "venv", "bin", "python")
+    probe = "import torch, sysconfig; assert torch.__version__ == '2.13.0+cpu'; print(sysconfig.get_paths()['purelib'])"
+    if os.path.exists(cell):
+        proc = run([cell, "-c", probe], check=False)
+        if proc.returncode == 0:
+            return proc.stdout.strip()
     path = os.path.join(home, "torch-2.13.0-cpu-cp311")
     py = os.path.join(path, "bin", "python")
     if not os.path.exists(py) or run([py, "-c", "import torch"], check=False).returncode != 0:
