@@ -106,6 +106,9 @@ def test_supports(compiled):
     C1 = C[:, :1].contiguous()
     why = compiled.supports(u, delta, A, B, C1, D, z, bias)
     assert why is not None and "groups" in why
+    why = compiled.supports(u, delta, A, B, C[:, 0], D, z, bias)  # (batch, N, L): one group vs two
+    assert why is not None and "groups" in why
+    assert compiled.supports(u, delta, A, B, C[0, 0, :, 0].expand(4, 3).contiguous(), D, z, bias) is None
     meta = [None if x is None else x.to("meta") for x in args]
     why = compiled.supports(*meta)
     assert why is not None and "meta" in why

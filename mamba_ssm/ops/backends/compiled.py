@@ -122,9 +122,10 @@ def supports(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> Optional[str
                     ("delta_bias", delta_bias)):
         if t is not None and t.device != device:
             return f"{name} is on {t.device} but u is on {device}"
-    if B.dim() == 4 and C.dim() == 4 and B.shape[1] != C.shape[1]:
-        return (f"the compiled kernels need B and C with the same number of groups "
-                f"(got {B.shape[1]} and {C.shape[1]})")
+    groups = [1 if X.dim() == 3 else X.shape[1] for X in (B, C) if X.dim() >= 3]
+    if len(groups) == 2 and groups[0] != groups[1]:
+        return (f"the compiled kernels need variable B and C with the same number of groups "
+                f"(got {groups[0]} and {groups[1]})")
     if device.type == "cuda":
         if not _has_cuda_kernel():
             return "this build of mamba_ssm._C has no CUDA kernel (a CPU-only build)"
