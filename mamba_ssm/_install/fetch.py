@@ -195,7 +195,8 @@ def _with_retries(url: str, attempt: Callable[[], object], settings: HttpSetting
         except FetchError as exc:
             if not exc.transient or n == settings.retries:
                 if exc.transient and n:
-                    raise FetchError(exc.kind, url, f"{str(exc).split(': ', 1)[-1]} (after {n + 1} attempts)") from None
+                    raise FetchError(exc.kind, url, f"{str(exc).split(': ', 1)[-1]} (after {n + 1} attempts)",
+                                     transient=True) from None
                 raise
             wait = settings.backoff * (2 ** n)
             if log:

@@ -82,7 +82,10 @@ def test_wheel_faults(index, tmp_path, fault, kind, attempts):
         with pytest.raises(FetchError) as err:
             get(srv, entry, tmp_path / "c")
         elapsed = time.monotonic() - t0
-    assert err.value.kind == kind, str(err.value)
+    if fault == "reset":  # an RST after part of the body reads as a reset or as a short body
+        assert err.value.kind in ("network", "truncated") and err.value.transient, str(err.value)
+    else:
+        assert err.value.kind == kind, str(err.value)
     assert srv.hits[wheel_path(entry)] == attempts
     assert cache_files(tmp_path / "c") == []  # no partial or unverified file anywhere
     assert elapsed < 15

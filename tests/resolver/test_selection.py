@@ -255,3 +255,23 @@ def test_environment_json_round_trip_and_platform_tags():
         Environment.from_dict({"tags": []})
     with pytest.raises(ValueError, match="bogus"):
         Environment.from_dict(dict(env_dict(), bogus=1))
+
+
+def test_ngc_torch_needs_the_wheel_built_for_exactly_that_container_build():
+    ngc = "2.6.0a0+ecf3bae40a.nv25.01"
+    exact = entry("cu12torch2.6.0a0.local.ecf3bae40a.nv25.1cxx11abiTRUE",
+                  build_info(ngc, "12.8", abi=True, nvcc="12.8", sass=("sm_80", "sm_90")))
+    env = Environment.from_dict(env_dict(torch=ngc, cuda="12.8", abi=True))
+    d = select(env, Manifest(wheels=WHEELS + [exact]), V)
+    assert d.chosen is exact
+    assert "exact" in rejected(d, fname("cu12torch2.6cxx11abiTRUE"))  # the release 2.6 wheel does not do
+
+
+def test_arch_specific_sass_runs_only_on_that_exact_gpu():
+    sm90a = entry("cu13torch2.14cxx11abiTRUE", build_info(sass=("sm_90a",)))
+    man = Manifest(wheels=[sm90a])
+    h100 = Environment.from_dict(env_dict(gpus=[{"vendor": "nvidia", "capability": "9.0"}], driver="580.65.06"))
+    assert select(h100, man, V).chosen is sm90a
+    b200 = Environment.from_dict(env_dict(gpus=[{"vendor": "nvidia", "capability": "10.0"}], driver="580.65.06"))
+    d = select(b200, man, V)
+    assert d.status == "no-candidate" and "10.0" in d.rejected[0][1]
