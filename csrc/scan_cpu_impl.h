@@ -116,7 +116,7 @@ static inline void fwd_tile(const float* __restrict u, const float* __restrict d
 }
 
 // One timestep of the backward recurrence over all (padded) states: g = s_{t+1} + C dy, and
-// the per-state gradient terms; returns sum_n g B (sumB) and sum_n g (B u + A a h_{t-1}) (sumT).
+// the per-state gradient terms (added into dBj / dCj); returns sum_n g B (sumB) and sum_n g (B u + A a h_{t-1}) (sumT).
 static inline void bwd_step(int64_t Np, const float* __restrict aj, const float* __restrict hpj,
                             const float* __restrict Bj, const float* __restrict Cj,
                             const float* __restrict A, float dy, float dtj, float uj,
@@ -131,8 +131,8 @@ static inline void bwd_step(int64_t Np, const float* __restrict aj, const float*
       const float a = aj[n], hp = hpj[n], Bn = Bj[n];
       const float g = s[n] + Cj[n] * dy;
       const float ga = g * a * hp;
-      dCj[n] = dy * (a * hp + dtu * Bn);
-      dBj[n] = g * dtu;
+      dCj[n] += dy * (a * hp + dtu * Bn);  // accumulated: a group's channels share a tile
+      dBj[n] += g * dtu;
       accB[l] += g * Bn;
       accT[l] += g * Bn * uj + ga * A[n];
       dA[n] += ga * dtj;
@@ -215,6 +215,11 @@ void scan_fwd(const ScanParams& p, int64_t bd_begin, int64_t bd_end) {
                 p.last_state + bd * N);
 }
 
+// Channels of one task are processed in blocks of kBwdBlock, tiles outer, channels inner (as the
+// forward): a (batch, group)'s transposed B/C tile and its dB/dC tile accumulators are shared by the
+// channels of that group, so the transposes and scatters happen once per group and tile.
+constexpr int64_t kBwdBlock = 64;
+
 void scan_bwd(const ScanBwdParams& p, int64_t task) {
   const int64_t L = p.seqlen, N = p.dstate, Np = padded(N);
   const int64_t per_group = p.dim / p.n_groups;
@@ -230,119 +235,156 @@ void scan_bwd(const ScanBwdParams& p, int64_t task) {
   ChannelConsts cc;
   Tiles tiles;
   tiles.init(Np);
-  std::vector<float> h(Np), s(Np), dA(Np), dBc(Np), dCc(Np);
-  std::vector<float> states(n_tiles * Np), ybuf(p.z ? L : 0);
   std::vector<float> a_tile(kTile * Np), hp_tile(kTile * Np), dBt(kTile * Np), dCt(kTile * Np);
-  // Raw pointers in the hot loops: std::vector's operator[] is not inlined into code compiled under
-  // different optimisation pragmas, which would block vectorisation.
-  float* __restrict hv = h.data();
-  float* __restrict sv = s.data();
-  float* __restrict dAv = dA.data();
-  float* __restrict dBcv = dBc.data();
-  float* __restrict dCcv = dCc.data();
-  for (int64_t d = d_begin; d < d_end; ++d) {
-    const int64_t bd = b * p.dim + d, g = d / per_group;
-    load_consts(p, d, Np, cc);
-    const float* A = cc.A.data();
-    const float* u = static_cast<const float*>(p.u) + bd * L;
-    const float* delta = static_cast<const float*>(p.delta) + bd * L;
-    const float* z = p.z ? static_cast<const float*>(p.z) + bd * L : nullptr;
-    const float* dout = static_cast<const float*>(p.dout) + bd * L;
-    float* du = static_cast<float*>(p.du) + bd * L;
-    float* ddelta = static_cast<float*>(p.ddelta) + bd * L;
-    float* dz = p.dz ? static_cast<float*>(p.dz) + bd * L : nullptr;
-    const float Dd = p.D ? p.D[d] : 0.f;
-    const float bias = p.delta_bias ? p.delta_bias[d] : 0.f;
-    const int64_t bc_off = (b * p.n_groups + g) * N * L;
-    const float* Bsrc = static_cast<const float*>(p.B) + (p.b_variable ? bc_off : 0);
-    const float* Csrc = static_cast<const float*>(p.C) + (p.c_variable ? bc_off : 0);
+  const int64_t max_ch = std::min<int64_t>(kBwdBlock, std::max<int64_t>(d_end - d_begin, 0));
+  std::vector<float> hbuf(max_ch * Np), sbuf(max_ch * Np), dAbuf(max_ch * Np), dBcbuf(max_ch * Np),
+      dCcbuf(max_ch * Np), states(max_ch * n_tiles * Np), dDbuf(max_ch), dbiasbuf(max_ch);
+  std::vector<float> ybuf(p.z ? max_ch * L : 0);
 
-    // Pass 1: state entering every tile, and y (for dz).
-    std::fill(h.begin(), h.end(), 0.f);
+  // Scatter-adds the accumulated dB/dC tile of group g into the slab, and clears the accumulators.
+  auto flush = [&](int64_t g, int64_t t0, int64_t tn) {
+    if (g < 0) return;
+    if (p.b_variable) {
+      float* dst = dB_slab + g * N * L + t0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < tn; ++j) dst[n * L + j] += dBt[j * Np + n];
+      std::fill(dBt.begin(), dBt.end(), 0.f);
+    }
+    if (p.c_variable) {
+      float* dst = dC_slab + g * N * L + t0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < tn; ++j) dst[n * L + j] += dCt[j * Np + n];
+      std::fill(dCt.begin(), dCt.end(), 0.f);
+    }
+  };
+
+  for (int64_t blk = d_begin; blk < d_end; blk += kBwdBlock) {
+    const int64_t blk_end = std::min(d_end, blk + kBwdBlock);
+    std::fill(hbuf.begin(), hbuf.end(), 0.f);
+
+    // Pass 1: state entering every tile of every channel, and y (for dz).
     for (int64_t c = 0; c < n_tiles; ++c) {
       const int64_t t0 = c * kTile, tn = std::min(kTile, L - t0);
-      std::copy(h.begin(), h.end(), states.begin() + c * Np);
-      if (p.b_variable) transpose_tile(Bsrc, N, L, t0, tn, Np, tiles.Bt.data());
-      if (p.c_variable) transpose_tile(Csrc, N, L, t0, tn, Np, tiles.Ct.data());
-      load_dt(p, delta, bias, t0, tn, tiles.draw.data(), tiles.dt.data());
-      fwd_tile(u + t0, tiles.dt.data(), tn, Np, A, p.b_variable ? tiles.Bt.data() : cc.Bc.data(),
-               p.b_variable ? Np : 0, p.c_variable ? tiles.Ct.data() : cc.Cc.data(),
-               p.c_variable ? Np : 0, h.data(), tiles.y.data());
-      if (z) std::copy(tiles.y.begin(), tiles.y.begin() + tn, ybuf.begin() + t0);
+      int64_t cached_g = -1;
+      for (int64_t d = blk; d < blk_end; ++d) {
+        const int64_t k = d - blk, bd = b * p.dim + d, g = d / per_group;
+        const int64_t bc_off = (b * p.n_groups + g) * N * L;
+        if (g != cached_g) {
+          if (p.b_variable) transpose_tile(static_cast<const float*>(p.B) + bc_off, N, L, t0, tn, Np, tiles.Bt.data());
+          if (p.c_variable) transpose_tile(static_cast<const float*>(p.C) + bc_off, N, L, t0, tn, Np, tiles.Ct.data());
+          cached_g = g;
+        }
+        load_consts(p, d, Np, cc);
+        const float* u = static_cast<const float*>(p.u) + bd * L;
+        const float* delta = static_cast<const float*>(p.delta) + bd * L;
+        const float bias = p.delta_bias ? p.delta_bias[d] : 0.f;
+        float* h = hbuf.data() + k * Np;
+        std::copy(h, h + Np, states.begin() + (k * n_tiles + c) * Np);
+        load_dt(p, delta, bias, t0, tn, tiles.draw.data(), tiles.dt.data());
+        fwd_tile(u + t0, tiles.dt.data(), tn, Np, cc.A.data(), p.b_variable ? tiles.Bt.data() : cc.Bc.data(),
+                 p.b_variable ? Np : 0, p.c_variable ? tiles.Ct.data() : cc.Cc.data(), p.c_variable ? Np : 0,
+                 h, tiles.y.data());
+        if (p.z) std::copy(tiles.y.begin(), tiles.y.begin() + tn, ybuf.begin() + k * L + t0);
+      }
     }
 
-    // Pass 2: tiles backwards; s holds s_{t+1} = a_{t+1} g_{t+1}.
-    std::fill(s.begin(), s.end(), 0.f);
-    if (p.dlast_state) std::copy(p.dlast_state + bd * N, p.dlast_state + bd * N + N, s.begin());
-    std::fill(dA.begin(), dA.end(), 0.f);
-    std::fill(dBc.begin(), dBc.end(), 0.f);
-    std::fill(dCc.begin(), dCc.end(), 0.f);
-    float dD_acc = 0.f, dbias_acc = 0.f;
+    // Pass 2: tiles backwards; s holds s_{t+1} = a_{t+1} g_{t+1} per channel.
+    std::fill(sbuf.begin(), sbuf.end(), 0.f);
+    std::fill(dAbuf.begin(), dAbuf.end(), 0.f);
+    std::fill(dBcbuf.begin(), dBcbuf.end(), 0.f);
+    std::fill(dCcbuf.begin(), dCcbuf.end(), 0.f);
+    std::fill(dDbuf.begin(), dDbuf.end(), 0.f);
+    std::fill(dbiasbuf.begin(), dbiasbuf.end(), 0.f);
+    if (p.dlast_state)
+      for (int64_t d = blk; d < blk_end; ++d)
+        std::copy(p.dlast_state + (b * p.dim + d) * N, p.dlast_state + (b * p.dim + d) * N + N,
+                  sbuf.begin() + (d - blk) * Np);
+    std::fill(dBt.begin(), dBt.end(), 0.f);
+    std::fill(dCt.begin(), dCt.end(), 0.f);
     for (int64_t c = n_tiles - 1; c >= 0; --c) {
       const int64_t t0 = c * kTile, tn = std::min(kTile, L - t0);
-      if (p.b_variable) transpose_tile(Bsrc, N, L, t0, tn, Np, tiles.Bt.data());
-      if (p.c_variable) transpose_tile(Csrc, N, L, t0, tn, Np, tiles.Ct.data());
-      load_dt(p, delta, bias, t0, tn, tiles.draw.data(), tiles.dt.data());
-      // Recompute a_t and h_{t-1} inside the tile.
-      std::copy(states.begin() + c * Np, states.begin() + (c + 1) * Np, h.begin());
-      for (int64_t j = 0; j < tn; ++j) {
-        const float dtj = tiles.dt[j], dtu = dtj * u[t0 + j];
-        const float* Bj = p.b_variable ? tiles.Bt.data() + j * Np : cc.Bc.data();
-        float* __restrict aj = a_tile.data() + j * Np;
-        float* __restrict hpj = hp_tile.data() + j * Np;
-        for (int64_t n = 0; n < Np; ++n) {
-          const float a = exp_approx(dtj * A[n]);
-          aj[n] = a;
-          hpj[n] = hv[n];
-          hv[n] = a * hv[n] + dtu * Bj[n];
+      int64_t cached_g = -1;
+      for (int64_t d = blk; d < blk_end; ++d) {
+        const int64_t k = d - blk, bd = b * p.dim + d, g = d / per_group;
+        const int64_t bc_off = (b * p.n_groups + g) * N * L;
+        if (g != cached_g) {
+          flush(cached_g, t0, tn);
+          if (p.b_variable) transpose_tile(static_cast<const float*>(p.B) + bc_off, N, L, t0, tn, Np, tiles.Bt.data());
+          if (p.c_variable) transpose_tile(static_cast<const float*>(p.C) + bc_off, N, L, t0, tn, Np, tiles.Ct.data());
+          cached_g = g;
         }
-      }
-      for (int64_t j = tn - 1; j >= 0; --j) {
-        const int64_t t = t0 + j;
-        const float dtj = tiles.dt[j], uj = u[t];
-        const float dov = dout[t];
-        float sg = 0.f, zv = 0.f, dy = dov;
-        if (z) {
-          zv = z[t];
-          sg = sigmoid(zv);
-          dy = dov * zv * sg;
+        load_consts(p, d, Np, cc);
+        const float* A = cc.A.data();
+        const float* u = static_cast<const float*>(p.u) + bd * L;
+        const float* delta = static_cast<const float*>(p.delta) + bd * L;
+        const float* z = p.z ? static_cast<const float*>(p.z) + bd * L : nullptr;
+        const float* dout = static_cast<const float*>(p.dout) + bd * L;
+        float* du = static_cast<float*>(p.du) + bd * L;
+        float* ddelta = static_cast<float*>(p.ddelta) + bd * L;
+        float* dz = p.dz ? static_cast<float*>(p.dz) + bd * L : nullptr;
+        const float Dd = p.D ? p.D[d] : 0.f;
+        const float bias = p.delta_bias ? p.delta_bias[d] : 0.f;
+        const float* yb = p.z ? ybuf.data() + k * L : nullptr;
+        float* __restrict hv = hbuf.data() + k * Np;
+        float* __restrict sv = sbuf.data() + k * Np;
+        float* __restrict dAv = dAbuf.data() + k * Np;
+        float* __restrict dBcv = dBcbuf.data() + k * Np;
+        float* __restrict dCcv = dCcbuf.data() + k * Np;
+        load_dt(p, delta, bias, t0, tn, tiles.draw.data(), tiles.dt.data());
+        // Recompute a_t and h_{t-1} inside the tile.
+        std::copy(states.begin() + (k * n_tiles + c) * Np, states.begin() + (k * n_tiles + c + 1) * Np, hv);
+        for (int64_t j = 0; j < tn; ++j) {
+          const float dtj = tiles.dt[j], dtu = dtj * u[t0 + j];
+          const float* Bj = p.b_variable ? tiles.Bt.data() + j * Np : cc.Bc.data();
+          float* __restrict aj = a_tile.data() + j * Np;
+          float* __restrict hpj = hp_tile.data() + j * Np;
+          for (int64_t n = 0; n < Np; ++n) {
+            const float a = exp_approx(dtj * A[n]);
+            aj[n] = a;
+            hpj[n] = hv[n];
+            hv[n] = a * hv[n] + dtu * Bj[n];
+          }
         }
-        const float* Bj = p.b_variable ? tiles.Bt.data() + j * Np : cc.Bc.data();
-        const float* Cj = p.c_variable ? tiles.Ct.data() + j * Np : cc.Cc.data();
-        const float* __restrict aj = a_tile.data() + j * Np;
-        const float* __restrict hpj = hp_tile.data() + j * Np;
-        float* __restrict dBj = dBt.data() + j * Np;
-        float* __restrict dCj = dCt.data() + j * Np;
-        float sumB, sumT;
-        bwd_step(Np, aj, hpj, Bj, Cj, A, dy, dtj, uj, sv, dAv, dBj, dCj, sumB, sumT);
-        if (!p.b_variable)
-          for (int64_t n = 0; n < Np; ++n) dBcv[n] += dBj[n];
-        if (!p.c_variable)
-          for (int64_t n = 0; n < Np; ++n) dCcv[n] += dCj[n];
-        float ddt = sumT;
-        if (p.delta_softplus) ddt *= sigmoid(tiles.draw[j]);
-        du[t] = Dd * dy + dtj * sumB;
-        ddelta[t] = ddt;
-        dD_acc += dy * uj;
-        dbias_acc += ddt;
-        if (dz) dz[t] = dov * (ybuf[t] + Dd * uj) * sg * (1.f + zv * (1.f - sg));
+        float dD_acc = 0.f, dbias_acc = 0.f;
+        for (int64_t j = tn - 1; j >= 0; --j) {
+          const int64_t t = t0 + j;
+          const float dtj = tiles.dt[j], uj = u[t];
+          const float dov = dout[t];
+          float sg = 0.f, zv = 0.f, dy = dov;
+          if (z) {
+            zv = z[t];
+            sg = sigmoid(zv);
+            dy = dov * zv * sg;
+          }
+          const float* Bj = p.b_variable ? tiles.Bt.data() + j * Np : cc.Bc.data();
+          const float* Cj = p.c_variable ? tiles.Ct.data() + j * Np : cc.Cc.data();
+          const float* __restrict aj = a_tile.data() + j * Np;
+          const float* __restrict hpj = hp_tile.data() + j * Np;
+          float* dBj = p.b_variable ? dBt.data() + j * Np : dBcv;
+          float* dCj = p.c_variable ? dCt.data() + j * Np : dCcv;
+          float sumB, sumT;
+          bwd_step(Np, aj, hpj, Bj, Cj, A, dy, dtj, uj, sv, dAv, dBj, dCj, sumB, sumT);
+          float ddt = sumT;
+          if (p.delta_softplus) ddt *= sigmoid(tiles.draw[j]);
+          du[t] = Dd * dy + dtj * sumB;
+          ddelta[t] = ddt;
+          dD_acc += dy * uj;
+          dbias_acc += ddt;
+          if (dz) dz[t] = dov * (yb[t] + Dd * uj) * sg * (1.f + zv * (1.f - sg));
+        }
+        dDbuf[k] += dD_acc;
+        dbiasbuf[k] += dbias_acc;
       }
-      if (p.b_variable) {
-        float* dst = dB_slab + g * N * L + t0;
-        for (int64_t n = 0; n < N; ++n)
-          for (int64_t j = 0; j < tn; ++j) dst[n * L + j] += dBt[j * Np + n];
-      }
-      if (p.c_variable) {
-        float* dst = dC_slab + g * N * L + t0;
-        for (int64_t n = 0; n < N; ++n)
-          for (int64_t j = 0; j < tn; ++j) dst[n * L + j] += dCt[j * Np + n];
-      }
+      flush(cached_g, t0, tn);
     }
-    std::copy(dA.begin(), dA.begin() + N, p.dA_part + bd * N);
-    if (!p.b_variable) std::copy(dBc.begin(), dBc.begin() + N, p.dB + bd * N);
-    if (!p.c_variable) std::copy(dCc.begin(), dCc.begin() + N, p.dC + bd * N);
-    p.dD_part[bd] = dD_acc;
-    p.ddelta_bias_part[bd] = dbias_acc;
+    for (int64_t d = blk; d < blk_end; ++d) {
+      const int64_t k = d - blk, bd = b * p.dim + d;
+      std::copy(dAbuf.begin() + k * Np, dAbuf.begin() + k * Np + N, p.dA_part + bd * N);
+      if (!p.b_variable) std::copy(dBcbuf.begin() + k * Np, dBcbuf.begin() + k * Np + N, p.dB + bd * N);
+      if (!p.c_variable) std::copy(dCcbuf.begin() + k * Np, dCcbuf.begin() + k * Np + N, p.dC + bd * N);
+      p.dD_part[bd] = dDbuf[k];
+      p.ddelta_bias_part[bd] = dbiasbuf[k];
+    }
   }
 }
 
