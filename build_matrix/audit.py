@@ -484,6 +484,15 @@ print(json.dumps(out))
 '''
 
 
+# Run by the base interpreter: its site directories in sys.path order (its own site-packages and the
+# ones its .pth files add), and whether pip imports there.
+BASE_SITE_PROBE = r'''
+import json, os, site, sys, importlib.util
+dirs = [p for p in sys.path if p and os.path.isdir(p) and os.path.basename(p) in ("site-packages", "dist-packages")]
+print(json.dumps({"dirs": list(dict.fromkeys(dirs)), "pip": importlib.util.find_spec("pip") is not None}))
+'''
+
+
 def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], say) -> None:
     """Fresh venv + .pth to torch_from's site-packages; install the wheel; doctor + one CPU call."""
     base = Path(torch_from) if torch_from else Path(sys.prefix)
@@ -501,8 +510,21 @@ def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], 
         vpy = venv / "bin" / "python"
         site = lambda py: subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                          capture_output=True, text=True).stdout.strip()
-        Path(site(vpy), "_shared_torch.pth").write_text(site(base_py) + "\n")
-        inst = subprocess.run([str(vpy), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        # The base's site directories as its interpreter sees them, not just its own purelib: a cell venv
+        # made by `build --host` has no packages of its own, only a .pth naming the shared dev venv, and
+        # Python does not follow a .pth found in a directory that a .pth added.
+        probe = subprocess.run([str(base_py), "-c", BASE_SITE_PROBE], capture_output=True, text=True)
+        try:
+            base_site = json.loads(probe.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            rep.check("runtime", [f"could not list the site directories of {base_py}: "
+                                  f"{(probe.stdout + probe.stderr).strip()[-400:]}"])
+            return
+        Path(site(vpy), "_shared_torch.pth").write_text("".join(d + "\n" for d in base_site["dirs"]))
+        # pip from the base when it has one (also through its .pth), else this interpreter's pip installs
+        # into the fresh venv (`pip --python`, pip >= 22.3).
+        pip = [str(vpy), "-m", "pip"] if base_site["pip"] else [sys.executable, "-m", "pip", "--python", str(vpy)]
+        inst = subprocess.run([*pip, "install", "--no-deps", "--no-index", "-q", str(wheel)],
                               capture_output=True, text=True, cwd=tmp)
         if inst.returncode != 0:
             rep.check("runtime", [f"pip install of the wheel into a fresh venv failed: {inst.stderr.strip()[-400:]}"])
