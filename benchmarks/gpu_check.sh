@@ -67,7 +67,7 @@ export MAX_JOBS="${MAX_JOBS:-$(( CPUS < 16 ? CPUS : 16 ))}"
 # ---- 1. build (sm_90) ---------------------------------------------------------------------------
 say "1/4 build: MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90 MAX_JOBS=$MAX_JOBS setup.py build_ext --inplace"
 b0=$(date +%s)
-MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90 timeout 200 \
+MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90 timeout 120 \
   $PYTHON setup.py build_ext --inplace >"$OUT/build.log" 2>&1
 rc=$?
 SO="$(ls "$REPO"/mamba_ssm/_C*.so 2>/dev/null | head -1)"
@@ -79,20 +79,20 @@ else
 fi
 
 # ---- 2. doctor ----------------------------------------------------------------------------------
-timeout 60 $PYTHON -m mamba_ssm doctor --json >"$OUT/doctor.json" 2>"$OUT/doctor.stderr"
+timeout 20 $PYTHON -m mamba_ssm doctor --json >"$OUT/doctor.json" 2>"$OUT/doctor.stderr"
 say "2/4 doctor exit $? (doctor.json)"
 
 # ---- 3. GPU kernel tests ------------------------------------------------------------------------
 say "3/4 GPU kernel tests"
 if $PYTHON -c "import pytest" >/dev/null 2>&1; then
-  timeout 150 $PYTHON -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_gpu_kernel.py \
+  timeout 90 $PYTHON -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_gpu_kernel.py \
     --junitxml="$OUT/gpu_tests.xml" >"$OUT/gpu_tests.log" 2>&1
   rc=$?
   say "GPU tests (pytest) exit $rc: $(tail -n 1 "$OUT/gpu_tests.log")"
   [ $rc -ne 0 ] && grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -20 | tee -a "$SUMMARY"
 else
   # No pytest on the machine (and no network to install it): the same cases through a plain runner.
-  timeout 150 $PYTHON tests/kernels/gpu_runner.py >"$OUT/gpu_tests.log" 2>&1
+  timeout 90 $PYTHON tests/kernels/gpu_runner.py >"$OUT/gpu_tests.log" 2>&1
   rc=$?
   say "GPU tests (gpu_runner.py, pytest absent) exit $rc: $(tail -n 1 "$OUT/gpu_tests.log")"
   [ $rc -ne 0 ] && grep -E "^FAIL" "$OUT/gpu_tests.log" | head -20 | tee -a "$SUMMARY"
@@ -100,7 +100,7 @@ fi
 
 # ---- 4. kernel benchmark ------------------------------------------------------------------------
 say "4/4 kernel benchmark"
-timeout 120 $PYTHON benchmarks/bench_kernel.py --device cuda --out "$OUT" >"$OUT/bench_kernel.log" 2>&1
+timeout 75 $PYTHON benchmarks/bench_kernel.py --device cuda --out "$OUT" >"$OUT/bench_kernel.log" 2>&1
 say "benchmark exit $?:"
 cat "$OUT/bench_kernel_cuda.md" 2>/dev/null | tee -a "$SUMMARY" || tail -n 20 "$OUT/bench_kernel.log" | tee -a "$SUMMARY"
 
