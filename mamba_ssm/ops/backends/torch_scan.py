@@ -229,29 +229,8 @@ class _ScanCore(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, u, dt, A, B, C, h0, segment, chunk):  # noqa: D401
-        cdtype = A.dtype
-        bt, g, hh, seqlen = u.shape
-        n = A.shape[-1]
-        A6 = A.reshape(1, 1, g, hh, 1, n)
-        segs = _segments(seqlen, segment, chunk)
-        y = torch.empty(bt, g, hh, seqlen, dtype=cdtype, device=u.device)
-        cur = torch.zeros(bt, g, hh, n, dtype=cdtype, device=u.device) if h0 is None else h0.to(cdtype)
-        starts = []
-        ws = _Workspace(cdtype, u.device)
-        for s, e, t in segs:
-            starts.append(cur)
-            nc = (e - s) // t
-            shape = (t, bt, g, hh, nc, n)
-            dts = _to_chunks(dt[..., s:e], nc, t, cdtype)
-            a = torch.mul(dts, A6, out=ws.get("a", shape)).exp_()
-            dtu = dts * _to_chunks(u[..., s:e], nc, t, cdtype)
-            b = torch.mul(dtu, _bc_to_chunks(B[:, :, s:e] if B.dim() == 4 else B, nc, t, cdtype),
-                          out=ws.get("b", shape))
-            hbuf = _forward_states(a, b, dts, A6, cur, ws.get("h", (t + 1,) + shape[1:]))
-            cur = hbuf[t][..., nc - 1, :].clone()
-            Cs = _bc_to_chunks(C[:, :, s:e] if C.dim() == 4 else C, nc, t, cdtype)
-            y[..., s:e] = _from_chunks(torch.mul(hbuf[1:], Cs, out=ws.get("b", shape)).sum(-1))
-        del ws
+        segs = _segments(u.shape[-1], segment, chunk)
+        y, cur, starts = _scan_forward(u, dt, A, B, C, h0, segs)
         ctx.save_for_backward(u, dt, A, B, C, *starts)
         ctx.segs = segs
         ctx.has_h0 = h0 is not None
@@ -260,64 +239,185 @@ class _ScanCore(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, dlast):
         u, dt, A, B, C, *starts = ctx.saved_tensors
-        segs = ctx.segs
-        cdtype = A.dtype
+        grads = _scan_backward(u, dt, A, B, C, starts, ctx.has_h0, dy, dlast, ctx.segs, ctx.needs_input_grad)
+        return (*grads, None, None)
+
+
+def _scan_forward(u, dt, A, B, C, h0, segs):
+    """The core's forward (shapes: :class:`_ScanCore`): returns (y, last state, the state entering each
+    segment)."""
+    cdtype = A.dtype
+    bt, g, hh, seqlen = u.shape
+    n = A.shape[-1]
+    A6 = A.reshape(1, 1, g, hh, 1, n)
+    y = torch.empty(bt, g, hh, seqlen, dtype=cdtype, device=u.device)
+    cur = torch.zeros(bt, g, hh, n, dtype=cdtype, device=u.device) if h0 is None else h0.to(cdtype)
+    starts = []
+    ws = _Workspace(cdtype, u.device)
+    for s, e, t in segs:
+        starts.append(cur)
+        nc = (e - s) // t
+        shape = (t, bt, g, hh, nc, n)
+        dts = _to_chunks(dt[..., s:e], nc, t, cdtype)
+        a = torch.mul(dts, A6, out=ws.get("a", shape)).exp_()
+        dtu = dts * _to_chunks(u[..., s:e], nc, t, cdtype)
+        b = torch.mul(dtu, _bc_to_chunks(B[:, :, s:e] if B.dim() == 4 else B, nc, t, cdtype),
+                      out=ws.get("b", shape))
+        hbuf = _forward_states(a, b, dts, A6, cur, ws.get("h", (t + 1,) + shape[1:]))
+        cur = hbuf[t][..., nc - 1, :].clone()
+        Cs = _bc_to_chunks(C[:, :, s:e] if C.dim() == 4 else C, nc, t, cdtype)
+        y[..., s:e] = _from_chunks(torch.mul(hbuf[1:], Cs, out=ws.get("b", shape)).sum(-1))
+    del ws
+    return y, cur, starts
+
+
+def _scan_backward(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
+    """The core's backward: (du, ddt, dA, dB, dC, dh0), None where ``need`` (needs_input_grad of
+    u, dt, A, B, C, h0) says no gradient is wanted."""
+    cdtype = A.dtype
+    bt, g, hh, seqlen = u.shape
+    n = A.shape[-1]
+    A6 = A.reshape(1, 1, g, hh, 1, n)
+    var_b, var_c = B.dim() == 4, C.dim() == 4
+    new = lambda *shape: torch.empty(*shape, dtype=cdtype, device=u.device)  # noqa: E731
+    du = new(bt, g, hh, seqlen) if need[0] else None
+    ddt = new(bt, g, hh, seqlen) if need[1] else None
+    dA = torch.zeros_like(A) if need[2] else None
+    dB = (new(bt, g, seqlen, n) if var_b else torch.zeros_like(B, dtype=cdtype)) if need[3] else None
+    dC = (new(bt, g, seqlen, n) if var_c else torch.zeros_like(C, dtype=cdtype)) if need[4] else None
+    carry = torch.zeros(bt, g, hh, n, dtype=cdtype, device=u.device) if dlast is None else dlast.to(cdtype)
+    if dy is None:
+        dy = torch.zeros(bt, g, hh, seqlen, dtype=cdtype, device=u.device)
+    ws = _Workspace(cdtype, u.device)
+    for (s, e, t), h0 in zip(reversed(segs), reversed(starts)):
+        nc = (e - s) // t
+        shape = (t, bt, g, hh, nc, n)
+        dts = _to_chunks(dt[..., s:e], nc, t, cdtype)
+        us = _to_chunks(u[..., s:e], nc, t, cdtype)
+        dys = _to_chunks(dy[..., s:e], nc, t, cdtype)
+        Bs = _bc_to_chunks(B[:, :, s:e] if var_b else B, nc, t, cdtype)
+        Cs = _bc_to_chunks(C[:, :, s:e] if var_c else C, nc, t, cdtype)
+        a = torch.mul(dts, A6, out=ws.get("a", shape)).exp_()
+        dtu = dts * us
+        tmp = ws.get("tmp", shape)
+        hbuf = _forward_states(a, torch.mul(dtu, Bs, out=tmp), dts, A6, h0,
+                               ws.get("h", (t + 1,) + shape[1:]))
+        if need[4]:
+            prod = torch.mul(hbuf[1:], dys, out=tmp)
+            if var_c:
+                dC[:, :, s:e] = _bc_from_chunks(prod.sum(3))
+            else:
+                dC += prod.sum((0, 1, 4))
+        gs, carry = _reverse_states(a, torch.mul(dys, Cs, out=tmp), dts, A6, carry, ws.get("g", shape))
+        if need[0] or need[1] or need[3]:
+            gBn = torch.mul(gs, Bs, out=tmp).sum(-1, keepdim=True)
+            if need[0]:
+                du[..., s:e] = _from_chunks((dts * gBn).squeeze(-1))
+            if need[3]:
+                prod = torch.mul(gs, dtu, out=tmp)
+                if var_b:
+                    dB[:, :, s:e] = _bc_from_chunks(prod.sum(3))
+                else:
+                    dB += prod.sum((0, 1, 4))
+        if need[1] or need[2]:
+            q = torch.mul(gs, a, out=tmp)
+            q *= hbuf[:-1]
+            if need[1]:
+                qA = torch.mul(q, A6, out=a).sum(-1, keepdim=True)  # a is no longer needed
+                ddt[..., s:e] = _from_chunks((qA + us * gBn).squeeze(-1))
+            if need[2]:
+                dA += q.mul_(dts).sum((0, 1, 4))
+    del ws
+    dh0 = carry if has_h0 else None
+    return du, ddt, dA, dB, dC, dh0
+
+
+# Under torch.compile the core is one opaque op (torch.library.custom_op, torch >= 2.4) with a fake
+# implementation and the same backward: tracing it step by step would unroll every Python loop of the
+# chunked scan into the graph, and Dynamo refuses some of its ``out=`` calls ("Attempted to call op with
+# non-contiguous `out=` tensor"). Eager calls keep using _ScanCore directly (no dispatcher overhead).
+
+
+def _fresh(x: torch.Tensor, *inputs) -> torch.Tensor:
+    """x, copied when it is one of ``inputs`` (a custom op's outputs may not alias its inputs)."""
+    return x.clone() if any(x is i for i in inputs if i is not None) else x
+
+
+def _define_core_op():
+    from torch.library import custom_op, register_fake  # noqa: PLC0415
+
+    ns = "mamba_ssm_torch_scan"
+
+    @custom_op(f"{ns}::scan_fwd", mutates_args=())
+    def scan_fwd(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                 h0: Optional[torch.Tensor], segment: int, chunk: int
+                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        segs = _segments(u.shape[-1], segment, chunk)
+        y, last, starts = _scan_forward(u, dt, A, B, C, h0, segs)
+        stacked = torch.stack(starts) if starts else last.new_empty((0,) + tuple(last.shape))
+        return y, _fresh(last, h0), stacked
+
+    @register_fake(f"{ns}::scan_fwd")
+    def _(u, dt, A, B, C, h0, segment, chunk):
         bt, g, hh, seqlen = u.shape
         n = A.shape[-1]
-        A6 = A.reshape(1, 1, g, hh, 1, n)
-        var_b, var_c = B.dim() == 4, C.dim() == 4
-        need = ctx.needs_input_grad
-        new = lambda *shape: torch.empty(*shape, dtype=cdtype, device=u.device)  # noqa: E731
-        du = new(bt, g, hh, seqlen) if need[0] else None
-        ddt = new(bt, g, hh, seqlen) if need[1] else None
-        dA = torch.zeros_like(A) if need[2] else None
-        dB = (new(bt, g, seqlen, n) if var_b else torch.zeros_like(B, dtype=cdtype)) if need[3] else None
-        dC = (new(bt, g, seqlen, n) if var_c else torch.zeros_like(C, dtype=cdtype)) if need[4] else None
-        carry = torch.zeros(bt, g, hh, n, dtype=cdtype, device=u.device) if dlast is None else dlast.to(cdtype)
+        nseg = len(_segments(seqlen, segment, chunk))
+        return (u.new_empty((bt, g, hh, seqlen), dtype=A.dtype), u.new_empty((bt, g, hh, n), dtype=A.dtype),
+                u.new_empty((nseg, bt, g, hh, n), dtype=A.dtype))
+
+    @custom_op(f"{ns}::scan_bwd", mutates_args=())
+    def scan_bwd(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                 starts: torch.Tensor, dy: torch.Tensor, dlast: torch.Tensor, segment: int, chunk: int,
+                 need: List[bool]) -> List[torch.Tensor]:
+        segs = _segments(u.shape[-1], segment, chunk)
+        grads = _scan_backward(u, dt, A, B, C, list(starts.unbind(0)), need[5], dy, dlast, segs, need)
+        # Not wanted: an empty tensor (a custom op returns tensors), turned back into None below.
+        return [u.new_empty((0,), dtype=A.dtype) if x is None else _fresh(x, dlast) for x in grads]
+
+    @register_fake(f"{ns}::scan_bwd")
+    def _(u, dt, A, B, C, starts, dy, dlast, segment, chunk, need):
+        bt, g, hh, seqlen = u.shape
+        n = A.shape[-1]
+        like = lambda x: u.new_empty(tuple(x.shape), dtype=A.dtype)  # noqa: E731
+        bc = lambda X: u.new_empty((bt, g, seqlen, n) if X.dim() == 4 else tuple(X.shape), dtype=A.dtype)  # noqa: E731
+        shapes = [lambda: like(u), lambda: like(u), lambda: like(A), lambda: bc(B), lambda: bc(C),
+                  lambda: u.new_empty((bt, g, hh, n), dtype=A.dtype)]
+        return [make() if want else u.new_empty((0,), dtype=A.dtype) for make, want in zip(shapes, need)]
+
+    def setup_context(ctx, inputs, output):
+        u, dt, A, B, C, h0, segment, chunk = inputs
+        ctx.save_for_backward(u, dt, A, B, C, output[2])
+        ctx.segment, ctx.chunk = segment, chunk
+        ctx.h0_shape = None if h0 is None else tuple(h0.shape)
+
+    def backward(ctx, dy, dlast, _dstarts):
+        u, dt, A, B, C, starts = ctx.saved_tensors
+        need = [bool(x) for x in ctx.needs_input_grad[:6]]
+        need[5] = need[5] and ctx.h0_shape is not None
+        bt, g, hh, seqlen = u.shape
         if dy is None:
-            dy = torch.zeros(bt, g, hh, seqlen, dtype=cdtype, device=u.device)
-        ws = _Workspace(cdtype, u.device)
-        for (s, e, t), h0 in zip(reversed(segs), reversed(starts)):
-            nc = (e - s) // t
-            shape = (t, bt, g, hh, nc, n)
-            dts = _to_chunks(dt[..., s:e], nc, t, cdtype)
-            us = _to_chunks(u[..., s:e], nc, t, cdtype)
-            dys = _to_chunks(dy[..., s:e], nc, t, cdtype)
-            Bs = _bc_to_chunks(B[:, :, s:e] if var_b else B, nc, t, cdtype)
-            Cs = _bc_to_chunks(C[:, :, s:e] if var_c else C, nc, t, cdtype)
-            a = torch.mul(dts, A6, out=ws.get("a", shape)).exp_()
-            dtu = dts * us
-            tmp = ws.get("tmp", shape)
-            hbuf = _forward_states(a, torch.mul(dtu, Bs, out=tmp), dts, A6, h0,
-                                   ws.get("h", (t + 1,) + shape[1:]))
-            if need[4]:
-                prod = torch.mul(hbuf[1:], dys, out=tmp)
-                if var_c:
-                    dC[:, :, s:e] = _bc_from_chunks(prod.sum(3))
-                else:
-                    dC += prod.sum((0, 1, 4))
-            gs, carry = _reverse_states(a, torch.mul(dys, Cs, out=tmp), dts, A6, carry, ws.get("g", shape))
-            if need[0] or need[1] or need[3]:
-                gBn = torch.mul(gs, Bs, out=tmp).sum(-1, keepdim=True)
-                if need[0]:
-                    du[..., s:e] = _from_chunks((dts * gBn).squeeze(-1))
-                if need[3]:
-                    prod = torch.mul(gs, dtu, out=tmp)
-                    if var_b:
-                        dB[:, :, s:e] = _bc_from_chunks(prod.sum(3))
-                    else:
-                        dB += prod.sum((0, 1, 4))
-            if need[1] or need[2]:
-                q = torch.mul(gs, a, out=tmp)
-                q *= hbuf[:-1]
-                if need[1]:
-                    qA = torch.mul(q, A6, out=a).sum(-1, keepdim=True)  # a is no longer needed
-                    ddt[..., s:e] = _from_chunks((qA + us * gBn).squeeze(-1))
-                if need[2]:
-                    dA += q.mul_(dts).sum((0, 1, 4))
-        del ws
-        dh0 = carry if ctx.has_h0 else None
-        return du, ddt, dA, dB, dC, dh0, None, None
+            dy = u.new_zeros((bt, g, hh, seqlen), dtype=A.dtype)
+        if dlast is None:
+            dlast = u.new_zeros((bt, g, hh, A.shape[-1]), dtype=A.dtype)
+        grads = torch.ops.mamba_ssm_torch_scan.scan_bwd(u, dt, A, B, C, starts, dy, dlast, ctx.segment,
+                                                        ctx.chunk, need)
+        return (*[x if want else None for x, want in zip(grads, need)], None, None)
+
+    scan_fwd.register_autograd(backward, setup_context=setup_context)
+    return scan_fwd
+
+
+try:  # at import: defining it while Dynamo traces a call would not work
+    _CORE_OP = _define_core_op()
+except (ImportError, AttributeError, TypeError):  # torch < 2.4: no torch.library.custom_op
+    _CORE_OP = None
+
+
+def _compiling() -> bool:
+    try:
+        return bool(torch.compiler.is_compiling())
+    except AttributeError:  # torch without torch.compiler
+        return False
 
 
 def _lcm(a: int, b: int) -> int:
@@ -373,7 +473,11 @@ def selective_scan_with_state(u, delta, A, B, C, D=None, z=None, delta_bias=None
                                   device_type=device_type)
             segment = segment or seg
             chunk = chunk or ch
-        y, last = _ScanCore.apply(u4, dt4, A3, Bc, Cc, h0, segment, chunk)
+        core = _CORE_OP if _compiling() else None
+        if core is not None:
+            y, last, _ = core(u4, dt4, A3, Bc, Cc, h0, segment, chunk)
+        else:
+            y, last = _ScanCore.apply(u4, dt4, A3, Bc, Cc, h0, segment, chunk)
         out = y.reshape(batch, dim, seqlen)
         if D is not None:
             out = out + u.to(cdtype) * D.to(cdtype).unsqueeze(-1)
