@@ -441,6 +441,68 @@ def _yes(value: Any) -> str:
     return "yes" if value else "no"
 
 
+#: Keys of the decision record that _render_decision shows in its own lines (the rest: "key: value").
+_DECISION_SHOWN = {"schema", "time", "prefix", "path", "package_version", "final_mode", "status", "wheel",
+                   "installed_wheel", "sha256", "index", "environment", "target_python", "decision", "message",
+                   "error_kind", "error"}
+_REJECTED_SHOWN = 10
+
+
+def _render_decision(d: Dict[str, Any]) -> List[str]:
+    """The recorded install decision (``mamba_ssm._install.decision`` record keys) as readable lines:
+    final mode, chosen wheel, index, when, what was looked for, the rejected candidates with reasons."""
+    out = [f"Install decision (recorded by the resolver{', ' + str(d['time']) if d.get('time') else ''}):"]
+    add = out.append
+    if d.get("error"):
+        add(f"  ! {d['error']}")
+    mode = d.get("final_mode") or "-"
+    status = d.get("status")
+    add(f"  final mode: {mode}" + (f" (resolver status: {status})" if status and status != mode else ""))
+    sel = d.get("decision") if isinstance(d.get("decision"), dict) else {}
+    wheel = d.get("wheel") or sel.get("chosen")
+    if wheel:
+        add(f"  wheel: {wheel}" + (f" (sha256 {d['sha256']})" if d.get("sha256") else ""))
+        if d.get("installed_wheel") and d["installed_wheel"] != wheel:
+            add(f"    installed as: {d['installed_wheel']}")
+    else:
+        add("  wheel: none chosen")
+    if d.get("index"):
+        add(f"  index: {d['index']}")
+    if d.get("package_version"):
+        add(f"  package version: {d['package_version']}")
+    if d.get("environment"):
+        add(f"  environment: {d['environment']}")
+    if d.get("target_python"):
+        add(f"  target Python: {d['target_python']}")
+    if sel.get("looked_for"):
+        add(f"  looked for: {sel['looked_for']}")
+    compatible = [c for c in sel.get("candidates") or [] if c != wheel]
+    if compatible:
+        add(f"  other compatible wheels: {', '.join(map(str, compatible))}")
+    rejected = sel.get("rejected") or []
+    if rejected:
+        add(f"  rejected candidates ({len(rejected)}):")
+        for r in rejected[:_REJECTED_SHOWN]:
+            if isinstance(r, dict):
+                add(f"    - {r.get('filename', '?')}: {r.get('reason', '?')}")
+            else:
+                add(f"    - {r}")
+        if len(rejected) > _REJECTED_SHOWN:
+            add(f"    ... and {len(rejected) - _REJECTED_SHOWN} more (python -m mamba_ssm doctor --json lists all)")
+    for note in sel.get("notes") or []:
+        add(f"  note: {note}")
+    if d.get("error_kind"):
+        add(f"  error kind: {d['error_kind']}")
+    if d.get("message"):
+        add(f"  message: {d['message']}")
+    for key in sorted(k for k in d if k not in _DECISION_SHOWN):
+        value = d[key]
+        add(f"  {key.replace('_', ' ')}: {value if isinstance(value, str) else json.dumps(value)}")
+    if d.get("path"):
+        add(f"  record: {d['path']}")
+    return out
+
+
 def render_text(report: Dict[str, Any]) -> str:
     """The human-readable report (what ``doctor`` prints without ``--json``)."""
     lines: List[str] = []
@@ -488,12 +550,7 @@ def render_text(report: Dict[str, Any]) -> str:
 
     dec = report["install_decision"]
     if dec.get("recorded"):
-        add("Install decision (recorded by the resolver):")
-        d = dec.get("decision") or {}
-        for key in sorted(d):
-            value = d[key]
-            text = value if isinstance(value, str) else json.dumps(value)
-            add(f"  {key}: {text}")
+        lines.extend(_render_decision(dec.get("decision") or {}))
     else:
         add(f"Install decision: {dec.get('error') or 'none recorded'}")
 

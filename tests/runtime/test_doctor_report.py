@@ -221,12 +221,67 @@ def test_deferred_install_decision_is_shown_and_hinted(tmp_path):
     assert dec["decision"]["message"] == "torch was being installed by the same command"
     assert "deferred" in report["compiled_module"]["fix"] and "install-kernels" in report["compiled_module"]["fix"]
     text = S.run_module(root, ["doctor"], env=env).stdout
-    assert "Install decision (recorded by the resolver):" in text and "final_mode: deferred" in text
+    assert "Install decision (recorded by the resolver, " in text and "\n  final mode: deferred\n" in text
 
     proc = S.run_python(root, WARN, env=env)
     (message,) = S.last_json(proc.stdout)
     assert "deferred" in message and "python -m mamba_ssm install-kernels" in message
 
+
+RECORD_PREBUILT = r"""
+from mamba_ssm._install.decision import write_decision
+print(write_decision({
+    "package_version": "2.4.0", "final_mode": "prebuilt", "status": "chosen",
+    "wheel": "mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl",
+    "sha256": "ab" * 32, "index": "https://example.invalid/whl", "time": "2026-11-29T12:34:56Z",
+    "environment": "torch 2.14.1+cu130, Python 3.11, linux_x86_64",
+    "installed_wheel": "mamba_ssm-2.4.0-cp39-abi3-manylinux_2_34_x86_64.whl",
+    "decision": {"status": "chosen",
+                 "chosen": "mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl",
+                 "candidates": ["mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl"],
+                 "rejected": [{"filename": "mamba_ssm-2.4.0+cu12torch2.14cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl",
+                               "reason": "built for CUDA 12, torch has CUDA 13.0"},
+                              {"filename": "mamba_ssm-2.4.0+cu13torch2.13cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl",
+                               "reason": "built for torch 2.13, torch is 2.14.1+cu130"}],
+                 "looked_for": "cu13torch2.14cxx11abiTRUE", "notes": []},
+    "message": "Chose the cu13 wheel."}))
+"""
+
+
+def test_recorded_decision_is_readable_lines(tmp_path):
+    """doctor's text shows the decision as lines (mode, wheel, index, when, rejected with reasons), not
+    JSON; --json keeps the record as it is."""
+    root = S.make_package(tmp_path)
+    if not (root / "mamba_ssm" / "_install" / "decision.py").exists():
+        pytest.skip("the resolver's mamba_ssm._install.decision is not in the tree yet")
+    env = S.child_env(root)
+    proc = S.run_python(root, RECORD_PREBUILT, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    path = proc.stdout.strip().splitlines()[-1]
+    text = S.run_module(root, ["doctor"], env=env).stdout
+    start = text.index("Install decision (recorded by the resolver, 2026-11-29T12:34:56Z):\n")
+    section = text[start:text.index("Backend requested:")].splitlines()
+    assert section[1:] == [
+        "  final mode: prebuilt (resolver status: chosen)",
+        "  wheel: mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl (sha256 "
+        + "ab" * 32 + ")",
+        "    installed as: mamba_ssm-2.4.0-cp39-abi3-manylinux_2_34_x86_64.whl",
+        "  index: https://example.invalid/whl",
+        "  package version: 2.4.0",
+        "  environment: torch 2.14.1+cu130, Python 3.11, linux_x86_64",
+        "  looked for: cu13torch2.14cxx11abiTRUE",
+        "  rejected candidates (2):",
+        "    - mamba_ssm-2.4.0+cu12torch2.14cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl: "
+        "built for CUDA 12, torch has CUDA 13.0",
+        "    - mamba_ssm-2.4.0+cu13torch2.13cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl: "
+        "built for torch 2.13, torch is 2.14.1+cu130",
+        "  message: Chose the cu13 wheel.",
+        f"  record: {path}",
+    ]
+    _, report = doctor_json(root, env)
+    dec = report["install_decision"]["decision"]
+    assert dec["decision"]["rejected"][1]["reason"] == "built for torch 2.13, torch is 2.14.1+cu130"
+    assert dec["final_mode"] == "prebuilt" and dec["path"] == path and dec["sha256"] == "ab" * 32
 
 def test_install_kernels_delegates_and_degrades(tmp_path):
     root = S.make_package(tmp_path)
