@@ -219,6 +219,10 @@ def plan(op: str, device: Any) -> Dict[str, Any]:
         # package's kernels for CUDA tensors when it is installed; doctor reports that).
         out["backend"] = "torch"
         out["reason"] = f"mamba_ssm._C has no kernel for {op}; it runs on its PyTorch implementation"
+        if requested in ("ref", "compiled"):
+            out["reason"] += (f" (the only one: {source}={requested} does not change it; "
+                              f"only {' and '.join(sorted(COMPILED_OPS))} have a compiled kernel and a "
+                              f"separate reference)")
         return out
     if requested in ("torch", "ref"):
         out["backend"] = requested

@@ -229,6 +229,16 @@ def _causal_conv1d_package() -> Any:
         return None
 
 
+def _causal_conv1d_implementation(device: str) -> Optional[str]:
+    """``mamba_ssm.ops.causal_conv1d.implementation(device)`` (what the conv ops run), or None."""
+    try:
+        from mamba_ssm.ops.causal_conv1d import implementation  # noqa: PLC0415
+
+        return implementation(device)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def _json_safe(value: Any) -> Any:
     try:
         json.dumps(value)
@@ -381,9 +391,15 @@ def collect(check: bool = False) -> Dict[str, Any]:
                 entry["ops"][op] = {"backend": p["backend"], "reason": p["reason"], "fix": p["fix"],
                                     "error": p["error"]}
                 if op in ("causal_conv1d", "causal_conv1d_update") and name.startswith("cuda"):
-                    if _causal_conv1d_package() is not None:
+                    impl = _causal_conv1d_implementation(name)   # the same question the ops ask
+                    if impl == "causal-conv1d":
                         entry["ops"][op]["backend"] = "causal-conv1d"
                         entry["ops"][op]["reason"] = "the causal-conv1d package's kernels (installed)"
+                    elif impl == "torch" and _causal_conv1d_package() is not None:
+                        entry["ops"][op]["reason"] = (
+                            f"the causal-conv1d package is installed but not used: the {backend['requested']} "
+                            f"backend was asked for ({backend['source']}); {op} runs on its PyTorch "
+                            f"implementation")
             compiled_ops = [op for op in _dispatch.OPS if op in _dispatch.COMPILED_OPS]
             entry["compiled_active"] = all(entry["ops"][op]["backend"] == "compiled" for op in compiled_ops)
             for op in compiled_ops:

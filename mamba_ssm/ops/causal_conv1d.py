@@ -3,8 +3,10 @@
 ``out[b, d, t] = act(bias[d] + sum_k weight[d, k] * x[b, d, t - (width - 1) + k])`` with x = 0 (or
 ``initial_states``) before the start: the convolution of Mamba (arXiv:2312.00752, Figure 3, "Conv").
 
-The ``causal_conv1d`` package's CUDA kernels are used for CUDA tensors when that package imports;
-otherwise (CPU, or the package absent) a PyTorch implementation with the same arguments runs.
+The ``causal_conv1d`` package's CUDA kernels are used for CUDA tensors when that package imports and
+the backend asked for (``MAMBA_SSM_BACKEND`` / ``mamba_ssm.set_backend``) is ``auto`` or ``compiled``;
+otherwise (CPU, the package absent, or ``torch``/``ref`` asked for) a PyTorch implementation with the
+same arguments runs. :func:`implementation` says which, and ``python -m mamba_ssm doctor`` reports it.
 Computation is in float32 (float64 for float64 inputs); outputs have x's dtype.
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-__all__ = ["causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_ref", "external_package"]
+__all__ = ["causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_ref", "external_package", "implementation"]
 
 _ACTIVATIONS = (None, "silu", "swish")
 _external = None  # (fn, update) or False once looked up
@@ -30,6 +32,33 @@ def external_package():
         except Exception:  # noqa: BLE001 (absent, or built for another torch)
             _external = False
     return _external or None
+
+
+#: What :func:`implementation` answers.
+PACKAGE, TORCH = "causal-conv1d", "torch"
+
+
+def _requested_backend() -> str:
+    try:
+        from mamba_ssm import _dispatch  # noqa: PLC0415
+    except ImportError:  # a partial install without the dispatcher
+        return "auto"
+    return _dispatch.get_backend()
+
+
+def implementation(device) -> str:
+    """Which implementation the causal conv1d ops run for inputs on ``device`` (a torch.device or a
+    device string): ``"causal-conv1d"`` (the package's CUDA kernels: a CUDA device, the package imports
+    and the backend asked for is ``auto`` or ``compiled``) or ``"torch"`` (this module's PyTorch code).
+    ``MAMBA_SSM_BACKEND=torch`` or ``ref`` keeps every op on PyTorch, so the package is not used then.
+
+    Raises:
+        ValueError: ``MAMBA_SSM_BACKEND`` holds a value that is not a backend (only checked on CUDA
+            devices with the package installed, where it decides).
+    """
+    if torch.device(device).type != "cuda" or external_package() is None:
+        return TORCH
+    return PACKAGE if _requested_backend() in ("auto", "compiled") else TORCH
 
 
 def _check_activation(activation):
@@ -80,7 +109,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
     _check_x_weight("causal_conv1d_fn", x, weight, bias)
     if x.dim() != 3:
         raise ValueError(f"causal_conv1d_fn: x must have shape (batch, dim, seqlen), got {tuple(x.shape)}")
-    ext = external_package() if x.is_cuda else None
+    ext = external_package() if x.is_cuda and implementation(x.device) == PACKAGE else None
     if ext is not None:
         kwargs = {}
         if seq_idx is not None:
@@ -150,7 +179,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     """
     _check_activation(activation)
     _check_x_weight("causal_conv1d_update", x, weight, bias)
-    ext = external_package() if x.is_cuda else None
+    ext = external_package() if x.is_cuda and implementation(x.device) == PACKAGE else None
     if ext is not None:
         kwargs = {}
         if cache_seqlens is not None:
