@@ -88,9 +88,11 @@ __global__ void __launch_bounds__(kThreads) scan_fwd_kernel(const ScanParams p) 
       for (int i = 0; i < kItems; ++i) y[i] += Dd * uv[i];
     }
     store_items<T>(out, t0, L, y);
+    // Thread 0 wrote carry_s[n] after the last barrier that other threads pass for state n in this
+    // chunk; with d_state == 1 no other barrier follows before the next chunk reads it back.
+    __syncthreads();
   }
   if (p.last_state) {
-    __syncthreads();
     for (int n = threadIdx.x; n < N; n += kThreads) p.last_state[ch.bd * N + n] = carry_s[n];
   }
 }

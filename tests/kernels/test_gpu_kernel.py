@@ -92,3 +92,11 @@ def test_second_device(gpu):
         pytest.skip("only one GPU: the cuda:1 check needs two")
     args = make_inputs(2, 4, 70, 8, "variable", True, True, True, torch.float32, device="cuda:1", seed=9)
     run_and_check(gpu, args, True, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_d_state_1_across_chunks(gpu, dtype):
+    """d_state 1 over three chunks: the only state's carry crosses chunk boundaries with no other
+    state's barrier in between (the forward kernel's end-of-chunk barrier orders it)."""
+    args = make_inputs(2, 3, 2100, 1, "variable", True, True, True, dtype, device="cuda", seed=11)
+    run_and_check(gpu, args, True, dtype)
