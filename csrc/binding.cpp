@@ -94,54 +94,31 @@ BwdResult bwd_cpu(const at::Tensor& u, const at::Tensor& delta, const at::Tensor
   fill_params(r, delta_softplus, p);
   const auto f32 = r.u.options().dtype(at::kFloat);
   const at::Tensor dout_c = dout.to(at::kFloat).contiguous();
-  at::Tensor dlast;
-  if (dlast_state.has_value() && dlast_state->defined()) {
-    TORCH_CHECK(dlast_state->numel() == r.batch * r.dim * r.dstate,
-                "mamba_ssm: dlast_state must be (batch, dim, d_state), got ", dlast_state->sizes());
-    dlast = dlast_state->to(at::kFloat).contiguous();
-  }
+  const at::Tensor dlast = prepare_dlast_state(r, dlast_state);
   const bool variable = r.b_variable || r.c_variable;
   const int64_t n_threads = at::get_num_threads();
   const int64_t n_split =
       variable ? std::max<int64_t>(1, std::min<int64_t>(r.dim, (n_threads + r.batch - 1) / r.batch)) : r.dim;
-  at::Tensor du = at::empty({r.batch, r.dim, r.seqlen}, f32);
-  at::Tensor ddelta = at::empty({r.batch, r.dim, r.seqlen}, f32);
-  at::Tensor dz = r.z.defined() ? at::empty({r.batch, r.dim, r.seqlen}, f32) : at::Tensor();
-  at::Tensor dA = at::empty({r.batch, r.dim, r.dstate}, f32);
-  at::Tensor dD = at::empty({r.batch, r.dim}, f32);
-  at::Tensor dbias = at::empty({r.batch, r.dim}, f32);
+  BwdBuffers g;
+  g.du = at::empty({r.batch, r.dim, r.seqlen}, f32);
+  g.ddelta = at::empty({r.batch, r.dim, r.seqlen}, f32);
+  g.dz = r.z.defined() ? at::empty({r.batch, r.dim, r.seqlen}, f32) : at::Tensor();
+  g.dA = at::empty({r.batch, r.dim, r.dstate}, f32);
+  g.dD = at::empty({r.batch, r.dim}, f32);
+  g.dbias = at::empty({r.batch, r.dim}, f32);
   auto grad_bc = [&](bool var) {
     return var ? at::zeros({r.batch, n_split, r.groups, r.dstate, r.seqlen}, f32)
                : at::empty({r.batch, r.dim, r.dstate}, f32);
   };
-  at::Tensor dB = grad_bc(r.b_variable), dC = grad_bc(r.c_variable);
-  p.dout = dout_c.data_ptr();
-  p.dlast_state = fptr(dlast);
-  p.du = du.data_ptr();
-  p.ddelta = ddelta.data_ptr();
-  p.dz = r.z.defined() ? dz.data_ptr() : nullptr;
-  p.dA_part = dA.data_ptr<float>();
-  p.dD_part = dD.data_ptr<float>();
-  p.ddelta_bias_part = dbias.data_ptr<float>();
-  p.dB = dB.data_ptr<float>();
-  p.dC = dC.data_ptr<float>();
+  g.dB = grad_bc(r.b_variable);
+  g.dC = grad_bc(r.c_variable);
+  bind_bwd_buffers(g, dout_c, dlast, p);
   p.cpu_n_split = n_split;
   run_parallel(r.batch * n_split, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) scan_bwd_cpu(p, task);
   });
   // Reduce the partials (over batch, or over the task split for variable B/C) and restore dtypes/shapes.
-  auto finish_bc = [&](const at::Tensor& g, bool var, const at::Tensor& orig) {
-    const at::Tensor s = var ? g.sum(1) : g.sum(0);
-    return s.to(orig.scalar_type()).view(orig.sizes()).contiguous();
-  };
-  return {du.to(u.scalar_type()),
-          ddelta.to(delta.scalar_type()),
-          dA.sum(0).to(A.scalar_type()),
-          finish_bc(dB, r.b_variable, B),
-          finish_bc(dC, r.c_variable, C),
-          grad_or_empty(D, dD.sum(0)),
-          r.z.defined() ? dz.to(z->scalar_type()) : at::empty({0}, u.options()),
-          grad_or_empty(delta_bias, dbias.sum(0))};
+  return finish_bwd(g, r, /*sum_variable_bc=*/true, u, delta, A, B, C, D, z, delta_bias);
 }
 
 }  // namespace

@@ -128,4 +128,56 @@ using FwdResult = std::tuple<at::Tensor, at::Tensor>;
 using BwdResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
                              at::Tensor, at::Tensor>;
 
+// dlast_state (batch, dim, d_state) as contiguous fp32, or an undefined tensor when absent.
+inline at::Tensor prepare_dlast_state(const Prepared& r, const std::optional<at::Tensor>& dlast_state) {
+  if (!dlast_state.has_value() || !dlast_state->defined()) return at::Tensor();
+  TORCH_CHECK(dlast_state->numel() == r.batch * r.dim * r.dstate,
+              "mamba_ssm: dlast_state must be (batch, dim, d_state), got ", dlast_state->sizes());
+  return dlast_state->to(at::kFloat).contiguous();
+}
+
+// The backward's output buffers, allocated by each binding (dtypes, zero-filling and the variable
+// dB/dC layout differ between CPU and GPU; see ScanBwdParams). dz is undefined when z is absent.
+struct BwdBuffers {
+  at::Tensor du, ddelta, dz, dA, dD, dbias, dB, dC;
+};
+
+// Points the kernel parameters at dout, dlast_state (may be undefined) and the output buffers.
+inline void bind_bwd_buffers(const BwdBuffers& g, const at::Tensor& dout_c, const at::Tensor& dlast,
+                             ScanBwdParams& p) {
+  p.dout = dout_c.data_ptr();
+  p.dlast_state = fptr(dlast);
+  p.du = g.du.data_ptr();
+  p.ddelta = g.ddelta.data_ptr();
+  p.dz = g.dz.defined() ? g.dz.data_ptr() : nullptr;
+  p.dA_part = g.dA.data_ptr<float>();
+  p.dD_part = g.dD.data_ptr<float>();
+  p.ddelta_bias_part = g.dbias.data_ptr<float>();
+  p.dB = g.dB.data_ptr<float>();
+  p.dC = g.dC.data_ptr<float>();
+}
+
+// The eight gradients (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias) from the filled buffers: the
+// per-(batch, channel) partials reduced over batch, each cast to its input's dtype and shape.
+// Variable dB/dC are summed over dim 1 when sum_variable_bc (the CPU's per-task slabs) and taken as
+// they are otherwise (the GPU accumulates them in place).
+inline BwdResult finish_bwd(const BwdBuffers& g, const Prepared& r, bool sum_variable_bc,
+                            const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A,
+                            const at::Tensor& B, const at::Tensor& C, const std::optional<at::Tensor>& D,
+                            const std::optional<at::Tensor>& z,
+                            const std::optional<at::Tensor>& delta_bias) {
+  auto finish_bc = [&](const at::Tensor& grad, bool var, const at::Tensor& orig) {
+    const at::Tensor s = var ? (sum_variable_bc ? grad.sum(1) : grad) : grad.sum(0);
+    return s.to(orig.scalar_type()).view(orig.sizes()).contiguous();
+  };
+  return {g.du.to(u.scalar_type()),
+          g.ddelta.to(delta.scalar_type()),
+          g.dA.sum(0).to(A.scalar_type()),
+          finish_bc(g.dB, r.b_variable, B),
+          finish_bc(g.dC, r.c_variable, C),
+          grad_or_empty(D, g.dD.sum(0)),
+          r.z.defined() ? g.dz.to(z->scalar_type()) : at::empty({0}, u.options()),
+          grad_or_empty(delta_bias, g.dbias.sum(0))};
+}
+
 }  // namespace mamba_ssm

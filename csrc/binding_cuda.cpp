@@ -73,33 +73,21 @@ BwdResult bwd_cuda(const at::Tensor& u, const at::Tensor& delta, const at::Tenso
   TORCH_CHECK(gpu_unsupported_reason(p) == nullptr, "mamba_ssm: ", gpu_unsupported_reason(p));
   const auto f32 = r.u.options().dtype(at::kFloat);
   const at::Tensor dout_c = dout.to(u.scalar_type()).contiguous();
-  at::Tensor dlast;
-  if (dlast_state.has_value() && dlast_state->defined()) {
-    TORCH_CHECK(dlast_state->numel() == r.batch * r.dim * r.dstate,
-                "mamba_ssm: dlast_state must be (batch, dim, d_state), got ", dlast_state->sizes());
-    dlast = dlast_state->to(at::kFloat).contiguous();
-  }
-  at::Tensor du = at::empty({r.batch, r.dim, r.seqlen}, r.u.options());
-  at::Tensor ddelta = at::empty({r.batch, r.dim, r.seqlen}, r.u.options());
-  at::Tensor dz = r.z.defined() ? at::empty({r.batch, r.dim, r.seqlen}, r.u.options()) : at::Tensor();
-  at::Tensor dA = at::zeros({r.batch, r.dim, r.dstate}, f32);
-  at::Tensor dD = at::zeros({r.batch, r.dim}, f32);
-  at::Tensor dbias = at::zeros({r.batch, r.dim}, f32);
+  const at::Tensor dlast = prepare_dlast_state(r, dlast_state);
+  BwdBuffers g;
+  g.du = at::empty({r.batch, r.dim, r.seqlen}, r.u.options());
+  g.ddelta = at::empty({r.batch, r.dim, r.seqlen}, r.u.options());
+  g.dz = r.z.defined() ? at::empty({r.batch, r.dim, r.seqlen}, r.u.options()) : at::Tensor();
+  g.dA = at::zeros({r.batch, r.dim, r.dstate}, f32);
+  g.dD = at::zeros({r.batch, r.dim}, f32);
+  g.dbias = at::zeros({r.batch, r.dim}, f32);
   auto grad_bc = [&](bool var) {
     return var ? at::zeros({r.batch, r.groups, r.dstate, r.seqlen}, f32) : at::zeros({r.batch, r.dim, r.dstate}, f32);
   };
-  at::Tensor dB = grad_bc(r.b_variable), dC = grad_bc(r.c_variable);
+  g.dB = grad_bc(r.b_variable);
+  g.dC = grad_bc(r.c_variable);
   at::Tensor ws = at::empty({std::max<int64_t>(1, r.batch * r.dim * gpu_num_chunks(r.seqlen) * r.dstate)}, f32);
-  p.dout = dout_c.data_ptr();
-  p.dlast_state = fptr(dlast);
-  p.du = du.data_ptr();
-  p.ddelta = ddelta.data_ptr();
-  p.dz = r.z.defined() ? dz.data_ptr() : nullptr;
-  p.dA_part = dA.data_ptr<float>();
-  p.dD_part = dD.data_ptr<float>();
-  p.ddelta_bias_part = dbias.data_ptr<float>();
-  p.dB = dB.data_ptr<float>();
-  p.dC = dC.data_ptr<float>();
+  bind_bwd_buffers(g, dout_c, dlast, p);
   p.workspace = ws.data_ptr<float>();
   void* stream = c10::cuda::getCurrentCUDAStream(u.device().index()).stream();
   const char* err = nullptr;
@@ -109,18 +97,8 @@ BwdResult bwd_cuda(const at::Tensor& u, const at::Tensor& delta, const at::Tenso
     default: err = scan_bwd_gpu_bf16(p, stream); break;
   }
   TORCH_CHECK(err == nullptr, "mamba_ssm: selective_scan_bwd kernel failed: ", err);
-  auto finish_bc = [&](const at::Tensor& g, bool var, const at::Tensor& orig) {
-    const at::Tensor s = var ? g : g.sum(0);
-    return s.to(orig.scalar_type()).view(orig.sizes()).contiguous();
-  };
-  return {du.to(u.scalar_type()),
-          ddelta.to(delta.scalar_type()),
-          dA.sum(0).to(A.scalar_type()),
-          finish_bc(dB, r.b_variable, B),
-          finish_bc(dC, r.c_variable, C),
-          grad_or_empty(D, dD.sum(0)),
-          r.z.defined() ? dz.to(z->scalar_type()) : at::empty({0}, u.options()),
-          grad_or_empty(delta_bias, dbias.sum(0))};
+  // Variable dB/dC were accumulated in place (no task split to sum over).
+  return finish_bwd(g, r, /*sum_variable_bc=*/false, u, delta, A, B, C, D, z, delta_bias);
 }
 
 }  // namespace
