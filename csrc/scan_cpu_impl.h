@@ -86,6 +86,17 @@ static inline void transpose_tile(const float* src, int64_t N, int64_t L, int64_
   }
 }
 
+// The reverse of transpose_tile, accumulating: tile (tn, Np) is added into (d_state, seqlen) rows
+// [t0, t0 + tn) of dst, and the tile is cleared.
+static inline void scatter_add_tile(std::vector<float>& tile, int64_t N, int64_t L, int64_t t0, int64_t tn,
+                                    int64_t Np, float* dst) {
+  for (int64_t n = 0; n < N; ++n) {
+    float* row = dst + n * L + t0;
+    for (int64_t j = 0; j < tn; ++j) row[j] += tile[j * Np + n];
+  }
+  std::fill(tile.begin(), tile.end(), 0.f);
+}
+
 static inline float hsum(const float* acc) {
   float s = 0.f;
   for (int l = 0; l < kLanes; ++l) s += acc[l];
@@ -152,6 +163,12 @@ struct Tiles {
     draw.assign(kTile, 0.f);
     y.assign(kTile, 0.f);
   }
+  // The variable B / C of one (batch, group), at element offset bc_off, timesteps [t0, t0 + tn) -> Bt / Ct.
+  void load_bc(const ScanParams& p, int64_t bc_off, int64_t t0, int64_t tn, int64_t Np) {
+    const int64_t N = p.dstate, L = p.seqlen;
+    if (p.b_variable) transpose_tile(static_cast<const float*>(p.B) + bc_off, N, L, t0, tn, Np, Bt.data());
+    if (p.c_variable) transpose_tile(static_cast<const float*>(p.C) + bc_off, N, L, t0, tn, Np, Ct.data());
+  }
 };
 
 static inline void load_dt(const ScanParams& p, const float* delta, float bias, int64_t t0, int64_t tn,
@@ -181,10 +198,7 @@ void scan_fwd(const ScanParams& p, int64_t bd_begin, int64_t bd_end) {
       const int64_t bg = b * p.n_groups + g;
       const int64_t bc_off = bg * N * L;
       if ((p.b_variable || p.c_variable) && bg != cached_bg) {
-        if (p.b_variable)
-          transpose_tile(static_cast<const float*>(p.B) + bc_off, N, L, t0, tn, Np, tiles.Bt.data());
-        if (p.c_variable)
-          transpose_tile(static_cast<const float*>(p.C) + bc_off, N, L, t0, tn, Np, tiles.Ct.data());
+        tiles.load_bc(p, bc_off, t0, tn, Np);
         cached_bg = bg;
       }
       load_consts(p, d, Np, cc);
@@ -244,18 +258,8 @@ void scan_bwd(const ScanBwdParams& p, int64_t task) {
   // Scatter-adds the accumulated dB/dC tile of group g into the slab, and clears the accumulators.
   auto flush = [&](int64_t g, int64_t t0, int64_t tn) {
     if (g < 0) return;
-    if (p.b_variable) {
-      float* dst = dB_slab + g * N * L + t0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < tn; ++j) dst[n * L + j] += dBt[j * Np + n];
-      std::fill(dBt.begin(), dBt.end(), 0.f);
-    }
-    if (p.c_variable) {
-      float* dst = dC_slab + g * N * L + t0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < tn; ++j) dst[n * L + j] += dCt[j * Np + n];
-      std::fill(dCt.begin(), dCt.end(), 0.f);
-    }
+    if (p.b_variable) scatter_add_tile(dBt, N, L, t0, tn, Np, dB_slab + g * N * L);
+    if (p.c_variable) scatter_add_tile(dCt, N, L, t0, tn, Np, dC_slab + g * N * L);
   };
 
   for (int64_t blk = d_begin; blk < d_end; blk += kBwdBlock) {
@@ -270,8 +274,7 @@ void scan_bwd(const ScanBwdParams& p, int64_t task) {
         const int64_t k = d - blk, bd = b * p.dim + d, g = d / per_group;
         const int64_t bc_off = (b * p.n_groups + g) * N * L;
         if (g != cached_g) {
-          if (p.b_variable) transpose_tile(static_cast<const float*>(p.B) + bc_off, N, L, t0, tn, Np, tiles.Bt.data());
-          if (p.c_variable) transpose_tile(static_cast<const float*>(p.C) + bc_off, N, L, t0, tn, Np, tiles.Ct.data());
+          tiles.load_bc(p, bc_off, t0, tn, Np);
           cached_g = g;
         }
         load_consts(p, d, Np, cc);
@@ -309,8 +312,7 @@ void scan_bwd(const ScanBwdParams& p, int64_t task) {
         const int64_t bc_off = (b * p.n_groups + g) * N * L;
         if (g != cached_g) {
           flush(cached_g, t0, tn);
-          if (p.b_variable) transpose_tile(static_cast<const float*>(p.B) + bc_off, N, L, t0, tn, Np, tiles.Bt.data());
-          if (p.c_variable) transpose_tile(static_cast<const float*>(p.C) + bc_off, N, L, t0, tn, Np, tiles.Ct.data());
+          tiles.load_bc(p, bc_off, t0, tn, Np);
           cached_g = g;
         }
         load_consts(p, d, Np, cc);
