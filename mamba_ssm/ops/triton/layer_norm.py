@@ -110,14 +110,20 @@ def rms_norm_fn(x, weight, bias, residual=None, x1=None, weight1=None, bias1=Non
                          residual_in_fp32, True, return_dropout_mask, out_dtype)
 
 
-def layer_norm_ref(x, weight, bias, residual=None, eps=1e-6, prenorm=False, upcast=False):
-    """Plain LayerNorm with an optional residual (no dropout): y, or (y, x + residual) with prenorm."""
-    dtype = x.dtype
+def _ref_input(x, residual, upcast):
+    """The references' normalised input: x (+ residual), both in fp32 first when upcast."""
     if upcast:
         x = x.float()
         residual = residual.float() if residual is not None else None
     if residual is not None:
         x = (x + residual).to(x.dtype)
+    return x
+
+
+def layer_norm_ref(x, weight, bias, residual=None, eps=1e-6, prenorm=False, upcast=False):
+    """Plain LayerNorm with an optional residual (no dropout): y, or (y, x + residual) with prenorm."""
+    dtype = x.dtype
+    x = _ref_input(x, residual, upcast)
     out = F.layer_norm(x.to(weight.dtype), x.shape[-1:], weight, bias, eps).to(dtype)
     return (out, x) if prenorm else out
 
@@ -125,11 +131,7 @@ def layer_norm_ref(x, weight, bias, residual=None, eps=1e-6, prenorm=False, upca
 def rms_norm_ref(x, weight, bias, residual=None, eps=1e-6, prenorm=False, upcast=False):
     """Plain RMSNorm with an optional residual (no dropout): y, or (y, x + residual) with prenorm."""
     dtype = x.dtype
-    if upcast:
-        x = x.float()
-        residual = residual.float() if residual is not None else None
-    if residual is not None:
-        x = (x + residual).to(x.dtype)
+    x = _ref_input(x, residual, upcast)
     xf = x.float()
     out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
     if bias is not None:
