@@ -43,6 +43,20 @@ def required_files(root: Path = REPO_ROOT) -> List[str]:
     return sorted(out)
 
 
+def _check_run(proc: subprocess.CompletedProcess, what: str) -> None:
+    """RuntimeError with the output's last 2000 characters when the build step `what` failed."""
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
+
+
+def _only_file(folder: Path, pattern: str, what: str) -> Path:
+    """The one file in `folder` matching `pattern`; RuntimeError when there are none or several."""
+    found = sorted(folder.glob(pattern))
+    if len(found) != 1:
+        raise RuntimeError(f"expected one {what} in {folder}, found {found}")
+    return found[0]
+
+
 def build_sdist(work: Path) -> Path:
     """Build the sdist from a clean copy of the sources; returns the .tar.gz."""
     src = work / "src"
@@ -53,12 +67,8 @@ def build_sdist(work: Path) -> Path:
     env = dict(os.environ, MAMBA_SKIP_CUDA_BUILD="TRUE")
     proc = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(dist), str(src)],
                           capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"building the sdist failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
-    found = sorted(dist.glob("*.tar.gz"))
-    if len(found) != 1:
-        raise RuntimeError(f"expected one sdist in {dist}, found {found}")
-    return found[0]
+    _check_run(proc, "building the sdist")
+    return _only_file(dist, "*.tar.gz", "sdist")
 
 
 def unpack(sdist: Path, dest: Path) -> Path:
@@ -88,12 +98,8 @@ def build_from(unpacked: Path, out: Path, archs: str) -> Path:
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir",
                            "-w", str(out), "."], cwd=unpacked, capture_output=True, text=True, env=env)
     (out.parent / "build-from-sdist.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise RuntimeError(f"building from the unpacked sdist failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
-    wheels = sorted(out.glob("*.whl"))
-    if len(wheels) != 1:
-        raise RuntimeError(f"expected one wheel in {out}, found {wheels}")
-    return wheels[0]
+    _check_run(proc, "building from the unpacked sdist")
+    return _only_file(out, "*.whl", "wheel")
 
 
 def main(args) -> int:
