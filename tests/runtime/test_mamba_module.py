@@ -62,50 +62,45 @@ def _model(seed=0, **kw):
     return m
 
 
+def _full_and_in_pieces(m, x, bounds):
+    """Without grad: m(x) in one pass, and m run on x[:, s:e] for consecutive (s, e) of bounds through
+    one InferenceParams (seqlen_offset advanced by each piece's length), concatenated over seqlen.
+    Returns (full, pieces, the InferenceParams)."""
+    with torch.no_grad():
+        full = m(x)
+        ip = InferenceParams(max_seqlen=x.shape[1], max_batch_size=x.shape[0])
+        outs = []
+        for s, e in zip(bounds, bounds[1:]):
+            outs.append(m(x[:, s:e], inference_params=ip))
+            ip.seqlen_offset += e - s
+    return full, torch.cat(outs, 1), ip
+
+
 @pytest.mark.parametrize("L", [1, 3, 29, 30, 64])
 def test_token_by_token_decode_equals_full_pass(L):
     m = _model(L)
     x = torch.randn(2, L, 16)
-    with torch.no_grad():
-        full = m(x)
-        ip = InferenceParams(max_seqlen=L, max_batch_size=2)
-        outs = []
-        for t in range(L):
-            outs.append(m(x[:, t:t + 1], inference_params=ip))
-            ip.seqlen_offset += 1
-    torch.testing.assert_close(torch.cat(outs, 1), full, rtol=RTOL, atol=ATOL)
+    full, pieces, _ = _full_and_in_pieces(m, x, list(range(L + 1)))
+    torch.testing.assert_close(pieces, full, rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("L,cuts", [(29, [2, 3, 17]), (30, [1, 2, 3, 10]), (64, [32]), (64, [5, 6, 40, 63])])
 def test_prefill_in_pieces_equals_full_pass(L, cuts):
     m = _model(L)
     x = torch.randn(2, L, 16)
-    with torch.no_grad():
-        full = m(x)
-        ip = InferenceParams(max_seqlen=L, max_batch_size=2)
-        outs = []
-        bounds = [0, *cuts, L]
-        for s, e in zip(bounds, bounds[1:]):
-            outs.append(m(x[:, s:e], inference_params=ip))
-            ip.seqlen_offset += e - s
-    torch.testing.assert_close(torch.cat(outs, 1), full, rtol=RTOL, atol=ATOL)
+    full, pieces, _ = _full_and_in_pieces(m, x, [0, *cuts, L])
+    torch.testing.assert_close(pieces, full, rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("prompt", [1, 2, 3, 4, 9])
 def test_prompt_then_decode_including_prompts_shorter_than_d_conv(prompt):
     m = _model(prompt)
     x = torch.randn(1, prompt + 6, 16)
-    with torch.no_grad():
-        full = m(x)
-        ip = InferenceParams(max_seqlen=prompt + 6, max_batch_size=1)
-        outs = [m(x[:, :prompt], inference_params=ip)]
-        ip.seqlen_offset = prompt
-        for t in range(prompt, prompt + 6):
-            outs.append(m(x[:, t:t + 1], inference_params=ip))
-            ip.seqlen_offset += 1
-        conv_state, ssm_state = ip.key_value_memory_dict[0]
+    # The prompt in one piece, then one token at a time.
+    full, pieces, ip = _full_and_in_pieces(m, x, [0, *range(prompt, prompt + 7)])
+    conv_state, ssm_state = ip.key_value_memory_dict[0]
     assert conv_state.shape == (1, 32, 4) and ssm_state.shape == (1, 32, 8)
-    torch.testing.assert_close(torch.cat(outs, 1), full, rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(pieces, full, rtol=RTOL, atol=ATOL)
 
 
 def test_fast_and_slow_paths_agree_and_train():
