@@ -519,6 +519,25 @@ def _render_decision(d: Dict[str, Any]) -> List[str]:
     return out
 
 
+def _ok_title(report: Dict[str, Any]) -> str:
+    """The OK status line, naming which ops have compiled kernels (exit 0 means: every op that has a
+    compiled kernel runs it on every device; the other ops have a single PyTorch implementation)."""
+    ops: List[str] = []
+    for entry in report.get("devices") or []:
+        for op, o in (entry.get("ops") or {}).items():
+            if o.get("backend") == "compiled" and op not in ops:
+                ops.append(op)
+    others: List[str] = []
+    for entry in report.get("devices") or []:
+        others += [op for op in (entry.get("ops") or {}) if op not in ops and op not in others]
+    if not ops:
+        return "OK: nothing to fix"
+    text = f"OK: the compiled kernels ({', '.join(ops)}) run on every device"
+    if others:
+        text += f"; the other ops ({', '.join(others)}) have a PyTorch implementation only"
+    return text
+
+
 def render_text(report: Dict[str, Any]) -> str:
     """The human-readable report (what ``doctor`` prints without ``--json``)."""
     lines: List[str] = []
@@ -586,7 +605,7 @@ def render_text(report: Dict[str, Any]) -> str:
                 f"{c['error'] or 'max abs error %.3g > %.3g' % (c['max_abs_err'], c['tolerance'])}")
 
     status = report["status"]
-    title = {"ok": "OK: the compiled kernels run on every device",
+    title = {"ok": _ok_title(report),
              "fallback": "FALLBACK: some ops run on the PyTorch fallback",
              "broken": "BROKEN"}[status]
     add(f"Status: {title} (exit {report['exit_code']})")
