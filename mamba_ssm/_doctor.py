@@ -618,9 +618,10 @@ def render_text(report: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """``doctor [--json]``; returns the exit status (0 ok, 1 fallback with a fix, 2 broken)."""
-    parser = argparse.ArgumentParser(prog="python -m mamba_ssm doctor",
+def main(argv: Optional[List[str]] = None, prog: str = "python -m mamba_ssm doctor") -> int:
+    """``doctor [--json] [--check]``; returns the exit status (0 ok, 1 fallback with a fix, 2 broken).
+    ``prog``: the command shown in ``--help`` (the program name the user invoked)."""
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="Report what mamba-ssm runs on, and why.")
     parser.add_argument("--json", action="store_true", help="print one JSON object (stable keys)")
     parser.add_argument("--check", action="store_true",

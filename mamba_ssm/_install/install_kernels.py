@@ -53,9 +53,9 @@ def _pip_command(wheel: str) -> List[str]:
     raise RuntimeError(f"neither pip nor uv is available to install {wheel}; install it with your installer")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, prog: str = "python -m mamba_ssm install-kernels") -> int:
     """Entry point (``python -m mamba_ssm install-kernels [--index URL] [--dry-run] [--json]``)."""
-    parser = argparse.ArgumentParser(prog="python -m mamba_ssm install-kernels", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--index", help="wheel index URL or path (default: MAMBA_WHEEL_INDEX or the release index)")
     parser.add_argument("--version", help="the mamba-ssm version to match (default: the installed one)")
     parser.add_argument("--dry-run", action="store_true", help="resolve and download, but do not install")
