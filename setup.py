@@ -737,13 +737,24 @@ def _fallback(env, outcome_msg: str, root: str = ROOT) -> Plan:
         return Plan("python", reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: {e}")
 
 
+BOTH_FLAGS_WARNING = (
+    "both MAMBA_FORCE_BUILD=TRUE and MAMBA_SKIP_CUDA_BUILD=TRUE are set: MAMBA_SKIP_CUDA_BUILD wins, so "
+    "this builds the pure-Python wheel without kernels and nothing is compiled or downloaded. To build "
+    "the kernels from source, unset MAMBA_SKIP_CUDA_BUILD; to silence this, unset MAMBA_FORCE_BUILD."
+)
+
+
 def plan_build(kind: str, env=None, root: str = ROOT) -> Plan:
     """Decide what to build for a command ``kind`` (``classify_commands``). Raises ``PreflightError``."""
     env = os.environ if env is None else env
     if kind == "metadata":
         return Plan("metadata")
     if env_flag(env, "MAMBA_SKIP_CUDA_BUILD"):
-        return Plan("python", reason="MAMBA_SKIP_CUDA_BUILD=TRUE")
+        reason = "MAMBA_SKIP_CUDA_BUILD=TRUE"
+        if env_flag(env, "MAMBA_FORCE_BUILD"):
+            reason += " (" + BOTH_FLAGS_WARNING + ")"
+            print(f"mamba-ssm: warning: {BOTH_FLAGS_WARNING}", file=sys.stderr, flush=True)
+        return Plan("python", reason=reason)
     if env_flag(env, "MAMBA_FORCE_BUILD"):
         probe_torch("MAMBA_FORCE_BUILD=TRUE")  # fail at once under build isolation
         return Plan("source", config=resolve_config(env, root=root), reason="MAMBA_FORCE_BUILD=TRUE")

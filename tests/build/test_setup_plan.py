@@ -214,3 +214,17 @@ def test_real_hook_is_loaded_by_path():
     out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd="/")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_force_and_skip_together_warn_and_skip_wins(env, project, capsys):
+    env.update(MAMBA_SKIP_CUDA_BUILD="TRUE", MAMBA_FORCE_BUILD="TRUE", CUDA_HOME="/nonexistent")
+    plan = S.plan_build("wheel", env, project)
+    assert plan.mode == "python" and plan.config is None
+    err = capsys.readouterr().err
+    assert "warning" in err and "MAMBA_FORCE_BUILD=TRUE" in err and "MAMBA_SKIP_CUDA_BUILD=TRUE" in err
+    assert "MAMBA_SKIP_CUDA_BUILD wins" in err and "MAMBA_SKIP_CUDA_BUILD wins" in plan.reason
+    capsys.readouterr()
+    env.pop("MAMBA_FORCE_BUILD")
+    os.environ.pop("MAMBA_FORCE_BUILD", None)
+    S.plan_build("wheel", env, project)
+    assert "warning" not in capsys.readouterr().err  # SKIP alone: no warning
