@@ -2,36 +2,19 @@
 LayerNorm (the formula), Mamba-2's SSD ops (their own float64 sequential reference), mamba_inner_fn."""
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
+import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 
-
-def _load_reference():
-    name = "mamba_runtime_reference"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(_HERE, "reference.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-ref = _load_reference()
-
-from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update  # noqa: E402
-from mamba_ssm.ops.selective_scan_interface import mamba_inner_fn, mamba_inner_ref  # noqa: E402
-from mamba_ssm.ops.triton.layer_norm import RMSNorm, layer_norm_fn, rms_norm_fn  # noqa: E402
-from mamba_ssm.ops.triton.layernorm_gated import rmsnorm_fn as gated_rmsnorm_fn  # noqa: E402
-from mamba_ssm.ops.triton.selective_state_update import selective_state_update  # noqa: E402
-from mamba_ssm.ops.triton.ssd_combined import (  # noqa: E402
+from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
+from mamba_ssm.ops.selective_scan_interface import mamba_inner_fn, mamba_inner_ref
+from mamba_ssm.ops.triton.layer_norm import RMSNorm, layer_norm_fn, rms_norm_fn
+from mamba_ssm.ops.triton.layernorm_gated import rmsnorm_fn as gated_rmsnorm_fn
+from mamba_ssm.ops.triton.selective_state_update import selective_state_update
+from mamba_ssm.ops.triton.ssd_combined import (
     mamba_chunk_scan_combined,
     mamba_split_conv1d_scan_combined,
 )

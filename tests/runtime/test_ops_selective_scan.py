@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
 import sys
@@ -21,18 +20,7 @@ import torch
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
-
-def _load_reference():
-    name = "mamba_runtime_reference"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(_HERE, "reference.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-ref = _load_reference()
+import mamba_runtime_reference as ref  # noqa: E402  (tests/runtime/reference.py, registered by conftest.py)
 
 from mamba_ssm.ops import selective_scan_interface as ssi  # noqa: E402
 from mamba_ssm.ops.backends import torch_scan  # noqa: E402
