@@ -55,6 +55,34 @@ def _require_float(fn: str, name: str, x) -> None:
                         f"float64")
 
 
+def _dtype_name(dt) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def _check_dtype_rule(fn: str, u, delta, A, B, C, D, z, delta_bias) -> None:
+    """Upstream mamba-ssm's dtype rule for the selective scan (its kernel path checks the same):
+    delta and z in u's dtype; the weights A, D, delta_bias float32 (float64 allowed when u is float64);
+    B and C in u's dtype or float32. Raises TypeError naming the argument, its dtype and the fix."""
+    ud = _dtype_name(u.dtype)
+    for name, x in (("delta", delta), ("z", z)):
+        if x is not None and x.dtype != u.dtype:
+            raise TypeError(f"{fn}: {name} has dtype {_dtype_name(x.dtype)} but u has {ud}; expected {name} "
+                            f"in u's dtype ({ud}): cast {name} to u.dtype ({name}.to(u.dtype))")
+    weights_ok = (torch.float32, torch.float64) if u.dtype == torch.float64 else (torch.float32,)
+    allowed = " or ".join(_dtype_name(d) for d in weights_ok)
+    for name, x in (("A", A), ("D", D), ("delta_bias", delta_bias)):
+        if x is not None and x.dtype not in weights_ok:
+            raise TypeError(f"{fn}: {name} has dtype {_dtype_name(x.dtype)}; expected {allowed} (the scan's "
+                            f"weights stay in full precision, u is {ud}): cast {name} with "
+                            f"{name}.float()")
+    bc_ok = (u.dtype, torch.float32)
+    for name, x in (("B", B), ("C", C)):
+        if x.dtype not in bc_ok:
+            raise TypeError(f"{fn}: {name} has dtype {_dtype_name(x.dtype)} but u has {ud}; expected "
+                            f"{name} in u's dtype ({ud}) or float32: cast {name} to u.dtype "
+                            f"({name}.to(u.dtype))")
+
+
 def validate_selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None,
                             fn: str = "selective_scan_fn") -> None:
     """Check the selective scan's inputs; raise TypeError/ValueError naming the argument, what was
@@ -65,6 +93,7 @@ def validate_selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None,
     for name, x in (("A", A), ("u", u), ("delta", delta), ("B", B), ("C", C), ("D", D), ("z", z),
                     ("delta_bias", delta_bias)):
         _require_float(fn, name, x)
+    _check_dtype_rule(fn, u, delta, A, B, C, D, z, delta_bias)
     if u.dim() != 3:
         raise ValueError(f"{fn}: u must have rank 3 (batch, dim, seqlen), got shape {_shape(u)}")
     batch, dim, seqlen = u.shape
@@ -163,13 +192,21 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
         delta_bias: (dim,) added to delta, or None. delta_softplus: apply softplus to delta.
         return_last_state: also return the state after the last step.
 
+    Dtypes (upstream mamba-ssm's rule, checked before any backend runs):
+        u: float16, bfloat16, float32 or float64; delta and z: u's dtype; A, D, delta_bias: float32
+        (float64 also when u is float64); B, C: u's dtype or float32. Any other mix raises TypeError
+        with the cast that fixes it (e.g. ``delta.to(u.dtype)``). The op is not autocast-aware: under
+        ``torch.autocast`` the tensors are taken as passed (cast them consistently first, as
+        :func:`mamba_inner_fn` does). float64 runs on the PyTorch backends only.
+
     Returns:
         out (batch, dim, seqlen) in u's dtype; with ``return_last_state`` also the last state
         (batch, dim, d_state) in float32 (float64 for float64 inputs). fp16/bf16 inputs are computed
         in float32; autocast does not lower the scan's precision.
 
     Raises:
-        TypeError: a non-tensor argument, a non-float or complex dtype.
+        TypeError: a non-tensor argument, a non-float or complex dtype, or a mix of dtypes outside the
+            rule below (upstream mamba-ssm's).
         ValueError: a wrong rank or shape, mismatched batch/dim/seqlen/d_state, inputs on different
             devices; the message names the argument, what was received and what was expected.
         RuntimeError: the compiled backend was forced and cannot take this call.
@@ -265,11 +302,15 @@ def _mamba_inner(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weigh
     from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_ref  # noqa: PLC0415
     x, z = xz.chunk(2, dim=1)
     conv = causal_conv1d_ref if ref else causal_conv1d_fn
-    conv_out = conv(x, cw, conv1d_bias, activation="silu")
+    # The scan runs in xz's dtype (upstream: the conv kernel keeps x's dtype, autocast or not); under
+    # autocast the projections below come out in the autocast dtype, so delta and the input-dependent
+    # B and C are cast to the scan's input dtype before the call (selective_scan_fn's dtype rule).
+    conv_out = conv(x, cw, conv1d_bias, activation="silu").to(x.dtype)
     x_dbl = F.linear(conv_out.transpose(1, 2).reshape(batch * seqlen, d_inner), x_proj_weight)
     delta = (delta_proj_weight @ x_dbl[:, :delta_rank].t()).reshape(d_inner, batch, seqlen).transpose(0, 1)
     if dt_rms_weight is not None:
         delta = _rms(delta.transpose(1, 2), dt_rms_weight, b_c_dt_rms_eps).transpose(1, 2)
+    delta = delta.to(x.dtype)
     col = delta_rank
 
     def take(given, proj_bias, rms_weight):
@@ -282,7 +323,7 @@ def _mamba_inner(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weigh
             part = part + proj_bias.to(part.dtype)
         if rms_weight is not None:
             part = _rms(part, rms_weight, b_c_dt_rms_eps)
-        return part.reshape(batch, seqlen, d_state).transpose(1, 2).contiguous()
+        return part.reshape(batch, seqlen, d_state).transpose(1, 2).to(x.dtype).contiguous()
 
     Bm = take(B, B_proj_bias, b_rms_weight)
     Cm = take(C, C_proj_bias, c_rms_weight)
@@ -317,7 +358,9 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
             (d_inner,) applied to delta after dt_proj; b_c_dt_rms_eps: their epsilon.
 
     Returns:
-        (batch, seqlen, d_model). Under autocast the projection weights are cast to the autocast dtype.
+        (batch, seqlen, d_model). Under autocast the projection weights are cast to the autocast dtype
+        and delta, B and C (computed by the projections) are cast back to xz's dtype, the dtype the
+        scan runs with (see the dtype rule of :func:`selective_scan_fn`).
 
     Raises:
         TypeError / ValueError: bad inputs, naming the argument (see :func:`selective_scan_fn`).
