@@ -6,8 +6,10 @@
 * ``index DIR [--add WHEEL ...] [--pin FILE] [--pin-sdist SDIST ...]``: PEP 503 roots per variant + manifest.json
   (:mod:`build_matrix.index`).
 * ``resolve [--index URL] [--explain] [--env-json FILE] [--json] [--fetch] [--version V]``: what the
-  install would choose here (or for a declared target) and why. Exit 0 chosen, 1 no candidate,
-  2 error, 3 no torch in the target (deferred).
+  install would choose here (or for a declared target) and why. stdout carries only the result
+  (the chosen wheel, or the JSON with --json); messages and the --explain listing (candidates,
+  rejections) go to stderr. Exit 0 chosen, 1 no candidate, 2 error,
+  3 no torch in the target (deferred).
 * ``mirror --for ENV.json --to DIR [--index URL] [--all]``: download and verify the wheel(s) a declared
   target needs into DIR as an index of their own, for air-gapped installs
   (``MAMBA_WHEEL_INDEX=file:///DIR pip install mamba-ssm`` there).
@@ -79,15 +81,18 @@ def cmd_resolve(args: argparse.Namespace) -> int:
                "decision": res.decision.to_dict() if res.decision else None}
         print(json.dumps(out, indent=1, sort_keys=True))
     else:
+        # stdout carries only the result (WHEEL=$(python -m build_matrix resolve)); the message and
+        # the --explain listing are diagnostics, on stderr.
         if res.status == "prebuilt":
             print(res.entry.filename if not res.wheel_path else res.wheel_path)
         if args.explain or res.status != "prebuilt":
-            print(res.message)
+            err = sys.stderr
+            print(res.message, file=err)
             if args.explain and res.decision:
                 for c in res.decision.candidates:
-                    print(f"  candidate: {c.filename}")
+                    print(f"  candidate: {c.filename}", file=err)
                 for f, r in res.decision.rejected:
-                    print(f"  rejected:  {f}: {r}")
+                    print(f"  rejected:  {f}: {r}", file=err)
     return EXIT.get(res.status, 2)
 
 
@@ -127,7 +132,7 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("resolve", help="show which prebuilt wheel the install would choose, and why")
     p.add_argument("--index", help="wheel index URL or path (default: MAMBA_WHEEL_INDEX or the release index)")
-    p.add_argument("--explain", action="store_true", help="print every candidate and rejection with its reason")
+    p.add_argument("--explain", action="store_true", help="print (on stderr) every candidate and rejection with its reason")
     p.add_argument("--env-json", metavar="FILE", help="resolve for a declared target (Environment JSON) instead of this one")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--fetch", action="store_true", help="also download and verify the chosen wheel into the cache")

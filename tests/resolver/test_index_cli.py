@@ -140,7 +140,8 @@ def test_cli_resolve_for_declared_targets_and_mirror(index, capsys):
     arm = tmp / "arm.json"
     arm.write_text(json.dumps(env_dict(platforms=("manylinux_2_28_aarch64",))))
     assert cli(["resolve", "--index", str(root), "--env-json", str(arm), "--no-pins", "--explain"]) == 1
-    assert "aarch64" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert captured.out == "" and "aarch64" in captured.err  # diagnostics on stderr only
     notorch = tmp / "notorch.json"
     notorch.write_text(json.dumps(env_dict(torch=None)))
     assert cli(["resolve", "--index", str(root), "--env-json", str(notorch), "--no-pins"]) == 3
@@ -152,3 +153,26 @@ def test_cli_resolve_for_declared_targets_and_mirror(index, capsys):
     assert sha(mirror / LABEL / "mamba-ssm" / out["wheel"]) == expected[out["wheel"]]
     capsys.readouterr()
     assert cli(["resolve", "--index", str(mirror), "--env-json", str(env_file), "--no-pins", "--fetch"]) == 0
+
+
+def test_cli_resolve_stdout_carries_only_the_result(index, tmp_path, capsys):
+    """WHEEL=$(python -m build_matrix resolve ...) must capture the wheel or nothing: messages and
+    --explain's listing go to stderr, exit codes stay (0 chosen, 1 none fits, 2 index unreadable)."""
+    root, manifest, expected, tmp = index
+    env_file = tmp / "env.json"
+    env_file.write_text(json.dumps(env_dict()))
+    missing = tmp_path / "no-such-index"
+    for extra in ([], ["--explain"]):
+        assert cli(["resolve", "--index", str(missing), "--env-json", str(env_file), "--no-pins"] + extra) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert "Could not read the wheel index" in captured.err
+    assert cli(["resolve", "--index", str(missing), "--env-json", str(env_file), "--no-pins", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["status"] == "error"
+    wheel = f"mamba_ssm-2.4.0.dev0+{LABEL.lower()}-cp39-abi3-manylinux_2_28_x86_64.whl"
+    assert cli(["resolve", "--index", str(root), "--env-json", str(env_file), "--no-pins", "--explain"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == wheel + "\n"
+    assert f"candidate: {wheel}" in captured.err
+
