@@ -8,7 +8,7 @@
 * ``resolve [--index URL] [--explain] [--env-json FILE] [--json] [--fetch] [--version V]``: what the
   install would choose here (or for a declared target) and why. stdout carries only the result
   (the chosen wheel, or the JSON with --json); messages and the --explain listing (candidates,
-  rejections) go to stderr. Exit 0 chosen, 1 no candidate, 2 error,
+  rejections, what the index's wheels serve) go to stderr. Exit 0 chosen, 1 no candidate, 2 error,
   3 no torch in the target (deferred).
 * ``mirror --for ENV.json --to DIR [--index URL] [--all]``: download and verify the wheel(s) a declared
   target needs into DIR as an index of their own, for air-gapped installs
@@ -41,9 +41,13 @@ def _load_env(path: Optional[str]):
         return detect()
     try:
         with open(path) as fh:
-            return Environment.from_json(fh.read())
+            env = Environment.from_json(fh.read())
     except (OSError, ValueError) as exc:
         raise SystemExit(f"--env-json {path}: {exc}")
+    # A file written by ``--print-env`` carries how *that* run found its interpreter; here the target
+    # is the one the file declares.
+    env.target_source = f"declared, from {path}"
+    return env
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -93,6 +97,10 @@ def cmd_resolve(args: argparse.Namespace) -> int:
                     print(f"  candidate: {c.filename}", file=err)
                 for f, r in res.decision.rejected:
                     print(f"  rejected:  {f}: {r}", file=err)
+                if res.decision.served:
+                    print("the index's wheels serve:", file=err)
+                    for line in res.decision.served:
+                        print(f"  serves:    {line}", file=err)
     return EXIT.get(res.status, 2)
 
 
@@ -132,7 +140,7 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("resolve", help="show which prebuilt wheel the install would choose, and why")
     p.add_argument("--index", help="wheel index URL or path (default: MAMBA_WHEEL_INDEX or the release index)")
-    p.add_argument("--explain", action="store_true", help="print (on stderr) every candidate and rejection with its reason")
+    p.add_argument("--explain", action="store_true", help="print (on stderr) every candidate and rejection with its reason, and the torches/targets the index's wheels serve")
     p.add_argument("--env-json", metavar="FILE", help="resolve for a declared target (Environment JSON) instead of this one")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--fetch", action="store_true", help="also download and verify the chosen wheel into the cache")

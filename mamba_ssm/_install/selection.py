@@ -32,6 +32,7 @@ from .environment import Environment
 from .manifest import Manifest, WheelEntry
 
 __all__ = [
+    "served_by",
     "Decision", "select", "CUDA_MAJOR_MIN_DRIVER", "TOOLKIT_DRIVER", "min_driver_for_toolkit",
     "parse_driver_version",
 ]
@@ -89,9 +90,13 @@ class Decision:
     rejected: List[Tuple[str, str]]
     looked_for: str
     notes: List[str] = field(default_factory=list)
+    #: what the index's wheels serve, one line per distinct target (``served_by`` of each wheel):
+    #: the torches, accelerators, ABIs and tags a fitting install needs.
+    served: List[str] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
+            "served": list(self.served),
             "status": self.status,
             "chosen": self.chosen.filename if self.chosen else None,
             "candidates": [c.filename for c in self.candidates],
@@ -274,6 +279,23 @@ def _check(entry: WheelEntry, env: Environment, sdist: Version, runtime, pinned)
     return reasons, facts
 
 
+def served_by(entry: WheelEntry) -> str:
+    """What one wheel serves, in words: ``torch 2.14 (built with 2.14.1+cu130), CUDA 13.0, cxx11abi
+    TRUE; cp39-abi3 manylinux_2_28_x86_64`` (from its build info and file name)."""
+    tags = sorted(entry.tags, key=str)
+    where = " ".join(sorted({f"{t.interpreter}-{t.abi}" for t in tags})) + " " + \
+        " ".join(sorted({t.platform for t in tags}))
+    info = entry.build_info
+    if not info:
+        return f"any torch (pure-Python wheel, no compiled kernels); {where}"
+    tv = str(info.get("torch_version") or "?")
+    mm = ".".join(re.split(r"[.+]", tv)[:2])
+    accel = (f"CUDA {info['torch_cuda']}" if info.get("torch_cuda") else
+             f"ROCm/HIP {info['torch_hip']}" if info.get("torch_hip") else "CPU only")
+    abi = {True: "TRUE", False: "FALSE"}.get(info.get("cxx11_abi"), "?")
+    return f"torch {mm} (built with {tv}), {accel}, cxx11abi {abi}; {where}"
+
+
 def select(env: Environment, manifest: Manifest, sdist_version: str,
            pinned: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Decision:
     """Rank the manifest's wheels for ``env``; see the module docstring for the rules.
@@ -293,9 +315,10 @@ def select(env: Environment, manifest: Manifest, sdist_version: str,
         raise ValueError(f"sdist version {sdist_version!r} is not a PEP 440 version") from None
     looked_for = _looked_for(env)
     notes: List[str] = []
+    served = sorted({served_by(w) for w in manifest.wheels})
     if env.torch is None or not env.torch.version:
         return Decision("no-torch", None, [], [(w.filename, "torch is not installed in the target")
-                                              for w in manifest.wheels], looked_for)
+                                              for w in manifest.wheels], looked_for, served=served)
     if env.torch.error:
         notes.append(f"torch is installed but does not import ({env.torch.error})")
     if env.torch.cxx11_abi is None:
@@ -303,7 +326,8 @@ def select(env: Environment, manifest: Manifest, sdist_version: str,
     try:
         runtime = env.torch.build()
     except ValueError as exc:
-        return Decision("no-candidate", None, [], [(w.filename, str(exc)) for w in manifest.wheels], looked_for)
+        return Decision("no-candidate", None, [], [(w.filename, str(exc)) for w in manifest.wheels], looked_for,
+                        served=served)
     if not env.gpus and (runtime.cuda_major is not None):
         notes.append("no NVIDIA GPU is visible, so GPU coverage and the driver were not checked")
     good: List[Tuple[Tuple, WheelEntry]] = []
@@ -321,4 +345,5 @@ def select(env: Environment, manifest: Manifest, sdist_version: str,
     candidates = [e for _, e in good]
     rejected = [(f, r) for _, f, r in bad]
     status = "chosen" if candidates else "no-candidate"
-    return Decision(status, candidates[0] if candidates else None, candidates, rejected, looked_for, notes)
+    return Decision(status, candidates[0] if candidates else None, candidates, rejected, looked_for, notes,
+                    served)

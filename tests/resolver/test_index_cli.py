@@ -176,3 +176,27 @@ def test_cli_resolve_stdout_carries_only_the_result(index, tmp_path, capsys):
     assert captured.out == wheel + "\n"
     assert f"candidate: {wheel}" in captured.err
 
+
+def test_cli_resolve_labels_a_declared_target_and_explain_lists_what_wheels_serve(index, capsys):
+    """A file written by --print-env says how that run found its interpreter; resolving for it is a
+    declared target. The no-fit advice says --explain lists the torches the wheels serve: it must."""
+    root, manifest, expected, tmp = index
+    assert cli(["resolve", "--print-env"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    env_file = tmp / "printed.json"
+    env_file.write_text(json.dumps(dict(printed, torch={"version": "2.12.0+cu126", "cuda": "12.6",
+                                                        "hip": None, "cxx11_abi": True})))
+    assert cli(["resolve", "--index", str(root), "--env-json", str(env_file), "--no-pins", "--explain"]) == 1
+    err = capsys.readouterr().err
+    target = next(line for line in err.splitlines() if line.startswith("[resolve] target:"))
+    assert f"(declared, from {env_file})" in target and "running interpreter" not in target
+    assert "resolve --explain lists them" in err  # the advice ...
+    served = [line.split("serves:", 1)[1].strip() for line in err.splitlines() if "serves:" in line]
+    assert served == sorted([  # ... and what it promises: one line per wheel of the index
+        "torch 2.13 (built with 2.13.0+cpu), CPU only, cxx11abi TRUE; cp39-abi3 manylinux_2_28_x86_64",
+        "torch 2.14 (built with 2.14.1+cu130), CUDA 13.0, cxx11abi TRUE; cp39-abi3 manylinux_2_28_x86_64",
+    ])
+    assert cli(["resolve", "--index", str(root), "--env-json", str(env_file), "--no-pins", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["environment"]["target_source"] == f"declared, from {env_file}"
+    assert len(out["decision"]["served"]) == 2
