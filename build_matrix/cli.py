@@ -27,16 +27,17 @@ def _load(args) -> mx.Plan:
 
 
 # ------------------------------------------------------------------------------------------ plan
-def format_table(plan: mx.Plan, cells: List[mx.Cell]) -> str:
-    """A fixed-width table of cells plus the rejected/skipped/excluded entries and the count."""
-    cols = [("id", 36), ("torch", 16), ("serves", 22), ("toolkit", 9), ("archs", 44), ("image", 0)]
-    lines = ["  ".join(name.ljust(w) for name, w in cols).rstrip()]
-    for c in cells:
-        archs = ",".join(c.sass + c.ptx + c.gfx) or "-"
-        row = [c.id + (" (exp.)" if c.experimental else ""), c.torch_spec.replace("torch==", ""),
-               ",".join(c.serves), c.toolkit, archs, c.image]
-        lines.append("  ".join(v.ljust(w) for v, (_, w) in zip(row, cols)).rstrip())
-    for title, items in (("rejected", plan.rejected), ("skipped", plan.skipped), ("excluded", plan.excluded)):
+def format_table(plan: mx.Plan, cells: List[mx.Cell], filters: Optional[List[str]] = None) -> str:
+    """A table of cells (each column as wide as its widest value) plus the rejected entries and the
+    skipped/excluded entries the filters select, and the count."""
+    header = ["id", "torch", "serves", "toolkit", "archs", "image"]
+    rows = [[c.id + (" (exp.)" if c.experimental else ""), c.torch_spec.replace("torch==", ""),
+             ",".join(c.serves), c.toolkit, ",".join(c.sass + c.ptx + c.gfx) or "-", c.image]
+            for c in cells]
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [header] + rows]
+    skipped, excluded = plan.filtered_notes(filters or [])
+    for title, items in (("rejected", plan.rejected), ("skipped", skipped), ("excluded", excluded)):
         for r in items:
             lines.append(f"{title}: {r.what}: {r.reason}")
     for e in plan.errors:
@@ -45,7 +46,7 @@ def format_table(plan: mx.Plan, cells: List[mx.Cell]) -> str:
         lines.append(f"warning: {w}")
     lines.append(
         f"{len(cells)} cells" + (f" (of {len(plan.cells)})" if len(cells) != len(plan.cells) else "")
-        + f", {len(plan.rejected)} rejected, {len(plan.skipped)} skipped, {len(plan.excluded)} excluded; "
+        + f", {len(plan.rejected)} rejected, {len(skipped)} skipped, {len(excluded)} excluded; "
         f"wheels are cp39-abi3, sdist/tests on Python {', '.join(plan.python_versions)}"
     )
     return "\n".join(lines)
@@ -60,13 +61,14 @@ def github_matrix(cells: List[mx.Cell]) -> dict:
 def cmd_plan(args) -> int:
     plan = _load(args)
     cells = plan.filtered(args.filter or [])
+    skipped, excluded = plan.filtered_notes(args.filter or [])
     if args.format == "json":
         out = {
             "count": len(cells),
             "cells": [c.to_dict() for c in cells],
             "rejected": [r.__dict__ for r in plan.rejected],
-            "skipped": [r.__dict__ for r in plan.skipped],
-            "excluded": [r.__dict__ for r in plan.excluded],
+            "skipped": [r.__dict__ for r in skipped],
+            "excluded": [r.__dict__ for r in excluded],
             "errors": plan.errors,
             "warnings": plan.warnings,
             "python_versions": plan.python_versions,
@@ -75,7 +77,7 @@ def cmd_plan(args) -> int:
     elif args.format == "github":
         print(json.dumps(github_matrix(cells), separators=(",", ":")))
     else:
-        print(format_table(plan, cells))
+        print(format_table(plan, cells, args.filter or []))
     if not plan.ok:
         print(f"plan: {len(plan.errors)} matrix errors, {len(plan.rejected)} rejected builds "
               f"(see above)", file=sys.stderr)
@@ -110,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="expand, exclude and validate the matrix; print the cells and the count")
     _add_matrix_args(p)
-    p.add_argument("--format", choices=["table", "json", "github"], default="table")
+    p.add_argument("--format", choices=["table", "json", "github"], default="table",
+                   help="table: aligned columns for people (default); json: the cells with every field, "
+                        "plus rejected/skipped/excluded; github: the strategy.matrix object for Actions")
     p.add_argument("--filter", action="append", metavar="KEY=GLOB",
                    help="keep cells whose field matches (series=2.14, family=cu13, platform=x86_64, "
                         "kind=cpu, cxx11abi=true) or whose id matches a bare glob; repeatable (AND)")
@@ -136,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("audit", help="check a wheel against its cell; every failure names what is wrong")
     _add_matrix_args(p)
-    p.add_argument("wheel", type=Path)
+    p.add_argument("wheel", type=Path, help="the wheel file (.whl) to check, e.g. dist/cells/mamba_ssm-...whl")
     p.add_argument("--cell", metavar="ID", help="the cell (default: from the wheel's local version label)")
     p.add_argument("--archs", help="the archs the wheel was built for when reduced (as for build)")
     p.add_argument("--torch-from", metavar="VENV",

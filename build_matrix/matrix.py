@@ -16,6 +16,7 @@ import fnmatch
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 try:
@@ -145,6 +146,41 @@ class Cell:
 class Rejection:
     what: str    # e.g. "torch 2.8 cu118 x86_64"
     reason: str
+    #: the cell fields this entry would have had (id, series, family, cxx11abi, platform,
+    #: toolkit_kind) where known, so that ``plan --filter`` applies to it as to the cells
+    fields: Dict[str, Any] = field(default_factory=dict)
+
+    def matches(self, filters: Sequence[str]) -> bool:
+        """Whether every filter (as :meth:`Plan.filtered`) matches; a filter on a field this entry
+        does not know does not match. An entry without fields matches everything."""
+        if not self.fields:
+            return True
+        ns = SimpleNamespace(**self.fields)
+        for flt in filters:
+            if "=" in flt:
+                key = flt.split("=", 1)[0].strip()
+                if not hasattr(ns, {"kind": "toolkit_kind", "abi": "cxx11abi"}.get(key, key)):
+                    return False
+            if not _matches(ns, flt):
+                return False
+        return True
+
+
+def _note_fields(series: str, acc: str, abi: Any, platform: str, fam: Optional[str] = None) -> Dict[str, Any]:
+    """The cell fields of a (torch series, accelerator or family, cxx11abi, platform) entry, for
+    filtering."""
+    if fam is None:
+        try:
+            fam = accelerator_family(acc)
+        except MatrixError:
+            return {"series": series, "cxx11abi": abi, "platform": platform}
+    kind = "cpu" if fam == "cpu" else "rocm" if fam.startswith("rocm") else "cuda"
+    fields: Dict[str, Any] = {"series": series, "family": fam, "cxx11abi": abi, "platform": platform,
+                              "toolkit_kind": kind}
+    if isinstance(abi, bool):
+        label = load_compat("variant").VariantKey(torch=series, accelerator=fam, cxx11abi=abi).local_label
+        fields["id"] = f"{label}-{platform}"
+    return fields
 
 
 @dataclass
@@ -179,6 +215,12 @@ class Plan:
 
     def filtered(self, filters: Sequence[str]) -> List[Cell]:
         return [c for c in self.cells if all(_matches(c, f) for f in filters)]
+
+    def filtered_notes(self, filters: Sequence[str]) -> Tuple[List[Rejection], List[Rejection]]:
+        """The skipped and excluded entries the filters select (as for the cells); rejected builds
+        are matrix errors and are always reported."""
+        return ([r for r in self.skipped if r.matches(filters)],
+                [r for r in self.excluded if r.matches(filters)])
 
 
 def _matches(cell: Cell, flt: str) -> bool:
@@ -358,10 +400,10 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
                 reason = _reject_reason(series, version, acc, abi, platform, rel, platforms, serves,
                                         check_toolkit=not skip)
                 if reason:
-                    plan.rejected.append(Rejection(what, reason))
+                    plan.rejected.append(Rejection(what, reason, _note_fields(series, acc, abi, platform)))
                     continue
                 if skip:
-                    plan.skipped.append(Rejection(what, str(skip)))
+                    plan.skipped.append(Rejection(what, str(skip), _note_fields(series, acc, abi, platform)))
                     continue
                 fam = accelerator_family(acc)
                 g = groups.setdefault((series, fam, bool(abi), platform),
@@ -375,7 +417,7 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
         cell_id = f"{label}-{platform}"
         ex = _excluded(excludes, series, fam, abi, platform)
         if ex is not None:
-            plan.excluded.append(Rejection(cell_id, ex))
+            plan.excluded.append(Rejection(cell_id, ex, _note_fields(series, "", abi, platform, fam)))
             continue
         tks = {serves[a][0].id: serves[a][0] for a in g["builds"]}
         if len(tks) != 1:

@@ -177,3 +177,55 @@ def test_plan_cli(tmp_path):
                          capture_output=True, text=True, cwd=mx.REPO_ROOT)
     assert out.returncode == 1
     assert "rejected: torch 2.8 (2.8.0) +cu118" in out.stdout and "shipped no +cu118" in out.stdout
+
+
+def _plan_table(*args):
+    out = subprocess.run([sys.executable, "-m", "build_matrix", "plan", *args],
+                         capture_output=True, text=True, cwd=mx.REPO_ROOT)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def test_plan_table_columns_line_up_on_every_row():
+    """Each column starts where its header starts, on experimental (ROCm '(exp.)') rows too."""
+    lines = _plan_table()
+    header = lines[0]
+    starts = [header.index(name) for name in ("torch", "serves", "toolkit", "archs", "image")]
+    cells = plan_of().cells
+    rows = lines[1:1 + len(cells)]
+    assert any("(exp.)" in r for r in rows)
+    for row, cell in zip(rows, cells):
+        for start, value in zip(starts, (cell.torch_spec.replace("torch==", ""), ",".join(cell.serves),
+                                         cell.toolkit, ",".join(cell.sass + cell.ptx + cell.gfx) or "-",
+                                         cell.image)):
+            assert row[start - 2:start] == "  " and row[start:].startswith(value + " ") or \
+                row[start:] == value, (row, value)
+
+
+def test_plan_skipped_and_excluded_lines_follow_the_filter():
+    plan = plan_of()
+    rocm61 = [s for s in plan.skipped if "rocm6.1" in s.what]
+    assert rocm61 and rocm61[0].fields["series"] == "2.4"  # the real matrix skips torch 2.4 +rocm6.1
+    lines = _plan_table("--filter", "series=2.14", "--filter", "family=cu13")
+    assert not any(line.startswith(("skipped:", "excluded:")) for line in lines), lines
+    assert lines[-1].startswith("2 cells (of ") and ", 0 skipped, 0 excluded;" in lines[-1]
+    lines = _plan_table("--filter", "series=2.4")
+    assert any(line.startswith("skipped: torch 2.4 (2.4.1) +rocm6.1") for line in lines)
+    skipped, excluded = plan.filtered_notes(["kind=rocm"])
+    assert rocm61[0] in skipped and excluded == []
+    assert plan.filtered_notes(["kind=cuda"])[0] == [] and plan.filtered_notes(["rocm6.1*"])[0] == rocm61
+    ex = plan_of(lambda m: m["exclude"].append({"family": "rocm*", "reason": "no ROCm this time"}))
+    skipped, excluded = ex.filtered_notes(["series=2.8"])
+    assert [e.what for e in excluded] == ["rocm6.4torch2.8cxx11abiTRUE-x86_64"] and skipped == []
+    assert ex.filtered_notes(["family=cu13"]) == ([], [])
+    assert plan.filtered_notes([]) == (plan.skipped, plan.excluded)
+
+
+def test_plan_and_audit_arguments_have_help():
+    from build_matrix.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for command, dest in (("plan", "format"), ("audit", "wheel")):
+        action = next(a for a in sub.choices[command]._actions if a.dest == dest)
+        assert action.help and len(action.help) > 20, (command, dest)
