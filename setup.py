@@ -26,6 +26,8 @@ from __future__ import annotations
 import glob
 import importlib
 import importlib.util
+import inspect
+import json
 import os
 import re
 import shutil
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import sysconfig
 import types
+import uuid
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -50,6 +53,7 @@ EXT_NAME = "mamba_ssm._C"
 CSRC = "csrc"
 PYTHON_TAG = "cp39"
 LIMITED_API_HEX = "0x03090000"
+INSTALL_ID_FILE = "mamba_ssm_install.json"  # = mamba_ssm._install.decision.INSTALL_ID_FILE
 
 # ----------------------------------------------------------------------------- loading by path
 _BYPATH = "_mamba_ssm_setup_bypath"
@@ -712,6 +716,7 @@ class Plan:
     hook: Optional[types.ModuleType] = None
     reason: str = ""
     final_mode: str = ""  # what the resolver records: prebuilt | deferred | source | python | error
+    install_id: str = ""  # written into the wheel's dist-info and the record (doctor matches them)
 
     def __post_init__(self):
         self.final_mode = self.final_mode or self.mode
@@ -754,10 +759,19 @@ def plan_build(kind: str, env=None, root: str = ROOT) -> Plan:
         if env_flag(env, "MAMBA_FORCE_BUILD"):
             reason += " (" + BOTH_FLAGS_WARNING + ")"
             print(f"mamba-ssm: warning: {BOTH_FLAGS_WARNING}", file=sys.stderr, flush=True)
-        return Plan("python", reason=reason)
+        return _requested(Plan("python", reason=reason), kind, env)
     if env_flag(env, "MAMBA_FORCE_BUILD"):
-        probe_torch("MAMBA_FORCE_BUILD=TRUE")  # fail at once under build isolation
-        return Plan("source", config=resolve_config(env, root=root), reason="MAMBA_FORCE_BUILD=TRUE")
+        plan = _requested(Plan("source", reason="MAMBA_FORCE_BUILD=TRUE"), kind, env)
+        try:
+            probe_torch("MAMBA_FORCE_BUILD=TRUE")  # fail at once under build isolation
+            plan.config = resolve_config(env, root=root)
+        except PreflightError as e:
+            details = getattr(plan.outcome, "details", None)
+            if isinstance(details, dict) and isinstance(details.get("record"), dict):
+                details["record"]["message"] = f"{details['record'].get('message', '')} The build failed: {e}"
+            _record(plan.hook, plan.outcome, "error")
+            raise
+        return plan
     if kind == "source":
         return Plan("source", config=resolve_config(env, root=root), reason=f"setup.py {kind} command")
     if kind == "editable":
@@ -786,10 +800,73 @@ def plan_build(kind: str, env=None, root: str = ROOT) -> Plan:
     return plan
 
 
-def _record(hook, outcome, final_mode: str) -> None:
+def _requested(plan: Plan, kind: str, env) -> Plan:
+    """A wheel whose mode the user asked for (SKIP / FORCE) is recorded too, through the hook's
+    ``requested`` Outcome (doctor must not show an earlier install's decision for it)."""
+    if kind != "wheel":
+        return plan
+    try:
+        hook = load_setup_hook(env)
+    except PreflightError:
+        return plan
+    make = getattr(hook, "requested", None) if hook is not None else None
+    if make is not None:
+        plan.hook, plan.outcome = hook, make(package_version(env), plan.mode, plan.reason)
+    return plan
+
+
+def _record(hook, outcome, final_mode: str, install_id: str = "") -> None:
     record = getattr(hook, "record", None) if hook is not None else None
-    if record is not None:
+    if record is None:
+        return
+    try:
+        takes_id = "install_id" in inspect.signature(record).parameters
+    except (TypeError, ValueError):
+        takes_id = False
+    if takes_id:
+        record(outcome, final_mode, install_id=install_id or None)
+    else:
         record(outcome, final_mode)
+
+
+def add_install_id(src: str, dest: str, install_id: str) -> str:
+    """Copy wheel ``src`` to ``dest`` with ``<dist-info>/mamba_ssm_install.json`` (the install id
+    doctor matches with the recorded decision) added to its dist-info and RECORD. Every other entry is
+    copied byte for byte (the package files stay the index wheel's). Returns ``dest``."""
+    import base64
+    import hashlib
+    import zipfile
+
+    data = (json.dumps({"install_id": install_id}, sort_keys=True) + "\n").encode("utf-8")
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    tmp = dest + ".part"
+    try:
+        with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, "w") as zout:
+            records = [i.filename for i in zin.infolist() if i.filename.count("/") == 1
+                       and i.filename.endswith(".dist-info/RECORD")]
+            if len(records) != 1:
+                raise PreflightError(f"the prebuilt wheel {src} has no single <name>.dist-info/RECORD")
+            dist_info = records[0].rsplit("/", 1)[0]
+            new_name = f"{dist_info}/{INSTALL_ID_FILE}"
+            for info in zin.infolist():
+                if info.filename == new_name:
+                    continue
+                payload = zin.read(info.filename)
+                if info.filename == records[0]:
+                    lines = [l for l in payload.decode("utf-8").splitlines()
+                             if l and not l.startswith(new_name + ",")]
+                    lines.insert(max(0, len(lines) - 1) if lines and lines[-1].startswith(records[0] + ",")
+                                 else len(lines), f"{new_name},sha256={digest},{len(data)}")
+                    payload = ("\n".join(lines) + "\n").encode("utf-8")
+                    extra = zipfile.ZipInfo(new_name, info.date_time)
+                    extra.compress_type, extra.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
+                    zout.writestr(extra, data)
+                zout.writestr(info, payload)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dest
 
 
 # ----------------------------------------------------------------------------- commands
@@ -803,13 +880,24 @@ def make_cmdclass(plan: Plan) -> Dict[str, type]:
                 self.py_limited_api = PYTHON_TAG
             super().finalize_options()
 
+        def write_wheelfile(self, distinfo_path, *args, **kwargs):
+            super().write_wheelfile(distinfo_path, *args, **kwargs)
+            if plan.install_id:  # RECORD is written afterwards, from the folder's files
+                with open(os.path.join(distinfo_path, INSTALL_ID_FILE), "w") as fh:
+                    fh.write(json.dumps({"install_id": plan.install_id}, sort_keys=True) + "\n")
+
         def run(self):
+            if plan.hook is not None and not plan.install_id:
+                plan.install_id = uuid.uuid4().hex
             if plan.mode == "prebuilt":
                 os.makedirs(self.dist_dir, exist_ok=True)
                 dest = os.path.join(self.dist_dir, os.path.basename(plan.prebuilt_wheel))
-                tmp = dest + ".part"
-                shutil.copyfile(plan.prebuilt_wheel, tmp)
-                os.replace(tmp, dest)
+                if plan.install_id:
+                    add_install_id(plan.prebuilt_wheel, dest, plan.install_id)
+                else:
+                    tmp = dest + ".part"
+                    shutil.copyfile(plan.prebuilt_wheel, tmp)
+                    os.replace(tmp, dest)
                 print(f"mamba-ssm: using the prebuilt wheel {plan.prebuilt_wheel}")
             else:
                 try:
@@ -819,7 +907,7 @@ def make_cmdclass(plan: Plan) -> Dict[str, type]:
                         _record(plan.hook, plan.outcome, "error")
                     raise
             if plan.hook is not None:
-                _record(plan.hook, plan.outcome, plan.final_mode)
+                _record(plan.hook, plan.outcome, plan.final_mode, plan.install_id)
 
     cmdclass["bdist_wheel"] = bdist_wheel
     if plan.mode == "source":

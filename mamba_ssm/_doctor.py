@@ -215,7 +215,15 @@ def _decision_info() -> Dict[str, Any]:
         info["error"] = str(decision["error"])
     info["recorded"] = decision is not None
     info["decision"] = decision
-    info["kernels_deferred"] = _loader.kernels_deferred(decision)
+    info["current"] = False
+    info["stale_reason"] = None
+    if decision is not None and not decision.get("error"):
+        try:
+            current, why = _decision.record_belongs_to_install(decision)
+        except Exception as exc:  # noqa: BLE001
+            current, why = False, f"checking the record against the install failed: {_error_text(exc)}"
+        info["current"], info["stale_reason"] = current, (why or None)
+    info["kernels_deferred"] = info["current"] and _loader.kernels_deferred(decision)
     return info
 
 
@@ -460,7 +468,7 @@ def _yes(value: Any) -> str:
 #: Keys of the decision record that _render_decision shows in its own lines (the rest: "key: value").
 _DECISION_SHOWN = {"schema", "time", "prefix", "path", "package_version", "final_mode", "status", "wheel",
                    "installed_wheel", "sha256", "index", "environment", "target_python", "decision", "message",
-                   "error_kind", "error"}
+                   "error_kind", "error", "install"}
 _REJECTED_SHOWN = 10
 
 
@@ -584,7 +592,14 @@ def render_text(report: Dict[str, Any]) -> str:
         add(f"  reason: {cm.get('reason')}")
 
     dec = report["install_decision"]
-    if dec.get("recorded"):
+    if dec.get("recorded") and dec.get("current") is False and not dec.get("error"):
+        d = dec.get("decision") or {}
+        add(f"Install decision: the recorded decision belongs to an earlier install (recorded "
+            f"{d.get('time') or 'at an unknown time'}, final mode {d.get('final_mode') or '-'}): "
+            f"{dec.get('stale_reason') or 'it does not match the installed distribution'}; it is not shown "
+            "as this install's. Reinstall through pip (or run install-kernels) to record a new one"
+            + (f"; record: {d['path']}" if d.get("path") else ""))
+    elif dec.get("recorded"):
         lines.extend(_render_decision(dec.get("decision") or {}))
     else:
         add(f"Install decision: {dec.get('error') or 'none recorded'}")

@@ -175,6 +175,11 @@ def install_decision() -> Optional[Dict[str, Any]]:
         return None
     if value is None:
         return None
+    try:  # a record written for an earlier install says nothing about this one
+        if isinstance(value, dict) and not _decision.record_belongs_to_install(value)[0]:
+            return None
+    except Exception:  # noqa: BLE001
+        return None
     if isinstance(value, dict):
         return value
     if dataclasses.is_dataclass(value):

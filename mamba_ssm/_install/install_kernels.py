@@ -22,7 +22,7 @@ import subprocess
 import sys
 from typing import List, Optional
 
-from .decision import write_decision
+from .decision import dist_info_identity, write_decision
 from .environment import DetectionError, detect
 from .resolve import resolve
 
@@ -98,6 +98,9 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m mamba_ssm inst
     if final != "dry-run":
         rec = res.record()
         rec["final_mode"] = final if res.status == "prebuilt" else res.status
+        ident = dist_info_identity()  # the install as pip left it: doctor checks the record against it
+        if ident:
+            rec["install"] = ident
         try:
             write_decision(rec, env.prefix)
         except OSError as exc:

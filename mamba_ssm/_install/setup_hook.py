@@ -6,7 +6,12 @@ setup.py loads this file by path (it never imports ``mamba_ssm``: no torch in an
     hook = importlib.util.module_from_spec(spec); spec.loader.exec_module(hook)
     outcome = hook.resolve_prebuilt(version)        # Outcome(wheel_path, deferred, message)
     ...
-    hook.record(outcome, final_mode)                # "prebuilt" | "deferred" | "source" | "python" | "error"
+    hook.record(outcome, final_mode, install_id=id) # "prebuilt" | "deferred" | "source" | "python" | "error"
+
+When MAMBA_SKIP_CUDA_BUILD / MAMBA_FORCE_BUILD bypass the resolver, ``hook.requested(version, mode,
+reason)`` gives the Outcome to record instead. ``install_id`` is the id setup.py also writes into the
+wheel's dist-info (``decision.INSTALL_ID_FILE``), so doctor can tell this install's record from an
+earlier one's.
 
 Loaded that way, the rest of ``mamba_ssm/_install`` and ``mamba_ssm/_compat`` are imported under a
 private package name whose ``__path__`` is this checkout's ``mamba_ssm`` folder, so
@@ -21,7 +26,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
-__all__ = ["Outcome", "resolve_prebuilt", "record"]
+__all__ = ["Outcome", "resolve_prebuilt", "requested", "record"]
 
 _BYPATH = "_mamba_ssm_install_bypath"
 
@@ -97,15 +102,30 @@ def resolve_prebuilt(version: str) -> Outcome:
     return Outcome(wheel, res.status == "deferred", res.message, res.status, details)
 
 
-def record(outcome: Outcome, final_mode: str) -> Optional[str]:
+def requested(version: str, final_mode: str, reason: str) -> Outcome:
+    """The Outcome for a build whose mode the user asked for (``MAMBA_SKIP_CUDA_BUILD=TRUE`` ->
+    ``python``, ``MAMBA_FORCE_BUILD=TRUE`` -> ``source``): the resolver did not run. ``reason`` names
+    the variable(s); it becomes the record's message. Never raises."""
+    message = f"{reason}: the resolver was not asked (no prebuilt wheel looked for)."
+    rec = {"package_version": version, "status": "requested", "wheel": None, "requested": reason,
+           "message": message}
+    return Outcome(None, False, message, "requested", {"record": rec, "prefix": None})
+
+
+def record(outcome: Outcome, final_mode: str, install_id: Optional[str] = None) -> Optional[str]:
     """Store the decision (with what setup.py finally did: ``prebuilt``, ``deferred``, ``source``,
-    ``python`` or ``error``) where doctor finds it. Returns the path, or None when it could not be
+    ``python`` or ``error``) where doctor finds it. ``install_id``: the id setup.py writes into the
+    wheel's dist-info (doctor matches the two). Returns the path, or None when it could not be
     written (never raises: a read-only home must not fail the install)."""
     try:
-        rec = dict(outcome.details.get("record") or {"message": outcome.message, "status": outcome.status})
+        details = getattr(outcome, "details", None) or {}
+        rec = dict(details.get("record") or {"message": getattr(outcome, "message", ""),
+                                              "status": getattr(outcome, "status", None)})
         rec["final_mode"] = final_mode
-        rec.setdefault("message", outcome.message)
-        path = _mod("decision").write_decision(rec, outcome.details.get("prefix"))
+        rec.setdefault("message", getattr(outcome, "message", ""))
+        if install_id:
+            rec["install"] = {"install_id": install_id}
+        path = _mod("decision").write_decision(rec, details.get("prefix"))
         _say(f"decision recorded in {path} (shown by python -m mamba_ssm doctor)")
         return path
     except Exception as exc:

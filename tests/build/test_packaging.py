@@ -8,7 +8,9 @@
 * a source wheel (tiny C++ source) is cp39-abi3, its file name, METADATA and build info agree;
 * MAMBA_FORCE_CXX11_ABI wins over a -D_GLIBCXX_USE_CXX11_ABI=0 in CFLAGS (nm shows __cxx11).
 """
+import base64
 import email
+import hashlib
 import json
 import os
 import re
@@ -16,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 
 import pytest
@@ -31,8 +34,13 @@ CLEAN = ("MAMBA_SKIP_CUDA_BUILD", "MAMBA_FORCE_BUILD", "MAMBA_FALLBACK", "MAMBA_
          "HIP_BUILD", "CFLAGS", "CXXFLAGS")
 
 
+# setup.py records every wheel build's decision; keep the records of these builds out of ~/.cache.
+DECISIONS = tempfile.mkdtemp(prefix="mamba-ssm-test-decisions-")
+
+
 def run(cmd, cwd, env_extra=None, check=True, timeout=600):
     env = {k: v for k, v in os.environ.items() if k not in CLEAN}
+    env["MAMBA_SSM_DECISION_DIR"] = DECISIONS
     env.update(env_extra or {})
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and p.returncode != 0:
@@ -116,6 +124,7 @@ def skip_wheel(tmp_path_factory):
         f.write(b"\x7fELF stale in-place build")
     log = tmp / "sentinel.log"
     env = {"MAMBA_SKIP_CUDA_BUILD": "TRUE", "MAMBA_LOCAL_VERSION": "cu13torch2.14cxx11abiTRUE",
+           "MAMBA_SSM_DECISION_DIR": str(tmp / "decisions"),
            "PATH": f"{sentinel_bin(str(tmp / 'sbin'), str(log))}:{os.environ['PATH']}",
            "CUDA_HOME": "/nonexistent"}
     run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp / "out"), proj],
@@ -162,8 +171,51 @@ def test_prebuilt_wheel_handed_over_unchanged(tmp_path, skip_wheel):
     run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp_path / "out"),
          proj], str(tmp_path), env)
     (out,) = list((tmp_path / "out").glob("*.whl"))
-    assert out.name == prebuilt.name and out.read_bytes() == prebuilt.read_bytes()
+    assert out.name == prebuilt.name
+    with zipfile.ZipFile(prebuilt) as a, zipfile.ZipFile(out) as b:
+        old_names, new_names = set(a.namelist()), set(b.namelist())
+        (added,) = [n for n in new_names if n.endswith(".dist-info/mamba_ssm_install.json")]
+        assert added.count("/") == 1 and new_names - old_names <= {added}  # the install id, dist-info only
+        assert old_names - new_names == set()
+        for name in old_names - {added}:  # every package file byte-identical to the index wheel's
+            if not name.endswith(".dist-info/RECORD"):
+                assert a.read(name) == b.read(name), name
+        if added in old_names:  # this fake index wheel was itself built by setup.py: a fresh id replaces it
+            assert a.read(added) != b.read(added)
+        rows = b.read(added.rsplit("/", 1)[0] + "/RECORD").decode().splitlines()
+        data = b.read(added)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        assert f"{added},sha256={digest},{len(data)}" in rows and rows[-1].endswith("/RECORD,,")
+        old_rows = {r for r in a.read(added.rsplit("/", 1)[0] + "/RECORD").decode().splitlines()
+                    if not r.startswith(added + ",")}
+        assert old_rows < set(rows) and len(rows) == len(old_rows) + 1
+        assert len(json.loads(data)["install_id"]) == 32
     assert (tmp_path / "record.log").read_text() == "prebuilt\n"
+
+
+def test_skip_and_force_builds_record_their_decision(tmp_path, skip_wheel):
+    """MAMBA_SKIP_CUDA_BUILD / MAMBA_FORCE_BUILD bypass the resolver, yet the decision is recorded
+    with the install id the wheel carries (so doctor can tell this install's record from an older one)."""
+    whl, _ = skip_wheel
+    from mamba_ssm._install.decision import read_decision
+
+    rec = read_decision(sys.prefix, {"MAMBA_SSM_DECISION_DIR": str(skip_wheel[0].parent.parent / "decisions")})
+    assert rec is not None, "the MAMBA_SKIP_CUDA_BUILD wheel build recorded nothing"
+    assert rec["final_mode"] == "python" and rec["status"] == "requested"
+    assert "MAMBA_SKIP_CUDA_BUILD=TRUE" in rec["message"]
+    with zipfile.ZipFile(whl) as z:
+        (name,) = [n for n in z.namelist() if n.endswith(".dist-info/mamba_ssm_install.json")]
+        assert json.loads(z.read(name)) == rec["install"]
+        assert any(r.startswith(name + ",sha256=") for r in z.read(name.rsplit("/", 1)[0] + "/RECORD").decode().splitlines())
+
+    decisions = tmp_path / "force-decisions"
+    proj = copy_project(str(tmp_path / "proj"), tiny_csrc=True)
+    p = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path / "out"), proj], str(tmp_path),
+            {"MAMBA_FORCE_BUILD": "TRUE", "MAMBA_SSM_DECISION_DIR": str(decisions)}, check=False)
+    assert p.returncode != 0  # torch is absent under build isolation: the build fails, and says so in the record
+    (path,) = list(decisions.glob("*.json"))
+    rec = json.loads(path.read_text())
+    assert rec["final_mode"] == "error" and "MAMBA_FORCE_BUILD=TRUE" in rec["message"]
 
 
 def test_force_build_under_isolation_fails_at_once(tmp_path):

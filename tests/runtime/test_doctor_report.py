@@ -187,9 +187,35 @@ def test_cpu_without_cpu_kernel_is_fallback(tmp_path):
     assert "no CPU kernel" in report["devices"][0]["coverage"]
 
 
-RECORD_DEFERRED = r"""
+def _root_with_recorded_decision(tmp_path, record_script):
+    """A package copy (skipped while the resolver's mamba_ssm._install.decision is absent), its child
+    environment, and the path of the decision that record_script (run there) wrote and printed last."""
+    root = S.make_package(tmp_path)
+    if not (root / "mamba_ssm" / "_install" / "decision.py").exists():
+        pytest.skip("the resolver's mamba_ssm._install.decision is not in the tree yet")
+    env = S.child_env(root)
+    proc = S.run_python(root, record_script, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root, env, proc.stdout.strip().splitlines()[-1]
+
+
+# The install a record describes: a dist-info next to the copied package carrying the install id that
+# setup.py writes into every wheel it builds (doctor shows only a record that matches it).
+MARK_INSTALL = r"""
+import os as _os
+import mamba_ssm._install.decision as _d
+_di = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.abspath(_d.__file__))), "..",
+                    "mamba_ssm-2.4.0.dev0.dist-info")
+_os.makedirs(_di, exist_ok=True)
+with open(_os.path.join(_di, _d.INSTALL_ID_FILE), "wb") as _fh:
+    _fh.write(_d.install_id_file_bytes("feedc0de" * 4))
+INSTALL = {"install_id": "feedc0de" * 4}
+"""
+
+RECORD_DEFERRED = MARK_INSTALL + r"""
 from mamba_ssm._install.decision import write_decision
 print(write_decision({"package_version": "2.4.0.dev0", "final_mode": "deferred", "status": "deferred",
+                      "install": INSTALL,
                       "wheel": None, "message": "torch was being installed by the same command"}))
 """
 
@@ -204,13 +230,7 @@ print(json.dumps([str(w.message) for w in caught]))
 
 
 def test_deferred_install_decision_is_shown_and_hinted(tmp_path):
-    root = S.make_package(tmp_path)
-    if not (root / "mamba_ssm" / "_install" / "decision.py").exists():
-        pytest.skip("the resolver's mamba_ssm._install.decision is not in the tree yet")
-    env = S.child_env(root)
-    proc = S.run_python(root, RECORD_DEFERRED, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    recorded_at = proc.stdout.strip().splitlines()[-1]
+    root, env, recorded_at = _root_with_recorded_decision(tmp_path, RECORD_DEFERRED)
     assert recorded_at.startswith(env["MAMBA_SSM_DECISION_DIR"])
 
     rc, report = doctor_json(root, env)
@@ -228,10 +248,10 @@ def test_deferred_install_decision_is_shown_and_hinted(tmp_path):
     assert "deferred" in message and "python -m mamba_ssm install-kernels" in message
 
 
-RECORD_PREBUILT = r"""
+RECORD_PREBUILT = MARK_INSTALL + r"""
 from mamba_ssm._install.decision import write_decision
 print(write_decision({
-    "package_version": "2.4.0", "final_mode": "prebuilt", "status": "chosen",
+    "package_version": "2.4.0", "final_mode": "prebuilt", "status": "chosen", "install": INSTALL,
     "wheel": "mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl",
     "sha256": "ab" * 32, "index": "https://example.invalid/whl", "time": "2026-11-29T12:34:56Z",
     "environment": "torch 2.14.1+cu130, Python 3.11, linux_x86_64",
@@ -251,13 +271,7 @@ print(write_decision({
 def test_recorded_decision_is_readable_lines(tmp_path):
     """doctor's text shows the decision as lines (mode, wheel, index, when, rejected with reasons), not
     JSON; --json keeps the record as it is."""
-    root = S.make_package(tmp_path)
-    if not (root / "mamba_ssm" / "_install" / "decision.py").exists():
-        pytest.skip("the resolver's mamba_ssm._install.decision is not in the tree yet")
-    env = S.child_env(root)
-    proc = S.run_python(root, RECORD_PREBUILT, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    path = proc.stdout.strip().splitlines()[-1]
+    root, env, path = _root_with_recorded_decision(tmp_path, RECORD_PREBUILT)
     text = S.run_module(root, ["doctor"], env=env).stdout
     start = text.index("Install decision (recorded by the resolver, 2026-11-29T12:34:56Z):\n")
     section = text[start:text.index("Backend requested:")].splitlines()

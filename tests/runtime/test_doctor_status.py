@@ -34,3 +34,85 @@ def test_ok_status_names_the_ops_with_compiled_kernels(monkeypatch):
     for op in torch_only:
         assert op in line.split(";")[1]
     assert "PyTorch implementation only" in line and line.endswith("(exit 0)")
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A stand-in site-packages for the installed distribution, and an empty decision folder."""
+    from mamba_ssm._install import decision
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setattr(decision, "_site_dir", lambda: str(site))
+    monkeypatch.setenv("MAMBA_SSM_DECISION_DIR", str(tmp_path / "decisions"))
+    return site
+
+
+def _install(site, install_id=None, version="2.4.0.dev0"):
+    """What pip leaves: a dist-info with RECORD (and, for wheels setup.py built, the install id)."""
+    from mamba_ssm._install import decision
+
+    di = site / f"mamba_ssm-{version}.dist-info"
+    di.mkdir()
+    (di / "RECORD").write_text("mamba_ssm/__init__.py,,\n")
+    if install_id:
+        (di / decision.INSTALL_ID_FILE).write_bytes(decision.install_id_file_bytes(install_id))
+    return di
+
+
+def _text_and_decision(monkeypatch):
+    report = _report(monkeypatch)
+    return _doctor.render_text(report), report["install_decision"]
+
+
+def test_install_kernels_record_goes_stale_after_a_reinstall(site, monkeypatch):
+    from mamba_ssm._install import decision
+
+    di = _install(site)
+    decision.write_decision({"final_mode": "install-kernels", "status": "prebuilt", "time": "2026-11-29T10:00:00Z",
+                             "message": "Downloaded and verified", "install": decision.dist_info_identity()})
+    text, dec = _text_and_decision(monkeypatch)
+    assert dec["current"] is True and "  final mode: install-kernels" in text
+
+    # MAMBA_SKIP_CUDA_BUILD=TRUE pip install --force-reinstall: pip rewrites the dist-info
+    import shutil
+    shutil.rmtree(di)
+    di = _install(site)
+    os.utime(di / "RECORD", ns=(1, 1))
+    text, dec = _text_and_decision(monkeypatch)
+    assert dec["current"] is False and dec["kernels_deferred"] is False
+    assert "final mode: install-kernels\n" not in text and "Downloaded and verified" not in text
+    assert ("Install decision: the recorded decision belongs to an earlier install (recorded "
+            "2026-11-29T10:00:00Z, final mode install-kernels)") in text
+
+
+@pytest.mark.parametrize("later", ["other-id", "no-id", "no-install"])
+def test_setup_record_is_current_only_for_the_wheel_it_was_written_for(site, monkeypatch, later):
+    from mamba_ssm._install import decision
+
+    di = _install(site, "a" * 32)
+    decision.write_decision({"final_mode": "deferred", "status": "deferred", "time": "2026-11-29T09:00:00Z",
+                             "message": "torch was being installed by the same command",
+                             "install": {"install_id": "a" * 32}})
+    text, dec = _text_and_decision(monkeypatch)
+    assert dec["current"] is True and dec["kernels_deferred"] is True and "  final mode: deferred" in text
+
+    # rm -rf venv, a new venv at the same path, mamba-ssm installed again (another wheel, or not at all)
+    import shutil
+    shutil.rmtree(di)
+    if later != "no-install":
+        _install(site, "b" * 32 if later == "other-id" else None)
+    text, dec = _text_and_decision(monkeypatch)
+    assert dec["current"] is False and dec["kernels_deferred"] is False
+    assert "  final mode: deferred" not in text
+    assert "the recorded decision belongs to an earlier install (recorded 2026-11-29T09:00:00Z" in text
+
+
+def test_record_without_install_identity_is_not_presented_as_current(site, monkeypatch):
+    from mamba_ssm._install import decision
+
+    _install(site, "a" * 32)
+    decision.write_decision({"final_mode": "prebuilt", "status": "prebuilt", "time": "2026-01-01T00:00:00Z"})
+    text, dec = _text_and_decision(monkeypatch)
+    assert dec["current"] is False and "older mamba-ssm" in dec["stale_reason"]
+    assert "belongs to an earlier install (recorded 2026-01-01T00:00:00Z" in text
