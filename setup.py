@@ -251,13 +251,33 @@ def _is_toolkit_root(home: str) -> bool:
     return has_header and has_lib
 
 
-def locate_cuda(torch_cuda_home: Optional[str], env) -> Tuple[str, str]:
+def locate_cuda(torch_cuda_home: Optional[str], env, search_roots=("/usr/local",)) -> Tuple[str, str]:
     """Validate the CUDA toolkit torch's cpp_extension will use. Returns ``(cuda_home, nvcc_path)``.
 
     ``torch_cuda_home`` is ``torch.utils.cpp_extension.CUDA_HOME`` (from ``CUDA_HOME``/``CUDA_PATH``,
     else ``dirname(dirname(which nvcc))``, which is wrong when the ``nvcc`` on PATH is a wrapper
-    script: the link then fails on ``-lcudart``). Raises ``PreflightError`` naming the value and the fix.
+    script: the link then fails on ``-lcudart``). Raises ``PreflightError`` naming the value and the fix;
+    the fix names a toolkit root actually found (the target of an ``nvcc`` wrapper on PATH, else the
+    newest ``cuda-X.Y`` or ``cuda`` under ``search_roots``).
     """
+
+    def suggestion(exclude: Optional[str] = None) -> str:
+        found = []
+        if on_path:
+            target = _script_target_home(on_path) if _is_script(on_path) else \
+                os.path.dirname(os.path.dirname(os.path.realpath(on_path)))
+            found.append(target)
+        for root in search_roots:
+            versioned = glob.glob(os.path.join(root, "cuda-[0-9]*"))
+            versioned.sort(key=lambda p: [int(x) for x in re.findall(r"\d+", os.path.basename(p))],
+                           reverse=True)
+            found += versioned + [os.path.join(root, "cuda")]
+        for cand in found:
+            if cand and cand != exclude and os.path.isfile(os.path.join(cand, "bin", "nvcc")) \
+                    and _is_toolkit_root(cand):
+                return f"CUDA_HOME={cand} (found here)"
+        return "CUDA_HOME=/usr/local/cuda-X.Y (the toolkit root that holds bin/nvcc, include/, lib64/)"
+
     set_by = "CUDA_HOME" if env.get("CUDA_HOME") else ("CUDA_PATH" if env.get("CUDA_PATH") else None)
     if set_by:  # what torch reads too (its guess was made from the same variables at import)
         torch_cuda_home = env[set_by]
@@ -266,7 +286,7 @@ def locate_cuda(torch_cuda_home: Optional[str], env) -> Tuple[str, str]:
         raise PreflightError(
             "nvcc was not found: CUDA_HOME is not set, no nvcc is on PATH and /usr/local/cuda does not "
             "exist. A CUDA build of mamba_ssm._C needs the CUDA toolkit matching torch. Fix: install it "
-            "and set CUDA_HOME to its root (e.g. CUDA_HOME=/usr/local/cuda-12.4), or build without CUDA "
+            f"and set CUDA_HOME to its root, e.g. {suggestion()}, or build without CUDA "
             "kernels (MAMBA_SKIP_CUDA_BUILD=TRUE gives the pure-Python package)."
         )
     home = torch_cuda_home
@@ -283,13 +303,13 @@ def locate_cuda(torch_cuda_home: Optional[str], env) -> Tuple[str, str]:
     if not (os.path.isfile(nvcc) and os.access(nvcc, os.X_OK)):
         raise PreflightError(
             f"nvcc not found at {nvcc} ({where}). Fix: point CUDA_HOME at the CUDA toolkit root "
-            "(the folder with bin/nvcc, include/ and lib64/), e.g. CUDA_HOME=/usr/local/cuda-12.4."
+            f"(the folder with bin/nvcc, include/ and lib64/), e.g. {suggestion(home)}."
         )
     if not _is_toolkit_root(home):
         raise PreflightError(
             f"{where} has bin/nvcc but no include/cuda_runtime.h or libcudart: it is not a CUDA toolkit "
             "root and the link would fail on -lcudart. Fix: set CUDA_HOME to the toolkit root, e.g. "
-            "CUDA_HOME=/usr/local/cuda-12.4."
+            f"{suggestion(home)}."
         )
     return home, nvcc
 

@@ -385,3 +385,44 @@ def test_debug_info_off_unless_asked(env, toolkit):
     env["MAMBA_DEBUG_BUILD"] = "TRUE"
     cfg = S.resolve_config(env, cuda_torch(home=toolkit))
     assert "-g" in cfg.cxx_flags and "-g0" not in cfg.cxx_flags and "-lineinfo" in cfg.gpu_flags
+
+
+def test_cuda_home_fixes_name_the_toolkit_found(tmp_path):
+    """CUDA_HOME pointing nowhere, unset, or at a non-root: each fix names a toolkit that exists
+    (the newest cuda-X.Y under the search roots, or the target of an nvcc wrapper on PATH), never a
+    version that is not installed."""
+    roots = tmp_path / "usr-local"
+    fake_toolkit(str(roots / "cuda-12.1"), release=(12, 1))
+    newest = fake_toolkit(str(roots / "cuda-13.0"), release=(13, 0))
+    os.makedirs(roots / "cuda-13.1" / "bin")  # not a toolkit: skipped
+    cases = [
+        ({"PATH": "/nonexistent", "CUDA_HOME": "/nonexistent"}, "/nonexistent", "nvcc not found at"),
+        ({"PATH": "/nonexistent"}, None, "nvcc was not found"),
+    ]
+    for env, torch_home, what in cases:
+        with pytest.raises(S.PreflightError) as e:
+            S.locate_cuda(torch_home, env, search_roots=(str(roots),))
+        msg = str(e.value)
+        assert what in msg and f"CUDA_HOME={newest} (found here)" in msg, msg
+        assert "cuda-12.4" not in msg
+    # nothing installed: a placeholder, not an invented version
+    with pytest.raises(S.PreflightError) as e:
+        S.locate_cuda("/nonexistent", {"PATH": "/nonexistent", "CUDA_HOME": "/nonexistent"},
+                      search_roots=(str(tmp_path / "empty"),))
+    assert "CUDA_HOME=/usr/local/cuda-X.Y (the toolkit root" in str(e.value)
+    # a wrapper nvcc on PATH points at the toolkit in use: that one is named first
+    other = fake_toolkit(str(tmp_path / "opt" / "cuda"), release=(12, 8))
+    (tmp_path / "bin").mkdir()
+    wrapper = tmp_path / "bin" / "nvcc"
+    wrapper.write_text(f'#!/bin/sh\nexec {other}/bin/nvcc "$@"\n')
+    wrapper.chmod(0o755)
+    with pytest.raises(S.PreflightError) as e:
+        S.locate_cuda("/nonexistent", {"PATH": str(tmp_path / "bin"), "CUDA_HOME": "/nonexistent"},
+                      search_roots=(str(roots),))
+    assert f"CUDA_HOME={other} (found here)" in str(e.value)
+    # CUDA_HOME at a folder with bin/nvcc but no runtime: the fix names another, complete toolkit
+    broken = fake_toolkit(str(tmp_path / "broken"), release=(13, 0))
+    os.remove(os.path.join(broken, "lib64", "libcudart.so"))
+    with pytest.raises(S.PreflightError) as e:
+        S.locate_cuda(broken, {"PATH": "/nonexistent", "CUDA_HOME": broken}, search_roots=(str(roots),))
+    assert "not a CUDA toolkit" in str(e.value) and f"CUDA_HOME={newest} (found here)" in str(e.value)
