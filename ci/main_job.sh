@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # README's first command: the whole main job on this machine.
 #
-#   1. build the host cell (python -m build_matrix build --host: torch 2.14.1+cu130, cxx11abi TRUE, sm_90)
-#   2. audit it
+#   1. build the host cell (python -m build_matrix build --host --no-audit: torch 2.14.1+cu130, cxx11abi
+#      TRUE, sm_90)
+#   2. audit it (the one full audit, runtime check included)
 #   3. build our sdist
 #   4. index the wheel (PEP 503 root per variant + manifest.json) and pin its sha256 into the sdist
 #   5. serve the index on a loopback port (python -m http.server on 127.0.0.1)
@@ -30,7 +31,8 @@ if [ -n "${MAIN_JOB_WHEEL:-}" ]; then
   WHEEL="$MAIN_JOB_WHEEL"
 else
   step "1. build the host cell (archs $ARCHS)"
-  python -m build_matrix build --host --archs "$ARCHS" --out "$WORK/cells"
+  # --no-audit: step 2 is the one full audit (runtime check included), not a second one here
+  python -m build_matrix build --host --archs "$ARCHS" --out "$WORK/cells" --no-audit
   WHEEL="$(ls -t "$WORK"/cells/mamba_ssm-*.whl | head -n 1)"
   step "2. audit $WHEEL"
   python -m build_matrix audit "$WHEEL" --archs "$ARCHS" --torch-from "$VENV"
@@ -81,7 +83,7 @@ start=$(date +%s.%N)
 env PATH="$WORK/venv/bin:$NO_NVCC_PATH" CUDA_HOME=/nonexistent CC=false CXX=false \
     MAMBA_WHEEL_INDEX="$INDEX_URL" MAMBA_SSM_CACHE_DIR="$WORK/home/cache" \
     "$WORK/venv/bin/pip" install --no-cache-dir -v "$SDIST" 2>&1 | tee "$WORK/install.log" \
-    | grep -e "mamba-ssm resolver" -e "mamba-ssm:" -e "Successfully" -e "ERROR" || true
+    | "$REPO_ROOT/ci/filter_install_log.sh" || true
 end=$(date +%s.%N)
 grep -q "Successfully installed.*mamba-ssm" "$WORK/install.log" || { echo "install failed, see $WORK/install.log"; exit 1; }
 echo "install took $(python -c "print(round($end - $start, 1))") s"

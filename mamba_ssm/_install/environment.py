@@ -363,7 +363,8 @@ def find_target_python(environ: Optional[Mapping[str, str]] = None) -> Tuple[str
             return found
         return sys.executable, "uv's build venv (the target interpreter uv installs into was not found)"
     if _in_pip_isolation(environ):
-        return sys.executable, "the interpreter pip runs the build with (pip build isolation removed)"
+        return sys.executable, ("the Python that pip is building with, inspected without pip's temporary "
+                                "build packages")
     return sys.executable, "the running interpreter"
 
 
