@@ -250,12 +250,39 @@ def _without_shared_fix(problems: List[str]) -> List[str]:
     return list(problems)
 
 
+def _unreachable_index(decision: Optional[Dict[str, Any]]) -> Optional[str]:
+    """The recorded resolver error when it was the wheel index or the download that failed (no
+    network, a DNS failure, a bad index): ``"index-dns"`` etc., else None."""
+    if not decision or decision.get("status") != "error":
+        return None
+    kind = str(decision.get("error_kind") or "")
+    return kind if kind == "index" or kind.startswith(("index-", "fetch-")) else None
+
+
 def _fix_for_missing() -> str:
     text = (
         f"run `{FIX_INSTALL_KERNELS}` to fetch the prebuilt kernels matching this torch, or build them "
         f"from source with `{FIX_SOURCE_BUILD}` (needs a C++ compiler, and nvcc for GPU kernels)"
     )
-    if kernels_deferred(install_decision()):
+    decision = install_decision()
+    unreachable = _unreachable_index(decision)
+    if unreachable:
+        return (
+            f"at install time the wheel index could not be used ({unreachable}; index "
+            f"{decision.get('index') or 'the default'}), so `{FIX_INSTALL_KERNELS}` alone fails the same "
+            "way: point MAMBA_WHEEL_INDEX at a reachable index or a local mirror (made on a connected "
+            "machine with `python -m build_matrix mirror`, copied here) or restore the network, then run "
+            f"`{FIX_INSTALL_KERNELS}`; or build from source with `{FIX_SOURCE_BUILD}`"
+        )
+    if decision and decision.get("final_mode") == "python" and "MAMBA_SKIP_CUDA_BUILD" in str(
+            decision.get("requested") or decision.get("message") or ""):
+        return (
+            "the pure-Python package was requested at install time (MAMBA_SKIP_CUDA_BUILD=TRUE), so no "
+            f"kernels were installed; to get them run `{FIX_INSTALL_KERNELS}`, or reinstall without "
+            "MAMBA_SKIP_CUDA_BUILD (`pip install --force-reinstall --no-deps mamba-ssm`), or build from "
+            f"source with `{FIX_SOURCE_BUILD}`"
+        )
+    if kernels_deferred(decision):
         text = (
             "the kernels were deferred at install time because torch was being installed by the same "
             f"command: run `{FIX_INSTALL_KERNELS}` now that torch is present (or build from source "

@@ -116,3 +116,45 @@ def test_record_without_install_identity_is_not_presented_as_current(site, monke
     text, dec = _text_and_decision(monkeypatch)
     assert dec["current"] is False and "older mamba-ssm" in dec["stale_reason"]
     assert "belongs to an earlier install (recorded 2026-01-01T00:00:00Z" in text
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_RECORDS = {
+    "offline": {"final_mode": "python", "status": "error", "error_kind": "index-dns",
+                "index": "https://wheels.example.invalid/mamba-ssm/",
+                "message": "Could not resolve the index host wheels.example.invalid."},
+    "skip": {"final_mode": "python", "status": "requested", "requested": "MAMBA_SKIP_CUDA_BUILD=TRUE",
+             "message": "MAMBA_SKIP_CUDA_BUILD=TRUE: the resolver was not asked (no prebuilt wheel looked for)."},
+}
+
+
+@pytest.mark.parametrize("cause", sorted(_RECORDS))
+def test_fix_follows_the_recorded_cause(tmp_path, cause):
+    """A package without _C whose (current) record says why: doctor's fix answers that cause."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path / "root"
+    shutil.copytree(os.path.join(REPO, "mamba_ssm"), root / "mamba_ssm",
+                    ignore=lambda d, names: [n for n in names if n.startswith("_C") or n == "__pycache__"])
+    di = root / "mamba_ssm-2.4.0.dev0.dist-info"
+    di.mkdir()
+    (di / "mamba_ssm_install.json").write_text(json.dumps({"install_id": "c" * 32}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAMBA_")}
+    env.update(PYTHONPATH=str(root), MAMBA_SSM_DECISION_DIR=str(tmp_path / "decisions"), PYTHONDONTWRITEBYTECODE="1")
+    rec = dict(_RECORDS[cause], install={"install_id": "c" * 32})
+    code = f"from mamba_ssm._install.decision import write_decision; write_decision({rec!r})"
+    subprocess.run([sys.executable, "-c", code], cwd=str(root), env=env, check=True, timeout=120)
+    p = subprocess.run([sys.executable, "-m", "mamba_ssm", "doctor"], cwd=str(root), env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 1, p.stdout + p.stderr
+    status = p.stdout[p.stdout.index("Status:"):]
+    fixes = [l.strip() for l in status.splitlines() if l.strip().startswith("fix:")]
+    assert fixes, status
+    if cause == "offline":
+        assert all("MAMBA_WHEEL_INDEX" in f and "python -m build_matrix mirror" in f and "index-dns" in f
+                   for f in fixes), fixes
+    else:
+        assert all("pure-Python package was requested" in f and "MAMBA_SKIP_CUDA_BUILD" in f
+                   and "install-kernels" in f for f in fixes), fixes
