@@ -219,6 +219,24 @@ def torch_source(cell: mx.Cell, py_minor: str, data: dict) -> str:
     )
 
 
+def source_commit(root: Path = REPO_ROOT) -> Optional[str]:
+    """The commit the cell's sources are copied from, with ``+dirty`` when tracked files differ from it.
+
+    Returns None outside a git checkout (an unpacked sdist), where setup.py records no commit.
+    """
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=30)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = head.stdout.strip()
+    return commit + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+
+
 def source_files(root: Path = REPO_ROOT) -> List[str]:
     """Files a build needs: git's tracked + untracked-not-ignored files (else a walk of the tree)."""
     out = _run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root)
@@ -398,6 +416,11 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     env.update(MAMBA_FORCE_BUILD="TRUE", MAMBA_LOCAL_VERSION=cell.label, MAX_JOBS=env.get("MAX_JOBS", "1"),
                PIP_NO_BUILD_ISOLATION="0")
     env.pop("MAMBA_SKIP_CUDA_BUILD", None)
+    # The copy has no .git: hand setup.py the commit it was copied from, for the build info.
+    if not env.get("MAMBA_GIT_COMMIT"):
+        commit = source_commit()
+        if commit:
+            env["MAMBA_GIT_COMMIT"] = commit
     if cuda_home:
         env.update(CUDA_HOME=str(cuda_home), MAMBA_CUDA_ARCHS=archs_text)
         env["PATH"] = f"{cuda_home}/bin:" + env["PATH"]
