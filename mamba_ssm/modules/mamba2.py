@@ -26,12 +26,11 @@ whose rows are this rank's [z, xBC, dt] and out_proj a RowParallelLinear that su
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mamba_ssm.modules._common import check_sequence_input, inverse_softplus_dt
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update, causal_conv1d_varlen_states
 from mamba_ssm.ops.triton.layernorm_gated import RMSNorm as RMSNormGated
 from mamba_ssm.ops.triton.selective_state_update import selective_state_update
@@ -147,9 +146,7 @@ class Mamba2(nn.Module):
         self.act = nn.SiLU()
 
         # dt: log-uniform in [dt_min, dt_max], floored; dt_bias is its inverse softplus.
-        dt = torch.exp(torch.rand(self.nheads, **factory_kwargs) * (math.log(dt_max) - math.log(dt_min))
-                       + math.log(dt_min)).clamp(min=dt_init_floor)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.dt_bias = nn.Parameter(inverse_softplus_dt(self.nheads, dt_min, dt_max, dt_init_floor, **factory_kwargs))
         self.dt_bias._no_weight_decay = True
         lo, hi = A_init_range
         if not 0 < lo <= hi:
@@ -216,9 +213,7 @@ class Mamba2(nn.Module):
         """
         seqlen_og = seqlen
         if seqlen is None:
-            if u.dim() != 3 or u.shape[-1] != self.d_model:
-                raise ValueError(f"Mamba2.forward: u must have shape (batch, seqlen, d_model={self.d_model}), "
-                                 f"got {tuple(u.shape)}")
+            check_sequence_input("Mamba2.forward", u, self.d_model)
             batch, seqlen, _ = u.shape
         else:
             if u.dim() != 2 or u.shape[-1] != self.d_model:

@@ -9,11 +9,10 @@ The recurrence is :class:`mamba_ssm.modules.mamba2.Mamba2`'s.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn as nn
 
+from mamba_ssm.modules._common import check_sequence_input, inverse_softplus_dt
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn
 from mamba_ssm.ops.triton.layernorm_gated import RMSNorm as RMSNormGated
 from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined
@@ -81,9 +80,7 @@ class Mamba2Simple(nn.Module):
             self.init_states = nn.Parameter(torch.zeros(self.nheads, self.headdim, self.d_state, **factory_kwargs))
             self.init_states._no_weight_decay = True
         self.act = nn.SiLU()
-        dt = torch.exp(torch.rand(self.nheads, **factory_kwargs) * (math.log(dt_max) - math.log(dt_min))
-                       + math.log(dt_min)).clamp(min=dt_init_floor)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.dt_bias = nn.Parameter(inverse_softplus_dt(self.nheads, dt_min, dt_max, dt_init_floor, **factory_kwargs))
         self.dt_bias._no_weight_decay = True
         A = torch.empty(self.nheads, dtype=torch.float32, device=device).uniform_(*A_init_range)
         self.A_log = nn.Parameter(torch.log(A).to(dtype=dtype))
@@ -102,9 +99,7 @@ class Mamba2Simple(nn.Module):
         Raises:
             ValueError: u is not (batch, seqlen, d_model).
         """
-        if u.dim() != 3 or u.shape[-1] != self.d_model:
-            raise ValueError(f"Mamba2Simple.forward: u must have shape (batch, seqlen, d_model={self.d_model}), "
-                             f"got {tuple(u.shape)}")
+        check_sequence_input("Mamba2Simple.forward", u, self.d_model)
         batch, seqlen, _ = u.shape
         zxbcdt = self.in_proj(u)
         A = -torch.exp(self.A_log.float())

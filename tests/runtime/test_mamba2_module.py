@@ -8,6 +8,8 @@ import math
 
 import pytest
 import torch
+
+import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 import torch.nn.functional as F
 
 from mamba_ssm.modules.mamba2 import Mamba2
@@ -203,17 +205,7 @@ def test_flattened_input_with_seqlen():
     _assert_close(out.reshape(3, 20, D_MODEL), exp, "flattened")
 
 
-def _full_and_in_pieces(m, x, bounds):
-    """m(x) in one pass, and m over x[:, s:e] for consecutive (s, e) of bounds through one
-    InferenceParams (seqlen_offset advanced by each piece), concatenated."""
-    with torch.no_grad():
-        full = m(x)
-        ip = InferenceParams(max_seqlen=x.shape[1], max_batch_size=x.shape[0])
-        outs = []
-        for s, e in zip(bounds, bounds[1:]):
-            outs.append(m(x[:, s:e], inference_params=ip))
-            ip.seqlen_offset += e - s
-    return full, torch.cat(outs, 1), ip
+_full_and_in_pieces = ref.full_and_in_pieces
 
 
 @pytest.mark.parametrize("L", [1, 3, 29, 30, 64, 257])
