@@ -52,3 +52,12 @@ def test_two_gloo_ranks_match_the_unsharded_layers():
     for rank, (code, out, err) in enumerate(results):
         assert code == 0, f"rank {rank} failed (exit {code}):\n{out}\n{err[-6000:]}"
         assert f"rank {rank}: ok" in out
+
+
+def test_get_dim_for_local_rank_splits_in_units():
+    from mamba_ssm.distributed.distributed_utils import get_dim_for_local_rank  # noqa: PLC0415
+    # 10 units of 8 over 4 ranks: 3, 3, 2, 2 units.
+    assert [get_dim_for_local_rank(80, 4, r, multiple_of=8) for r in range(4)] == [24, 24, 16, 16]
+    assert [get_dim_for_local_rank(12, 2, r) for r in range(2)] == [6, 6]
+    with pytest.raises(ValueError, match="multiple_of"):
+        get_dim_for_local_rank(10, 2, 0, multiple_of=4)

@@ -12,7 +12,13 @@ import sys
 import torch
 import torch.distributed as dist
 
-from mamba_ssm.distributed.distributed_utils import all_gather, all_reduce, reduce_scatter
+from mamba_ssm.distributed.distributed_utils import (
+    all_gather,
+    all_reduce,
+    allreduce_sequence_parallel_grad,
+    reduce_scatter,
+    sync_shared_params,
+)
 from mamba_ssm.distributed.tensor_parallel import (
     ColumnParallelLinear,
     ParallelEmbeddings,
@@ -170,6 +176,24 @@ def check_linears_and_embeddings(pg, rank, world):
         raise AssertionError("VocabParallelEmbedding(15) over 2 ranks must raise")
 
 
+def check_shared_and_sequence_parallel_params(pg, rank, world):
+    net = torch.nn.Linear(3, 2, dtype=torch.float64)
+    with torch.no_grad():
+        net.weight.fill_(rank + 1.0)
+        net.bias.fill_(rank + 1.0)
+    net.weight._shared_params = True          # replicated: rank 0's values win
+    net.bias._sequence_parallel = True        # sees this rank's tokens: gradients summed
+    sync_shared_params(net, pg)
+    close(net.weight.detach(), torch.ones(2, 3, dtype=torch.float64), "sync_shared_params")
+    close(net.bias.detach(), torch.full((2,), rank + 1.0, dtype=torch.float64), "unmarked parameter untouched")
+    net.bias.grad = torch.full((2,), rank + 1.0, dtype=torch.float64)
+    net.weight.grad = torch.full((2, 3), rank + 1.0, dtype=torch.float64)
+    allreduce_sequence_parallel_grad(net, pg)
+    close(net.bias.grad, torch.full((2,), float(sum(range(1, world + 1))), dtype=torch.float64),
+          "allreduce_sequence_parallel_grad")
+    close(net.weight.grad, torch.full((2, 3), rank + 1.0, dtype=torch.float64), "unmarked gradient untouched")
+
+
 def main():
     rank, world, port = (int(a) for a in sys.argv[1:4])
     torch.set_num_threads(1)
@@ -178,6 +202,7 @@ def main():
     try:
         pg = dist.group.WORLD
         check_linears_and_embeddings(pg, rank, world)
+        check_shared_and_sequence_parallel_params(pg, rank, world)
         for mem_eff in (True, False):
             for sequence_parallel in (False, True):
                 check_mamba2(pg, rank, world, mem_eff, sequence_parallel)
