@@ -26,6 +26,8 @@ whose rows are this rank's [z, xBC, dt] and out_proj a RowParallelLinear that su
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -114,13 +116,15 @@ class Mamba2(nn.Module):
         self.d_ssm = full_ssm // self.world_size
         self.headdim = headdim
         self.ngroups = ngroups // self.world_size
+        per_rank = f" per rank of {self.world_size}" if self.world_size > 1 else ""
         if self.d_ssm <= 0 or self.d_ssm % headdim or self.d_ssm > self.d_inner:
-            raise ValueError(f"Mamba2: d_ssm = {self.d_ssm} (per rank) must be a positive multiple of headdim = "
-                             f"{headdim} and at most d_inner = {self.d_inner}; choose d_model, expand, "
-                             f"headdim (and d_ssm) so that it is")
+            what = "d_ssm" if d_ssm is not None else "d_ssm (= expand * d_model)"
+            raise ValueError(f"Mamba2: {what} = {self.d_ssm}{per_rank} must be a positive multiple of headdim = {headdim} and at most d_inner = "
+                             f"{self.d_inner}; choose d_model, expand, headdim (and d_ssm) so that it is, e.g. "
+                             f"headdim={math.gcd(self.d_ssm, headdim) or 1}")
         self.nheads = self.d_ssm // headdim
-        if self.nheads % self.ngroups:
-            raise ValueError(f"Mamba2: ngroups = {self.ngroups} (per rank) must divide nheads = {self.nheads}")
+        if self.ngroups < 1 or self.nheads % self.ngroups:
+            raise ValueError(f"Mamba2: ngroups = {self.ngroups}{per_rank} must divide nheads = {self.nheads}")
         self.D_has_hdim = D_has_hdim
         self.rmsnorm = rmsnorm
         self.norm_before_gate = norm_before_gate

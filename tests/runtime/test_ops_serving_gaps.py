@@ -68,6 +68,25 @@ def test_selective_state_update_padded_slot_outputs_zero_and_touches_no_state():
         assert torch.equal(state[untouched], before[untouched]), untouched
 
 
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_selective_state_update_mamba2_expanded_A_and_state_dtypes(state_dtype):
+    # Mamba-2's call: one A per head and dt per head expanded with stride 0 over (headdim, dstate).
+    torch.manual_seed(7)
+    b, h, p, n = 3, 4, 2, 5
+    state = torch.randn(b, h, p, n).to(state_dtype)
+    before = state.double()
+    x, dt_h, A_h = torch.randn(b, h, p), torch.rand(b, h), -torch.rand(h) - 0.1
+    B, C, D = torch.randn(b, 1, n), torch.randn(b, 1, n), torch.randn(h)
+    out = selective_state_update(state, x, dt_h[..., None].expand(b, h, p), A_h[:, None, None].expand(h, p, n),
+                                 B, C, D=D[:, None].expand(h, p))
+    d = dt_h.double()[..., None, None]
+    new = torch.exp(d * A_h.double()[:, None, None]) * before + d * x.double()[..., None] * B.double()[:, :, None, :]
+    y = (new * C.double()[:, :, None, :]).sum(-1) + D.double()[:, None] * x.double()
+    dtype = torch.bfloat16 if state_dtype == torch.bfloat16 else F32
+    ref.assert_close(state, new, dtype, "state", scale=float(new.abs().max()))
+    ref.assert_close(out, y, dtype, "out", scale=float(y.abs().max()))
+
+
 def test_causal_conv1d_update_padded_slot_outputs_zero_and_touches_no_state():
     torch.manual_seed(1)
     dim, width, slots = 5, 4, 4
