@@ -47,6 +47,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import matrix as mx
 from ._compat_loader import load_compat
+from .layout import CELLS_HOME, EXCLUDE_PATTERNS
 
 SO_NAME = "mamba_ssm/_C.abi3.so"
 
@@ -288,7 +289,6 @@ def audit_wheel(wheel: Path, cell: mx.Cell, archs: Optional[str] = None,
         others = [n for n in sos if n != SO_NAME]
         for n in others:
             base = n.rsplit("/", 1)[-1]
-            from .build import EXCLUDE_PATTERNS
             bad = [p for p in EXCLUDE_PATTERNS if fnmatch(base, p) or fnmatch(re.sub(r"-[0-9a-f]{8}", "", base), p)]
             if bad:
                 problems.append(f"{n} is bundled: it matches {bad[0]} (torch / GPU runtime libraries come from "
@@ -399,8 +399,6 @@ def _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versi
 def _check_auditwheel_show(rep, wheel, key) -> None:
     """``auditwheel show --json``: the glibc symbol versions allow the file name's manylinux tag, and
     every external library is one torch provides at run time (the exclusion list), nothing else."""
-    from .build import EXCLUDE_PATTERNS
-
     proc = subprocess.run([sys.executable, "-m", "auditwheel", "show", "--json", str(wheel)],
                           capture_output=True, text=True)
     try:
@@ -559,8 +557,6 @@ def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], 
 def default_torch_venv(cell: mx.Cell) -> Optional[Path]:
     """The venv ``build`` made for this cell (newest first), so ``audit`` after ``build --cell`` in CI
     checks the wheel against the cell's own torch; None falls back to the running interpreter."""
-    from .build import CELLS_HOME
-
     venvs = sorted(CELLS_HOME.glob(f"{cell.id}-py*/venv/bin/python"), key=lambda p: p.stat().st_mtime, reverse=True)
     return venvs[0].parent.parent if venvs else None
 
