@@ -15,8 +15,9 @@ What happens depends on the command and the environment:
   resolver for editable installs).
 
 A source build compiles ``csrc/*.cpp`` (CPU kernel + binding) always and ``csrc/*.cu`` for CUDA/HIP
-builds (every file there: new sources need no change here) into ``mamba_ssm/_C.abi3.so`` (Python
-limited API), after a preflight that names each problem and its fix. Environment variables are
+builds (every file there: new sources need no change here) into ``mamba_ssm/_C.abi3.so``, for the
+Python limited API torch's ``Py_LIMITED_API`` names (3.9 where torch sets none; the wheel's abi3 tag
+says which), after a preflight that names each problem and its fix. Environment variables are
 documented in ``docs/build.md``.
 
 This file is a thin shell: the logic lives in ``mamba_ssm/_build`` (settings, toolkit discovery,
@@ -60,7 +61,7 @@ commands = _bypath("_build.commands")
 from _mamba_ssm_setup_bypath._build.commands import (  # noqa: E402,F401
     add_install_id, make_build_ext, make_cmdclass, make_extension, setup_kwargs, write_if_changed)
 from _mamba_ssm_setup_bypath._build.config import (  # noqa: E402,F401
-    LIMITED_API_HEX, PYTHON_TAG, BuildConfig, TorchInfo, git_commit, list_sources, probe_torch,
+    LIMITED_API_HEX, BuildConfig, TorchInfo, git_commit, limited_api_tag, list_sources, probe_torch,
     resolve_config)
 from _mamba_ssm_setup_bypath._build.errors import PreflightError  # noqa: E402,F401
 from _mamba_ssm_setup_bypath._build.plan import (  # noqa: E402,F401

@@ -20,7 +20,7 @@ except ImportError:  # pragma: no cover - older setuptools with the wheel packag
     from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
 
 from .._compat import buildinfo
-from .config import LIMITED_API_HEX, PYTHON_TAG, BuildConfig, git_commit
+from .config import BuildConfig, git_commit
 from .errors import PreflightError
 from .plan import Plan, record_decision
 from .settings import CSRC, EXT_NAME, INSTALL_ID_FILE, PACKAGE, ROOT
@@ -89,7 +89,7 @@ def make_cmdclass(plan: Plan) -> Dict[str, type]:
     class bdist_wheel(_bdist_wheel):
         def finalize_options(self):
             if plan.mode == "source":
-                self.py_limited_api = PYTHON_TAG
+                self.py_limited_api = plan.config.python_tag
             super().finalize_options()
 
         def write_wheelfile(self, distinfo_path, *args, **kwargs):
@@ -183,8 +183,8 @@ def make_extension(cfg: BuildConfig):
         py_limited_api=True,
         depends=sorted(glob.glob(os.path.join(CSRC, "*.h")) + glob.glob(os.path.join(CSRC, "*.cuh"))),
     )
-    if not hasattr(cpp_extension, "min_supported_cpython"):
-        kwargs["define_macros"].append(("Py_LIMITED_API", LIMITED_API_HEX))  # newer torch defines its own
+    if not cfg.torch_defines_limited_api:  # torch >= 2.7 passes -DPy_LIMITED_API itself
+        kwargs["define_macros"].append(("Py_LIMITED_API", cfg.limited_api))
     if cfg.gpu:
         return cpp_extension.CUDAExtension(
             extra_compile_args={"cxx": list(cfg.cxx_flags), "nvcc": list(cfg.gpu_flags)}, **kwargs
@@ -204,5 +204,5 @@ def setup_kwargs(plan: Plan, version: str) -> dict:
     )
     if plan.mode == "source":
         kw["ext_modules"] = [make_extension(plan.config)]
-        kw["options"] = {"bdist_wheel": {"py_limited_api": PYTHON_TAG}}
+        kw["options"] = {"bdist_wheel": {"py_limited_api": plan.config.python_tag}}
     return kw

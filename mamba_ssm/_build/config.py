@@ -15,8 +15,30 @@ from . import toolkit
 from .errors import PreflightError
 from .settings import CSRC, ROOT, Settings, default_max_jobs, package_version
 
-PYTHON_TAG = "cp39"
+# The limited API setup.py targets when torch defines none itself (torch < 2.7): Python 3.9, the
+# lower bound of requires-python. torch >= 2.7 compiles py_limited_api extensions with
+# -DPy_LIMITED_API=torch.utils.cpp_extension.min_supported_cpython (pytorch/pytorch#145764; torch 2.14:
+# "0x030A0000"), its own lowest Python; the wheel's abi3 tag follows whichever is in force.
 LIMITED_API_HEX = "0x03090000"
+
+
+def limited_api_tag(hex_text: str) -> str:
+    """The wheel's Python tag for a ``Py_LIMITED_API`` value: ``"0x030A0000"`` -> ``"cp310"``.
+
+    The value is ``0xMMmm0000`` (PY_VERSION_HEX layout, major in the top byte, minor in the next:
+    https://docs.python.org/3/c-api/apiabiversion.html). Raises ``PreflightError`` naming the value
+    when it is not a CPython 3 version.
+    """
+    try:
+        value = int(str(hex_text), 0)
+    except ValueError:
+        value = -1
+    major, minor = (value >> 24) & 0xFF, (value >> 16) & 0xFF
+    if value < 0 or major != 3:
+        raise PreflightError(
+            f"Py_LIMITED_API={hex_text!r} is not a CPython 3 version (expected e.g. 0x030A0000 for 3.10): "
+            "torch.utils.cpp_extension.min_supported_cpython is unreadable; upgrade or reinstall torch")
+    return f"cp{major}{minor}"
 
 
 @dataclass
@@ -27,6 +49,8 @@ class TorchInfo:
     arch_list: List[str] = field(default_factory=list)
     cuda_home: Optional[str] = None
     rocm_home: Optional[str] = None
+    # torch.utils.cpp_extension.min_supported_cpython when torch defines Py_LIMITED_API itself (>= 2.7)
+    limited_api: Optional[str] = None
 
 
 def probe_torch(need: str) -> TorchInfo:
@@ -54,6 +78,7 @@ def probe_torch(need: str) -> TorchInfo:
         arch_list=arch_list,
         cuda_home=getattr(cpp_extension, "CUDA_HOME", None),
         rocm_home=getattr(cpp_extension, "ROCM_HOME", None),
+        limited_api=getattr(cpp_extension, "min_supported_cpython", None),
     )
 
 
@@ -83,6 +108,13 @@ class BuildConfig:
     gfx_source: Optional[str] = None
     ninja: Optional[str] = None
     notes: List[str] = field(default_factory=list)
+    limited_api: str = LIMITED_API_HEX  # the Py_LIMITED_API the module is compiled for
+    torch_defines_limited_api: bool = False  # torch's cpp_extension passes -DPy_LIMITED_API itself
+
+    @property
+    def python_tag(self) -> str:
+        """The wheel's Python tag (``cp310`` for ``Py_LIMITED_API=0x030A0000``); the ABI tag is abi3."""
+        return limited_api_tag(self.limited_api)
 
     @property
     def gpu(self) -> Optional[str]:
@@ -101,7 +133,7 @@ class BuildConfig:
             sass_archs=list(self.arch_spec.sass) if self.arch_spec else [],
             ptx_archs=list(self.arch_spec.ptx) if self.arch_spec else [],
             gfx_archs=list(self.gfx_archs),
-            python_tag=f"{PYTHON_TAG}-abi3",
+            python_tag=f"{self.python_tag}-abi3",
             platform=platform or sysconfig.get_platform(),
             git_commit=git_commit,
             kernels=list(self.kernels),
@@ -166,7 +198,10 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
         version=version, torch=t, kernels=("cpu",), cxx11_abi=bool(cxx11_abi), force_cxx11_abi=force_abi,
         max_jobs=max_jobs, sources=list_sources(root, gpu=False), define_macros=define_macros,
         cxx_flags=cxx_flags, gpu_flags=gpu_flags, ninja=ninja, notes=notes,
+        limited_api=torch_info.limited_api or LIMITED_API_HEX,
+        torch_defines_limited_api=bool(torch_info.limited_api),
     )
+    limited_api_tag(cfg.limited_api)  # an unreadable value fails here, before compiling
 
     if gpu == "cuda":
         home, nvcc_path = toolkit.locate_cuda(torch_info.cuda_home, env)

@@ -138,3 +138,32 @@ def test_no_import_cycle(package):
 
     for m in sorted(mods):
         visit(m, [])
+
+
+@pytest.mark.parametrize("hex_text,tag", [("0x030A0000", "cp310"), ("0x03090000", "cp39"),
+                                          ("0x030D00F0", "cp313"), (str(0x030B0000), "cp311")])
+def test_limited_api_tag(hex_text, tag):
+    assert S.limited_api_tag(hex_text) == tag
+
+
+@pytest.mark.parametrize("bad", ["3.10", "0x02070000", ""])
+def test_limited_api_tag_rejects(bad):
+    with pytest.raises(S.PreflightError, match=f"Py_LIMITED_API={bad!r}"):
+        S.limited_api_tag(bad)
+
+
+def test_wheel_tag_follows_torchs_limited_api(monkeypatch):
+    """torch >= 2.7 names its Py_LIMITED_API (torch 2.14: 0x030A0000): the wheel is cp310-abi3 and
+    setup.py defines no second value; older torch: setup.py's 0x03090000 and cp39."""
+    env = {"PATH": os.environ.get("PATH", "")}
+    new = S.TorchInfo(build=S.versions.TorchBuild("2.14.1+cpu", cxx11_abi=True), limited_api="0x030A0000")
+    old = S.TorchInfo(build=S.versions.TorchBuild("2.6.0+cpu", cxx11_abi=False))
+    cfg_new, cfg_old = S.resolve_config(env, new), S.resolve_config(env, old)
+    assert (cfg_new.python_tag, cfg_new.build_info().python_tag) == ("cp310", "cp310-abi3")
+    assert (cfg_old.python_tag, cfg_old.build_info().python_tag) == ("cp39", "cp39-abi3")
+    pytest.importorskip("torch")
+    macros_new = dict(S.make_extension(cfg_new).define_macros)
+    macros_old = dict(S.make_extension(cfg_old).define_macros)
+    assert "Py_LIMITED_API" not in macros_new and macros_old["Py_LIMITED_API"] == "0x03090000"
+    kw = S.setup_kwargs(S.Plan("source", config=cfg_new), "1.0")
+    assert kw["options"] == {"bdist_wheel": {"py_limited_api": "cp310"}}
