@@ -361,8 +361,9 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     work = CELLS_HOME / (f"{cell.id}-py{py_minor.replace('.', '')}" + ("-pypi-nvcc" if pypi_toolkit else ""))
     log = Log(work / "build.log", cell.id)
     files = source_files()
+    version = getattr(args, "version", None)
     key = hashlib.sha256(json.dumps([source_hash(files), cell.to_dict(), archs_text, requirement or
-                                     str(torch_from), py_minor, str(cuda_home), pypi_toolkit],
+                                     str(torch_from), py_minor, str(cuda_home), pypi_toolkit, version],
                                     sort_keys=True, default=str).encode()).hexdigest()
     out_dir = Path(args.out or (REPO_ROOT / "dist" / "cells"))
     done = work / "done.json"
@@ -397,6 +398,10 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     # ---- sources + build
     src = work / "src"
     _copy_sources(files, src)
+    if version:  # a release dry run's version (the copy's _version.py; the next copy restores it)
+        vfile = src / "mamba_ssm" / "_version.py"
+        vfile.write_text(re.sub(r'^__version__ = "[^"]+"$', f'__version__ = "{version}"', vfile.read_text(),
+                                flags=re.MULTILINE))
     env = dict(os.environ)
     env.update(MAMBA_FORCE_BUILD="TRUE", MAMBA_LOCAL_VERSION=cell.label, MAX_JOBS=env.get("MAX_JOBS", "1"),
                PIP_NO_BUILD_ISOLATION="0")

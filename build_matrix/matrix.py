@@ -33,6 +33,7 @@ MATRIX_PATH = Path(__file__).resolve().parent / "matrix.toml"
 DATA_PATH = Path(__file__).resolve().parent / "data" / "torch_builds.toml"
 PYPROJECT_PATH = REPO_ROOT / "pyproject.toml"
 
+OWNER_PLACEHOLDER = "<owner>"  # the GitHub repository owner, filled in by the workflows (image_for)
 _CU_RE = re.compile(r"^cu(\d+)(\d)$")
 _ROCM_RE = re.compile(r"^rocm(\d+)\.(\d+)(?:\.(\d+))?$")
 
@@ -111,7 +112,7 @@ class Cell:
     sass: Tuple[str, ...]
     ptx: Tuple[str, ...]
     gfx: Tuple[str, ...]
-    image: str               # the builder image
+    image: str               # the builder image, "ghcr.io/<owner>/mamba-ssm-builder:cuda13.0-x86_64"
     runner: str
     manylinux: str
     size_budget_mib: float
@@ -123,6 +124,18 @@ class Cell:
     def torch_spec(self) -> str:
         """The pip requirement of the torch this cell compiles against: 'torch==2.14.1+cu130'."""
         return f"torch=={self.torch_version}+{self.build_against}"
+
+    def image_for(self, owner: str) -> str:
+        """The builder image under a repository owner (lowercased: registry paths are lower case)."""
+        if not owner or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]*", owner):
+            raise MatrixError(f"image owner {owner!r} is not a GitHub user/organisation name")
+        return self.image.replace(OWNER_PLACEHOLDER, owner.lower())
+
+    @property
+    def cibuildwheel_identifier(self) -> str:
+        """The one cibuildwheel build identifier of this cell: ``cp310-manylinux_x86_64`` (abi3: one
+        CPython, the tag's, serves every later one)."""
+        return f"{self.python_tag}-manylinux_{self.platform}"
 
     @property
     def platform_tag(self) -> str:
@@ -470,7 +483,7 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
             build_against=against, serves=tuple(g["builds"]), family=fam, cxx11abi=abi,
             platform=platform, toolkit=tk.id, toolkit_kind=kind, toolkit_version=tk.version,
             sass=tk.sass, ptx=tk.ptx, gfx=tk.gfx,
-            image=f"{images.get('registry', 'ghcr.io/mamba-ssm')}/{images.get('name', 'builder')}:"
+            image=f"{images.get('registry', 'ghcr.io')}/{OWNER_PLACEHOLDER}/{images.get('name', 'builder')}:"
                   f"{tk.id}-{platform}",
             runner=plat.get("runner", "ubuntu-24.04"), manylinux=plat.get("manylinux", "manylinux_2_28"),
             size_budget_mib=float(budgets.get(kind, 100)), experimental=tk.experimental,

@@ -23,7 +23,7 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Optional
 
 from ._compat_loader import REPO_ROOT, load_compat
 from .build import source_files
@@ -58,12 +58,16 @@ def _only_file(folder: Path, pattern: str, what: str) -> Path:
     return found[0]
 
 
-def build_sdist(work: Path) -> Path:
-    """Build the sdist from a clean copy of the sources; returns the .tar.gz."""
+def build_sdist(work: Path, extra_files: Optional[Dict[str, str]] = None) -> Path:
+    """Build the sdist from a clean copy of the sources (``extra_files``: relative path -> text,
+    written into the copy first: the release's pins and index URLs); returns the .tar.gz."""
     src = work / "src"
     for f in source_files():
         (src / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / f, src / f)
+    for rel, text in (extra_files or {}).items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
     dist = work / "dist"
     env = dict(os.environ, MAMBA_SKIP_CUDA_BUILD="TRUE")
     proc = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(dist), str(src)],
