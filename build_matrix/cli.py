@@ -44,10 +44,14 @@ def format_table(plan: mx.Plan, cells: List[mx.Cell], filters: Optional[List[str
         lines.append(f"error: {e}")
     for w in plan.warnings:
         lines.append(f"warning: {w}")
+    counts: dict = {}
+    for c in cells:
+        counts[f"{c.python_tag}-{c.abi_tag}"] = counts.get(f"{c.python_tag}-{c.abi_tag}", 0) + 1
+    tags = ", ".join(f"{t} ({n})" for t, n in sorted(counts.items(), key=lambda kv: int(kv[0][3:].split("-")[0])))
     lines.append(
         f"{len(cells)} cells" + (f" (of {len(plan.cells)})" if len(cells) != len(plan.cells) else "")
         + f", {len(plan.rejected)} rejected, {len(skipped)} skipped, {len(excluded)} excluded; "
-        f"wheels are cp39-abi3, sdist/tests on Python {', '.join(plan.python_versions)}"
+        f"wheels are {tags or '-'}, sdist/tests on Python {', '.join(plan.python_versions)}"
     )
     return "\n".join(lines)
 
@@ -136,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="rebuild even when an audited wheel exists")
     p.add_argument("--no-audit", action="store_true", help="skip the audit after repair")
     p.add_argument("--plan-only", action="store_true", help="print what would run and why, build nothing")
+    p.add_argument("--version", help="build as this package version (a release dry run's; default: _version.py)")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("audit", help="check a wheel against its cell; every failure names what is wrong")
@@ -149,11 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.set_defaults(func=cmd_audit)
 
-    p = sub.add_parser("emit", help="generate .github/workflows/release.yml and docker/ from the matrix")
+    p = sub.add_parser("emit", help="generate the release and builder-images workflows and docker/ from the matrix")
     _add_matrix_args(p)
     p.add_argument("--out", type=Path, default=mx.REPO_ROOT, help="repository root to write into")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 when the files drifted")
+    p.add_argument("--cibuildwheel", metavar="CELL",
+                   help="print this cell's cibuildwheel config file (TOML) instead; needs --owner")
+    p.add_argument("--owner", help="the GitHub repository owner whose ghcr.io holds the builder images")
+    p.add_argument("--ccache-dir", help="a host folder mounted as the container's ccache (cibuildwheel)")
     p.set_defaults(func=cmd_emit)
+
+    from . import release
+    release.register(sub)
 
     p = sub.add_parser("sdist-check", help="build the sdist, rebuild from it, check the compiled sources")
     p.add_argument("--out", type=Path, default=None, help="keep the work here (default: a temp dir)")

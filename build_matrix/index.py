@@ -105,9 +105,12 @@ def _page(title: str, links: Iterable[str]) -> str:
             f"<title>{html.escape(title)}</title></head>\n  <body>\n{body}\n  </body>\n</html>\n")
 
 
-def write_index(root: str, entries: List[WheelEntry], requires_python: Optional[Dict[str, str]] = None) -> Manifest:
+def write_index(root: str, entries: List[WheelEntry], requires_python: Optional[Dict[str, str]] = None,
+                file_base: Optional[str] = None) -> Manifest:
     """Write the pages and ``manifest.json`` for ``entries`` (whose files already lie at
-    ``root/<variant>/mamba-ssm/<filename>``). Returns the manifest."""
+    ``root/<variant>/mamba-ssm/<filename>``, or, with ``file_base``, are served at
+    ``<file_base><filename>``: the release's GitHub Release assets, linked absolutely). Returns the
+    manifest."""
     requires_python = requires_python or {}
     entries = sorted(entries, key=lambda e: (e.variant, e.filename))
     variants: Dict[str, List[WheelEntry]] = {}
@@ -115,11 +118,13 @@ def write_index(root: str, entries: List[WheelEntry], requires_python: Optional[
         variants.setdefault(e.variant, []).append(e)
     for variant, wheels in variants.items():
         proj = os.path.join(root, variant, PROJECT)
+        os.makedirs(proj, exist_ok=True)
         links = []
         for w in wheels:
             rp = requires_python.get(w.filename)
             attr = f' data-requires-python="{html.escape(rp)}"' if rp else ""
-            links.append(f'<a href="{urllib.parse.quote(w.filename)}#sha256={w.sha256}"{attr}>{html.escape(w.filename)}</a>')
+            href = (file_base or "") + urllib.parse.quote(w.filename)
+            links.append(f'<a href="{html.escape(href)}#sha256={w.sha256}"{attr}>{html.escape(w.filename)}</a>')
         with open(os.path.join(proj, "index.html"), "w") as fh:
             fh.write(_page(f"Links for {PROJECT}", links))
         with open(os.path.join(root, variant, "index.html"), "w") as fh:

@@ -106,8 +106,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 def cmd_mirror(args: argparse.Namespace) -> int:
     from build_matrix.index import write_index
-    from mamba_ssm._install.fetch import fetch_wheel, join_url
-    from mamba_ssm._install.resolve import resolve
+    from mamba_ssm._install.fetch import fetch_wheel
+    from mamba_ssm._install.resolve import resolve, wheel_url
 
     env = _load_env(args.for_env)
     res = resolve(args.version or _sdist_version(), index=args.index, env=env, fetch=False,
@@ -118,7 +118,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     wanted = res.decision.candidates if args.all else [res.decision.chosen]
     root = os.path.abspath(args.to)
     for entry in wanted:
-        path = fetch_wheel(join_url(res.index, entry.relpath), entry.filename, entry.sha256, entry.size)
+        path = fetch_wheel(wheel_url(res.index, entry), entry.filename, entry.sha256, entry.size)
         dest = os.path.join(root, entry.variant, "mamba-ssm", entry.filename)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         shutil.copyfile(path, dest + ".part")

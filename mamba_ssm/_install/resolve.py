@@ -6,6 +6,7 @@ local path), else :data:`RELEASE_INDEX_URL` for this version.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -20,8 +21,29 @@ from .selection import Decision, select
 __all__ = ["RELEASE_INDEX_URL", "Resolution", "resolve", "default_index"]
 
 #: The project's release wheel index (a static PEP 503 tree per release, written by
-#: ``python -m build_matrix index``); ``{version}`` is the sdist's public version.
+#: ``python -m build_matrix index``); ``{version}`` is the sdist's public version. A released sdist
+#: names its own index instead (:data:`RELEASE_INDEX_FILE`); this is the fallback for other builds.
 RELEASE_INDEX_URL = "https://mamba-ssm.github.io/wheels/v{version}/"
+#: Written into the sdist at release (``python -m build_matrix release sdist``): ``{"index_url": the
+#: release's manifest + PEP 503 roots (GitHub Pages), "wheels_url": where its wheels are served (the
+#: GitHub Release assets), "manifest_sha256", "version"}``. Trusted like the pinned hashes: it came
+#: with the sdist, not from the host that serves the wheels.
+RELEASE_INDEX_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "release_index.json")
+
+
+def release_index(path: Optional[str] = None) -> Optional[Dict[str, str]]:
+    """The release's recorded index (:data:`RELEASE_INDEX_FILE`), or None outside a released sdist.
+    Raises ``ValueError`` naming the file when it is unreadable or its URLs are not http(s)/file."""
+    path = path or RELEASE_INDEX_FILE
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+        urls = {k: index_url(str(data[k])) for k in ("index_url", "wheels_url")}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a release index record ({exc}); reinstall the sdist") from None
+    return dict(data, **urls)
 
 FIX_NO_CANDIDATE = (
     "What to do: install a torch that a prebuilt wheel serves (python -m build_matrix resolve --explain "
@@ -40,8 +62,27 @@ def default_index(version: str, environ: Optional[Mapping[str, str]] = None) -> 
     environ = os.environ if environ is None else environ
     from packaging.version import Version
 
-    value = environ.get("MAMBA_WHEEL_INDEX") or RELEASE_INDEX_URL.format(version=Version(version).public)
+    recorded = release_index()
+    if environ.get("MAMBA_WHEEL_INDEX"):
+        value = environ["MAMBA_WHEEL_INDEX"]
+    elif recorded and Version(str(recorded.get("version", version))).public == Version(version).public:
+        value = recorded["index_url"]
+    else:
+        value = RELEASE_INDEX_URL.format(version=Version(version).public)
     return index_url(value)
+
+
+def wheel_url(index: str, entry: WheelEntry) -> str:
+    """Where ``entry`` is downloaded from: the recorded release's wheels URL + file name when
+    ``index`` is that release's index (its PEP 503 roots link to the GitHub Release assets), else
+    ``<index>/<variant>/mamba-ssm/<file>`` (a mirror, ``build_matrix index``)."""
+    try:
+        recorded = release_index()
+    except ValueError:  # default_index reported it; an explicit index needs no record
+        recorded = None
+    if recorded and index_url(index) == recorded["index_url"]:
+        return join_url(recorded["wheels_url"], entry.filename)
+    return join_url(index, entry.relpath)
 
 
 @dataclass
@@ -168,7 +209,7 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
         pin = (pins or {}).get(entry.filename) if isinstance(pins, dict) else None
         sha = pin["sha256"] if pin else entry.sha256
         size = pin.get("size") or entry.size if pin else entry.size
-        url = join_url(res.index, entry.relpath)
+        url = wheel_url(res.index, entry)
         try:
             res.wheel_path = fetch_wheel(url, entry.filename, sha, size, cache, settings, environ, log=say)
         except (FetchError, OSError, TimeoutError) as exc:
