@@ -325,7 +325,8 @@ def decode(input_ids, model, max_length, top_k=1, top_p=0.0, min_p=0.0, temperat
         torch.cuda.synchronize()
     prompt_done = time.perf_counter()
     while True:
-        logits = modify_logit_for_repetition_penalty(logits.clone(), sequences, repetition_penalty)
+        if repetition_penalty != 1.0:
+            logits = modify_logit_for_repetition_penalty(logits.clone(), sequences, repetition_penalty)
         if output_scores:
             scores.append(logits.clone())
         step = sequences.shape[1]
