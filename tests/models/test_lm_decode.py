@@ -116,3 +116,10 @@ def test_streamer_gets_prompt_then_each_token():
     seq = model.generate(prompt, max_length=9, streamer=rec)
     assert rec.ended and torch.equal(rec.items[0], prompt)
     assert torch.equal(torch.cat([t.reshape(1, -1) for t in rec.items[1:]], 1), seq[:, 3:])
+
+
+def test_enable_timing_prints_prompt_and_decode_times(capsys):
+    model = _model(HYBRIDS["mamba2_mha"], seed=7)
+    model.generate(torch.randint(0, 61, (1, 3)), max_length=6, enable_timing=True)
+    out = capsys.readouterr().out
+    assert "prompt (1 x 3 tokens)" in out and "decoding 3 tokens" in out
