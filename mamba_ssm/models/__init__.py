@@ -1,0 +1,2 @@
+"""Language models built from Mamba blocks (:mod:`.config_mamba`: ``MambaConfig``;
+:mod:`.mixer_seq_simple`: ``MixerModel``, ``MambaLMHeadModel``)."""

@@ -1,0 +1,279 @@
+"""Mamba language models (upstream's ``mamba_ssm.models.mixer_seq_simple``): ``create_block``,
+``MixerModel`` (embedding, blocks, final norm) and ``MambaLMHeadModel`` (plus the LM head, ``generate``,
+``from_pretrained`` and ``save_pretrained``).
+
+Checkpoint keys (upstream's):
+
+    backbone.embedding.weight                      (padded vocab, d_model)
+    backbone.layers.{i}.norm.weight (.bias)        pre-mixer norm
+    backbone.layers.{i}.mixer.*                    Mamba / Mamba2 / MHA parameters
+    backbone.layers.{i}.norm2.*, .mlp.fc1/fc2.*    only where d_intermediate > 0
+    backbone.norm_f.weight (.bias)                 final norm
+    lm_head.weight                                 (padded vocab, d_model), the embedding's when tied
+
+The vocabulary is rounded up to a multiple of ``pad_vocab_size_multiple`` (50277 -> 50280 with 8); the
+extra rows are never produced by a tokenizer.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from collections import namedtuple
+from functools import partial
+
+import torch
+import torch.nn as nn
+
+from mamba_ssm.models.config_mamba import MambaConfig
+from mamba_ssm.modules.block import Block, add_and_norm
+from mamba_ssm.modules.mamba_simple import Mamba
+from mamba_ssm.modules.mha import MHA
+from mamba_ssm.modules.mlp import GatedMLP
+from mamba_ssm.ops.triton.layer_norm import RMSNorm
+from mamba_ssm.utils.generation import GenerationMixin
+from mamba_ssm.utils.hf import CONFIG_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_config_hf, load_state_dict_hf
+
+__all__ = ["create_block", "MixerModel", "MambaLMHeadModel", "CausalLMOutput"]
+
+CausalLMOutput = namedtuple("CausalLMOutput", ["logits"])
+
+SSM_LAYERS = ("Mamba1", "Mamba2")
+
+
+def _mamba2_cls():
+    try:
+        from mamba_ssm.modules.mamba2 import Mamba2  # noqa: PLC0415
+    except ModuleNotFoundError as exc:
+        if exc.name == "mamba_ssm.modules.mamba2":
+            raise ImportError('ssm_cfg={"layer": "Mamba2"} needs mamba_ssm.modules.mamba2, which this build of '
+                              'mamba-ssm lacks; use "layer": "Mamba1"') from None
+        raise
+    return Mamba2
+
+
+def create_block(d_model, d_intermediate, ssm_cfg=None, attn_layer_idx=None, attn_cfg=None, norm_epsilon=1e-5,
+                 rms_norm=False, residual_in_fp32=False, fused_add_norm=False, layer_idx=None, device=None,
+                 dtype=None):
+    """One :class:`~mamba_ssm.modules.block.Block`: an MHA mixer when ``layer_idx`` is in
+    ``attn_layer_idx`` (with ``attn_cfg``), else the SSM layer ``ssm_cfg["layer"]`` ("Mamba1", the
+    default, or "Mamba2") with the rest of ``ssm_cfg``; a GatedMLP of width ``d_intermediate`` when > 0.
+
+    Raises:
+        ValueError: an unknown ``ssm_cfg["layer"]`` (the known ones named).
+    """
+    factory_kwargs = {"device": device, "dtype": dtype}
+    ssm_cfg = copy.deepcopy(ssm_cfg) if ssm_cfg is not None else {}
+    attn_cfg = copy.deepcopy(attn_cfg) if attn_cfg is not None else {}
+    attn_layer_idx = attn_layer_idx if attn_layer_idx is not None else []
+    layer = ssm_cfg.pop("layer", "Mamba1")
+    if layer not in SSM_LAYERS:
+        raise ValueError(f"create_block: ssm_cfg['layer']={layer!r} is not an SSM layer of mamba-ssm; use one of "
+                         f"{list(SSM_LAYERS)}")
+    if layer_idx in attn_layer_idx:
+        mixer_cls = partial(MHA, layer_idx=layer_idx, **attn_cfg, **factory_kwargs)
+    else:
+        ssm_cls = _mamba2_cls() if layer == "Mamba2" else Mamba
+        mixer_cls = partial(ssm_cls, layer_idx=layer_idx, **ssm_cfg, **factory_kwargs)
+    norm_cls = partial(RMSNorm if rms_norm else nn.LayerNorm, eps=norm_epsilon, **factory_kwargs)
+    if d_intermediate == 0:
+        mlp_cls = nn.Identity
+    else:
+        mlp_cls = partial(GatedMLP, hidden_features=d_intermediate, out_features=d_model, **factory_kwargs)
+    block = Block(d_model, mixer_cls, mlp_cls, norm_cls=norm_cls, fused_add_norm=fused_add_norm,
+                  residual_in_fp32=residual_in_fp32)
+    block.layer_idx = layer_idx
+    return block
+
+
+def _init_weights(module, n_layer, initializer_range=0.02, rescale_prenorm_residual=True,
+                  n_residuals_per_layer=1):
+    """GPT-2 style initialisation (Radford et al. 2019, "Language Models are Unsupervised Multitask
+    Learners", section 2.3): zero Linear biases, N(0, initializer_range) embeddings, and the output
+    projections feeding the residual stream (``out_proj``, ``fc2``) scaled by
+    ``1 / sqrt(n_residuals_per_layer * n_layer)``. Biases marked ``_no_reinit`` (Mamba's dt_proj) keep
+    their initialisation."""
+    if isinstance(module, nn.Linear):
+        if module.bias is not None and not getattr(module.bias, "_no_reinit", False):
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=initializer_range)
+    if rescale_prenorm_residual:
+        for name, p in module.named_parameters(recurse=False):
+            if name == "weight" and isinstance(module, nn.Linear) and getattr(module, "_residual_out", False):
+                nn.init.kaiming_uniform_(p, a=math.sqrt(5))
+                with torch.no_grad():
+                    p /= math.sqrt(n_residuals_per_layer * n_layer)
+
+
+class MixerModel(nn.Module):
+    """Embedding, ``n_layer`` blocks and the final norm: input_ids (batch, seqlen) -> hidden_states
+    (batch, seqlen, d_model).
+
+    Args:
+        d_model, n_layer, d_intermediate, vocab_size (already padded), ssm_cfg, attn_layer_idx, attn_cfg,
+        rms_norm, fused_add_norm, residual_in_fp32: see :class:`MambaConfig`.
+        norm_epsilon: eps of every norm (1e-5). initializer_cfg: keyword arguments of the initialisation
+        (``initializer_range``, ``rescale_prenorm_residual``). device, dtype: of the parameters.
+    """
+
+    def __init__(self, d_model, n_layer, d_intermediate, vocab_size, ssm_cfg=None, attn_layer_idx=None,
+                 attn_cfg=None, norm_epsilon=1e-5, rms_norm=False, initializer_cfg=None, fused_add_norm=False,
+                 residual_in_fp32=False, device=None, dtype=None):
+        factory_kwargs = {"device": device, "dtype": dtype}
+        super().__init__()
+        self.residual_in_fp32 = residual_in_fp32
+        self.fused_add_norm = fused_add_norm
+        self.embedding = nn.Embedding(vocab_size, d_model, **factory_kwargs)
+        self.layers = nn.ModuleList([
+            create_block(d_model, d_intermediate, ssm_cfg=ssm_cfg, attn_layer_idx=attn_layer_idx,
+                         attn_cfg=attn_cfg, norm_epsilon=norm_epsilon, rms_norm=rms_norm,
+                         residual_in_fp32=residual_in_fp32, fused_add_norm=fused_add_norm, layer_idx=i,
+                         **factory_kwargs)
+            for i in range(n_layer)])
+        self.norm_f = (RMSNorm if rms_norm else nn.LayerNorm)(d_model, eps=norm_epsilon, **factory_kwargs)
+        for block in self.layers:
+            for proj in (getattr(block.mixer, "out_proj", None), getattr(block.mlp, "fc2", None)):
+                if isinstance(proj, nn.Linear):
+                    proj._residual_out = True
+        self.apply(partial(_init_weights, n_layer=n_layer, **(initializer_cfg or {}),
+                           n_residuals_per_layer=1 if d_intermediate == 0 else 2))
+
+    def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
+        """{layer_idx: that layer's cache} for ``InferenceParams.key_value_memory_dict``."""
+        return {i: layer.allocate_inference_cache(batch_size, max_seqlen, dtype=dtype, **kwargs)
+                for i, layer in enumerate(self.layers)}
+
+    def forward(self, input_ids, inference_params=None, **mixer_kwargs):
+        """input_ids: (batch, seqlen) int -> (batch, seqlen, d_model) in the parameters' dtype.
+
+        Raises:
+            ValueError: input_ids not 2-D integers, or a token id outside the vocabulary.
+        """
+        if input_ids.dim() != 2 or input_ids.is_floating_point():
+            raise ValueError(f"MixerModel: input_ids must be (batch, seqlen) integer token ids, got "
+                             f"{tuple(input_ids.shape)} {input_ids.dtype}")
+        hidden_states = self.embedding(input_ids)
+        residual = None
+        for layer in self.layers:
+            hidden_states, residual = layer(hidden_states, residual, inference_params=inference_params,
+                                            **mixer_kwargs)
+        hidden_states, _ = add_and_norm(self.norm_f, hidden_states, residual, self.fused_add_norm,
+                                        self.residual_in_fp32)
+        return hidden_states
+
+
+def _check_state_dict(model, state_dict, source):
+    """Raise KeyError naming the missing and unexpected keys of ``state_dict`` against ``model``."""
+    expected = set(model.state_dict())
+    got = set(state_dict)
+    missing = sorted(expected - got)
+    if model.config.tie_embeddings and "lm_head.weight" in missing and "backbone.embedding.weight" in got:
+        missing.remove("lm_head.weight")  # tied: the embedding's weight is the head's
+    unexpected = sorted(got - expected)
+    if missing or unexpected:
+        def show(keys):
+            return (", ".join(keys[:8]) + (f", ... ({len(keys)} in all)" if len(keys) > 8 else "")) or "none"
+        raise KeyError(f"{source}: the weights do not match MambaLMHeadModel({model.config}): missing keys: "
+                       f"{show(missing)}; unexpected keys: {show(unexpected)}. A transformers checkpoint "
+                       f"(backbone.embeddings.weight, ...) must be renamed first (README: 'Checkpoints from "
+                       f"and to transformers')")
+
+
+class MambaLMHeadModel(nn.Module, GenerationMixin):
+    """A Mamba language model: input_ids (batch, seqlen) -> ``CausalLMOutput(logits)`` with logits
+    (batch, seqlen, padded vocab) (the last ``num_last_tokens`` positions when > 0).
+
+    Args:
+        config: a :class:`MambaConfig`. initializer_cfg: see :class:`MixerModel`.
+        device, dtype: of the parameters.
+
+    ``generate`` (from :class:`~mamba_ssm.utils.generation.GenerationMixin`) decodes with every layer's
+    step path. Raises ValueError / ImportError from :func:`create_block` for a bad ``ssm_cfg``.
+    """
+
+    def __init__(self, config, initializer_cfg=None, device=None, dtype=None):
+        if not isinstance(config, MambaConfig):
+            raise TypeError(f"MambaLMHeadModel: config must be a MambaConfig, got {type(config).__name__} "
+                            f"(use MambaConfig(**fields) or MambaLMHeadModel.from_pretrained)")
+        factory_kwargs = {"device": device, "dtype": dtype}
+        super().__init__()
+        self.config = config
+        vocab_size = config.vocab_size
+        multiple = config.pad_vocab_size_multiple
+        if multiple and vocab_size % multiple:
+            vocab_size += multiple - vocab_size % multiple
+        self.backbone = MixerModel(d_model=config.d_model, n_layer=config.n_layer,
+                                   d_intermediate=config.d_intermediate, vocab_size=vocab_size,
+                                   ssm_cfg=config.ssm_cfg, attn_layer_idx=config.attn_layer_idx,
+                                   attn_cfg=config.attn_cfg, rms_norm=config.rms_norm,
+                                   initializer_cfg=initializer_cfg, fused_add_norm=config.fused_add_norm,
+                                   residual_in_fp32=config.residual_in_fp32, **factory_kwargs)
+        self.lm_head = nn.Linear(config.d_model, vocab_size, bias=False, **factory_kwargs)
+        self.tie_weights()
+
+    def tie_weights(self):
+        """With ``config.tie_embeddings``, lm_head.weight becomes the embedding's weight (one tensor)."""
+        if self.config.tie_embeddings:
+            self.lm_head.weight = self.backbone.embedding.weight
+
+    def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
+        """{layer_idx: cache} for every layer (see :meth:`MixerModel.allocate_inference_cache`)."""
+        return self.backbone.allocate_inference_cache(batch_size, max_seqlen, dtype=dtype, **kwargs)
+
+    def forward(self, input_ids, position_ids=None, inference_params=None, num_last_tokens=0, **mixer_kwargs):
+        """input_ids (batch, seqlen) -> CausalLMOutput(logits (batch, seqlen or num_last_tokens, padded
+        vocab)). ``position_ids`` is accepted for upstream compatibility and unused (positions come from
+        ``inference_params``)."""
+        hidden_states = self.backbone(input_ids, inference_params=inference_params, **mixer_kwargs)
+        if num_last_tokens > 0:
+            hidden_states = hidden_states[:, -num_last_tokens:]
+        return CausalLMOutput(logits=self.lm_head(hidden_states))
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name, device=None, dtype=None, **kwargs):
+        """Load config.json and the weights of a local directory or a hub repo id.
+
+        Args:
+            pretrained_model_name: a directory holding config.json and pytorch_model.bin (or
+                model.safetensors), or a Hugging Face Hub repo id (needs huggingface_hub).
+            device, dtype: of the model (the weights are cast to them).
+            kwargs: passed to the constructor (e.g. ``initializer_cfg``).
+
+        Raises:
+            FileNotFoundError: config.json or the weights are missing (named).
+            ValueError: config.json is invalid or has unknown fields; a corrupt weights file.
+            KeyError: the weights' keys do not match the config (missing / unexpected keys listed).
+        """
+        config = MambaConfig.from_dict(load_config_hf(pretrained_model_name),
+                                       source=f"{pretrained_model_name}/{CONFIG_NAME}")
+        model = cls(config, device=device, dtype=dtype, **kwargs)
+        state_dict = load_state_dict_hf(pretrained_model_name, dtype=dtype)
+        _check_state_dict(model, state_dict, str(pretrained_model_name))
+        model.load_state_dict(state_dict, strict=False)  # keys checked above; a tied head may be absent
+        return model
+
+    def save_pretrained(self, save_directory, safe_serialization=False):
+        """Write ``config.json`` and ``pytorch_model.bin`` (upstream's layout) to ``save_directory``
+        (created if needed); with ``safe_serialization=True`` also ``model.safetensors`` (without the
+        tied lm_head.weight; needs the safetensors package).
+
+        Raises:
+            ImportError: safe_serialization without the safetensors package.
+        """
+        os.makedirs(save_directory, exist_ok=True)
+        state_dict = self.state_dict()
+        torch.save(state_dict, os.path.join(save_directory, WEIGHTS_NAME))
+        if safe_serialization:
+            try:
+                from safetensors.torch import save_file  # noqa: PLC0415
+            except ImportError:
+                raise ImportError("save_pretrained(safe_serialization=True) needs the safetensors package: "
+                                  "pip install safetensors") from None
+            tensors = {k: v.contiguous() for k, v in state_dict.items()
+                       if not (self.config.tie_embeddings and k == "lm_head.weight")}
+            save_file(tensors, os.path.join(save_directory, SAFE_WEIGHTS_NAME), metadata={"format": "pt"})
+        with open(os.path.join(save_directory, CONFIG_NAME), "w", encoding="utf-8") as f:
+            json.dump(self.config.to_dict(), f, indent=2)
+            f.write("\n")
