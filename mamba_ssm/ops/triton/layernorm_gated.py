@@ -5,6 +5,7 @@
     norm_before_gate=False: y = norm(x * silu(z)) * weight (+ bias)
 
 The norm runs over groups of ``group_size`` channels of the last dimension (default: all of it).
+On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs (``mamba_ssm.ops.triton._kernels.norms``).
 """
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mamba_ssm.ops.triton import _route
+
 __all__ = ["rmsnorm_fn", "layernorm_fn", "RMSNorm", "LayerNorm"]
+
+
+def _triton_norms():
+    from mamba_ssm.ops.triton._kernels import norms  # noqa: PLC0415
+
+    return norms
 
 
 def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm):
@@ -24,6 +33,9 @@ def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_no
         raise ValueError(f"gated norm: weight must have shape ({hidden},), got {tuple(weight.shape)}")
     if z is not None and z.shape != x.shape:
         raise ValueError(f"gated norm: z must have x's shape {tuple(x.shape)}, got {tuple(z.shape)}")
+    if _route.use_triton("rms_norm" if is_rms_norm else "layer_norm", x,
+                         lambda: _triton_norms().unsupported_gated_norm(x, weight, bias, z, group_size)):
+        return _triton_norms().gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm)
     cdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     xf = x.to(cdtype)
     if z is not None and not norm_before_gate:

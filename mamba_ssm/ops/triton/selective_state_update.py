@@ -13,11 +13,19 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mamba_ssm.ops.triton import _route
+
 __all__ = ["selective_state_update", "selective_state_update_ref"]
 
 
 def _shape(x):
     return tuple(x.shape)
+
+
+def _triton_kernel():
+    from mamba_ssm.ops.triton._kernels import state_update  # noqa: PLC0415
+
+    return state_update
 
 
 def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
@@ -34,6 +42,9 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
 
     Returns:
         out with x's shape and dtype.
+
+    On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs
+    (``mamba_ssm.ops.triton._kernels.state_update``); elsewhere (and for float64) the PyTorch code here.
 
     Raises:
         TypeError / ValueError: a non-tensor or non-float argument, shapes that disagree.
@@ -78,6 +89,10 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
                 continue
             raise ValueError(f"selective_state_update: {name} must have shape "
                              f"{(nheads, dim) if heads else (dim,)}, got {_shape(t)}")
+    if _route.use_triton("selective_state_update", x, lambda: _triton_kernel().unsupported(
+            state, x, dt, A, B, C, D, z, dt_bias)):
+        return _triton_kernel().selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
+                                                       state_batch_indices)
     cdtype = torch.float64 if torch.float64 in (x.dtype, state.dtype, A.dtype) else torch.float32
     dtf = dt_h.to(cdtype)
     if db_h is not None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mamba_ssm.ops.triton import _route
+
 __all__ = ["mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined", "ssd_chunk_scan"]
 
 
@@ -103,6 +105,12 @@ def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None
     return y, cur, picked
 
 
+def _triton_ssd():
+    from mamba_ssm.ops.triton._kernels import ssd  # noqa: PLC0415
+
+    return ssd
+
+
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                               initial_states=None, seq_idx=None, cu_seqlens=None, dt_softplus=False,
                               dt_limit=(0.0, float("inf")), return_final_states=False,
@@ -126,6 +134,10 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     Returns:
         out (batch, seqlen, nheads, headdim) in x's dtype; then final_states (float32) and/or
         varlen_states when asked for, in that order.
+
+    On CUDA/ROCm devices with triton >= 3.0 the Triton kernels run (``mamba_ssm.ops.triton._kernels.ssd``;
+    chunk_size must then be a power of two in 16..256); elsewhere, for float64 or return_varlen_states,
+    the PyTorch implementation below (``mamba_ssm._dispatch`` decides and says why).
 
     Raises:
         TypeError / ValueError: bad shapes, dtypes or arguments, naming the argument.
@@ -157,6 +169,12 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
         raise ValueError(f"mamba_chunk_scan_combined: chunk_size must be a positive int, got {chunk_size!r}")
     if return_varlen_states and (cu_seqlens is None or b != 1):
         raise ValueError("mamba_chunk_scan_combined: return_varlen_states needs cu_seqlens and batch 1")
+    if _route.use_triton("ssd_chunk_scan", x, lambda: _triton_ssd().unsupported(
+            x, dt, A, B, C, D, z, dt_bias, initial_states, return_varlen_states)):
+        out, final = _triton_ssd().chunk_scan_combined(   # ValueError for a chunk_size it does not take
+            x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
+            seq_idx=seq_idx, dt_softplus=dt_softplus, dt_limit=dt_limit)
+        return (out, final) if return_final_states else out
     cdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     dtp = dt.to(cdtype)
     if dt_bias is not None:

@@ -40,6 +40,7 @@ inputs and exact float32 ("ieee") products for float32 inputs.
 from __future__ import annotations
 
 import math
+import os
 from typing import Optional
 
 import torch
@@ -83,11 +84,17 @@ def unsupported(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=Non
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
+# Triton's interpreter (3.8) computes tl.dot of bfloat16 operands wrongly; there the operands are
+# rounded to bfloat16 and multiplied in float32, which is the same arithmetic as a GPU's bf16 MMA.
+_EMULATE_BF16_DOT = tl.constexpr(os.environ.get("TRITON_INTERPRET", "") == "1")
+
 
 @triton.jit
 def _dot(a, b, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
     if IEEE:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    elif _EMULATE_BF16_DOT and DOT_DT == tl.bfloat16:
+        return tl.dot(a.to(DOT_DT).to(tl.float32), b.to(DOT_DT).to(tl.float32), input_precision="ieee")
     else:
         return tl.dot(a.to(DOT_DT), b.to(DOT_DT))
 
