@@ -62,6 +62,16 @@ def test_public_ops_run_the_triton_kernels(triton_on_cpu):
                                  A[:, None, None].expand(2, 4, 16), B[:, 0].expand(2, 1, 16),
                                  C[:, 0].expand(2, 1, 16), state_batch_indices=torch.tensor([1, -1]))
     assert torch.equal(out[1], torch.zeros(2, 4))
+    # Mamba-1's shapes (batch, dim, dstate): the public function adds the head axis for the kernel.
+    st1 = torch.randn(2, 4, 16, generator=g)
+    x1, dt1 = torch.randn(2, 4, generator=g), torch.rand(2, 4, generator=g)
+    A1, B1, C1 = -torch.rand(4, 16, generator=g), torch.randn(2, 16, generator=g), torch.randn(2, 16, generator=g)
+    D1 = torch.randn(4, generator=g)
+    out_ref, st_ref = R.state_update(st1[:, None], x1[:, None], dt1[:, None], A1[None], B1[:, None], C1[:, None],
+                                     D1[None], None, None, False)
+    out1 = selective_state_update(st1, x1, dt1, A1, B1, C1, D=D1)
+    assert out1.shape == (2, 4) and float((out1.double() - out_ref[:, 0]).abs().max()) < 1e-5
+    assert float((st1.double() - st_ref[:, 0]).abs().max()) < 1e-5
     hidden = torch.randn(3, 32, generator=g)
     w = torch.randn(32, generator=g)
     y = rms_norm_fn(hidden, w, None, eps=1e-5)
@@ -69,7 +79,7 @@ def test_public_ops_run_the_triton_kernels(triton_on_cpu):
     z = torch.randn(3, 32, generator=g)
     y = rmsnorm_fn(hidden, w, None, z=z, eps=1e-5, group_size=16)
     assert float((y.double() - R.gated_norm(hidden, w, None, z, 1e-5, 16, True, True)).abs().max()) < 1e-5
-    assert triton_on_cpu == {"chunk_scan_combined": 1, "selective_state_update": 1, "layer_norm": 1,
+    assert triton_on_cpu == {"chunk_scan_combined": 1, "selective_state_update": 2, "layer_norm": 1,
                              "gated_norm": 1}
 
 

@@ -126,7 +126,7 @@ def test_ssd_chunk_size_not_supported(interpreted, chunk):
 # ----------------------------------------------------------------------------- selective_state_update
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("mode", ["mamba2_groups_pad", "mamba1_plain"])
+@pytest.mark.parametrize("mode", ["mamba2_groups_pad", "one_head_one_group"])
 def test_state_update(interpreted, dtype, mode):
     gen = torch.Generator().manual_seed(7)
     if mode == "mamba2_groups_pad":
@@ -147,15 +147,8 @@ def test_state_update(interpreted, dtype, mode):
     ref_out, ref_state = R.state_update(state, x, dt, A, B, C, D, z, dt_bias, True, indices)
     K = interpreted.state_update
     before = state.clone()
-    if mode == "mamba1_plain":   # (batch, dim, dstate) shapes, no heads
-        st = state[:, 0]
-        out = K.selective_state_update(st, x[:, 0], dt[:, 0], A[0], B[:, 0], C[:, 0], D[0], z[:, 0], dt_bias[0],
-                                       True, None)
-        assert out.shape == (b, p)
-        out, new_state = out.unsqueeze(1), state
-    else:
-        out = K.selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, True, indices)
-        new_state = state
+    out = K.selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, True, indices)
+    new_state = state
     assert out.dtype == dtype
     _close(out, ref_out, dtype, "out")
     _close(new_state, ref_state, dtype, "state (in place)")

@@ -91,8 +91,9 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
                              f"{(nheads, dim) if heads else (dim,)}, got {_shape(t)}")
     if _route.use_triton("selective_state_update", x, lambda: _triton_kernel().unsupported(
             state, x, dt, A, B, C, D, z, dt_bias)):
-        return _triton_kernel().selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
-                                                       state_batch_indices)
+        out = _triton_kernel().selective_state_update(state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h,
+                                                      dt_softplus, state_batch_indices)
+        return out if heads else out.squeeze(1)
     cdtype = torch.float64 if torch.float64 in (x.dtype, state.dtype, A.dtype) else torch.float32
     dtf = dt_h.to(cdtype)
     if db_h is not None:

@@ -92,27 +92,19 @@ def _per_row(t, nheads, dim):
 
 def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
                            state_batch_indices=None):
-    """One decode step, in place on ``state`` (Triton). Shapes as the public
-    ``mamba_ssm.ops.triton.selective_state_update.selective_state_update`` (which validated them):
-    without heads state (batch, dim, dstate); with heads (batch, nheads, dim, dstate), B/C (batch,
-    ngroups, dstate), D/dt_bias (nheads, dim) or (nheads,). Returns out with x's shape and dtype; a
-    negative ``state_batch_indices`` entry gives zeros and leaves the state alone. No autograd (decode)."""
-    heads = state.dim() == 4
-    if not heads:
-        state_h, x_h, dt_h, A_h = state.unsqueeze(1), x.unsqueeze(1), dt.unsqueeze(1), A.unsqueeze(0)
-        B_h, C_h = B.unsqueeze(1), C.unsqueeze(1)
-        D_h = D.unsqueeze(0) if D is not None else None
-        z_h = z.unsqueeze(1) if z is not None else None
-        db_h = dt_bias.unsqueeze(0) if dt_bias is not None else None
-    else:
-        state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h = state, x, dt, A, B, C, D, z, dt_bias
-    batch, nheads, dim = x_h.shape
-    dstate = state_h.shape[-1]
-    ngroups = B_h.shape[1]
-    if D_h is not None:
-        D_h = _per_row(D_h, nheads, dim)
-    if db_h is not None:
-        db_h = _per_row(db_h, nheads, dim)
+    """One decode step, in place on ``state`` (Triton), on the head shapes of the public
+    ``mamba_ssm.ops.triton.selective_state_update.selective_state_update`` (which validated them and
+    gives Mamba-1's shapes a head axis of 1): state (slots, nheads, dim, dstate), x/dt/z (batch, nheads,
+    dim), A (nheads, dim, dstate), B/C (batch, ngroups, dstate), D/dt_bias (nheads, dim) or (nheads,).
+    Returns out (batch, nheads, dim) in x's dtype; a negative ``state_batch_indices`` entry gives zeros
+    and leaves the state alone. No autograd (decode)."""
+    batch, nheads, dim = x.shape
+    dstate = state.shape[-1]
+    ngroups = B.shape[1]
+    if D is not None:
+        D = _per_row(D, nheads, dim)
+    if dt_bias is not None:
+        dt_bias = _per_row(dt_bias, nheads, dim)
     out = torch.empty((batch, nheads, dim), dtype=x.dtype, device=x.device)
     idx = None
     if state_batch_indices is not None:
@@ -123,19 +115,18 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     block_n = pow2(dstate, 16)
     block_m = max(1, min(pow2(dim), max(4, 4096 // block_n)))
     grid = (triton.cdiv(dim, block_m), batch, nheads)
-    dummy = x_h
+    dummy = x
     _state_update_kernel[grid](
-        state_h, x_h, dt_h, A_h, B_h, C_h,
-        D_h if D_h is not None else dummy, z_h if z_h is not None else dummy,
-        db_h if db_h is not None else dummy, idx if idx is not None else dummy, out,
+        state, x, dt, A, B, C,
+        D if D is not None else dummy, z if z is not None else dummy,
+        dt_bias if dt_bias is not None else dummy, idx if idx is not None else dummy, out,
         dim, dstate, nheads // ngroups,
-        *state_h.stride(), *x_h.stride(), *dt_h.stride(), *A_h.stride(),
-        *B_h.stride(), *C_h.stride(),
-        *(D_h.stride() if D_h is not None else (0, 0)),
-        *(z_h.stride() if z_h is not None else (0, 0, 0)),
-        *(db_h.stride() if db_h is not None else (0, 0)),
+        *state.stride(), *x.stride(), *dt.stride(), *A.stride(), *B.stride(), *C.stride(),
+        *(D.stride() if D is not None else (0, 0)),
+        *(z.stride() if z is not None else (0, 0, 0)),
+        *(dt_bias.stride() if dt_bias is not None else (0, 0)),
         *out.stride(),
-        HAS_D=D_h is not None, HAS_Z=z_h is not None, HAS_DTB=db_h is not None, HAS_IDX=idx is not None,
+        HAS_D=D is not None, HAS_Z=z is not None, HAS_DTB=dt_bias is not None, HAS_IDX=idx is not None,
         SOFTPLUS=bool(dt_softplus), BLOCK_M=block_m, BLOCK_N=block_n,
         num_warps=4 if block_m * block_n >= 2048 else 1)
-    return out if heads else out.squeeze(1)
+    return out
