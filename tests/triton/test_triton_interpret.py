@@ -40,6 +40,9 @@ SSD_CASES = {
     "exact_chunks_plain": (1, 32, 2, 16, 1, 16, 32, dict()),
     "per_head_D_dt_limit": (1, 40, 4, 8, 4, 8, 16, dict(D="h", softplus=True, limit=(0.05, 0.4), z=True)),
     "one_short_chunk_odd_sizes": (1, 20, 3, 5, 1, 12, 64, dict(D="hp", init=True, seq=(7,))),
+    # chunk 128 = two 64-row blocks per chunk: the kernels' loops across row and column blocks
+    "chunk128_two_row_blocks": (1, 150, 2, 4, 1, 16, 128, dict(init=True, seq=(70, 128), z=True, bias=True,
+                                                                softplus=True)),
 }
 
 
@@ -97,6 +100,17 @@ def test_ssd_fwd_bwd_fp32(interpreted, case):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_ssd_fwd_bwd_half(interpreted, dtype):
     _run_ssd(interpreted, "all_options_partial_chunk", dtype)
+
+
+def test_ssd_uneven_row_and_column_blocks(interpreted, monkeypatch):
+    """The backward's row blocks (32) and column blocks (16) differ, as they do for headdim x dstate
+    above 8192 on a GPU."""
+    monkeypatch.setattr(interpreted.ssd, "_blocks",
+                        lambda q, p, n: dict(BLOCK_M=32, BLOCK_J=16, BLOCK_P=16, BLOCK_N=16))
+    _run_ssd(interpreted, "seq_idx_boundaries_64", torch.float32)
+
+
+SSD_CASES["seq_idx_boundaries_64"] = (1, 80, 2, 8, 1, 16, 64, dict(seq=(30, 64), init=True, D="h"))
 
 
 def test_ssd_non_contiguous_inputs(interpreted):

@@ -585,7 +585,7 @@ class _SSDFn(torch.autograd.Function):
         _chunk_state[(batch * nheads, nc, tiles)](
             dy, C, dtp, cs, seq, dinter, seqlen, T, nheads, hpg, hdim, dstate, *dy.stride(), *C.stride(),
             *s_strides, MODE=1, HAS_SEQ=has_seq, Q=q, BLOCK_P=bp_s, BLOCK_N=bn_s, BLOCK_K=min(q, 64),
-            DOT_DT=tl.float32, IEEE=True, num_warps=4)
+            DOT_DT=dot_dt, IEEE=ieee, num_warps=4)
         block = min(pow2(size), 1024)
         ntiles = triton.cdiv(size, block)
         ds = torch.empty_like(dinter)
