@@ -8,9 +8,11 @@ and every visible GPU).
 
 Unlike ``import mamba_ssm``, doctor initialises CUDA (to list GPUs and check their coverage).
 
-Exit status: 0 when the compiled backend is active for every device present; 1 when some device runs
-on the PyTorch fallback for a fixable reason (the fix is printed); 2 when broken (torch cannot be
-imported, a bad ``MAMBA_SSM_BACKEND``, a forced backend that cannot run).
+Exit status: 0 when the compiled backend is active for every device present (and, on each GPU, the
+Triton kernels of the ops that have them: SSD, selective_state_update, the norms); 1 when some device
+runs on the PyTorch fallback for a fixable reason (the fix is printed; e.g. a GPU without a usable
+triton >= 3.0); 2 when broken (torch cannot be imported, a bad ``MAMBA_SSM_BACKEND``, a forced backend
+that cannot run).
 
 ``--json`` prints one JSON object with these stable top-level keys: ``schema``, ``package``, ``python``,
 ``torch``, ``gpus``, ``driver``, ``compiled_module``, ``install_decision``, ``backend``, ``devices``,

@@ -110,7 +110,7 @@ def _dt_cumsum_fwd(DT, A, DTB, DTP, CS, seqlen, T, dt_b, dt_l, dt_h, nheads, lo,
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     c = tl.program_id(2)
-    t = c * Q + tl.arange(0, Q)
+    t = (c * Q + tl.arange(0, Q)).to(tl.int64)
     m = t < seqlen
     dt = tl.load(DT + b * dt_b + t * dt_l + h * dt_h, mask=m, other=0.0).to(tl.float32)
     if HAS_DTB:
@@ -159,7 +159,7 @@ def _chunk_state(X, Bm, DTP, CS, SEQ, OUT, seqlen, T, nheads, heads_per_group, h
         prev, last = _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q)
     acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, Q, BLOCK_K):
-        t = c * Q + k0 + tl.arange(0, BLOCK_K)
+        t = (c * Q + k0 + tl.arange(0, BLOCK_K)).to(tl.int64)
         mt = t < seqlen
         cs = tl.load(CS + base + t)
         if MODE == 0:
@@ -225,7 +225,7 @@ def _chunk_scan_fwd(X, Bm, Cm, DTP, CS, SEQ, HIN, Dp, Z, OUT, YPRE, seqlen, T, n
     ri = i0 + tl.arange(0, BLOCK_M)            # in-chunk rows
     rp = (tile % ntp) * BLOCK_P + tl.arange(0, BLOCK_P)
     mp = rp < hdim
-    ti = c * Q + ri
+    ti = (c * Q + ri).to(tl.int64)
     mi = ti < seqlen
     base = (b * nheads + h) * T
     cs_i = tl.load(CS + base + ti)
@@ -250,7 +250,7 @@ def _chunk_scan_fwd(X, Bm, Cm, DTP, CS, SEQ, HIN, Dp, Z, OUT, YPRE, seqlen, T, n
     # In-chunk terms, j <= i.
     for j0 in range(0, i0 + BLOCK_M, BLOCK_J):
         rj = j0 + tl.arange(0, BLOCK_J)
-        tj = c * Q + rj
+        tj = (c * Q + rj).to(tl.int64)
         mj = tj < seqlen
         cb = tl.zeros([BLOCK_M, BLOCK_J], dtype=tl.float32)
         for n0 in range(0, dstate, BLOCK_N):
@@ -331,7 +331,7 @@ def _chunk_scan_bwd_dc(X, Bm, Cm, DTP, CS, SEQ, HIN, DY, DC, DCS, seqlen, T, nhe
     rn = tl.arange(0, BLOCK_N)
     mp = rp < hdim
     mn = rn < dstate
-    ti = c * Q + ri
+    ti = (c * Q + ri).to(tl.int64)
     mi = ti < seqlen
     base = (b * nheads + h) * T
     cs_i = tl.load(CS + base + ti)
@@ -354,7 +354,7 @@ def _chunk_scan_bwd_dc(X, Bm, Cm, DTP, CS, SEQ, HIN, DY, DC, DCS, seqlen, T, nhe
     rowp = tl.sum(ci.to(tl.float32) * dyh, axis=1) * e_i
     for j0 in range(0, i0 + BLOCK_M, BLOCK_J):
         rj = j0 + tl.arange(0, BLOCK_J)
-        tj = c * Q + rj
+        tj = (c * Q + rj).to(tl.int64)
         mj = tj < seqlen
         bj = tl.load(Bm + b * b_b + tj[:, None] * b_l + g * b_g + rn[None, :] * b_n,
                      mask=mj[:, None] & mn[None, :], other=0.0)
@@ -397,7 +397,7 @@ def _chunk_scan_bwd_dbx(X, Bm, Cm, DTP, CS, SEQ, DS, DY, DB, DX, DDT, DCS, RJ, s
     rn = tl.arange(0, BLOCK_N)
     mp = rp < hdim
     mn = rn < dstate
-    tj = c * Q + rj
+    tj = (c * Q + rj).to(tl.int64)
     mj = tj < seqlen
     base = (b * nheads + h) * T
     cs_j = tl.load(CS + base + tj)
@@ -425,7 +425,7 @@ def _chunk_scan_bwd_dbx(X, Bm, Cm, DTP, CS, SEQ, DS, DY, DB, DX, DDT, DCS, RJ, s
     colp = tl.zeros([BLOCK_J], dtype=tl.float32)
     for i0 in range(j0 - j0 % BLOCK_M, Q, BLOCK_M):
         ri = i0 + tl.arange(0, BLOCK_M)
-        ti = c * Q + ri
+        ti = (c * Q + ri).to(tl.int64)
         mi = ti < seqlen
         ci = tl.load(Cm + b * c_b + ti[:, None] * c_l + g * c_g + rn[None, :] * c_n,
                      mask=mi[:, None] & mn[None, :], other=0.0)
@@ -460,7 +460,7 @@ def _dt_cumsum_bwd(DT, A, DTB, DTP, DCS, DDTP, DDT, DA, DDTB, seqlen, T, dt_b, d
     h = tl.program_id(1)
     c = tl.program_id(2)
     nc = tl.num_programs(2)
-    t = c * Q + tl.arange(0, Q)
+    t = (c * Q + tl.arange(0, Q)).to(tl.int64)
     m = t < seqlen
     base = (b * nheads + h) * T
     dcs = tl.load(DCS + base + t)
