@@ -487,9 +487,12 @@ def _dt_cumsum_bwd(DT, A, DTB, DTP, DCS, DDTP, DDT, DA, DDTB, seqlen, T, dt_b, d
 
 
 def _blocks(q, hdim, dstate):
+    """Block sizes of the backward's in-chunk kernels, which hold a whole headdim x dstate tile (dS or H)
+    and (rows, headdim) / (rows, dstate) accumulators in registers: fewer rows per block as that grows."""
     bp = pow2(hdim, 16)
     bn = pow2(dstate, 16)
-    return dict(BLOCK_M=min(q, 64), BLOCK_J=min(q, 64 if bp * bn <= 8192 else 32), BLOCK_P=bp, BLOCK_N=bn)
+    rows = 64 if bp * bn <= 2048 else (32 if bp * bn <= 8192 else 16)
+    return dict(BLOCK_M=min(q, rows), BLOCK_J=min(q, rows), BLOCK_P=bp, BLOCK_N=bn)
 
 
 class _SSDFn(torch.autograd.Function):
