@@ -272,6 +272,15 @@ def triton_unavailable(device: Any) -> Optional[Tuple[str, Optional[str]]]:
     if kind != "cuda":
         return (f"the Triton kernels run on CUDA/ROCm devices only; on {kind} the PyTorch implementation runs",
                 None)
+    arch = _loader.device_arch(device)    # known once the device's coverage was checked
+    if arch and not arch.startswith("gfx"):
+        try:
+            major = int(arch.split(".")[0])
+        except ValueError:
+            major = None
+        if major is not None and major < 7:
+            return (f"Triton does not support compute capability {arch} (it needs >= 7.0); the PyTorch "
+                    "implementation runs", None)
     reason, fix = _check_triton()
     return None if reason is None else (reason, fix)
 

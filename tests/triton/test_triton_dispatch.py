@@ -110,6 +110,10 @@ def test_plan_cpu_and_cuda(clean_dispatch):
     assert _dispatch.plan("causal_conv1d", "cuda:0")["backend"] == "torch"
     clean_dispatch.setenv("MAMBA_SSM_BACKEND", "ref")
     assert _dispatch.plan("rms_norm", "cuda:0")["backend"] == "torch"
+    clean_dispatch.delenv("MAMBA_SSM_BACKEND")
+    clean_dispatch.setattr(_loader, "device_arch", lambda device: "6.1")      # a Pascal GPU
+    p = _dispatch.plan("ssd_chunk_scan", "cuda:0")
+    assert p["backend"] == "torch" and "compute capability 6.1" in p["reason"]
 
 
 def test_old_or_missing_triton_names_the_reason_and_a_pinned_fix(clean_dispatch):

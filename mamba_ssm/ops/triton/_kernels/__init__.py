@@ -15,11 +15,8 @@ triton is imported): that is how CI tests them on a machine without a GPU.
 from __future__ import annotations
 
 import triton  # noqa: F401  (the dispatcher's check: this package imports only with a working triton)
-import triton.language as tl  # noqa: F401
 
-from . import norms, ssd, state_update  # noqa: F401
+from . import norms, ssd, state_update
+from ._common import KERNEL_DTYPES
 
 __all__ = ["norms", "ssd", "state_update", "KERNEL_DTYPES"]
-
-#: The input dtypes the kernels take (float64 runs on the PyTorch path).
-from ._common import KERNEL_DTYPES  # noqa: E402

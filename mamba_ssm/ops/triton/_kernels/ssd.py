@@ -73,6 +73,9 @@ def unsupported(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=Non
         return why
     if return_varlen_states:
         return "return_varlen_states (cu_seqlens) is not in the Triton SSD kernels"
+    if x.dtype == torch.bfloat16 and x.device.type == "cuda" and not getattr(torch.version, "hip", None) \
+            and torch.cuda.get_device_capability(x.device) < (8, 0):
+        return "Triton's bfloat16 matrix products need compute capability >= 8.0"
     if x.shape[-1] > _MAX_HEADDIM:
         return f"headdim {x.shape[-1]} exceeds the Triton SSD kernels' {_MAX_HEADDIM}"
     if B.shape[-1] > _MAX_DSTATE:
