@@ -31,6 +31,29 @@ MAX_ROW = 65536
 
 
 @triton.jit
+def _row_stats(x, m, n, eps, IS_RMS: tl.constexpr):
+    """(mean, x - mean (0 outside the mask), rstd) of the n values of x under mask m (RMSNorm: mean 0)."""
+    if IS_RMS:
+        mean = tl.sum(x, axis=0) * 0.0          # a float32 scalar tensor like the LayerNorm branch's
+        xc = x
+    else:
+        mean = tl.sum(x, axis=0) / n
+        xc = tl.where(m, x - mean, 0.0)
+    var = tl.sum(xc * xc, axis=0) / n
+    return mean, xc, 1.0 / tl.sqrt(var + eps)
+
+
+@triton.jit
+def _input_grad(g, xhat, rstd, n, IS_RMS: tl.constexpr):
+    """d x from g = dy * weight: rstd * (g - xhat * mean(g * xhat) - mean(g)) (RMSNorm: no mean(g))."""
+    c1 = tl.sum(xhat * g, axis=0) / n
+    if IS_RMS:
+        return (g - xhat * c1) * rstd
+    else:
+        return (g - xhat * c1 - tl.sum(g, axis=0) / n) * rstd
+
+
+@triton.jit
 def _norm_fwd_kernel(X, R, W, Bias, Y, RO, Mean, Rstd, stride_x, stride_r, stride_y, stride_ro, N, eps,
                      HAS_R: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, STORE_RO: tl.constexpr,
                      IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -44,14 +67,7 @@ def _norm_fwd_kernel(X, R, W, Bias, Y, RO, Mean, Rstd, stride_x, stride_r, strid
         # The residual stream is kept in RO's dtype; the norm sees that rounded value.
         x = x.to(RO.dtype.element_ty).to(tl.float32)
         tl.store(RO + row * stride_ro + cols, x, mask=m)
-    if IS_RMS:
-        mean = 0.0
-        xc = x
-    else:
-        mean = tl.sum(x, axis=0) / N
-        xc = tl.where(m, x - mean, 0.0)
-    var = tl.sum(xc * xc, axis=0) / N
-    rstd = 1.0 / tl.sqrt(var + eps)
+    mean, xc, rstd = _row_stats(x, m, N, eps, IS_RMS)
     y = xc * rstd
     if HAS_W:
         y = y * tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
@@ -89,12 +105,7 @@ def _norm_bwd_kernel(X, W, DY, DRO, DX, DW, DB, Mean, Rstd, stride_x, stride_dy,
             g = dy
         if HAS_B:
             db += dy
-        c1 = tl.sum(xhat * g, axis=0) / N
-        if IS_RMS:
-            dx = (g - xhat * c1) * rstd
-        else:
-            c2 = tl.sum(g, axis=0) / N
-            dx = (g - xhat * c1 - c2) * rstd
+        dx = _input_grad(g, xhat, rstd, N, IS_RMS)
         if HAS_DRO:
             dx += tl.load(DRO + row * stride_dro + cols, mask=m, other=0.0).to(tl.float32)
         tl.store(DX + row * stride_dx + cols, dx, mask=m)
@@ -236,14 +247,7 @@ def _gated_fwd_kernel(X, Z, W, Bias, Y, Mean, Rstd, stride_x, stride_z, stride_y
         z = tl.load(Z + row * stride_z + cols, mask=m, other=0.0).to(tl.float32)
         if not NORM_BEFORE_GATE:
             x = x * z * tl.sigmoid(z)
-    if IS_RMS:
-        mean = 0.0
-        xc = x
-    else:
-        mean = tl.sum(x, axis=0) / G
-        xc = tl.where(m, x - mean, 0.0)
-    var = tl.sum(xc * xc, axis=0) / G
-    rstd = 1.0 / tl.sqrt(var + eps)
+    mean, xc, rstd = _row_stats(x, m, G, eps, IS_RMS)
     y = xc * rstd * tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
     if HAS_B:
         y = y + tl.load(Bias + cols, mask=m, other=0.0).to(tl.float32)
@@ -296,12 +300,7 @@ def _gated_bwd_kernel(X, Z, W, Bias, DY, DX, DZ, DW, DB, Mean, Rstd, stride_x, s
         dw += dyn * xhat
         db += dyn
         g = dyn * w
-        c1 = tl.sum(xhat * g, axis=0) / G
-        if IS_RMS:
-            dxs = (g - xhat * c1) * rstd
-        else:
-            c2 = tl.sum(g, axis=0) / G
-            dxs = (g - xhat * c1 - c2) * rstd
+        dxs = _input_grad(g, xhat, rstd, G, IS_RMS)
         dx = dxs
         if HAS_Z:
             if not NORM_BEFORE_GATE:

@@ -131,6 +131,14 @@ def _dt_cumsum_fwd(DT, A, DTB, DTP, CS, seqlen, T, dt_b, dt_l, dt_h, nheads, lo,
 
 
 @triton.jit
+def _head_of_program(nheads, heads_per_group):
+    """(batch entry, head, group, chunk) of this program: axis 0 is batch * nheads, axis 1 the chunk."""
+    bh = tl.program_id(0)
+    h = bh % nheads
+    return (bh // nheads).to(tl.int64), h, h // heads_per_group, tl.program_id(1)
+
+
+@triton.jit
 def _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q: tl.constexpr):
     """The sequence id of the state entering chunk c and of the chunk's last real position."""
     prev = tl.load(SEQ + b * s_b + tl.maximum(c * Q - 1, 0) * s_l)
@@ -145,12 +153,8 @@ def _chunk_state(X, Bm, DTP, CS, SEQ, OUT, seqlen, T, nheads, heads_per_group, h
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
     """OUT[b, c, h] (p, n) = sum_j wt_j X_j[p] B_j[n] over chunk c. MODE 0: wt = exp(cs_end - cs_j) dt'_j
     (j in the chunk's last sequence); MODE 1: wt = exp(cs_j) (j in the incoming state's sequence)."""
-    bh = tl.program_id(0)
-    c = tl.program_id(1)
+    b, h, g, c = _head_of_program(nheads, heads_per_group)
     tile = tl.program_id(2)
-    b = (bh // nheads).to(tl.int64)
-    h = bh % nheads
-    g = h // heads_per_group
     ntn = tl.cdiv(dstate, BLOCK_N)
     rp = (tile // ntn) * BLOCK_P + tl.arange(0, BLOCK_P)
     rn = (tile % ntn) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -217,12 +221,8 @@ def _chunk_scan_fwd(X, Bm, Cm, DTP, CS, SEQ, HIN, Dp, Z, OUT, YPRE, seqlen, T, n
                     HAS_SEQ: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, Q: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_P: tl.constexpr,
                     BLOCK_N: tl.constexpr, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
-    bh = tl.program_id(0)
-    c = tl.program_id(1)
+    b, h, g, c = _head_of_program(nheads, heads_per_group)
     tile = tl.program_id(2)
-    b = (bh // nheads).to(tl.int64)
-    h = bh % nheads
-    g = h // heads_per_group
     ntp = tl.cdiv(hdim, BLOCK_P)
     i0 = (tile // ntp) * BLOCK_M
     ri = i0 + tl.arange(0, BLOCK_M)            # in-chunk rows
@@ -323,12 +323,8 @@ def _chunk_scan_bwd_dc(X, Bm, Cm, DTP, CS, SEQ, HIN, DY, DC, DCS, seqlen, T, nhe
                        HAS_SEQ: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_J: tl.constexpr,
                        BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
     """Rows i of chunk c: dC_i (per head) and the cs gradient's row part sum_j P_ij + exp(cs_i) dy_i.(H C_i)."""
-    bh = tl.program_id(0)
-    c = tl.program_id(1)
+    b, h, g, c = _head_of_program(nheads, heads_per_group)
     i0 = tl.program_id(2) * BLOCK_M
-    b = (bh // nheads).to(tl.int64)
-    h = bh % nheads
-    g = h // heads_per_group
     ri = i0 + tl.arange(0, BLOCK_M)
     rp = tl.arange(0, BLOCK_P)
     rn = tl.arange(0, BLOCK_N)
@@ -389,12 +385,8 @@ def _chunk_scan_bwd_dbx(X, Bm, Cm, DTP, CS, SEQ, DS, DY, DB, DX, DDT, DCS, RJ, s
                         DOT_DT: tl.constexpr, IEEE: tl.constexpr):
     """Columns j of chunk c: dB_j (per head), dx_j, the direct d dt'_j, the cs gradient's column part
     (minus column sums of P, minus the state term R_j) and R_j itself (for cs_end)."""
-    bh = tl.program_id(0)
-    c = tl.program_id(1)
+    b, h, g, c = _head_of_program(nheads, heads_per_group)
     j0 = tl.program_id(2) * BLOCK_J
-    b = (bh // nheads).to(tl.int64)
-    h = bh % nheads
-    g = h // heads_per_group
     rj = j0 + tl.arange(0, BLOCK_J)
     rp = tl.arange(0, BLOCK_P)
     rn = tl.arange(0, BLOCK_N)
