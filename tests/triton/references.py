@@ -5,11 +5,12 @@ import torch.nn.functional as F
 
 
 def ssd_recurrence(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=None, seq_idx=None,
-                   dt_softplus=False, dt_limit=(0.0, float("inf"))):
+                   dt_softplus=False, dt_limit=(0.0, float("inf")), states_at=None):
     """Mamba-2's scan one timestep at a time (arXiv:2405.21060, eq. (1) with scalar A per head):
     h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t, y *= silu(z); a new sequence of
     seq_idx starts from a zero state (initial_states belongs to the first one). Differentiable.
-    Returns (y (b, l, h, p), final state (b, h, p, n))."""
+    Returns (y (b, l, h, p), final state (b, h, p, n)); with ``states_at`` (timesteps) also the states
+    of batch entry 0 after those steps (k, h, p, n)."""
     x, dt, A, B, C = (t.double() for t in (x, dt, A, B, C))
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
@@ -22,7 +23,7 @@ def ssd_recurrence(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=
     Ch = C.repeat_interleave(h // g, dim=2)
     state = (initial_states.double() if initial_states is not None
              else torch.zeros(b, h, p, n, dtype=torch.float64))
-    ys = []
+    ys, picked = [], {}
     for t in range(l):
         if seq_idx is not None and t > 0:
             same = (seq_idx[:, t] == seq_idx[:, t - 1]).double().view(b, 1, 1, 1)
@@ -30,6 +31,7 @@ def ssd_recurrence(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=
         decay = torch.exp(dtp[:, t] * A).view(b, h, 1, 1)
         state = decay * state + (dtp[:, t].view(b, h, 1, 1) * x[:, t].unsqueeze(-1) * Bh[:, t].unsqueeze(2))
         ys.append((state * Ch[:, t].unsqueeze(2)).sum(-1))
+        picked[t] = state[0]
     y = torch.stack(ys, dim=1)
     if D is not None:
         Dd = D.double()
@@ -37,6 +39,8 @@ def ssd_recurrence(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=
     if z is not None:
         zd = z.double()
         y = y * zd * torch.sigmoid(zd)
+    if states_at is not None:
+        return y, state, torch.stack([picked[int(t)] for t in states_at])
     return y, state
 
 

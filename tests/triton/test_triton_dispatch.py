@@ -55,7 +55,12 @@ def test_public_ops_run_the_triton_kernels(triton_on_cpu):
     y, final = mamba_chunk_scan_combined(x, dt, A, B, C, 16, return_final_states=True)
     y_ref, f_ref = R.ssd_recurrence(x, dt, A, B, C)
     assert float((y.double() - y_ref).abs().max()) < 1e-4 and float((final.double() - f_ref).abs().max()) < 1e-4
-    assert triton_on_cpu == {"chunk_scan_combined": 1}
+    cu = torch.tensor([0, 7, 20])
+    y, varlen = mamba_chunk_scan_combined(x, dt, A, B, C, 16, cu_seqlens=cu, return_varlen_states=True)
+    seq = torch.repeat_interleave(torch.arange(2), torch.diff(cu))[None]
+    y_ref, _, v_ref = R.ssd_recurrence(x, dt, A, B, C, seq_idx=seq, states_at=[6, 19])
+    assert float((y.double() - y_ref).abs().max()) < 1e-4 and float((varlen.double() - v_ref).abs().max()) < 1e-4
+    assert triton_on_cpu == {"chunk_scan_combined": 2}
 
     state = torch.randn(2, 2, 4, 16, generator=g)
     out = selective_state_update(state, x[:, 0].expand(2, 2, 4), dt[:, 0, :, None].expand(2, 2, 4),
@@ -79,7 +84,7 @@ def test_public_ops_run_the_triton_kernels(triton_on_cpu):
     z = torch.randn(3, 32, generator=g)
     y = rmsnorm_fn(hidden, w, None, z=z, eps=1e-5, group_size=16)
     assert float((y.double() - R.gated_norm(hidden, w, None, z, 1e-5, 16, True, True)).abs().max()) < 1e-5
-    assert triton_on_cpu == {"chunk_scan_combined": 1, "selective_state_update": 2, "layer_norm": 1,
+    assert triton_on_cpu == {"chunk_scan_combined": 2, "selective_state_update": 2, "layer_norm": 1,
                              "gated_norm": 1}
 
 

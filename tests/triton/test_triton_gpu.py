@@ -43,6 +43,19 @@ def test_ssd_gpu_vs_recurrence(gpu_kernels, dtype, chunk):
         assert _err(a.grad, r.grad) < TOL[dtype], name
 
 
+def test_ssd_gpu_varlen_states(gpu_kernels):
+    g = torch.Generator().manual_seed(4)
+    l, h, p, n = 600, 4, 32, 64
+    cu = torch.tensor([0, 100, 256, 257, 511, 600])
+    x, dt = torch.randn(1, l, h, p, generator=g), torch.rand(1, l, h, generator=g) * 0.2
+    A, B, C = -torch.rand(h, generator=g) - 0.3, torch.randn(1, l, 1, n, generator=g), torch.randn(1, l, 1, n, generator=g)
+    y, final, varlen = gpu_kernels.ssd.chunk_scan_combined(*(t.cuda() for t in (x, dt, A, B, C)), 256,
+                                                           cu_seqlens=cu.cuda())
+    seq = torch.repeat_interleave(torch.arange(5), torch.diff(cu))[None]
+    yr, fr, vr = R.ssd_recurrence(x, dt, A, B, C, seq_idx=seq, states_at=(cu[1:] - 1).tolist())
+    assert _err(y, yr) < 1e-3 and _err(final, fr) < 1e-3 and _err(varlen, vr) < 1e-3
+
+
 def test_ssd_gpu_mamba2_size_vs_pytorch_ssd(gpu_kernels):
     from mamba_ssm import _dispatch
     from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined

@@ -113,6 +113,25 @@ def test_ssd_uneven_row_and_column_blocks(interpreted, monkeypatch):
 SSD_CASES["seq_idx_boundaries_64"] = (1, 80, 2, 8, 1, 16, 64, dict(seq=(30, 64), init=True, D="h"))
 
 
+def test_ssd_varlen_states(interpreted):
+    """cu_seqlens (batch 1): each sequence's last state; boundaries inside a chunk, at a chunk's first and
+    last position; seq_idx built from cu_seqlens."""
+    gen = torch.Generator().manual_seed(21)
+    l, h, p, g, n = 50, 2, 4, 1, 16
+    cu = torch.tensor([0, 10, 16, 32, 33, 50])
+    x, dt = torch.randn(1, l, h, p, generator=gen), torch.rand(1, l, h, generator=gen) * 0.4
+    A, B, C = -torch.rand(h, generator=gen) - 0.3, torch.randn(1, l, g, n, generator=gen), torch.randn(1, l, g, n, generator=gen)
+    h0 = torch.randn(1, h, p, n, generator=gen)
+    y, final, varlen = interpreted.ssd.chunk_scan_combined(x, dt, A, B, C, 16, initial_states=h0, cu_seqlens=cu)
+    seq = torch.repeat_interleave(torch.arange(5), torch.diff(cu))[None]
+    y_ref, f_ref, v_ref = R.ssd_recurrence(x, dt, A, B, C, initial_states=h0, seq_idx=seq,
+                                           states_at=(cu[1:] - 1).tolist())
+    assert varlen.shape == (5, h, p, n) and not varlen.requires_grad
+    _close(y, y_ref, torch.float32, "y")
+    _close(final, f_ref, torch.float32, "final_states")
+    _close(varlen, v_ref, torch.float32, "varlen_states")
+
+
 def test_ssd_non_contiguous_inputs(interpreted):
     gen = torch.Generator().manual_seed(3)
     b, l, h, p, g, n = 1, 24, 2, 8, 1, 16

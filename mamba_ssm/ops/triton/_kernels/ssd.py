@@ -33,6 +33,7 @@ Kernels (grids in brackets; no Python loop over chunks or heads):
     _chunk_scan_bwd_dc  [batch*nheads, nchunks, row blocks]  dC, cs gradient (rows)
     _chunk_scan_bwd_dbx [batch*nheads, nchunks, col blocks]  dB, dx, d dt' (direct), cs gradient (cols)
     _dt_cumsum_bwd   [batch, nheads, nchunks]      d dt, dA and d dt_bias partial sums
+    _varlen_states   [num_seqs, nheads, tiles]     with cu_seqlens: each sequence's last state (forward only)
 The D / z parts of the backward and the sums over a group's heads (dB, dC) are torch element-wise
 ops and reductions. Float32 accumulation; matrix products take float16/bfloat16 operands for those
 inputs and exact float32 ("ieee") products for float32 inputs.
@@ -65,14 +66,11 @@ def check_chunk_size(chunk_size) -> None:
                          "256 is Mamba-2's default)")
 
 
-def unsupported(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=None,
-                return_varlen_states=False) -> Optional[str]:
+def unsupported(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=None) -> Optional[str]:
     """None when the kernels take this (validated) call, else why not (one sentence)."""
     why = unsupported_dtype(x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states)
     if why is not None:
         return why
-    if return_varlen_states:
-        return "return_varlen_states (cu_seqlens) is not in the Triton SSD kernels"
     if x.dtype == torch.bfloat16 and x.device.type == "cuda" and not getattr(torch.version, "hip", None) \
             and torch.cuda.get_device_capability(x.device) < (8, 0):
         return "Triton's bfloat16 matrix products need compute capability >= 8.0"
@@ -449,6 +447,47 @@ def _chunk_scan_bwd_dbx(X, Bm, Cm, DTP, CS, SEQ, DS, DY, DB, DX, DDT, DCS, RJ, s
 
 
 @triton.jit
+def _varlen_states(X, Bm, DTP, CS, SEQ, HIN, CU, OUT, seqlen, T, nheads, heads_per_group, hdim, dstate, nchunks,
+                   x_l, x_h, x_p, b_l, b_g, b_n, s_l, Q: tl.constexpr, BLOCK_P: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
+    """Batch 1: OUT[s, h] = the state after position cu[s + 1] - 1 (sequence s's last): its chunk's terms
+    up to there from the same sequence, plus exp(cs_t) H_c when the incoming state is that sequence's."""
+    sid = tl.program_id(0)
+    h = tl.program_id(1)
+    tile = tl.program_id(2)
+    g = h // heads_per_group
+    ntn = tl.cdiv(dstate, BLOCK_N)
+    rp = (tile // ntn) * BLOCK_P + tl.arange(0, BLOCK_P)
+    rn = (tile % ntn) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mp = rp < hdim
+    mn = rn < dstate
+    t_end = tl.minimum(tl.maximum(tl.load(CU + sid + 1).to(tl.int64) - 1, 0), seqlen - 1)
+    c = t_end // Q
+    base = h.to(tl.int64) * T
+    cs_t = tl.load(CS + base + t_end)
+    seq_t = tl.load(SEQ + t_end * s_l)
+    prev = tl.load(SEQ + tl.maximum(c * Q - 1, 0) * s_l)
+    acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, Q, BLOCK_K):
+        t = c * Q + k0 + tl.arange(0, BLOCK_K)
+        valid = t <= t_end
+        sq = tl.load(SEQ + t * s_l, mask=valid, other=-1)
+        keep = valid & (sq == seq_t)
+        cs = tl.load(CS + base + t, mask=valid, other=0.0)
+        wt = tl.exp(tl.where(keep, cs_t - cs, float("-inf"))) * tl.load(DTP + base + t, mask=valid, other=0.0)
+        xt = tl.load(X + t[None, :] * x_l + h * x_h + rp[:, None] * x_p, mask=mp[:, None] & keep[None, :],
+                     other=0.0).to(tl.float32)
+        bt = tl.load(Bm + t[:, None] * b_l + g * b_g + rn[None, :] * b_n, mask=keep[:, None] & mn[None, :],
+                     other=0.0)
+        acc += _dot(xt * wt[None, :], bt, DOT_DT, IEEE)
+    hin = tl.load(HIN + (c * nheads + h) * hdim * dstate + rp[:, None] * dstate + rn[None, :],
+                  mask=mp[:, None] & mn[None, :], other=0.0)
+    acc += tl.where(prev == seq_t, tl.exp(cs_t), 0.0) * hin
+    tl.store(OUT + ((sid * nheads + h) * hdim + rp[:, None]) * dstate + rn[None, :], acc,
+             mask=mp[:, None] & mn[None, :])
+
+
+@triton.jit
 def _dt_cumsum_bwd(DT, A, DTB, DTP, DCS, DDTP, DDT, DA, DDTB, seqlen, T, dt_b, dt_l, dt_h, nheads, lo, hi,
                    HAS_DTB: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr, Q: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
@@ -492,7 +531,8 @@ def _blocks(q, hdim, dstate):
 
 class _SSDFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit):
+    def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit,
+                cu_seqlens):
         batch, seqlen, nheads, hdim = x.shape
         ngroups, dstate = B.shape[2], B.shape[3]
         q = chunk_size
@@ -543,13 +583,22 @@ class _SSDFn(torch.autograd.Function):
             *(Dv.stride() if Dv is not None else (0, 0)),
             HAS_SEQ=seq_idx is not None, HAS_D=Dv is not None, HAS_Z=z is not None, Q=q, BLOCK_M=bm,
             BLOCK_J=bm, BLOCK_P=bpo, BLOCK_N=bno, DOT_DT=dot_dt, IEEE=ieee, num_warps=4)
+        varlen = None
+        if cu_seqlens is not None:
+            nseq = cu_seqlens.numel() - 1
+            varlen = torch.empty((nseq, nheads, hdim, dstate), **f32)
+            _varlen_states[(nseq, nheads, tiles)](
+                x, B, dtp, cs, seq_idx, hin, cu_seqlens, varlen, seqlen, T, nheads, hpg, hdim, dstate, nc,
+                *x.stride()[1:], *B.stride()[1:], seq_idx.stride(1), Q=q, BLOCK_P=bp_s, BLOCK_N=bn_s,
+                BLOCK_K=min(q, 64), DOT_DT=dot_dt, IEEE=ieee, num_warps=4)
+            ctx.mark_non_differentiable(varlen)
         ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, seq_idx, dtp, cs, hin, ypre)
         ctx.meta = (q, bool(dt_softplus), lo, hi, has_limit, initial_states is not None,
                     initial_states.dtype if initial_states is not None else None)
-        return out, final
+        return out, final, varlen
 
     @staticmethod
-    def backward(ctx, dout, dfinal):
+    def backward(ctx, dout, dfinal, dvarlen=None):
         x, dt, A, B, C, D, z, dt_bias, seq_idx, dtp, cs, hin, ypre = ctx.saved_tensors
         q, softplus, lo, hi, has_limit, has_h0, h0_dtype = ctx.meta
         batch, seqlen, nheads, hdim = x.shape
@@ -633,11 +682,12 @@ class _SSDFn(torch.autograd.Function):
         dA = da_part.sum((0, 2)).to(A.dtype)
         ddt_bias = ddtb_part.sum((0, 2)).to(dt_bias.dtype) if dt_bias is not None else None
         dinit = dh0.to(h0_dtype) if has_h0 else None
-        return (dx.to(x.dtype), ddt.to(dt.dtype), dA, dB, dC, None, dD, dz, ddt_bias, dinit, None, None, None)
+        return (dx.to(x.dtype), ddt.to(dt.dtype), dA, dB, dC, None, dD, dz, ddt_bias, dinit, None, None, None,
+                None)
 
 
 def chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
-                        seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
+                        seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf")), cu_seqlens=None):
     """SSD scan on the Triton kernels (differentiable in x, dt, A, B, C, D, z, dt_bias, initial_states).
 
     Args (validated by ``mamba_chunk_scan_combined``; float32/float16/bfloat16; a CUDA device, or CPU
@@ -647,16 +697,28 @@ def chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None
         D: (nheads, headdim) or (nheads,) or None. z: x's shape or None. dt_bias: (nheads,) or None.
         initial_states: (batch, nheads, headdim, dstate) or None. seq_idx: (batch, seqlen) int or None.
         dt_softplus, dt_limit: dt processing (see the module docstring).
+        cu_seqlens: (num_seqs + 1,) int cumulative sequence lengths (batch 1), or None: also return each
+            sequence's last state; seq_idx is built from it when not given.
 
     Returns:
-        ``(out, final_states)``: out (batch, seqlen, nheads, headdim) in x's dtype, final_states
-        (batch, nheads, headdim, dstate) float32.
+        ``(out, final_states)``, or ``(out, final_states, varlen_states)`` with cu_seqlens: out (batch,
+        seqlen, nheads, headdim) in x's dtype, final_states (batch, nheads, headdim, dstate) float32,
+        varlen_states (num_seqs, nheads, headdim, dstate) float32 (no gradient flows through them: they
+        are the cache of a prefill).
 
     Raises:
         ValueError: chunk_size not a power of two in 16..256.
     """
     check_chunk_size(chunk_size)
+    if cu_seqlens is not None:
+        if x.shape[0] != 1:
+            raise ValueError(f"mamba_chunk_scan_combined: cu_seqlens needs batch 1, got batch {x.shape[0]}")
+        cu_seqlens = cu_seqlens.to(device=x.device, dtype=torch.int64).contiguous()
+        if seq_idx is None:
+            lengths = torch.diff(cu_seqlens)
+            seq_idx = torch.repeat_interleave(torch.arange(lengths.numel(), device=x.device), lengths)[None]
     if seq_idx is not None and seq_idx.dtype not in (torch.int32, torch.int64):
         seq_idx = seq_idx.long()
-    return _SSDFn.apply(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus,
-                        tuple(dt_limit))
+    out, final, varlen = _SSDFn.apply(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                                      dt_softplus, tuple(dt_limit), cu_seqlens)
+    return (out, final) if cu_seqlens is None else (out, final, varlen)
