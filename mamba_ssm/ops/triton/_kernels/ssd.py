@@ -84,6 +84,9 @@ def unsupported(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=Non
 
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+# Tile edge of the forward kernels and of the backward's chunk-state product: exact float32 products
+# hold twice the registers of half-precision ones (tests/triton/compile_check.py: no spills this way).
+_TILE = {torch.float32: 32, torch.float16: 64, torch.bfloat16: 64}
 
 # Triton's interpreter (3.8) computes tl.dot of bfloat16 operands wrongly; there the operands are
 # rounded to bfloat16 and multiplied in float32, which is the same arithmetic as a GPU's bf16 MMA.
@@ -522,7 +525,9 @@ def _dt_cumsum_bwd(DT, A, DTB, DTP, DCS, DDTP, DDT, DA, DDTB, seqlen, T, dt_b, d
 
 def _blocks(q, hdim, dstate):
     """Block sizes of the backward's in-chunk kernels, which hold a whole headdim x dstate tile (dS or H)
-    and (rows, headdim) / (rows, dstate) accumulators in registers: fewer rows per block as that grows."""
+    and (rows, headdim) / (rows, dstate) accumulators in registers: fewer rows per block as that grows.
+    (compile_check.py at headdim 64 x dstate 128: no spills in bf16 on sm_90; float32, whose exact
+    products need more registers, spills a few hundred bytes, also with 16 rows.)"""
     bp = pow2(hdim, 16)
     bn = pow2(dstate, 16)
     rows = 64 if bp * bn <= 2048 else (32 if bp * bn <= 8192 else 16)
@@ -555,12 +560,13 @@ class _SSDFn(torch.autograd.Function):
         hpg = nheads // ngroups
         size = hdim * dstate
         states = torch.empty((batch, nc, nheads, hdim, dstate), **f32)
-        bp_s, bn_s = min(pow2(hdim, 16), 64), min(pow2(dstate, 16), 64)
+        tile = _TILE[x.dtype]
+        bp_s, bn_s = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
         tiles = triton.cdiv(hdim, bp_s) * triton.cdiv(dstate, bn_s)
         _chunk_state[(batch * nheads, nc, tiles)](
             x, B, dtp, cs, seq, states, seqlen, T, nheads, hpg, hdim, dstate, *x.stride(), *B.stride(),
             *s_strides, MODE=0, HAS_SEQ=seq_idx is not None, Q=q, BLOCK_P=bp_s, BLOCK_N=bn_s,
-            BLOCK_K=min(q, 64), DOT_DT=dot_dt, IEEE=ieee, num_warps=4)
+            BLOCK_K=min(q, tile), DOT_DT=dot_dt, IEEE=ieee, num_warps=8)
         hin = torch.empty_like(states)
         final = torch.empty((batch, nheads, hdim, dstate), **f32)
         h0 = initial_states.contiguous() if initial_states is not None else None
@@ -570,9 +576,9 @@ class _SSDFn(torch.autograd.Function):
             *s_strides, HAS_SEQ=seq_idx is not None, HAS_H0=h0 is not None, Q=q, BLOCK=block, num_warps=4)
         out = torch.empty((batch, seqlen, nheads, hdim), dtype=x.dtype, device=dev)
         ypre = torch.empty_like(out) if z is not None else None
-        bm = min(q, 64)
-        bpo = min(pow2(hdim, 16), 64)
-        bno = min(pow2(dstate, 16), 64)
+        bm = min(q, tile)
+        bpo = min(pow2(hdim, 16), tile)
+        bno = min(pow2(dstate, 16), tile)
         Dv = None
         if D is not None:
             Dv = D if D.dim() == 2 else D.unsqueeze(-1).expand(nheads, hdim)
@@ -582,7 +588,7 @@ class _SSDFn(torch.autograd.Function):
             *C.stride(), *(z.stride() if z is not None else (0, 0, 0, 0)), *out.stride(), *s_strides,
             *(Dv.stride() if Dv is not None else (0, 0)),
             HAS_SEQ=seq_idx is not None, HAS_D=Dv is not None, HAS_Z=z is not None, Q=q, BLOCK_M=bm,
-            BLOCK_J=bm, BLOCK_P=bpo, BLOCK_N=bno, DOT_DT=dot_dt, IEEE=ieee, num_warps=4)
+            BLOCK_J=bm, BLOCK_P=bpo, BLOCK_N=bno, DOT_DT=dot_dt, IEEE=ieee, num_warps=8)
         varlen = None
         if cu_seqlens is not None:
             nseq = cu_seqlens.numel() - 1
@@ -590,7 +596,7 @@ class _SSDFn(torch.autograd.Function):
             _varlen_states[(nseq, nheads, tiles)](
                 x, B, dtp, cs, seq_idx, hin, cu_seqlens, varlen, seqlen, T, nheads, hpg, hdim, dstate, nc,
                 *x.stride()[1:], *B.stride()[1:], seq_idx.stride(1), Q=q, BLOCK_P=bp_s, BLOCK_N=bn_s,
-                BLOCK_K=min(q, 64), DOT_DT=dot_dt, IEEE=ieee, num_warps=4)
+                BLOCK_K=min(q, tile), DOT_DT=dot_dt, IEEE=ieee, num_warps=8)
             ctx.mark_non_differentiable(varlen)
         ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, seq_idx, dtp, cs, hin, ypre)
         ctx.meta = (q, bool(dt_softplus), lo, hi, has_limit, initial_states is not None,
@@ -627,12 +633,13 @@ class _SSDFn(torch.autograd.Function):
         dy = dy.contiguous()
         # Reverse state passing needs sum_i exp(cs_i) dy_i C_i^T per chunk (MODE 1 of _chunk_state).
         dinter = torch.empty((batch, nc, nheads, hdim, dstate), **f32)
-        bp_s, bn_s = min(pow2(hdim, 16), 64), min(pow2(dstate, 16), 64)
+        tile = _TILE[x.dtype]
+        bp_s, bn_s = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
         tiles = triton.cdiv(hdim, bp_s) * triton.cdiv(dstate, bn_s)
         _chunk_state[(batch * nheads, nc, tiles)](
             dy, C, dtp, cs, seq, dinter, seqlen, T, nheads, hpg, hdim, dstate, *dy.stride(), *C.stride(),
-            *s_strides, MODE=1, HAS_SEQ=has_seq, Q=q, BLOCK_P=bp_s, BLOCK_N=bn_s, BLOCK_K=min(q, 64),
-            DOT_DT=dot_dt, IEEE=ieee, num_warps=4)
+            *s_strides, MODE=1, HAS_SEQ=has_seq, Q=q, BLOCK_P=bp_s, BLOCK_N=bn_s, BLOCK_K=min(q, tile),
+            DOT_DT=dot_dt, IEEE=ieee, num_warps=8)
         block = min(pow2(size), 1024)
         ntiles = triton.cdiv(size, block)
         ds = torch.empty_like(dinter)
