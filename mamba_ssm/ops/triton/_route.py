@@ -6,7 +6,7 @@ from typing import Callable, Optional
 
 from mamba_ssm import _dispatch
 
-__all__ = ["use_triton"]
+__all__ = ["use_triton", "kernels"]
 
 
 def use_triton(op: str, tensor, why_not: Callable[[], Optional[str]]) -> bool:
@@ -24,3 +24,10 @@ def use_triton(op: str, tensor, why_not: Callable[[], Optional[str]]) -> bool:
         _dispatch.fallback_for_call(op, tensor.device, reason)
         return False
     return True
+
+
+def kernels():
+    """The package mamba_ssm.ops.triton._kernels (imports triton; call only on the Triton path)."""
+    import mamba_ssm.ops.triton._kernels as package  # noqa: PLC0415
+
+    return package

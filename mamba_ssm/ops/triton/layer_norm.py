@@ -43,12 +43,6 @@ def _dropout(x, p, training_mask):
     return x * mask.to(x.dtype) / (1.0 - p), mask
 
 
-def _triton_norms():
-    from mamba_ssm.ops.triton._kernels import norms  # noqa: PLC0415
-
-    return norms
-
-
 def layer_norm_fn(x, weight, bias, residual=None, x1=None, weight1=None, bias1=None, eps=1e-6,
                   dropout_p=0.0, rowscale=None, prenorm=False, residual_in_fp32=False, is_rms_norm=False,
                   return_dropout_mask=False, out_dtype=None):
@@ -85,10 +79,10 @@ def layer_norm_fn(x, weight, bias, residual=None, x1=None, weight1=None, bias1=N
         raise ValueError(f"layer_norm_fn: residual must have x's shape {tuple(x.shape)}, got "
                          f"{tuple(residual.shape)}")
     op = "rms_norm" if is_rms_norm else "layer_norm"
-    if _route.use_triton(op, x, lambda: _triton_norms().unsupported_layer_norm(
+    if _route.use_triton(op, x, lambda: _route.kernels().norms.unsupported_layer_norm(
             x, weight, bias, residual, x1, weight1, bias1, dropout_p, rowscale, return_dropout_mask, out_dtype)):
-        return _triton_norms().layer_norm(x, weight, bias, residual, eps, prenorm, residual_in_fp32, is_rms_norm,
-                                          out_dtype)
+        return _route.kernels().norms.layer_norm(x, weight, bias, residual, eps, prenorm, residual_in_fp32,
+                                                 is_rms_norm, out_dtype)
     in_dtype = x.dtype
     out_dtype = out_dtype or in_dtype
     xs = x

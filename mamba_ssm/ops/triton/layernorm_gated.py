@@ -18,12 +18,6 @@ from mamba_ssm.ops.triton import _route
 __all__ = ["rmsnorm_fn", "layernorm_fn", "RMSNorm", "LayerNorm"]
 
 
-def _triton_norms():
-    from mamba_ssm.ops.triton._kernels import norms  # noqa: PLC0415
-
-    return norms
-
-
 def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm):
     hidden = x.shape[-1]
     group_size = hidden if group_size is None else group_size
@@ -34,8 +28,9 @@ def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_no
     if z is not None and z.shape != x.shape:
         raise ValueError(f"gated norm: z must have x's shape {tuple(x.shape)}, got {tuple(z.shape)}")
     if _route.use_triton("rms_norm" if is_rms_norm else "layer_norm", x,
-                         lambda: _triton_norms().unsupported_gated_norm(x, weight, bias, z, group_size)):
-        return _triton_norms().gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm)
+                         lambda: _route.kernels().norms.unsupported_gated_norm(x, weight, bias, z, group_size)):
+        return _route.kernels().norms.gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate,
+                                                 is_rms_norm)
     cdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     xf = x.to(cdtype)
     if z is not None and not norm_before_gate:

@@ -22,12 +22,6 @@ def _shape(x):
     return tuple(x.shape)
 
 
-def _triton_kernel():
-    from mamba_ssm.ops.triton._kernels import state_update  # noqa: PLC0415
-
-    return state_update
-
-
 def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
                            state_batch_indices=None):
     """Advance ``state`` by one token and return the output for that token.
@@ -89,10 +83,10 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
                 continue
             raise ValueError(f"selective_state_update: {name} must have shape "
                              f"{(nheads, dim) if heads else (dim,)}, got {_shape(t)}")
-    if _route.use_triton("selective_state_update", x, lambda: _triton_kernel().unsupported(
+    if _route.use_triton("selective_state_update", x, lambda: _route.kernels().state_update.unsupported(
             state, x, dt, A, B, C, D, z, dt_bias)):
-        out = _triton_kernel().selective_state_update(state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h,
-                                                      dt_softplus, state_batch_indices)
+        out = _route.kernels().state_update.selective_state_update(
+            state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h, dt_softplus, state_batch_indices)
         return out if heads else out.squeeze(1)
     cdtype = torch.float64 if torch.float64 in (x.dtype, state.dtype, A.dtype) else torch.float32
     dtf = dt_h.to(cdtype)

@@ -105,12 +105,6 @@ def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None
     return y, cur, picked
 
 
-def _triton_ssd():
-    from mamba_ssm.ops.triton._kernels import ssd  # noqa: PLC0415
-
-    return ssd
-
-
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                               initial_states=None, seq_idx=None, cu_seqlens=None, dt_softplus=False,
                               dt_limit=(0.0, float("inf")), return_final_states=False,
@@ -169,9 +163,9 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
         raise ValueError(f"mamba_chunk_scan_combined: chunk_size must be a positive int, got {chunk_size!r}")
     if return_varlen_states and (cu_seqlens is None or b != 1):
         raise ValueError("mamba_chunk_scan_combined: return_varlen_states needs cu_seqlens and batch 1")
-    if _route.use_triton("ssd_chunk_scan", x, lambda: _triton_ssd().unsupported(
+    if _route.use_triton("ssd_chunk_scan", x, lambda: _route.kernels().ssd.unsupported(
             x, dt, A, B, C, D, z, dt_bias, initial_states)):
-        res = _triton_ssd().chunk_scan_combined(   # ValueError for a chunk_size it does not take
+        res = _route.kernels().ssd.chunk_scan_combined(   # ValueError for a chunk_size it does not take
             x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
             seq_idx=seq_idx, dt_softplus=dt_softplus, dt_limit=dt_limit,
             cu_seqlens=cu_seqlens if return_varlen_states else None)
