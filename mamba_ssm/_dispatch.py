@@ -289,9 +289,9 @@ def _plan_triton_op(op: str, device: Any, out: Dict[str, Any]) -> Dict[str, Any]
     requested, source = out["requested"], out["source"]
     if requested in ("torch", "ref"):
         out["backend"] = "torch"
-        if requested == "ref":
-            out["reason"] = (f"{op} has one PyTorch implementation, which is also its reference "
-                             f"({source}=ref)")
+        out["reason"] = (f"{op} has one PyTorch implementation, which is also its reference ({source}=ref)"
+                         if requested == "ref" else
+                         f"{source}=torch: {op} runs on its PyTorch implementation, not its Triton kernel")
         return out
     unavailable = triton_unavailable(device)
     if unavailable is None:
