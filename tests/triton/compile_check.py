@@ -14,6 +14,7 @@ Exit status 0 when every kernel compiled for every target. Must run without TRIT
 (tests/triton/test_triton_compile.py starts it in a subprocess).
 """
 import argparse
+import inspect
 import os
 import subprocess
 import sys
@@ -131,6 +132,14 @@ def workloads():
             ("gated norm", lambda: gated_case(True)), ("gated norm (gate first)", lambda: gated_case(False))]
 
 
+def _source(fn, sig, consts):
+    """ASTSource for this triton: 3.0-3.2 take ``constants`` and a signature of the other parameters;
+    later ones ``constexprs`` and "constexpr" entries in the signature."""
+    if "constexprs" in inspect.signature(ASTSource.__init__).parameters:
+        return ASTSource(fn=fn, signature=sig, constexprs=consts)
+    return ASTSource(fn=fn, signature={k: v for k, v in sig.items() if v != "constexpr"}, constants=consts)
+
+
 def resources(kernel) -> str:
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     if not os.path.exists(cuobjdump):
@@ -165,15 +174,15 @@ def main(argv=None) -> int:
         for fn, sig, consts, warps in launches:
             label = f"{target} {fn.__name__} (warps {warps}, {', '.join(f'{k}={v}' for k, v in consts.items() if k.startswith('BLOCK') or k == 'Q')})"
             try:
-                k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=gpu,
-                                   options={"num_warps": warps})
+                k = triton.compile(_source(fn, sig, consts), target=gpu, options={"num_warps": warps})
             except Exception as exc:  # noqa: BLE001 - report every failure
                 failures += 1
                 print(f"FAIL {label}: {type(exc).__name__}: {str(exc)[:2000]}")
                 continue
             extra = resources(k) if backend == "cuda" else ""
             print(f"ok   {label}: shared {k.metadata.shared} B{'; ' + extra if extra else ''}")
-    print(f"{len(launches)} kernel configurations x {len(args.targets.split(','))} targets, {failures} failed")
+    print(f"triton {triton.__version__}: {len(launches)} kernel configurations x {len(args.targets.split(','))} "
+          f"targets, {failures} failed")
     return 1 if failures else 0
 
 

@@ -7,6 +7,10 @@ triton (nothing imports triton at ``import torch`` / ``import mamba_ssm`` or at 
 other test directories), unless ``MAMBA_TRITON_GPU_TESTS=1`` asks for the kernels compiled for a GPU
 (benchmarks/gpu_check.sh runs test_triton_gpu.py that way, in its own process).
 
+The interpreter of triton 3.0 cannot take loop bounds passed as kernel arguments (the kernels use them);
+run these tests with a newer one (the dev venv's torch 2.14 brings 3.8). Compiling for a GPU works from
+3.0 on: compile_check.py passes with triton 3.0.0 for sm_80 and sm_90.
+
 ``interpreted``: mamba_ssm.ops.triton._kernels on the interpreter (skips, saying why, if triton was
 imported before this conftest). ``gpu_kernels``: the same modules compiled for the GPU (skips without
 a CUDA/ROCm device, or when this process runs the interpreter).

@@ -14,7 +14,6 @@ One program per row (per row and group for the gated norm) in the forward; the b
 take a block of rows and write one partial ``dweight`` / ``dbias`` row, summed by torch afterwards.
 Statistics and accumulation in float32.
 """
-from __future__ import annotations
 
 from typing import Optional
 

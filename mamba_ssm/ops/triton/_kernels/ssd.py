@@ -38,7 +38,6 @@ The D / z parts of the backward and the sums over a group's heads (dB, dC) are t
 ops and reductions. Float32 accumulation; matrix products take float16/bfloat16 operands for those
 inputs and exact float32 ("ieee") products for float32 inputs.
 """
-from __future__ import annotations
 
 import math
 import os

@@ -13,7 +13,6 @@ row of batch entry b; a negative index (-1) marks a padded slot: its output is 0
 read or written. One program per (block of ``dim`` rows, batch entry, head) holds its rows' whole
 ``dstate`` in registers; float32 arithmetic, the state stored back in its own dtype.
 """
-from __future__ import annotations
 
 from typing import Optional
 
