@@ -140,10 +140,11 @@ def test_ssd_non_contiguous_inputs(interpreted):
     B = xbc[..., h * p:h * p + g * n].reshape(b, l, g, n)
     C = xbc[..., h * p + g * n:h * p + 2 * g * n].reshape(b, l, g, n)
     dt = torch.rand(b, h, l, generator=gen).transpose(1, 2) * 0.3 + 0.01
-    A = -torch.rand(h, generator=gen) - 0.5
-    assert not x.is_contiguous() and not dt.is_contiguous()
-    y, final = interpreted.ssd.chunk_scan_combined(x, dt, A, B, C, 16)
-    y_ref, f_ref = R.ssd_recurrence(x, dt, A, B, C)
+    A = (-torch.rand(2 * h, generator=gen) - 0.5)[::2]                  # strided per-head parameters
+    dt_bias = (torch.rand(2 * h, generator=gen) * 0.1)[1::2]
+    assert not x.is_contiguous() and not dt.is_contiguous() and not A.is_contiguous()
+    y, final = interpreted.ssd.chunk_scan_combined(x, dt, A, B, C, 16, dt_bias=dt_bias)
+    y_ref, f_ref = R.ssd_recurrence(x, dt, A, B, C, dt_bias=dt_bias)
     _close(y, y_ref, torch.float32, "y")
     _close(final, f_ref, torch.float32, "final_states")
 
@@ -243,7 +244,7 @@ def test_norm_residual_prenorm(interpreted, dtype, is_rms):
 def test_norm_no_residual_out_dtype_no_bias(interpreted):
     gen = torch.Generator().manual_seed(12)
     x = torch.randn(2, 3, 24, generator=gen, dtype=torch.float16).requires_grad_(True)
-    w = torch.randn(24, generator=gen).requires_grad_(True)
+    w = torch.randn(48, generator=gen)[::2].detach().requires_grad_(True)         # a strided weight
     y = interpreted.norms.layer_norm(x, w, None, None, 1e-6, is_rms_norm=True, out_dtype=torch.float32)
     assert y.dtype == torch.float32 and y.shape == x.shape
     xr, wr = _ref_leaf(x), _ref_leaf(w)

@@ -114,6 +114,11 @@ def _norm_bwd_kernel(X, W, DY, DRO, DX, DW, DB, Mean, Rstd, stride_x, stride_dy,
         tl.store(DB + pid * N + cols, db, mask=m)
 
 
+def _vector(t):
+    """A (hidden,) parameter with unit stride (the kernels index it as one), or None."""
+    return None if t is None else t.contiguous()
+
+
 def _bwd_programs(rows: int, device: torch.device) -> int:
     if device.type == "cuda":
         sms = torch.cuda.get_device_properties(device).multi_processor_count
@@ -140,6 +145,7 @@ def unsupported_layer_norm(x, weight, bias, residual=None, x1=None, weight1=None
 class _NormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, residual, eps, prenorm, residual_in_fp32, is_rms_norm, out_dtype):
+        weight, bias = _vector(weight), _vector(bias)
         shape = x.shape
         n = shape[-1]
         x2 = x.reshape(-1, n)
@@ -330,6 +336,7 @@ def _rows(t, n):
 class _GatedNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm):
+        weight, bias = _vector(weight), _vector(bias)
         shape = x.shape
         n = shape[-1]
         group = n if group_size is None else group_size

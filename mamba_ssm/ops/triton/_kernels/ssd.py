@@ -537,6 +537,8 @@ class _SSDFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit,
                 cu_seqlens):
+        A = A.contiguous()                   # the kernels read A[h] and dt_bias[h] with unit stride
+        dt_bias = dt_bias.contiguous() if dt_bias is not None else None
         batch, seqlen, nheads, hdim = x.shape
         ngroups, dstate = B.shape[2], B.shape[3]
         q = chunk_size
