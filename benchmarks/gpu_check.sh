@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The GPU check, one script for the reference GPU machine (an H200 with Python 3.12, torch 2.11.0+cu130,
-# nvcc, no network), in at most 5 minutes:
+# nvcc, no network), in about 5 minutes (each step has its own time limit; all of them at their limits: 7.3 min):
 #   1. build mamba_ssm._C in place for sm_90 only (CPU kernel + CUDA kernels), with the build log;
 #   2. doctor's JSON (the module loaded, its build info, the backend per device);
 #   3. the GPU kernel tests (tests/kernels/test_gpu_kernel.py: float64 reference, fwd+bwd, fp32/fp16/bf16,
 #      seqlen 2049 with delta_bias+softplus, dim 65,536, side stream, second device);
 #   4. the kernel benchmark (benchmarks/bench_kernel.py --device cuda: B=8, D=2048, d_state 16, L=4096,
-#      fp32/bf16, fwd and fwd+bwd, bandwidth, measured copy bandwidth, speed vs the PyTorch fallback).
+#      fp32/bf16, fwd and fwd+bwd, bandwidth, measured copy bandwidth, speed vs the PyTorch fallback);
+#   5. the Triton kernels' GPU tests (tests/triton/test_triton_gpu.py) and the ops benchmark
+#      (benchmarks/bench_ops.py --device cuda: SSD fwd+bwd vs our PyTorch SSD and the Mamba-1 scan,
+#      selective_state_update and norms vs copy bandwidth).
 # Every step writes into $OUT as it goes (summary.txt collects one line per step), so a run cut short
 # still leaves what it did. Each step has its own time limit; a failing step does not stop the others.
 #
@@ -65,7 +68,7 @@ CPUS="$(nproc 2>/dev/null || echo 4)"
 export MAX_JOBS="${MAX_JOBS:-$(( CPUS < 16 ? CPUS : 16 ))}"
 
 # ---- 1. build (sm_90) ---------------------------------------------------------------------------
-say "1/4 build: MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90 MAX_JOBS=$MAX_JOBS setup.py build_ext --inplace"
+say "1/5 build: MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90 MAX_JOBS=$MAX_JOBS setup.py build_ext --inplace"
 b0=$(date +%s)
 MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90 timeout 120 \
   $PYTHON setup.py build_ext --inplace >"$OUT/build.log" 2>&1
@@ -80,10 +83,10 @@ fi
 
 # ---- 2. doctor ----------------------------------------------------------------------------------
 timeout 20 $PYTHON -m mamba_ssm doctor --json >"$OUT/doctor.json" 2>"$OUT/doctor.stderr"
-say "2/4 doctor exit $? (doctor.json)"
+say "2/5 doctor exit $? (doctor.json)"
 
 # ---- 3. GPU kernel tests ------------------------------------------------------------------------
-say "3/4 GPU kernel tests"
+say "3/5 GPU kernel tests"
 if $PYTHON -c "import pytest" >/dev/null 2>&1; then
   timeout 90 $PYTHON -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_gpu_kernel.py \
     --junitxml="$OUT/gpu_tests.xml" >"$OUT/gpu_tests.log" 2>&1
@@ -99,9 +102,26 @@ else
 fi
 
 # ---- 4. kernel benchmark ------------------------------------------------------------------------
-say "4/4 kernel benchmark"
+say "4/5 kernel benchmark"
 timeout 75 $PYTHON benchmarks/bench_kernel.py --device cuda --out "$OUT" >"$OUT/bench_kernel.log" 2>&1
 say "benchmark exit $?:"
 cat "$OUT/bench_kernel_cuda.md" 2>/dev/null | tee -a "$SUMMARY" || tail -n 20 "$OUT/bench_kernel.log" | tee -a "$SUMMARY"
+
+# ---- 5. Triton kernels: GPU tests and the ops benchmark ----------------------------------------
+# (their own pytest process: tests/triton/conftest.py switches Triton's interpreter on unless
+# MAMBA_TRITON_GPU_TESTS=1; the first call of each kernel compiles it, a few seconds each)
+say "5/5 Triton kernel tests (tests/triton/test_triton_gpu.py) and benchmarks/bench_ops.py --device cuda"
+if $PYTHON -c "import pytest" >/dev/null 2>&1; then
+  MAMBA_TRITON_GPU_TESTS=1 timeout 75 $PYTHON -m pytest -q -rs -p no:cacheprovider -m gpu tests/triton/test_triton_gpu.py \
+    --junitxml="$OUT/triton_gpu_tests.xml" >"$OUT/triton_gpu_tests.log" 2>&1
+  rc=$?
+  say "Triton GPU tests exit $rc: $(tail -n 1 "$OUT/triton_gpu_tests.log")"
+  [ $rc -ne 0 ] && grep -E "^(FAILED|ERROR)" "$OUT/triton_gpu_tests.log" | head -20 | tee -a "$SUMMARY"
+else
+  say "Triton GPU tests skipped: pytest is not installed"
+fi
+timeout 60 $PYTHON benchmarks/bench_ops.py --device cuda --reps 3 --out "$OUT" >"$OUT/bench_ops.log" 2>&1
+say "bench_ops exit $?:"
+cat "$OUT/bench_ops_cuda.md" 2>/dev/null | tee -a "$SUMMARY" || tail -n 20 "$OUT/bench_ops.log" | tee -a "$SUMMARY"
 
 say "done in $(( $(date +%s) - START )) s; results in $OUT"

@@ -4,15 +4,20 @@ Backends:
 
 * ``compiled``: the kernels of ``mamba_ssm._C`` (Python face: :mod:`mamba_ssm.ops.backends.compiled`);
   chosen when the module is present, passes the compatibility rule, loaded, and covers the device.
+* ``triton``: Triton kernels (:mod:`mamba_ssm.ops.triton._kernels`) for the ops in :data:`TRITON_OPS`
+  (SSD scan, decode state update, norms), on CUDA/ROCm devices when ``triton`` >= :data:`TRITON_MIN_VERSION`
+  imports.
 * ``torch``: the fast PyTorch fallback (a chunked parallel scan; :mod:`mamba_ssm.ops.backends.torch_scan`).
 * ``ref``: the sequential reference implementations (slow; for checking).
 
 The choice comes from :func:`set_backend` when called, else the environment variable
-``MAMBA_SSM_BACKEND`` = ``auto`` (default) | ``compiled`` | ``cuda`` (an alias of ``compiled``) | ``torch``
-| ``ref``. ``auto`` uses the compiled kernels where they can run and falls back to PyTorch otherwise,
+``MAMBA_SSM_BACKEND`` = ``auto`` (default) | ``compiled`` | ``cuda`` (an alias of ``compiled``) | ``triton``
+| ``torch`` | ``ref``. ``auto`` uses the GPU kernels an op has (compiled, else Triton) where they can run
+and falls back to PyTorch otherwise,
 warning once per process (a :class:`MambaFallbackWarning`, silenced by
 ``MAMBA_SSM_NO_FALLBACK_WARNING=1``) with the reason and the fix. Forcing ``compiled`` where it cannot
-run raises :class:`RuntimeError` with the reason instead of falling back.
+run raises :class:`RuntimeError` with the reason instead of falling back; so does forcing ``triton`` for an
+op with a Triton kernel where Triton cannot run (ops without one behave as under ``auto``).
 
 Nothing here runs at ``import mamba_ssm``; the compiled module is loaded at the first
 :func:`backend_for` call that could use it, and a GPU's coverage is checked at the first call on it.
@@ -34,6 +39,9 @@ __all__ = [
     "ENV_NO_WARNING",
     "OPS",
     "COMPILED_OPS",
+    "TRITON_OPS",
+    "TRITON_MIN_VERSION",
+    "triton_unavailable",
     "MambaFallbackWarning",
     "backend_for",
     "fallback_for_call",
@@ -46,9 +54,9 @@ ENV_BACKEND = "MAMBA_SSM_BACKEND"
 ENV_NO_WARNING = "MAMBA_SSM_NO_FALLBACK_WARNING"
 
 #: What backend_for returns.
-BACKENDS = ("compiled", "torch", "ref")
+BACKENDS = ("compiled", "triton", "torch", "ref")
 #: What MAMBA_SSM_BACKEND and set_backend accept (``cuda`` is an alias of ``compiled``).
-CHOICES = ("auto", "compiled", "cuda", "torch", "ref")
+CHOICES = ("auto", "compiled", "cuda", "triton", "torch", "ref")
 _ALIASES = {"cuda": "compiled"}
 
 #: The ops the dispatcher knows, and which of them mamba_ssm._C has kernels for. The others have one
@@ -65,6 +73,10 @@ OPS = (
     "layer_norm",
 )
 COMPILED_OPS = frozenset({"selective_scan", "mamba_inner"})
+#: The ops with Triton kernels (mamba_ssm.ops.triton._kernels): used on CUDA/ROCm devices.
+TRITON_OPS = frozenset({"ssd_chunk_scan", "selective_state_update", "rms_norm", "layer_norm"})
+#: The oldest Triton the kernels are written for (what torch 2.4 brings); older: the PyTorch path.
+TRITON_MIN_VERSION = (3, 0)
 
 
 class MambaFallbackWarning(UserWarning):
@@ -106,7 +118,7 @@ def set_backend(name: Optional[str]) -> Optional[str]:
     """Choose the backend for every op in this process, overriding ``MAMBA_SSM_BACKEND``.
 
     Args:
-        name: ``"auto"``, ``"compiled"`` (alias ``"cuda"``), ``"torch"`` or ``"ref"``; ``None`` goes
+        name: ``"auto"``, ``"compiled"`` (alias ``"cuda"``), ``"triton"``, ``"torch"`` or ``"ref"``; ``None`` goes
             back to what the environment variable says.
 
     Returns:
@@ -124,7 +136,7 @@ def set_backend(name: Optional[str]) -> Optional[str]:
 
 
 def get_backend() -> str:
-    """The backend asked for: ``"auto"``, ``"compiled"``, ``"torch"`` or ``"ref"``.
+    """The backend asked for: ``"auto"``, ``"compiled"``, ``"triton"``, ``"torch"`` or ``"ref"``.
 
     That is :func:`set_backend`'s value when set, else ``MAMBA_SSM_BACKEND`` (``cuda`` reported as
     ``compiled``), else ``"auto"``. What actually runs on a device is :func:`backend_for`'s answer.
@@ -195,6 +207,106 @@ def _compiled_unavailable(device: Any) -> Optional[Tuple[str, str]]:
     return None
 
 
+_triton_status: Optional[Tuple[Optional[str], Optional[str]]] = None   # (reason, fix); reason None: usable
+
+
+def _triton_fix() -> Optional[str]:
+    """A safe command that installs the Triton this torch wheel was built with (its pinned requirement,
+    so pip leaves torch alone), or None when torch names no Triton requirement."""
+    try:
+        from importlib import metadata  # noqa: PLC0415
+
+        for req in metadata.requires("torch") or []:
+            name = req.split(";")[0].strip()
+            for dist in ("pytorch-triton-rocm", "pytorch-triton", "triton"):
+                if name.startswith(dist + "==") and "extra ==" not in req:
+                    return f"pip install '{name}' (the Triton your torch was built with)"
+    except Exception:  # noqa: BLE001 - no metadata: no command to suggest
+        pass
+    return None
+
+
+def _check_triton() -> Tuple[Optional[str], Optional[str]]:
+    """Import triton and our Triton kernels once: (None, None) when usable, else (reason, fix)."""
+    global _triton_status
+    if _triton_status is not None:
+        return _triton_status
+    with _lock:
+        if _triton_status is not None:
+            return _triton_status
+        floor = ".".join(map(str, TRITON_MIN_VERSION))
+        status: Tuple[Optional[str], Optional[str]] = (None, None)
+        try:
+            import triton  # noqa: PLC0415
+        except Exception as exc:  # noqa: BLE001
+            fix = _triton_fix() or f"install the Triton (>= {floor}) that matches your torch"
+            status = (f"triton cannot be imported ({type(exc).__name__}: {exc})", fix)
+        else:
+            version = str(getattr(triton, "__version__", "0"))
+            parts = []
+            for piece in version.split("+")[0].split(".")[:2]:
+                digits = "".join(ch for ch in piece if ch.isdigit())
+                parts.append(int(digits) if digits else 0)
+            if tuple(parts) < TRITON_MIN_VERSION:
+                status = (f"triton {version} is older than {floor}, the oldest the Triton kernels support",
+                          "upgrade torch (>= 2.4 brings Triton >= 3.0), or install the newer Triton your torch "
+                          f"supports ({_triton_fix() or 'see the PyTorch install page'})")
+            else:
+                try:
+                    import mamba_ssm.ops.triton._kernels  # noqa: F401,PLC0415
+                except Exception as exc:  # noqa: BLE001
+                    status = (f"the Triton kernels failed to import with triton {version} "
+                              f"({type(exc).__name__}: {exc})", f"reinstall the package: `{_loader.FIX_REINSTALL}`")
+        _triton_status = status
+    return status
+
+
+def triton_unavailable(device: Any) -> Optional[Tuple[str, Optional[str]]]:
+    """None when the Triton kernels can run on ``device``, else ``(reason, fix)``.
+
+    They run on CUDA and ROCm devices (torch calls both ``cuda``) when ``triton`` >= :data:`TRITON_MIN_VERSION`
+    imports; other devices get the reason and no fix (nothing to repair: the PyTorch path is the one for
+    them). Triton's import is tried once per process.
+    """
+    kind, _ = _loader.device_key(device)
+    if kind != "cuda":
+        return (f"the Triton kernels run on CUDA/ROCm devices only; on {kind} the PyTorch implementation runs",
+                None)
+    arch = _loader.device_arch(device)    # known once the device's coverage was checked
+    if arch and not arch.startswith("gfx"):
+        try:
+            major = int(arch.split(".")[0])
+        except ValueError:
+            major = None
+        if major is not None and major < 7:
+            return (f"Triton does not support compute capability {arch} (it needs >= 7.0); the PyTorch "
+                    "implementation runs", None)
+    reason, fix = _check_triton()
+    return None if reason is None else (reason, fix)
+
+
+def _plan_triton_op(op: str, device: Any, out: Dict[str, Any]) -> Dict[str, Any]:
+    requested, source = out["requested"], out["source"]
+    if requested in ("torch", "ref"):
+        out["backend"] = "torch"
+        out["reason"] = (f"{op} has one PyTorch implementation, which is also its reference ({source}=ref)"
+                         if requested == "ref" else
+                         f"{source}=torch: {op} runs on its PyTorch implementation, not its Triton kernel")
+        return out
+    unavailable = triton_unavailable(device)
+    if unavailable is None:
+        out["backend"] = "triton"
+        if requested == "compiled":
+            out["reason"] = f"mamba_ssm._C has no kernel for {op}; its Triton kernel is the GPU kernel"
+        return out
+    out["reason"], out["fix"] = unavailable
+    if requested == "triton" and out["fix"] is not None:
+        out["error"] = True          # forced on a GPU where Triton cannot run
+    else:
+        out["backend"] = "torch"
+    return out
+
+
 def plan(op: str, device: Any) -> Dict[str, Any]:
     """What :func:`backend_for` would choose, without warning or raising for an unavailable backend.
 
@@ -203,9 +315,10 @@ def plan(op: str, device: Any) -> Dict[str, Any]:
         device: a torch.device, a device string, a CUDA ordinal or a tensor.
 
     Returns:
-        ``{"backend": "compiled"|"torch"|"ref"|None, "requested": ..., "source": ..., "reason": str|None,
-        "fix": str|None, "error": bool}``: ``backend`` None and ``error`` True when the requested
-        backend cannot run (``backend_for`` raises then); ``reason``/``fix`` explain any fallback.
+        ``{"backend": "compiled"|"triton"|"torch"|"ref"|None, "requested": ..., "source": ..., "reason":
+        str|None, "fix": str|None, "error": bool}``: ``backend`` None and ``error`` True when the
+        requested backend cannot run (``backend_for`` raises then); ``reason``/``fix`` explain any
+        fallback (``fix`` None: nothing to repair, e.g. Triton ops on a CPU device).
 
     Raises:
         ValueError: unknown op, or a bad ``MAMBA_SSM_BACKEND`` value.
@@ -214,12 +327,14 @@ def plan(op: str, device: Any) -> Dict[str, Any]:
     requested, source = _requested()
     out: Dict[str, Any] = {"backend": None, "requested": requested, "source": source,
                            "reason": None, "fix": None, "error": False}
+    if op in TRITON_OPS:
+        return _plan_triton_op(op, device, out)
     if op not in COMPILED_OPS:
         # One implementation, whatever is asked for (the causal_conv1d ops use the causal-conv1d
         # package's kernels for CUDA tensors when it is installed; doctor reports that).
         out["backend"] = "torch"
         out["reason"] = f"mamba_ssm._C has no kernel for {op}; it runs on its PyTorch implementation"
-        if requested in ("ref", "compiled"):
+        if requested in ("ref", "compiled", "triton"):
             out["reason"] += (f" (the only one: {source}={requested} does not change it; "
                               f"only {' and '.join(sorted(COMPILED_OPS))} have a compiled kernel and a "
                               f"separate reference)")
@@ -230,6 +345,8 @@ def plan(op: str, device: Any) -> Dict[str, Any]:
     unavailable = _compiled_unavailable(device)
     if unavailable is None:
         out["backend"] = "compiled"
+        if requested == "triton":
+            out["reason"] = f"{op} has no Triton kernel; the compiled kernel runs ({source}=triton)"
         return out
     out["reason"], out["fix"] = unavailable
     if requested == "compiled":
@@ -298,13 +415,14 @@ def backend_for(op: str, device: Any) -> str:
             at its first call and cached.
 
     Returns:
-        ``"compiled"``, ``"torch"`` or ``"ref"``. When ``"compiled"`` is returned,
-        :mod:`mamba_ssm.ops.backends.compiled` has been imported.
+        ``"compiled"``, ``"triton"``, ``"torch"`` or ``"ref"``. When ``"compiled"`` is returned,
+        :mod:`mamba_ssm.ops.backends.compiled` has been imported; when ``"triton"``,
+        :mod:`mamba_ssm.ops.triton._kernels`.
 
     Raises:
         RuntimeError: ``compiled`` was forced (``MAMBA_SSM_BACKEND=compiled|cuda`` or
-            ``set_backend("compiled")``) and cannot run on ``device``; the message gives the reason
-            and the fix.
+            ``set_backend("compiled")``) and cannot run on ``device``, or ``triton`` was forced for an op
+            with a Triton kernel on a GPU where Triton cannot run; the message gives the reason and the fix.
         ValueError: unknown ``op``, or ``MAMBA_SSM_BACKEND`` holds a value that is not a backend.
 
     Falling back from ``auto`` to ``torch`` warns once per process and reason
@@ -344,8 +462,9 @@ _constant_backend_for._dynamo_marked_constant = True  # type: ignore[attr-define
 def _backend_for_eager(op: str, device: Any) -> str:
     decision = plan(op, device)
     if decision["error"]:
+        forced = "triton" if decision["requested"] == "triton" else "compiled"
         raise RuntimeError(
-            f"mamba_ssm: the compiled backend was forced ({decision['source']}="
+            f"mamba_ssm: the {forced} backend was forced ({decision['source']}="
             f"{decision['requested']}) but cannot run {op} on {_describe(device)}: {decision['reason']}. "
             f"Fix: {decision['fix']}; or unset {ENV_BACKEND} (auto) to use the PyTorch fallback."
         )
@@ -356,7 +475,7 @@ def _backend_for_eager(op: str, device: Any) -> str:
 
 
 def fallback_for_call(op: str, device: Any, reason: str) -> str:
-    """Called by an op when the compiled backend was chosen but cannot take this particular call.
+    """Called by an op when the compiled (or Triton) backend was chosen but cannot take this particular call.
 
     For example ``mamba_ssm.ops.backends.compiled.supports(...)`` says d_state 512 exceeds the
     kernel's limit of 256.
@@ -370,7 +489,8 @@ def fallback_for_call(op: str, device: Any, reason: str) -> str:
         ``"torch"``: run this call on the PyTorch fallback (warned once per process per op).
 
     Raises:
-        RuntimeError: the compiled backend was forced; the message carries ``reason``.
+        RuntimeError: the compiled backend was forced for a compiled op, or the triton backend for a
+            Triton op; the message carries ``reason``.
     """
     if _compiling():
         return _constant_fallback_for_call(op, _describe(device), str(reason))
@@ -388,9 +508,9 @@ _constant_fallback_for_call._dynamo_marked_constant = True  # type: ignore[attr-
 def _fallback_for_call_eager(op: str, device: Any, reason: str) -> str:
     _check_op(op)
     requested, source = _requested()
-    if requested == "compiled":
+    if (requested == "compiled" and op in COMPILED_OPS) or (requested == "triton" and op in TRITON_OPS):
         raise RuntimeError(
-            f"mamba_ssm: the compiled backend was forced ({source}=compiled) but cannot run this {op} "
+            f"mamba_ssm: the {requested} backend was forced ({source}={requested}) but cannot run this {op} "
             f"call on {_describe(device)}: {reason}. Unset {ENV_BACKEND} (auto) to let such calls run "
             "on the PyTorch fallback."
         )
@@ -400,8 +520,9 @@ def _fallback_for_call_eager(op: str, device: Any, reason: str) -> str:
 
 
 def _reset_for_tests() -> None:
-    """Forget warnings given and the override (tests only)."""
-    global _override
+    """Forget warnings given, the override and the Triton check (tests only)."""
+    global _override, _triton_status
     with _lock:
         _warned.clear()
         _override = None
+        _triton_status = None

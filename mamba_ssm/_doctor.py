@@ -8,9 +8,11 @@ and every visible GPU).
 
 Unlike ``import mamba_ssm``, doctor initialises CUDA (to list GPUs and check their coverage).
 
-Exit status: 0 when the compiled backend is active for every device present; 1 when some device runs
-on the PyTorch fallback for a fixable reason (the fix is printed); 2 when broken (torch cannot be
-imported, a bad ``MAMBA_SSM_BACKEND``, a forced backend that cannot run).
+Exit status: 0 when the compiled backend is active for every device present (and, on each GPU, the
+Triton kernels of the ops that have them: SSD, selective_state_update, the norms); 1 when some device
+runs on the PyTorch fallback for a fixable reason (the fix is printed; e.g. a GPU without a usable
+triton >= 3.0); 2 when broken (torch cannot be imported, a bad ``MAMBA_SSM_BACKEND``, a forced backend
+that cannot run).
 
 ``--json`` prints one JSON object with these stable top-level keys: ``schema``, ``package``, ``python``,
 ``torch``, ``gpus``, ``driver``, ``compiled_module``, ``install_decision``, ``backend``, ``devices``,
@@ -410,11 +412,17 @@ def collect(check: bool = False) -> Dict[str, Any]:
                             f"implementation")
             compiled_ops = [op for op in _dispatch.OPS if op in _dispatch.COMPILED_OPS]
             entry["compiled_active"] = all(entry["ops"][op]["backend"] == "compiled" for op in compiled_ops)
-            for op in compiled_ops:
+            # The ops whose GPU kernel should run here: the compiled ones everywhere, the Triton ones on
+            # CUDA/ROCm devices (on a CPU their PyTorch implementation is the only one: nothing to fix).
+            kernel_ops = compiled_ops + ([op for op in _dispatch.OPS if op in _dispatch.TRITON_OPS]
+                                         if name.startswith("cuda") else [])
+            entry["triton_active"] = (all(entry["ops"][op]["backend"] == "triton" for op in _dispatch.OPS
+                                          if op in _dispatch.TRITON_OPS) if name.startswith("cuda") else None)
+            for op in kernel_ops:
                 o = entry["ops"][op]
                 if o["error"]:
                     fix = o["fix"] or "unset MAMBA_SSM_BACKEND"
-                    if backend["requested"] == "compiled":
+                    if backend["requested"] in ("compiled", "triton"):
                         fix = (f"{fix}; or unset MAMBA_SSM_BACKEND (now {backend['env']!r}) to run on "
                                "the PyTorch fallback")
                     problem("broken", o["reason"], fix, name, op)
@@ -424,6 +432,8 @@ def collect(check: bool = False) -> Dict[str, Any]:
                     else:
                         problem("fallback", f"the {o['backend']} backend was chosen "
                                 f"({backend['source']}={backend['requested']})",
+                                "unset MAMBA_SSM_BACKEND (or call mamba_ssm.set_backend('auto')) to use "
+                                "the GPU kernels" if op in _dispatch.TRITON_OPS else
                                 "unset MAMBA_SSM_BACKEND (or call mamba_ssm.set_backend('auto')) to use "
                                 "the compiled kernels", name, op)
             devices.append(entry)
@@ -533,14 +543,14 @@ def _ok_title(report: Dict[str, Any]) -> str:
     ops: List[str] = []
     for entry in report.get("devices") or []:
         for op, o in (entry.get("ops") or {}).items():
-            if o.get("backend") == "compiled" and op not in ops:
+            if o.get("backend") in ("compiled", "triton") and op not in ops:
                 ops.append(op)
     others: List[str] = []
     for entry in report.get("devices") or []:
         others += [op for op in (entry.get("ops") or {}) if op not in ops and op not in others]
     if not ops:
         return "OK: nothing to fix"
-    text = f"OK: the compiled kernels ({', '.join(ops)}) run on every device"
+    text = f"OK: the kernels ({', '.join(ops)}) run on every device they target"
     if others:
         text += f"; the other ops ({', '.join(others)}) have a PyTorch implementation only"
     return text

@@ -71,7 +71,7 @@ SETTINGS = {
     "ref": {"MAMBA_SSM_BACKEND": "ref"},
     "auto": {"MAMBA_SSM_BACKEND": "auto"},
     "empty": {"MAMBA_SSM_BACKEND": ""},
-    "bad": {"MAMBA_SSM_BACKEND": "triton"},
+    "bad": {"MAMBA_SSM_BACKEND": "cudnn"},
 }
 
 
@@ -155,7 +155,7 @@ def test_bad_env_value_names_value_and_choices(matrix):
     for key in ("get_backend", "first"):
         err = out[key]["error"]
         assert err["type"] == "ValueError"
-        assert "'triton'" in err["message"] and "MAMBA_SSM_BACKEND" in err["message"]
+        assert "'cudnn'" in err["message"] and "MAMBA_SSM_BACKEND" in err["message"]
         for choice in ("auto", "compiled", "cuda", "torch", "ref"):
             assert choice in err["message"]
 
@@ -205,7 +205,7 @@ def test_set_backend_overrides_env_and_validates(missing_root):
     assert out["prev2"] == "ref"
     assert out["after_cuda"] == "compiled"
     assert "mamba_ssm.set_backend=compiled" in out["forced"] and "not installed" in out["forced"]
-    assert "'fast'" in out["bad"] and "auto, compiled, cuda, torch, ref" in out["bad"]
+    assert "'fast'" in out["bad"] and "auto, compiled, cuda, triton, torch, ref" in out["bad"]
     assert out["still"] == "compiled"
     assert "'selective_scan_typo'" in out["bad_op"] and "selective_scan" in out["bad_op"]
     assert out["prev3"] == "compiled"

@@ -22,8 +22,9 @@ from mamba_ssm import _doctor
 from mamba_ssm.ops import causal_conv1d as cc
 
 CONV_OPS = ("causal_conv1d", "causal_conv1d_update")
-ONE_IMPL = ("selective_state_update", "causal_conv1d", "causal_conv1d_update", "ssd_chunk_scan", "rms_norm",
-            "layer_norm")
+ONE_IMPL = ("causal_conv1d", "causal_conv1d_update")
+# These have a Triton kernel for CUDA/ROCm devices (tests/triton); on a CPU their PyTorch implementation runs.
+TRITON_OPS = ("selective_state_update", "ssd_chunk_scan", "rms_norm", "layer_norm")
 
 
 @pytest.fixture
@@ -100,5 +101,8 @@ def test_doctor_says_what_the_single_implementation_ops_run(monkeypatch, asked):
         assert "PyTorch implementation" in ops[op]["reason"]
         if asked in ("ref", "compiled"):
             assert f"mamba_ssm.set_backend={asked} does not change it" in ops[op]["reason"], ops[op]
+    for op in TRITON_OPS:
+        assert ops[op]["backend"] == "torch" and ops[op]["fix"] is None, (op, ops[op])
+        assert "PyTorch implementation" in ops[op]["reason"], (op, ops[op])
     if asked in ("torch", "ref"):
         assert ops["selective_scan"]["backend"] == asked and ops["mamba_inner"]["backend"] == asked

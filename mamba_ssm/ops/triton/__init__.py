@@ -1,2 +1,4 @@
 """Upstream's ``mamba_ssm.ops.triton`` import paths (``selective_state_update``, ``layer_norm``,
-``ssd_combined``). The implementations here are PyTorch; Triton is never imported at module level."""
+``layernorm_gated``, ``ssd_combined``). Each public function runs its Triton kernel
+(:mod:`mamba_ssm.ops.triton._kernels`) on CUDA/ROCm devices when triton >= 3.0 imports, and its PyTorch
+implementation otherwise; triton is never imported at module level (only once a GPU call needs it)."""

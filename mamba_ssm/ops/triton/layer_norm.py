@@ -15,6 +15,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mamba_ssm.ops.triton import _route
+
 __all__ = ["layer_norm_fn", "rms_norm_fn", "layer_norm_ref", "rms_norm_ref", "RMSNorm", "LayerNorm"]
 
 
@@ -61,6 +63,9 @@ def layer_norm_fn(x, weight, bias, residual=None, x1=None, weight1=None, bias1=N
     Returns:
         y; or the tuple (y[, y1][, x'][, mask][, mask1]) in that order for the options given.
 
+    On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs (``mamba_ssm.ops.triton._kernels.norms``)
+    unless dropout, x1, weight1 or rowscale are used or the dtype is float64 (then the PyTorch code here).
+
     Raises:
         ValueError: weight's size differs from x's last dimension, dropout_p outside [0, 1).
     """
@@ -73,6 +78,11 @@ def layer_norm_fn(x, weight, bias, residual=None, x1=None, weight1=None, bias1=N
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"layer_norm_fn: residual must have x's shape {tuple(x.shape)}, got "
                          f"{tuple(residual.shape)}")
+    op = "rms_norm" if is_rms_norm else "layer_norm"
+    if _route.use_triton(op, x, lambda: _route.kernels().norms.unsupported_layer_norm(
+            x, weight, bias, residual, x1, weight1, bias1, dropout_p, rowscale, return_dropout_mask, out_dtype)):
+        return _route.kernels().norms.layer_norm(x, weight, bias, residual, eps, prenorm, residual_in_fp32,
+                                                 is_rms_norm, out_dtype)
     in_dtype = x.dtype
     out_dtype = out_dtype or in_dtype
     xs = x

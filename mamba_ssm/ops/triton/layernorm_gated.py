@@ -5,12 +5,15 @@
     norm_before_gate=False: y = norm(x * silu(z)) * weight (+ bias)
 
 The norm runs over groups of ``group_size`` channels of the last dimension (default: all of it).
+On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs (``mamba_ssm.ops.triton._kernels.norms``).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from mamba_ssm.ops.triton import _route
 
 __all__ = ["rmsnorm_fn", "layernorm_fn", "rms_norm_ref", "RMSNorm", "LayerNorm"]
 
@@ -24,6 +27,10 @@ def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_no
         raise ValueError(f"gated norm: weight must have shape ({hidden},), got {tuple(weight.shape)}")
     if z is not None and z.shape != x.shape:
         raise ValueError(f"gated norm: z must have x's shape {tuple(x.shape)}, got {tuple(z.shape)}")
+    if upcast and _route.use_triton("rms_norm" if is_rms_norm else "layer_norm", x,
+                                    lambda: _route.kernels().norms.unsupported_gated_norm(x, weight, bias, z, group_size)):
+        return _route.kernels().norms.gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate,
+                                                 is_rms_norm)
     if upcast:
         cdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     else:

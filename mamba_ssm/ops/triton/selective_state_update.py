@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mamba_ssm.ops.triton import _route
+
 __all__ = ["selective_state_update", "selective_state_update_ref"]
 
 
@@ -36,6 +38,9 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
 
     Returns:
         out with x's shape and dtype.
+
+    On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs
+    (``mamba_ssm.ops.triton._kernels.state_update``); elsewhere (and for float64) the PyTorch code here.
 
     Raises:
         TypeError / ValueError: a non-tensor or non-float argument, shapes that disagree.
@@ -88,6 +93,11 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
                 continue
             raise ValueError(f"selective_state_update: {name} must have shape "
                              f"{(nheads, dim) if heads else (dim,)}, got {_shape(t)}")
+    if _route.use_triton("selective_state_update", x, lambda: _route.kernels().state_update.unsupported(
+            state, x, dt, A, B, C, D, z, dt_bias)):
+        out = _route.kernels().state_update.selective_state_update(
+            state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h, dt_softplus, state_batch_indices)
+        return out if heads else out.squeeze(1)
     cdtype = torch.float64 if torch.float64 in (x.dtype, state.dtype, A.dtype) else torch.float32
     dtf = dt_h.to(cdtype)
     if db_h is not None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mamba_ssm.ops.triton import _route
+
 __all__ = ["mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined", "ssd_chunk_scan"]
 
 
@@ -127,6 +129,10 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
         out (batch, seqlen, nheads, headdim) in x's dtype; then final_states (float32) and/or
         varlen_states when asked for, in that order.
 
+    On CUDA/ROCm devices with triton >= 3.0 the Triton kernels run (``mamba_ssm.ops.triton._kernels.ssd``;
+    chunk_size must then be a power of two in 16..256); elsewhere and for float64 the PyTorch
+    implementation below (``mamba_ssm._dispatch`` decides and says why).
+
     Raises:
         TypeError / ValueError: bad shapes, dtypes or arguments, naming the argument.
     """
@@ -157,6 +163,14 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
         raise ValueError(f"mamba_chunk_scan_combined: chunk_size must be a positive int, got {chunk_size!r}")
     if return_varlen_states and (cu_seqlens is None or b != 1):
         raise ValueError("mamba_chunk_scan_combined: return_varlen_states needs cu_seqlens and batch 1")
+    if _route.use_triton("ssd_chunk_scan", x, lambda: _route.kernels().ssd.unsupported(
+            x, dt, A, B, C, D, z, dt_bias, initial_states)):
+        res = _route.kernels().ssd.chunk_scan_combined(   # ValueError for a chunk_size it does not take
+            x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
+            seq_idx=seq_idx, dt_softplus=dt_softplus, dt_limit=dt_limit,
+            cu_seqlens=cu_seqlens if return_varlen_states else None)
+        rest = ([res[1]] if return_final_states else []) + ([res[2]] if return_varlen_states else [])
+        return (res[0], *rest) if rest else res[0]
     cdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     dtp = dt.to(cdtype)
     if dt_bias is not None:

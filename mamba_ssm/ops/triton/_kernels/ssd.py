@@ -1,0 +1,732 @@
+"""Triton kernels for Mamba-2's SSD scan (``mamba_chunk_scan_combined``), forward and backward.
+
+Math (Dao & Gu, arXiv:2405.21060, section 6, "the SSD algorithm"), per batch entry and head h with
+scalar A, head dimension p, state size n, chunk length Q; position t of chunk c, cs the in-chunk
+cumulative sum of ``dt' A``, ``dt' = clamp(softplus(dt + dt_bias), dt_limit)``:
+
+    1. chunk cumsum:   cs_t = sum_{k <= t, k in chunk} dt'_k A
+    2. chunk states:   S_c[p, n] = sum_j exp(cs_end - cs_j) dt'_j x_j[p] B_j[n]
+    3. state passing:  H_0 = initial_states, H_{c+1} = exp(cs_end(c)) H_c + S_c   (H_c enters chunk c)
+    4. chunk outputs:  y_i = sum_{j <= i} (C_i . B_j) exp(cs_i - cs_j) dt'_j x_j + exp(cs_i) H_c C_i,
+                       then + D x_i and * silu(z_i)
+
+With ``seq_idx`` (packed sequences) every term linking two positions of different sequences is masked:
+``j`` counts for ``i`` only when ``seq_j == seq_i``; a chunk's incoming state only for positions of
+the sequence the state belongs to (the one of the position before the chunk; for chunk 0 the first
+one, so ``initial_states`` belongs to the first sequence), and it is carried through a chunk only when
+the chunk ends in that sequence. A sequence length that is not a multiple of Q pads the last chunk
+with dt' = 0 and zero x, B, C (nothing flows from or into the padding).
+
+Backward (the adjoint of the same four steps): with G_c the gradient of H_c, G_nc = d final_states,
+G_c = exp(cs_end(c)) G_{c+1} + sum_i exp(cs_i) dy_i C_i^T (reverse state passing); the in-chunk
+gradients of C, B and x' = dt' x follow from step 4 and 2 with dS_c = G_{c+1}; every exponent's
+gradient is collected as a gradient of cs (row sums minus column sums of
+``P_ij = exp(cs_i - cs_j) (C_i.B_j)(dy_i.x'_j)``, plus the state and decay terms) and a reverse
+in-chunk cumsum turns it into the gradient of ``dt' A``, hence of dt and A.
+
+Kernels (grids in brackets; no Python loop over chunks or heads):
+    _dt_cumsum_fwd   [batch, nheads, nchunks]      dt' and cs
+    _chunk_state     [batch*nheads, nchunks, tiles] S_c (and, in the backward, sum_i exp(cs_i) dy_i C_i^T)
+    _state_pass_fwd  [batch*nheads, tiles]         H_c in order, the final state
+    _chunk_scan_fwd  [batch*nheads, nchunks, tiles] y (+ D x, * silu(z))
+    _state_pass_bwd  [batch*nheads, tiles]         G_c in reverse, d initial_states, decay gradients
+    _chunk_scan_bwd_dc  [batch*nheads, nchunks, row blocks]  dC, cs gradient (rows)
+    _chunk_scan_bwd_dbx [batch*nheads, nchunks, col blocks]  dB, dx, d dt' (direct), cs gradient (cols)
+    _dt_cumsum_bwd   [batch, nheads, nchunks]      d dt, dA and d dt_bias partial sums
+    _varlen_states   [num_seqs, nheads, tiles]     with cu_seqlens: each sequence's last state (forward only)
+The D / z parts of the backward and the sums over a group's heads (dB, dC) are torch element-wise
+ops and reductions. Float32 accumulation; matrix products take float16/bfloat16 operands for those
+inputs and exact float32 ("ieee") products for float32 inputs.
+"""
+
+import math
+import os
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import pow2, unsupported_dtype
+
+__all__ = ["chunk_scan_combined", "unsupported", "check_chunk_size", "CHUNK_SIZES"]
+
+#: The chunk sizes the kernels take.
+CHUNK_SIZES = (16, 32, 64, 128, 256)
+_MAX_HEADDIM = 256
+_MAX_DSTATE = 256
+
+
+def check_chunk_size(chunk_size) -> None:
+    """Raise ValueError unless ``chunk_size`` is a power of two in 16..256."""
+    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"mamba_chunk_scan_combined: chunk_size={chunk_size!r} is not supported by the Triton "
+                         f"SSD kernels: use a power of two from 16 to 256 ({', '.join(map(str, CHUNK_SIZES))}; "
+                         "256 is Mamba-2's default)")
+
+
+def unsupported(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=None) -> Optional[str]:
+    """None when the kernels take this (validated) call, else why not (one sentence)."""
+    why = unsupported_dtype(x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states)
+    if why is not None:
+        return why
+    if x.dtype == torch.bfloat16 and x.device.type == "cuda" and not getattr(torch.version, "hip", None) \
+            and torch.cuda.get_device_capability(x.device) < (8, 0):
+        return "Triton's bfloat16 matrix products need compute capability >= 8.0"
+    if x.shape[-1] > _MAX_HEADDIM:
+        return f"headdim {x.shape[-1]} exceeds the Triton SSD kernels' {_MAX_HEADDIM}"
+    if B.shape[-1] > _MAX_DSTATE:
+        return f"dstate {B.shape[-1]} exceeds the Triton SSD kernels' {_MAX_DSTATE}"
+    if x.shape[1] == 0:
+        return "seqlen is 0"
+    return None
+
+
+_TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+# Tile edge of the forward kernels and of the backward's chunk-state product: exact float32 products
+# hold twice the registers of half-precision ones (tests/triton/compile_check.py: no spills this way).
+_TILE = {torch.float32: 32, torch.float16: 64, torch.bfloat16: 64}
+
+# Triton's interpreter (3.8) computes tl.dot of bfloat16 operands wrongly; there the operands are
+# rounded to bfloat16 and multiplied in float32, which is the same arithmetic as a GPU's bf16 MMA.
+_EMULATE_BF16_DOT = tl.constexpr(os.environ.get("TRITON_INTERPRET", "") == "1")
+
+
+@triton.jit
+def _dot(a, b, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
+    if IEEE:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    elif _EMULATE_BF16_DOT and DOT_DT == tl.bfloat16:
+        return tl.dot(a.to(DOT_DT).to(tl.float32), b.to(DOT_DT).to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a.to(DOT_DT), b.to(DOT_DT))
+
+
+@triton.jit
+def _softplus(v):
+    return tl.where(v > 20.0, v, tl.log(1.0 + tl.exp(tl.minimum(v, 20.0))))
+
+
+@triton.jit
+def _dt_cumsum_fwd(DT, A, DTB, DTP, CS, seqlen, T, dt_b, dt_l, dt_h, nheads, lo, hi,
+                   HAS_DTB: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr, Q: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    c = tl.program_id(2)
+    t = (c * Q + tl.arange(0, Q)).to(tl.int64)
+    m = t < seqlen
+    dt = tl.load(DT + b * dt_b + t * dt_l + h * dt_h, mask=m, other=0.0).to(tl.float32)
+    if HAS_DTB:
+        dt += tl.load(DTB + h).to(tl.float32)
+    if SOFTPLUS:
+        dt = _softplus(dt)
+    if HAS_LIMIT:
+        dt = tl.minimum(tl.maximum(dt, lo), hi)
+    dt = tl.where(m, dt, 0.0)
+    a = tl.load(A + h).to(tl.float32)
+    cs = tl.cumsum(dt * a, axis=0)
+    base = (b * nheads + h) * T
+    tl.store(DTP + base + t, dt)
+    tl.store(CS + base + t, cs)
+
+
+@triton.jit
+def _head_of_program(nheads, heads_per_group):
+    """(batch entry, head, group, chunk) of this program: axis 0 is batch * nheads, axis 1 the chunk."""
+    bh = tl.program_id(0)
+    h = bh % nheads
+    return (bh // nheads).to(tl.int64), h, h // heads_per_group, tl.program_id(1)
+
+
+@triton.jit
+def _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q: tl.constexpr):
+    """The sequence id of the state entering chunk c and of the chunk's last real position."""
+    prev = tl.load(SEQ + b * s_b + tl.maximum(c * Q - 1, 0) * s_l)
+    last = tl.load(SEQ + b * s_b + (tl.minimum(c * Q + Q, seqlen) - 1) * s_l)
+    return prev, last
+
+
+@triton.jit
+def _chunk_state(X, Bm, DTP, CS, SEQ, OUT, seqlen, T, nheads, heads_per_group, hdim, dstate,
+                 x_b, x_l, x_h, x_p, b_b, b_l, b_g, b_n, s_b, s_l,
+                 MODE: tl.constexpr, HAS_SEQ: tl.constexpr, Q: tl.constexpr, BLOCK_P: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
+    """OUT[b, c, h] (p, n) = sum_j wt_j X_j[p] B_j[n] over chunk c. MODE 0: wt = exp(cs_end - cs_j) dt'_j
+    (j in the chunk's last sequence); MODE 1: wt = exp(cs_j) (j in the incoming state's sequence)."""
+    b, h, g, c = _head_of_program(nheads, heads_per_group)
+    tile = tl.program_id(2)
+    ntn = tl.cdiv(dstate, BLOCK_N)
+    rp = (tile // ntn) * BLOCK_P + tl.arange(0, BLOCK_P)
+    rn = (tile % ntn) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mp = rp < hdim
+    mn = rn < dstate
+    base = (b * nheads + h) * T
+    cs_end = tl.load(CS + base + c * Q + Q - 1)
+    if HAS_SEQ:
+        prev, last = _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q)
+    acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, Q, BLOCK_K):
+        t = (c * Q + k0 + tl.arange(0, BLOCK_K)).to(tl.int64)
+        mt = t < seqlen
+        cs = tl.load(CS + base + t)
+        if MODE == 0:
+            wt = tl.exp(cs_end - cs) * tl.load(DTP + base + t)
+        else:
+            wt = tl.exp(cs)
+        if HAS_SEQ:
+            sq = tl.load(SEQ + b * s_b + t * s_l, mask=mt, other=-1)
+            if MODE == 0:
+                wt = tl.where(sq == last, wt, 0.0)
+            else:
+                wt = tl.where(sq == prev, wt, 0.0)
+        wt = tl.where(mt, wt, 0.0)
+        xt = tl.load(X + b * x_b + t[None, :] * x_l + h * x_h + rp[:, None] * x_p,
+                     mask=mp[:, None] & mt[None, :], other=0.0).to(tl.float32)
+        bt = tl.load(Bm + b * b_b + t[:, None] * b_l + g * b_g + rn[None, :] * b_n,
+                     mask=mt[:, None] & mn[None, :], other=0.0)
+        acc += _dot(xt * wt[None, :], bt, DOT_DT, IEEE)
+    nc = tl.num_programs(1)
+    out = OUT + ((b * nc + c) * nheads + h) * hdim * dstate
+    tl.store(out + rp[:, None] * dstate + rn[None, :], acc, mask=mp[:, None] & mn[None, :])
+
+
+@triton.jit
+def _state_pass_fwd(S, CS, SEQ, H0, HIN, HFIN, seqlen, T, nheads, size, nchunks, s_b, s_l,
+                    HAS_SEQ: tl.constexpr, HAS_H0: tl.constexpr, Q: tl.constexpr, BLOCK: tl.constexpr):
+    bh = tl.program_id(0)
+    b = (bh // nheads).to(tl.int64)
+    h = bh % nheads
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < size
+    if HAS_H0:
+        hs = tl.load(H0 + (b * nheads + h) * size + offs, mask=m, other=0.0).to(tl.float32)
+    else:
+        hs = tl.zeros([BLOCK], dtype=tl.float32)
+    base = (b * nheads + h) * T
+    for c in range(0, nchunks):
+        at = ((b * nchunks + c) * nheads + h) * size
+        tl.store(HIN + at + offs, hs, mask=m)
+        decay = tl.exp(tl.load(CS + base + c * Q + Q - 1))
+        if HAS_SEQ:
+            prev, last = _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q)
+            decay = tl.where(prev == last, decay, 0.0)
+        hs = decay * hs + tl.load(S + at + offs, mask=m, other=0.0)
+    tl.store(HFIN + (b * nheads + h) * size + offs, hs, mask=m)
+
+
+@triton.jit
+def _chunk_scan_fwd(X, Bm, Cm, DTP, CS, SEQ, HIN, Dp, Z, OUT, YPRE, seqlen, T, nheads, heads_per_group, hdim,
+                    dstate, x_b, x_l, x_h, x_p, b_b, b_l, b_g, b_n, c_b, c_l, c_g, c_n, z_b, z_l, z_h, z_p,
+                    o_b, o_l, o_h, o_p, s_b, s_l, d_h, d_p,
+                    HAS_SEQ: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, Q: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_P: tl.constexpr,
+                    BLOCK_N: tl.constexpr, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
+    b, h, g, c = _head_of_program(nheads, heads_per_group)
+    tile = tl.program_id(2)
+    ntp = tl.cdiv(hdim, BLOCK_P)
+    i0 = (tile // ntp) * BLOCK_M
+    ri = i0 + tl.arange(0, BLOCK_M)            # in-chunk rows
+    rp = (tile % ntp) * BLOCK_P + tl.arange(0, BLOCK_P)
+    mp = rp < hdim
+    ti = (c * Q + ri).to(tl.int64)
+    mi = ti < seqlen
+    base = (b * nheads + h) * T
+    cs_i = tl.load(CS + base + ti)
+    if HAS_SEQ:
+        seq_i = tl.load(SEQ + b * s_b + ti * s_l, mask=mi, other=-1)
+        prev, last = _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q)
+    # The incoming state's contribution: exp(cs_i) C_i . H_c[p, :].
+    acc = tl.zeros([BLOCK_M, BLOCK_P], dtype=tl.float32)
+    nc = tl.num_programs(1)
+    hin = HIN + ((b * nc + c) * nheads + h) * hdim * dstate
+    for n0 in range(0, dstate, BLOCK_N):
+        rn = n0 + tl.arange(0, BLOCK_N)
+        mn = rn < dstate
+        ct = tl.load(Cm + b * c_b + ti[:, None] * c_l + g * c_g + rn[None, :] * c_n,
+                     mask=mi[:, None] & mn[None, :], other=0.0)
+        ht = tl.load(hin + rp[None, :] * dstate + rn[:, None], mask=mn[:, None] & mp[None, :], other=0.0)
+        acc += _dot(ct, ht, DOT_DT, IEEE)
+    e_i = tl.exp(cs_i)
+    if HAS_SEQ:
+        e_i = tl.where(seq_i == prev, e_i, 0.0)
+    acc = acc * e_i[:, None]
+    # In-chunk terms, j <= i.
+    for j0 in range(0, i0 + BLOCK_M, BLOCK_J):
+        rj = j0 + tl.arange(0, BLOCK_J)
+        tj = (c * Q + rj).to(tl.int64)
+        mj = tj < seqlen
+        cb = tl.zeros([BLOCK_M, BLOCK_J], dtype=tl.float32)
+        for n0 in range(0, dstate, BLOCK_N):
+            rn = n0 + tl.arange(0, BLOCK_N)
+            mn = rn < dstate
+            ct = tl.load(Cm + b * c_b + ti[:, None] * c_l + g * c_g + rn[None, :] * c_n,
+                         mask=mi[:, None] & mn[None, :], other=0.0)
+            btt = tl.load(Bm + b * b_b + tj[None, :] * b_l + g * b_g + rn[:, None] * b_n,
+                          mask=mn[:, None] & mj[None, :], other=0.0)
+            cb += _dot(ct, btt, DOT_DT, IEEE)
+        cs_j = tl.load(CS + base + tj)
+        keep = (ri[:, None] >= rj[None, :]) & mj[None, :]
+        if HAS_SEQ:
+            seq_j = tl.load(SEQ + b * s_b + tj * s_l, mask=mj, other=-2)
+            keep = keep & (seq_i[:, None] == seq_j[None, :])
+        decay = tl.exp(tl.where(keep, cs_i[:, None] - cs_j[None, :], float("-inf")))
+        dt_j = tl.load(DTP + base + tj)
+        xj = tl.load(X + b * x_b + tj[:, None] * x_l + h * x_h + rp[None, :] * x_p,
+                     mask=mj[:, None] & mp[None, :], other=0.0)
+        acc += _dot(cb * decay * dt_j[None, :], xj, DOT_DT, IEEE)
+    mo = mi[:, None] & mp[None, :]
+    if HAS_D:
+        dv = tl.load(Dp + h * d_h + rp * d_p, mask=mp, other=0.0).to(tl.float32)
+        xi = tl.load(X + b * x_b + ti[:, None] * x_l + h * x_h + rp[None, :] * x_p, mask=mo, other=0.0)
+        acc += xi.to(tl.float32) * dv[None, :]
+    if HAS_Z:
+        tl.store(YPRE + b * o_b + ti[:, None] * o_l + h * o_h + rp[None, :] * o_p, acc, mask=mo)
+        zt = tl.load(Z + b * z_b + ti[:, None] * z_l + h * z_h + rp[None, :] * z_p, mask=mo, other=0.0)
+        zt = zt.to(tl.float32)
+        acc = acc * zt * tl.sigmoid(zt)
+    tl.store(OUT + b * o_b + ti[:, None] * o_l + h * o_h + rp[None, :] * o_p, acc, mask=mo)
+
+
+@triton.jit
+def _state_pass_bwd(HIN, DINTER, CS, SEQ, DFIN, DS, DH0, DDECAY, seqlen, T, nheads, size, nchunks, ntiles,
+                    s_b, s_l, HAS_SEQ: tl.constexpr, HAS_DFIN: tl.constexpr, Q: tl.constexpr,
+                    BLOCK: tl.constexpr):
+    """G runs backwards: DS[c] = G_{c+1}; DDECAY[b, h, c, tile] = partial of d cs_end(c) from the decay."""
+    bh = tl.program_id(0)
+    tile = tl.program_id(1)
+    b = (bh // nheads).to(tl.int64)
+    h = bh % nheads
+    offs = tile * BLOCK + tl.arange(0, BLOCK)
+    m = offs < size
+    if HAS_DFIN:
+        gs = tl.load(DFIN + (b * nheads + h) * size + offs, mask=m, other=0.0).to(tl.float32)
+    else:
+        gs = tl.zeros([BLOCK], dtype=tl.float32)
+    base = (b * nheads + h) * T
+    for k in range(0, nchunks):
+        c = nchunks - 1 - k
+        at = ((b * nchunks + c) * nheads + h) * size
+        tl.store(DS + at + offs, gs, mask=m)
+        decay = tl.exp(tl.load(CS + base + c * Q + Q - 1))
+        if HAS_SEQ:
+            prev, last = _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q)
+            decay = tl.where(prev == last, decay, 0.0)
+        hin = tl.load(HIN + at + offs, mask=m, other=0.0)
+        tl.store(DDECAY + ((b * nheads + h) * nchunks + c) * ntiles + tile, tl.sum(gs * hin, axis=0) * decay)
+        gs = decay * gs + tl.load(DINTER + at + offs, mask=m, other=0.0)
+    tl.store(DH0 + (b * nheads + h) * size + offs, gs, mask=m)
+
+
+@triton.jit
+def _chunk_scan_bwd_dc(X, Bm, Cm, DTP, CS, SEQ, HIN, DY, DC, DCS, seqlen, T, nheads, heads_per_group, hdim,
+                       dstate, x_b, x_l, x_h, x_p, b_b, b_l, b_g, b_n, c_b, c_l, c_g, c_n, s_b, s_l,
+                       HAS_SEQ: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_J: tl.constexpr,
+                       BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
+    """Rows i of chunk c: dC_i (per head) and the cs gradient's row part sum_j P_ij + exp(cs_i) dy_i.(H C_i)."""
+    b, h, g, c = _head_of_program(nheads, heads_per_group)
+    i0 = tl.program_id(2) * BLOCK_M
+    ri = i0 + tl.arange(0, BLOCK_M)
+    rp = tl.arange(0, BLOCK_P)
+    rn = tl.arange(0, BLOCK_N)
+    mp = rp < hdim
+    mn = rn < dstate
+    ti = (c * Q + ri).to(tl.int64)
+    mi = ti < seqlen
+    base = (b * nheads + h) * T
+    cs_i = tl.load(CS + base + ti)
+    if HAS_SEQ:
+        seq_i = tl.load(SEQ + b * s_b + ti * s_l, mask=mi, other=-1)
+        prev, last = _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q)
+    # dy rows: float32, contiguous (batch, seqlen, nheads, headdim).
+    dy = tl.load(DY + ((b * seqlen + ti[:, None]) * nheads + h) * hdim + rp[None, :],
+                 mask=mi[:, None] & mp[None, :], other=0.0)
+    ci = tl.load(Cm + b * c_b + ti[:, None] * c_l + g * c_g + rn[None, :] * c_n,
+                 mask=mi[:, None] & mn[None, :], other=0.0)
+    nc = tl.num_programs(1)
+    hin = tl.load(HIN + ((b * nc + c) * nheads + h) * hdim * dstate + rp[:, None] * dstate + rn[None, :],
+                  mask=mp[:, None] & mn[None, :], other=0.0)
+    e_i = tl.exp(cs_i)
+    if HAS_SEQ:
+        e_i = tl.where(seq_i == prev, e_i, 0.0)
+    dyh = _dot(dy, hin, DOT_DT, IEEE)               # (M, N): sum_p dy[p] H[p, n]
+    acc = dyh * e_i[:, None]
+    rowp = tl.sum(ci.to(tl.float32) * dyh, axis=1) * e_i
+    for j0 in range(0, i0 + BLOCK_M, BLOCK_J):
+        rj = j0 + tl.arange(0, BLOCK_J)
+        tj = (c * Q + rj).to(tl.int64)
+        mj = tj < seqlen
+        bj = tl.load(Bm + b * b_b + tj[:, None] * b_l + g * b_g + rn[None, :] * b_n,
+                     mask=mj[:, None] & mn[None, :], other=0.0)
+        xj = tl.load(X + b * x_b + tj[:, None] * x_l + h * x_h + rp[None, :] * x_p,
+                     mask=mj[:, None] & mp[None, :], other=0.0).to(tl.float32)
+        dt_j = tl.load(DTP + base + tj)
+        xdj = xj * dt_j[:, None]
+        cb = _dot(ci, tl.trans(bj), DOT_DT, IEEE)                # (M, J)
+        dyx = _dot(dy, tl.trans(xdj), DOT_DT, IEEE)  # (M, J)
+        cs_j = tl.load(CS + base + tj)
+        keep = (ri[:, None] >= rj[None, :]) & mj[None, :]
+        if HAS_SEQ:
+            seq_j = tl.load(SEQ + b * s_b + tj * s_l, mask=mj, other=-2)
+            keep = keep & (seq_i[:, None] == seq_j[None, :])
+        decay = tl.exp(tl.where(keep, cs_i[:, None] - cs_j[None, :], float("-inf")))
+        w1 = decay * dyx
+        acc += _dot(w1, bj, DOT_DT, IEEE)
+        rowp += tl.sum(w1 * cb, axis=1)
+    tl.store(DC + ((b * seqlen + ti[:, None]) * nheads + h) * dstate + rn[None, :], acc,
+             mask=mi[:, None] & mn[None, :])
+    tl.store(DCS + base + ti, rowp)
+
+
+@triton.jit
+def _chunk_scan_bwd_dbx(X, Bm, Cm, DTP, CS, SEQ, DS, DY, DB, DX, DDT, DCS, RJ, seqlen, T, nheads,
+                        heads_per_group, hdim, dstate, x_b, x_l, x_h, x_p, b_b, b_l, b_g, b_n, c_b, c_l, c_g,
+                        c_n, s_b, s_l, HAS_SEQ: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_J: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+                        DOT_DT: tl.constexpr, IEEE: tl.constexpr):
+    """Columns j of chunk c: dB_j (per head), dx_j, the direct d dt'_j, the cs gradient's column part
+    (minus column sums of P, minus the state term R_j) and R_j itself (for cs_end)."""
+    b, h, g, c = _head_of_program(nheads, heads_per_group)
+    j0 = tl.program_id(2) * BLOCK_J
+    rj = j0 + tl.arange(0, BLOCK_J)
+    rp = tl.arange(0, BLOCK_P)
+    rn = tl.arange(0, BLOCK_N)
+    mp = rp < hdim
+    mn = rn < dstate
+    tj = (c * Q + rj).to(tl.int64)
+    mj = tj < seqlen
+    base = (b * nheads + h) * T
+    cs_j = tl.load(CS + base + tj)
+    dt_j = tl.load(DTP + base + tj)
+    cs_end = tl.load(CS + base + c * Q + Q - 1)
+    if HAS_SEQ:
+        seq_j = tl.load(SEQ + b * s_b + tj * s_l, mask=mj, other=-2)
+        prev, last = _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q)
+    bj = tl.load(Bm + b * b_b + tj[:, None] * b_l + g * b_g + rn[None, :] * b_n,
+                 mask=mj[:, None] & mn[None, :], other=0.0)
+    xj = tl.load(X + b * x_b + tj[:, None] * x_l + h * x_h + rp[None, :] * x_p,
+                 mask=mj[:, None] & mp[None, :], other=0.0).to(tl.float32)
+    xdj = xj * dt_j[:, None]
+    nc = tl.num_programs(1)
+    ds = tl.load(DS + ((b * nc + c) * nheads + h) * hdim * dstate + rp[:, None] * dstate + rn[None, :],
+                 mask=mp[:, None] & mn[None, :], other=0.0)           # (P, N)
+    w = tl.exp(cs_end - cs_j)
+    if HAS_SEQ:
+        w = tl.where(seq_j == last, w, 0.0)
+    w = tl.where(mj, w, 0.0)
+    bds = _dot(bj.to(tl.float32), tl.trans(ds), DOT_DT, IEEE)   # (J, P): sum_n B[n] dS[p, n]
+    acc_x = bds * w[:, None]
+    acc_b = _dot(xdj, ds, DOT_DT, IEEE) * w[:, None]           # (J, N)
+    r = tl.sum(xdj * bds, axis=1) * w
+    colp = tl.zeros([BLOCK_J], dtype=tl.float32)
+    for i0 in range(j0 - j0 % BLOCK_M, Q, BLOCK_M):
+        ri = i0 + tl.arange(0, BLOCK_M)
+        ti = (c * Q + ri).to(tl.int64)
+        mi = ti < seqlen
+        ci = tl.load(Cm + b * c_b + ti[:, None] * c_l + g * c_g + rn[None, :] * c_n,
+                     mask=mi[:, None] & mn[None, :], other=0.0)
+        dy = tl.load(DY + ((b * seqlen + ti[:, None]) * nheads + h) * hdim + rp[None, :],
+                     mask=mi[:, None] & mp[None, :], other=0.0)
+        cs_i = tl.load(CS + base + ti)
+        keep = (ri[None, :] >= rj[:, None]) & mi[None, :] & mj[:, None]
+        if HAS_SEQ:
+            seq_i = tl.load(SEQ + b * s_b + ti * s_l, mask=mi, other=-1)
+            keep = keep & (seq_i[None, :] == seq_j[:, None])
+        decay = tl.exp(tl.where(keep, cs_i[None, :] - cs_j[:, None], float("-inf")))   # (J, M)
+        bc = _dot(bj, tl.trans(ci), DOT_DT, IEEE)                     # (J, M)
+        xdy = _dot(xdj, tl.trans(dy), DOT_DT, IEEE)       # (J, M)
+        m1 = decay * bc
+        acc_x += _dot(m1, dy, DOT_DT, IEEE)
+        m2 = decay * xdy
+        acc_b += _dot(m2, ci, DOT_DT, IEEE)
+        colp += tl.sum(m1 * xdy, axis=1)
+    mo = mj[:, None] & mp[None, :]
+    tl.store(DX + ((b * seqlen + tj[:, None]) * nheads + h) * hdim + rp[None, :], acc_x * dt_j[:, None], mask=mo)
+    tl.store(DDT + base + tj, tl.sum(acc_x * xj, axis=1))
+    tl.store(DB + ((b * seqlen + tj[:, None]) * nheads + h) * dstate + rn[None, :], acc_b,
+             mask=mj[:, None] & mn[None, :])
+    tl.store(DCS + base + tj, -colp - r)
+    tl.store(RJ + base + tj, r)
+
+
+@triton.jit
+def _varlen_states(X, Bm, DTP, CS, SEQ, HIN, CU, OUT, seqlen, T, nheads, heads_per_group, hdim, dstate, nchunks,
+                   x_l, x_h, x_p, b_l, b_g, b_n, s_l, Q: tl.constexpr, BLOCK_P: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
+    """Batch 1: OUT[s, h] = the state after position cu[s + 1] - 1 (sequence s's last): its chunk's terms
+    up to there from the same sequence, plus exp(cs_t) H_c when the incoming state is that sequence's."""
+    sid = tl.program_id(0)
+    h = tl.program_id(1)
+    tile = tl.program_id(2)
+    g = h // heads_per_group
+    ntn = tl.cdiv(dstate, BLOCK_N)
+    rp = (tile // ntn) * BLOCK_P + tl.arange(0, BLOCK_P)
+    rn = (tile % ntn) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mp = rp < hdim
+    mn = rn < dstate
+    t_end = tl.minimum(tl.maximum(tl.load(CU + sid + 1).to(tl.int64) - 1, 0), seqlen - 1)
+    c = t_end // Q
+    base = h.to(tl.int64) * T
+    cs_t = tl.load(CS + base + t_end)
+    seq_t = tl.load(SEQ + t_end * s_l)
+    prev = tl.load(SEQ + tl.maximum(c * Q - 1, 0) * s_l)
+    acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, Q, BLOCK_K):
+        t = c * Q + k0 + tl.arange(0, BLOCK_K)
+        valid = t <= t_end
+        sq = tl.load(SEQ + t * s_l, mask=valid, other=-1)
+        keep = valid & (sq == seq_t)
+        cs = tl.load(CS + base + t, mask=valid, other=0.0)
+        wt = tl.exp(tl.where(keep, cs_t - cs, float("-inf"))) * tl.load(DTP + base + t, mask=valid, other=0.0)
+        xt = tl.load(X + t[None, :] * x_l + h * x_h + rp[:, None] * x_p, mask=mp[:, None] & keep[None, :],
+                     other=0.0).to(tl.float32)
+        bt = tl.load(Bm + t[:, None] * b_l + g * b_g + rn[None, :] * b_n, mask=keep[:, None] & mn[None, :],
+                     other=0.0)
+        acc += _dot(xt * wt[None, :], bt, DOT_DT, IEEE)
+    hin = tl.load(HIN + (c * nheads + h) * hdim * dstate + rp[:, None] * dstate + rn[None, :],
+                  mask=mp[:, None] & mn[None, :], other=0.0)
+    acc += tl.where(prev == seq_t, tl.exp(cs_t), 0.0) * hin
+    tl.store(OUT + ((sid * nheads + h) * hdim + rp[:, None]) * dstate + rn[None, :], acc,
+             mask=mp[:, None] & mn[None, :])
+
+
+@triton.jit
+def _dt_cumsum_bwd(DT, A, DTB, DTP, DCS, DDTP, DDT, DA, DDTB, seqlen, T, dt_b, dt_l, dt_h, nheads, lo, hi,
+                   HAS_DTB: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr, Q: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    c = tl.program_id(2)
+    nc = tl.num_programs(2)
+    t = (c * Q + tl.arange(0, Q)).to(tl.int64)
+    m = t < seqlen
+    base = (b * nheads + h) * T
+    dcs = tl.load(DCS + base + t)
+    dda = tl.sum(dcs, axis=0) - tl.cumsum(dcs, axis=0) + dcs       # reverse in-chunk cumsum
+    a = tl.load(A + h).to(tl.float32)
+    dtp = tl.load(DTP + base + t)
+    ddtp = tl.load(DDTP + base + t) + dda * a
+    at = (b * nheads + h) * nc + c
+    tl.store(DA + at, tl.sum(tl.where(m, dda * dtp, 0.0), axis=0))
+    raw = tl.load(DT + b * dt_b + t * dt_l + h * dt_h, mask=m, other=0.0).to(tl.float32)
+    if HAS_DTB:
+        raw += tl.load(DTB + h).to(tl.float32)
+    if SOFTPLUS:
+        pre = _softplus(raw)
+    else:
+        pre = raw
+    if HAS_LIMIT:
+        ddtp = tl.where((pre >= lo) & (pre <= hi), ddtp, 0.0)
+    if SOFTPLUS:
+        ddtp = ddtp * tl.sigmoid(raw)
+    ddtp = tl.where(m, ddtp, 0.0)
+    tl.store(DDT + (b * seqlen + t) * nheads + h, ddtp, mask=m)
+    tl.store(DDTB + at, tl.sum(ddtp, axis=0))
+
+
+def _blocks(q, hdim, dstate):
+    """Block sizes of the backward's in-chunk kernels, which hold a whole headdim x dstate tile (dS or H)
+    and (rows, headdim) / (rows, dstate) accumulators in registers: fewer rows per block as that grows.
+    (compile_check.py at headdim 64 x dstate 128: no spills in bf16 on sm_90; float32, whose exact
+    products need more registers, spills a few hundred bytes, also with 16 rows.)"""
+    bp = pow2(hdim, 16)
+    bn = pow2(dstate, 16)
+    rows = 64 if bp * bn <= 2048 else (32 if bp * bn <= 8192 else 16)
+    return dict(BLOCK_M=min(q, rows), BLOCK_J=min(q, rows), BLOCK_P=bp, BLOCK_N=bn)
+
+
+class _SSDFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit,
+                cu_seqlens):
+        A = A.contiguous()                   # the kernels read A[h] and dt_bias[h] with unit stride
+        dt_bias = dt_bias.contiguous() if dt_bias is not None else None
+        batch, seqlen, nheads, hdim = x.shape
+        ngroups, dstate = B.shape[2], B.shape[3]
+        q = chunk_size
+        nc = triton.cdiv(seqlen, q)
+        T = nc * q
+        dev = x.device
+        f32 = dict(dtype=torch.float32, device=dev)
+        lo, hi = float(dt_limit[0]), float(dt_limit[1])
+        has_limit = (lo, hi) != (0.0, math.inf)
+        dtp = torch.empty((batch, nheads, T), **f32)
+        cs = torch.empty((batch, nheads, T), **f32)
+        _dt_cumsum_fwd[(batch, nheads, nc)](
+            dt, A, dt_bias if dt_bias is not None else A, dtp, cs, seqlen, T, *dt.stride(), nheads,
+            lo if has_limit else 0.0, hi if has_limit else 0.0,
+            HAS_DTB=dt_bias is not None, SOFTPLUS=bool(dt_softplus), HAS_LIMIT=has_limit, Q=q, num_warps=1)
+        dot_dt = _TL_DTYPES[x.dtype]
+        ieee = x.dtype == torch.float32
+        seq = seq_idx if seq_idx is not None else dtp
+        s_strides = seq_idx.stride() if seq_idx is not None else (0, 0)
+        hpg = nheads // ngroups
+        size = hdim * dstate
+        states = torch.empty((batch, nc, nheads, hdim, dstate), **f32)
+        tile = _TILE[x.dtype]
+        bp_s, bn_s = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
+        tiles = triton.cdiv(hdim, bp_s) * triton.cdiv(dstate, bn_s)
+        _chunk_state[(batch * nheads, nc, tiles)](
+            x, B, dtp, cs, seq, states, seqlen, T, nheads, hpg, hdim, dstate, *x.stride(), *B.stride(),
+            *s_strides, MODE=0, HAS_SEQ=seq_idx is not None, Q=q, BLOCK_P=bp_s, BLOCK_N=bn_s,
+            BLOCK_K=min(q, tile), DOT_DT=dot_dt, IEEE=ieee, num_warps=8)
+        hin = torch.empty_like(states)
+        final = torch.empty((batch, nheads, hdim, dstate), **f32)
+        h0 = initial_states.contiguous() if initial_states is not None else None
+        block = min(pow2(size), 1024)
+        _state_pass_fwd[(batch * nheads, triton.cdiv(size, block))](
+            states, cs, seq, h0 if h0 is not None else states, hin, final, seqlen, T, nheads, size, nc,
+            *s_strides, HAS_SEQ=seq_idx is not None, HAS_H0=h0 is not None, Q=q, BLOCK=block, num_warps=4)
+        out = torch.empty((batch, seqlen, nheads, hdim), dtype=x.dtype, device=dev)
+        ypre = torch.empty_like(out) if z is not None else None
+        bm = min(q, tile)
+        bpo = min(pow2(hdim, 16), tile)
+        bno = min(pow2(dstate, 16), tile)
+        Dv = None
+        if D is not None:
+            Dv = D if D.dim() == 2 else D.unsqueeze(-1).expand(nheads, hdim)
+        _chunk_scan_fwd[(batch * nheads, nc, triton.cdiv(q, bm) * triton.cdiv(hdim, bpo))](
+            x, B, C, dtp, cs, seq, hin, Dv if Dv is not None else A, z if z is not None else x, out,
+            ypre if ypre is not None else out, seqlen, T, nheads, hpg, hdim, dstate, *x.stride(), *B.stride(),
+            *C.stride(), *(z.stride() if z is not None else (0, 0, 0, 0)), *out.stride(), *s_strides,
+            *(Dv.stride() if Dv is not None else (0, 0)),
+            HAS_SEQ=seq_idx is not None, HAS_D=Dv is not None, HAS_Z=z is not None, Q=q, BLOCK_M=bm,
+            BLOCK_J=bm, BLOCK_P=bpo, BLOCK_N=bno, DOT_DT=dot_dt, IEEE=ieee, num_warps=8)
+        varlen = None
+        if cu_seqlens is not None:
+            nseq = cu_seqlens.numel() - 1
+            varlen = torch.empty((nseq, nheads, hdim, dstate), **f32)
+            _varlen_states[(nseq, nheads, tiles)](
+                x, B, dtp, cs, seq_idx, hin, cu_seqlens, varlen, seqlen, T, nheads, hpg, hdim, dstate, nc,
+                *x.stride()[1:], *B.stride()[1:], seq_idx.stride(1), Q=q, BLOCK_P=bp_s, BLOCK_N=bn_s,
+                BLOCK_K=min(q, tile), DOT_DT=dot_dt, IEEE=ieee, num_warps=8)
+            ctx.mark_non_differentiable(varlen)
+        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, seq_idx, dtp, cs, hin, ypre)
+        ctx.meta = (q, bool(dt_softplus), lo, hi, has_limit, initial_states is not None,
+                    initial_states.dtype if initial_states is not None else None)
+        return out, final, varlen
+
+    @staticmethod
+    def backward(ctx, dout, dfinal, dvarlen=None):
+        x, dt, A, B, C, D, z, dt_bias, seq_idx, dtp, cs, hin, ypre = ctx.saved_tensors
+        q, softplus, lo, hi, has_limit, has_h0, h0_dtype = ctx.meta
+        batch, seqlen, nheads, hdim = x.shape
+        ngroups, dstate = B.shape[2], B.shape[3]
+        nc = hin.shape[1]
+        T = nc * q
+        dev = x.device
+        f32 = dict(dtype=torch.float32, device=dev)
+        hpg = nheads // ngroups
+        size = hdim * dstate
+        dot_dt = _TL_DTYPES[x.dtype]
+        ieee = x.dtype == torch.float32
+        seq = seq_idx if seq_idx is not None else dtp
+        s_strides = seq_idx.stride() if seq_idx is not None else (0, 0)
+        has_seq = seq_idx is not None
+        # D and z (element-wise, torch).
+        dout = dout.float() if dout is not None else torch.zeros(x.shape, **f32)
+        dz = None
+        if z is not None:
+            zf = z.float()
+            sz = torch.sigmoid(zf)
+            dz = (dout * ypre.float() * sz * (1 + zf * (1 - sz))).to(z.dtype)
+            dy = dout * zf * sz
+        else:
+            dy = dout
+        dy = dy.contiguous()
+        # Reverse state passing needs sum_i exp(cs_i) dy_i C_i^T per chunk (MODE 1 of _chunk_state).
+        dinter = torch.empty((batch, nc, nheads, hdim, dstate), **f32)
+        tile = _TILE[x.dtype]
+        bp_s, bn_s = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
+        tiles = triton.cdiv(hdim, bp_s) * triton.cdiv(dstate, bn_s)
+        _chunk_state[(batch * nheads, nc, tiles)](
+            dy, C, dtp, cs, seq, dinter, seqlen, T, nheads, hpg, hdim, dstate, *dy.stride(), *C.stride(),
+            *s_strides, MODE=1, HAS_SEQ=has_seq, Q=q, BLOCK_P=bp_s, BLOCK_N=bn_s, BLOCK_K=min(q, tile),
+            DOT_DT=dot_dt, IEEE=ieee, num_warps=8)
+        block = min(pow2(size), 1024)
+        ntiles = triton.cdiv(size, block)
+        ds = torch.empty_like(dinter)
+        dh0 = torch.empty((batch, nheads, hdim, dstate), **f32)
+        ddecay = torch.empty((batch, nheads, nc, ntiles), **f32)
+        dfin = dfinal.float().contiguous() if dfinal is not None else None
+        _state_pass_bwd[(batch * nheads, ntiles)](
+            hin, dinter, cs, seq, dfin if dfin is not None else dinter, ds, dh0, ddecay, seqlen, T, nheads, size,
+            nc, ntiles, *s_strides, HAS_SEQ=has_seq, HAS_DFIN=dfin is not None, Q=q, BLOCK=block, num_warps=4)
+        blk = _blocks(q, hdim, dstate)
+        dc_h = torch.empty((batch, seqlen, nheads, dstate), **f32)
+        db_h = torch.empty((batch, seqlen, nheads, dstate), **f32)
+        dx = torch.empty((batch, seqlen, nheads, hdim), **f32)
+        dcs_row = torch.empty((batch, nheads, T), **f32)
+        dcs_col = torch.empty((batch, nheads, T), **f32)
+        ddtp = torch.empty((batch, nheads, T), **f32)
+        rj = torch.empty((batch, nheads, T), **f32)
+        warps = 4 if blk["BLOCK_P"] * blk["BLOCK_N"] <= 4096 else 8
+        _chunk_scan_bwd_dc[(batch * nheads, nc, triton.cdiv(q, blk["BLOCK_M"]))](
+            x, B, C, dtp, cs, seq, hin, dy, dc_h, dcs_row, seqlen, T, nheads, hpg, hdim, dstate, *x.stride(),
+            *B.stride(), *C.stride(), *s_strides, HAS_SEQ=has_seq, Q=q, DOT_DT=dot_dt, IEEE=ieee,
+            num_warps=warps, **blk)
+        _chunk_scan_bwd_dbx[(batch * nheads, nc, triton.cdiv(q, blk["BLOCK_J"]))](
+            x, B, C, dtp, cs, seq, ds, dy, db_h, dx, ddtp, dcs_col, rj, seqlen, T, nheads, hpg, hdim, dstate,
+            *x.stride(), *B.stride(), *C.stride(), *s_strides, HAS_SEQ=has_seq, Q=q, DOT_DT=dot_dt, IEEE=ieee,
+            num_warps=warps, **blk)
+        dcs = (dcs_row + dcs_col).view(batch, nheads, nc, q)
+        dcs[..., -1] += rj.view(batch, nheads, nc, q).sum(-1) + ddecay.sum(-1)
+        ddt = torch.empty((batch, seqlen, nheads), **f32)
+        da_part = torch.empty((batch, nheads, nc), **f32)
+        ddtb_part = torch.empty((batch, nheads, nc), **f32)
+        _dt_cumsum_bwd[(batch, nheads, nc)](
+            dt, A, dt_bias if dt_bias is not None else A, dtp, dcs, ddtp, ddt, da_part, ddtb_part, seqlen, T,
+            *dt.stride(), nheads, lo if has_limit else 0.0, hi if has_limit else 0.0,
+            HAS_DTB=dt_bias is not None, SOFTPLUS=softplus, HAS_LIMIT=has_limit, Q=q, num_warps=1)
+        dD = None
+        if D is not None:
+            xf = x.float()
+            if D.dim() == 2:
+                dD = (dy * xf).sum((0, 1)).to(D.dtype)
+                dx += dy * D.float()
+            else:
+                dD = (dy * xf).sum((0, 1, 3)).to(D.dtype)
+                dx += dy * D.float()[:, None]
+        dB = db_h.view(batch, seqlen, ngroups, hpg, dstate).sum(3).to(B.dtype)
+        dC = dc_h.view(batch, seqlen, ngroups, hpg, dstate).sum(3).to(C.dtype)
+        dA = da_part.sum((0, 2)).to(A.dtype)
+        ddt_bias = ddtb_part.sum((0, 2)).to(dt_bias.dtype) if dt_bias is not None else None
+        dinit = dh0.to(h0_dtype) if has_h0 else None
+        return (dx.to(x.dtype), ddt.to(dt.dtype), dA, dB, dC, None, dD, dz, ddt_bias, dinit, None, None, None,
+                None)
+
+
+def chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
+                        seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf")), cu_seqlens=None):
+    """SSD scan on the Triton kernels (differentiable in x, dt, A, B, C, D, z, dt_bias, initial_states).
+
+    Args (validated by ``mamba_chunk_scan_combined``; float32/float16/bfloat16; a CUDA device, or CPU
+    tensors under ``TRITON_INTERPRET=1``):
+        x: (batch, seqlen, nheads, headdim). dt: (batch, seqlen, nheads). A: (nheads,).
+        B, C: (batch, seqlen, ngroups, dstate). chunk_size: a power of two in 16..256.
+        D: (nheads, headdim) or (nheads,) or None. z: x's shape or None. dt_bias: (nheads,) or None.
+        initial_states: (batch, nheads, headdim, dstate) or None. seq_idx: (batch, seqlen) int or None.
+        dt_softplus, dt_limit: dt processing (see the module docstring).
+        cu_seqlens: (num_seqs + 1,) int cumulative sequence lengths (batch 1), or None: also return each
+            sequence's last state; seq_idx is built from it when not given.
+
+    Returns:
+        ``(out, final_states)``, or ``(out, final_states, varlen_states)`` with cu_seqlens: out (batch,
+        seqlen, nheads, headdim) in x's dtype, final_states (batch, nheads, headdim, dstate) float32,
+        varlen_states (num_seqs, nheads, headdim, dstate) float32 (no gradient flows through them: they
+        are the cache of a prefill).
+
+    Raises:
+        ValueError: chunk_size not a power of two in 16..256.
+    """
+    check_chunk_size(chunk_size)
+    if cu_seqlens is not None:
+        if x.shape[0] != 1:
+            raise ValueError(f"mamba_chunk_scan_combined: cu_seqlens needs batch 1, got batch {x.shape[0]}")
+        cu_seqlens = cu_seqlens.to(device=x.device, dtype=torch.int64).contiguous()
+        if seq_idx is None:
+            lengths = torch.diff(cu_seqlens)
+            seq_idx = torch.repeat_interleave(torch.arange(lengths.numel(), device=x.device), lengths)[None]
+    if seq_idx is not None and seq_idx.dtype not in (torch.int32, torch.int64):
+        seq_idx = seq_idx.long()
+    out, final, varlen = _SSDFn.apply(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                                      dt_softplus, tuple(dt_limit), cu_seqlens)
+    return (out, final) if cu_seqlens is None else (out, final, varlen)

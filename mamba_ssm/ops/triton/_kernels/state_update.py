@@ -1,0 +1,131 @@
+"""Triton kernel for one decode step of the selective scan (``selective_state_update``), updating the
+cached state in place.
+
+Math (Gu & Dao, arXiv:2312.00752, Algorithm 2, one timestep with zero-order-hold A; Mamba-2 heads and
+groups from arXiv:2405.21060):
+
+    dt'        = softplus(dt + dt_bias)                       (softplus only with dt_softplus)
+    state[p,n] = exp(dt'[p] A[p,n]) state[p,n] + dt'[p] x[p] B[g(h), n]
+    out[p]     = sum_n state[p,n] C[g(h), n] + D[p] x[p], then * silu(z[p])
+
+with head h reading group ``g(h) = h // (nheads / ngroups)``. ``state_batch_indices[b]`` picks the state
+row of batch entry b; a negative index (-1) marks a padded slot: its output is 0 and no state row is
+read or written. One program per (block of ``dim`` rows, batch entry, head) holds its rows' whole
+``dstate`` in registers; float32 arithmetic, the state stored back in its own dtype.
+"""
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import pow2, unsupported_dtype
+
+__all__ = ["selective_state_update", "unsupported", "MAX_DSTATE"]
+
+#: The largest d_state one program holds.
+MAX_DSTATE = 1024
+
+
+@triton.jit
+def _state_update_kernel(S, X, DT, A, Bm, Cm, Dp, Z, DTB, IDX, OUT,
+                         dim, dstate, heads_per_group,
+                         s_b, s_h, s_p, s_n, x_b, x_h, x_p, dt_b, dt_h, dt_p, a_h, a_p, a_n,
+                         b_b, b_g, b_n, c_b, c_g, c_n, d_h, d_p, z_b, z_h, z_p, dtb_h, dtb_p,
+                         o_b, o_h, o_p,
+                         HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DTB: tl.constexpr,
+                         HAS_IDX: tl.constexpr, SOFTPLUS: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pm = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    h = tl.program_id(2).to(tl.int64)
+    g = h // heads_per_group
+    rows = pm * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mr = rows < dim
+    mc = cols < dstate
+    if HAS_IDX:
+        sb = tl.load(IDX + b).to(tl.int64)
+    else:
+        sb = b
+    valid = sb >= 0
+    sb = tl.where(valid, sb, 0)
+    tile = mr[:, None] & mc[None, :] & valid
+    sptr = S + sb * s_b + h * s_h + rows[:, None] * s_p + cols[None, :] * s_n
+    state = tl.load(sptr, mask=tile, other=0.0).to(tl.float32)
+    x = tl.load(X + b * x_b + h * x_h + rows * x_p, mask=mr, other=0.0).to(tl.float32)
+    dt = tl.load(DT + b * dt_b + h * dt_h + rows * dt_p, mask=mr, other=0.0).to(tl.float32)
+    if HAS_DTB:
+        dt += tl.load(DTB + h * dtb_h + rows * dtb_p, mask=mr, other=0.0).to(tl.float32)
+    if SOFTPLUS:
+        dt = tl.where(dt > 20.0, dt, tl.log(1.0 + tl.exp(tl.minimum(dt, 20.0))))
+    a = tl.load(A + h * a_h + rows[:, None] * a_p + cols[None, :] * a_n, mask=mr[:, None] & mc[None, :],
+                other=0.0).to(tl.float32)
+    bv = tl.load(Bm + b * b_b + g * b_g + cols * b_n, mask=mc, other=0.0).to(tl.float32)
+    cv = tl.load(Cm + b * c_b + g * c_g + cols * c_n, mask=mc, other=0.0).to(tl.float32)
+    state = state * tl.exp(a * dt[:, None]) + bv[None, :] * (x * dt)[:, None]
+    tl.store(sptr, state, mask=tile)
+    out = tl.sum(state * cv[None, :], axis=1)
+    if HAS_D:
+        out += x * tl.load(Dp + h * d_h + rows * d_p, mask=mr, other=0.0).to(tl.float32)
+    if HAS_Z:
+        z = tl.load(Z + b * z_b + h * z_h + rows * z_p, mask=mr, other=0.0).to(tl.float32)
+        out = out * z * tl.sigmoid(z)
+    out = tl.where(valid, out, 0.0)
+    tl.store(OUT + b * o_b + h * o_h + rows * o_p, out, mask=mr)
+
+
+def unsupported(state, x, dt, A, B, C, D=None, z=None, dt_bias=None) -> Optional[str]:
+    """None when the kernel takes this (validated) call, else why not."""
+    why = unsupported_dtype(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
+    if why is None and state.shape[-1] > MAX_DSTATE:
+        why = f"dstate {state.shape[-1]} exceeds the kernel's {MAX_DSTATE}"
+    return why
+
+
+def _per_row(t, nheads, dim):
+    """(nheads, dim) view of a per-(head, row) parameter given as (nheads, dim) or (nheads,)."""
+    return t if t.dim() == 2 else t.unsqueeze(-1).expand(nheads, dim)
+
+
+def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
+                           state_batch_indices=None):
+    """One decode step, in place on ``state`` (Triton), on the head shapes of the public
+    ``mamba_ssm.ops.triton.selective_state_update.selective_state_update`` (which validated them and
+    gives Mamba-1's shapes a head axis of 1): state (slots, nheads, dim, dstate), x/dt/z (batch, nheads,
+    dim), A (nheads, dim, dstate), B/C (batch, ngroups, dstate), D/dt_bias (nheads, dim) or (nheads,).
+    Returns out (batch, nheads, dim) in x's dtype; a negative ``state_batch_indices`` entry gives zeros
+    and leaves the state alone. No autograd (decode)."""
+    batch, nheads, dim = x.shape
+    dstate = state.shape[-1]
+    ngroups = B.shape[1]
+    if D is not None:
+        D = _per_row(D, nheads, dim)
+    if dt_bias is not None:
+        dt_bias = _per_row(dt_bias, nheads, dim)
+    out = torch.empty((batch, nheads, dim), dtype=x.dtype, device=x.device)
+    idx = None
+    if state_batch_indices is not None:
+        idx = state_batch_indices.reshape(-1)
+        if idx.dtype not in (torch.int32, torch.int64):
+            idx = idx.long()
+        idx = idx.contiguous()
+    block_n = pow2(dstate, 16)
+    block_m = max(1, min(pow2(dim), max(4, 4096 // block_n)))
+    grid = (triton.cdiv(dim, block_m), batch, nheads)
+    dummy = x
+    _state_update_kernel[grid](
+        state, x, dt, A, B, C,
+        D if D is not None else dummy, z if z is not None else dummy,
+        dt_bias if dt_bias is not None else dummy, idx if idx is not None else dummy, out,
+        dim, dstate, nheads // ngroups,
+        *state.stride(), *x.stride(), *dt.stride(), *A.stride(), *B.stride(), *C.stride(),
+        *(D.stride() if D is not None else (0, 0)),
+        *(z.stride() if z is not None else (0, 0, 0)),
+        *(dt_bias.stride() if dt_bias is not None else (0, 0)),
+        *out.stride(),
+        HAS_D=D is not None, HAS_Z=z is not None, HAS_DTB=dt_bias is not None, HAS_IDX=idx is not None,
+        SOFTPLUS=bool(dt_softplus), BLOCK_M=block_m, BLOCK_N=block_n,
+        num_warps=4 if block_m * block_n >= 2048 else 1)
+    return out

@@ -1,0 +1,190 @@
+"""Compile every Triton kernel for real GPU targets without a GPU (Triton's ahead-of-time path: its
+bundled ptxas for NVIDIA, its LLVM backend for AMD), with the launch configurations the wrappers choose.
+
+The wrappers (mamba_ssm.ops.triton._kernels) are run on ``meta`` tensors at Mamba-2 sizes (SSD:
+headdim 64, dstate 128, chunk 256, bf16 and fp32, forward and backward, seq_idx, cu_seqlens; the decode
+step; the norms) with the kernel launch intercepted: each launch's argument types, constexprs and warp
+count are recorded, then compiled with ``triton.compile(ASTSource(...), target=GPUTarget(...))``.
+This catches what the interpreter cannot (type and layout errors of the GPU compiler, shared memory
+over the limit) and prints registers / spill stack per kernel (from cuobjdump).
+
+    python tests/triton/compile_check.py [--targets cuda:90,cuda:80,hip:gfx942]
+
+Exit status 0 when every kernel compiled for every target. Must run without TRITON_INTERPRET
+(tests/triton/test_triton_compile.py starts it in a subprocess).
+"""
+import argparse
+import inspect
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+
+_PTR = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int32: "*i32",
+        torch.int64: "*i64", torch.bool: "*i1"}
+
+
+def capture_launches(work):
+    """Run ``work()`` with every JITFunction launch recorded instead of run: [(fn, signature, constexprs,
+    num_warps)], one per distinct configuration."""
+    seen = {}
+    real_run = JITFunction.run
+
+    def fake_run(self, *args, grid, warmup, **kwargs):
+        num_warps = kwargs.pop("num_warps", 4)
+        bound = dict(zip(self.arg_names, args))
+        bound.update(kwargs)
+        sig, consts = {}, {}
+        for p in self.params:
+            v = bound[p.name]
+            if p.is_constexpr:
+                sig[p.name] = "constexpr"
+                consts[p.name] = v
+            elif isinstance(v, torch.Tensor):
+                sig[p.name] = _PTR[v.dtype]
+            elif isinstance(v, bool):
+                sig[p.name] = "i1"
+            elif isinstance(v, int):
+                sig[p.name] = "i32" if -2**31 <= v < 2**31 else "i64"
+            elif isinstance(v, float):
+                sig[p.name] = "fp32"
+            else:
+                raise TypeError(f"{self.__name__}: argument {p.name} of type {type(v).__name__}")
+        key = (self.__name__, tuple(sorted(sig.items())), repr(sorted(consts.items())), num_warps)
+        seen.setdefault(key, (self, sig, consts, num_warps))
+
+    JITFunction.run = fake_run
+    try:
+        work()
+    finally:
+        JITFunction.run = real_run
+    return list(seen.values())
+
+
+def workloads():
+    from mamba_ssm.ops.triton._kernels import norms, ssd, state_update
+
+    meta = dict(device="meta")
+
+    def ssd_case(dtype, with_seq):
+        b, l, h, p, g, n = 2, 1024, 8, 64, 1, 128
+        x = torch.empty(b, l, h, p, dtype=dtype, **meta, requires_grad=True)
+        dt = torch.empty(b, l, h, dtype=dtype, **meta, requires_grad=True)
+        A = torch.empty(h, **meta, requires_grad=True)
+        B = torch.empty(b, l, g, n, dtype=dtype, **meta, requires_grad=True)
+        C = torch.empty(b, l, g, n, dtype=dtype, **meta, requires_grad=True)
+        D = torch.empty(h, p, **meta, requires_grad=True)
+        z = torch.empty(b, l, h, p, dtype=dtype, **meta, requires_grad=True)
+        bias = torch.empty(h, **meta, requires_grad=True)
+        h0 = torch.empty(b, h, p, n, **meta, requires_grad=True)
+        seq = torch.zeros(b, l, dtype=torch.int32, **meta) if with_seq else None
+        y, final = ssd.chunk_scan_combined(x, dt, A, B, C, 256, D=D, z=z, dt_bias=bias, initial_states=h0,
+                                           seq_idx=seq, dt_softplus=True, dt_limit=(0.0, 0.1))
+        torch.autograd.grad((y.float().sum() + final.sum()), [x, dt, A, B, C, D, z, bias, h0])
+
+    def varlen_case():
+        x = torch.empty(1, 512, 8, 64, dtype=torch.bfloat16, **meta)
+        dt = torch.empty(1, 512, 8, dtype=torch.bfloat16, **meta)
+        B = torch.empty(1, 512, 1, 128, dtype=torch.bfloat16, **meta)
+        ssd.chunk_scan_combined(x, dt, torch.empty(8, **meta), B, B, 256,
+                                cu_seqlens=torch.zeros(4, dtype=torch.int64, **meta),
+                                seq_idx=torch.zeros(1, 512, dtype=torch.int64, **meta))
+
+    def state_update_case():
+        b, h, p, n = 16, 80, 64, 128
+        st = torch.empty(b, h, p, n, dtype=torch.bfloat16, **meta)
+        x = torch.empty(b, h, p, dtype=torch.bfloat16, **meta)
+        A = torch.empty(h, p, n, **meta)
+        Bm = torch.empty(b, 1, n, dtype=torch.bfloat16, **meta)
+        state_update.selective_state_update(st, x, x, A, Bm, Bm, torch.empty(h, p, **meta), x,
+                                            torch.empty(h, p, **meta), True,
+                                            torch.zeros(b, dtype=torch.int64, **meta))
+
+    def norm_case(is_rms):
+        x = torch.empty(64, 4096, dtype=torch.bfloat16, **meta, requires_grad=True)
+        r = torch.empty(64, 4096, **meta, requires_grad=True)
+        w = torch.empty(4096, dtype=torch.bfloat16, **meta, requires_grad=True)
+        y, res = norms.layer_norm(x, w, None if is_rms else w, r, 1e-5, prenorm=True, residual_in_fp32=True,
+                                  is_rms_norm=is_rms)
+        torch.autograd.grad(y.float().sum() + res.sum(), [x, r, w])
+
+    def gated_case(nbg):
+        x = torch.empty(64, 5120, dtype=torch.bfloat16, **meta, requires_grad=True)
+        w = torch.empty(5120, dtype=torch.bfloat16, **meta, requires_grad=True)
+        y = norms.gated_norm(x, w, None, x, 1e-5, 640, nbg, True)
+        torch.autograd.grad(y.float().sum(), [x, w])
+
+    return [("ssd bf16 + seq_idx", lambda: ssd_case(torch.bfloat16, True)),
+            ("ssd fp32", lambda: ssd_case(torch.float32, False)),
+            ("ssd varlen states", varlen_case),
+            ("selective_state_update", state_update_case),
+            ("layer_norm", lambda: norm_case(False)), ("rms_norm", lambda: norm_case(True)),
+            ("gated norm", lambda: gated_case(True)), ("gated norm (gate first)", lambda: gated_case(False))]
+
+
+def _source(fn, sig, consts):
+    """ASTSource for this triton: 3.0-3.2 take ``constants`` and a signature of the other parameters;
+    later ones ``constexprs`` and "constexpr" entries in the signature."""
+    if "constexprs" in inspect.signature(ASTSource.__init__).parameters:
+        return ASTSource(fn=fn, signature=sig, constexprs=consts)
+    return ASTSource(fn=fn, signature={k: v for k, v in sig.items() if v != "constexpr"}, constants=consts)
+
+
+def resources(kernel) -> str:
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(cuobjdump):
+        return ""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
+        fh.write(kernel.asm["cubin"])
+        fh.flush()
+        out = subprocess.run([cuobjdump, "--dump-resource-usage", fh.name], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "REG:" in line:
+            fields = dict(item.split(":", 1) for item in line.strip().split() if ":" in item)
+            return f"registers {fields.get('REG')}, spill stack {fields.get('STACK')} B"
+    return ""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--targets", default="cuda:90,cuda:80,hip:gfx942")
+    args = ap.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET", "") == "1":
+        print("TRITON_INTERPRET=1 is set: unset it (the kernels must be compiled, not interpreted)")
+        return 2
+    launches = []
+    for name, work in workloads():
+        found = capture_launches(work)
+        print(f"{name}: {len(found)} kernel launches")
+        launches += [f for f in found if all(f[0] is not g[0] or f[1:] != g[1:] for g in launches)]
+    failures = 0
+    for target in args.targets.split(","):
+        backend, arch = target.split(":")
+        gpu = GPUTarget(backend, int(arch) if backend == "cuda" else arch, 32 if backend == "cuda" else 64)
+        for fn, sig, consts, warps in launches:
+            label = f"{target} {fn.__name__} (warps {warps}, {', '.join(f'{k}={v}' for k, v in consts.items() if k.startswith('BLOCK') or k == 'Q')})"
+            try:
+                k = triton.compile(_source(fn, sig, consts), target=gpu, options={"num_warps": warps})
+            except Exception as exc:  # noqa: BLE001 - report every failure
+                failures += 1
+                print(f"FAIL {label}: {type(exc).__name__}: {str(exc)[:2000]}")
+                continue
+            extra = resources(k) if backend == "cuda" else ""
+            print(f"ok   {label}: shared {k.metadata.shared} B{'; ' + extra if extra else ''}")
+    print(f"triton {triton.__version__}: {len(launches)} kernel configurations x {len(args.targets.split(','))} "
+          f"targets, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
