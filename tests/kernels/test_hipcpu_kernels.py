@@ -244,8 +244,7 @@ def check_case(case, result, parts=("forward", "backward")):
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_emulated(emulated, layout, schedule, case, record_property):
-    record_property("hipcpu_run", f"{layout}/{schedule}")
+def test_emulated(emulated, layout, schedule, case):
     res = emulated(layout)
     check_case(case, res["results"][schedule][CASES.index(case)])
 

@@ -72,8 +72,23 @@ def compiler():
     return cxx
 
 
+_TBB_CHECKED = {}
+
+
 def check_tbb(cxx):
-    """HIP-CPU's parallel algorithms need TBB's headers and library (Debian: libtbb-dev)."""
+    """HIP-CPU's parallel algorithms need TBB's headers and library (Debian: libtbb-dev). Checked once
+    per process and compiler (a compile and link of a probe)."""
+    if cxx not in _TBB_CHECKED:
+        try:
+            _probe_tbb(cxx)
+            _TBB_CHECKED[cxx] = None
+        except Unavailable as e:
+            _TBB_CHECKED[cxx] = e
+    if _TBB_CHECKED[cxx] is not None:
+        raise _TBB_CHECKED[cxx]
+
+
+def _probe_tbb(cxx):
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "t.cpp")
         with open(src, "w") as f:
