@@ -276,16 +276,24 @@ def build(layout, csrc=CSRC, sources=None, tag=""):
     lib = os.path.join(out_dir, "libmamba_hipcpu.so")
     if os.path.isfile(lib):
         return lib
-    os.makedirs(out_dir, exist_ok=True)
-    srcs = [os.path.join(csrc, s) for s in sources] + HARNESS_SOURCES
-    objs = [os.path.join(out_dir, os.path.basename(s) + ".o") for s in srcs]
-    jobs = max(1, int(os.environ.get("MAX_JOBS") or min(2, os.cpu_count() or 1)))
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        list(pool.map(lambda so: _run([cxx] + flags + ["-x", "c++", "-c", so[0], "-o", so[1]]),
-                      zip(srcs, objs)))
-    tmp_lib = lib + ".tmp"
-    _run([cxx, "-shared", "-o", tmp_lib] + objs + LIBS)
-    os.replace(tmp_lib, lib)
+    # Built in a private folder, renamed into place when complete (a concurrent or interrupted build
+    # never leaves a half-written library under the final name).
+    os.makedirs(BUILD_ROOT, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{layout}-", dir=BUILD_ROOT)
+    try:
+        srcs = [os.path.join(csrc, s) for s in sources] + HARNESS_SOURCES
+        objs = [os.path.join(tmp, os.path.basename(s) + ".o") for s in srcs]
+        jobs = max(1, int(os.environ.get("MAX_JOBS") or min(2, os.cpu_count() or 1)))
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            list(pool.map(lambda so: _run([cxx] + flags + ["-x", "c++", "-c", so[0], "-o", so[1]]),
+                          zip(srcs, objs)))
+        _run([cxx, "-shared", "-o", os.path.join(tmp, os.path.basename(lib))] + objs + LIBS)
+        try:
+            os.replace(tmp, out_dir)
+        except OSError:  # another process finished the same build first
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     _remove_stale(out_dir)
     return lib
 
