@@ -9,8 +9,9 @@ GUARD_BYTES of SENTINEL on each side, and the output itself filled with SENTINEL
 both overruns and elements left unwritten. With ``misalign`` the inputs and outputs start one element
 past a 16-byte boundary (the kernels' scalar load/store path); else they are 16-byte aligned.
 
-OUT.pt: {"warp_size": int, "results": {schedule: [per case: {"error": message or None, buffers}]}} where
-each buffer is (flat tensor with its guards, start element, element count, shape).
+OUT.pt: {"warp_size": int, "results": {schedule: [per case: {"errors": {"forward": message or None,
+"backward": ...}, buffers}]}} where each buffer is (flat tensor with its guards, start element, element
+count, shape).
 """
 import ctypes
 import sys
@@ -62,7 +63,8 @@ class Library:
 
 
 def run_case(lib, case):
-    """Forward and/or backward (case["forward"], case["backward"]) of one case; returns {"error": ..., name: (buf, start, numel, shape)}."""
+    """Forward and/or backward (case["forward"], case["backward"]; the backward needs nothing from the
+    forward) of one case; returns {"errors": {part: message or None}, name: (buf, start, numel, shape)}."""
     t = case["inputs"]
     dtype, mis = case["dtype"], case["misalign"]
     u = t["u"]
@@ -92,13 +94,14 @@ def run_case(lib, case):
         return view
 
     fwd_ptrs = [ptr(x) for x in (seq["u"], seq["delta"], A, bc["B"], bc["C"], D, seq["z"], bias)]
-    result = {"error": None}
+    errors = {}
+    result = {"errors": errors}
     if case["forward"]:
         out = output("out", (batch, dim, seqlen), dtype, mis)
         last = output("last_state", (batch, dim, dstate), torch.float32) if case["last_state"] else None
-        result["error"] = lib.call("mamba_hipcpu_scan_fwd", dtype, shape, flags,
-                                   fwd_ptrs + [ptr(out), ptr(last)])
-    if result["error"] is not None or not case["backward"]:
+        errors["forward"] = lib.call("mamba_hipcpu_scan_fwd", dtype, shape, flags,
+                                     fwd_ptrs + [ptr(out), ptr(last)])
+    if not case["backward"]:
         result.update(out_bufs)
         return result
     f32 = torch.float32
@@ -115,7 +118,7 @@ def run_case(lib, case):
         output("workspace", (max(1, batch * dim * ((seqlen + 1023) // 1024) * dstate),), f32),
     ]
     bwd_ptrs = fwd_ptrs + [ptr(None), ptr(None)] + [ptr(x) for x in grads]
-    result["error"] = lib.call("mamba_hipcpu_scan_bwd", dtype, shape, flags, bwd_ptrs)
+    errors["backward"] = lib.call("mamba_hipcpu_scan_bwd", dtype, shape, flags, bwd_ptrs)
     result.update(out_bufs)
     return result
 
