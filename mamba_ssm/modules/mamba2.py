@@ -32,6 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mamba_ssm.modules._common import check_sequence_input, inverse_softplus_dt
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update, causal_conv1d_varlen_states
 from mamba_ssm.ops.triton.layernorm_gated import RMSNorm as RMSNormGated
 from mamba_ssm.ops.triton.selective_state_update import selective_state_update
@@ -115,13 +116,15 @@ class Mamba2(nn.Module):
         self.d_ssm = full_ssm // self.world_size
         self.headdim = headdim
         self.ngroups = ngroups // self.world_size
+        per_rank = f" per rank of {self.world_size}" if self.world_size > 1 else ""
         if self.d_ssm <= 0 or self.d_ssm % headdim or self.d_ssm > self.d_inner:
-            raise ValueError(f"Mamba2: d_ssm = {self.d_ssm} (per rank) must be a positive multiple of headdim = "
-                             f"{headdim} and at most d_inner = {self.d_inner}; choose d_model, expand, "
-                             f"headdim (and d_ssm) so that it is")
+            what = "d_ssm" if d_ssm is not None else "d_ssm (= expand * d_model)"
+            raise ValueError(f"Mamba2: {what} = {self.d_ssm}{per_rank} must be a positive multiple of headdim = {headdim} and at most d_inner = "
+                             f"{self.d_inner}; choose d_model, expand, headdim (and d_ssm) so that it is, e.g. "
+                             f"headdim={math.gcd(self.d_ssm, headdim) or 1}")
         self.nheads = self.d_ssm // headdim
-        if self.nheads % self.ngroups:
-            raise ValueError(f"Mamba2: ngroups = {self.ngroups} (per rank) must divide nheads = {self.nheads}")
+        if self.ngroups < 1 or self.nheads % self.ngroups:
+            raise ValueError(f"Mamba2: ngroups = {self.ngroups}{per_rank} must divide nheads = {self.nheads}")
         self.D_has_hdim = D_has_hdim
         self.rmsnorm = rmsnorm
         self.norm_before_gate = norm_before_gate
@@ -147,9 +150,7 @@ class Mamba2(nn.Module):
         self.act = nn.SiLU()
 
         # dt: log-uniform in [dt_min, dt_max], floored; dt_bias is its inverse softplus.
-        dt = torch.exp(torch.rand(self.nheads, **factory_kwargs) * (math.log(dt_max) - math.log(dt_min))
-                       + math.log(dt_min)).clamp(min=dt_init_floor)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.dt_bias = nn.Parameter(inverse_softplus_dt(self.nheads, dt_min, dt_max, dt_init_floor, **factory_kwargs))
         self.dt_bias._no_weight_decay = True
         lo, hi = A_init_range
         if not 0 < lo <= hi:
@@ -216,9 +217,7 @@ class Mamba2(nn.Module):
         """
         seqlen_og = seqlen
         if seqlen is None:
-            if u.dim() != 3 or u.shape[-1] != self.d_model:
-                raise ValueError(f"Mamba2.forward: u must have shape (batch, seqlen, d_model={self.d_model}), "
-                                 f"got {tuple(u.shape)}")
+            check_sequence_input("Mamba2.forward", u, self.d_model)
             batch, seqlen, _ = u.shape
         else:
             if u.dim() != 2 or u.shape[-1] != self.d_model:

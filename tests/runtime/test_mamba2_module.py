@@ -8,9 +8,12 @@ import math
 
 import pytest
 import torch
+
+import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 import torch.nn.functional as F
 
 from mamba_ssm.modules.mamba2 import Mamba2
+from mamba_ssm.modules.mamba2_simple import Mamba2Simple
 from mamba_ssm.utils.generation import InferenceParams
 
 D_MODEL = 32
@@ -24,13 +27,17 @@ def reference_mamba2(m, u, seq_idx=None):
     (restarting where seq_idx changes), h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t,
     gated RMSNorm per group (or the silu(z) gate), the gated-MLP part, out_proj.
 
+    Works for Mamba2 and Mamba2Simple (per-head D, norm(y * silu(z)), ``init_states`` as h_0).
     Returns (out (batch, seqlen, d_model), {name: float64 leaf parameter}) so gradients can be taken.
     """
+    d_ssm = getattr(m, "d_ssm", m.d_inner)
+    D_has_hdim, rmsnorm = getattr(m, "D_has_hdim", False), getattr(m, "rmsnorm", True)
+    norm_before_gate = getattr(m, "norm_before_gate", False)
     P = {k: v.detach().double().clone().requires_grad_(True) for k, v in m.named_parameters()}
     u = u.double()
     b, L, _ = u.shape
     H, Pd, N, G = m.nheads, m.headdim, m.d_state, m.ngroups
-    d_ssm, d_mlp = m.d_ssm, m.d_inner - m.d_ssm
+    d_mlp = m.d_inner - d_ssm
     zxbcdt = u @ P["in_proj.weight"].T
     if "in_proj.bias" in P:
         zxbcdt = zxbcdt + P["in_proj.bias"]
@@ -62,8 +69,10 @@ def reference_mamba2(m, u, seq_idx=None):
     if tuple(m.dt_limit) != (0.0, float("inf")):
         dt = dt.clamp(*m.dt_limit)
     A = -torch.exp(P["A_log"])
-    Dp = P["D"].reshape(H, Pd) if m.D_has_hdim else P["D"][:, None].expand(H, Pd)
+    Dp = P["D"].reshape(H, Pd) if D_has_hdim else P["D"][:, None].expand(H, Pd)
     h = torch.zeros(b, H, Pd, N, dtype=torch.float64)
+    if "init_states" in P:
+        h = h + P["init_states"]
     ys = []
     for t in range(L):
         if seq_idx is not None and t > 0:
@@ -73,11 +82,11 @@ def reference_mamba2(m, u, seq_idx=None):
         ys.append((h * Cm[:, t, :, None, :]).sum(-1) + Dp * x[:, t])
     y = torch.stack(ys, 1).reshape(b, L, d_ssm)
     gate = z * torch.sigmoid(z)
-    if m.rmsnorm:
+    if rmsnorm:
         def rms(v):
             g = v.reshape(b, L, G, d_ssm // G)
             return (g / torch.sqrt((g * g).mean(-1, keepdim=True) + m.norm.eps)).reshape(b, L, d_ssm)
-        y = rms(y) * P["norm.weight"] * gate if m.norm_before_gate else rms(y * gate) * P["norm.weight"]
+        y = rms(y) * P["norm.weight"] * gate if norm_before_gate else rms(y * gate) * P["norm.weight"]
     else:
         y = y * gate
     if d_mlp:
@@ -196,17 +205,7 @@ def test_flattened_input_with_seqlen():
     _assert_close(out.reshape(3, 20, D_MODEL), exp, "flattened")
 
 
-def _full_and_in_pieces(m, x, bounds):
-    """m(x) in one pass, and m over x[:, s:e] for consecutive (s, e) of bounds through one
-    InferenceParams (seqlen_offset advanced by each piece), concatenated."""
-    with torch.no_grad():
-        full = m(x)
-        ip = InferenceParams(max_seqlen=x.shape[1], max_batch_size=x.shape[0])
-        outs = []
-        for s, e in zip(bounds, bounds[1:]):
-            outs.append(m(x[:, s:e], inference_params=ip))
-            ip.seqlen_offset += e - s
-    return full, torch.cat(outs, 1), ip
+_full_and_in_pieces = ref.full_and_in_pieces
 
 
 @pytest.mark.parametrize("L", [1, 3, 29, 30, 64, 257])
@@ -326,3 +325,26 @@ def test_float64_module_matches_reference_tightly():
     # A = -exp(A_log.float()) as upstream: A itself is float32-rounded, the rest runs in float64.
     _assert_close(out, exp, "float64", rel=1e-8)
     assert math.isfinite(float(out.sum()))
+
+
+@pytest.mark.parametrize("mem_eff", [True, False])
+@pytest.mark.parametrize("kw", [dict(), dict(ngroups=2, learnable_init_states=True, dt_limit=(0.01, 0.1))])
+def test_mamba2_simple_matches_float64_recurrence(kw, mem_eff):
+    torch.manual_seed(5)
+    m = Mamba2Simple(D_MODEL, d_state=8, headdim=16, chunk_size=8, use_mem_eff_path=mem_eff, **kw)
+    with torch.no_grad():
+        m.D.uniform_(-1, 1)
+        m.norm.weight.uniform_(0.5, 1.5)
+        if kw.get("learnable_init_states"):
+            m.init_states.normal_()
+    u = torch.randn(2, 21, D_MODEL, requires_grad=True)
+    out = m(u)
+    exp, P = reference_mamba2(m, u.detach())
+    _assert_close(out, exp, "Mamba2Simple output")
+    out.backward(torch.ones_like(out))
+    exp.backward(torch.ones_like(exp))
+    for k, p in m.named_parameters():
+        _assert_close(p.grad, P[k].grad, f"Mamba2Simple d{k}", rel=1e-4)
+    keys = {"in_proj.weight", "conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "norm.weight",
+            "out_proj.weight"} | ({"init_states"} if kw.get("learnable_init_states") else set())
+    assert set(m.state_dict()) == keys

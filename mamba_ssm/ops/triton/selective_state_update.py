@@ -97,13 +97,18 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     Bf = B_h.to(cdtype).repeat_interleave(nheads // B_h.shape[1], dim=1)  # (batch, nheads, dstate)
     Cf = C_h.to(cdtype).repeat_interleave(nheads // C_h.shape[1], dim=1)
     xf = x_h.to(cdtype)
-    dA = torch.exp(dtf.unsqueeze(-1) * A_h.to(cdtype))
-    new = rows.to(cdtype) * dA + (dtf * xf).unsqueeze(-1) * Bf.unsqueeze(2)
+    # Mamba-2 passes one A per head expanded over dstate (stride 0): exponentiate once per (head, dim).
+    A_c = A_h[..., :1] if A_h.stride(-1) == 0 else A_h
+    dA = torch.exp(dtf.unsqueeze(-1) * A_c.to(cdtype))
+    in_place = state_batch_indices is None and state.dtype == cdtype
+    new = state_h.mul_(dA) if in_place else rows.to(cdtype) * dA
+    new.addcmul_((dtf * xf).unsqueeze(-1), Bf.unsqueeze(2))
     if state_batch_indices is None:
-        state_h.copy_(new)
+        if not in_place:
+            state_h.copy_(new)
     else:
         state_h[state_batch_indices[valid].long()] = new[valid].to(state.dtype)
-    out = (new * Cf.unsqueeze(2)).sum(-1)
+    out = torch.matmul(new, Cf.unsqueeze(-1)).squeeze(-1)
     if D_h is not None:
         out = out + xf * (D_h.to(cdtype) if D_h.dim() == 2 else D_h.to(cdtype)[:, None])
     if z_h is not None:

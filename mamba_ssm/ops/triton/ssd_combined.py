@@ -38,7 +38,7 @@ def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None
     """
     b, l, h, p = x.shape
     n = B.shape[-1]
-    q = chunk_size
+    q = max(1, min(chunk_size, l))   # a sequence shorter than a chunk is one chunk of its own length (no padding)
     pad = (-l) % q
     if pad:
         x = F.pad(x, (0, 0, 0, 0, 0, pad))
