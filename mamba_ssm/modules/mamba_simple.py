@@ -171,9 +171,6 @@ class Mamba(nn.Module):
         dtype = hidden_states.dtype
         xz = F.linear(hidden_states.squeeze(1), self.in_proj.weight, self.in_proj.bias)  # (batch, 2*d_inner)
         x, z = xz.chunk(2, dim=-1)
-        if not xz.is_cuda and xz.dtype in (torch.float32, torch.float64) \
-                and conv_state.dtype == ssm_state.dtype == xz.dtype:
-            return self._step_inline(x, z, conv_state, ssm_state).unsqueeze(1).to(dtype), conv_state, ssm_state
         x = causal_conv1d_update(x, conv_state, self.conv1d.weight.squeeze(1), self.conv1d.bias,
                                  self.activation)
         x_db = self.x_proj(x)
@@ -184,24 +181,6 @@ class Mamba(nn.Module):
                                    dt_softplus=True)
         out = self.out_proj(y)
         return out.unsqueeze(1).to(dtype), conv_state, ssm_state
-
-    def _step_inline(self, x, z, conv_state, ssm_state):
-        """The step's conv and state update written out for CPU float32/float64 (the same math as
-        causal_conv1d_update + selective_state_update, in fewer and larger tensor ops, since a decode step
-        on the CPU is dominated by per-op overhead): x, z (batch, d_inner) -> out (batch, d_model)."""
-        conv_state.copy_(torch.roll(conv_state, shifts=-1, dims=-1))
-        conv_state[:, :, -1] = x
-        x = (conv_state * self.conv1d.weight[:, 0, :]).sum(-1)
-        if self.conv1d.bias is not None:
-            x = x + self.conv1d.bias
-        x = F.silu(x)
-        dt, B, C = torch.split(self.x_proj(x), [self.dt_rank, self.d_state, self.d_state], dim=-1)
-        dt = F.softplus(F.linear(dt, self.dt_proj.weight, self.dt_proj.bias))  # delta (batch, d_inner)
-        A = -torch.exp(self.A_log.to(x.dtype))
-        # Zero-order hold for A, Euler for B (arXiv:2312.00752, eq. 4): h = exp(delta A) h + delta B x.
-        ssm_state.mul_(torch.exp(dt.unsqueeze(-1) * A)).addcmul_((dt * x).unsqueeze(-1), B.unsqueeze(1))
-        y = torch.matmul(ssm_state, C.unsqueeze(-1)).squeeze(-1) + self.D.to(x.dtype) * x
-        return self.out_proj(y * F.silu(z))
 
     def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
         """Zeroed (conv_state (batch, d_inner, d_conv), ssm_state (batch, d_inner, d_state)); conv_state
