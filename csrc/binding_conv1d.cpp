@@ -39,7 +39,7 @@ ConvFwdResult conv_fwd_cpu(const at::Tensor& x, const at::Tensor& weight, const 
   p.final_states = fin.data_ptr();
   conv_run(r.batch * conv_cpu_blocks(r.dim), r.batch * r.dim * r.seqlen,
            [&](int64_t begin, int64_t end) { conv1d_fwd_cpu(p, begin, end); });
-  return {out.to(x.scalar_type()), fin.to(x.scalar_type())};
+  return {in_dtype(out, x.scalar_type()), in_dtype(fin, x.scalar_type())};
 }
 
 ConvBwdResult conv_bwd_cpu(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
@@ -51,7 +51,7 @@ ConvBwdResult conv_bwd_cpu(const at::Tensor& x, const at::Tensor& weight, const 
   Conv1dBwdParams p;
   conv_fill_params(r, silu, p);
   const auto f32 = r.x.options().dtype(at::kFloat);
-  const at::Tensor dout_c = dout.to(at::kFloat).contiguous();
+  const at::Tensor dout_c = as_contiguous(dout, at::kFloat);
   const at::Tensor dfin = conv_prepare_dfinal(r, dfinal_states);
   at::Tensor dx = at::empty({r.batch, r.dim, r.seqlen}, f32);
   at::Tensor dw = at::empty({r.batch, r.dim, r.width}, f32);
@@ -76,11 +76,11 @@ at::Tensor conv_update_cpu(const at::Tensor& x, at::Tensor& conv_state, const at
                            const std::optional<at::Tensor>& cache_seqlens,
                            const std::optional<at::Tensor>& conv_state_indices) {
   conv_check_update(x, conv_state, weight, bias, cache_seqlens, conv_state_indices);
-  const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor w = weight.to(at::kFloat).contiguous();
-  const at::Tensor b = has(bias) ? bias->to(at::kFloat).contiguous() : at::Tensor();
-  const at::Tensor cache = has(cache_seqlens) ? cache_seqlens->to(at::kInt).contiguous() : at::Tensor();
-  const at::Tensor idx = has(conv_state_indices) ? conv_state_indices->to(at::kInt).contiguous() : at::Tensor();
+  const at::Tensor xf = as_contiguous(x, at::kFloat);  // out (contiguous) shares its strides
+  const at::Tensor w = as_contiguous(weight, at::kFloat);
+  const at::Tensor b = has(bias) ? as_contiguous(*bias, at::kFloat) : at::Tensor();
+  const at::Tensor cache = has(cache_seqlens) ? as_contiguous(*cache_seqlens, at::kInt) : at::Tensor();
+  const at::Tensor idx = has(conv_state_indices) ? as_contiguous(*conv_state_indices, at::kInt) : at::Tensor();
   if (idx.defined()) {
     const int32_t* v = idx.data_ptr<int32_t>();
     for (int64_t i = 0; i < idx.numel(); ++i)
@@ -100,12 +100,12 @@ at::Tensor conv_update_cpu(const at::Tensor& x, at::Tensor& conv_state, const at
   conv_run(p.dim, p.batch * p.dim * (p.seqlen + p.state_len),
            [&](int64_t begin, int64_t end) { conv1d_update_cpu(p, begin, end); });
   if (!in_place) conv_state.copy_(state);
-  return out.to(x.scalar_type());
+  return in_dtype(out, x.scalar_type());
 }
 
 at::Tensor conv_varlen_states_cpu(const at::Tensor& x, const at::Tensor& cu_seqlens, int64_t state_len) {
   conv_check_varlen(x, cu_seqlens, state_len);
-  const at::Tensor cu = cu_seqlens.to(at::kInt).contiguous();
+  const at::Tensor cu = as_contiguous(cu_seqlens, at::kInt);
   const int32_t* v = cu.data_ptr<int32_t>();
   for (int64_t i = 0; i < cu.numel(); ++i) {
     TORCH_CHECK(v[i] >= 0 && v[i] <= x.size(0) && (i == 0 || v[i] >= v[i - 1]),

@@ -10,6 +10,17 @@
 
 namespace mamba_ssm {
 
+inline bool has(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
+
+// t in dtype dt and contiguous, without a dispatcher call when it already is (decode steps are
+// dominated by such fixed costs).
+inline at::Tensor as_contiguous(const at::Tensor& t, at::ScalarType dt) {
+  if (t.scalar_type() == dt && t.is_contiguous()) return t;
+  return t.to(dt).contiguous();
+}
+
+inline at::Tensor in_dtype(const at::Tensor& t, at::ScalarType dt) { return t.scalar_type() == dt ? t : t.to(dt); }
+
 // The layout rule (mirrored by the fake implementations in mamba_ssm/ops/backends/compiled_conv1d.py):
 // x (batch, dim, seqlen) is channel-last when its channel axis has stride 1 and its seqlen axis does not
 // (a transposed (batch, seqlen, dim) tensor); out, dout and dx then have that layout, else they are
@@ -20,15 +31,13 @@ inline bool conv_channel_last(const at::Tensor& x) {
 
 // t (batch, dim, seqlen) in dtype dt, dense in the layout: channel-last or contiguous.
 inline at::Tensor conv_layout(const at::Tensor& t, bool channel_last, at::ScalarType dt) {
-  if (!channel_last) return t.to(dt).contiguous();
+  if (!channel_last) return as_contiguous(t, dt);
   return t.transpose(1, 2).to(dt).contiguous().transpose(1, 2);
 }
 
 inline at::Tensor conv_empty(int64_t b, int64_t d, int64_t l, bool channel_last, const at::TensorOptions& o) {
   return channel_last ? at::empty({b, l, d}, o).transpose(1, 2) : at::empty({b, d, l}, o);
 }
-
-inline bool has(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
 
 inline void check_conv_dtype(const at::Tensor& x, const char* name) {
   const auto st = x.scalar_type();
@@ -70,22 +79,22 @@ inline ConvPrepared conv_prepare(const at::Tensor& x, const at::Tensor& weight, 
   r.width = check_conv_weight(weight, bias, r.dim);
   r.channel_last = conv_channel_last(x) && !force_contiguous;
   r.x = conv_layout(x, r.channel_last, compute_dtype);
-  r.weight = weight.to(at::kFloat).contiguous();
-  if (has(bias)) r.bias = bias->to(at::kFloat).contiguous();
+  r.weight = as_contiguous(weight, at::kFloat);
+  if (has(bias)) r.bias = as_contiguous(*bias, at::kFloat);
   if (has(seq_idx)) {
     TORCH_CHECK(seq_idx->dim() == 2 && seq_idx->size(0) == r.batch && seq_idx->size(1) == r.seqlen,
                 "mamba_ssm causal_conv1d: seq_idx must be (batch, seqlen) = (", r.batch, ", ", r.seqlen, "), got ",
                 seq_idx->sizes());
     TORCH_CHECK(!at::isFloatingType(seq_idx->scalar_type()), "mamba_ssm causal_conv1d: seq_idx must be an integer "
                 "tensor, got ", seq_idx->scalar_type());
-    r.seq_idx = seq_idx->to(at::kInt).contiguous();
+    r.seq_idx = as_contiguous(*seq_idx, at::kInt);
   }
   if (has(initial_states)) {
     TORCH_CHECK(initial_states->dim() == 3 && initial_states->size(0) == r.batch && initial_states->size(1) == r.dim &&
                     initial_states->size(2) == r.width - 1,
                 "mamba_ssm causal_conv1d: initial_states must be (batch, dim, width - 1) = (", r.batch, ", ", r.dim,
                 ", ", r.width - 1, "), got ", initial_states->sizes());
-    r.init = initial_states->to(at::kFloat).contiguous();
+    r.init = as_contiguous(*initial_states, at::kFloat);
   }
   return r;
 }
@@ -115,7 +124,7 @@ inline at::Tensor conv_prepare_dfinal(const ConvPrepared& r, const std::optional
   if (!has(dfinal)) return at::Tensor();
   TORCH_CHECK(dfinal->numel() == r.batch * r.dim * (r.width - 1), "mamba_ssm causal_conv1d: dfinal_states must be "
               "(batch, dim, width - 1), got ", dfinal->sizes());
-  return dfinal->to(at::kFloat).contiguous();
+  return as_contiguous(*dfinal, at::kFloat);
 }
 
 // Checks of causal_conv1d_update's arguments (x is (batch, dim, seqlen)); returns the width.

@@ -101,16 +101,17 @@ at::Tensor conv_update_cuda(const at::Tensor& x, at::Tensor& conv_state, const a
   conv_check_update(x, conv_state, weight, bias, cache_seqlens, conv_state_indices);
   TORCH_CHECK(conv_state.device() == x.device(), "mamba_ssm causal_conv1d_update: conv_state is on ",
               conv_state.device(), " but x is on ", x.device());
-  const at::Tensor w = weight.to(at::kFloat).contiguous();
-  const at::Tensor b = has(bias) ? bias->to(at::kFloat).contiguous() : at::Tensor();
-  const at::Tensor cache = has(cache_seqlens) ? cache_seqlens->to(at::kInt).contiguous() : at::Tensor();
-  const at::Tensor idx = has(conv_state_indices) ? conv_state_indices->to(at::kInt).contiguous() : at::Tensor();
+  const at::Tensor w = as_contiguous(weight, at::kFloat);
+  const at::Tensor b = has(bias) ? as_contiguous(*bias, at::kFloat) : at::Tensor();
+  const at::Tensor cache = has(cache_seqlens) ? as_contiguous(*cache_seqlens, at::kInt) : at::Tensor();
+  const at::Tensor idx = has(conv_state_indices) ? as_contiguous(*conv_state_indices, at::kInt) : at::Tensor();
   // The kernel reads and writes the state in x's dtype; another dtype goes through a copy.
   const bool in_place = conv_state.scalar_type() == x.scalar_type();
   at::Tensor state = in_place ? conv_state : conv_state.to(x.scalar_type());
   at::Tensor out = at::empty({x.size(0), x.size(1), x.size(2)}, x.options());
   Conv1dUpdateParams p;
-  conv_fill_update(x, state, out, w, b, cache, idx, silu, p);
+  const at::Tensor xc = x.contiguous();  // out (contiguous) shares its strides
+  conv_fill_update(xc, state, out, w, b, cache, idx, silu, p);
   const char* err = nullptr;
   switch (x.scalar_type()) {
     case at::kFloat: err = conv1d_update_gpu_fp32(p, stream_of(x)); break;

@@ -29,7 +29,21 @@ namespace conv {
 
 constexpr int kLanes = 8;
 
-static inline float silu_of(float v) { return v / (1.f + exp_approx(-v)); }
+// 1 / d for d >= 1 without a division (vector divisions dominated the SiLU): the exponent-flip guess
+// (relative error < 12.5 %) and three Newton steps r <- r (2 - d r), each squaring the error (~1e-7).
+static inline float recip_approx(float d) {
+  int32_t bits;
+  std::memcpy(&bits, &d, sizeof(bits));
+  bits = 0x7EF311C3 - bits;
+  float r;
+  std::memcpy(&r, &bits, sizeof(r));
+  r = r * (2.f - d * r);
+  r = r * (2.f - d * r);
+  r = r * (2.f - d * r);
+  return r;
+}
+
+static inline float silu_of(float v) { return v * recip_approx(1.f + exp_approx(-v)); }
 
 // v -> silu(v) over n values (vectorised).
 static inline void silu_inplace(float* __restrict v, int64_t n) {
@@ -174,7 +188,7 @@ static void bwd_row(const Conv1dBwdParams& p, int64_t b, int64_t d, std::vector<
   if (p.silu) {
     for (int64_t t = 0; t < L; ++t) {
       const float v = dpre[t];
-      const float sg = 1.f / (1.f + exp_approx(-v));
+      const float sg = recip_approx(1.f + exp_approx(-v));
       dpre[t] = dout[t] * sg * (1.f + v * (1.f - sg));
     }
   } else {
@@ -258,7 +272,8 @@ static void bwd_tasks(const Conv1dBwdParams& p, int64_t task_begin, int64_t task
   }
 }
 
-// Decode steps for channels [d0, d1) of every batch row (math: Conv1dUpdateParams).
+// Decode steps for channels [d0, d1) of every batch row (math: Conv1dUpdateParams); x and out are
+// contiguous (batch, dim, seqlen).
 template <int W>
 static void update_channels(const Conv1dUpdateParams& p, int64_t d0, int64_t d1) {
   const int64_t L = p.seqlen, S = p.state_len;
@@ -289,7 +304,7 @@ static void update_channels(const Conv1dUpdateParams& p, int64_t d0, int64_t d1)
           const int64_t q = t - (W - 1) + k;
           acc += w[k] * (q >= 0 ? x[q * p.x_sl] : prev[q + W - 1]);
         }
-        out[t * p.x_sl] = p.silu ? acc / (1.f + std::exp(-acc)) : acc;
+        out[t * p.x_sl] = acc;
       }
       if (p.cache_seqlens) {
         for (int64_t t = std::max<int64_t>(0, L - S); t < L; ++t) st[((c + t) % S) * p.s_sl] = x[t * p.x_sl];
@@ -300,6 +315,8 @@ static void update_channels(const Conv1dUpdateParams& p, int64_t d0, int64_t d1)
         for (int64_t t = 0; t < L; ++t) st[(S - L + t) * p.s_sl] = x[t * p.x_sl];
       }
     }
+    // SiLU over this batch row's outputs of channels [d0, d1): contiguous (the binding's out is).
+    if (p.silu) silu_inplace(static_cast<float*>(p.out) + b * p.x_sb + d0 * p.x_sd, (d1 - d0) * L);
   }
 }
 

@@ -58,7 +58,7 @@ struct Conv1dBwdParams : Conv1dParams {
 //   conv_state_indices[b] picks the state row; -1 marks a padded slot: out = 0, no state is touched.
 struct Conv1dUpdateParams {
   int64_t batch = 0, dim = 0, seqlen = 0, width = 0, state_len = 0;
-  int64_t x_sb = 0, x_sd = 0, x_sl = 0;          // x (batch, dim, seqlen); out shares them
+  int64_t x_sb = 0, x_sd = 0, x_sl = 0;          // x (batch, dim, seqlen) contiguous; out shares them
   int64_t s_sb = 0, s_sd = 0, s_sl = 0;          // conv_state (n_states, dim, state_len)
   int64_t n_states = 0;
   const void* x = nullptr;

@@ -3,20 +3,30 @@
 ``out[b, d, t] = act(bias[d] + sum_k weight[d, k] * x[b, d, t - (width - 1) + k])`` with x = 0 (or
 ``initial_states``) before the start: the convolution of Mamba (arXiv:2312.00752, Figure 3, "Conv").
 
-The ``causal_conv1d`` package's CUDA kernels are used for CUDA tensors when that package imports and
-the backend asked for (``MAMBA_SSM_BACKEND`` / ``mamba_ssm.set_backend``) is ``auto`` or ``compiled``;
-otherwise (CPU, the package absent, or ``torch``/``ref`` asked for) a PyTorch implementation with the
-same arguments runs. :func:`implementation` says which, and ``python -m mamba_ssm doctor`` reports it.
+Which implementation runs (:func:`implementation` says, and ``python -m mamba_ssm doctor`` reports it):
+
+* ``compiled``: the kernels of ``mamba_ssm._C`` (CPU, CUDA, ROCm; :mod:`mamba_ssm.ops.backends.compiled_conv1d`)
+  when the backend asked for (``MAMBA_SSM_BACKEND`` / ``mamba_ssm.set_backend``) is ``auto`` or
+  ``compiled`` and they can run there. Preferred over the ``causal_conv1d`` package.
+* ``causal-conv1d``: the ``causal_conv1d`` package's CUDA kernels, for CUDA tensors when that package
+  imports and either ``MAMBA_SSM_CONV1D=causal_conv1d`` asks for it or (``auto``) the compiled kernels
+  cannot run there.
+* ``torch``: the PyTorch implementation below (also what ``torch`` / ``ref`` ask for, and float64).
+
+This module never shadows the top-level ``causal_conv1d`` package: code importing that package
+(transformers does) gets the package, not these functions.
 Computation is in float32 (float64 for float64 inputs); outputs have x's dtype.
 """
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_ref", "external_package", "implementation"]
+__all__ = ["causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_ref", "external_package", "implementation",
+           "explain", "conv1d_preference"]
 
 _ACTIVATIONS = (None, "silu", "swish")
 _external = None  # (fn, update) or False once looked up
@@ -35,30 +45,120 @@ def external_package():
 
 
 #: What :func:`implementation` answers.
-PACKAGE, TORCH = "causal-conv1d", "torch"
+COMPILED, PACKAGE, TORCH = "compiled", "causal-conv1d", "torch"
+#: Set to ``causal_conv1d`` to prefer the causal-conv1d package's kernels on CUDA over mamba_ssm._C's.
+ENV_CONV1D = "MAMBA_SSM_CONV1D"
+_CONV1D_CHOICES = ("auto", "causal_conv1d")
 
 
-def _requested_backend() -> str:
-    try:
-        from mamba_ssm import _dispatch  # noqa: PLC0415
-    except ImportError:  # a partial install without the dispatcher
+def conv1d_preference() -> str:
+    """``MAMBA_SSM_CONV1D``: ``"auto"`` (default: mamba_ssm._C's kernels first) or ``"causal_conv1d"``.
+
+    Raises:
+        ValueError: the variable holds another value (the message names it and the choices).
+    """
+    raw = os.environ.get(ENV_CONV1D, "")
+    value = raw.strip().lower().replace("-", "_")
+    if value in ("", "auto"):
         return "auto"
-    return _dispatch.get_backend()
+    if value == "causal_conv1d":
+        return value
+    raise ValueError(f"{ENV_CONV1D}={raw!r} is not a choice; use auto (mamba_ssm's compiled kernels first) or "
+                     f"causal_conv1d (the causal-conv1d package's CUDA kernels first), or unset it")
 
 
 def implementation(device) -> str:
     """Which implementation the causal conv1d ops run for inputs on ``device`` (a torch.device or a
-    device string): ``"causal-conv1d"`` (the package's CUDA kernels: a CUDA device, the package imports
-    and the backend asked for is ``auto`` or ``compiled``) or ``"torch"`` (this module's PyTorch code).
-    ``MAMBA_SSM_BACKEND=torch`` or ``ref`` keeps every op on PyTorch, so the package is not used then.
+    device string): ``"compiled"``, ``"causal-conv1d"`` or ``"torch"`` (see the module docstring).
+    A call the compiled kernels cannot take (float64, width > 4) still runs on PyTorch.
 
     Raises:
-        ValueError: ``MAMBA_SSM_BACKEND`` holds a value that is not a backend (only checked on CUDA
-            devices with the package installed, where it decides).
+        ValueError: ``MAMBA_SSM_BACKEND`` or ``MAMBA_SSM_CONV1D`` holds a value that is not a choice.
     """
-    if torch.device(device).type != "cuda" or external_package() is None:
-        return TORCH
-    return PACKAGE if _requested_backend() in ("auto", "compiled") else TORCH
+    return explain(device)[0]
+
+
+def explain(device):
+    """``(implementation, reason)``: :func:`implementation`'s answer and why, in one sentence."""
+    return _decide(_device_key(device))
+
+
+def _device_key(device) -> str:
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return str(dev)
+
+
+def _decide(device: str):
+    try:
+        from mamba_ssm import _dispatch  # noqa: PLC0415
+    except ImportError:  # a partial install without the dispatcher
+        return TORCH, "mamba_ssm's dispatcher is missing"
+    preference = conv1d_preference()
+    plan = _dispatch.plan("causal_conv1d", device)
+    requested = plan["requested"]
+    package = (torch.device(device).type == "cuda" and requested in ("auto", "compiled")
+               and external_package() is not None)
+    if package and preference == "causal_conv1d":
+        return PACKAGE, f"the causal-conv1d package's kernels ({ENV_CONV1D}=causal_conv1d)"
+    if plan["backend"] == COMPILED:
+        why = "mamba_ssm._C's causal conv1d kernels"
+        if package:
+            why += f" (preferred over the installed causal-conv1d package; {ENV_CONV1D}=causal_conv1d selects it)"
+        return COMPILED, why
+    if package and requested == "auto":
+        return PACKAGE, f"the causal-conv1d package's kernels, as mamba_ssm._C cannot run here: {plan['reason']}"
+    if plan["reason"]:
+        return TORCH, plan["reason"]
+    return TORCH, f"the {requested} backend was asked for ({plan['source']}); the PyTorch implementation runs"
+
+
+# Under torch.compile the choice is made eagerly at trace time and baked in as a constant (as
+# mamba_ssm._dispatch.backend_for does): finding and loading _C touches the file system.
+_decide._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+_call_cache: dict = {}
+
+
+def _impl_for_call(device: str) -> str:
+    """:func:`implementation` for the ops' hot path: remembered per device and everything the answer
+    depends on (the backend asked for, MAMBA_SSM_CONV1D, the package lookup, the loaded _C), which
+    keeps a decode step's dispatch to a dictionary lookup."""
+    from mamba_ssm import _dispatch, _loader  # noqa: PLC0415
+
+    key = (device, _dispatch._requested(), os.environ.get(ENV_CONV1D), _external, id(_loader.peek()))
+    impl = _call_cache.get(key)
+    if impl is None:
+        impl = _decide(device)[0]
+        if len(_call_cache) > 64:
+            _call_cache.clear()
+        _call_cache[key] = impl
+    return impl
+
+
+_impl_for_call._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def _compiled_for(op, x, *others):
+    """The compiled_conv1d module when this call runs on mamba_ssm._C's kernels, else None (after the
+    dispatcher's warning, or its error when the compiled backend was forced and cannot run)."""
+    impl = _impl_for_call(str(x.device))
+    if impl == PACKAGE:
+        return None
+    from mamba_ssm import _dispatch  # noqa: PLC0415
+
+    if impl == TORCH:
+        _dispatch.backend_for(op, x.device)  # warns once (auto) or raises (compiled forced), as the scan
+        return None
+    from mamba_ssm.ops.backends import compiled_conv1d  # noqa: PLC0415
+
+    why = compiled_conv1d.supports(x, *others)
+    if why is None:
+        return compiled_conv1d
+    _dispatch.fallback_for_call(op, x.device, why)
+    return None
 
 
 def _check_activation(activation):
@@ -82,6 +182,18 @@ def _check_x_weight(name, x, weight, bias):
                          f"{weight.shape[0]} channels (shape {tuple(weight.shape)}); expected equal")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"{name}: bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+
+
+def _check_conv_extras(x, weight, seq_idx, initial_states):
+    """The shape checks of seq_idx / initial_states, as ValueError before the compiled kernels run."""
+    batch, dim, seqlen = x.shape
+    width = weight.shape[1]
+    if initial_states is not None and tuple(initial_states.shape) != (batch, dim, width - 1):
+        raise ValueError(f"causal_conv1d_fn: initial_states must have shape ({batch}, {dim}, {width - 1}), got "
+                         f"{tuple(initial_states.shape)}")
+    if seq_idx is not None and tuple(seq_idx.shape) != (batch, seqlen):
+        raise ValueError(f"causal_conv1d_fn: seq_idx must have shape ({batch}, {seqlen}), got "
+                         f"{tuple(seq_idx.shape)}")
 
 
 def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
@@ -109,6 +221,16 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
     _check_x_weight("causal_conv1d_fn", x, weight, bias)
     if x.dim() != 3:
         raise ValueError(f"causal_conv1d_fn: x must have shape (batch, dim, seqlen), got {tuple(x.shape)}")
+    kernels = _compiled_for("causal_conv1d", x, weight, bias, seq_idx, initial_states)
+    if kernels is not None:
+        _check_conv_extras(x, weight, seq_idx, initial_states)
+        out, final = kernels.conv1d(x, weight, bias, seq_idx, initial_states, activation is not None)
+        if not return_final_states:
+            return out
+        if final_states_out is not None:
+            final_states_out.copy_(final)
+            final = final_states_out
+        return out, final
     ext = external_package() if x.is_cuda and implementation(x.device) == PACKAGE else None
     if ext is not None:
         kwargs = {}
@@ -179,6 +301,14 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     """
     _check_activation(activation)
     _check_x_weight("causal_conv1d_update", x, weight, bias)
+    kernels = _compiled_for("causal_conv1d_update", x, weight, conv_state, bias, cache_seqlens, conv_state_indices)
+    if kernels is not None:
+        xs = x.unsqueeze(-1) if x.dim() == 2 else x
+        if conv_state.dim() != 3 or conv_state.shape[1] != xs.shape[1] or conv_state.shape[2] < weight.shape[1] - 1:
+            raise ValueError(f"causal_conv1d_update: conv_state must have shape (batch, {xs.shape[1]}, "
+                             f">= {weight.shape[1] - 1}), got {tuple(conv_state.shape)}")
+        out = kernels.update(xs, conv_state, weight, bias, activation is not None, cache_seqlens, conv_state_indices)
+        return out.squeeze(-1) if x.dim() == 2 else out
     ext = external_package() if x.is_cuda and implementation(x.device) == PACKAGE else None
     if ext is not None:
         kwargs = {}

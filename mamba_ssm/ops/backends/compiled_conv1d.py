@@ -56,7 +56,9 @@ def _empty_like_layout(x, dtype=None):
     return torch.empty((b, d, l), dtype=dtype, device=x.device)
 
 
-if available():
+_AVAILABLE = available()  # this module is imported after _C is loaded (see the module docstring)
+
+if _AVAILABLE:
     @torch.library.register_fake(_FWD)
     def _fwd_fake(x, weight, bias, seq_idx, initial_states, silu):
         final = torch.empty((x.shape[0], x.shape[1], weight.shape[1] - 1), dtype=x.dtype, device=x.device)
@@ -118,6 +120,10 @@ def supports(x, weight, *others) -> Optional[str]:
         ``_C`` without the conv ops, a dtype other than float32/float16/bfloat16 (float64 included), a
         width outside 2-4, a device other than CPU/CUDA, a CUDA tensor with a CPU-only build.
     """
+    device = x.device
+    if (_AVAILABLE and x.dtype in _DTYPES and weight.dtype in _DTYPES and weight.dim() == 2 and weight.shape[1] in WIDTHS
+            and device.type == "cpu" and all(t is None or t.device == device for t in others)):
+        return None  # the common CPU case, decided in one expression (decode steps are short)
     if not available():
         return "this mamba_ssm._C was built without the causal conv1d kernels (an older build)"
     if x.dtype not in _DTYPES:
@@ -126,7 +132,6 @@ def supports(x, weight, *others) -> Optional[str]:
         return f"the compiled conv1d kernels take a float32/float16/bfloat16 weight, got {weight.dtype}"
     if weight.dim() != 2 or weight.shape[1] not in WIDTHS:
         return f"the compiled conv1d kernels take width 2, 3 or 4, got weight of shape {tuple(weight.shape)}"
-    device = x.device
     if device.type not in ("cpu", "cuda"):
         return f"the compiled kernels run on CPU and CUDA/ROCm devices, not {device.type}"
     for t in (weight,) + others:
