@@ -34,6 +34,7 @@ __all__ = [
     "ENV_NO_WARNING",
     "OPS",
     "COMPILED_OPS",
+    "CONV1D_OPS",
     "MambaFallbackWarning",
     "backend_for",
     "fallback_for_call",
@@ -66,7 +67,9 @@ OPS = (
     "layer_norm",
 )
 COMPILED_OPS = frozenset({"selective_scan", "mamba_inner", "causal_conv1d", "causal_conv1d_update"})
-_CONV_OPS = frozenset({"causal_conv1d", "causal_conv1d_update"})
+#: The compiled ops whose implementation mamba_ssm.ops.causal_conv1d.implementation() names (it may pick
+#: the causal-conv1d package's kernels); doctor reports them but judges the install by the others.
+CONV1D_OPS = frozenset({"causal_conv1d", "causal_conv1d_update"})
 
 
 class MambaFallbackWarning(UserWarning):
@@ -227,10 +230,10 @@ def plan(op: str, device: Any) -> Dict[str, Any]:
                               f"separate reference)")
         return out
     if requested in ("torch", "ref"):
-        out["backend"] = "torch" if op in _CONV_OPS else requested   # the conv's PyTorch code is its reference
+        out["backend"] = "torch" if op in CONV1D_OPS else requested   # the conv's PyTorch code is its reference
         return out
     unavailable = _compiled_unavailable(device)
-    if unavailable is None and op in _CONV_OPS:
+    if unavailable is None and op in CONV1D_OPS:
         from mamba_ssm.ops.backends import compiled_conv1d  # noqa: PLC0415 (imported by compiled)
 
         if not compiled_conv1d.available():
