@@ -84,8 +84,8 @@ at::Tensor conv_update_cpu(const at::Tensor& x, at::Tensor& conv_state, const at
   if (idx.defined()) {
     const int32_t* v = idx.data_ptr<int32_t>();
     for (int64_t i = 0; i < idx.numel(); ++i)
-      TORCH_CHECK(v[i] >= -1 && v[i] < conv_state.size(0), "mamba_ssm causal_conv1d_update: conv_state_indices[", i,
-                  "] = ", v[i], " is outside [-1, ", conv_state.size(0), ") (-1 marks a padded slot)");
+      TORCH_CHECK(v[i] < conv_state.size(0), "mamba_ssm causal_conv1d_update: conv_state_indices[", i, "] = ", v[i],
+                  " is not a row of conv_state (", conv_state.size(0), " rows; a negative index marks a padded slot)");
   }
   if (cache.defined()) {
     const int32_t* v = cache.data_ptr<int32_t>();

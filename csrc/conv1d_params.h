@@ -55,7 +55,8 @@ struct Conv1dBwdParams : Conv1dParams {
 //   state[p % state_len]; an input at position q < cache_seqlens[b] is read from the state as it was
 //   before the call, state[q % state_len], and one at q >= cache_seqlens[b] from x itself.
 //   state_len >= W - 1 in both modes.
-//   conv_state_indices[b] picks the state row; -1 marks a padded slot: out = 0, no state is touched.
+//   conv_state_indices[b] picks the state row; a negative index marks a padded slot: out = 0, no state
+//   is touched (the GPU kernel also treats an index >= n_states so; the CPU binding rejects it).
 struct Conv1dUpdateParams {
   int64_t batch = 0, dim = 0, seqlen = 0, width = 0, state_len = 0;
   int64_t x_sb = 0, x_sd = 0, x_sl = 0;          // x (batch, dim, seqlen) contiguous; out shares them

@@ -11,6 +11,10 @@ public names below are resolved lazily on first access:
 * ``set_backend``, ``get_backend``: :mod:`mamba_ssm._dispatch` (``"auto"``, ``"compiled"``,
   ``"torch"``, ``"ref"``; see also ``MAMBA_SSM_BACKEND``)
 
+A name this version lacks (e.g. upstream's ``Mamba3``) raises an error that says so and what to use
+instead: ImportError for ``from mamba_ssm import X``, AttributeError for ``mamba_ssm.X`` (so
+``hasattr`` stays False).
+
 ``python -m mamba_ssm doctor`` reports which backend runs where, and why.
 """
 from mamba_ssm._version import __version__
@@ -28,13 +32,46 @@ _LAZY = {
 
 __all__ = ["__version__", *_LAZY]
 
+# Names upstream mamba-ssm exports (or documents) that this version does not have, with what to use.
+_NOT_YET = {
+    "Mamba3": "Mamba-3 (upstream's mamba_ssm.modules.mamba3) is not in this package yet; use Mamba2 "
+              "(from mamba_ssm import Mamba2) or Mamba",
+}
+
+
+def _missing(name, why):
+    """The error for a name this version lacks: ImportError for ``from mamba_ssm import name`` (whose
+    generic message would otherwise replace ours), AttributeError for attribute access, so
+    ``hasattr``/``getattr(mamba_ssm, name, default)`` keep working."""
+    message = f"module 'mamba_ssm' has no attribute {name!r}: {why}"
+    import sys
+
+    try:
+        import dis
+
+        frame = sys._getframe(2)
+        from_import = frame.f_code.co_code[frame.f_lasti] == dis.opmap["IMPORT_FROM"]
+    except (ValueError, IndexError, KeyError, AttributeError):  # an unusual interpreter: plain access
+        from_import = False
+    if from_import:
+        return ImportError(f"cannot import name {name!r} from 'mamba_ssm' ({__file__}): {why}",
+                           name="mamba_ssm", path=__file__)
+    try:
+        return AttributeError(message, name=name, obj=sys.modules[__name__])
+    except TypeError:  # Python < 3.10: no name/obj keywords
+        return AttributeError(message)
+
 
 def __getattr__(name):
     """Resolve a public name on first access (PEP 562) and cache it in the module."""
     try:
         module_name, attribute = _LAZY[name]
     except KeyError:
-        raise AttributeError(f"module 'mamba_ssm' has no attribute {name!r}") from None
+        if name.startswith("__"):
+            raise AttributeError(f"module 'mamba_ssm' has no attribute {name!r}") from None
+        why = _NOT_YET.get(name) or (f"mamba-ssm {__version__} does not define it (its public names: "
+                                     f"{', '.join(sorted(_LAZY))})")
+        raise _missing(name, why) from None
     import importlib
 
     try:
@@ -42,10 +79,7 @@ def __getattr__(name):
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             # The module itself is not part of this version: an absent attribute, not a broken install.
-            raise AttributeError(
-                f"module 'mamba_ssm' has no attribute {name!r}: {module_name} is not part of mamba-ssm "
-                f"{__version__}"
-            ) from None
+            raise _missing(name, f"{module_name} is not part of mamba-ssm {__version__}") from None
         raise  # e.g. torch is missing: say so
     value = getattr(module, attribute)
     globals()[name] = value

@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mamba_ssm.modules._common import check_sequence_input, inverse_softplus_dt
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
 from mamba_ssm.ops.selective_scan_interface import mamba_inner_fn, selective_scan_fn
 from mamba_ssm.ops.triton.selective_state_update import selective_state_update
@@ -76,9 +77,7 @@ class Mamba(nn.Module):
         else:
             raise ValueError(f"Mamba: dt_init={dt_init!r}; expected 'random' or 'constant'")
         # dt_proj.bias: softplus(bias) is log-uniform in [dt_min, dt_max], floored at dt_init_floor.
-        dt = torch.exp(torch.rand(self.d_inner, **factory_kwargs) * (math.log(dt_max) - math.log(dt_min))
-                       + math.log(dt_min)).clamp(min=dt_init_floor)
-        inv_dt = dt + torch.log(-torch.expm1(-dt))  # the inverse of softplus
+        inv_dt = inverse_softplus_dt(self.d_inner, dt_min, dt_max, dt_init_floor, **factory_kwargs)
         with torch.no_grad():
             self.dt_proj.bias.copy_(inv_dt)
         self.dt_proj.bias._no_reinit = True
@@ -103,9 +102,7 @@ class Mamba(nn.Module):
         Raises:
             ValueError: hidden_states is not (batch, seqlen, d_model).
         """
-        if hidden_states.dim() != 3 or hidden_states.shape[-1] != self.d_model:
-            raise ValueError(f"Mamba.forward: hidden_states must have shape (batch, seqlen, d_model="
-                             f"{self.d_model}), got {tuple(hidden_states.shape)}")
+        check_sequence_input("Mamba.forward", hidden_states, self.d_model)
         batch, seqlen, _ = hidden_states.shape
         conv_state = ssm_state = None
         if inference_params is not None:

@@ -25,8 +25,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-__all__ = ["causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_ref", "external_package", "implementation",
-           "explain", "conv1d_preference"]
+__all__ = ["causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_varlen_states", "causal_conv1d_ref",
+           "external_package", "implementation", "explain", "conv1d_preference"]
 
 _ACTIVATIONS = (None, "silu", "swish")
 _external = None  # (fn, update) or False once looked up
@@ -141,9 +141,10 @@ def _impl_for_call(device: str) -> str:
 _impl_for_call._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
-def _compiled_for(op, x, *others):
+def _compiled_for(op, x, why_not):
     """The compiled_conv1d module when this call runs on mamba_ssm._C's kernels, else None (after the
-    dispatcher's warning, or its error when the compiled backend was forced and cannot run)."""
+    dispatcher's warning, or its error when the compiled backend was forced and cannot run).
+    ``why_not(compiled_conv1d)`` says why the kernels cannot take this call, or None."""
     impl = _impl_for_call(str(x.device))
     if impl == PACKAGE:
         return None
@@ -154,7 +155,7 @@ def _compiled_for(op, x, *others):
         return None
     from mamba_ssm.ops.backends import compiled_conv1d  # noqa: PLC0415
 
-    why = compiled_conv1d.supports(x, *others)
+    why = why_not(compiled_conv1d)
     if why is None:
         return compiled_conv1d
     _dispatch.fallback_for_call(op, x.device, why)
@@ -221,7 +222,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
     _check_x_weight("causal_conv1d_fn", x, weight, bias)
     if x.dim() != 3:
         raise ValueError(f"causal_conv1d_fn: x must have shape (batch, dim, seqlen), got {tuple(x.shape)}")
-    kernels = _compiled_for("causal_conv1d", x, weight, bias, seq_idx, initial_states)
+    kernels = _compiled_for("causal_conv1d", x, lambda k: k.supports(x, weight, bias, seq_idx, initial_states))
     if kernels is not None:
         _check_conv_extras(x, weight, seq_idx, initial_states)
         out, final = kernels.conv1d(x, weight, bias, seq_idx, initial_states, activation is not None)
@@ -284,32 +285,60 @@ def causal_conv1d_ref(x, weight, bias=None, seq_idx=None, initial_states=None, r
     return out, final
 
 
+def _check_update_args(xs, conv_state, weight, cache_seqlens, conv_state_indices):
+    """causal_conv1d_update's shape checks (ValueError naming the argument), before any backend runs."""
+    batch, dim, _ = xs.shape
+    width = weight.shape[1]
+    if conv_state.dim() != 3 or conv_state.shape[1] != dim or conv_state.shape[2] < width - 1:
+        raise ValueError(f"causal_conv1d_update: conv_state must have shape (batch, {dim}, >= {width - 1}), "
+                         f"got {tuple(conv_state.shape)}")
+    if conv_state_indices is None:
+        if conv_state.shape[0] != batch:
+            raise ValueError(f"causal_conv1d_update: conv_state has {conv_state.shape[0]} rows for x's batch "
+                             f"{batch}; pass conv_state_indices to pick rows")
+    elif tuple(conv_state_indices.shape) != (batch,) or conv_state_indices.is_floating_point():
+        raise ValueError(f"causal_conv1d_update: conv_state_indices must be ({batch},) integers, got "
+                         f"{tuple(conv_state_indices.shape)} {conv_state_indices.dtype}")
+    if cache_seqlens is not None and (tuple(cache_seqlens.shape) != (batch,) or cache_seqlens.is_floating_point()):
+        raise ValueError(f"causal_conv1d_update: cache_seqlens must be ({batch},) integers, got "
+                         f"{tuple(cache_seqlens.shape)} {cache_seqlens.dtype}")
+
+
 def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
                          conv_state_indices=None):
     """Decode step(s) of the causal conv1d from a rolling state, updating ``conv_state`` in place.
 
     Args:
         x: (batch, dim) or (batch, dim, seqlen) new inputs.
-        conv_state: (batch, dim, state_len) with state_len >= width - 1: the last inputs, oldest first
-            (Mamba keeps state_len = width). Shifted left and appended to, in place.
+        conv_state: (state_batch, dim, state_len) with state_len >= width - 1: the last inputs, oldest
+            first (Mamba keeps state_len = width). Shifted left and appended to, in place.
         weight: (dim, width). bias: (dim,) or None. activation: None, "silu" or "swish".
-        cache_seqlens: not supported by the PyTorch implementation (NotImplementedError).
-        conv_state_indices: (batch,) int, the rows of ``conv_state`` to use (continuous batching).
+        cache_seqlens: (batch,) int, or None. When given, ``conv_state`` is a circular buffer: row b
+            holds its inputs at positions ``(cache_seqlens[b] + j) % state_len``, oldest (j = 0) first;
+            the new inputs are written from index ``cache_seqlens[b] % state_len`` on (the caller
+            advances cache_seqlens afterwards).
+        conv_state_indices: (batch,) int, the rows of ``conv_state`` to use (continuous batching). A
+            negative index marks a padded request: its output is 0 and no row of conv_state is read or
+            written.
 
     Returns:
         out with x's shape and dtype.
+
+    Raises:
+        TypeError / ValueError: bad types, shapes or activation, naming the argument.
     """
     _check_activation(activation)
     _check_x_weight("causal_conv1d_update", x, weight, bias)
-    kernels = _compiled_for("causal_conv1d_update", x, weight, conv_state, bias, cache_seqlens, conv_state_indices)
+    squeeze = x.dim() == 2
+    xs = x.unsqueeze(-1) if squeeze else x
+    _check_update_args(xs, conv_state, weight, cache_seqlens, conv_state_indices)
+    kernels = _compiled_for("causal_conv1d_update", x,
+                            lambda k: k.supports(x, weight, conv_state, bias, cache_seqlens, conv_state_indices))
     if kernels is not None:
-        xs = x.unsqueeze(-1) if x.dim() == 2 else x
-        if conv_state.dim() != 3 or conv_state.shape[1] != xs.shape[1] or conv_state.shape[2] < weight.shape[1] - 1:
-            raise ValueError(f"causal_conv1d_update: conv_state must have shape (batch, {xs.shape[1]}, "
-                             f">= {weight.shape[1] - 1}), got {tuple(conv_state.shape)}")
         out = kernels.update(xs, conv_state, weight, bias, activation is not None, cache_seqlens, conv_state_indices)
-        return out.squeeze(-1) if x.dim() == 2 else out
-    ext = external_package() if x.is_cuda and implementation(x.device) == PACKAGE else None
+        return out.squeeze(-1) if squeeze else out
+    padded = conv_state_indices is not None and bool((conv_state_indices < 0).any())
+    ext = external_package() if x.is_cuda and implementation(x.device) == PACKAGE and not padded else None
     if ext is not None:
         kwargs = {}
         if cache_seqlens is not None:
@@ -317,30 +346,76 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
         if conv_state_indices is not None:
             kwargs["conv_state_indices"] = conv_state_indices
         return ext[1](x, conv_state, weight, bias, activation, **kwargs)
-    if cache_seqlens is not None:
-        raise NotImplementedError("causal_conv1d_update: cache_seqlens (a circular conv_state) needs the "
-                                  "causal_conv1d package on CUDA; pass cache_seqlens=None")
-    squeeze = x.dim() == 2
-    xs = x.unsqueeze(-1) if squeeze else x
+    batch, dim, seqlen = xs.shape
     width = weight.shape[1]
-    state = conv_state if conv_state_indices is None else conv_state[conv_state_indices]
-    if state.dim() != 3 or state.shape[1] != xs.shape[1] or state.shape[0] != xs.shape[0] \
-            or state.shape[2] < width - 1:
-        raise ValueError(f"causal_conv1d_update: conv_state must have shape ({xs.shape[0]}, {xs.shape[1]}, "
-                         f">= {width - 1}), got {tuple(state.shape)}")
+    state_len = conv_state.shape[2]
+    valid = None
+    if conv_state_indices is None:
+        state = conv_state
+    else:
+        valid = conv_state_indices >= 0
+        state = conv_state[conv_state_indices.clamp(min=0).long()]
     cdtype = _cdtype(x, weight)
-    full = torch.cat([state.to(cdtype), xs.to(cdtype)], dim=-1)
-    seqlen = xs.shape[-1]
+    if cache_seqlens is None:
+        ordered = state.to(cdtype)
+    else:
+        start = cache_seqlens.long().remainder(state_len)
+        order = (start[:, None] + torch.arange(state_len, device=x.device)).remainder(state_len)
+        ordered = state.to(cdtype).gather(-1, order[:, None, :].expand(batch, dim, state_len))
+    full = torch.cat([ordered, xs.to(cdtype)], dim=-1)
     window = full[..., full.shape[-1] - (seqlen + width - 1):]
-    out = F.conv1d(window, weight.to(cdtype).unsqueeze(1), None, groups=xs.shape[1])
+    # A few positions: multiply-add over the window (F.conv1d's setup costs far more at this size).
+    out = torch.einsum("bdlw,dw->bdl", window.unfold(-1, width, 1), weight.to(cdtype))
     if bias is not None:
         out = out + bias.to(cdtype).unsqueeze(-1)
     if activation is not None:
         out = F.silu(out)
-    new_state = full[..., full.shape[-1] - state.shape[-1]:].to(conv_state.dtype)
+    if cache_seqlens is None:
+        new_state = full[..., full.shape[-1] - state_len:].to(conv_state.dtype)
+    else:  # write the new inputs at their circular positions, in order (later ones win)
+        new_state = state.clone()
+        for t in range(seqlen):
+            pos = (start + t).remainder(state_len)[:, None, None].expand(batch, dim, 1)
+            new_state.scatter_(-1, pos, xs[..., t:t + 1].to(conv_state.dtype))
     if conv_state_indices is None:
         conv_state.copy_(new_state)
     else:
-        conv_state[conv_state_indices] = new_state
+        conv_state[conv_state_indices[valid].long()] = new_state[valid]
+        out = torch.where(valid.view(batch, 1, 1), out, out.new_zeros(()))
     out = out.to(x.dtype)
     return out.squeeze(-1) if squeeze else out
+
+
+def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
+    """The conv states at the end of each of several packed sequences: what :func:`causal_conv1d_update`
+    continues from after a ``cu_seqlens`` prefill.
+
+    Args:
+        x: (total_tokens, dim), the conv inputs of the sequences, one after another.
+        cu_seqlens: (num_seqs + 1,) int cumulative lengths, 0 first, total_tokens last.
+        state_len: inputs per state (Mamba-2 keeps d_conv).
+
+    Returns:
+        (num_seqs, dim, state_len) in x's dtype: each sequence's last ``state_len`` inputs, oldest
+        first, zero on the left where the sequence is shorter.
+
+    Raises:
+        ValueError: x not 2-D, cu_seqlens not cumulative lengths of x, state_len < 1.
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError(f"causal_conv1d_varlen_states: x must be (total_tokens, dim), got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    if not isinstance(state_len, int) or state_len < 1:
+        raise ValueError(f"causal_conv1d_varlen_states: state_len must be a positive int, got {state_len!r}")
+    cu = cu_seqlens.long()
+    if cu.dim() != 1 or cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != x.shape[0] or bool((cu.diff() < 0).any()):
+        raise ValueError(f"causal_conv1d_varlen_states: cu_seqlens must be non-decreasing cumulative lengths "
+                         f"from 0 to x's {x.shape[0]} tokens, got {cu_seqlens.tolist()}")
+    kernels = _compiled_for("causal_conv1d", x, lambda k: k.supports_varlen(x, cu_seqlens))
+    if kernels is not None:
+        return kernels.varlen_states(x, cu_seqlens, state_len)
+    starts, ends = cu[:-1], cu[1:]
+    pos = ends[:, None] - state_len + torch.arange(state_len, device=x.device)   # (num_seqs, state_len)
+    inside = pos >= starts[:, None]
+    picked = torch.where(inside[..., None], x[pos.clamp(min=0)], x.new_zeros(()))  # (num_seqs, state_len, dim)
+    return picked.transpose(1, 2).contiguous()

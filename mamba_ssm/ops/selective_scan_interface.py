@@ -22,7 +22,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-__all__ = ["selective_scan_fn", "selective_scan_ref", "mamba_inner_fn", "mamba_inner_ref"]
+__all__ = ["selective_scan_fn", "selective_scan_ref", "mamba_inner_fn", "mamba_inner_ref", "SelectiveScanFn",
+           "MambaInnerFn"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -380,3 +381,40 @@ def mamba_inner_ref(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_we
                         out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias,
                         delta_softplus, checkpoint_lvl, b_rms_weight, c_rms_weight, dt_rms_weight,
                         b_c_dt_rms_eps, ref=True)
+
+
+class SelectiveScanFn:
+    """Upstream's autograd Function name for the selective scan, for code that calls
+    ``SelectiveScanFn.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)``.
+
+    Here the scan's gradient is registered on the op itself (``torch.library``), so ``apply`` is
+    :func:`selective_scan_fn` with the same positional arguments, results and errors.
+    """
+
+    @staticmethod
+    def apply(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+              return_last_state=False):
+        """See :func:`selective_scan_fn`."""
+        return selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+
+
+class MambaInnerFn:
+    """Upstream's autograd Function name for the fused Mamba inner path, for code that calls
+    ``MambaInnerFn.apply(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
+    out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias, delta_softplus,
+    checkpoint_lvl, b_rms_weight, c_rms_weight, dt_rms_weight, b_c_dt_rms_eps)``.
+
+    ``apply`` is :func:`mamba_inner_fn` with the same positional arguments (differentiable through
+    the ops it is built from).
+    """
+
+    @staticmethod
+    def apply(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
+              out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None, C_proj_bias=None,
+              delta_softplus=True, checkpoint_lvl=1, b_rms_weight=None, c_rms_weight=None, dt_rms_weight=None,
+              b_c_dt_rms_eps=1e-6):
+        """See :func:`mamba_inner_fn`."""
+        return mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
+                              out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias,
+                              delta_softplus, checkpoint_lvl, b_rms_weight, c_rms_weight, dt_rms_weight,
+                              b_c_dt_rms_eps)

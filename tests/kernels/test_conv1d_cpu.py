@@ -107,21 +107,21 @@ def test_update(conv, width, seqlen, mode, layout):
 def test_update_state_indices_and_padding(conv, dtype, circular):
     """conv_state_indices picks rows of a larger state; -1 slots give 0 and leave every row untouched."""
     x, state, w, b = _update_case(4, 6, 2, 4, 5, 7, dtype, seed=3)
-    idx = torch.tensor([5, -1, 0, 3], dtype=torch.int32)
+    idx = torch.tensor([5, -1, 0, -7], dtype=torch.int32)   # any negative index is a padded slot
     cache = torch.tensor([2, 9, 0, 1], dtype=torch.int32) if circular else None
     before = state.clone()
     ref_out, ref_state = update_ref64(x, state, w, b, False, cache, idx)
     out = conv.update(x, state, w, b, False, cache, idx)
     assert_close(out, ref_out, dtype, "out")
-    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    assert torch.equal(out[1], torch.zeros_like(out[1])) and torch.equal(out[3], torch.zeros_like(out[3]))
     assert_close(state, ref_state, dtype, "conv_state")
-    for row in (1, 2, 4, 6):  # rows no slot points at
+    for row in (1, 2, 3, 4, 6):  # rows no slot points at
         assert torch.equal(state[row], before[row])
 
 
 def test_update_rejects_bad_indices(conv):
     x, state, w, b = _update_case(2, 4, 1, 4, 4, 2, torch.float32, seed=0)
-    with pytest.raises(RuntimeError, match=r"conv_state_indices\[1\] = 2 is outside \[-1, 2\)"):
+    with pytest.raises(RuntimeError, match=r"conv_state_indices\[1\] = 2 is not a row of conv_state \(2 rows"):
         conv.update(x, state, w, b, False, None, torch.tensor([0, 2], dtype=torch.int32))
     with pytest.raises(RuntimeError, match="state_len >= width - 1"):
         conv.update(x, state[:, :, :2], w, b, False, None, None)

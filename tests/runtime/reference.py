@@ -238,3 +238,19 @@ def make_scan_inputs(batch, dim, d_state, seqlen, bc, has_D, has_z, has_bias, so
     delta_bias = (0.3 * r(dim) if softplus else 0.05 * r(dim).abs()) if has_bias else None
     out = dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias, delta_softplus=softplus)
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
+
+
+def full_and_in_pieces(m, x, bounds):
+    """Without grad: the layer ``m`` on x (batch, seqlen, d_model) in one pass, and on x[:, s:e] for
+    consecutive (s, e) of ``bounds`` through one InferenceParams (seqlen_offset advanced by each
+    piece's length), concatenated over seqlen. Returns (full, pieces, the InferenceParams)."""
+    from mamba_ssm.utils.generation import InferenceParams  # noqa: PLC0415
+
+    with torch.no_grad():
+        full = m(x)
+        ip = InferenceParams(max_seqlen=x.shape[1], max_batch_size=x.shape[0])
+        outs = []
+        for s, e in zip(bounds, bounds[1:]):
+            outs.append(m(x[:, s:e], inference_params=ip))
+            ip.seqlen_offset += e - s
+    return full, torch.cat(outs, 1), ip

@@ -6,6 +6,8 @@ import math
 import pytest
 import torch
 
+import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
+
 from mamba_ssm.modules.mamba_simple import Mamba
 from mamba_ssm.utils.generation import InferenceParams
 
@@ -62,18 +64,7 @@ def _model(seed=0, **kw):
     return m
 
 
-def _full_and_in_pieces(m, x, bounds):
-    """Without grad: m(x) in one pass, and m run on x[:, s:e] for consecutive (s, e) of bounds through
-    one InferenceParams (seqlen_offset advanced by each piece's length), concatenated over seqlen.
-    Returns (full, pieces, the InferenceParams)."""
-    with torch.no_grad():
-        full = m(x)
-        ip = InferenceParams(max_seqlen=x.shape[1], max_batch_size=x.shape[0])
-        outs = []
-        for s, e in zip(bounds, bounds[1:]):
-            outs.append(m(x[:, s:e], inference_params=ip))
-            ip.seqlen_offset += e - s
-    return full, torch.cat(outs, 1), ip
+_full_and_in_pieces = ref.full_and_in_pieces
 
 
 @pytest.mark.parametrize("L", [1, 3, 29, 30, 64])

@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["available", "supports", "conv1d", "update", "varlen_states", "WIDTHS"]
+__all__ = ["available", "supports", "supports_varlen", "conv1d", "update", "varlen_states", "WIDTHS"]
 
 _NS = "mamba_ssm"
 _FWD = f"{_NS}::causal_conv1d_fwd"
@@ -138,6 +138,21 @@ def supports(x, weight, *others) -> Optional[str]:
         if isinstance(t, torch.Tensor) and t.device != device:
             return f"an argument is on {t.device} but x is on {device}"
     if device.type == "cuda" and not _has_cuda_kernel():
+        return "this build of mamba_ssm._C has no CUDA kernel (a CPU-only build)"
+    return None
+
+
+def supports_varlen(x, cu_seqlens) -> Optional[str]:
+    """:func:`supports` for :func:`varlen_states` (a copy: any dtype of 2, 4 or 8 bytes)."""
+    if not _AVAILABLE:
+        return "this mamba_ssm._C was built without the causal conv1d kernels (an older build)"
+    if x.element_size() not in (2, 4, 8):
+        return f"the compiled varlen-states copy takes 2-, 4- or 8-byte elements, got {x.dtype}"
+    if x.device.type not in ("cpu", "cuda"):
+        return f"the compiled kernels run on CPU and CUDA/ROCm devices, not {x.device.type}"
+    if cu_seqlens.device != x.device:
+        return f"cu_seqlens is on {cu_seqlens.device} but x is on {x.device}"
+    if x.device.type == "cuda" and not _has_cuda_kernel():
         return "this build of mamba_ssm._C has no CUDA kernel (a CPU-only build)"
     return None
 

@@ -12,10 +12,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["rmsnorm_fn", "layernorm_fn", "RMSNorm", "LayerNorm"]
+__all__ = ["rmsnorm_fn", "layernorm_fn", "rms_norm_ref", "RMSNorm", "LayerNorm"]
 
 
-def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm):
+def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm, upcast=True):
     hidden = x.shape[-1]
     group_size = hidden if group_size is None else group_size
     if hidden % group_size:
@@ -24,16 +24,17 @@ def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_no
         raise ValueError(f"gated norm: weight must have shape ({hidden},), got {tuple(weight.shape)}")
     if z is not None and z.shape != x.shape:
         raise ValueError(f"gated norm: z must have x's shape {tuple(x.shape)}, got {tuple(z.shape)}")
-    cdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if upcast:
+        cdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    else:
+        cdtype = x.dtype
     xf = x.to(cdtype)
     if z is not None and not norm_before_gate:
         xf = xf * F.silu(z.to(cdtype))
     xg = xf.reshape(*x.shape[:-1], hidden // group_size, group_size)
-    if is_rms_norm:
-        xg = xg * torch.rsqrt(xg.pow(2).mean(-1, keepdim=True) + eps)
-    else:
+    if not is_rms_norm:
         xg = xg - xg.mean(-1, keepdim=True)
-        xg = xg * torch.rsqrt(xg.pow(2).mean(-1, keepdim=True) + eps)
+    xg = xg * torch.rsqrt(xg.pow(2).mean(-1, keepdim=True) + eps)
     out = xg.reshape(x.shape) * weight.to(cdtype)
     if bias is not None:
         out = out + bias.to(cdtype)
@@ -43,13 +44,28 @@ def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_no
 
 
 def rmsnorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True):
-    """Gated RMSNorm. x, z: (..., hidden); weight, bias: (hidden,). Returns x's shape and dtype."""
+    """Gated RMSNorm (Zhang & Sennrich 2019; the gate of arXiv:2405.21060, section 7).
+
+    x, z: (..., hidden) float; weight, bias: (hidden,) (bias may be None); group_size: channels per
+    normalised group (None: all of hidden; must divide it). Computed in float32 (float64 for float64
+    x). Returns x's shape and dtype.
+
+    Raises:
+        ValueError: group_size not dividing hidden, weight or z of the wrong shape.
+    """
     return _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, True)
 
 
-def layernorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True):
-    """Gated LayerNorm; see :func:`rmsnorm_fn`."""
-    return _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, False)
+def layernorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True, is_rms_norm=False):
+    """Gated LayerNorm (mean removed, then as :func:`rmsnorm_fn`), or the gated RMSNorm with
+    ``is_rms_norm=True`` (upstream's one entry point for both)."""
+    return _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm)
+
+
+def rms_norm_ref(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True, upcast=True):
+    """The gated RMSNorm as a plain reference: computed in float32 (float64 for float64 x) when
+    ``upcast``, else in x's dtype; otherwise as :func:`rmsnorm_fn`. Returns x's shape and dtype."""
+    return _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, True, upcast=upcast)
 
 
 class RMSNorm(nn.Module):
@@ -64,7 +80,14 @@ class RMSNorm(nn.Module):
         self.group_size = group_size
         self.norm_before_gate = norm_before_gate
 
+    def reset_parameters(self):
+        """weight to ones (and bias, where there is one, to zeros)."""
+        nn.init.ones_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
     def forward(self, x, z=None):
+        """x, z: (..., hidden_size) -> x's shape and dtype (see :func:`rmsnorm_fn`)."""
         return rmsnorm_fn(x, self.weight, self.bias, z=z, eps=self.eps, group_size=self.group_size,
                           norm_before_gate=self.norm_before_gate)
 

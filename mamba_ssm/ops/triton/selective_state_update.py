@@ -30,7 +30,9 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
         A: (dim, dstate) / (nheads, dim, dstate)
         B, C: (batch, dstate) / (batch, ngroups, dstate) with ngroups dividing nheads
         D, dt_bias: (dim,) / (nheads, dim)
-        state_batch_indices: (batch,) int rows of ``state`` to use (its first dim may be larger).
+        state_batch_indices: (batch,) int rows of ``state`` to use (its first dim may be larger). A
+            negative index marks a padded request: its output is 0 and no row of ``state`` is read or
+            written.
 
     Returns:
         out with x's shape and dtype.
@@ -56,7 +58,15 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
         db_h = dt_bias.unsqueeze(0) if dt_bias is not None else None
     else:
         state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h = state, x, dt, A, B, C, D, z, dt_bias
-    rows = state_h if state_batch_indices is None else state_h[state_batch_indices]
+    valid = None
+    if state_batch_indices is None:
+        rows = state_h
+    else:
+        if state_batch_indices.dim() != 1 or state_batch_indices.is_floating_point():
+            raise ValueError(f"selective_state_update: state_batch_indices must be (batch,) integers, got "
+                             f"{_shape(state_batch_indices)} {state_batch_indices.dtype}")
+        valid = state_batch_indices >= 0
+        rows = state_h[state_batch_indices.clamp(min=0).long()]
     batch, nheads, dim, dstate = rows.shape
     expect = (batch, nheads, dim)
     for name, t in (("x", x_h), ("dt", dt_h), ("z", z_h)):
@@ -87,17 +97,24 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     Bf = B_h.to(cdtype).repeat_interleave(nheads // B_h.shape[1], dim=1)  # (batch, nheads, dstate)
     Cf = C_h.to(cdtype).repeat_interleave(nheads // C_h.shape[1], dim=1)
     xf = x_h.to(cdtype)
-    dA = torch.exp(dtf.unsqueeze(-1) * A_h.to(cdtype))
-    new = rows.to(cdtype) * dA + (dtf * xf).unsqueeze(-1) * Bf.unsqueeze(2)
+    # Mamba-2 passes one A per head expanded over dstate (stride 0): exponentiate once per (head, dim).
+    A_c = A_h[..., :1] if A_h.stride(-1) == 0 else A_h
+    dA = torch.exp(dtf.unsqueeze(-1) * A_c.to(cdtype))
+    in_place = state_batch_indices is None and state.dtype == cdtype
+    new = state_h.mul_(dA) if in_place else rows.to(cdtype) * dA
+    new.addcmul_((dtf * xf).unsqueeze(-1), Bf.unsqueeze(2))
     if state_batch_indices is None:
-        state_h.copy_(new)
+        if not in_place:
+            state_h.copy_(new)
     else:
-        state_h[state_batch_indices] = new.to(state.dtype)
-    out = (new * Cf.unsqueeze(2)).sum(-1)
+        state_h[state_batch_indices[valid].long()] = new[valid].to(state.dtype)
+    out = torch.matmul(new, Cf.unsqueeze(-1)).squeeze(-1)
     if D_h is not None:
         out = out + xf * (D_h.to(cdtype) if D_h.dim() == 2 else D_h.to(cdtype)[:, None])
     if z_h is not None:
         out = out * F.silu(z_h.to(cdtype))
+    if valid is not None:
+        out = torch.where(valid.view(-1, 1, 1), out, out.new_zeros(()))
     out = out.to(x.dtype)
     return out if heads else out.squeeze(1)
 

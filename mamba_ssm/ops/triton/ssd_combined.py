@@ -38,7 +38,7 @@ def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None
     """
     b, l, h, p = x.shape
     n = B.shape[-1]
-    q = chunk_size
+    q = max(1, min(chunk_size, l))   # a sequence shorter than a chunk is one chunk of its own length (no padding)
     pad = (-l) % q
     if pad:
         x = F.pad(x, (0, 0, 0, 0, 0, pad))
@@ -199,7 +199,8 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     SSD scan, gated RMSNorm (or the z gate), out_proj.
 
     Args:
-        zxbcdt: (batch, seqlen, 2 * dim + 2 * ngroups * dstate + nheads): z, xBC, dt concatenated.
+        zxbcdt: (batch, seqlen, 2 * d_nonssm + 2 * dim + 2 * ngroups * dstate + nheads): z0, x0 (the
+            gated-MLP part, d_nonssm >= 0 channels each, output silu(z0) * x0 in front), z, xBC, dt.
         conv1d_weight: (dim + 2 * ngroups * dstate, width) (or with a middle 1); conv1d_bias or None.
         dt_bias: (nheads,). A: (nheads,). D: (nheads, headdim) or (nheads,).
         chunk_size, initial_states, seq_idx, dt_limit, return_final_states: as
@@ -225,11 +226,15 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
         headdim = D.shape[1]
     dim = nheads * headdim
     b, l, total = zxbcdt.shape
-    dstate = (total - 2 * dim - nheads) // (2 * ngroups)
-    if dstate < 1 or 2 * dim + 2 * ngroups * dstate + nheads != total:
-        raise ValueError(f"mamba_split_conv1d_scan_combined: zxbcdt's last dim {total} is not 2 * dim + "
-                         f"2 * ngroups * dstate + nheads with dim = {dim}, ngroups = {ngroups}, nheads = {nheads}")
-    z, xBC, dt = torch.split(zxbcdt, [dim, dim + 2 * ngroups * dstate, nheads], dim=-1)
+    conv_dim = conv1d_weight.shape[0]
+    dstate = (conv_dim - dim) // (2 * ngroups)
+    d_nonssm = (total - 2 * dim - 2 * ngroups * dstate - nheads) // 2
+    if dstate < 1 or dim + 2 * ngroups * dstate != conv_dim or d_nonssm < 0 \
+            or 2 * d_nonssm + 2 * dim + 2 * ngroups * dstate + nheads != total:
+        raise ValueError(f"mamba_split_conv1d_scan_combined: zxbcdt's last dim {total} and conv1d_weight's "
+                         f"{conv_dim} channels are not 2 * d_nonssm + 2 * dim + 2 * ngroups * dstate + nheads "
+                         f"and dim + 2 * ngroups * dstate with dim = {dim}, ngroups = {ngroups}, nheads = {nheads}")
+    z0, x0, z, xBC, dt = torch.split(zxbcdt, [d_nonssm, d_nonssm, dim, dim + 2 * ngroups * dstate, nheads], dim=-1)
     cw = conv1d_weight.reshape(conv1d_weight.shape[0], -1)
     xBC = causal_conv1d_fn(xBC.transpose(1, 2), cw, conv1d_bias, seq_idx=seq_idx,
                            activation=activation).transpose(1, 2)
@@ -245,6 +250,8 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     if rmsnorm_weight is not None:
         y = rmsnorm_fn(y, rmsnorm_weight, None, z=z, eps=rmsnorm_eps, group_size=dim // ngroups,
                        norm_before_gate=norm_before_gate)
+    if d_nonssm > 0:  # the gated-MLP channels in front of the SSM's (Mamba2 with d_ssm < d_inner)
+        y = torch.cat([F.silu(z0) * x0, y], dim=-1)
     if outproj_weight is not None:
         y = F.linear(y, outproj_weight, outproj_bias)
     return (y, final) if return_final_states else y

@@ -1,0 +1,193 @@
+"""Tensor-parallel layers on ``torch.distributed`` (upstream's ``mamba_ssm.distributed.tensor_parallel``),
+in the Megatron style (Shoeybi et al., arXiv:1909.08053):
+
+* :class:`ColumnParallelLinear`: each rank holds a contiguous block of the output features (rows of
+  the weight); its input is the full activation (all-gathered from token shards with
+  ``sequence_parallel``), its output this rank's features.
+* :class:`RowParallelLinear`: each rank holds a block of the input features (columns of the weight)
+  and the bias lives on rank 0 only; the partial outputs are summed over ranks (all-reduce, or
+  reduce-scatter to token shards with ``sequence_parallel``).
+* :class:`VocabParallelEmbedding` (a block of the vocabulary per rank; other ids give zeros),
+  :class:`ColumnParallelEmbedding` (a block of the embedding dim per rank) and
+  :class:`ParallelEmbeddings` (word + optional position embeddings, summed over ranks).
+
+Sizes split in units of ``multiple_of`` (:func:`.distributed_utils.get_dim_for_local_rank`).
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mamba_ssm.distributed.distributed_utils import (
+    all_gather,
+    all_reduce,
+    copy_to_parallel_region,
+    get_dim_for_local_rank,
+    reduce_scatter,
+)
+
+__all__ = ["ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding", "ColumnParallelEmbedding",
+           "ParallelEmbeddings"]
+
+
+def _group(process_group, what):
+    if process_group is None:
+        raise ValueError(f"{what}: process_group is None; pass a torch.distributed group "
+                         f"(e.g. torch.distributed.group.WORLD after init_process_group)")
+    return dist.get_world_size(process_group), dist.get_rank(process_group)
+
+
+class ColumnParallelLinear(nn.Linear):
+    """Linear(in_features, out_features) with the output features split across ``process_group``.
+
+    Args:
+        in_features, out_features: the full (unsharded) sizes; this rank's weight is
+            (local_out, in_features) with local_out = get_dim_for_local_rank(out_features, ...).
+        process_group: the tensor-parallel group. bias: a bias on the local outputs.
+        sequence_parallel: the input holds this rank's token rows (dim 0) and is all-gathered first;
+            otherwise the input is the same on every rank (its gradient is all-reduced).
+        multiple_of: split unit of out_features. device, dtype: of the parameters.
+
+    forward: x (n, in_features) (n per rank with sequence_parallel) -> (N, local_out), N the gathered
+    rows.
+
+    Raises:
+        ValueError: out_features not a multiple of multiple_of, process_group None.
+    """
+
+    def __init__(self, in_features, out_features, process_group, bias=True, sequence_parallel=True,
+                 multiple_of=1, device=None, dtype=None):
+        world_size, rank = _group(process_group, "ColumnParallelLinear")
+        local_out = get_dim_for_local_rank(out_features, world_size, rank, multiple_of)
+        super().__init__(in_features, local_out, bias=bias, device=device, dtype=dtype)
+        self.process_group = process_group
+        self.sequence_parallel = sequence_parallel
+
+    def forward(self, x):  # noqa: D102
+        if self.sequence_parallel:
+            x = all_gather(x, self.process_group)
+        else:
+            x = copy_to_parallel_region(x, self.process_group)
+        return F.linear(x, self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Linear):
+    """Linear(in_features, out_features) with the input features split across ``process_group``.
+
+    Args:
+        in_features, out_features: the full sizes; this rank's weight is (out_features, local_in).
+        process_group: the tensor-parallel group. bias: a bias (held by rank 0 only, so it is added once).
+        sequence_parallel: reduce-scatter the summed output to token rows (dim 0) instead of
+            all-reducing it. multiple_of: split unit of in_features. device, dtype: of the parameters.
+
+    forward: x (N, local_in) -> (N, out_features) summed over ranks (N / world_size rows with
+    sequence_parallel).
+
+    Raises:
+        ValueError: in_features not a multiple of multiple_of, process_group None.
+    """
+
+    def __init__(self, in_features, out_features, process_group, bias=True, sequence_parallel=True,
+                 multiple_of=1, device=None, dtype=None):
+        world_size, rank = _group(process_group, "RowParallelLinear")
+        local_in = get_dim_for_local_rank(in_features, world_size, rank, multiple_of)
+        super().__init__(local_in, out_features, bias=bias and rank == 0, device=device, dtype=dtype)
+        self.process_group = process_group
+        self.sequence_parallel = sequence_parallel
+
+    def forward(self, x):  # noqa: D102
+        out = F.linear(x, self.weight, self.bias)
+        return (reduce_scatter if self.sequence_parallel else all_reduce)(out, self.process_group)
+
+
+class VocabParallelEmbedding(nn.Embedding):
+    """nn.Embedding with the vocabulary split in equal blocks across ``process_group``: rank r holds ids
+    [r * V / world_size, (r + 1) * V / world_size); other ids give zero rows (the sum over ranks is the
+    full lookup).
+
+    Raises:
+        ValueError: num_embeddings not a multiple of the world size (pad the vocabulary).
+    """
+
+    def __init__(self, num_embeddings, *args, process_group=None, padding_idx=None, **kwargs):
+        self.process_group = process_group
+        world_size, rank = (1, 0) if process_group is None else _group(process_group, "VocabParallelEmbedding")
+        if num_embeddings % world_size:
+            raise ValueError(f"VocabParallelEmbedding: num_embeddings {num_embeddings} is not a multiple of the "
+                             f"world size {world_size}; pad the vocabulary (pad_vocab_size_multiple)")
+        local = num_embeddings // world_size
+        self.vocab_start_index, self.vocab_end_index = rank * local, (rank + 1) * local
+        if padding_idx is not None:
+            padding_idx = (padding_idx - self.vocab_start_index
+                           if self.vocab_start_index <= padding_idx < self.vocab_end_index else None)
+        super().__init__(local, *args, padding_idx=padding_idx, **kwargs)
+
+    def forward(self, input):  # noqa: A002, D102
+        if self.process_group is None or dist.get_world_size(self.process_group) == 1:
+            return super().forward(input)
+        outside = (input < self.vocab_start_index) | (input >= self.vocab_end_index)
+        local = (input - self.vocab_start_index).masked_fill(outside, 0)
+        out = super().forward(local)
+        return out.masked_fill(outside.unsqueeze(-1), 0.0)
+
+
+class ColumnParallelEmbedding(nn.Embedding):
+    """nn.Embedding with the embedding dim split across ``process_group`` (this rank's columns)."""
+
+    def __init__(self, num_embeddings, embedding_dim, *args, process_group=None, **kwargs):
+        self.process_group = process_group
+        world_size, rank = (1, 0) if process_group is None else _group(process_group, "ColumnParallelEmbedding")
+        if embedding_dim % world_size:
+            raise ValueError(f"ColumnParallelEmbedding: embedding_dim {embedding_dim} is not a multiple of the "
+                             f"world size {world_size}")
+        super().__init__(num_embeddings, embedding_dim // world_size, *args, **kwargs)
+
+
+class ParallelEmbeddings(nn.Module):
+    """Word (vocabulary-parallel) + optional position (column-parallel) embeddings, summed over ranks.
+
+    Args:
+        embed_dim, vocab_size: full sizes. max_position_embeddings: > 0 adds learned positions.
+        process_group: the tensor-parallel group. padding_idx: as nn.Embedding.
+        sequence_parallel: the output is reduce-scattered to token rows (use
+            ``combine_batch_seqlen_dim=True``) instead of all-reduced. device, dtype: of the parameters.
+
+    forward(input_ids (batch, seqlen), position_ids=None, combine_batch_seqlen_dim=False) ->
+    (batch, seqlen, embed_dim), or (batch * seqlen [/ world_size], embed_dim) when combined.
+    """
+
+    def __init__(self, embed_dim, vocab_size, max_position_embeddings, process_group, padding_idx=None,
+                 sequence_parallel=True, device=None, dtype=None):
+        factory_kwargs = {"device": device, "dtype": dtype}
+        super().__init__()
+        self.process_group = process_group
+        self.sequence_parallel = sequence_parallel
+        self.word_embeddings = VocabParallelEmbedding(vocab_size, embed_dim, padding_idx=padding_idx,
+                                                      process_group=process_group, **factory_kwargs)
+        self.max_position_embeddings = max_position_embeddings
+        if max_position_embeddings > 0:
+            self.position_embeddings = ColumnParallelEmbedding(max_position_embeddings, embed_dim,
+                                                               process_group=process_group, **factory_kwargs)
+
+    def forward(self, input_ids, position_ids=None, combine_batch_seqlen_dim=False):  # noqa: D102
+        batch, seqlen = input_ids.shape
+        world_size = 1 if self.process_group is None else dist.get_world_size(self.process_group)
+        embeddings = self.word_embeddings(input_ids)
+        if self.max_position_embeddings > 0:
+            if position_ids is None:
+                position_ids = torch.arange(seqlen, dtype=torch.long, device=input_ids.device)
+            pos = self.position_embeddings(position_ids)
+            if world_size <= 1:
+                embeddings = embeddings + pos
+            else:
+                width = self.position_embeddings.embedding_dim
+                rank = dist.get_rank(self.process_group)
+                embeddings = embeddings.clone()
+                embeddings[..., rank * width:(rank + 1) * width] += pos
+        if combine_batch_seqlen_dim:
+            embeddings = embeddings.reshape(batch * seqlen, -1)
+        if world_size <= 1:
+            return embeddings
+        return (reduce_scatter if self.sequence_parallel else all_reduce)(embeddings, self.process_group)
