@@ -39,6 +39,23 @@ typedef cudaError_t mamba_error_t;
 #define mambaGetErrorString cudaGetErrorString
 #endif
 
+// Non-template __device__ functions defined in headers are spelled `inline`: each translation unit
+// that includes them emits a copy, and only `inline` lets the linker merge them (__forceinline__ is
+// not `inline` everywhere: HIP-CPU without NDEBUG defines it empty). always_inline keeps the
+// __forceinline__ request; `__forceinline__ inline` would repeat `inline`, which is an error.
+#define MAMBA_SSM_DEVICE_INLINE __device__ inline __attribute__((always_inline))
+
+// Kernel launch on `stream` (a mamba_stream_t) with no dynamic shared memory: hipLaunchKernelGGL under
+// HIP (the one spelling every HIP compiler and runtime accepts, HIP-CPU's host compiler included),
+// the triple-chevron syntax under CUDA. Arguments after `stream` go to the kernel.
+#if MAMBA_SSM_IS_HIP
+#define MAMBA_SSM_LAUNCH(kernel, blocks, threads, stream, ...) \
+  hipLaunchKernelGGL(kernel, dim3(blocks), dim3(threads), 0, stream, __VA_ARGS__)
+#else
+#define MAMBA_SSM_LAUNCH(kernel, blocks, threads, stream, ...) \
+  kernel<<<dim3(blocks), dim3(threads), 0, stream>>>(__VA_ARGS__)
+#endif
+
 namespace mamba_ssm {
 namespace gpu {
 
@@ -57,14 +74,14 @@ constexpr int kWarpSize = 32;
 // Shuffles: HIP's non-_sync forms exist on every ROCm; CUDA needs the _sync forms with a mask of
 // every lane of the warp (all lanes of a block's warps take part, blocks are full warps).
 #if MAMBA_SSM_IS_HIP
-__device__ __forceinline__ float shfl_up(float v, int delta) { return __shfl_up(v, delta, kWarpSize); }
-__device__ __forceinline__ float shfl_down(float v, int delta) { return __shfl_down(v, delta, kWarpSize); }
-__device__ __forceinline__ float shfl_xor(float v, int m) { return __shfl_xor(v, m, kWarpSize); }
+MAMBA_SSM_DEVICE_INLINE float shfl_up(float v, int delta) { return __shfl_up(v, delta, kWarpSize); }
+MAMBA_SSM_DEVICE_INLINE float shfl_down(float v, int delta) { return __shfl_down(v, delta, kWarpSize); }
+MAMBA_SSM_DEVICE_INLINE float shfl_xor(float v, int m) { return __shfl_xor(v, m, kWarpSize); }
 #else
 constexpr unsigned kFullMask = 0xffffffffu;  // every lane of a 32-lane NVIDIA warp
-__device__ __forceinline__ float shfl_up(float v, int delta) { return __shfl_up_sync(kFullMask, v, delta); }
-__device__ __forceinline__ float shfl_down(float v, int delta) { return __shfl_down_sync(kFullMask, v, delta); }
-__device__ __forceinline__ float shfl_xor(float v, int m) { return __shfl_xor_sync(kFullMask, v, m); }
+MAMBA_SSM_DEVICE_INLINE float shfl_up(float v, int delta) { return __shfl_up_sync(kFullMask, v, delta); }
+MAMBA_SSM_DEVICE_INLINE float shfl_down(float v, int delta) { return __shfl_down_sync(kFullMask, v, delta); }
+MAMBA_SSM_DEVICE_INLINE float shfl_xor(float v, int m) { return __shfl_xor_sync(kFullMask, v, m); }
 #endif
 
 }  // namespace gpu

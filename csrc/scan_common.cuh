@@ -31,8 +31,8 @@ template <> struct Cvt<mamba_bf16_t> {
 };
 #endif
 
-__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
-__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+MAMBA_SSM_DEVICE_INLINE float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+MAMBA_SSM_DEVICE_INLINE float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
 // Variable B/C element (stored fp32 or in the input dtype T).
 template <typename T>
@@ -42,6 +42,9 @@ __device__ __forceinline__ float load_bc(const void* base, bool is_fp32, int64_t
 
 // Loads kItems consecutive elements starting at base[t0] as fp32; zero past seqlen L. Full, 16-byte
 // aligned runs use 16-byte vector loads (4 fp32 or 8 fp16/bf16 per load), the rest scalar loads.
+// The bytes move with memcpy (ISO C++'s way to reinterpret storage: no object is read through a
+// pointer to another type, which GCC's strict aliasing would otherwise be free to break) from an
+// address promised 16-byte aligned, which nvcc and hipcc compile to one 16-byte load/store.
 template <typename T>
 __device__ __forceinline__ void load_items(const T* base, int64_t t0, int64_t L, float (&v)[kItems]) {
   constexpr int kPerVec = 16 / sizeof(T);
@@ -50,8 +53,9 @@ __device__ __forceinline__ void load_items(const T* base, int64_t t0, int64_t L,
   if (t0 + kItems <= L && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
 #pragma unroll
     for (int k = 0; k < kItems / kPerVec; ++k) {
-      const uint4 raw = reinterpret_cast<const uint4*>(p)[k];
-      const T* e = reinterpret_cast<const T*>(&raw);
+      T e[kPerVec];
+      const T* q = static_cast<const T*>(__builtin_assume_aligned(p + k * kPerVec, 16));
+      __builtin_memcpy(e, q, 16);
 #pragma unroll
       for (int j = 0; j < kPerVec; ++j) v[k * kPerVec + j] = Cvt<T>::load(e[j]);
     }
@@ -70,11 +74,11 @@ __device__ __forceinline__ void store_items(T* base, int64_t t0, int64_t L, cons
   if (t0 + kItems <= L && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
 #pragma unroll
     for (int k = 0; k < kItems / kPerVec; ++k) {
-      uint4 raw;
-      T* e = reinterpret_cast<T*>(&raw);
+      T e[kPerVec];
 #pragma unroll
       for (int j = 0; j < kPerVec; ++j) e[j] = Cvt<T>::store(v[k * kPerVec + j]);
-      reinterpret_cast<uint4*>(p)[k] = raw;
+      T* q = static_cast<T*>(__builtin_assume_aligned(p + k * kPerVec, 16));
+      __builtin_memcpy(q, e, 16);
     }
   } else {
 #pragma unroll
@@ -132,7 +136,7 @@ __device__ __forceinline__ float block_scan(float a, float b, float carry, float
 
 // Block-wide sum of three values; the result is valid in thread 0 only. One barrier; same buffer
 // alternation rule as block_scan.
-__device__ __forceinline__ float3 block_sum3(float3 v, float4* buf) {
+MAMBA_SSM_DEVICE_INLINE float3 block_sum3(float3 v, float4* buf) {
 #pragma unroll
   for (int off = kWarpSize / 2; off > 0; off /= 2) {
     v.x += shfl_down(v.x, off);
@@ -157,7 +161,7 @@ struct Channel {
   int64_t bc_off;   // offset of (b, g, 0, 0) in variable B/C
 };
 
-__device__ __forceinline__ Channel channel_of(const ScanParams& p) {
+MAMBA_SSM_DEVICE_INLINE Channel channel_of(const ScanParams& p) {
   Channel c;
   c.bd = static_cast<int64_t>(blockIdx.x);
   c.b = c.bd / p.dim;

@@ -101,8 +101,8 @@ template <typename T>
 const char* scan_fwd_launch(const ScanParams& p, void* stream) {
   if (const char* why = gpu_unsupported_reason(p)) return why;
   if (p.batch * p.dim == 0) return nullptr;
-  scan_fwd_kernel<T><<<static_cast<unsigned>(p.batch * p.dim), kThreads, 0,
-                       static_cast<mamba_stream_t>(stream)>>>(p);
+  MAMBA_SSM_LAUNCH(scan_fwd_kernel<T>, static_cast<unsigned>(p.batch * p.dim), kThreads,
+                   static_cast<mamba_stream_t>(stream), p);
   const mamba_error_t err = mambaGetLastError();
   return err == MAMBA_GPU_SUCCESS ? nullptr : mambaGetErrorString(err);
 }

@@ -25,3 +25,29 @@ def compiled():
     import mamba_ssm.ops.backends.compiled as backend
 
     return backend
+
+
+# Case counts of the HIP-CPU emulation (test_hipcpu_kernels.py::test_emulated) per layout and resume
+# schedule, printed in the terminal summary (shown under -q as well), so CI's log says how many ran.
+_HIPCPU_TALLY = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if getattr(item, "originalname", None) != "test_emulated" or not hasattr(item, "callspec"):
+        return
+    if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed"):
+        p = item.callspec.params
+        counts = _HIPCPU_TALLY.setdefault(f"{p['layout']}/{p['schedule']}", {})
+        counts[rep.outcome] = counts.get(rep.outcome, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _HIPCPU_TALLY:
+        return
+    terminalreporter.write_line("HIP-CPU emulated GPU kernels (cases per layout/schedule):")
+    for run, counts in sorted(_HIPCPU_TALLY.items()):
+        detail = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        terminalreporter.write_line(f"  {run}: {sum(counts.values())} cases: {detail}")
