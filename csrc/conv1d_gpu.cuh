@@ -13,15 +13,6 @@
 
 #include <cstdint>
 
-#ifndef MAMBA_SSM_LAUNCH  // (also defined by portability.h in trees with the HIP-CPU harness)
-#if MAMBA_SSM_IS_HIP
-#define MAMBA_SSM_LAUNCH(kernel, blocks, threads, stream, ...) \
-  hipLaunchKernelGGL(kernel, dim3(blocks), dim3(threads), 0, stream, __VA_ARGS__)
-#else
-#define MAMBA_SSM_LAUNCH(kernel, blocks, threads, stream, ...) \
-  kernel<<<dim3(blocks), dim3(threads), 0, stream>>>(__VA_ARGS__)
-#endif
-#endif
 
 namespace mamba_ssm {
 namespace gpu {
@@ -35,7 +26,7 @@ struct Slot {
   int64_t b, d, t0;
 };
 
-__device__ __forceinline__ bool slot_of(int64_t i, const Conv1dParams& p, int64_t n_runs, Slot& s) {
+MAMBA_SSM_DEVICE_INLINE bool slot_of(int64_t i, const Conv1dParams& p, int64_t n_runs, Slot& s) {
   if (i >= p.batch * p.dim * n_runs) return false;
   int64_t run;
   if (p.channel_last) {  // channel fastest
@@ -53,7 +44,7 @@ __device__ __forceinline__ bool slot_of(int64_t i, const Conv1dParams& p, int64_
   return true;
 }
 
-__device__ __forceinline__ int64_t thread_index() {
+MAMBA_SSM_DEVICE_INLINE int64_t thread_index() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 
