@@ -3,10 +3,12 @@
 # nvcc, no network), in at most 5 minutes:
 #   1. build mamba_ssm._C in place for sm_90 only (CPU kernel + CUDA kernels), with the build log;
 #   2. doctor's JSON (the module loaded, its build info, the backend per device);
-#   3. the GPU kernel tests (tests/kernels/test_gpu_kernel.py: float64 reference, fwd+bwd, fp32/fp16/bf16,
+#   3. the GPU kernel tests (tests/kernels/test_gpu_kernel.py and test_conv1d_gpu.py: float64 references,
+#      fwd+bwd, fp32/fp16/bf16,
 #      seqlen 2049 with delta_bias+softplus, dim 65,536, side stream, second device);
 #   4. the kernel benchmark (benchmarks/bench_kernel.py --device cuda: B=8, D=2048, d_state 16, L=4096,
-#      fp32/bf16, fwd and fwd+bwd, bandwidth, measured copy bandwidth, speed vs the PyTorch fallback).
+#      fp32/bf16, fwd and fwd+bwd, bandwidth, measured copy bandwidth, speed vs the PyTorch fallback);
+#      then benchmarks/bench_ops.py --device cuda (causal conv1d fwd, fwd+bwd, update: bandwidth vs copy).
 # Every step writes into $OUT as it goes (summary.txt collects one line per step), so a run cut short
 # still leaves what it did. Each step has its own time limit; a failing step does not stop the others.
 #
@@ -86,6 +88,7 @@ say "2/4 doctor exit $? (doctor.json)"
 say "3/4 GPU kernel tests"
 if $PYTHON -c "import pytest" >/dev/null 2>&1; then
   timeout 90 $PYTHON -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_gpu_kernel.py \
+    tests/kernels/test_conv1d_gpu.py \
     --junitxml="$OUT/gpu_tests.xml" >"$OUT/gpu_tests.log" 2>&1
   rc=$?
   say "GPU tests (pytest) exit $rc: $(tail -n 1 "$OUT/gpu_tests.log")"
@@ -103,5 +106,10 @@ say "4/4 kernel benchmark"
 timeout 75 $PYTHON benchmarks/bench_kernel.py --device cuda --out "$OUT" >"$OUT/bench_kernel.log" 2>&1
 say "benchmark exit $?:"
 cat "$OUT/bench_kernel_cuda.md" 2>/dev/null | tee -a "$SUMMARY" || tail -n 20 "$OUT/bench_kernel.log" | tee -a "$SUMMARY"
+
+# ---- 4b. op benchmark (bench_ops.py: causal conv1d, and the other ops it lists) ------------------
+timeout 60 $PYTHON benchmarks/bench_ops.py --device cuda >"$OUT/bench_ops_cuda.md" 2>"$OUT/bench_ops.log"
+say "op benchmark exit $?:"
+tail -n 12 "$OUT/bench_ops_cuda.md" | tee -a "$SUMMARY"
 
 say "done in $(( $(date +%s) - START )) s; results in $OUT"
