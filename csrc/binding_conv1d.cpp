@@ -71,10 +71,11 @@ ConvBwdResult conv_bwd_cpu(const at::Tensor& x, const at::Tensor& weight, const 
           dinit.defined() ? dinit.to(initial_states->scalar_type()) : at::empty({0}, f32)};
 }
 
-at::Tensor conv_update_cpu(const at::Tensor& x, at::Tensor& conv_state, const at::Tensor& weight,
+at::Tensor conv_update_cpu(const at::Tensor& x_in, at::Tensor& conv_state, const at::Tensor& weight,
                            const std::optional<at::Tensor>& bias, bool silu,
                            const std::optional<at::Tensor>& cache_seqlens,
                            const std::optional<at::Tensor>& conv_state_indices) {
+  const at::Tensor x = x_in.dim() == 2 ? x_in.unsqueeze(-1) : x_in;  // one step: (batch, dim)
   conv_check_update(x, conv_state, weight, bias, cache_seqlens, conv_state_indices);
   const at::Tensor xf = as_contiguous(x, at::kFloat);  // out (contiguous) shares its strides
   const at::Tensor w = as_contiguous(weight, at::kFloat);
@@ -94,7 +95,7 @@ at::Tensor conv_update_cpu(const at::Tensor& x, at::Tensor& conv_state, const at
   }
   const bool in_place = conv_state.scalar_type() == at::kFloat;
   at::Tensor state = in_place ? conv_state : conv_state.to(at::kFloat);
-  at::Tensor out = at::empty({x.size(0), x.size(1), x.size(2)}, xf.options());
+  at::Tensor out = at::empty(x_in.sizes(), xf.options());  // x's shape; contiguous like (batch, dim, seqlen)
   Conv1dUpdateParams p;
   conv_fill_update(xf, state, out, w, b, cache, idx, silu, p);
   conv_run(p.dim, p.batch * p.dim * (p.seqlen + p.state_len),
@@ -132,7 +133,7 @@ TORCH_LIBRARY_FRAGMENT(mamba_ssm, m) {
   m.def(
       "causal_conv1d_bwd(Tensor x, Tensor weight, Tensor? bias, Tensor? seq_idx, Tensor? initial_states, "
       "Tensor dout, Tensor? dfinal_states, bool silu) -> (Tensor, Tensor, Tensor, Tensor)");
-  // out (batch, dim, seqlen) contiguous; conv_state updated in place.
+  // out with x's shape ((batch, dim) or (batch, dim, seqlen)), contiguous; conv_state updated in place.
   m.def(
       "causal_conv1d_update(Tensor x, Tensor(a!) conv_state, Tensor weight, Tensor? bias, bool silu, "
       "Tensor? cache_seqlens, Tensor? conv_state_indices) -> Tensor");

@@ -127,7 +127,8 @@ inline at::Tensor conv_prepare_dfinal(const ConvPrepared& r, const std::optional
   return as_contiguous(*dfinal, at::kFloat);
 }
 
-// Checks of causal_conv1d_update's arguments (x is (batch, dim, seqlen)); returns the width.
+// Checks of causal_conv1d_update's arguments (x is (batch, dim, seqlen); the bindings view a 2-D x,
+// one step, as seqlen 1); returns the width.
 inline int64_t conv_check_update(const at::Tensor& x, const at::Tensor& conv_state, const at::Tensor& weight,
                                  const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& cache_seqlens,
                                  const std::optional<at::Tensor>& conv_state_indices) {

@@ -93,11 +93,12 @@ ConvBwdResult conv_bwd_cuda(const at::Tensor& x, const at::Tensor& weight, const
           dinit.defined() ? dinit.to(initial_states->scalar_type()) : at::empty({0}, f32)};
 }
 
-at::Tensor conv_update_cuda(const at::Tensor& x, at::Tensor& conv_state, const at::Tensor& weight,
+at::Tensor conv_update_cuda(const at::Tensor& x_in, at::Tensor& conv_state, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias, bool silu,
                             const std::optional<at::Tensor>& cache_seqlens,
                             const std::optional<at::Tensor>& conv_state_indices) {
-  const c10::cuda::CUDAGuard guard(x.device());
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.dim() == 2 ? x_in.unsqueeze(-1) : x_in;  // one step: (batch, dim)
   conv_check_update(x, conv_state, weight, bias, cache_seqlens, conv_state_indices);
   TORCH_CHECK(conv_state.device() == x.device(), "mamba_ssm causal_conv1d_update: conv_state is on ",
               conv_state.device(), " but x is on ", x.device());
@@ -108,7 +109,7 @@ at::Tensor conv_update_cuda(const at::Tensor& x, at::Tensor& conv_state, const a
   // The kernel reads and writes the state in x's dtype; another dtype goes through a copy.
   const bool in_place = conv_state.scalar_type() == x.scalar_type();
   at::Tensor state = in_place ? conv_state : conv_state.to(x.scalar_type());
-  at::Tensor out = at::empty({x.size(0), x.size(1), x.size(2)}, x.options());
+  at::Tensor out = at::empty(x_in.sizes(), x.options());  // x's shape; contiguous like (batch, dim, seqlen)
   Conv1dUpdateParams p;
   const at::Tensor xc = x.contiguous();  // out (contiguous) shares its strides
   conv_fill_update(xc, state, out, w, b, cache, idx, silu, p);

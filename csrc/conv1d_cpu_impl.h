@@ -273,50 +273,115 @@ static void bwd_tasks(const Conv1dBwdParams& p, int64_t task_begin, int64_t task
 }
 
 // Decode steps for channels [d0, d1) of every batch row (math: Conv1dUpdateParams); x and out are
-// contiguous (batch, dim, seqlen).
+// contiguous (batch, dim, seqlen). Per block of kConvCpuBlock channels: the window of the last W-1
+// inputs is gathered from the (strided) state, the outputs are computed across channels (vectorised),
+// then the state rows are written back.
+// One decode step with a shift-register state whose rows are contiguous (s_sl == 1, s_sd == S, as
+// Mamba's (batch, dim, d_conv) conv_state): the new row is the old one shifted left by one with x
+// appended, and the output is the dot product of the weights with its last W entries. Both loops run
+// over contiguous memory.
 template <int W>
-static void update_channels(const Conv1dUpdateParams& p, int64_t d0, int64_t d1) {
-  const int64_t L = p.seqlen, S = p.state_len;
+static void update_step_rows(const Conv1dUpdateParams& p, int64_t d0, int64_t d1) {
+  const int64_t S = p.state_len, n = d1 - d0;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t row = p.state_indices ? p.state_indices[b] : b;
-    for (int64_t d = d0; d < d1; ++d) {
-      const float* x = static_cast<const float*>(p.x) + b * p.x_sb + d * p.x_sd;
-      float* out = static_cast<float*>(p.out) + b * p.x_sb + d * p.x_sd;
-      if (row < 0) {  // a padded slot
-        for (int64_t t = 0; t < L; ++t) out[t * p.x_sl] = 0.f;
-        continue;
-      }
-      float* st = static_cast<float*>(p.state) + row * p.s_sb + d * p.s_sd;
-      const int64_t c = p.cache_seqlens ? p.cache_seqlens[b] : 0;
-      // The W-1 inputs before x[0], oldest first, as the state holds them before this call.
-      float prev[W > 1 ? W - 1 : 1];
-      for (int j = 0; j < W - 1; ++j) {
-        int64_t i = p.cache_seqlens ? (c - (W - 1) + j) % S : S - (W - 1) + j;
-        if (i < 0) i += S;
-        prev[j] = st[i * p.s_sl];
-      }
-      float w[W];
-      for (int k = 0; k < W; ++k) w[k] = p.weight[d * W + k];
-      const float bias = p.bias ? p.bias[d] : 0.f;
-      for (int64_t t = 0; t < L; ++t) {
-        float acc = bias;
-        for (int k = 0; k < W; ++k) {
-          const int64_t q = t - (W - 1) + k;
-          acc += w[k] * (q >= 0 ? x[q * p.x_sl] : prev[q + W - 1]);
+    const float* __restrict x = static_cast<const float*>(p.x) + b * p.x_sb + d0;  // x_sd == 1 (seqlen 1)
+    float* __restrict out = static_cast<float*>(p.out) + b * p.x_sb + d0;
+    if (row < 0) {
+      std::memset(out, 0, sizeof(float) * n);
+      continue;
+    }
+    float* st = static_cast<float*>(p.state) + row * p.s_sb + d0 * S;
+    for (int64_t j = 0; j + 1 < n * S; ++j) st[j] = st[j + 1];  // every row shifted left by one ...
+    for (int64_t i = 0; i < n; ++i) st[i * S + S - 1] = x[i];     // ... and x appended
+    const float* __restrict w = p.weight + d0 * W;
+    if (S == W) {  // weights and state rows line up: products over contiguous memory, then sums of W
+      float prod[kConvCpuBlock * W];
+      for (int64_t i0 = 0; i0 < n; i0 += kConvCpuBlock) {
+        const int64_t m = std::min<int64_t>(kConvCpuBlock, n - i0);
+        const float* __restrict wi = w + i0 * W;
+        const float* __restrict si = st + i0 * W;
+        for (int64_t j = 0; j < m * W; ++j) prod[j] = wi[j] * si[j];
+        for (int64_t i = 0; i < m; ++i) {
+          float a = p.bias ? p.bias[d0 + i0 + i] : 0.f;
+          for (int k = 0; k < W; ++k) a += prod[i * W + k];
+          out[i0 + i] = a;
         }
-        out[t * p.x_sl] = acc;
       }
-      if (p.cache_seqlens) {
-        for (int64_t t = std::max<int64_t>(0, L - S); t < L; ++t) st[((c + t) % S) * p.s_sl] = x[t * p.x_sl];
-      } else if (L >= S) {
-        for (int64_t i = 0; i < S; ++i) st[i * p.s_sl] = x[(L - S + i) * p.x_sl];
-      } else {
-        for (int64_t i = 0; i < S - L; ++i) st[i * p.s_sl] = st[(i + L) * p.s_sl];
-        for (int64_t t = 0; t < L; ++t) st[(S - L + t) * p.s_sl] = x[t * p.x_sl];
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const float* r = st + i * S + S - W;
+        float a = p.bias ? p.bias[d0 + i] : 0.f;
+        for (int k = 0; k < W; ++k) a += w[i * W + k] * r[k];
+        out[i] = a;
       }
     }
-    // SiLU over this batch row's outputs of channels [d0, d1): contiguous (the binding's out is).
-    if (p.silu) silu_inplace(static_cast<float*>(p.out) + b * p.x_sb + d0 * p.x_sd, (d1 - d0) * L);
+    if (p.silu) silu_inplace(out, n);
+  }
+}
+
+template <int W>
+static void update_channels(const Conv1dUpdateParams& p, int64_t d0_all, int64_t d1_all) {
+  const int64_t L = p.seqlen, S = p.state_len;
+  if (!p.cache_seqlens && L == 1 && p.s_sl == 1 && p.s_sd == S) {
+    update_step_rows<W>(p, d0_all, d1_all);
+    return;
+  }
+  float win[W - 1][kConvCpuBlock], wT[W][kConvCpuBlock], bias[kConvCpuBlock], acc[kConvCpuBlock];
+  for (int64_t d0 = d0_all; d0 < d1_all; d0 += kConvCpuBlock) {
+    const int64_t n = std::min<int64_t>(kConvCpuBlock, d1_all - d0);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int k = 0; k < W; ++k) wT[k][i] = p.weight[(d0 + i) * W + k];
+      bias[i] = p.bias ? p.bias[d0 + i] : 0.f;
+    }
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int64_t row = p.state_indices ? p.state_indices[b] : b;
+      const float* x = static_cast<const float*>(p.x) + b * p.x_sb + d0 * p.x_sd;
+      float* out = static_cast<float*>(p.out) + b * p.x_sb + d0 * p.x_sd;
+      if (row < 0) {  // a padded slot: output 0, no state touched
+        std::memset(out, 0, sizeof(float) * n * L);
+        continue;
+      }
+      float* st = static_cast<float*>(p.state) + row * p.s_sb + d0 * p.s_sd;
+      const int64_t c = p.cache_seqlens ? p.cache_seqlens[b] : 0;
+      // The W-1 inputs before x[0], oldest first, as the state holds them before this call.
+      for (int j = 0; j < W - 1; ++j) {
+        int64_t k = p.cache_seqlens ? (c - (W - 1) + j) % S : S - (W - 1) + j;
+        if (k < 0) k += S;
+        const float* src = st + k * p.s_sl;
+        for (int64_t i = 0; i < n; ++i) win[j][i] = src[i * p.s_sd];
+      }
+      for (int64_t t = 0; t < L; ++t) {
+        // x[b, d0 + i, t] is x[i * L + t] (contiguous x).
+        for (int64_t i = 0; i < n; ++i) {
+          const float xt = x[i * L + t];
+          float a = bias[i] + wT[W - 1][i] * xt;
+          for (int k = 0; k < W - 1; ++k) a += wT[k][i] * win[k][i];
+          acc[i] = a;
+          for (int k = 0; k < W - 2; ++k) win[k][i] = win[k + 1][i];
+          win[W - 2][i] = xt;
+        }
+        if (p.silu) silu_inplace(acc, n);
+        for (int64_t i = 0; i < n; ++i) out[i * L + t] = acc[i];
+      }
+      // The state after the call.
+      if (p.cache_seqlens) {
+        for (int64_t t = std::max<int64_t>(0, L - S); t < L; ++t) {
+          float* dst = st + ((c + t) % S) * p.s_sl;
+          for (int64_t i = 0; i < n; ++i) dst[i * p.s_sd] = x[i * L + t];
+        }
+      } else {
+        for (int64_t i = 0; i < n; ++i) {
+          float* r = st + i * p.s_sd;
+          if (L >= S) {
+            for (int64_t k = 0; k < S; ++k) r[k * p.s_sl] = x[i * L + L - S + k];
+          } else {
+            for (int64_t k = 0; k < S - L; ++k) r[k * p.s_sl] = r[(k + L) * p.s_sl];
+            for (int64_t t = 0; t < L; ++t) r[(S - L + t) * p.s_sl] = x[i * L + t];
+          }
+        }
+      }
+    }
   }
 }
 

@@ -91,10 +91,8 @@ def _device_key(device) -> str:
 
 
 def _decide(device: str):
-    try:
-        from mamba_ssm import _dispatch  # noqa: PLC0415
-    except ImportError:  # a partial install without the dispatcher
-        return TORCH, "mamba_ssm's dispatcher is missing"
+    if _dispatch is None:
+        return TORCH, "mamba_ssm's dispatcher is missing (a partial install)"
     preference = conv1d_preference()
     plan = _dispatch.plan("causal_conv1d", device)
     requested = plan["requested"]
@@ -120,15 +118,22 @@ _decide._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 _call_cache: dict = {}
+_kernels = None  # mamba_ssm.ops.backends.compiled_conv1d once a call used it
+try:
+    from mamba_ssm import _dispatch, _loader
+except ImportError:  # a partial install without the dispatcher: the PyTorch implementation only
+    _dispatch = _loader = None
 
 
 def _impl_for_call(device: str) -> str:
     """:func:`implementation` for the ops' hot path: remembered per device and everything the answer
     depends on (the backend asked for, MAMBA_SSM_CONV1D, the package lookup, the loaded _C), which
     keeps a decode step's dispatch to a dictionary lookup."""
-    from mamba_ssm import _dispatch, _loader  # noqa: PLC0415
-
-    key = (device, _dispatch._requested(), os.environ.get(ENV_CONV1D), _external, id(_loader.peek()))
+    if _dispatch is None:
+        return _decide(device)[0]
+    environ = os.environ
+    key = (device, _dispatch._override, environ.get(_dispatch.ENV_BACKEND), environ.get(ENV_CONV1D), _external,
+           id(_loader.peek()))
     impl = _call_cache.get(key)
     if impl is None:
         impl = _decide(device)[0]
@@ -141,21 +146,26 @@ def _impl_for_call(device: str) -> str:
 _impl_for_call._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
-def _compiled_for(op, x, why_not):
+def _compiled_for(op, x, weight, *others):
     """The compiled_conv1d module when this call runs on mamba_ssm._C's kernels, else None (after the
-    dispatcher's warning, or its error when the compiled backend was forced and cannot run).
-    ``why_not(compiled_conv1d)`` says why the kernels cannot take this call, or None."""
-    impl = _impl_for_call(str(x.device))
+    dispatcher's warning, or its error when the compiled backend was forced and cannot run). ``weight``
+    and ``others`` go to ``compiled_conv1d.supports`` (``weight=None``: the varlen copy,
+    ``supports_varlen(x, *others)``)."""
+    global _kernels
+    impl = _impl_for_call(str(x.device) if x.is_cuda else "cpu")
     if impl == PACKAGE:
         return None
-    from mamba_ssm import _dispatch  # noqa: PLC0415
-
     if impl == TORCH:
-        _dispatch.backend_for(op, x.device)  # warns once (auto) or raises (compiled forced), as the scan
+        if _dispatch is not None:
+            _dispatch.backend_for(op, x.device)  # warns once (auto) or raises (compiled forced), as the scan
         return None
-    from mamba_ssm.ops.backends import compiled_conv1d  # noqa: PLC0415
+    if _kernels is None:
+        from mamba_ssm.ops.backends import compiled_conv1d  # noqa: PLC0415 (imported by the dispatcher)
 
-    why = why_not(compiled_conv1d)
+        _kernels = compiled_conv1d
+    compiled_conv1d = _kernels
+    why = (compiled_conv1d.supports(x, weight, *others) if weight is not None
+           else compiled_conv1d.supports_varlen(x, *others))
     if why is None:
         return compiled_conv1d
     _dispatch.fallback_for_call(op, x.device, why)
@@ -222,7 +232,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
     _check_x_weight("causal_conv1d_fn", x, weight, bias)
     if x.dim() != 3:
         raise ValueError(f"causal_conv1d_fn: x must have shape (batch, dim, seqlen), got {tuple(x.shape)}")
-    kernels = _compiled_for("causal_conv1d", x, lambda k: k.supports(x, weight, bias, seq_idx, initial_states))
+    kernels = _compiled_for("causal_conv1d", x, weight, bias, seq_idx, initial_states)
     if kernels is not None:
         _check_conv_extras(x, weight, seq_idx, initial_states)
         out, final = kernels.conv1d(x, weight, bias, seq_idx, initial_states, activation is not None)
@@ -285,9 +295,9 @@ def causal_conv1d_ref(x, weight, bias=None, seq_idx=None, initial_states=None, r
     return out, final
 
 
-def _check_update_args(xs, conv_state, weight, cache_seqlens, conv_state_indices):
+def _check_update_args(x, conv_state, weight, cache_seqlens, conv_state_indices):
     """causal_conv1d_update's shape checks (ValueError naming the argument), before any backend runs."""
-    batch, dim, _ = xs.shape
+    batch, dim = x.shape[0], x.shape[1]
     width = weight.shape[1]
     if conv_state.dim() != 3 or conv_state.shape[1] != dim or conv_state.shape[2] < width - 1:
         raise ValueError(f"causal_conv1d_update: conv_state must have shape (batch, {dim}, >= {width - 1}), "
@@ -329,14 +339,12 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     """
     _check_activation(activation)
     _check_x_weight("causal_conv1d_update", x, weight, bias)
+    _check_update_args(x, conv_state, weight, cache_seqlens, conv_state_indices)
+    kernels = _compiled_for("causal_conv1d_update", x, weight, conv_state, bias, cache_seqlens, conv_state_indices)
+    if kernels is not None:  # (the kernels take x of (batch, dim) as one step)
+        return kernels.update(x, conv_state, weight, bias, activation is not None, cache_seqlens, conv_state_indices)
     squeeze = x.dim() == 2
     xs = x.unsqueeze(-1) if squeeze else x
-    _check_update_args(xs, conv_state, weight, cache_seqlens, conv_state_indices)
-    kernels = _compiled_for("causal_conv1d_update", x,
-                            lambda k: k.supports(x, weight, conv_state, bias, cache_seqlens, conv_state_indices))
-    if kernels is not None:
-        out = kernels.update(xs, conv_state, weight, bias, activation is not None, cache_seqlens, conv_state_indices)
-        return out.squeeze(-1) if squeeze else out
     padded = conv_state_indices is not None and bool((conv_state_indices < 0).any())
     ext = external_package() if x.is_cuda and implementation(x.device) == PACKAGE and not padded else None
     if ext is not None:
@@ -411,7 +419,7 @@ def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
     if cu.dim() != 1 or cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != x.shape[0] or bool((cu.diff() < 0).any()):
         raise ValueError(f"causal_conv1d_varlen_states: cu_seqlens must be non-decreasing cumulative lengths "
                          f"from 0 to x's {x.shape[0]} tokens, got {cu_seqlens.tolist()}")
-    kernels = _compiled_for("causal_conv1d", x, lambda k: k.supports_varlen(x, cu_seqlens))
+    kernels = _compiled_for("causal_conv1d", x, None, cu_seqlens)
     if kernels is not None:
         return kernels.varlen_states(x, cu_seqlens, state_len)
     starts, ends = cu[:-1], cu[1:]

@@ -57,6 +57,8 @@ def _empty_like_layout(x, dtype=None):
 
 
 _AVAILABLE = available()  # this module is imported after _C is loaded (see the module docstring)
+# The overload itself (a decode step is short enough for the overload lookup to show).
+_update_op = torch.ops.mamba_ssm.causal_conv1d_update.default if _AVAILABLE else None
 
 if _AVAILABLE:
     @torch.library.register_fake(_FWD)
@@ -122,8 +124,12 @@ def supports(x, weight, *others) -> Optional[str]:
     """
     device = x.device
     if (_AVAILABLE and x.dtype in _DTYPES and weight.dtype in _DTYPES and weight.dim() == 2 and weight.shape[1] in WIDTHS
-            and device.type == "cpu" and all(t is None or t.device == device for t in others)):
-        return None  # the common CPU case, decided in one expression (decode steps are short)
+            and device.type == "cpu" and weight.device == device):
+        for t in others:  # the common CPU case, decided without further calls (decode steps are short)
+            if t is not None and t.device != device:
+                break
+        else:
+            return None
     if not available():
         return "this mamba_ssm._C was built without the causal conv1d kernels (an older build)"
     if x.dtype not in _DTYPES:
@@ -182,16 +188,16 @@ def update(x, conv_state, weight, bias=None, silu=False, cache_seqlens=None, con
     """Decode step(s) with the compiled kernels; ``conv_state`` is updated in place.
 
     Args:
-        x: (batch, dim, seqlen). conv_state: (n_states, dim, state_len >= width - 1), any strides.
+        x: (batch, dim, seqlen), or (batch, dim) for one step. conv_state: (n_states, dim,
+            state_len >= width - 1), any strides.
         weight, bias, silu: as :func:`conv1d`. cache_seqlens: (batch,) int, circular-state positions.
         conv_state_indices: (batch,) int rows of conv_state; -1 marks a padded slot (output 0, no state
             touched).
 
     Returns:
-        out (batch, dim, seqlen) in x's dtype.
+        out with x's shape and dtype.
     """
-    return torch.ops.mamba_ssm.causal_conv1d_update(x, conv_state, weight, bias, bool(silu), cache_seqlens,
-                                                    conv_state_indices)
+    return _update_op(x, conv_state, weight, bias, bool(silu), cache_seqlens, conv_state_indices)
 
 
 def varlen_states(x, cu_seqlens, state_len):
