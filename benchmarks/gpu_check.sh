@@ -3,13 +3,15 @@
 # nvcc, no network), in about 5 minutes (each step has its own time limit; all of them at their limits: 7.3 min):
 #   1. build mamba_ssm._C in place for sm_90 only (CPU kernel + CUDA kernels), with the build log;
 #   2. doctor's JSON (the module loaded, its build info, the backend per device);
-#   3. the GPU kernel tests (tests/kernels/test_gpu_kernel.py: float64 reference, fwd+bwd, fp32/fp16/bf16,
+#   3. the GPU kernel tests (tests/kernels/test_gpu_kernel.py and test_conv1d_gpu.py: float64 references,
+#      fwd+bwd, fp32/fp16/bf16,
 #      seqlen 2049 with delta_bias+softplus, dim 65,536, side stream, second device);
 #   4. the kernel benchmark (benchmarks/bench_kernel.py --device cuda: B=8, D=2048, d_state 16, L=4096,
 #      fp32/bf16, fwd and fwd+bwd, bandwidth, measured copy bandwidth, speed vs the PyTorch fallback);
 #   5. the Triton kernels' GPU tests (tests/triton/test_triton_gpu.py) and the ops benchmark
 #      (benchmarks/bench_ops.py --device cuda: SSD fwd+bwd vs our PyTorch SSD and the Mamba-1 scan,
 #      selective_state_update and norms vs copy bandwidth).
+#      and benchmarks/bench_ops.py --device cuda (causal conv1d fwd, fwd+bwd, update: bandwidth vs copy).
 # Every step writes into $OUT as it goes (summary.txt collects one line per step), so a run cut short
 # still leaves what it did. Each step has its own time limit; a failing step does not stop the others.
 #
@@ -89,6 +91,7 @@ say "2/5 doctor exit $? (doctor.json)"
 say "3/5 GPU kernel tests"
 if $PYTHON -c "import pytest" >/dev/null 2>&1; then
   timeout 90 $PYTHON -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_gpu_kernel.py \
+    tests/kernels/test_conv1d_gpu.py \
     --junitxml="$OUT/gpu_tests.xml" >"$OUT/gpu_tests.log" 2>&1
   rc=$?
   say "GPU tests (pytest) exit $rc: $(tail -n 1 "$OUT/gpu_tests.log")"
@@ -120,8 +123,12 @@ if $PYTHON -c "import pytest" >/dev/null 2>&1; then
 else
   say "Triton GPU tests skipped: pytest is not installed"
 fi
-timeout 60 $PYTHON benchmarks/bench_ops.py --device cuda --reps 3 --out "$OUT" >"$OUT/bench_ops.log" 2>&1
+timeout 60 $PYTHON benchmarks/bench_ops_triton.py --device cuda --reps 3 --out "$OUT" >"$OUT/bench_ops.log" 2>&1
 say "bench_ops exit $?:"
 cat "$OUT/bench_ops_cuda.md" 2>/dev/null | tee -a "$SUMMARY" || tail -n 20 "$OUT/bench_ops.log" | tee -a "$SUMMARY"
+# ---- 4b. op benchmark (bench_ops.py: causal conv1d, and the other ops it lists) ------------------
+timeout 60 $PYTHON benchmarks/bench_ops.py --device cuda >"$OUT/bench_ops_cuda.md" 2>"$OUT/bench_ops.log"
+say "op benchmark exit $?:"
+tail -n 12 "$OUT/bench_ops_cuda.md" | tee -a "$SUMMARY"
 
 say "done in $(( $(date +%s) - START )) s; results in $OUT"

@@ -20,8 +20,9 @@ lists every problem.  The checks:
 6. size <= the cell's budget (matrix.toml ``[size_budget_mib]``);
 7. runtime (unless --no-runtime): a fresh venv whose torch comes from ``--torch-from`` (a ``.pth``
    file, no reinstall), the wheel installed with ``--no-deps``; ``python -m mamba_ssm doctor --json``
-   must report ``_C`` loaded; one ``selective_scan_fn`` call on CPU with ``MAMBA_SSM_BACKEND=compiled``
-   must match a float64 sequential reference computed by the audit itself.
+   must report ``_C`` loaded; one ``selective_scan_fn`` call and one ``causal_conv1d_fn`` call on CPU
+   with ``MAMBA_SSM_BACKEND=compiled`` must run the compiled kernels and match float64 references
+   computed by the audit itself.
 """
 from __future__ import annotations
 
@@ -511,6 +512,24 @@ for b in range(Bn):
             ref *= zz / (1.0 + math.exp(-zz))
             worst = max(worst, abs(float(y[b, d, t]) - ref) / (1.0 + abs(ref)))
 out["max_rel_err"] = worst
+# The causal conv1d kernel (issue 10): width 4, bias, SiLU, against a float64 direct sum
+# out[t] = silu(bias + sum_k w[k] x[t - 3 + k]) with x = 0 before the start (Mamba's Figure 3, "Conv").
+try:
+    from mamba_ssm.ops import causal_conv1d as cc
+    xc, wc, bc = torch.randn(2, 3, 11, generator=g), torch.randn(3, 4, generator=g), torch.randn(3, generator=g)
+    yc = cc.causal_conv1d_fn(xc, wc, bc, activation="silu")
+    out["conv_backend"] = cc.implementation("cpu")
+except Exception as exc:
+    out["error"] = "causal_conv1d_fn with MAMBA_SSM_BACKEND=compiled failed: %s: %s" % (type(exc).__name__, exc)
+    print(json.dumps(out)); sys.exit(0)
+worst = 0.0
+for b in range(2):
+    for d in range(3):
+        for t in range(11):
+            acc = float(bc[d]) + sum(float(wc[d, k]) * float(xc[b, d, t - 3 + k]) for k in range(4) if t - 3 + k >= 0)
+            ref = acc / (1.0 + math.exp(-acc))
+            worst = max(worst, abs(float(yc[b, d, t]) - ref) / (1.0 + abs(ref)))
+out["conv_max_rel_err"] = worst
 try:
     from mamba_ssm import _dispatch
     out["backend"] = _dispatch.backend_for("selective_scan", torch.device("cpu"))
@@ -587,6 +606,11 @@ def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], 
         err = res.get("max_rel_err")
         if err is None or not err <= 1e-4:
             problems.append(f"compiled CPU selective_scan_fn differs from the float64 reference: max rel err {err}")
+        if res.get("conv_backend") != "compiled":
+            problems.append(f"the CPU causal conv1d ran on {res.get('conv_backend')!r}, not the compiled kernel")
+        err = res.get("conv_max_rel_err")
+        if err is None or not err <= 1e-4:
+            problems.append(f"compiled CPU causal_conv1d_fn differs from the float64 reference: max rel err {err}")
         rep.check("runtime", problems)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

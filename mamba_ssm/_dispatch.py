@@ -42,6 +42,7 @@ __all__ = [
     "TRITON_OPS",
     "TRITON_MIN_VERSION",
     "triton_unavailable",
+    "CONV1D_OPS",
     "MambaFallbackWarning",
     "backend_for",
     "fallback_for_call",
@@ -60,8 +61,9 @@ CHOICES = ("auto", "compiled", "cuda", "triton", "torch", "ref")
 _ALIASES = {"cuda": "compiled"}
 
 #: The ops the dispatcher knows, and which of them mamba_ssm._C has kernels for. The others have one
-#: implementation (PyTorch; causal-conv1d's kernels for CUDA tensors when that package is installed):
-#: backend_for answers "torch" for them whatever is asked for.
+#: implementation (PyTorch): backend_for answers "torch" for them whatever is asked for. The causal
+#: conv1d ops have compiled kernels and one PyTorch implementation, which is also their reference ("ref"
+#: runs it); mamba_ssm.ops.causal_conv1d.implementation() adds the causal-conv1d package's kernels.
 OPS = (
     "selective_scan",
     "mamba_inner",
@@ -72,7 +74,10 @@ OPS = (
     "rms_norm",
     "layer_norm",
 )
-COMPILED_OPS = frozenset({"selective_scan", "mamba_inner"})
+COMPILED_OPS = frozenset({"selective_scan", "mamba_inner", "causal_conv1d", "causal_conv1d_update"})
+#: The compiled ops whose implementation mamba_ssm.ops.causal_conv1d.implementation() names (it may pick
+#: the causal-conv1d package's kernels); doctor reports them but judges the install by the others.
+CONV1D_OPS = frozenset({"causal_conv1d", "causal_conv1d_update"})
 #: The ops with Triton kernels (mamba_ssm.ops.triton._kernels): used on CUDA/ROCm devices.
 TRITON_OPS = frozenset({"ssd_chunk_scan", "selective_state_update", "rms_norm", "layer_norm"})
 #: The oldest Triton the kernels are written for (what torch 2.4 brings); older: the PyTorch path.
@@ -340,9 +345,15 @@ def plan(op: str, device: Any) -> Dict[str, Any]:
                               f"separate reference)")
         return out
     if requested in ("torch", "ref"):
-        out["backend"] = requested
+        out["backend"] = "torch" if op in CONV1D_OPS else requested   # the conv's PyTorch code is its reference
         return out
     unavailable = _compiled_unavailable(device)
+    if unavailable is None and op in CONV1D_OPS:
+        from mamba_ssm.ops.backends import compiled_conv1d  # noqa: PLC0415 (imported by compiled)
+
+        if not compiled_conv1d.available():
+            unavailable = ("this mamba_ssm._C was built without the causal conv1d kernels (a build older than "
+                           "them)", f"reinstall the package: `{_loader.FIX_REINSTALL}`")
     if unavailable is None:
         out["backend"] = "compiled"
         if requested == "triton":

@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from mamba_ssm import _version
 
@@ -239,14 +239,14 @@ def _causal_conv1d_package() -> Any:
         return None
 
 
-def _causal_conv1d_implementation(device: str) -> Optional[str]:
-    """``mamba_ssm.ops.causal_conv1d.implementation(device)`` (what the conv ops run), or None."""
+def _causal_conv1d_explain(device: str) -> Tuple[Optional[str], Optional[str]]:
+    """``mamba_ssm.ops.causal_conv1d.explain(device)``: (what the conv ops run, why), or (None, None)."""
     try:
-        from mamba_ssm.ops.causal_conv1d import implementation  # noqa: PLC0415
+        from mamba_ssm.ops.causal_conv1d import explain  # noqa: PLC0415
 
-        return implementation(device)
+        return explain(device)
     except Exception:  # noqa: BLE001
-        return None
+        return None, None
 
 
 def _json_safe(value: Any) -> Any:
@@ -400,17 +400,19 @@ def collect(check: bool = False) -> Dict[str, Any]:
                     continue
                 entry["ops"][op] = {"backend": p["backend"], "reason": p["reason"], "fix": p["fix"],
                                     "error": p["error"]}
-                if op in ("causal_conv1d", "causal_conv1d_update") and name.startswith("cuda"):
-                    impl = _causal_conv1d_implementation(name)   # the same question the ops ask
-                    if impl == "causal-conv1d":
-                        entry["ops"][op]["backend"] = "causal-conv1d"
-                        entry["ops"][op]["reason"] = "the causal-conv1d package's kernels (installed)"
-                    elif impl == "torch" and _causal_conv1d_package() is not None:
-                        entry["ops"][op]["reason"] = (
-                            f"the causal-conv1d package is installed but not used: the {backend['requested']} "
-                            f"backend was asked for ({backend['source']}); {op} runs on its PyTorch "
-                            f"implementation")
-            compiled_ops = [op for op in _dispatch.OPS if op in _dispatch.COMPILED_OPS]
+                if op in _dispatch.CONV1D_OPS and not p["error"]:
+                    impl, why = _causal_conv1d_explain(name)   # the same question the ops ask
+                    if impl is not None:
+                        entry["ops"][op]["backend"], entry["ops"][op]["reason"] = impl, why
+                        if impl == "torch" and name.startswith("cuda") and _causal_conv1d_package() is not None:
+                            entry["ops"][op]["reason"] = (
+                                f"the causal-conv1d package is installed but not used: the {backend['requested']} "
+                                f"backend was asked for ({backend['source']}); {op} runs on its PyTorch "
+                                f"implementation")
+            # The install is judged by the selective-scan ops (the conv ops are reported above; a device
+            # the scan kernels cover runs the conv kernels too).
+            compiled_ops = [op for op in _dispatch.OPS
+                            if op in _dispatch.COMPILED_OPS and op not in _dispatch.CONV1D_OPS]
             entry["compiled_active"] = all(entry["ops"][op]["backend"] == "compiled" for op in compiled_ops)
             # The ops whose GPU kernel should run here: the compiled ones everywhere, the Triton ones on
             # CUDA/ROCm devices (on a CPU their PyTorch implementation is the only one: nothing to fix).

@@ -3,21 +3,30 @@
 ``out[b, d, t] = act(bias[d] + sum_k weight[d, k] * x[b, d, t - (width - 1) + k])`` with x = 0 (or
 ``initial_states``) before the start: the convolution of Mamba (arXiv:2312.00752, Figure 3, "Conv").
 
-The ``causal_conv1d`` package's CUDA kernels are used for CUDA tensors when that package imports and
-the backend asked for (``MAMBA_SSM_BACKEND`` / ``mamba_ssm.set_backend``) is ``auto`` or ``compiled``;
-otherwise (CPU, the package absent, or ``torch``/``ref`` asked for) a PyTorch implementation with the
-same arguments runs. :func:`implementation` says which, and ``python -m mamba_ssm doctor`` reports it.
+Which implementation runs (:func:`implementation` says, and ``python -m mamba_ssm doctor`` reports it):
+
+* ``compiled``: the kernels of ``mamba_ssm._C`` (CPU, CUDA, ROCm; :mod:`mamba_ssm.ops.backends.compiled_conv1d`)
+  when the backend asked for (``MAMBA_SSM_BACKEND`` / ``mamba_ssm.set_backend``) is ``auto`` or
+  ``compiled`` and they can run there. Preferred over the ``causal_conv1d`` package.
+* ``causal-conv1d``: the ``causal_conv1d`` package's CUDA kernels, for CUDA tensors when that package
+  imports and either ``MAMBA_SSM_CONV1D=causal_conv1d`` asks for it or (``auto``) the compiled kernels
+  cannot run there.
+* ``torch``: the PyTorch implementation below (also what ``torch`` / ``ref`` ask for, and float64).
+
+This module never shadows the top-level ``causal_conv1d`` package: code importing that package
+(transformers does) gets the package, not these functions.
 Computation is in float32 (float64 for float64 inputs); outputs have x's dtype.
 """
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
 __all__ = ["causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_varlen_states", "causal_conv1d_ref",
-           "external_package", "implementation"]
+           "external_package", "implementation", "explain", "conv1d_preference"]
 
 _ACTIVATIONS = (None, "silu", "swish")
 _external = None  # (fn, update) or False once looked up
@@ -36,30 +45,131 @@ def external_package():
 
 
 #: What :func:`implementation` answers.
-PACKAGE, TORCH = "causal-conv1d", "torch"
+COMPILED, PACKAGE, TORCH = "compiled", "causal-conv1d", "torch"
+#: Set to ``causal_conv1d`` to prefer the causal-conv1d package's kernels on CUDA over mamba_ssm._C's.
+ENV_CONV1D = "MAMBA_SSM_CONV1D"
+_CONV1D_CHOICES = ("auto", "causal_conv1d")
 
 
-def _requested_backend() -> str:
-    try:
-        from mamba_ssm import _dispatch  # noqa: PLC0415
-    except ImportError:  # a partial install without the dispatcher
+def conv1d_preference() -> str:
+    """``MAMBA_SSM_CONV1D``: ``"auto"`` (default: mamba_ssm._C's kernels first) or ``"causal_conv1d"``.
+
+    Raises:
+        ValueError: the variable holds another value (the message names it and the choices).
+    """
+    raw = os.environ.get(ENV_CONV1D, "")
+    value = raw.strip().lower().replace("-", "_")
+    if value in ("", "auto"):
         return "auto"
-    return _dispatch.get_backend()
+    if value == "causal_conv1d":
+        return value
+    raise ValueError(f"{ENV_CONV1D}={raw!r} is not a choice; use auto (mamba_ssm's compiled kernels first) or "
+                     f"causal_conv1d (the causal-conv1d package's CUDA kernels first), or unset it")
 
 
 def implementation(device) -> str:
     """Which implementation the causal conv1d ops run for inputs on ``device`` (a torch.device or a
-    device string): ``"causal-conv1d"`` (the package's CUDA kernels: a CUDA device, the package imports
-    and the backend asked for is ``auto`` or ``compiled``) or ``"torch"`` (this module's PyTorch code).
-    ``MAMBA_SSM_BACKEND=torch`` or ``ref`` keeps every op on PyTorch, so the package is not used then.
+    device string): ``"compiled"``, ``"causal-conv1d"`` or ``"torch"`` (see the module docstring).
+    A call the compiled kernels cannot take (float64, width > 4) still runs on PyTorch.
 
     Raises:
-        ValueError: ``MAMBA_SSM_BACKEND`` holds a value that is not a backend (only checked on CUDA
-            devices with the package installed, where it decides).
+        ValueError: ``MAMBA_SSM_BACKEND`` or ``MAMBA_SSM_CONV1D`` holds a value that is not a choice.
     """
-    if torch.device(device).type != "cuda" or external_package() is None:
-        return TORCH
-    return PACKAGE if _requested_backend() in ("auto", "compiled") else TORCH
+    return explain(device)[0]
+
+
+def explain(device):
+    """``(implementation, reason)``: :func:`implementation`'s answer and why, in one sentence."""
+    return _decide(_device_key(device))
+
+
+def _device_key(device) -> str:
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return str(dev)
+
+
+def _decide(device: str):
+    if _dispatch is None:
+        return TORCH, "mamba_ssm's dispatcher is missing (a partial install)"
+    preference = conv1d_preference()
+    plan = _dispatch.plan("causal_conv1d", device)
+    requested = plan["requested"]
+    package = (torch.device(device).type == "cuda" and requested in ("auto", "compiled")
+               and external_package() is not None)
+    if package and preference == "causal_conv1d":
+        return PACKAGE, f"the causal-conv1d package's kernels ({ENV_CONV1D}=causal_conv1d)"
+    if plan["backend"] == COMPILED:
+        why = "mamba_ssm._C's causal conv1d kernels"
+        if package:
+            why += f" (preferred over the installed causal-conv1d package; {ENV_CONV1D}=causal_conv1d selects it)"
+        return COMPILED, why
+    if package and requested == "auto":
+        return PACKAGE, f"the causal-conv1d package's kernels, as mamba_ssm._C cannot run here: {plan['reason']}"
+    if plan["reason"]:
+        return TORCH, plan["reason"]
+    return TORCH, f"the {requested} backend was asked for ({plan['source']}); the PyTorch implementation runs"
+
+
+# Under torch.compile the choice is made eagerly at trace time and baked in as a constant (as
+# mamba_ssm._dispatch.backend_for does): finding and loading _C touches the file system.
+_decide._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+_call_cache: dict = {}
+_kernels = None  # mamba_ssm.ops.backends.compiled_conv1d once a call used it
+try:
+    from mamba_ssm import _dispatch, _loader
+except ImportError:  # a partial install without the dispatcher: the PyTorch implementation only
+    _dispatch = _loader = None
+
+
+def _impl_for_call(device: str) -> str:
+    """:func:`implementation` for the ops' hot path: remembered per device and everything the answer
+    depends on (the backend asked for, MAMBA_SSM_CONV1D, the package lookup, the loaded _C), which
+    keeps a decode step's dispatch to a dictionary lookup."""
+    if _dispatch is None:
+        return _decide(device)[0]
+    environ = os.environ
+    key = (device, _dispatch._override, environ.get(_dispatch.ENV_BACKEND), environ.get(ENV_CONV1D), _external,
+           id(_loader.peek()))
+    impl = _call_cache.get(key)
+    if impl is None:
+        impl = _decide(device)[0]
+        if len(_call_cache) > 64:
+            _call_cache.clear()
+        _call_cache[key] = impl
+    return impl
+
+
+_impl_for_call._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def _compiled_for(op, x, weight, *others):
+    """The compiled_conv1d module when this call runs on mamba_ssm._C's kernels, else None (after the
+    dispatcher's warning, or its error when the compiled backend was forced and cannot run). ``weight``
+    and ``others`` go to ``compiled_conv1d.supports`` (``weight=None``: the varlen copy,
+    ``supports_varlen(x, *others)``)."""
+    global _kernels
+    impl = _impl_for_call(str(x.device) if x.is_cuda else "cpu")
+    if impl == PACKAGE:
+        return None
+    if impl == TORCH:
+        if _dispatch is not None:
+            _dispatch.backend_for(op, x.device)  # warns once (auto) or raises (compiled forced), as the scan
+        return None
+    if _kernels is None:
+        from mamba_ssm.ops.backends import compiled_conv1d  # noqa: PLC0415 (imported by the dispatcher)
+
+        _kernels = compiled_conv1d
+    compiled_conv1d = _kernels
+    why = (compiled_conv1d.supports(x, weight, *others) if weight is not None
+           else compiled_conv1d.supports_varlen(x, *others))
+    if why is None:
+        return compiled_conv1d
+    _dispatch.fallback_for_call(op, x.device, why)
+    return None
 
 
 def _check_activation(activation):
@@ -83,6 +193,18 @@ def _check_x_weight(name, x, weight, bias):
                          f"{weight.shape[0]} channels (shape {tuple(weight.shape)}); expected equal")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"{name}: bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+
+
+def _check_conv_extras(x, weight, seq_idx, initial_states):
+    """The shape checks of seq_idx / initial_states, as ValueError before the compiled kernels run."""
+    batch, dim, seqlen = x.shape
+    width = weight.shape[1]
+    if initial_states is not None and tuple(initial_states.shape) != (batch, dim, width - 1):
+        raise ValueError(f"causal_conv1d_fn: initial_states must have shape ({batch}, {dim}, {width - 1}), got "
+                         f"{tuple(initial_states.shape)}")
+    if seq_idx is not None and tuple(seq_idx.shape) != (batch, seqlen):
+        raise ValueError(f"causal_conv1d_fn: seq_idx must have shape ({batch}, {seqlen}), got "
+                         f"{tuple(seq_idx.shape)}")
 
 
 def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
@@ -110,6 +232,16 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
     _check_x_weight("causal_conv1d_fn", x, weight, bias)
     if x.dim() != 3:
         raise ValueError(f"causal_conv1d_fn: x must have shape (batch, dim, seqlen), got {tuple(x.shape)}")
+    kernels = _compiled_for("causal_conv1d", x, weight, bias, seq_idx, initial_states)
+    if kernels is not None:
+        _check_conv_extras(x, weight, seq_idx, initial_states)
+        out, final = kernels.conv1d(x, weight, bias, seq_idx, initial_states, activation is not None)
+        if not return_final_states:
+            return out
+        if final_states_out is not None:
+            final_states_out.copy_(final)
+            final = final_states_out
+        return out, final
     ext = external_package() if x.is_cuda and implementation(x.device) == PACKAGE else None
     if ext is not None:
         kwargs = {}
@@ -163,6 +295,25 @@ def causal_conv1d_ref(x, weight, bias=None, seq_idx=None, initial_states=None, r
     return out, final
 
 
+def _check_update_args(x, conv_state, weight, cache_seqlens, conv_state_indices):
+    """causal_conv1d_update's shape checks (ValueError naming the argument), before any backend runs."""
+    batch, dim = x.shape[0], x.shape[1]
+    width = weight.shape[1]
+    if conv_state.dim() != 3 or conv_state.shape[1] != dim or conv_state.shape[2] < width - 1:
+        raise ValueError(f"causal_conv1d_update: conv_state must have shape (batch, {dim}, >= {width - 1}), "
+                         f"got {tuple(conv_state.shape)}")
+    if conv_state_indices is None:
+        if conv_state.shape[0] != batch:
+            raise ValueError(f"causal_conv1d_update: conv_state has {conv_state.shape[0]} rows for x's batch "
+                             f"{batch}; pass conv_state_indices to pick rows")
+    elif tuple(conv_state_indices.shape) != (batch,) or conv_state_indices.is_floating_point():
+        raise ValueError(f"causal_conv1d_update: conv_state_indices must be ({batch},) integers, got "
+                         f"{tuple(conv_state_indices.shape)} {conv_state_indices.dtype}")
+    if cache_seqlens is not None and (tuple(cache_seqlens.shape) != (batch,) or cache_seqlens.is_floating_point()):
+        raise ValueError(f"causal_conv1d_update: cache_seqlens must be ({batch},) integers, got "
+                         f"{tuple(cache_seqlens.shape)} {cache_seqlens.dtype}")
+
+
 def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
                          conv_state_indices=None):
     """Decode step(s) of the causal conv1d from a rolling state, updating ``conv_state`` in place.
@@ -188,6 +339,12 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     """
     _check_activation(activation)
     _check_x_weight("causal_conv1d_update", x, weight, bias)
+    _check_update_args(x, conv_state, weight, cache_seqlens, conv_state_indices)
+    kernels = _compiled_for("causal_conv1d_update", x, weight, conv_state, bias, cache_seqlens, conv_state_indices)
+    if kernels is not None:  # (the kernels take x of (batch, dim) as one step)
+        return kernels.update(x, conv_state, weight, bias, activation is not None, cache_seqlens, conv_state_indices)
+    squeeze = x.dim() == 2
+    xs = x.unsqueeze(-1) if squeeze else x
     padded = conv_state_indices is not None and bool((conv_state_indices < 0).any())
     ext = external_package() if x.is_cuda and implementation(x.device) == PACKAGE and not padded else None
     if ext is not None:
@@ -197,33 +354,19 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
         if conv_state_indices is not None:
             kwargs["conv_state_indices"] = conv_state_indices
         return ext[1](x, conv_state, weight, bias, activation, **kwargs)
-    squeeze = x.dim() == 2
-    xs = x.unsqueeze(-1) if squeeze else x
     batch, dim, seqlen = xs.shape
     width = weight.shape[1]
-    if conv_state.dim() != 3 or conv_state.shape[1] != dim or conv_state.shape[2] < width - 1:
-        raise ValueError(f"causal_conv1d_update: conv_state must have shape (batch, {dim}, >= {width - 1}), "
-                         f"got {tuple(conv_state.shape)}")
     state_len = conv_state.shape[2]
     valid = None
     if conv_state_indices is None:
-        if conv_state.shape[0] != batch:
-            raise ValueError(f"causal_conv1d_update: conv_state has {conv_state.shape[0]} rows for x's batch "
-                             f"{batch}; pass conv_state_indices to pick rows")
         state = conv_state
     else:
-        if tuple(conv_state_indices.shape) != (batch,) or conv_state_indices.is_floating_point():
-            raise ValueError(f"causal_conv1d_update: conv_state_indices must be ({batch},) integers, got "
-                             f"{tuple(conv_state_indices.shape)} {conv_state_indices.dtype}")
         valid = conv_state_indices >= 0
         state = conv_state[conv_state_indices.clamp(min=0).long()]
     cdtype = _cdtype(x, weight)
     if cache_seqlens is None:
         ordered = state.to(cdtype)
     else:
-        if tuple(cache_seqlens.shape) != (batch,) or cache_seqlens.is_floating_point():
-            raise ValueError(f"causal_conv1d_update: cache_seqlens must be ({batch},) integers, got "
-                             f"{tuple(cache_seqlens.shape)} {cache_seqlens.dtype}")
         start = cache_seqlens.long().remainder(state_len)
         order = (start[:, None] + torch.arange(state_len, device=x.device)).remainder(state_len)
         ordered = state.to(cdtype).gather(-1, order[:, None, :].expand(batch, dim, state_len))
@@ -276,6 +419,9 @@ def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
     if cu.dim() != 1 or cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != x.shape[0] or bool((cu.diff() < 0).any()):
         raise ValueError(f"causal_conv1d_varlen_states: cu_seqlens must be non-decreasing cumulative lengths "
                          f"from 0 to x's {x.shape[0]} tokens, got {cu_seqlens.tolist()}")
+    kernels = _compiled_for("causal_conv1d", x, None, cu_seqlens)
+    if kernels is not None:
+        return kernels.varlen_states(x, cu_seqlens, state_len)
     starts, ends = cu[:-1], cu[1:]
     pos = ends[:, None] - state_len + torch.arange(state_len, device=x.device)   # (num_seqs, state_len)
     inside = pos >= starts[:, None]

@@ -256,6 +256,7 @@ def test_runtime_check_after_build_host(tmp_path):
     assert rep.findings == [] and rep.passed == ["runtime"]
     res = rep.facts["runtime"]
     assert res["doctor_loaded"] is True and res["backend"] == "compiled" and res["max_rel_err"] < 1e-4
+    assert res["conv_backend"] == "compiled" and res["conv_max_rel_err"] < 1e-4
 
 
 PY_SRC = r'''

@@ -87,7 +87,18 @@ def test_selective_state_update_mamba2_expanded_A_and_state_dtypes(state_dtype):
     ref.assert_close(out, y, dtype, "out", scale=float(y.abs().max()))
 
 
-def test_causal_conv1d_update_padded_slot_outputs_zero_and_touches_no_state():
+@pytest.fixture(params=["auto", "torch"])
+def conv_backend(request):
+    """Each conv test twice: the backend auto picks (mamba_ssm._C's kernels when they are built) and the
+    PyTorch path."""
+    import mamba_ssm
+
+    prev = mamba_ssm.set_backend(request.param)
+    yield request.param
+    mamba_ssm.set_backend(prev)
+
+
+def test_causal_conv1d_update_padded_slot_outputs_zero_and_touches_no_state(conv_backend):
     torch.manual_seed(1)
     dim, width, slots = 5, 4, 4
     conv_state = torch.randn(slots, dim, width)
@@ -119,7 +130,7 @@ def _circular(history, seqlen_so_far, state_len):
 
 @pytest.mark.parametrize("state_len,width", [(4, 4), (6, 3)])
 @pytest.mark.parametrize("seqlen", [1, 3])
-def test_causal_conv1d_update_cache_seqlens_is_a_circular_buffer(state_len, width, seqlen):
+def test_causal_conv1d_update_cache_seqlens_is_a_circular_buffer(state_len, width, seqlen, conv_backend):
     torch.manual_seed(state_len * 10 + seqlen)
     dim, batch = 3, 3
     so_far = [2, 9, 4]                                 # tokens already written per row
@@ -140,7 +151,7 @@ def test_causal_conv1d_update_cache_seqlens_is_a_circular_buffer(state_len, widt
 # Conv states of packed sequences
 # ----------------------------------------------------------------------------------------------------
 
-def test_causal_conv1d_varlen_states_are_each_sequences_last_inputs():
+def test_causal_conv1d_varlen_states_are_each_sequences_last_inputs(conv_backend):
     torch.manual_seed(2)
     lengths = [5, 1, 0, 8]
     x = torch.randn(sum(lengths), 6)

@@ -166,3 +166,6 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     out, last_state = torch.ops.mamba_ssm.selective_scan_fwd(
         u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
     return (out, last_state) if return_last_state else out
+
+# The causal conv1d ops (fake implementations, autograd) when this _C defines them.
+from mamba_ssm.ops.backends import compiled_conv1d  # noqa: E402,F401

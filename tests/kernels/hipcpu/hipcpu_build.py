@@ -34,6 +34,7 @@ BUILD_ROOT = os.path.join(REPO_ROOT, "build", "hipcpu")
 KERNEL_SOURCES = [
     "scan_fwd_fp32.cu", "scan_fwd_fp16.cu", "scan_fwd_bf16.cu",
     "scan_bwd_fp32.cu", "scan_bwd_fp16.cu", "scan_bwd_bf16.cu",
+    "conv1d_fp32.cu", "conv1d_fp16.cu", "conv1d_bf16.cu",
 ]
 HARNESS_SOURCES = [os.path.join(HERE, "harness.cpp")]
 
