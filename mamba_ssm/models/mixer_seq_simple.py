@@ -20,6 +20,7 @@ import copy
 import json
 import math
 import os
+import warnings
 from collections import namedtuple
 from functools import partial
 
@@ -132,6 +133,10 @@ class MixerModel(nn.Module):
 
     Raises:
         ValueError: attn_layer_idx names an index outside 0..n_layer-1 (upstream ignores it silently).
+
+    Warns:
+        UserWarning: attention layers without ``attn_cfg["causal"] = True`` (MHA's default, as upstream's,
+        is not causal: wrong for a language model).
     """
 
     def __init__(self, d_model, n_layer, d_intermediate, vocab_size, ssm_cfg=None, attn_layer_idx=None,
@@ -145,6 +150,12 @@ class MixerModel(nn.Module):
             raise ValueError(f"MixerModel: attn_layer_idx={list(attn_layer_idx)!r} names {outside!r}, not a layer "
                              f"index of this model's n_layer={n_layer} layers (0..{n_layer - 1}); fix "
                              f"attn_layer_idx or raise n_layer")
+        if attn_layer_idx and not (attn_cfg or {}).get("causal", False):
+            # MHA's default is upstream's causal=False; upstream's hybrid checkpoints all set causal=True.
+            warnings.warn(f"MixerModel: the attention layers {list(attn_layer_idx)} are not causal (attn_cfg has no "
+                          f"causal=True), so each position sees later tokens and generate's step-by-step "
+                          f"decoding differs from a full forward pass; for a language model pass "
+                          f"attn_cfg={{..., 'causal': True}}", UserWarning, stacklevel=3)
         self.residual_in_fp32 = residual_in_fp32
         self.fused_add_norm = fused_add_norm
         self.embedding = nn.Embedding(vocab_size, d_model, **factory_kwargs)

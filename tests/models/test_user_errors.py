@@ -3,6 +3,8 @@ each error names the value and the fix instead of surfacing as an unrelated torc
 accepted spellings next to each bad one still work."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -51,11 +53,36 @@ def test_mamba2_ngroups_error_lists_the_divisors_that_work():
 
 
 def test_attn_layer_idx_outside_the_layers_is_an_error():
-    cfg = dict(d_model=32, n_layer=2, vocab_size=64, attn_cfg={"num_heads": 2})
+    cfg = dict(d_model=32, n_layer=2, vocab_size=64, attn_cfg={"num_heads": 2, "causal": True})
     with pytest.raises(ValueError, match=r"attn_layer_idx=\[1, 5\] names \[5\].*n_layer=2 layers \(0\.\.1\)"):
         MambaLMHeadModel(MambaConfig(attn_layer_idx=[1, 5], **cfg))
     model = MambaLMHeadModel(MambaConfig(attn_layer_idx=[1], **cfg))  # in range: layer 1 is attention
     assert isinstance(model.backbone.layers[1].mixer, MHA) and isinstance(model.backbone.layers[0].mixer, Mamba)
+
+
+def _step_vs_full(model, prompt, max_length):
+    """Largest gap between generate's per-step logits and one full forward pass over the same tokens."""
+    out = model.generate(prompt, max_length=max_length, return_dict_in_generate=True, output_scores=True)
+    with torch.no_grad():
+        full = model(out.sequences[:, :-1]).logits[:, prompt.shape[1] - 1:]
+    return (torch.stack(out.scores, 1) - full[..., :out.scores[0].shape[-1]]).abs().max().item()
+
+
+def test_non_causal_attention_in_a_language_model_warns():
+    """MHA's default (upstream's) is causal=False: a hybrid LM built from attn_cfg={"num_heads": 2} sees
+    later tokens, so decoding disagrees with a full pass; the warning says what to add."""
+    cfg = dict(d_model=32, n_layer=2, vocab_size=64, attn_layer_idx=[1], ssm_cfg={"d_state": 4})
+    torch.manual_seed(0)
+    with pytest.warns(UserWarning, match=r"attention layers \[1\] are not causal.*'causal': True"):
+        bad = MambaLMHeadModel(MambaConfig(attn_cfg={"num_heads": 2}, **cfg)).eval()
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        good = MambaLMHeadModel(MambaConfig(attn_cfg={"num_heads": 2, "causal": True}, **cfg)).eval()
+    assert good.state_dict().keys() == bad.state_dict().keys()
+    prompt = torch.tensor([[5, 9, 1, 33, 7]])
+    assert _step_vs_full(good, prompt, 12) < 1e-5
+    assert _step_vs_full(bad, prompt, 12) > 1e-3  # what the warning is about
 
 
 def test_generate_names_a_prompt_id_outside_the_vocabulary():
