@@ -20,6 +20,7 @@ import copy
 import json
 import math
 import os
+import warnings
 from collections import namedtuple
 from functools import partial
 
@@ -107,6 +108,19 @@ def _init_weights(module, n_layer, initializer_range=0.02, rescale_prenorm_resid
                     p /= math.sqrt(n_residuals_per_layer * n_layer)
 
 
+def _as_dtype(dtype):
+    """``dtype`` as a torch.dtype: None and torch.dtype pass; a name such as "bfloat16" or
+    "torch.float16" is looked up in torch. Raises TypeError naming the value otherwise."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    found = getattr(torch, dtype[len("torch."):] if dtype.startswith("torch.") else dtype, None) \
+        if isinstance(dtype, str) else None
+    if not isinstance(found, torch.dtype) or not found.is_floating_point:
+        raise TypeError(f"dtype={dtype!r} is not a floating torch dtype; pass e.g. torch.bfloat16, torch.float16, "
+                        f"torch.float32 or their names ('bfloat16', ...)")
+    return found
+
+
 class MixerModel(nn.Module):
     """Embedding, ``n_layer`` blocks and the final norm: input_ids (batch, seqlen) -> hidden_states
     (batch, seqlen, d_model).
@@ -116,6 +130,13 @@ class MixerModel(nn.Module):
         rms_norm, fused_add_norm, residual_in_fp32: see :class:`MambaConfig`.
         norm_epsilon: eps of every norm (1e-5). initializer_cfg: keyword arguments of the initialisation
         (``initializer_range``, ``rescale_prenorm_residual``). device, dtype: of the parameters.
+
+    Raises:
+        ValueError: attn_layer_idx names an index outside 0..n_layer-1 (upstream ignores it silently).
+
+    Warns:
+        UserWarning: attention layers without ``attn_cfg["causal"] = True`` (MHA's default, as upstream's,
+        is not causal: wrong for a language model).
     """
 
     def __init__(self, d_model, n_layer, d_intermediate, vocab_size, ssm_cfg=None, attn_layer_idx=None,
@@ -123,6 +144,18 @@ class MixerModel(nn.Module):
                  residual_in_fp32=False, device=None, dtype=None):
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
+        outside = [i for i in (attn_layer_idx or []) if isinstance(i, bool) or not isinstance(i, int)
+                   or not 0 <= i < n_layer]
+        if outside:
+            raise ValueError(f"MixerModel: attn_layer_idx={list(attn_layer_idx)!r} names {outside!r}, not a layer "
+                             f"index of this model's n_layer={n_layer} layers (0..{n_layer - 1}); fix "
+                             f"attn_layer_idx or raise n_layer")
+        if attn_layer_idx and not (attn_cfg or {}).get("causal", False):
+            # MHA's default is upstream's causal=False; upstream's hybrid checkpoints all set causal=True.
+            warnings.warn(f"MixerModel: the attention layers {list(attn_layer_idx)} are not causal (attn_cfg has no "
+                          f"causal=True), so each position sees later tokens and generate's step-by-step "
+                          f"decoding differs from a full forward pass; for a language model pass "
+                          f"attn_cfg={{..., 'causal': True}}", UserWarning, stacklevel=3)
         self.residual_in_fp32 = residual_in_fp32
         self.fused_add_norm = fused_add_norm
         self.embedding = nn.Embedding(vocab_size, d_model, **factory_kwargs)
@@ -238,14 +271,17 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
         Args:
             pretrained_model_name: a directory holding config.json and pytorch_model.bin (or
                 model.safetensors), or a Hugging Face Hub repo id (needs huggingface_hub).
-            device, dtype: of the model (the weights are cast to them).
+            device, dtype: of the model (the weights are cast to them); dtype is a torch.dtype or its
+                name ("bfloat16", "torch.float16", ...).
             kwargs: passed to the constructor (e.g. ``initializer_cfg``).
 
         Raises:
+            TypeError: dtype is neither a torch.dtype nor the name of a floating one.
             FileNotFoundError: config.json or the weights are missing (named).
             ValueError: config.json is invalid or has unknown fields; a corrupt weights file.
             KeyError: the weights' keys do not match the config (missing / unexpected keys listed).
         """
+        dtype = _as_dtype(dtype)
         config = MambaConfig.from_dict(load_config_hf(pretrained_model_name),
                                        source=f"{pretrained_model_name}/{CONFIG_NAME}")
         model = cls(config, device=device, dtype=dtype, **kwargs)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -20,3 +21,20 @@ def check_sequence_input(where, x, d_model):
     if x.dim() != 3 or x.shape[-1] != d_model:
         raise ValueError(f"{where}: the input must have shape (batch, seqlen, d_model={d_model}), got "
                          f"{tuple(x.shape)}")
+
+
+# Upstream's defaults, named in the error so the fix is concrete.
+_SIZE_HINTS = {"d_model": "the model width, e.g. d_model=768", "d_state": "the SSM state size, e.g. d_state=16",
+               "d_conv": "the causal conv width, e.g. d_conv=4", "headdim": "the SSD head size, e.g. headdim=64"}
+
+
+def check_positive_sizes(where, **sizes):
+    """Raise ValueError naming ``where``, the size and its value unless every given size is an integer >= 1.
+
+    A zero or negative d_model / d_state / d_conv otherwise surfaces later as an unrelated torch error
+    ("groups must be a positive integer", a oneDNN convolution failure). ``bool`` is not accepted.
+    """
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{where}: {name}={value!r} must be a positive integer "
+                             f"({_SIZE_HINTS.get(name, name)})")

@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mamba_ssm.modules._common import check_sequence_input, inverse_softplus_dt
+from mamba_ssm.modules._common import check_positive_sizes, check_sequence_input, inverse_softplus_dt
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update, causal_conv1d_varlen_states
 from mamba_ssm.ops.triton.layernorm_gated import RMSNorm as RMSNormGated
 from mamba_ssm.ops.triton.selective_state_update import selective_state_update
@@ -95,6 +95,7 @@ class Mamba2(nn.Module):
                  sequence_parallel=True, device=None, dtype=None):
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
+        check_positive_sizes("Mamba2", d_model=d_model, d_state=d_state, d_conv=d_conv, headdim=headdim)
         self.d_model = d_model
         self.d_state = d_state
         self.d_conv = d_conv
@@ -124,7 +125,9 @@ class Mamba2(nn.Module):
                              f"headdim={math.gcd(self.d_ssm, headdim) or 1}")
         self.nheads = self.d_ssm // headdim
         if self.ngroups < 1 or self.nheads % self.ngroups:
-            raise ValueError(f"Mamba2: ngroups = {self.ngroups}{per_rank} must divide nheads = {self.nheads}")
+            divisors = [g for g in range(1, self.nheads + 1) if self.nheads % g == 0]
+            raise ValueError(f"Mamba2: ngroups = {self.ngroups}{per_rank} must divide nheads = {self.nheads} "
+                             f"(= d_ssm / headdim = {self.d_ssm} / {headdim}); choose ngroups among {divisors}")
         self.D_has_hdim = D_has_hdim
         self.rmsnorm = rmsnorm
         self.norm_before_gate = norm_before_gate

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mamba_ssm.modules._common import check_sequence_input, inverse_softplus_dt
+from mamba_ssm.modules._common import check_positive_sizes, check_sequence_input, inverse_softplus_dt
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
 from mamba_ssm.ops.selective_scan_interface import mamba_inner_fn, selective_scan_fn
 from mamba_ssm.ops.triton.selective_state_update import selective_state_update
@@ -51,11 +51,15 @@ class Mamba(nn.Module):
                  bias=False, use_fast_path=True, layer_idx=None, device=None, dtype=None):
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
+        check_positive_sizes("Mamba", d_model=d_model, d_state=d_state, d_conv=d_conv)
         self.d_model = d_model
         self.d_state = d_state
         self.d_conv = d_conv
         self.expand = expand
         self.d_inner = int(self.expand * self.d_model)
+        if self.d_inner < 1:
+            raise ValueError(f"Mamba: d_inner = int(expand * d_model) = int({expand!r} * {d_model}) = {self.d_inner}; "
+                             f"it must be >= 1: use a larger expand (upstream's default is expand=2)")
         self.dt_rank = math.ceil(self.d_model / 16) if dt_rank == "auto" else dt_rank
         self.use_fast_path = use_fast_path
         self.layer_idx = layer_idx

@@ -256,6 +256,24 @@ def _eos_set(eos_token_id):
 
 
 @torch.no_grad()
+def _check_prompt_ids(input_ids, model):
+    """Raise ValueError naming the token id and the vocabulary size when a prompt id is outside the
+    rows of ``model``'s input embedding (found through ``get_input_embeddings()`` or
+    ``backbone.embedding``; models with neither are not checked). Without it the embedding lookup fails
+    with torch's bare "index out of range in self" (CPU) or a device-side assert (CUDA)."""
+    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else \
+        getattr(getattr(model, "backbone", None), "embedding", None)
+    rows = getattr(embedding, "num_embeddings", None)
+    if rows is None or input_ids.numel() == 0:
+        return
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= rows:
+        bad = low if low < 0 else high
+        raise ValueError(f"decode: input_ids holds token id {bad}, outside the model's vocabulary of {rows} "
+                         f"embedding rows (ids 0..{rows - 1}); encode the prompt with the tokenizer that "
+                         f"matches this model's vocab_size")
+
+
 def decode(input_ids, model, max_length, top_k=1, top_p=0.0, min_p=0.0, temperature=1.0, repetition_penalty=1.0,
            eos_token_id=None, teacher_outputs=None, vocab_size=None, cg=False, enable_timing=False,
            output_scores=False, streamer=None):
@@ -283,8 +301,8 @@ def decode(input_ids, model, max_length, top_k=1, top_p=0.0, min_p=0.0, temperat
         seqlen + new tokens), ``scores`` (a tuple of (batch, vocab), or None).
 
     Raises:
-        ValueError: input_ids not (batch, seqlen) ints, max_length <= seqlen, a sampling argument out of
-            range, a bad eos_token_id.
+        ValueError: input_ids not (batch, seqlen) ints or holding an id outside the model's embedding
+            rows, max_length <= seqlen, a sampling argument out of range, a bad eos_token_id.
     """
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
         raise ValueError(f"decode: input_ids must be a (batch, seqlen) integer tensor, got "
@@ -293,6 +311,7 @@ def decode(input_ids, model, max_length, top_k=1, top_p=0.0, min_p=0.0, temperat
     if not isinstance(max_length, int) or max_length <= seqlen:
         raise ValueError(f"decode: max_length={max_length!r} must be larger than the prompt's {seqlen} tokens "
                          f"(it counts prompt + new tokens); pass max_length={seqlen} + the number of new tokens")
+    _check_prompt_ids(input_ids, model)
     _check_sampling(top_k, top_p, min_p, temperature, repetition_penalty)
     eos = _eos_set(eos_token_id)
     if teacher_outputs is not None and (teacher_outputs.shape[0] != batch_size or teacher_outputs.shape[1] < max_length):

@@ -110,9 +110,10 @@ def ours_to_hf(our_dir, hf_dir, arch):
 REFERENCE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_reference.py")
 
 
-def run_reference(tasks, workdir, timeout=600):
-    """Run hf_reference.py on ``tasks`` in a fresh interpreter (mamba_ssm blocked there); returns the
-    loaded outputs, one per task. Raises RuntimeError with the process's output when it fails."""
+def run_reference(tasks, workdir, timeout=600, with_mamba_ssm=False):
+    """Run hf_reference.py on ``tasks`` in a fresh interpreter (mamba_ssm blocked there, or, with
+    ``with_mamba_ssm``, importable from this checkout); returns the loaded outputs, one per task. Raises
+    RuntimeError with the process's output when it fails."""
     import subprocess
     import sys
 
@@ -122,6 +123,9 @@ def run_reference(tasks, workdir, timeout=600):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                TRANSFORMERS_VERBOSITY="error")
+    if with_mamba_ssm:
+        env.update(MAMBA_HF_REFERENCE_WITH_MAMBA_SSM="1", MAMBA_SSM_NO_FALLBACK_WARNING="1",
+                   PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     proc = subprocess.run([sys.executable, REFERENCE_SCRIPT, job], cwd=workdir, env=env, capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:

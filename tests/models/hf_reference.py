@@ -17,13 +17,17 @@ JOB.json: {"tasks": [task, ...]}; each task is
      "out": ...}: wall and CPU seconds of each greedy generate call.
 
 Every task's output also records ``reference_path``: that mamba_ssm was refused (the blocker's log),
-never imported, and that each kernel function transformers wraps fell back to its own PyTorch version.
+never imported, and that each kernel function transformers wraps fell back to its own PyTorch version
+(``torch_path``; ``packages`` / ``bound_to``: the package each wrapper asked for and what it bound).
+With MAMBA_HF_REFERENCE_WITH_MAMBA_SSM=1 mamba_ssm is not blocked (transformers with this package
+installed; ``hf_convert.run_reference(..., with_mamba_ssm=True)``).
 """
 from __future__ import annotations
 
 import importlib.abc
 import inspect
 import json
+import os
 import sys
 import time
 import types
@@ -41,7 +45,11 @@ class _BlockMambaSsm(importlib.abc.MetaPathFinder):
         return None
 
 
-sys.meta_path.insert(0, _BlockMambaSsm())
+# WITH_MAMBA_SSM_ENV=1 leaves mamba_ssm importable: transformers then binds our kernel functions (the
+# run that checks transformers with this package installed against the blocked run).
+WITH_MAMBA_SSM_ENV = "MAMBA_HF_REFERENCE_WITH_MAMBA_SSM"
+if os.environ.get(WITH_MAMBA_SSM_ENV) != "1":
+    sys.meta_path.insert(0, _BlockMambaSsm())
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -61,16 +69,20 @@ def _classes(arch):
 
 def _reference_path(modeling):
     """Which implementation each of transformers' kernel wrappers bound: True = its own PyTorch code."""
-    bound = {}
+    bound, packages, bound_to = {}, {}, {}
     for name, fn in vars(modeling).items():
         if isinstance(fn, types.FunctionType) and fn.__closure__:
             nonlocals = inspect.getclosurevars(fn).nonlocals
             if "is_new_implementation" in nonlocals:
                 bound[name] = (not nonlocals["is_new_implementation"]
                                and nonlocals.get("implementation") is getattr(fn, "__wrapped__", None))
+                packages[name] = nonlocals.get("package")
+                impl = nonlocals.get("implementation")
+                bound_to[name] = f"{getattr(impl, '__module__', '?')}.{getattr(impl, '__qualname__', '?')}"
     return {"refused": sorted(set(_BlockMambaSsm.refused)),
             "imported": sorted(m for m in sys.modules if m == "mamba_ssm" or m.startswith("mamba_ssm.")),
-            "torch_path": bound, "transformers": transformers.__version__}
+            "torch_path": bound, "packages": packages, "bound_to": bound_to,
+            "transformers": transformers.__version__}
 
 
 def _greedy(model, prompt, new_tokens):
