@@ -106,7 +106,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 def cmd_mirror(args: argparse.Namespace) -> int:
     from build_matrix.index import write_index
-    from mamba_ssm._install.fetch import fetch_wheel, join_url
+    from mamba_ssm._install.fetch import FetchError, fetch_wheel, join_url
     from mamba_ssm._install.resolve import resolve
 
     env = _load_env(args.for_env)
@@ -118,11 +118,19 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     wanted = res.decision.candidates if args.all else [res.decision.chosen]
     root = os.path.abspath(args.to)
     for entry in wanted:
-        path = fetch_wheel(join_url(res.index, entry.relpath), entry.filename, entry.sha256, entry.size)
+        try:
+            path = fetch_wheel(join_url(res.index, entry.relpath), entry.filename, entry.sha256, entry.size)
+        except (FetchError, OSError, TimeoutError) as exc:
+            print(f"mirror: could not download {entry.filename}: {exc}", file=sys.stderr)
+            return 2
         dest = os.path.join(root, entry.variant, "mamba-ssm", entry.filename)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        shutil.copyfile(path, dest + ".part")
-        os.replace(dest + ".part", dest)
+        try:
+            shutil.copyfile(path, dest + ".part")
+            os.replace(dest + ".part", dest)
+        finally:
+            if os.path.exists(dest + ".part"):  # a failed copy (disk full) leaves nothing half-written
+                os.unlink(dest + ".part")
         print(f"mirrored {entry.filename}")
     write_index(root, wanted)
     print(f"index for this target at {root}: MAMBA_WHEEL_INDEX=file://{root} pip install mamba-ssm")

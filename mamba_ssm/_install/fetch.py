@@ -107,14 +107,21 @@ def join_url(base: str, relpath: str) -> str:
 
 def _ssl_context(environ: Mapping[str, str]) -> ssl.SSLContext:
     ctx = ssl.create_default_context()
+    # OpenSSL's default paths already read this process's SSL_CERT_FILE: each bundle is loaded once
+    # (a large corporate bundle takes a second or more to parse).
+    default = os.environ.get("SSL_CERT_FILE")
+    loaded = {os.path.realpath(default)} if default and os.path.isfile(default) else set()
     for var in ("SSL_CERT_FILE", "PIP_CERT"):
         path = environ.get(var)
-        if path and os.path.isfile(path):
+        if path and os.path.isfile(path) and os.path.realpath(path) not in loaded:
             ctx.load_verify_locations(cafile=path)
+            loaded.add(os.path.realpath(path))
     return ctx
 
 
-def _opener(environ: Mapping[str, str]) -> urllib.request.OpenerDirector:
+def _opener(environ: Mapping[str, str], url: str) -> urllib.request.OpenerDirector:
+    if urllib.parse.urlsplit(url).scheme == "file":  # no TLS (and no CA bundle to parse) for a local index
+        return urllib.request.build_opener()
     return urllib.request.build_opener(
         urllib.request.ProxyHandler(),  # HTTPS_PROXY / HTTP_PROXY / NO_PROXY from the environment
         urllib.request.HTTPSHandler(context=_ssl_context(environ)),
@@ -153,7 +160,7 @@ def _classify(exc: BaseException, url: str) -> FetchError:
 
 def _open(url: str, settings: HttpSettings, environ: Mapping[str, str]):
     req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-    resp = _opener(environ).open(req, timeout=settings.connect_timeout)
+    resp = _opener(environ, url).open(req, timeout=settings.connect_timeout)
     with contextlib.suppress(AttributeError, OSError):  # reads get their own timeout
         resp.fp.raw._sock.settimeout(settings.read_timeout)
     return resp

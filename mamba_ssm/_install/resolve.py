@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
@@ -105,23 +104,15 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
         res.error_kind, res.message = "index", f"Bad wheel index: {exc}. {FIX_INDEX}"
         return res
     manifest_url = res.index + "manifest.json"
-    prefetch: Dict[str, Any] = {}
-
-    def get_manifest() -> None:
-        try:
-            prefetch["raw"] = fetch_bytes(manifest_url, MAX_MANIFEST_BYTES, settings, environ,
-                                          log=lambda t: None if prefetch.get("abandoned") else say(t))
-        except FetchError as exc:
-            prefetch["error"] = exc
-
-    # The manifest is read while the target interpreter imports torch (detection's one torch import).
-    reader = threading.Thread(target=get_manifest, name="mamba-ssm-manifest", daemon=True)
-    reader.start()
+    # The manifest is read only once detection says it is needed, in this thread: no thread or child
+    # process of the resolver outlives this call (a daemon thread left inside OpenSSL while the
+    # interpreter exits crashed the build process, issue 15). Detection's probe reads torch's
+    # version.py without importing torch (~0.1 s), so overlapping the two saved too little to keep
+    # (docs/benchmarks.md, "Resolver: manifest read after detection").
     if env is None:
         try:
             env = detect(environ=environ)
         except DetectionError as exc:
-            prefetch["abandoned"] = True
             res.error_kind = "detect"
             res.message = (f"Could not detect the target environment: {exc}. Set MAMBA_TARGET_PYTHON to "
                            f"the target interpreter, or run python -m mamba_ssm install-kernels there.")
@@ -129,8 +120,7 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
     res.env = env
     say(f"target: {env.summary()} ({env.target_source or 'declared'})")
     if env.torch is None or not env.torch.version:
-        prefetch["abandoned"] = True  # nothing to match; the manifest is not needed
-        res.status = "deferred"
+        res.status = "deferred"  # nothing to match: the manifest is not read
         res.message = (
             f"torch is not installed in the target environment ({env.prefix or env.executable}) yet: it is "
             f"being installed by the same command, after this package is built. Installed the pure-Python "
@@ -138,11 +128,8 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
             f"`python -m mamba_ssm install-kernels` to add the prebuilt kernels for that torch."
         )
         return res
-    reader.join()
     try:
-        if "error" in prefetch:
-            raise prefetch["error"]
-        raw = prefetch["raw"]
+        raw = fetch_bytes(manifest_url, MAX_MANIFEST_BYTES, settings, environ, log=say)
         manifest = Manifest.from_json(raw, source=manifest_url)
         pins = load_pinned_hashes() if pinned == "sdist" else pinned
     except FetchError as exc:
