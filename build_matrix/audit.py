@@ -4,17 +4,18 @@ Every check that fails adds one finding naming what is wrong (exit 1); all check
 lists every problem.  The checks:
 
 1. file name: a mamba_ssm wheel with a variant label; its VariantKey equals the cell's (torch
-   series, accelerator family, C++ ABI, cp39-abi3 tags, the cell's platform) and the platform tag is
-   a manylinux tag (the wheel was repaired);
+   series, accelerator family, C++ ABI, ``cpXY-abi3`` tags, the cell's platform) and the platform tag is
+   a manylinux tag (the wheel was repaired); the abi3 tag is the cell's (its torch's limited API);
 2. METADATA ``Version`` == the file name's version (normalised, local label included); WHEEL ``Tag``
    lines and ``Root-Is-Purelib: false``; RECORD lists every file with the right sha256 and size;
 3. shared objects: exactly one ``mamba_ssm/_C.abi3.so``; nothing bundled whose name matches torch,
    c10, the CUDA/ROCm runtimes, cuDNN/NCCL or libgomp (those come from torch at run time);
-   ``auditwheel show`` accepts the platform tag;
+   ``auditwheel show`` accepts the platform tag; ``abi3audit`` finds only stable-ABI symbols, none
+   newer than the tag's Python;
 4. SASS and PTX inside ``_C`` (``cuobjdump --list-elf/--list-ptx``, else the ELF ``.nv_fatbin``
    section parsed here) == the cell's archs (or ``--archs``); a CPU cell has no fatbin at all;
 5. build info (``read_build_info``, without loading the library) == the cell: torch version, CUDA /
-   HIP, C++ ABI, archs, ``cp39-abi3``, platform, kernels, package version; and the compatibility rule
+   HIP, C++ ABI, archs, ``cpXY-abi3``, platform, kernels, package version; and the compatibility rule
    (``buildinfo.incompatibilities``) accepts every torch build the cell serves;
 6. size <= the cell's budget (matrix.toml ``[size_budget_mib]``);
 7. runtime (unless --no-runtime): a fresh venv whose torch comes from ``--torch-from`` (a ``.pth``
@@ -47,6 +48,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import matrix as mx
 from ._compat_loader import load_compat
+from .layout import CELLS_HOME, EXCLUDE_PATTERNS
 
 SO_NAME = "mamba_ssm/_C.abi3.so"
 
@@ -288,7 +290,6 @@ def audit_wheel(wheel: Path, cell: mx.Cell, archs: Optional[str] = None,
         others = [n for n in sos if n != SO_NAME]
         for n in others:
             base = n.rsplit("/", 1)[-1]
-            from .build import EXCLUDE_PATTERNS
             bad = [p for p in EXCLUDE_PATTERNS if fnmatch(base, p) or fnmatch(re.sub(r"-[0-9a-f]{8}", "", base), p)]
             if bad:
                 problems.append(f"{n} is bundled: it matches {bad[0]} (torch / GPU runtime libraries come from "
@@ -315,6 +316,7 @@ def audit_wheel(wheel: Path, cell: mx.Cell, archs: Optional[str] = None,
             shutil.rmtree(tmp, ignore_errors=True)
 
     _check_auditwheel_show(rep, wheel, key)
+    _check_abi3audit(rep, wheel, key)
     if runtime and rep.ok:
         _check_runtime(rep, wheel, cell, torch_from, say)
     elif runtime:
@@ -399,8 +401,6 @@ def _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versi
 def _check_auditwheel_show(rep, wheel, key) -> None:
     """``auditwheel show --json``: the glibc symbol versions allow the file name's manylinux tag, and
     every external library is one torch provides at run time (the exclusion list), nothing else."""
-    from .build import EXCLUDE_PATTERNS
-
     proc = subprocess.run([sys.executable, "-m", "auditwheel", "show", "--json", str(wheel)],
                           capture_output=True, text=True)
     try:
@@ -421,6 +421,42 @@ def _check_auditwheel_show(rep, wheel, key) -> None:
             problems.append(f"auditwheel show: depends on {lib}, which torch does not provide and the wheel "
                             f"does not bundle (repair without --exclude for it, or drop the dependency)")
     rep.check("auditwheel show", problems)
+
+
+def _check_abi3audit(rep, wheel, key) -> None:
+    """``abi3audit --report --strict``: every shared object of an abi3 wheel uses only stable-ABI
+    symbols, none newer than the tag's Python (``cp310-abi3``: 3.10). Local files only (no network)."""
+    if key.abi_tag != "abi3":
+        return
+    proc = subprocess.run([sys.executable, "-m", "abi3audit", "--report", "--strict", "--summary", str(wheel)],
+                          capture_output=True, text=True)
+    try:
+        report = json.loads(proc.stdout)
+        results = [r["result"] for spec in report["specs"].values() for r in spec.get("wheel", [])]
+    except (ValueError, KeyError, TypeError):
+        why = (proc.stdout + proc.stderr).strip()[-300:]
+        if "No module named abi3audit" in why:
+            why = "abi3audit is not installed (pip install abi3audit; ci/requirements-dev.txt has it)"
+        rep.check("abi3audit", [f"abi3audit failed: {why}"])
+        return
+    baseline = f"{key.python_tag[2]}.{key.python_tag[3:]}"
+    problems = []
+    for r in results:
+        if r.get("baseline") != baseline:
+            problems.append(f"abi3audit read the baseline {r.get('baseline')!r} from the wheel, the tag says {baseline}")
+        if not r.get("is_abi3", False) and not r.get("non_abi3_symbols"):
+            problems.append("abi3audit: a shared object is not built for the stable ABI (no .abi3.so / limited API)")
+        if r.get("non_abi3_symbols"):
+            problems.append(f"abi3audit: symbols outside the stable ABI: {', '.join(map(str, r['non_abi3_symbols'][:8]))}")
+        if r.get("future_abi3_objects") or not r.get("is_abi3_baseline_compatible", True):
+            problems.append(f"abi3audit: stable-ABI symbols newer than Python {baseline} (the tag promises "
+                            f"{key.python_tag}-abi3): {r.get('future_abi3_objects')}; computed {r.get('computed')}")
+    if proc.returncode != 0 and not problems:
+        problems.append(f"abi3audit exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    rep.facts["abi3audit"] = {"objects": len(results), "baseline": baseline,
+                              "computed": sorted({str(r.get("computed")) for r in results}),
+                              "violations": sum(len(r.get("non_abi3_symbols") or []) for r in results)}
+    rep.check("abi3audit", problems)
 
 
 # ------------------------------------------------------------------------------------ runtime check
@@ -559,8 +595,6 @@ def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], 
 def default_torch_venv(cell: mx.Cell) -> Optional[Path]:
     """The venv ``build`` made for this cell (newest first), so ``audit`` after ``build --cell`` in CI
     checks the wheel against the cell's own torch; None falls back to the running interpreter."""
-    from .build import CELLS_HOME
-
     venvs = sorted(CELLS_HOME.glob(f"{cell.id}-py*/venv/bin/python"), key=lambda p: p.stat().st_mtime, reverse=True)
     return venvs[0].parent.parent if venvs else None
 

@@ -44,10 +44,14 @@ def format_table(plan: mx.Plan, cells: List[mx.Cell], filters: Optional[List[str
         lines.append(f"error: {e}")
     for w in plan.warnings:
         lines.append(f"warning: {w}")
+    counts: dict = {}
+    for c in cells:
+        counts[f"{c.python_tag}-{c.abi_tag}"] = counts.get(f"{c.python_tag}-{c.abi_tag}", 0) + 1
+    tags = ", ".join(f"{t} ({n})" for t, n in sorted(counts.items(), key=lambda kv: int(kv[0][3:].split("-")[0])))
     lines.append(
         f"{len(cells)} cells" + (f" (of {len(plan.cells)})" if len(cells) != len(plan.cells) else "")
         + f", {len(plan.rejected)} rejected, {len(skipped)} skipped, {len(excluded)} excluded; "
-        f"wheels are cp39-abi3, sdist/tests on Python {', '.join(plan.python_versions)}"
+        f"wheels are {tags or '-'}, sdist/tests on Python {', '.join(plan.python_versions)}"
     )
     return "\n".join(lines)
 

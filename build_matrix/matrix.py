@@ -351,6 +351,39 @@ def validate_python(versions: Sequence[str], requires_python: str, wheel_python_
     return problems
 
 
+# torch compiles py_limited_api extensions with -DPy_LIMITED_API=cpp_extension.min_supported_cpython
+# from 2.7 on (pytorch/pytorch#145764, the 2.7 BC-breaking note), the release's own lowest Python
+# (torch 2.14.1 on disk: min_supported_cpython = "0x030A0000", Requires-Python ">=3.10"). Older torch
+# defines none and setup.py targets wheel_python_tag's Python (mamba_ssm/_build/config.py).
+TORCH_LIMITED_API_SINCE = Version("2.7")
+
+
+def cell_python_tag(series: str, release: Dict[str, Any], wheel_python_tag: str) -> str:
+    """The abi3 wheel's Python tag for a cell of torch ``series``: the lowest Python of the release
+    (``release["python"]``, from data/torch_builds.toml) when torch sets ``Py_LIMITED_API`` itself
+    (series >= 2.7), else ``wheel_python_tag``; never below ``wheel_python_tag``.  The build's
+    embedded build info and the audit (abi3audit included) check the compiled module agrees."""
+    floor = int(wheel_python_tag[3:])
+    if Version(series) < TORCH_LIMITED_API_SINCE:
+        return wheel_python_tag
+    low = re.search(r">=\s*3\.(\d+)", str(release.get("python", "")))
+    return f"cp3{max(floor, int(low.group(1)) if low else floor)}"
+
+
+def validate_cell_python(cell: "Cell", versions: Sequence[str], requires_python: str) -> List[str]:
+    """The cell's abi3 tag vs the package: its Python must be tested ([python] versions) and allowed
+    by requires-python (else the wheel's tag promises an interpreter the metadata refuses)."""
+    dotted = f"{cell.python_tag[2]}.{cell.python_tag[3:]}"
+    problems = []
+    if dotted not in SpecifierSet(requires_python):
+        problems.append(f"cell {cell.id}: tag {cell.python_tag}-{cell.abi_tag} (Python {dotted}) is outside "
+                        f"pyproject.toml requires-python {requires_python!r}: widen requires-python")
+    if dotted not in versions:
+        problems.append(f"cell {cell.id}: tag {cell.python_tag}-{cell.abi_tag} is for Python {dotted}, which "
+                        "[python] versions does not test: add it")
+    return problems
+
+
 def read_requires_python(pyproject: Path = PYPROJECT_PATH) -> str:
     data = load_toml(pyproject)
     try:
@@ -441,8 +474,10 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
                   f"{tk.id}-{platform}",
             runner=plat.get("runner", "ubuntu-24.04"), manylinux=plat.get("manylinux", "manylinux_2_28"),
             size_budget_mib=float(budgets.get(kind, 100)), experimental=tk.experimental,
-            python_tag=matrix.get("wheel_python_tag", "cp39"), abi_tag=matrix.get("wheel_abi_tag", "abi3"),
+            python_tag=cell_python_tag(series, rel, matrix.get("wheel_python_tag", "cp39")),
+            abi_tag=matrix.get("wheel_abi_tag", "abi3"),
         )
+        plan.errors += validate_cell_python(cell, plan.python_versions, requires_python)
         plan.cells.append(cell)
         plan.warnings += _coverage_warnings(cell, data, matrix.get("policy", {}))
     plan.cells.sort(key=lambda c: (Version(c.series), c.family, c.cxx11abi, c.platform))

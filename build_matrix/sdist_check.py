@@ -4,7 +4,8 @@
    --sdist --no-isolation``: setuptools, wheel and packaging from the running environment);
 2. unpack it into another empty folder;
 3. every compiled source of the repository (``csrc/*``: .cpp, .cu, .h, .cuh) and every file setup.py
-   loads by path (``mamba_ssm/_compat/*.py``, ``mamba_ssm/_install/*.py``, ``mamba_ssm/_version.py``)
+   loads by path (``mamba_ssm/_build/*.py``, ``mamba_ssm/_compat/*.py``, ``mamba_ssm/_install/*.py``,
+   ``mamba_ssm/_version.py``)
    must be inside; a missing one is named;
 4. unless ``--no-build``: build a wheel from the unpacked sdist alone (``pip wheel
    --no-build-isolation --no-deps`` with ``MAMBA_FORCE_BUILD=TRUE``; ``MAMBA_CUDA_ARCHS`` from
@@ -27,8 +28,8 @@ from typing import List
 from ._compat_loader import REPO_ROOT, load_compat
 from .build import source_files
 
-REQUIRED_GLOBS = ("csrc/*", "mamba_ssm/_compat/*.py", "mamba_ssm/_install/*.py", "mamba_ssm/_version.py",
-                  "setup.py", "pyproject.toml")
+REQUIRED_GLOBS = ("csrc/*", "mamba_ssm/_build/*.py", "mamba_ssm/_compat/*.py", "mamba_ssm/_install/*.py",
+                  "mamba_ssm/_version.py", "setup.py", "pyproject.toml")
 
 
 def required_files(root: Path = REPO_ROOT) -> List[str]:

@@ -5,7 +5,8 @@
 * MAMBA_SKIP_CUDA_BUILD: a pure-Python wheel without a shared object, even with one in the tree;
 * a prebuilt wheel from the resolver hook is handed to pip byte for byte;
 * MAMBA_FORCE_BUILD under build isolation fails at once, naming --no-build-isolation;
-* a source wheel (tiny C++ source) is cp39-abi3, its file name, METADATA and build info agree;
+* a source wheel (tiny C++ source) is abi3 for the lowest Python torch supports (torch's Requires-Python),
+  its file name, METADATA and build info agree;
 * MAMBA_FORCE_CXX11_ABI wins over a -D_GLIBCXX_USE_CXX11_ABI=0 in CFLAGS (nm shows __cxx11).
 """
 import base64
@@ -228,6 +229,15 @@ def test_force_build_under_isolation_fails_at_once(tmp_path):
     assert not list((tmp_path / "out").glob("*.whl")) if (tmp_path / "out").exists() else True
 
 
+def torch_python_tag():
+    """``cpXY`` of the lowest Python torch declares (its Requires-Python), at least cp39 (ours).
+    torch >= 2.7 compiles limited-API extensions for exactly that Python."""
+    import importlib.metadata
+
+    low = re.search(r">=\s*3\.(\d+)", importlib.metadata.metadata("torch")["Requires-Python"] or "")
+    return f"cp3{max(9, int(low.group(1)) if low else 9)}"
+
+
 def _needs_toolkit():
     if not os.access(os.path.join(CUDA_HOME, "bin", "nvcc"), os.X_OK):
         pytest.skip(f"no nvcc under CUDA_HOME={CUDA_HOME}")
@@ -235,9 +245,12 @@ def _needs_toolkit():
 
 
 def test_source_wheel_after_resolver_found_nothing(tmp_path):
-    """auto fallback with a passing preflight: a cp39-abi3 wheel whose build info matches its name."""
+    """auto fallback with a passing preflight: an abi3 wheel whose build info matches its name; its
+    Python tag is torch's lowest Python (torch 2.14: Requires-Python >=3.10, Py_LIMITED_API 3.10)."""
     _needs_toolkit()
     import torch
+
+    tag = torch_python_tag()
 
     proj = copy_project(str(tmp_path / "proj"), tiny_csrc=True)
     (tmp_path / "hook.py").write_text(HOOK)
@@ -247,7 +260,7 @@ def test_source_wheel_after_resolver_found_nothing(tmp_path):
     run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp_path / "out"),
          proj], str(tmp_path), env)
     (whl,) = list((tmp_path / "out").glob("*.whl"))
-    assert whl.name.startswith(f"mamba_ssm-{BASE_VERSION}+cu13torch2.14-cp39-abi3-")
+    assert whl.name.startswith(f"mamba_ssm-{BASE_VERSION}+cu13torch2.14-{tag}-abi3-")
     meta, names = wheel_metadata(whl)
     assert meta["Version"] == f"{BASE_VERSION}+cu13torch2.14"
     assert "mamba_ssm/_C.abi3.so" in names
@@ -256,7 +269,7 @@ def test_source_wheel_after_resolver_found_nothing(tmp_path):
     info = read_build_info(tmp_path / "_C.abi3.so")
     assert info.package_version == meta["Version"]
     assert info.torch_version == torch.__version__ and info.torch_cuda == torch.version.cuda
-    assert info.sass_archs == ["sm_90"] and info.ptx_archs == [] and info.python_tag == "cp39-abi3"
+    assert info.sass_archs == ["sm_90"] and info.ptx_archs == [] and info.python_tag == f"{tag}-abi3"
     assert info.kernels == (["cpu", "cuda"] if torch.version.cuda else ["cpu"])
     assert (tmp_path / "record.log").read_text() == "source\n"
 

@@ -4,6 +4,7 @@ CPU kernel + MAMBA_CUDA_ARCHS, default 90, against the torch of this environment
 What the build resolved (its embedded build info) is checked against what the toolchain produced:
 cuobjdump's list of SASS/PTX, nm's C++ symbols, and a real torch.ops.load_library in a subprocess.
 """
+import importlib.metadata
 import os
 import re
 import shutil
@@ -45,7 +46,9 @@ def test_built_for_this_torch(info):
     assert info.torch_cuda == torch.version.cuda and info.torch_hip == torch.version.hip
     assert info.cxx11_abi == bool(torch._C._GLIBCXX_USE_CXX11_ABI)
     assert incompatibilities(info, runtime) == []
-    assert info.python_tag == "cp39-abi3" and info.schema == 1
+    # torch >= 2.7 compiles limited-API extensions for its own lowest Python (its Requires-Python)
+    low = re.search(r">=\s*3\.(\d+)", importlib.metadata.metadata("torch")["Requires-Python"] or "")
+    assert info.python_tag == f"cp3{max(9, int(low.group(1)) if low else 9)}-abi3" and info.schema == 1
     assert "cpu" in info.kernels
     if torch.version.cuda:
         assert "cuda" in info.kernels and info.nvcc_version is not None

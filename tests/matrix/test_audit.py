@@ -28,7 +28,7 @@ CPU_CELL_ID = "cputorch2.13cxx11abiTRUE-x86_64"
 
 def _info(**over):
     fields = dict(package_version=f"2.4.0.dev0+{LABEL.lower()}", torch_version="2.14.1+cu130", torch_cuda="13.0",
-                  nvcc_version="13.0", cxx11_abi=True, sass_archs=["sm_90"], ptx_archs=[], python_tag="cp39-abi3",
+                  nvcc_version="13.0", cxx11_abi=True, sass_archs=["sm_90"], ptx_archs=[], python_tag="cp310-abi3",
                   platform="linux-x86_64", kernels=["cpu", "cuda"])
     fields.update(over)
     return buildinfo.BuildInfo(**fields)
@@ -72,13 +72,14 @@ def _b64(data: bytes) -> str:
 
 
 def make_wheel(out: Path, so: Path, version=f"2.4.0.dev0+{LABEL}", platform_tag=None, meta_version=None,
-               extra=None, corrupt_record=False) -> Path:
+               extra=None, corrupt_record=False, python_tag="cp310") -> Path:
     """A wheel like setup.py + auditwheel produce; platform tag defaults to what auditwheel grants."""
     from packaging.version import Version
 
     v = str(Version(version))
     if platform_tag is None:  # ask auditwheel which manylinux tag the symbols allow
-        probe = make_wheel(out / "probe", so, version, platform_tag="linux_x86_64", meta_version=meta_version)
+        probe = make_wheel(out / "probe", so, version, platform_tag="linux_x86_64", meta_version=meta_version,
+                           python_tag=python_tag)
         show = json.loads(subprocess.run([sys.executable, "-m", "auditwheel", "show", "--json", str(probe)],
                                          capture_output=True, text=True, check=True).stdout)
         platform_tag = show["sym_tag"]
@@ -89,7 +90,7 @@ def make_wheel(out: Path, so: Path, version=f"2.4.0.dev0+{LABEL}", platform_tag=
         "mamba_ssm/_C.abi3.so": so.read_bytes(),
         f"{dist}/METADATA": f"Metadata-Version: 2.4\nName: mamba-ssm\nVersion: {meta_version or v}\n".encode(),
         f"{dist}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
-                          f"Tag: cp39-abi3-{platform_tag}\n").encode(),
+                          f"Tag: {python_tag}-abi3-{platform_tag}\n").encode(),
     }
     files.update(extra or {})
     record = "".join(f"{n},sha256={_b64(d)},{len(d)}\n" for n, d in files.items())
@@ -97,7 +98,7 @@ def make_wheel(out: Path, so: Path, version=f"2.4.0.dev0+{LABEL}", platform_tag=
         record = record.replace(_b64(files["mamba_ssm/__init__.py"]), _b64(b"something else"))
     files[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"mamba_ssm-{v}-cp39-abi3-{platform_tag}.whl"
+    path = out / f"mamba_ssm-{v}-{python_tag}-abi3-{platform_tag}.whl"
     with zipfile.ZipFile(path, "w") as zf:
         for n, d in files.items():
             zf.writestr(n, d)
@@ -123,7 +124,8 @@ def test_good_wheel_passes(tmp_path, plan, sm90_so):
     rep = run_audit(wheel, plan.cell(CELL_ID))
     assert rep.ok, rep.findings
     assert set(rep.passed) == {"file name", "metadata", "shared objects", "size", "device code", "build info",
-                               "auditwheel show"}
+                               "auditwheel show", "abi3audit"}
+    assert rep.facts["abi3audit"] == {"objects": 1, "baseline": "3.10", "computed": ["3.10"], "violations": 0}
     assert rep.facts["sass"] == ["sm_90"] and rep.facts["ptx"] == []
 
 
@@ -254,3 +256,30 @@ def test_runtime_check_after_build_host(tmp_path):
     assert rep.findings == [] and rep.passed == ["runtime"]
     res = rep.facts["runtime"]
     assert res["doctor_loaded"] is True and res["backend"] == "compiled" and res["max_rel_err"] < 1e-4
+
+
+PY_SRC = r'''
+extern "C" int PyCode_Addr2Line(void*, int);                      // not in the stable ABI
+extern "C" const char* PyUnicode_AsUTF8AndSize(void*, long*);     // stable ABI since 3.10
+extern "C" long mamba_uses_python(void* c) { long n = 0; PyUnicode_AsUTF8AndSize(c, &n); return PyCode_Addr2Line(c, 1) + n; }
+'''
+
+
+def test_abi3audit_catches_what_the_tag_does_not_allow(tmp_path, monkeypatch):
+    """A module calling a non-stable-ABI function, and a 3.10 stable-ABI one under a cp39 tag: the
+    audit names both (abi3audit reads the local file only: the proxies point nowhere)."""
+    (tmp_path / "mamba_ssm_build_info.h").write_text(buildinfo.render_header(_info(kernels=["cpu"])))
+    (tmp_path / "c.cpp").write_text(SRC + PY_SRC)
+    so = tmp_path / "_C.abi3.so"
+    subprocess.run(["g++", "-shared", "-fPIC", "-I", str(tmp_path), "-o", str(so), str(tmp_path / "c.cpp")],
+                   check=True, capture_output=True)
+    wheel = make_wheel(tmp_path / "w", so, platform_tag="linux_x86_64", python_tag="cp39")
+    rep = audit.AuditReport(wheel=str(wheel), cell=CELL_ID)
+    key = load_compat("variant").VariantKey.from_wheel_filename(wheel.name)
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")
+    audit._check_abi3audit(rep, wheel, key)
+    text = "\n".join(rep.findings)
+    assert "symbols outside the stable ABI: PyCode_Addr2Line" in text, text
+    assert "newer than Python 3.9" in text and "PyUnicode_AsUTF8AndSize" in text, text
+    assert rep.facts["abi3audit"]["violations"] == 1

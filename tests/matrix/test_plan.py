@@ -40,7 +40,10 @@ def test_real_matrix_is_valid_and_covers_the_required_range():
     assert {"cu11", "cu12", "cu13", "cpu"} <= families
     assert any(f.startswith("rocm6") for f in families) and any(f.startswith("rocm7") for f in families)
     assert {c.platform for c in plan.cells} == {"x86_64", "aarch64"}
-    assert all(c.python_tag == "cp39" and c.abi_tag == "abi3" for c in plan.cells)
+    # torch < 2.7 sets no Py_LIMITED_API (setup.py's 3.9); 2.7 and 2.8 support Python 3.9 (RELEASE.md),
+    # 2.9 and later start at 3.10, so their cpp_extension compiles for 3.10
+    want = {"2.4": "cp39", "2.5": "cp39", "2.6": "cp39", "2.7": "cp39", "2.8": "cp39"}
+    assert all(c.python_tag == want.get(c.series, "cp310") and c.abi_tag == "abi3" for c in plan.cells)
     assert all(c.experimental for c in plan.cells if c.toolkit_kind == "rocm")
     ids = [c.id for c in plan.cells]
     assert len(ids) == len(set(ids))
@@ -53,7 +56,31 @@ def test_host_cell():
     assert set(cell.serves) == {"cu130", "cu132"}
     assert "sm_90" in cell.sass and "sm_103" not in cell.sass
     assert cell.variant_key().wheel_filename("2.4.0") == (
-        "mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_28_x86_64.whl")
+        "mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp310-abi3-manylinux_2_28_x86_64.whl")
+
+
+def test_host_cell_tag_is_the_limited_api_of_its_torch():
+    """The installed torch 2.14.1 names the limited API its extensions are compiled for."""
+    cpp_extension = pytest.importorskip("torch.utils.cpp_extension")
+    import torch
+
+    if not torch.__version__.startswith("2.14."):
+        pytest.skip(f"torch {torch.__version__} is not the host cell's series")
+    value = int(cpp_extension.min_supported_cpython, 16)
+    cell = plan_of().cell("cu13torch2.14cxx11abiTRUE-x86_64")
+    assert cell.python_tag == f"cp{value >> 24}{(value >> 16) & 0xFF}"
+
+
+def test_cell_tag_must_be_a_tested_python():
+    data = copy.deepcopy(DATA)
+    data["releases"]["2.14"]["python"] = ">=3.14,<=3.15"
+    plan = mx.expand(copy.deepcopy(REAL_MATRIX), data, REQ)
+    cell = next(c for c in plan.cells if c.series == "2.14")
+    assert cell.python_tag == "cp314"
+    assert any(f"cell {cell.id}: tag cp314-abi3 is for Python 3.14, which [python] versions does not test"
+               in e for e in plan.errors), plan.errors
+    plan = mx.expand(copy.deepcopy(REAL_MATRIX), data, ">=3.9,<3.14")
+    assert any("(Python 3.14) is outside pyproject.toml requires-python '>=3.9,<3.14'" in e for e in plan.errors)
 
 
 def test_abi_belongs_to_the_build_not_the_release():

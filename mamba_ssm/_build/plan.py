@@ -1,0 +1,173 @@
+"""What one setup.py run builds: the pure-Python wheel (``MAMBA_SKIP_CUDA_BUILD``), a source build
+(``MAMBA_FORCE_BUILD``, build_ext, develop), or, for a wheel, what the resolver hook
+(``mamba_ssm/_install/setup_hook.py``) finds: a prebuilt wheel, else ``MAMBA_FALLBACK``. The hook's
+``record`` keeps the decision for ``mamba-ssm doctor``.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import types
+from dataclasses import dataclass
+from typing import Optional
+
+from .config import BuildConfig, probe_torch, resolve_config
+from .errors import PreflightError
+from .settings import PACKAGE, ROOT, Settings, package_version
+
+
+def load_file(path: str, name: str) -> types.ModuleType:
+    """Import the Python file ``path`` as module ``name`` (registered in ``sys.modules`` first, so
+    dataclasses and pickling see it; removed again when it fails). Raises what the file raises."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
+
+
+def load_setup_hook(env) -> Optional[types.ModuleType]:
+    """``mamba_ssm/_install/setup_hook.py`` (or the file ``MAMBA_SETUP_HOOK`` names), loaded without
+    ``mamba_ssm/__init__.py``; None when absent. ``PreflightError`` when the override does not exist."""
+    override = Settings.from_env(env).setup_hook
+    if override:
+        if not os.path.isfile(override):
+            raise PreflightError(f"MAMBA_SETUP_HOOK={override!r} does not exist; unset it or point it at a file")
+        return load_file(override, "_mamba_ssm_setup_hook_override")
+    if not os.path.isfile(os.path.join(ROOT, PACKAGE, "_install", "setup_hook.py")):
+        return None
+    return importlib.import_module(".._install.setup_hook", __package__)
+
+
+@dataclass
+class Plan:
+    """What this setup.py run builds: ``mode`` is ``prebuilt``, ``source``, ``python`` or ``metadata``."""
+
+    mode: str
+    config: Optional[BuildConfig] = None
+    prebuilt_wheel: Optional[str] = None
+    outcome: object = None
+    hook: Optional[types.ModuleType] = None
+    reason: str = ""
+    final_mode: str = ""  # what the resolver records: prebuilt | deferred | source | python | error
+    install_id: str = ""  # written into the wheel's dist-info and the record (doctor matches them)
+
+    def __post_init__(self):
+        self.final_mode = self.final_mode or self.mode
+
+
+def _fallback(env, outcome_msg: str, root: str = ROOT) -> Plan:
+    choice = Settings.from_env(env).fallback_choice()
+    if choice == "error":
+        raise PreflightError(
+            (outcome_msg + " " if outcome_msg else "")
+            + "MAMBA_FALLBACK=error: no prebuilt kernel wheel and no fallback allowed. Fix: set "
+            "MAMBA_FALLBACK=source (build from source) or MAMBA_FALLBACK=python (pure-Python package)."
+        )
+    if choice == "python":
+        return Plan("python", reason="MAMBA_FALLBACK=python")
+    if choice == "source":
+        return Plan("source", config=resolve_config(env, root=root), reason="MAMBA_FALLBACK=source")
+    try:
+        return Plan("source", config=resolve_config(env, root=root), reason="MAMBA_FALLBACK=auto: preflight passed")
+    except PreflightError as e:
+        return Plan("python", reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: {e}")
+
+
+BOTH_FLAGS_WARNING = (
+    "both MAMBA_FORCE_BUILD=TRUE and MAMBA_SKIP_CUDA_BUILD=TRUE are set: MAMBA_SKIP_CUDA_BUILD wins, so "
+    "this builds the pure-Python wheel without kernels and nothing is compiled or downloaded. To build "
+    "the kernels from source, unset MAMBA_SKIP_CUDA_BUILD; to silence this, unset MAMBA_FORCE_BUILD."
+)
+
+
+def plan_build(kind: str, env=None, root: str = ROOT) -> Plan:
+    """Decide what to build for a command ``kind`` (``classify_commands``). Raises ``PreflightError``."""
+    env = os.environ if env is None else env
+    if kind == "metadata":
+        return Plan("metadata")
+    s = Settings.from_env(env)
+    if s.skip_cuda_build:
+        reason = "MAMBA_SKIP_CUDA_BUILD=TRUE"
+        if s.force_build:
+            reason += " (" + BOTH_FLAGS_WARNING + ")"
+            print(f"mamba-ssm: warning: {BOTH_FLAGS_WARNING}", file=sys.stderr, flush=True)
+        return _requested(Plan("python", reason=reason), kind, env)
+    if s.force_build:
+        plan = _requested(Plan("source", reason="MAMBA_FORCE_BUILD=TRUE"), kind, env)
+        try:
+            probe_torch("MAMBA_FORCE_BUILD=TRUE")  # fail at once under build isolation
+            plan.config = resolve_config(env, root=root)
+        except PreflightError as e:
+            details = getattr(plan.outcome, "details", None)
+            if isinstance(details, dict) and isinstance(details.get("record"), dict):
+                details["record"]["message"] = f"{details['record'].get('message', '')} The build failed: {e}"
+            record_decision(plan.hook, plan.outcome, "error")
+            raise
+        return plan
+    if kind == "source":
+        return Plan("source", config=resolve_config(env, root=root), reason=f"setup.py {kind} command")
+    if kind == "editable":
+        return _fallback(env, "", root)
+    hook = load_setup_hook(env)
+    if hook is None:
+        plan = _fallback(env, "", root)
+        plan.reason += " (no resolver hook in this checkout)"
+        return plan
+    outcome = hook.resolve_prebuilt(package_version(env))
+    wheel = getattr(outcome, "wheel_path", None)
+    if wheel:
+        if not os.path.isfile(wheel):
+            raise PreflightError(f"the resolver returned {wheel!r}, which does not exist")
+        plan = Plan("prebuilt", prebuilt_wheel=os.fspath(wheel), reason="prebuilt wheel found")
+    elif getattr(outcome, "deferred", False):
+        plan = Plan("python", reason="deferred: torch is being installed by the same command",
+                    final_mode="deferred")
+    else:
+        try:
+            plan = _fallback(env, str(getattr(outcome, "message", "") or ""), root)
+        except PreflightError:
+            record_decision(hook, outcome, "error")
+            raise
+    plan.outcome, plan.hook = outcome, hook
+    return plan
+
+
+def _requested(plan: Plan, kind: str, env) -> Plan:
+    """A wheel whose mode the user asked for (SKIP / FORCE) is recorded too, through the hook's
+    ``requested`` Outcome (doctor must not show an earlier install's decision for it)."""
+    if kind != "wheel":
+        return plan
+    try:
+        hook = load_setup_hook(env)
+    except PreflightError:
+        return plan
+    make = getattr(hook, "requested", None) if hook is not None else None
+    if make is not None:
+        plan.hook, plan.outcome = hook, make(package_version(env), plan.mode, plan.reason)
+    return plan
+
+
+def record_decision(hook, outcome, final_mode: str, install_id: str = "") -> None:
+    """``hook.record(outcome, final_mode[, install_id=])`` when the hook has ``record`` (older hooks
+    take no install id); nothing otherwise."""
+    record = getattr(hook, "record", None) if hook is not None else None
+    if record is None:
+        return
+    try:
+        takes_id = "install_id" in inspect.signature(record).parameters
+    except (TypeError, ValueError):
+        takes_id = False
+    if takes_id:
+        record(outcome, final_mode, install_id=install_id or None)
+    else:
+        record(outcome, final_mode)

@@ -1,0 +1,176 @@
+"""The build's configuration read from the environment into one typed object, the package version
+with its local label, and the classification of a setup.py command line.
+
+Every variable is documented in ``docs/build.md``. Reading never fails: values are checked where they
+are used (``Settings.max_jobs_or`` / ``nvcc_threads_or``, ``package_version``, ``fallback_choice``), so a
+metadata command with a bad ``MAX_JOBS`` still succeeds, as it always has.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import List, Mapping, Optional
+
+from .._version import __version__ as BASE_VERSION
+from .errors import PreflightError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGE = "mamba_ssm"
+EXT_NAME = "mamba_ssm._C"
+CSRC = "csrc"
+INSTALL_ID_FILE = "mamba_ssm_install.json"  # = mamba_ssm._install.decision.INSTALL_ID_FILE
+TRUE_VALUES = ("1", "TRUE", "YES", "ON")
+FALLBACKS = ("auto", "source", "python", "error")
+
+
+def env_flag(env: Mapping[str, str], name: str) -> bool:
+    """``TRUE``/``1``/``YES``/``ON`` (any case) -> True; anything else, or unset, -> False."""
+    return str(env.get(name, "")).strip().upper() in TRUE_VALUES
+
+
+def _text(env: Mapping[str, str], name: str) -> str:
+    return str(env.get(name, "")).strip()
+
+
+def positive_int(name: str, raw: str, default: int) -> int:
+    """``raw`` (the text of variable ``name``) as an integer >= 1; ``default`` when empty.
+
+    Raises ``PreflightError`` naming the variable for anything else (``"0"``, ``"-2"``, ``"four"``).
+    """
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise PreflightError(f"{name}={raw!r} is not a positive integer; set e.g. {name}=2 or unset it")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The knobs of a mamba-ssm build, as the environment gives them.
+
+    Flags are booleans (``TRUE``/``1``/``YES``/``ON``, any case); the rest are stripped strings ("" when
+    unset). Tool locations (``PATH``, ``CUDA_HOME``, ``CC``, ``ROCM_PATH``, ...) are not here: the toolkit
+    discovery in ``toolkit`` reads them, as torch's cpp_extension does.
+    """
+
+    skip_cuda_build: bool = False      # MAMBA_SKIP_CUDA_BUILD: the pure-Python wheel
+    force_build: bool = False          # MAMBA_FORCE_BUILD: a source build, no resolver
+    fallback: str = "auto"             # MAMBA_FALLBACK (lower case; checked by fallback_choice)
+    local_version: str = ""            # MAMBA_LOCAL_VERSION, without a leading "+"
+    cuda_archs: str = ""               # MAMBA_CUDA_ARCHS
+    torch_cuda_arch_list: str = ""     # TORCH_CUDA_ARCH_LIST
+    hip_build: bool = False            # HIP_BUILD
+    force_cxx11_abi: bool = False      # MAMBA_FORCE_CXX11_ABI
+    debug_build: bool = False          # MAMBA_DEBUG_BUILD: -g / -lineinfo
+    keep_cuda_build: bool = False      # MAMBA_KEEP_CUDA_BUILD: accepted, no effect
+    max_jobs: str = ""                 # MAX_JOBS (checked by max_jobs_or)
+    nvcc_threads: str = ""             # NVCC_THREADS (checked by nvcc_threads_or)
+    setup_hook: str = ""               # MAMBA_SETUP_HOOK: a file replacing the resolver hook
+    git_commit: str = ""               # MAMBA_GIT_COMMIT: the commit recorded in the build info
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Settings":
+        """Read ``env`` (default ``os.environ``). Never raises."""
+        env = os.environ if env is None else env
+        return cls(
+            skip_cuda_build=env_flag(env, "MAMBA_SKIP_CUDA_BUILD"),
+            force_build=env_flag(env, "MAMBA_FORCE_BUILD"),
+            fallback=_text(env, "MAMBA_FALLBACK").lower() or "auto",
+            local_version=_text(env, "MAMBA_LOCAL_VERSION").lstrip("+"),
+            cuda_archs=_text(env, "MAMBA_CUDA_ARCHS"),
+            torch_cuda_arch_list=_text(env, "TORCH_CUDA_ARCH_LIST"),
+            hip_build=env_flag(env, "HIP_BUILD"),
+            force_cxx11_abi=env_flag(env, "MAMBA_FORCE_CXX11_ABI"),
+            debug_build=env_flag(env, "MAMBA_DEBUG_BUILD"),
+            keep_cuda_build=env_flag(env, "MAMBA_KEEP_CUDA_BUILD"),
+            max_jobs=_text(env, "MAX_JOBS"),
+            nvcc_threads=_text(env, "NVCC_THREADS"),
+            setup_hook=str(env.get("MAMBA_SETUP_HOOK", "") or ""),
+            git_commit=str(env.get("MAMBA_GIT_COMMIT", "") or ""),
+        )
+
+    def max_jobs_or(self, default: int) -> int:
+        """``MAX_JOBS`` as a positive integer, else ``default``; ``PreflightError`` when malformed."""
+        return positive_int("MAX_JOBS", self.max_jobs, default)
+
+    def nvcc_threads_or(self, default: int) -> int:
+        """``NVCC_THREADS`` as a positive integer, else ``default``; ``PreflightError`` when malformed."""
+        return positive_int("NVCC_THREADS", self.nvcc_threads, default)
+
+    def fallback_choice(self) -> str:
+        """``MAMBA_FALLBACK``: one of ``FALLBACKS``; ``PreflightError`` naming the value otherwise."""
+        if self.fallback not in FALLBACKS:
+            raise PreflightError(f"MAMBA_FALLBACK={self.fallback!r} is not one of {', '.join(FALLBACKS)}")
+        return self.fallback
+
+
+def package_version(env: Optional[Mapping[str, str]] = None) -> str:
+    """The version with ``MAMBA_LOCAL_VERSION`` appended as a local label (``2.4.0.dev0+cu13torch2.14``,
+    normalised by PEP 440: lower case).
+
+    Raises ``PreflightError`` when the label is not a valid PEP 440 local label.
+    """
+    label = Settings.from_env(env).local_version
+    if not label:
+        return BASE_VERSION
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return str(Version(f"{BASE_VERSION}+{label}"))
+    except InvalidVersion:
+        raise PreflightError(
+            f"MAMBA_LOCAL_VERSION={label!r} is not a valid local version label: use letters, digits and "
+            "dots only, e.g. MAMBA_LOCAL_VERSION=cu13torch2.14cxx11abiTRUE"
+        ) from None
+
+
+METADATA_COMMANDS = {"egg_info", "dist_info", "sdist", "check", "--name", "--version", "--fullname"}
+WHEEL_COMMANDS = {"bdist_wheel"}
+SOURCE_COMMANDS = {"build_ext", "build", "develop", "install", "bdist_egg"}
+EDITABLE_COMMANDS = {"editable_wheel"}
+
+
+def classify_commands(argv: List[str]) -> str:
+    """``"wheel"``, ``"editable"``, ``"source"`` or ``"metadata"`` for a setup.py command line
+    (options are ignored; a wheel command wins over the others)."""
+    cmds = {a for a in argv if not a.startswith("-") or a in METADATA_COMMANDS}
+    if cmds & WHEEL_COMMANDS:
+        return "wheel"
+    if cmds & EDITABLE_COMMANDS:
+        return "editable"
+    if cmds & SOURCE_COMMANDS:
+        return "source"
+    return "metadata"
+
+
+def default_max_jobs(cpu_count: Optional[int] = None, mem_available_gib: Optional[float] = None,
+                     gib_per_job: float = 2.5) -> int:
+    """Parallel compile jobs: the usable cores, capped so each job has ``gib_per_job`` of the memory
+    available (nvcc on the kernel translation units peaks at about 1-2 GiB). At least 1."""
+    if cpu_count is None:
+        try:
+            cpu_count = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpu_count = os.cpu_count() or 1
+    if mem_available_gib is None:
+        mem_available_gib = mem_available()
+    jobs = max(1, int(cpu_count))
+    if mem_available_gib is not None:
+        jobs = min(jobs, max(1, int(mem_available_gib // gib_per_job)))
+    return jobs
+
+
+def mem_available() -> Optional[float]:
+    """``MemAvailable`` of /proc/meminfo in GiB; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / (1024 * 1024)
+    except OSError:
+        pass
+    return None
