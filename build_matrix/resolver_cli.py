@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 from typing import List, Optional
@@ -107,6 +108,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 def cmd_mirror(args: argparse.Namespace) -> int:
     from build_matrix.index import write_index
     from mamba_ssm._install.fetch import FetchError, fetch_wheel, join_url
+    from mamba_ssm._install.fixes import requirement
     from mamba_ssm._install.resolve import resolve
 
     env = _load_env(args.for_env)
@@ -133,7 +135,9 @@ def cmd_mirror(args: argparse.Namespace) -> int:
                 os.unlink(dest + ".part")
         print(f"mirrored {entry.filename}")
     write_index(root, wanted)
-    print(f"index for this target at {root}: MAMBA_WHEEL_INDEX=file://{root} pip install mamba-ssm")
+    version = args.version or _sdist_version()
+    print(f"index for this target at {root}: MAMBA_WHEEL_INDEX={shlex.quote('file://' + root)} python -m pip install "
+          f"{requirement(version)}")
     return 0
 
 

@@ -370,7 +370,7 @@ def collect(check: bool = False) -> Dict[str, Any]:
     report["devices"] = devices
     if not torch_info["importable"]:
         problem("broken", f"torch cannot be imported ({torch_info['error']})",
-                "install or repair torch (`pip install torch`), then reinstall mamba-ssm")
+                _loader.FIX_REPAIR_TORCH)
     else:
         from mamba_ssm import _dispatch  # noqa: PLC0415
 

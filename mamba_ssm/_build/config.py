@@ -53,6 +53,14 @@ class TorchInfo:
     limited_api: Optional[str] = None
 
 
+def _no_isolation_fix() -> str:
+    """The pinned, torch-safe command (mamba_ssm/_install/fixes.py) for this source tree's version."""
+    from .._install import fixes
+    from .settings import BASE_VERSION
+
+    return fixes.no_isolation_command(BASE_VERSION)
+
+
 def probe_torch(need: str) -> TorchInfo:
     """Import torch (never initialising CUDA). ``PreflightError`` when torch is absent, with the
     build-isolation fix; ``need`` names what asked for it."""
@@ -61,8 +69,9 @@ def probe_torch(need: str) -> TorchInfo:
     except ImportError as e:
         raise PreflightError(
             f"{need} needs torch in the build environment, but it cannot be imported ({e}). pip builds in "
-            "an isolated environment without torch: install torch first, then build with "
-            "'pip install --no-build-isolation .' (or 'pip install --no-build-isolation mamba-ssm')."
+            "an isolated environment without torch: install torch first, then build against it with "
+            f"'{_no_isolation_fix()}' (from a source checkout: 'python -m pip install --no-build-isolation "
+            "--no-deps .')."
         ) from None
     import torch.utils.cpp_extension as cpp_extension
 

@@ -11,22 +11,26 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from . import fixes
 from .environment import DetectionError, Environment, detect
 from .fetch import FetchError, HttpSettings, fetch_bytes, fetch_wheel, index_url, join_url
+from .fixes import RELEASE_INDEX_URL
 from .manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, WheelEntry, load_pinned_hashes
 from .selection import Decision, select
 
-__all__ = ["RELEASE_INDEX_URL", "Resolution", "resolve", "default_index"]
+__all__ = ["RELEASE_INDEX_URL", "Resolution", "resolve", "default_index", "fix_no_candidate"]
 
-#: The project's release wheel index (a static PEP 503 tree per release, written by
-#: ``python -m build_matrix index``); ``{version}`` is the sdist's public version.
-RELEASE_INDEX_URL = "https://mamba-ssm.github.io/wheels/v{version}/"
 
-FIX_NO_CANDIDATE = (
-    "What to do: install a torch that a prebuilt wheel serves (python -m build_matrix resolve --explain "
-    "lists them), point MAMBA_WHEEL_INDEX at an index that has your variant, or build from source "
-    "(MAMBA_FORCE_BUILD=TRUE pip install --no-build-isolation mamba-ssm, needs nvcc)."
-)
+def fix_no_candidate(version: str) -> str:
+    """What to do when no wheel fits (the commands pin ``version`` and never change torch)."""
+    return (
+        "What to do: install a torch that a prebuilt wheel serves (`python -m mamba_ssm install-kernels "
+        "--dry-run` lists them once installed), point MAMBA_WHEEL_INDEX at an index that has your variant, or build from source "
+        f"against the torch installed (`{fixes.source_build_command(version)}`; a CPU torch needs a C++ "
+        "compiler, a CUDA torch nvcc as well)."
+    )
+
+
 FIX_INDEX = (
     "What to do: check the network/proxy (HTTPS_PROXY, NO_PROXY, SSL_CERT_FILE or PIP_CERT), or set "
     "MAMBA_WHEEL_INDEX to a reachable copy (python -m build_matrix mirror --for ENV.json --to DIR on a "
@@ -144,7 +148,7 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
     res.decision = decision
     if decision.status != "chosen":
         res.status = "no-candidate"
-        res.message = f"No prebuilt mamba-ssm wheel fits. {decision.explain()} {FIX_NO_CANDIDATE}"
+        res.message = f"No prebuilt mamba-ssm wheel fits. {decision.explain()} {fix_no_candidate(version)}"
         return res
     if not fetch:
         res.status, res.entry = "prebuilt", decision.chosen

@@ -190,7 +190,7 @@ def test_cli_resolve_labels_a_declared_target_and_explain_lists_what_wheels_serv
     err = capsys.readouterr().err
     target = next(line for line in err.splitlines() if line.startswith("[resolve] target:"))
     assert f"(declared, from {env_file})" in target and "running interpreter" not in target
-    assert "resolve --explain lists them" in err  # the advice ...
+    assert "install-kernels --dry-run` lists them" in err  # the advice ...
     served = [line.split("serves:", 1)[1].strip() for line in err.splitlines() if "serves:" in line]
     assert served == sorted([  # ... and what it promises: one line per wheel of the index
         "torch 2.13 (built with 2.13.0+cpu), CPU only, cxx11abi TRUE; cp39-abi3 manylinux_2_28_x86_64",
