@@ -279,6 +279,8 @@ def _unreachable_index(decision: Optional[Dict[str, Any]]) -> Optional[str]:
     if not decision or decision.get("status") != "error":
         return None
     kind = str(decision.get("error_kind") or "")
+    if kind in ("fetch-local", "fetch-os"):  # the cache could not be written: not the index's fault
+        return None
     return kind if kind == "index" or kind.startswith(("index-", "fetch-")) else None
 
 

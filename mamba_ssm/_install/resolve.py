@@ -6,6 +6,7 @@ local path), else :data:`RELEASE_INDEX_URL` for this version.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -133,10 +134,15 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
         )
         return res
     try:
-        raw = fetch_bytes(manifest_url, MAX_MANIFEST_BYTES, settings, environ, log=say)
+        # a half-sent or garbled body is fetched again (check); a well-formed but wrong one is not
+        raw = fetch_bytes(manifest_url, MAX_MANIFEST_BYTES, settings, environ, log=say, check=_parses_as_json)
         manifest = Manifest.from_json(raw, source=manifest_url)
         pins = load_pinned_hashes() if pinned == "sdist" else pinned
     except FetchError as exc:
+        if exc.kind == "invalid":
+            res.error_kind = "manifest"
+            res.message = (f"The wheel index's manifest was refused: {exc}. No wheel was downloaded. {FIX_INDEX}")
+            return res
         res.error_kind = f"index-{exc.kind}"
         res.message = f"Could not read the wheel index: {exc}. Looked for a wheel for {env.summary()}. {FIX_INDEX}"
         return res
@@ -171,9 +177,22 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
         res.status, res.entry, res.error_kind = "prebuilt", entry, None
         res.message = f"{decision.explain()} Downloaded and verified (sha256 {sha[:16]}..., {size} bytes)."
         return res
+    if res.error_kind == "fetch-local":  # the network worked; the cache could not take the file
+        res.message = f"The chosen wheel could not be saved: {' | '.join(failures)}. {decision.explain()}"
+        return res
     res.message = (f"The chosen wheel could not be downloaded: {' | '.join(failures)}. "
                    f"{decision.explain()} {FIX_INDEX}")
     return res
+
+
+def _parses_as_json(raw: bytes) -> None:
+    """ValueError (not valid JSON / not UTF-8) for a body worth fetching again."""
+    try:
+        json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 ({exc})") from None
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
 
 
 def main_log(text: str) -> None:  # pragma: no cover - convenience for callers

@@ -38,10 +38,11 @@ def _record_line(name: str, data: bytes) -> str:
 
 def make_wheel(folder: str, label: str, info: Optional[dict], platform: str = "linux_x86_64",
                version: str = "2.4.0.dev0", python_tag: str = "cp39", abi_tag: str = "abi3",
-               padding: int = 0) -> str:
+               padding: int = 0, noise: int = 0) -> str:
     """Write a valid wheel ``mamba_ssm-<version>+<label>-<py>-<abi>-<platform>.whl`` whose
     ``mamba_ssm/_C.abi3.so`` is a byte blob carrying ``info`` between the build-info markers
-    (``padding`` extra bytes make it bigger). Returns its path."""
+    (``padding`` extra zero bytes make it bigger uncompressed, ``noise`` random bytes bigger on disk).
+    Returns its path."""
     full = f"{version}+{label}" if label else version
     from packaging.version import Version
 
@@ -50,7 +51,7 @@ def make_wheel(folder: str, label: str, info: Optional[dict], platform: str = "l
     files: Dict[str, bytes] = {"mamba_ssm/__init__.py": b"__version__ = %r\n" % norm}
     if info is not None:
         blob = b"\x7fELF-fake" + os.urandom(64) + b"MAMBA_SSM_BUILD_INFO_BEGIN" + json.dumps(info).encode() \
-            + b"MAMBA_SSM_BUILD_INFO_END" + b"\0" * padding
+            + b"MAMBA_SSM_BUILD_INFO_END" + b"\0" * padding + os.urandom(noise)
         files["mamba_ssm/_C.abi3.so"] = blob
     files[f"{dist}/METADATA"] = (f"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: {norm}\n"
                                  f"Requires-Python: >=3.9\n").encode()
@@ -87,14 +88,19 @@ def env_dict(torch="2.14.1+cu130", cuda="13.0", hip=None, abi=True, gpus=(), dri
 # ----------------------------------------------------------------------------- loopback server
 class FaultServer:
     """A threaded HTTP server on 127.0.0.1 serving ``root``; ``faults[path] = kind`` injects:
-    ``404``, ``500``, ``500-once`` (then normal), ``reset``, ``truncate``, ``stall``, ``corrupt``
-    (same size, other bytes), ``slow`` (1 s before the answer). ``hits[path]`` counts requests."""
+    ``404``, ``500``, ``500-once`` (then normal), ``reset``, ``truncate``, ``truncate-once``, ``stall``,
+    ``corrupt`` (same size, other bytes), ``slow`` (1 s before the answer), ``drip`` (one byte every
+    ``drip_s`` seconds), ``429-once`` / ``503-once`` (with ``Retry-After: retry_after``, then normal),
+    ``429`` (always, same header), ``half-once`` (the first half of the body, announced as the whole
+    body, then normal). ``hits[path]`` counts requests."""
 
     def __init__(self, root: str, tls: Optional[ssl.SSLContext] = None):
         self.root = root
         self.faults: Dict[str, str] = {}
         self.hits: Dict[str, int] = {}
         self.stall_s = 5.0
+        self.drip_s = 0.05
+        self.retry_after = "1"
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -105,13 +111,19 @@ class FaultServer:
                 path = self.path.split("?", 1)[0]
                 server.hits[path] = server.hits.get(path, 0) + 1
                 fault = server.faults.get(path)
-                if fault == "500-once":
+                if fault in ("500-once", "429-once", "503-once", "truncate-once", "half-once"):
                     server.faults.pop(path)
-                    fault = "500"
+                    fault = fault[:-len("-once")]
                 if fault == "404":
                     return self.send_error(404)
                 if fault == "500":
                     return self.send_error(500)
+                if fault in ("429", "503"):
+                    self.send_response(int(fault))
+                    self.send_header("Retry-After", server.retry_after)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 from urllib.parse import unquote
 
                 rel = path.split("://", 1)[1].split("/", 1)[1] if "://" in path else path  # proxy requests
@@ -134,6 +146,20 @@ class FaultServer:
                     return
                 if fault == "slow":
                     time.sleep(1.0)
+                if fault == "half":
+                    data = data[: len(data) // 2]
+                if fault == "drip":
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    try:
+                        for i in range(len(data)):
+                            self.wfile.write(data[i:i + 1])
+                            self.wfile.flush()
+                            time.sleep(server.drip_s)
+                    except OSError:  # the client gave up
+                        pass
+                    return
                 if fault == "corrupt":
                     data = bytes(b ^ 0xFF for b in data)
                 self.send_response(200)
