@@ -55,7 +55,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from build_matrix.index import IndexError_, build_index, pin_sdist
 
     try:
-        manifest = build_index(args.dir, add=args.add or [], pin=args.pin)
+        manifest = build_index(args.dir, add=args.add or [], pin=args.pin, allow_unrepaired=args.allow_unrepaired)
         for sdist in args.pin_sdist or []:
             pin_sdist(sdist, manifest)
             print(f"pinned {len(manifest.wheels)} wheel hash(es) into {sdist}")
@@ -148,6 +148,8 @@ def register(subparsers) -> None:
     p.add_argument("--add", nargs="*", metavar="WHEEL", help="wheel files to copy into the index")
     p.add_argument("--pin", metavar="FILE", help="also write the sha256 pins (release: mamba_ssm/_install/pinned_hashes.json)")
     p.add_argument("--pin-sdist", nargs="*", metavar="SDIST", help="add the pins as mamba_ssm/_install/pinned_hashes.json to these .tar.gz sdists")
+    p.add_argument("--allow-unrepaired", action="store_true",
+                   help="accept linux_* wheels that auditwheel did not repair (a local test index only)")
     p.set_defaults(func=cmd_index)
 
     p = subparsers.add_parser("resolve", help="show which prebuilt wheel the install would choose, and why")

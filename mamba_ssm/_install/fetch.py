@@ -229,6 +229,7 @@ def _stream(url: str, sink: Callable[[bytes], None], max_bytes: int, exact: Opti
     local write error) ends it unchanged."""
     start = time.monotonic()
     deadline = budget = None
+    trimmed = False  # the last read's timeout was cut short by the deadline
     total, expected = 0, exact
     try:
         with _open(url, settings, environ) as resp:
@@ -249,8 +250,9 @@ def _stream(url: str, sink: Callable[[bytes], None], max_bytes: int, exact: Opti
                     if left <= 0:
                         raise _past_deadline(url, budget, total, expected, settings)
                     if sock is not None:
+                        trimmed = left < settings.read_timeout
                         with contextlib.suppress(OSError):
-                            sock.settimeout(min(settings.read_timeout, left))
+                            sock.settimeout(left if trimmed else settings.read_timeout)
                 chunk = read(CHUNK)
                 if not chunk:
                     break
@@ -263,7 +265,7 @@ def _stream(url: str, sink: Callable[[bytes], None], max_bytes: int, exact: Opti
     except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
         if isinstance(exc, ValueError) and not isinstance(exc, urllib.error.URLError):
             raise FetchError("url", url, f"bad URL ({exc})") from None
-        if deadline is not None and time.monotonic() >= deadline - 0.01:
+        if deadline is not None and (trimmed or time.monotonic() >= deadline + settings.read_timeout):
             raise _past_deadline(url, budget, total, expected, settings) from None
         raise _classify(exc, url) from None
     if expected is not None and total < expected:

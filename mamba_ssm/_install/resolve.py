@@ -18,8 +18,9 @@ from .fetch import FetchError, HttpSettings, fetch_bytes, fetch_wheel, index_url
 from .fixes import RELEASE_INDEX_URL
 from .manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, WheelEntry, load_pinned_hashes
 from .selection import Decision, select
+from .wheelmeta import disagreements, platform_arch, read_wheel_meta, target_problems
 
-__all__ = ["RELEASE_INDEX_URL", "Resolution", "resolve", "default_index", "fix_no_candidate"]
+__all__ = ["RELEASE_INDEX_URL", "Resolution", "resolve", "default_index", "fix_no_candidate", "contents_problems"]
 
 
 def fix_no_candidate(version: str) -> str:
@@ -174,15 +175,48 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
             if getattr(exc, "kind", None) == "not-found":
                 continue  # the manifest lists a wheel the host lacks: try the next candidate
             break
+        problems = contents_problems(res.wheel_path, entry, env)
+        if problems:  # the bytes are the index's, but they are not what its name and manifest say
+            say(f"refusing {entry.filename}: " + "; ".join(problems))
+            failures.append(f"{entry.filename}: its contents disagree with its name or the target: "
+                            + "; ".join(problems))
+            res.wheel_path, res.error_kind = None, "fetch-metadata"
+            continue  # another candidate may be sound
         res.status, res.entry, res.error_kind = "prebuilt", entry, None
-        res.message = f"{decision.explain()} Downloaded and verified (sha256 {sha[:16]}..., {size} bytes)."
+        res.message = (f"{decision.explain()} Downloaded and verified (sha256 {sha[:16]}..., {size} bytes; "
+                       f"WHEEL tags, METADATA and build info agree).")
         return res
     if res.error_kind == "fetch-local":  # the network worked; the cache could not take the file
         res.message = f"The chosen wheel could not be saved: {' | '.join(failures)}. {decision.explain()}"
         return res
+    if res.error_kind == "fetch-metadata":
+        res.message = (f"No wheel was installed: {' | '.join(failures)}. The index serves a mislabelled wheel; "
+                       f"it was not handed to the installer. {decision.explain()} "
+                       f"{fix_no_candidate(version)}")
+        return res
     res.message = (f"The chosen wheel could not be downloaded: {' | '.join(failures)}. "
                    f"{decision.explain()} {FIX_INDEX}")
     return res
+
+
+def contents_problems(path: str, entry: WheelEntry, env: Environment) -> List[str]:
+    """Why the downloaded wheel at ``path`` must not be installed although its sha256 matched: its
+    WHEEL tags, METADATA (name, version, Requires-Python) or ``_C`` build info contradict its file
+    name, the manifest entry, or the target (``wheelmeta``). Empty when it is sound."""
+    try:
+        meta = read_wheel_meta(path, scratch=os.path.dirname(path))
+    except (ValueError, OSError) as exc:
+        return [str(exc)]
+    problems = disagreements(meta, entry.filename)
+    plats = env.platform_tags
+    arch = platform_arch(plats[0]) if plats else env.machine
+    problems += target_problems(meta, env.python_version, arch)
+    if (meta.build_info or None) != (entry.build_info or None):
+        problems.append("the compiled module's build info differs from the one the index's manifest lists")
+    if entry.requires_python and meta.requires_python != entry.requires_python:
+        problems.append(f"METADATA Requires-Python {meta.requires_python!r} differs from the manifest's "
+                        f"{entry.requires_python!r}")
+    return problems
 
 
 def _parses_as_json(raw: bytes) -> None:

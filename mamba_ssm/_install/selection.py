@@ -5,7 +5,8 @@ chosen wheel, the ranked compatible candidates, and each rejected wheel with its
 
 * the wheel's version equals the sdist's (local version label ignored);
 * its platform / Python / ABI tags are among the target's (``packaging.tags``: an aarch64 target never
-  takes an x86_64 wheel, a musllinux target never a manylinux one);
+  takes an x86_64 wheel, a musllinux target never a manylinux one, nor an unrepaired ``linux_*`` one);
+* its Requires-Python (recorded in the manifest by the index) admits the target's Python;
 * THE compatibility rule, ``mamba_ssm._compat.buildinfo.incompatibilities`` (torch major.minor or the
   exact build, C++ ABI, CUDA major, ROCm major.minor; a CPU-only torch gets the ``+cpu`` wheel);
 * the NVIDIA driver is at least the minimum of the wheel's CUDA major (CUDA minor-version
@@ -30,6 +31,7 @@ from .._compat.archs import coverage
 from .._compat.buildinfo import BuildInfo, BuildInfoError, incompatibilities
 from .environment import Environment
 from .manifest import Manifest, WheelEntry
+from .wheelmeta import requires_python_problem
 
 __all__ = [
     "served_by",
@@ -133,17 +135,22 @@ def _arch_of(platform_tag: str) -> Optional[str]:
 def _tag_reason(entry: WheelEntry, env: Environment) -> Optional[str]:
     wheel_tags = entry.tags
     env_tags = set(env.tags)
-    if any(str(t) in env_tags for t in wheel_tags):
-        return None
-    wheel_plats = sorted({t.platform for t in wheel_tags})
     env_plats = env.platform_tags
+    wheel_plats = sorted({t.platform for t in wheel_tags})
+    env_musl = any(p.startswith("musllinux") for p in env_plats)
+    env_many = any(p.startswith("manylinux") for p in env_plats)
+    # packaging's tags for a musl interpreter include linux_*; an unrepaired wheel is glibc-built
+    unrepaired_on_musl = env_musl and not env_many and all(p.startswith("linux_") for p in wheel_plats)
+    if any(str(t) in env_tags for t in wheel_tags) and not unrepaired_on_musl:
+        return None
     env_arch = _arch_of(env_plats[0]) if env_plats else env.machine
     wheel_arch = {_arch_of(p) for p in wheel_plats} - {None}
     if wheel_arch and env_arch and env_arch not in wheel_arch:
         return (f"built for {', '.join(sorted(wheel_arch))} ({', '.join(wheel_plats)}) but the target is "
                 f"{env_arch}")
-    env_musl = any(p.startswith("musllinux") for p in env_plats)
-    env_many = any(p.startswith("manylinux") for p in env_plats)
+    if unrepaired_on_musl:
+        return (f"an unrepaired {', '.join(wheel_plats)} wheel (built against some glibc, never checked by "
+                f"auditwheel) cannot be trusted on a musllinux (musl libc) target")
     if any(p.startswith("manylinux") for p in wheel_plats) and env_musl and not env_many:
         return (f"a manylinux (glibc) wheel ({', '.join(wheel_plats)}) cannot run on a musllinux "
                 f"(musl libc) target")
@@ -210,6 +217,9 @@ def _check(entry: WheelEntry, env: Environment, sdist: Version, runtime, pinned)
     tag = _tag_reason(entry, env)
     if tag:
         reasons.append(tag)
+    needs = requires_python_problem(entry.requires_python, env.python_version)
+    if needs:
+        reasons.append(needs)
     if pinned is not None:
         pin = pinned.get(entry.filename)
         if pin is None:

@@ -38,11 +38,13 @@ def _record_line(name: str, data: bytes) -> str:
 
 def make_wheel(folder: str, label: str, info: Optional[dict], platform: str = "linux_x86_64",
                version: str = "2.4.0.dev0", python_tag: str = "cp39", abi_tag: str = "abi3",
-               padding: int = 0, noise: int = 0) -> str:
+               padding: int = 0, noise: int = 0, wheel_tag: Optional[str] = None,
+               requires_python: Optional[str] = ">=3.9", meta_name: str = "mamba-ssm") -> str:
     """Write a valid wheel ``mamba_ssm-<version>+<label>-<py>-<abi>-<platform>.whl`` whose
     ``mamba_ssm/_C.abi3.so`` is a byte blob carrying ``info`` between the build-info markers
     (``padding`` extra zero bytes make it bigger uncompressed, ``noise`` random bytes bigger on disk).
-    Returns its path."""
+    ``wheel_tag`` overrides the WHEEL ``Tag:`` line (default: the file name's), ``requires_python`` the
+    METADATA Requires-Python (None: absent), ``meta_name`` its Name. Returns its path."""
     full = f"{version}+{label}" if label else version
     from packaging.version import Version
 
@@ -53,10 +55,10 @@ def make_wheel(folder: str, label: str, info: Optional[dict], platform: str = "l
         blob = b"\x7fELF-fake" + os.urandom(64) + b"MAMBA_SSM_BUILD_INFO_BEGIN" + json.dumps(info).encode() \
             + b"MAMBA_SSM_BUILD_INFO_END" + b"\0" * padding + os.urandom(noise)
         files["mamba_ssm/_C.abi3.so"] = blob
-    files[f"{dist}/METADATA"] = (f"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: {norm}\n"
-                                 f"Requires-Python: >=3.9\n").encode()
+    files[f"{dist}/METADATA"] = (f"Metadata-Version: 2.1\nName: {meta_name}\nVersion: {norm}\n"
+                                 + (f"Requires-Python: {requires_python}\n" if requires_python else "")).encode()
     files[f"{dist}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\n"
-                              f"Tag: {python_tag}-{abi_tag}-{platform}\n").encode()
+                              f"Tag: {wheel_tag or f'{python_tag}-{abi_tag}-{platform}'}\n").encode()
     record = [_record_line(n, d) for n, d in files.items()] + [f"{dist}/RECORD,,"]
     files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
     path = os.path.join(folder, f"mamba_ssm-{norm}-{python_tag}-{abi_tag}-{platform}.whl")

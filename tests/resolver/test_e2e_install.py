@@ -90,7 +90,9 @@ def cpu_cell_wheel():
 @pytest.fixture(scope="module")
 def server(work, host_wheel, sdist):
     root = work / "index"
-    manifest = build_index(str(root), add=[host_wheel] + ([cpu_cell_wheel()] if cpu_cell_wheel() else []), move=False)
+    # allow_unrepaired: the fallback host wheel comes from `pip wheel` (linux_x86_64, not auditwheel-repaired)
+    manifest = build_index(str(root), add=[host_wheel] + ([cpu_cell_wheel()] if cpu_cell_wheel() else []), move=False,
+                           allow_unrepaired=True)
     pin_sdist(sdist, manifest)
     with serving(str(root)) as srv:
         yield srv
