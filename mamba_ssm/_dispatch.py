@@ -176,6 +176,16 @@ def _coverage_fix(device: Any) -> str:
         return (f"install a wheel built for {arch} (`{_loader.FIX_INSTALL_KERNELS}` picks one), or build "
                 f"from source for it: `HIP_BUILD=1 PYTORCH_ROCM_ARCH={arch} {_loader.FIX_SOURCE_BUILD}`")
     capability = arch or "<compute capability>"
+    try:  # a GPU older than everything this torch's CUDA can build for: no build helps, say what does
+        import torch  # noqa: PLC0415
+
+        from mamba_ssm._install.fixes import gpu_unservable  # noqa: PLC0415
+
+        unservable = gpu_unservable(arch, getattr(torch.version, "cuda", None)) if arch else None
+    except Exception:  # noqa: BLE001 - advice only
+        unservable = None
+    if unservable:
+        return unservable
     return (f"install a wheel whose kernels cover compute capability {capability} "
             f"(`{_loader.FIX_INSTALL_KERNELS}` picks one), or build from source for it: "
             f"`TORCH_CUDA_ARCH_LIST={capability} {_loader.FIX_SOURCE_BUILD}`")

@@ -65,7 +65,16 @@ class Plan:
         self.final_mode = self.final_mode or self.mode
 
 
-def _fallback(env, outcome_msg: str, root: str = ROOT) -> Plan:
+def _gpu_unservable(outcome) -> list:
+    """The resolver's word that no build for the target's torch can run on its GPU (see
+    ``mamba_ssm/_install/fixes.gpu_unservable``), from the hook's Outcome; [] when absent."""
+    details = getattr(outcome, "details", None)
+    record = details.get("record") if isinstance(details, dict) else None
+    found = record.get("gpu_unservable") if isinstance(record, dict) else None
+    return [str(x) for x in found] if isinstance(found, list) else []
+
+
+def _fallback(env, outcome_msg: str, root: str = ROOT, outcome=None) -> Plan:
     choice = Settings.from_env(env).fallback_choice()
     if choice == "error":
         raise PreflightError(
@@ -75,8 +84,12 @@ def _fallback(env, outcome_msg: str, root: str = ROOT) -> Plan:
         )
     if choice == "python":
         return Plan("python", reason="MAMBA_FALLBACK=python")
-    if choice == "source":
-        return Plan("source", config=resolve_config(env, root=root), reason="MAMBA_FALLBACK=source")
+    unservable = _gpu_unservable(outcome)
+    if choice == "source":  # asked for: built (its CPU kernel still serves CPU tensors), with the warning
+        warning = (" (warning: " + " ".join(unservable) + ")") if unservable else ""
+        return Plan("source", config=resolve_config(env, root=root), reason="MAMBA_FALLBACK=source" + warning)
+    if unservable:  # a long build of kernels the GPU cannot run: the pure-Python package, with why
+        return Plan("python", reason="MAMBA_FALLBACK=auto: no source build, " + " ".join(unservable))
     try:
         return Plan("source", config=resolve_config(env, root=root), reason="MAMBA_FALLBACK=auto: preflight passed")
     except PreflightError as e:
@@ -134,7 +147,7 @@ def plan_build(kind: str, env=None, root: str = ROOT) -> Plan:
                     final_mode="deferred")
     else:
         try:
-            plan = _fallback(env, str(getattr(outcome, "message", "") or ""), root)
+            plan = _fallback(env, str(getattr(outcome, "message", "") or ""), root, outcome)
         except PreflightError:
             record_decision(hook, outcome, "error")
             raise

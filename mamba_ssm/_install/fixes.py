@@ -22,7 +22,7 @@ from typing import Any, Mapping, Optional
 
 __all__ = [
     "RELEASE_INDEX_URL", "installed_version", "requirement", "recorded_index", "install_kernels_command",
-    "reinstall_command", "source_build_command", "no_isolation_command",
+    "reinstall_command", "source_build_command", "no_isolation_command", "gpu_unservable",
 ]
 
 #: The project's release wheel index (a static PEP 503 tree per release, written by
@@ -98,3 +98,43 @@ def source_build_command(version: Optional[str] = None, env_prefix: str = "") ->
 def no_isolation_command(version: Optional[str] = None) -> str:
     """Install this version built against the torch already installed (no build isolation)."""
     return f"python -m pip install --no-build-isolation --no-deps {requirement(version)}"
+
+
+#: The last minor release of each older CUDA major (its nvcc's arch table, ``_compat.archs``).
+_LAST_MINOR = {12: 9, 11: 8}
+
+
+def gpu_unservable(capability: Optional[str], torch_cuda: Optional[str]) -> Optional[str]:
+    """Why no mamba-ssm kernels for a torch built with CUDA ``torch_cuda`` (``"13.0"``) can run on a GPU of
+    compute capability ``capability`` (``"6.0"``), prebuilt or built from source, and the real fix; None
+    when they can (or either value is unknown).
+
+    A GPU runs SASS of its own major not newer than it, or PTX not newer than it, so a GPU older than
+    the oldest architecture the toolkit of that CUDA can target (CUDA 13: sm_75; 12: sm_50; 11: sm_35,
+    NVIDIA's release notes, ``mamba_ssm._compat.archs``) runs none of it: its GPU ops use the PyTorch
+    fallback. The fix is a torch built for the newest older CUDA whose toolkit still targets it, and
+    our wheel for that torch.
+    """
+    from .._compat import archs
+
+    try:
+        cap = archs.parse_capability(capability)
+        cuda = tuple(int(x) for x in str(torch_cuda).split(".")[:2])
+        oldest = archs.parse_arch(archs.nvcc_supported_archs(cuda)[0])
+    except (TypeError, ValueError, IndexError):
+        return None
+    if cap >= oldest.capability:
+        return None
+    sm = f"sm_{cap[0]}{cap[1]}"
+    older = [m for m in sorted(_LAST_MINOR, reverse=True) if m < cuda[0]
+             and cap >= archs.parse_arch(archs.nvcc_supported_archs((m, _LAST_MINOR[m]))[0]).capability]
+    text = (f"the GPU ({sm}) is older than every architecture CUDA {cuda[0]}.{cuda[1]} can build for (oldest "
+            f"{oldest.sass}), so no mamba-ssm kernels for this torch can run on it, prebuilt or built from source: "
+            f"its GPU ops run on the PyTorch fallback (slower)")
+    if older:
+        text += (f". The real fix: a torch built for CUDA {older[0]} whose arch list still has {sm} "
+                 f"(torch.cuda.get_arch_list()), then `{install_kernels_command()}` takes the mamba-ssm "
+                 f"cu{older[0]} wheel for it")
+    else:
+        text += ". No CUDA toolkit that torch 2.x supports targets it any more"
+    return text

@@ -82,6 +82,8 @@ class Resolution:
             "decision": self.decision.to_dict() if self.decision else None,
             "message": self.message,
             "error_kind": self.error_kind,
+            # GPUs no build for the target's torch can run on (setup.py's auto fallback then builds nothing)
+            "gpu_unservable": list(self.decision.gpu_unservable) if self.decision else [],
         }
 
 
@@ -155,7 +157,11 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
     res.decision = decision
     if decision.status != "chosen":
         res.status = "no-candidate"
-        res.message = f"No prebuilt mamba-ssm wheel fits. {decision.explain()} {fix_no_candidate(version)}"
+        if decision.gpu_unservable:  # a source build cannot help either: say what runs and the real fix
+            res.message = (f"No prebuilt mamba-ssm wheel fits. {decision.explain()} "
+                           f"{' '.join(u.rstrip('.') + '.' for u in decision.gpu_unservable)}")
+        else:
+            res.message = f"No prebuilt mamba-ssm wheel fits. {decision.explain()} {fix_no_candidate(version)}"
         return res
     if not fetch:
         res.status, res.entry = "prebuilt", decision.chosen

@@ -95,10 +95,14 @@ class Decision:
     #: what the index's wheels serve, one line per distinct target (``served_by`` of each wheel):
     #: the torches, accelerators, ABIs and tags a fitting install needs.
     served: List[str] = field(default_factory=list)
+    #: for each visible GPU that no build for the target's torch can run on (older than every arch its
+    #: CUDA's toolkit targets): why, and the real fix (``fixes.gpu_unservable``)
+    gpu_unservable: List[str] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
             "served": list(self.served),
+            "gpu_unservable": list(self.gpu_unservable),
             "status": self.status,
             "chosen": self.chosen.filename if self.chosen else None,
             "candidates": [c.filename for c in self.candidates],
@@ -244,6 +248,7 @@ def _check(entry: WheelEntry, env: Environment, sdist: Version, runtime, pinned)
     reasons.extend(r.split(": install the mamba-ssm wheel", 1)[0] for r in incompatibilities(info, runtime))
     if reasons:
         return reasons, facts
+    facts["gpu_only"] = True  # every reason from here on is about the driver or a GPU
     # NVIDIA: driver and coverage.
     if info.torch_cuda:
         nv = [g for g in env.gpus if g.vendor == "nvidia" and g.capability]
@@ -341,12 +346,14 @@ def select(env: Environment, manifest: Manifest, sdist_version: str,
     if not env.gpus and (runtime.cuda_major is not None):
         notes.append("no NVIDIA GPU is visible, so GPU coverage and the driver were not checked")
     good: List[Tuple[Tuple, WheelEntry]] = []
-    bad: List[Tuple[int, str, str]] = []
+    bad: List[Tuple[Tuple, str, str]] = []
     for entry in manifest.wheels:
         reasons, facts = _check(entry, env, sdist, runtime, pinned)
         notes.extend(n for n in facts.get("notes", []) if n not in notes)
         if reasons:
-            bad.append((len(reasons), entry.filename, "; ".join(reasons)))
+            # nearest first: a wheel that fails only for the GPU (driver, archs) matches everything
+            # else; then by how many rules it fails; the name only breaks ties
+            bad.append(((not facts.get("gpu_only"), len(reasons)), entry.filename, "; ".join(reasons)))
         else:
             rank = (not facts["exact_torch"], facts["jit"], _tag_rank(entry, env), entry.filename)
             good.append((rank, entry))
@@ -355,5 +362,13 @@ def select(env: Environment, manifest: Manifest, sdist_version: str,
     candidates = [e for _, e in good]
     rejected = [(f, r) for _, f, r in bad]
     status = "chosen" if candidates else "no-candidate"
+    unservable = []
+    if runtime.cuda_major is not None:
+        from .fixes import gpu_unservable
+
+        for gpu in env.gpus:
+            why = gpu_unservable(gpu.capability, env.torch.cuda) if gpu.vendor == "nvidia" else None
+            if why:
+                unservable.append(f"{gpu.name or 'GPU'}: {why}")
     return Decision(status, candidates[0] if candidates else None, candidates, rejected, looked_for, notes,
-                    served)
+                    served, unservable)
