@@ -61,21 +61,37 @@ def _no_isolation_fix() -> str:
     return fixes.no_isolation_command(BASE_VERSION)
 
 
+def _broken_torch(need: str, exc: BaseException, torch=None) -> str:
+    where = getattr(torch, "__file__", None) or "the environment"
+    version = getattr(torch, "__version__", None)
+    return (f"{need} needs a working torch, but the torch in {where}"
+            + (f" ({version})" if version else "")
+            + f" is broken or incomplete ({type(exc).__name__}: {exc}). Fix: reinstall the torch you use "
+            "(same version and index) until `python -c \"import torch.utils.cpp_extension\"` works.")
+
+
 def probe_torch(need: str) -> TorchInfo:
     """Import torch (never initialising CUDA). ``PreflightError`` when torch is absent, with the
     build-isolation fix; ``need`` names what asked for it."""
     try:
         import torch  # noqa: F401
     except ImportError as e:
+        if getattr(e, "name", None) not in (None, "torch"):  # torch is there but one of its imports fails
+            raise PreflightError(_broken_torch(need, e)) from None
         raise PreflightError(
             f"{need} needs torch in the build environment, but it cannot be imported ({e}). pip builds in "
             "an isolated environment without torch: install torch first, then build against it with "
             f"'{_no_isolation_fix()}' (from a source checkout: 'python -m pip install --no-build-isolation "
             "--no-deps .')."
         ) from None
-    import torch.utils.cpp_extension as cpp_extension
+    except Exception as e:  # noqa: BLE001 - a torch that fails while importing (a missing library, ...)
+        raise PreflightError(_broken_torch(need, e)) from None
+    try:
+        import torch.utils.cpp_extension as cpp_extension
 
-    build = versions.TorchBuild.from_torch(torch)
+        build = versions.TorchBuild.from_torch(torch)
+    except Exception as e:  # noqa: BLE001 - no torch.utils, no torch.version, an odd version string
+        raise PreflightError(_broken_torch(need, e, torch)) from None
     arch_list: List[str] = []
     if build.cuda:
         try:

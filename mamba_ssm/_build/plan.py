@@ -94,6 +94,9 @@ def _fallback(env, outcome_msg: str, root: str = ROOT, outcome=None) -> Plan:
         return Plan("source", config=resolve_config(env, root=root), reason="MAMBA_FALLBACK=auto: preflight passed")
     except PreflightError as e:
         return Plan("python", reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: {e}")
+    except Exception as e:  # noqa: BLE001 - auto never fails the install over its own probing
+        return Plan("python", reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: probing it failed "
+                                     f"({type(e).__name__}: {e})")
 
 
 BOTH_FLAGS_WARNING = (
