@@ -283,9 +283,13 @@ def _fallback_message(op: str, device: Any, reason: str, fix: Optional[str]) -> 
     text = f"mamba_ssm: {op} on {device} runs on the PyTorch fallback (slower): {reason}."
     if fix:
         text += f" Fix: {fix}."
-    if _loader.kernels_deferred(_loader.install_decision()) and _loader.FIX_INSTALL_KERNELS not in text:
+    decision = _loader.install_decision()
+    if _loader.kernels_deferred(decision) and _loader.FIX_INSTALL_KERNELS not in text:
         text += (f" The kernels were deferred at install time (torch was being installed by the same "
                  f"command): run `{_loader.FIX_INSTALL_KERNELS}`.")
+    build = decision.get("build") if isinstance(decision, dict) else None
+    if isinstance(build, dict) and build.get("mode") == "python" and build.get("reason"):
+        text += f" At install time no kernels were built: {str(build['reason']).rstrip('.')}."
     text += f" Set {ENV_NO_WARNING}=1 to silence this warning; `python -m mamba_ssm doctor` explains more."
     return text
 

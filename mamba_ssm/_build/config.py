@@ -172,10 +172,12 @@ def list_sources(root: str = ROOT, gpu: bool = False) -> List[str]:
     return [f"{CSRC}/{n}" for n in names if n.endswith(exts)]
 
 
-def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str = ROOT) -> BuildConfig:
+def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str = ROOT,
+                   cpu_only: bool = False) -> BuildConfig:
     """Run the preflight and resolve the source-build configuration from ``env`` (default
     ``os.environ``). Raises ``PreflightError`` (one paragraph: the value and the fix) on the first
-    problem, before anything is compiled."""
+    problem, before anything is compiled. ``cpu_only``: the CPU kernel alone, whatever torch's
+    accelerator (the auto fallback on a machine without a GPU: only a C++ compiler needed)."""
     env = os.environ if env is None else env
     s = Settings.from_env(env)
     version = package_version(env)
@@ -194,7 +196,9 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
             "install a ROCm torch (e.g. pip install torch --index-url https://download.pytorch.org/whl/rocm6.2), "
             "or unset HIP_BUILD."
         )
-    if t.hip:
+    if cpu_only:
+        gpu = None
+    elif t.hip:
         gpu = "hip"
     elif t.cuda:
         gpu = "cuda"
