@@ -5,8 +5,8 @@ checks, a cache shared by concurrent installs.
   ``MAMBA_HTTP_READ_TIMEOUT`` (s, default 60) for each read, so a stalled server fails instead of
   hanging the install.
 * A deadline for the whole file besides the per-read timeout, so a server that drips bytes slower than
-  any useful rate cannot hold the install: ``MAMBA_HTTP_READ_TIMEOUT + size / MAMBA_HTTP_MIN_RATE``
-  seconds (floor rate in bytes/s, default 20000, i.e. 20 kB/s; 0 turns the deadline off). ``size`` is
+  any useful rate cannot hold the install: ``MAMBA_HTTP_CONNECT_TIMEOUT + MAMBA_HTTP_READ_TIMEOUT + size
+  / MAMBA_HTTP_MIN_RATE`` seconds (floor rate in bytes/s, default 20000, i.e. 20 kB/s; 0 turns it off). ``size`` is
   the wheel's size from the manifest, the manifest's Content-Length, else its 16 MiB limit.
 * Retries: ``MAMBA_HTTP_RETRIES`` (default 3) more attempts, waiting ``MAMBA_HTTP_BACKOFF`` x 2^n
   seconds (default 1), on transient faults only: connection reset/refused, timeouts, truncated
@@ -73,10 +73,11 @@ class HttpSettings:
     retry_after_max: float = 120.0
 
     def deadline_for(self, size: int) -> Optional[float]:
-        """Seconds a download of ``size`` bytes may take in all, or None without a floor rate."""
+        """Seconds a download of ``size`` bytes may take in all (the connect and one read timeout, plus
+        the size at the floor rate), or None without a floor rate."""
         if self.min_rate <= 0:
             return None
-        return self.read_timeout + size / self.min_rate
+        return self.connect_timeout + self.read_timeout + size / self.min_rate
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "HttpSettings":
@@ -265,7 +266,9 @@ def _stream(url: str, sink: Callable[[bytes], None], max_bytes: int, exact: Opti
     except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
         if isinstance(exc, ValueError) and not isinstance(exc, urllib.error.URLError):
             raise FetchError("url", url, f"bad URL ({exc})") from None
-        if deadline is not None and (trimmed or time.monotonic() >= deadline + settings.read_timeout):
+        timed_out = isinstance(exc, (socket.timeout, TimeoutError)) or isinstance(
+            getattr(exc, "reason", None), (socket.timeout, TimeoutError))
+        if deadline is not None and timed_out and (trimmed or time.monotonic() >= deadline):
             raise _past_deadline(url, budget, total, expected, settings) from None
         raise _classify(exc, url) from None
     if expected is not None and total < expected:
@@ -278,8 +281,9 @@ def _past_deadline(url: str, budget: float, total: int, expected: Optional[int],
     return FetchError(
         "deadline", url,
         f"still downloading after {budget:.0f} s ({total}{of} bytes received; the deadline is "
-        f"MAMBA_HTTP_READ_TIMEOUT={settings.read_timeout:g} s + size / MAMBA_HTTP_MIN_RATE={settings.min_rate:g} "
-        f"bytes/s): the server is too slow, giving up")
+        f"MAMBA_HTTP_CONNECT_TIMEOUT={settings.connect_timeout:g} s + MAMBA_HTTP_READ_TIMEOUT="
+        f"{settings.read_timeout:g} s + size / MAMBA_HTTP_MIN_RATE={settings.min_rate:g} bytes/s): the server is "
+        f"too slow, giving up")
 
 
 def local_error(exc: OSError, folder: str) -> FetchError:

@@ -69,6 +69,27 @@ def make_wheel(folder: str, label: str, info: Optional[dict], platform: str = "l
     return path
 
 
+def one_wheel_index(root, label: str = "cu13torch2.14cxx11abiTRUE", **make_kw):
+    """``root`` as an index holding one manylinux_2_28_x86_64 wheel (``make_wheel`` keywords pass
+    through); returns ``(root, entry)``, the entry checked against the file's own sha256 and size."""
+    from build_matrix.index import build_index
+
+    make_wheel(str(root), label, build_info(), platform="manylinux_2_28_x86_64", **make_kw)
+    entry = build_index(str(root)).wheels[0]
+    with open(os.path.join(str(root), entry.relpath), "rb") as fh:
+        data = fh.read()
+    assert hashlib.sha256(data).hexdigest() == entry.sha256 and len(data) == entry.size
+    return root, entry
+
+
+def cache_files(cache) -> List[str]:
+    """Every file under ``cache`` but the lock files: a fault must leave no partial file there."""
+    out: List[str] = []
+    for _dirpath, _dirs, files in os.walk(cache):
+        out += [f for f in files if not f.endswith(".lock")]
+    return out
+
+
 def tags_of(python=(3, 11), platforms=("manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "linux_x86_64")) -> List[str]:
     """Wheel tags a CPython of ``python`` accepts on ``platforms`` (packaging.tags directly)."""
     plats = list(platforms)

@@ -1,7 +1,7 @@
 """Issue 11, item 4: every download has a bounded outcome (loopback server on 127.0.0.1, bounded waits).
 
 * a server that drips bytes (each read well inside the per-read timeout) is cut off at the deadline
-  ``read_timeout + size / min_rate``, for a wheel and for the manifest;
+  ``connect_timeout + read_timeout + size / min_rate``, for a wheel and for the manifest;
 * 429/503 with Retry-After: the wait is the server's (seconds or an HTTP date), up to the cap; beyond
   the cap the download ends at once, saying so;
 * the manifest: a body shorter than its Content-Length, or half a JSON document, is fetched again;
@@ -19,31 +19,19 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import build_info, env_dict, make_wheel, serving  # noqa: E402
+from helpers import cache_files, env_dict, one_wheel_index, serving  # noqa: E402
 
-from build_matrix.index import build_index  # noqa: E402
 from mamba_ssm._install.environment import Environment  # noqa: E402
 from mamba_ssm._install.fetch import FetchError, HttpSettings, fetch_bytes, fetch_wheel  # noqa: E402
 from mamba_ssm._install.resolve import resolve  # noqa: E402
 
 V = "2.4.0.dev0"
-LABEL = "cu13torch2.14cxx11abiTRUE"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture()
 def index(tmp_path):
-    root = tmp_path / "index"
-    make_wheel(str(root), LABEL, build_info(), platform="manylinux_2_28_x86_64", noise=300_000)
-    manifest = build_index(str(root))
-    return root, manifest.wheels[0]
-
-
-def files_in(folder):
-    out = []
-    for _dirpath, _dirs, files in os.walk(folder):
-        out += [f for f in files if not f.endswith(".lock")]
-    return out
+    return one_wheel_index(tmp_path / "index", noise=300_000)  # 300 kB that deflate cannot shrink
 
 
 def quoted(entry):
@@ -52,9 +40,9 @@ def quoted(entry):
 
 def test_a_dripping_server_is_cut_off_at_the_deadline(index, tmp_path):
     root, entry = index
-    # 0.5 s per-read timeout, 1 MB/s floor: deadline 0.5 + size/1e6 (~0.8 s); the drip (20 B/s) would
-    # take over four hours for this 300 kB wheel
-    settings = HttpSettings(connect_timeout=2.0, read_timeout=0.5, retries=2, backoff=0.01, min_rate=1e6)
+    # 0.5 s connect and per-read timeouts, 1 MB/s floor: deadline 1 + size/1e6 (~1.3 s); the drip
+    # (20 B/s) would take over four hours for this 300 kB wheel
+    settings = HttpSettings(connect_timeout=0.5, read_timeout=0.5, retries=2, backoff=0.01, min_rate=1e6)
     budget = settings.deadline_for(entry.size)
     with serving(str(root)) as srv:
         srv.faults["/" + quoted(entry)] = "drip"
@@ -66,13 +54,13 @@ def test_a_dripping_server_is_cut_off_at_the_deadline(index, tmp_path):
         assert srv.hits["/" + quoted(entry)] == 1  # a deadline is not retried
     assert err.value.kind == "deadline" and "MAMBA_HTTP_MIN_RATE" in str(err.value), str(err.value)
     assert budget <= elapsed < budget + 1.5
-    assert files_in(tmp_path / "c") == []
+    assert cache_files(tmp_path / "c") == []
 
 
 def test_the_manifest_download_has_a_deadline_too(index, tmp_path):
     root, _entry = index
     size = os.path.getsize(root / "manifest.json")
-    settings = HttpSettings(connect_timeout=2.0, read_timeout=0.5, retries=0, min_rate=2 * size)  # ~1 s
+    settings = HttpSettings(connect_timeout=0.5, read_timeout=0.5, retries=0, min_rate=2 * size)  # ~1.5 s
     budget = settings.deadline_for(size)
     with serving(str(root)) as srv:
         srv.faults["/manifest.json"] = "drip"
@@ -84,9 +72,10 @@ def test_the_manifest_download_has_a_deadline_too(index, tmp_path):
 
 
 def test_the_deadline_scales_with_the_size_and_is_configurable(monkeypatch):
-    assert HttpSettings().deadline_for(24_000_000) == pytest.approx(60 + 24_000_000 / 20_000)
-    s = HttpSettings.from_env({"MAMBA_HTTP_MIN_RATE": "1000", "MAMBA_HTTP_READ_TIMEOUT": "5"})
-    assert s.deadline_for(10_000) == pytest.approx(15.0)
+    assert HttpSettings().deadline_for(24_000_000) == pytest.approx(15 + 60 + 24_000_000 / 20_000)
+    s = HttpSettings.from_env({"MAMBA_HTTP_MIN_RATE": "1000", "MAMBA_HTTP_READ_TIMEOUT": "5",
+                               "MAMBA_HTTP_CONNECT_TIMEOUT": "2"})
+    assert s.deadline_for(10_000) == pytest.approx(17.0)
     assert HttpSettings.from_env({"MAMBA_HTTP_MIN_RATE": "0"}).deadline_for(10**9) is None
     with pytest.raises(ValueError, match="MAMBA_HTTP_MIN_RATE"):
         HttpSettings.from_env({"MAMBA_HTTP_MIN_RATE": "fast"})
@@ -122,7 +111,7 @@ def test_a_retry_after_beyond_the_cap_ends_the_download_at_once(index, tmp_path)
                         settings=HttpSettings(retries=3, backoff=0.01), sleep=waits.append)
         assert srv.hits["/" + quoted(entry)] == 1
     assert waits == [] and "3600" in str(err.value) and "MAMBA_HTTP_RETRY_AFTER_MAX=120" in str(err.value)
-    assert files_in(tmp_path / "c") == []
+    assert cache_files(tmp_path / "c") == []
 
 
 def _resolve(url, tmp_path, settings):
@@ -140,22 +129,17 @@ def test_a_short_or_half_sent_manifest_is_fetched_again(index, tmp_path, fault):
     assert res.status == "prebuilt" and res.entry.filename == entry.filename, res.message
 
 
-def test_a_manifest_always_short_is_an_index_error_after_the_retries(index, tmp_path):
+@pytest.mark.parametrize("fault,kind,needle", [
+    ("truncate", "index-truncated", "after 3 attempts"),   # always short: an index error
+    ("half", "manifest", "not valid JSON"),                # always half a document: refused as not JSON
+])
+def test_a_manifest_always_broken_is_an_error_after_the_retries(index, tmp_path, fault, kind, needle):
     root, _entry = index
     with serving(str(root)) as srv:
-        srv.faults["/manifest.json"] = "truncate"
+        srv.faults["/manifest.json"] = fault
         res = _resolve(srv.url, tmp_path, HttpSettings(connect_timeout=2, read_timeout=2, retries=2, backoff=0.01))
         assert srv.hits["/manifest.json"] == 3
-    assert res.status == "error" and res.error_kind == "index-truncated" and "after 3 attempts" in res.message
-
-
-def test_a_manifest_always_half_sent_is_refused_as_not_json_after_the_retries(index, tmp_path):
-    root, _entry = index
-    with serving(str(root)) as srv:
-        srv.faults["/manifest.json"] = "half"
-        res = _resolve(srv.url, tmp_path, HttpSettings(connect_timeout=2, read_timeout=2, retries=2, backoff=0.01))
-        assert srv.hits["/manifest.json"] == 3
-    assert res.status == "error" and res.error_kind == "manifest" and "not valid JSON" in res.message
+    assert res.status == "error" and res.error_kind == kind and needle in res.message
 
 
 # ----------------------------------------------------------------------------- local errors
@@ -183,7 +167,7 @@ def test_enospc_in_the_cache_is_not_retried_and_names_the_folder(index, tmp_path
     assert res.status == "error" and res.error_kind == "fetch-local", res.message
     assert "No space left on device" in res.message and str(cache) in res.message and "MB free" in res.message
     assert "network" not in res.message and "MAMBA_SSM_CACHE_DIR" in res.message
-    assert files_in(cache) == [] and sorted(os.listdir(small_tmpfs)) == ["cache"]
+    assert cache_files(cache) == [] and sorted(os.listdir(small_tmpfs)) == ["cache"]
 
 
 RLIMIT_CHILD = r"""
@@ -209,4 +193,4 @@ def test_a_local_write_error_is_not_retried_even_without_mount(index, tmp_path):
         assert srv.hits["/" + quoted(entry)] == 1
     assert "KIND=local TRANSIENT=False" in proc.stdout, proc.stdout + proc.stderr
     assert "File too large" in proc.stdout and str(cache / "wheels") in proc.stdout
-    assert files_in(cache) == []
+    assert cache_files(cache) == []
