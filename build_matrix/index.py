@@ -16,20 +16,19 @@ resolver checks each wheel against a hash that did not come from the host that s
 """
 from __future__ import annotations
 
-import email.parser
 import hashlib
 import html
 import json
 import os
 import shutil
-import tempfile
 import urllib.parse
-import zipfile
 from typing import Dict, Iterable, List, Optional
 
-from mamba_ssm._compat.buildinfo import BuildInfoError, read_build_info
+from packaging.utils import parse_wheel_filename
+
 from mamba_ssm._compat.variant import VariantError, VariantKey
 from mamba_ssm._install.manifest import PROJECT, Manifest, WheelEntry
+from mamba_ssm._install.wheelmeta import disagreements, read_wheel_meta
 
 __all__ = ["IndexError_", "wheel_entry", "build_index", "write_index", "write_pins"]
 
@@ -46,55 +45,43 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def _wheel_meta(path: str) -> Dict[str, Optional[str]]:
-    """Version and Requires-Python from the wheel's METADATA, and its _C build info (or None)."""
-    with zipfile.ZipFile(path) as zf:
-        names = zf.namelist()
-        meta_name = next((n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
-        if meta_name is None:
-            raise IndexError_(f"{path}: no .dist-info/METADATA, not a wheel")
-        meta = email.parser.Parser().parsestr(zf.read(meta_name).decode("utf-8"))
-        so = [n for n in names if n.startswith("mamba_ssm/_C") and n.endswith(".so")]
-        info = None
-        if so:
-            with tempfile.TemporaryDirectory() as tmp:
-                target = os.path.join(tmp, "_C.so")
-                with zf.open(so[0]) as src, open(target, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                try:
-                    info = json.loads(read_build_info(target).to_json())
-                except BuildInfoError as exc:
-                    raise IndexError_(f"{path}: {so[0]}: {exc}") from None
-    return {"version": meta.get("Version"), "requires_python": meta.get("Requires-Python"), "build_info": info}
-
-
-def wheel_entry(path: str, meta_out: Optional[dict] = None) -> WheelEntry:
+def wheel_entry(path: str, meta_out: Optional[dict] = None, allow_unrepaired: bool = False) -> WheelEntry:
     """The manifest entry of one wheel file. Raises IndexError_ naming the file when its name is
-    not a variant wheel of mamba_ssm or METADATA disagrees with the file name."""
+    not a variant wheel of mamba_ssm, when its contents disagree with the name (METADATA name and
+    version, WHEEL tags, the ``_C`` build info's version and architecture, a Requires-Python that is
+    not a specifier: ``mamba_ssm._install.wheelmeta.disagreements``), or when it is an unrepaired
+    ``linux_*`` wheel (auditwheel never checked its libraries; ``allow_unrepaired`` accepts it, for a
+    local test index only)."""
     name = os.path.basename(path)
     try:
         key = VariantKey.from_wheel_filename(name)
     except VariantError as exc:
         raise IndexError_(f"{path}: {exc}") from None
-    meta = _wheel_meta(path)
+    try:
+        meta = read_wheel_meta(path)
+    except ValueError as exc:
+        raise IndexError_(str(exc)) from None
     if meta_out is not None:
-        meta_out.update(meta)
-    file_version = name.split("-")[1]
+        meta_out.update(version=meta.version, requires_python=meta.requires_python, build_info=meta.build_info)
+    problems = disagreements(meta, name)
+    if problems:
+        raise IndexError_(f"{path}: " + "; ".join(problems))
+    plats = sorted({t.platform for t in parse_wheel_filename(name)[3]})
+    if not allow_unrepaired and any(p.startswith("linux_") for p in plats):
+        raise IndexError_(
+            f"{path}: platform tag {', '.join(plats)} is an unrepaired wheel (auditwheel repair gives it a "
+            f"manylinux/musllinux tag after checking its libraries); refusing it (--allow-unrepaired for a "
+            f"local test index)")
     from packaging.version import Version
 
-    if meta["version"] is None or Version(meta["version"]) != Version(file_version):
-        raise IndexError_(
-            f"{path}: METADATA version {meta['version']!r} differs from the file name's {file_version!r} "
-            f"(strict installers reject such a wheel)"
-        )
-    info = meta["build_info"]
+    info = meta.build_info
     entry = WheelEntry(
         filename=name, sha256=_sha256(path), size=os.path.getsize(path), variant=key.local_label,
-        version=str(Version(file_version)),
+        version=str(Version(name.split("-")[1])),
         sass_archs=list(info.get("sass_archs") or []) if info else [],
         ptx_archs=list(info.get("ptx_archs") or []) if info else [],
         gfx_archs=list(info.get("gfx_archs") or []) if info else [],
-        build_info=info,
+        build_info=info, requires_python=meta.requires_python,
     )
     return WheelEntry.from_dict(entry.to_dict(), where=name)  # the resolver's own validation
 
@@ -121,7 +108,7 @@ def write_index(root: str, entries: List[WheelEntry], requires_python: Optional[
         os.makedirs(proj, exist_ok=True)
         links = []
         for w in wheels:
-            rp = requires_python.get(w.filename)
+            rp = requires_python.get(w.filename) or w.requires_python
             attr = f' data-requires-python="{html.escape(rp)}"' if rp else ""
             href = (file_base or "") + urllib.parse.quote(w.filename)
             links.append(f'<a href="{html.escape(href)}#sha256={w.sha256}"{attr}>{html.escape(w.filename)}</a>')
@@ -149,11 +136,13 @@ def write_pins(manifest: Manifest, path: str) -> str:
     return path
 
 
-def build_index(root: str, add: Iterable[str] = (), pin: Optional[str] = None, move: bool = True) -> Manifest:
+def build_index(root: str, add: Iterable[str] = (), pin: Optional[str] = None, move: bool = True,
+                allow_unrepaired: bool = False) -> Manifest:
     """Gather the wheels under ``root`` plus ``add``, place them, write pages and the manifest.
 
     Wheels already at ``root/<label>/mamba-ssm/`` stay; others under ``root`` are moved there (copied
-    with ``move=False``); ``add`` files are copied. Raises IndexError_ naming a bad wheel.
+    with ``move=False``); ``add`` files are copied. Raises IndexError_ naming a bad wheel (see
+    :func:`wheel_entry`; ``allow_unrepaired`` lets ``linux_*`` wheels in, for a local test index).
     """
     root = os.path.abspath(root)
     os.makedirs(root, exist_ok=True)
@@ -166,7 +155,7 @@ def build_index(root: str, add: Iterable[str] = (), pin: Optional[str] = None, m
     rp: Dict[str, str] = {}
     for path, inside in found:
         meta: dict = {}
-        entry = wheel_entry(path, meta)
+        entry = wheel_entry(path, meta, allow_unrepaired=allow_unrepaired)
         dest = os.path.join(root, entry.variant, PROJECT, entry.filename)
         if os.path.abspath(path) != dest:
             os.makedirs(os.path.dirname(dest), exist_ok=True)

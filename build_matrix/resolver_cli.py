@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 from typing import List, Optional
@@ -54,7 +55,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from build_matrix.index import IndexError_, build_index, pin_sdist
 
     try:
-        manifest = build_index(args.dir, add=args.add or [], pin=args.pin)
+        manifest = build_index(args.dir, add=args.add or [], pin=args.pin, allow_unrepaired=args.allow_unrepaired)
         for sdist in args.pin_sdist or []:
             pin_sdist(sdist, manifest)
             print(f"pinned {len(manifest.wheels)} wheel hash(es) into {sdist}")
@@ -106,7 +107,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 def cmd_mirror(args: argparse.Namespace) -> int:
     from build_matrix.index import write_index
-    from mamba_ssm._install.fetch import fetch_wheel
+    from mamba_ssm._install.fetch import FetchError, fetch_wheel
+    from mamba_ssm._install.fixes import requirement
     from mamba_ssm._install.resolve import resolve, wheel_url
 
     env = _load_env(args.for_env)
@@ -118,14 +120,24 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     wanted = res.decision.candidates if args.all else [res.decision.chosen]
     root = os.path.abspath(args.to)
     for entry in wanted:
-        path = fetch_wheel(wheel_url(res.index, entry), entry.filename, entry.sha256, entry.size)
+        try:
+            path = fetch_wheel(wheel_url(res.index, entry), entry.filename, entry.sha256, entry.size)
+        except (FetchError, OSError, TimeoutError) as exc:
+            print(f"mirror: could not download {entry.filename}: {exc}", file=sys.stderr)
+            return 2
         dest = os.path.join(root, entry.variant, "mamba-ssm", entry.filename)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        shutil.copyfile(path, dest + ".part")
-        os.replace(dest + ".part", dest)
+        try:
+            shutil.copyfile(path, dest + ".part")
+            os.replace(dest + ".part", dest)
+        finally:
+            if os.path.exists(dest + ".part"):  # a failed copy (disk full) leaves nothing half-written
+                os.unlink(dest + ".part")
         print(f"mirrored {entry.filename}")
     write_index(root, wanted)
-    print(f"index for this target at {root}: MAMBA_WHEEL_INDEX=file://{root} pip install mamba-ssm")
+    version = args.version or _sdist_version()
+    print(f"index for this target at {root}: MAMBA_WHEEL_INDEX={shlex.quote('file://' + root)} python -m pip install "
+          f"{requirement(version)}")
     return 0
 
 
@@ -136,6 +148,8 @@ def register(subparsers) -> None:
     p.add_argument("--add", nargs="*", metavar="WHEEL", help="wheel files to copy into the index")
     p.add_argument("--pin", metavar="FILE", help="also write the sha256 pins (release: mamba_ssm/_install/pinned_hashes.json)")
     p.add_argument("--pin-sdist", nargs="*", metavar="SDIST", help="add the pins as mamba_ssm/_install/pinned_hashes.json to these .tar.gz sdists")
+    p.add_argument("--allow-unrepaired", action="store_true",
+                   help="accept linux_* wheels that auditwheel did not repair (a local test index only)")
     p.set_defaults(func=cmd_index)
 
     p = subparsers.add_parser("resolve", help="show which prebuilt wheel the install would choose, and why")

@@ -37,6 +37,14 @@ def program_name(argv0: Optional[str] = None) -> str:
     return base
 
 
+def _reinstall_command() -> str:
+    """The pinned, torch-safe reinstall (mamba_ssm._install.fixes has the same; it may be the part
+    of the install that is missing here)."""
+    from mamba_ssm._version import __version__
+
+    return f"python -m pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=={__version__.split('+')[0]}"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the process exit status.
 
@@ -65,7 +73,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         except ImportError as exc:
             sys.stderr.write(
                 f"{prog} install-kernels: the install-time resolver is not part of this install ({exc}); "
-                "reinstall with `pip install --no-cache-dir --force-reinstall mamba-ssm`\n"
+                f"reinstall with `{_reinstall_command()}`\n"
             )
             return 2
         result = install_kernels.main(rest, prog=f"{prog} install-kernels")

@@ -193,6 +193,16 @@ def _coverage_fix(device: Any) -> str:
         return (f"install a wheel built for {arch} (`{_loader.FIX_INSTALL_KERNELS}` picks one), or build "
                 f"from source for it: `HIP_BUILD=1 PYTORCH_ROCM_ARCH={arch} {_loader.FIX_SOURCE_BUILD}`")
     capability = arch or "<compute capability>"
+    try:  # a GPU older than everything this torch's CUDA can build for: no build helps, say what does
+        import torch  # noqa: PLC0415
+
+        from mamba_ssm._install.fixes import gpu_unservable  # noqa: PLC0415
+
+        unservable = gpu_unservable(arch, getattr(torch.version, "cuda", None)) if arch else None
+    except Exception:  # noqa: BLE001 - advice only
+        unservable = None
+    if unservable:
+        return unservable
     return (f"install a wheel whose kernels cover compute capability {capability} "
             f"(`{_loader.FIX_INSTALL_KERNELS}` picks one), or build from source for it: "
             f"`TORCH_CUDA_ARCH_LIST={capability} {_loader.FIX_SOURCE_BUILD}`")
@@ -401,9 +411,13 @@ def _fallback_message(op: str, device: Any, reason: str, fix: Optional[str]) -> 
     text = f"mamba_ssm: {op} on {device} runs on the PyTorch fallback (slower): {reason}."
     if fix:
         text += f" Fix: {fix}."
-    if _loader.kernels_deferred(_loader.install_decision()) and _loader.FIX_INSTALL_KERNELS not in text:
+    decision = _loader.install_decision()
+    if _loader.kernels_deferred(decision) and _loader.FIX_INSTALL_KERNELS not in text:
         text += (f" The kernels were deferred at install time (torch was being installed by the same "
                  f"command): run `{_loader.FIX_INSTALL_KERNELS}`.")
+    build = decision.get("build") if isinstance(decision, dict) else None
+    if isinstance(build, dict) and build.get("mode") == "python" and build.get("reason"):
+        text += f" At install time no kernels were built: {str(build['reason']).rstrip('.')}."
     text += f" Set {ENV_NO_WARNING}=1 to silence this warning; `python -m mamba_ssm doctor` explains more."
     return text
 

@@ -372,7 +372,7 @@ def collect(check: bool = False) -> Dict[str, Any]:
     report["devices"] = devices
     if not torch_info["importable"]:
         problem("broken", f"torch cannot be imported ({torch_info['error']})",
-                "install or repair torch (`pip install torch`), then reinstall mamba-ssm")
+                _loader.FIX_REPAIR_TORCH)
     else:
         from mamba_ssm import _dispatch  # noqa: PLC0415
 
@@ -480,7 +480,7 @@ def _yes(value: Any) -> str:
 #: Keys of the decision record that _render_decision shows in its own lines (the rest: "key: value").
 _DECISION_SHOWN = {"schema", "time", "prefix", "path", "package_version", "final_mode", "status", "wheel",
                    "installed_wheel", "sha256", "index", "environment", "target_python", "decision", "message",
-                   "error_kind", "error", "install"}
+                   "error_kind", "error", "install", "build"}
 _REJECTED_SHOWN = 10
 
 
@@ -531,6 +531,11 @@ def _render_decision(d: Dict[str, Any]) -> List[str]:
         add(f"  error kind: {d['error_kind']}")
     if d.get("message"):
         add(f"  message: {d['message']}")
+    build = d.get("build")
+    if isinstance(build, dict):  # what setup.py built when no prebuilt wheel was used
+        kernels = ", ".join(build.get("kernels") or []) or "none"
+        add(f"  install-time build: {build.get('mode')} ({'failed, ' if build.get('failed') else ''}kernels: "
+            f"{kernels}; {build.get('seconds')} s): {build.get('reason')}")
     for key in sorted(k for k in d if k not in _DECISION_SHOWN):
         value = d[key]
         add(f"  {key.replace('_', ' ')}: {value if isinstance(value, str) else json.dumps(value)}")

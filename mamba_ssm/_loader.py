@@ -42,17 +42,40 @@ __all__ = [
     "FIX_REINSTALL",
     "FIX_INSTALL_KERNELS",
     "FIX_SOURCE_BUILD",
+    "FIX_REPAIR_TORCH",
 ]
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
-# The commands a fix names. Kept here so the warning, the errors and doctor say the same thing.
-FIX_REINSTALL = "pip install --no-cache-dir --force-reinstall mamba-ssm"
-FIX_INSTALL_KERNELS = "python -m mamba_ssm install-kernels"
-FIX_SOURCE_BUILD = (
-    "MAMBA_FORCE_BUILD=TRUE pip install --no-build-isolation --no-cache-dir --force-reinstall "
-    "--no-deps mamba-ssm"
+# The commands a fix names (FIX_REINSTALL, FIX_INSTALL_KERNELS, FIX_SOURCE_BUILD), so the warning, the
+# errors and doctor say the same thing. Built on first use by ``__getattr__`` below from
+# mamba_ssm._install.fixes: each pins this install's version, never changes torch (``--no-deps`` or
+# install-kernels) and names the wheel index the recorded install decision used.
+FIX_REPAIR_TORCH = (
+    "repair torch until `python -c \"import torch\"` works (reinstall the torch build you use, same version "
+    "and index), then run `python -m mamba_ssm doctor` again"
 )
+
+
+def _fixes() -> Any:
+    from mamba_ssm._install import fixes  # noqa: PLC0415 (stdlib only, no torch)
+
+    return fixes
+
+
+def _decision_index(decision: Optional[Dict[str, Any]] = None) -> Optional[str]:
+    """The non-default wheel index of the recorded decision (None: default, or nothing recorded)."""
+    return _fixes().recorded_index(install_decision() if decision is None else decision)
+
+
+def __getattr__(name: str) -> str:
+    if name == "FIX_REINSTALL":
+        return _fixes().reinstall_command(index=_decision_index())
+    if name == "FIX_INSTALL_KERNELS":
+        return _fixes().install_kernels_command(_decision_index())
+    if name == "FIX_SOURCE_BUILD":
+        return _fixes().source_build_command()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Kinds of outcome, stable strings (doctor's JSON carries them).
 KIND_LOADED = "loaded"
@@ -256,46 +279,74 @@ def _unreachable_index(decision: Optional[Dict[str, Any]]) -> Optional[str]:
     if not decision or decision.get("status") != "error":
         return None
     kind = str(decision.get("error_kind") or "")
+    if kind in ("fetch-local", "fetch-os"):  # the cache could not be written: not the index's fault
+        return None
     return kind if kind == "index" or kind.startswith(("index-", "fetch-")) else None
 
 
-def _fix_for_missing() -> str:
-    text = (
-        f"run `{FIX_INSTALL_KERNELS}` to fetch the prebuilt kernels matching this torch, or build them "
-        f"from source with `{FIX_SOURCE_BUILD}` (needs a C++ compiler, and nvcc for GPU kernels)"
+def _no_candidate(decision: Optional[Dict[str, Any]]) -> bool:
+    return bool(decision) and decision.get("status") == "no-candidate"
+
+
+def _fix_for_no_candidate(decision: Dict[str, Any], source_build: str) -> str:
+    where = decision.get("environment") or "this environment"
+    return (
+        f"at install time no prebuilt wheel on the index fitted {where}, so "
+        f"`{_fixes().install_kernels_command(_decision_index(decision))}` fails the same way until torch "
+        f"changes: build from source with `{source_build}` (needs a C++ compiler, and nvcc for GPU kernels), "
+        "or move to a torch a prebuilt wheel serves (`python -m mamba_ssm install-kernels --dry-run` then "
+        "names the wheel it would take) and run install-kernels"
     )
+
+
+def _fix_for_missing() -> str:
     decision = install_decision()
+    fixes = _fixes()
+    index = _decision_index(decision)
+    kernels, source = fixes.install_kernels_command(index), fixes.source_build_command()
+    text = (
+        f"run `{kernels}` to fetch the prebuilt kernels matching this torch, or build them "
+        f"from source with `{source}` (needs a C++ compiler, and nvcc for GPU kernels)"
+    )
     unreachable = _unreachable_index(decision)
     if unreachable:
         return (
             f"at install time the wheel index could not be used ({unreachable}; index "
-            f"{decision.get('index') or 'the default'}), so `{FIX_INSTALL_KERNELS}` alone fails the same "
-            "way: point MAMBA_WHEEL_INDEX at a reachable index or a local mirror (made on a connected "
+            f"{decision.get('index') or 'the default'}), so `{fixes.install_kernels_command()}` alone fails the "
+            "same way: point MAMBA_WHEEL_INDEX at a reachable index or a local mirror (made on a connected "
             "machine with `python -m build_matrix mirror`, copied here) or restore the network, then run "
-            f"`{FIX_INSTALL_KERNELS}`; or build from source with `{FIX_SOURCE_BUILD}`"
+            f"`{fixes.install_kernels_command()}`; or build from source with `{source}`"
         )
+    if _no_candidate(decision):
+        return _fix_for_no_candidate(decision, source)
     if decision and decision.get("final_mode") == "python" and "MAMBA_SKIP_CUDA_BUILD" in str(
             decision.get("requested") or decision.get("message") or ""):
         return (
             "the pure-Python package was requested at install time (MAMBA_SKIP_CUDA_BUILD=TRUE), so no "
-            f"kernels were installed; to get them run `{FIX_INSTALL_KERNELS}`, or reinstall without "
-            "MAMBA_SKIP_CUDA_BUILD (`pip install --force-reinstall --no-deps mamba-ssm`), or build from "
-            f"source with `{FIX_SOURCE_BUILD}`"
+            f"kernels were installed; to get them run `{kernels}`, or reinstall without "
+            f"MAMBA_SKIP_CUDA_BUILD (`{fixes.reinstall_command(index=index)}`), or build from "
+            f"source with `{source}`"
         )
     if kernels_deferred(decision):
         text = (
             "the kernels were deferred at install time because torch was being installed by the same "
-            f"command: run `{FIX_INSTALL_KERNELS}` now that torch is present (or build from source "
-            f"with `{FIX_SOURCE_BUILD}`)"
+            f"command: run `{kernels}` now that torch is present (or build from source "
+            f"with `{source}`)"
         )
     return text
 
 
 def _fix_for_mismatch() -> str:
+    decision = install_decision()
+    fixes = _fixes()
+    index = _decision_index(decision)
+    if _no_candidate(decision):
+        return _fix_for_no_candidate(decision, fixes.source_build_command())
     return (
-        f"reinstall without pip's wheel cache, which can hand back a wheel built for another torch: "
-        f"`{FIX_REINSTALL}`, or run `{FIX_INSTALL_KERNELS}` to fetch the kernels matching this torch, "
-        f"or build from source with `{FIX_SOURCE_BUILD}`"
+        f"run `{fixes.install_kernels_command(index)}` to fetch the kernels built for this torch (it replaces "
+        f"only mamba-ssm's own files), or rebuild without pip's wheel cache, which can hand back a wheel built "
+        f"for another torch: `{fixes.reinstall_command(index=index)}`, or build from source with "
+        f"`{fixes.source_build_command()}`"
     )
 
 
@@ -331,7 +382,7 @@ def _load_uncached(package_dir: Optional[str] = None) -> LoadResult:
     except Exception as exc:  # noqa: BLE001 - a broken install: report, never raise
         return LoadResult(True, path, None, False,
                           f"cannot check {path}: mamba_ssm._compat.buildinfo failed to import "
-                          f"({_exception_text(exc)})", f"reinstall: `{FIX_REINSTALL}`", KIND_BAD_BUILD_INFO)
+                          f"({_exception_text(exc)})", f"reinstall: `{_fixes().reinstall_command()}`", KIND_BAD_BUILD_INFO)
 
     try:
         build = _buildinfo.read_build_info(path)
@@ -343,7 +394,7 @@ def _load_uncached(package_dir: Optional[str] = None) -> LoadResult:
             loaded=False,
             reason=(f"{path} is not a usable mamba_ssm._C build: its build-info record cannot be read "
                     f"({_exception_text(exc)}); it was not loaded"),
-            fix=f"reinstall the package: `{FIX_REINSTALL}`",
+            fix=f"reinstall the package: `{_fixes().reinstall_command(index=_decision_index())}`",
             kind=KIND_BAD_BUILD_INFO,
         )
 
@@ -352,7 +403,7 @@ def _load_uncached(package_dir: Optional[str] = None) -> LoadResult:
     except Exception as exc:  # noqa: BLE001
         return LoadResult(True, path, build, False,
                           f"torch cannot be imported ({_exception_text(exc)})",
-                          "install or repair torch (`pip install torch`), then reinstall mamba-ssm",
+                          FIX_REPAIR_TORCH,
                           KIND_NO_TORCH)
 
     try:

@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import shutil
+import time
 import uuid
 from typing import Dict
 
@@ -112,12 +113,15 @@ def make_cmdclass(plan: Plan) -> Dict[str, type]:
                     os.replace(tmp, dest)
                 print(f"mamba-ssm: using the prebuilt wheel {plan.prebuilt_wheel}")
             else:
+                start = time.monotonic()
                 try:
                     super().run()
                 except BaseException:
                     if plan.hook is not None:  # doctor shows why the install has no kernels
+                        _note_build(plan, time.monotonic() - start, failed=True)
                         record_decision(plan.hook, plan.outcome, "error")
                     raise
+                _note_build(plan, time.monotonic() - start)
             if plan.hook is not None:
                 record_decision(plan.hook, plan.outcome, plan.final_mode, plan.install_id)
 
@@ -127,6 +131,17 @@ def make_cmdclass(plan: Plan) -> Dict[str, type]:
     return cmdclass
 
 
+def _note_build(plan: Plan, seconds: float, failed: bool = False) -> None:
+    """Put what this wheel is (source / pure Python), why and how long it took into the decision record
+    (``build``), which doctor and the first fallback warning show (pip hides build output)."""
+    details = getattr(plan.outcome, "details", None)
+    record = details.get("record") if isinstance(details, dict) else None
+    if isinstance(record, dict):
+        record["build"] = {"mode": plan.mode, "reason": plan.reason, "seconds": round(seconds, 1),
+                           "kernels": list(plan.config.kernels) if plan.config is not None else [],
+                           "failed": failed}
+
+
 def make_build_ext(cfg: BuildConfig) -> type:
     """torch's BuildExtension, writing the build-info header first and honouring the forced ABI."""
     from torch.utils.cpp_extension import BuildExtension
@@ -134,6 +149,9 @@ def make_build_ext(cfg: BuildConfig) -> type:
     class build_ext(BuildExtension):
         def __init__(self, *args, **kwargs):
             kwargs.setdefault("use_ninja", True)
+            ninja_dir = os.path.dirname(cfg.ninja) if cfg.ninja else None
+            if ninja_dir and shutil.which("ninja") is None:  # e.g. the target env's ninja under build isolation
+                os.environ["PATH"] = ninja_dir + os.pathsep + os.environ.get("PATH", "")
             super().__init__(*args, **kwargs)
 
         def build_extensions(self):

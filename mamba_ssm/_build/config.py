@@ -53,20 +53,45 @@ class TorchInfo:
     limited_api: Optional[str] = None
 
 
+def _no_isolation_fix() -> str:
+    """The pinned, torch-safe command (mamba_ssm/_install/fixes.py) for this source tree's version."""
+    from .._install import fixes
+    from .settings import BASE_VERSION
+
+    return fixes.no_isolation_command(BASE_VERSION)
+
+
+def _broken_torch(need: str, exc: BaseException, torch=None) -> str:
+    where = getattr(torch, "__file__", None) or "the environment"
+    version = getattr(torch, "__version__", None)
+    return (f"{need} needs a working torch, but the torch in {where}"
+            + (f" ({version})" if version else "")
+            + f" is broken or incomplete ({type(exc).__name__}: {exc}). Fix: reinstall the torch you use "
+            "(same version and index) until `python -c \"import torch.utils.cpp_extension\"` works.")
+
+
 def probe_torch(need: str) -> TorchInfo:
     """Import torch (never initialising CUDA). ``PreflightError`` when torch is absent, with the
     build-isolation fix; ``need`` names what asked for it."""
     try:
         import torch  # noqa: F401
     except ImportError as e:
+        if getattr(e, "name", None) not in (None, "torch"):  # torch is there but one of its imports fails
+            raise PreflightError(_broken_torch(need, e)) from None
         raise PreflightError(
             f"{need} needs torch in the build environment, but it cannot be imported ({e}). pip builds in "
-            "an isolated environment without torch: install torch first, then build with "
-            "'pip install --no-build-isolation .' (or 'pip install --no-build-isolation mamba-ssm')."
+            "an isolated environment without torch: install torch first, then build against it with "
+            f"'{_no_isolation_fix()}' (from a source checkout: 'python -m pip install --no-build-isolation "
+            "--no-deps .')."
         ) from None
-    import torch.utils.cpp_extension as cpp_extension
+    except Exception as e:  # noqa: BLE001 - a torch that fails while importing (a missing library, ...)
+        raise PreflightError(_broken_torch(need, e)) from None
+    try:
+        import torch.utils.cpp_extension as cpp_extension
 
-    build = versions.TorchBuild.from_torch(torch)
+        build = versions.TorchBuild.from_torch(torch)
+    except Exception as e:  # noqa: BLE001 - no torch.utils, no torch.version, an odd version string
+        raise PreflightError(_broken_torch(need, e, torch)) from None
     arch_list: List[str] = []
     if build.cuda:
         try:
@@ -147,10 +172,12 @@ def list_sources(root: str = ROOT, gpu: bool = False) -> List[str]:
     return [f"{CSRC}/{n}" for n in names if n.endswith(exts)]
 
 
-def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str = ROOT) -> BuildConfig:
+def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str = ROOT,
+                   cpu_only: bool = False) -> BuildConfig:
     """Run the preflight and resolve the source-build configuration from ``env`` (default
     ``os.environ``). Raises ``PreflightError`` (one paragraph: the value and the fix) on the first
-    problem, before anything is compiled."""
+    problem, before anything is compiled. ``cpu_only``: the CPU kernel alone, whatever torch's
+    accelerator (the auto fallback on a machine without a GPU: only a C++ compiler needed)."""
     env = os.environ if env is None else env
     s = Settings.from_env(env)
     version = package_version(env)
@@ -169,7 +196,9 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
             "install a ROCm torch (e.g. pip install torch --index-url https://download.pytorch.org/whl/rocm6.2), "
             "or unset HIP_BUILD."
         )
-    if t.hip:
+    if cpu_only:
+        gpu = None
+    elif t.hip:
         gpu = "hip"
     elif t.cuda:
         gpu = "cuda"

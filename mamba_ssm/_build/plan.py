@@ -65,7 +65,79 @@ class Plan:
         self.final_mode = self.final_mode or self.mode
 
 
-def _fallback(env, outcome_msg: str, root: str = ROOT) -> Plan:
+def _gpu_unservable(outcome) -> list:
+    """The resolver's word that no build for the target's torch can run on its GPU (see
+    ``mamba_ssm/_install/fixes.gpu_unservable``), from the hook's Outcome; [] when absent."""
+    details = getattr(outcome, "details", None)
+    record = details.get("record") if isinstance(details, dict) else None
+    found = record.get("gpu_unservable") if isinstance(record, dict) else None
+    return [str(x) for x in found] if isinstance(found, list) else []
+
+
+def _target_of(outcome) -> Optional[dict]:
+    details = getattr(outcome, "details", None)
+    target = details.get("target") if isinstance(details, dict) else None
+    return target if isinstance(target, dict) else None
+
+
+def use_target_torch(target: Optional[dict]) -> str:
+    """Make the target environment's torch the one this build imports: under pip's build isolation
+    this interpreter sees no torch (or one pip put into the build env, never the user's). The target's
+    site-packages is appended to ``sys.path`` (prepended when another torch would win), so the build
+    tools stay the isolated env's. Returns a note for the plan's reason ("" when nothing changed).
+
+    Raises ``PreflightError`` when the target's torch cannot be imported here (another Python version).
+    """
+    if not target or not target.get("torch_path"):
+        return ""
+    wanted = os.path.realpath(str(target["torch_path"]))
+    site = os.path.dirname(wanted)
+    version = str(target.get("python_version") or "")
+    if tuple(int(x) for x in version.split(".")[:2] if x.isdigit()) != tuple(sys.version_info[:2]):
+        raise PreflightError(
+            f"the target's Python {version or '?'} is not this build's {sys.version.split()[0]}, so its torch "
+            f"({wanted}) cannot be built against here. Fix: install from the target with "
+            f"--no-build-isolation (torch, setuptools and packaging installed there)")
+    loaded = sys.modules.get("torch")
+    if loaded is not None:
+        here = os.path.realpath(os.path.dirname(getattr(loaded, "__file__", "") or ""))
+        if here != wanted:
+            raise PreflightError(f"this build process already imported the torch at {here}, not the target's "
+                                 f"({wanted})")
+        return ""
+    spec = importlib.util.find_spec("torch")
+    current = os.path.realpath(os.path.dirname(spec.origin)) if spec is not None and spec.origin else None
+    if current == wanted:
+        return ""
+    if current is not None:
+        sys.path.insert(0, site)  # pip put a torch of its own into the build env: the target's wins
+    else:
+        sys.path.append(site)
+    importlib.invalidate_caches()
+    named = " ".join(x for x in ("torch", target.get("torch_version")) if x)
+    return f"against the target's {named} ({site}), not the build env's"
+
+
+def auto_targets(env, target: Optional[dict]):
+    """``(env, cpu_only, note)`` for the auto fallback: pip hides the build's output, so build only for
+    the visible GPUs' archs (``MAMBA_CUDA_ARCHS`` / ``PYTORCH_ROCM_ARCH`` set for them), the CPU kernel
+    alone where none is visible; archs the user set are kept."""
+    if target is None:
+        return env, False, ""
+    if any(str(env.get(k, "")).strip() for k in ("MAMBA_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST", "PYTORCH_ROCM_ARCH",
+                                                 "HIP_ARCHITECTURES")):
+        return env, False, "archs as set in the environment"
+    gpus = [g for g in target.get("gpus") or [] if isinstance(g, dict)]
+    caps = sorted({str(g["capability"]) for g in gpus if g.get("vendor") == "nvidia" and g.get("capability")})
+    gfx = sorted({str(g["gfx"]) for g in gpus if g.get("vendor") == "amd" and g.get("gfx")})
+    if caps:
+        return dict(env, MAMBA_CUDA_ARCHS=";".join(caps)), False, f"for the visible GPU arch(s) only: {', '.join(caps)}"
+    if gfx:
+        return dict(env, PYTORCH_ROCM_ARCH=";".join(gfx)), False, f"for the visible GPU arch(s) only: {', '.join(gfx)}"
+    return env, True, "the CPU kernel alone (no GPU visible)"
+
+
+def _fallback(env, outcome_msg: str, root: str = ROOT, outcome=None) -> Plan:
     choice = Settings.from_env(env).fallback_choice()
     if choice == "error":
         raise PreflightError(
@@ -75,12 +147,31 @@ def _fallback(env, outcome_msg: str, root: str = ROOT) -> Plan:
         )
     if choice == "python":
         return Plan("python", reason="MAMBA_FALLBACK=python")
-    if choice == "source":
-        return Plan("source", config=resolve_config(env, root=root), reason="MAMBA_FALLBACK=source")
+    unservable = _gpu_unservable(outcome)
+    if choice == "auto" and unservable:  # a long build of kernels the GPU cannot run: pure Python, with why
+        return Plan("python", reason="MAMBA_FALLBACK=auto: no source build, " + " ".join(unservable))
+    target = _target_of(outcome)
     try:
-        return Plan("source", config=resolve_config(env, root=root), reason="MAMBA_FALLBACK=auto: preflight passed")
+        against = use_target_torch(target)
+    except PreflightError as e:
+        if choice == "source":
+            raise
+        return Plan("python", reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: {e}")
+    if choice == "source":  # asked for: built (its CPU kernel still serves CPU tensors), with the warning
+        warning = (" (warning: " + " ".join(unservable) + ")") if unservable else ""
+        notes = "; ".join(x for x in (against,) if x)
+        return Plan("source", config=resolve_config(env, root=root),
+                    reason="MAMBA_FALLBACK=source" + (f": {notes}" if notes else "") + warning)
+    build_env, cpu_only, archs_note = auto_targets(env, target)
+    try:
+        notes = "; ".join(x for x in ("preflight passed", against, archs_note) if x)
+        return Plan("source", config=resolve_config(build_env, root=root, cpu_only=cpu_only),
+                    reason=f"MAMBA_FALLBACK=auto: {notes}")
     except PreflightError as e:
         return Plan("python", reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: {e}")
+    except Exception as e:  # noqa: BLE001 - auto never fails the install over its own probing
+        return Plan("python", reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: probing it failed "
+                                     f"({type(e).__name__}: {e})")
 
 
 BOTH_FLAGS_WARNING = (
@@ -134,7 +225,7 @@ def plan_build(kind: str, env=None, root: str = ROOT) -> Plan:
                     final_mode="deferred")
     else:
         try:
-            plan = _fallback(env, str(getattr(outcome, "message", "") or ""), root)
+            plan = _fallback(env, str(getattr(outcome, "message", "") or ""), root, outcome)
         except PreflightError:
             record_decision(hook, outcome, "error")
             raise

@@ -216,7 +216,7 @@ def incompatibilities(build: BuildInfo, runtime: TorchBuild) -> List[str]:
     problems: List[str] = []
     fix = (
         "install the mamba-ssm wheel built for this torch (python -m mamba_ssm install-kernels) or "
-        "rebuild from source (MAMBA_FORCE_BUILD=TRUE pip install --no-build-isolation mamba-ssm)"
+        "rebuild from source (python -m mamba_ssm doctor prints the pinned command)"
     )
     built = build.torch_build
     if built.needs_exact_match or runtime.needs_exact_match:

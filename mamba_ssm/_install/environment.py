@@ -428,7 +428,10 @@ def _probe_result(python: str, proc: Any, timeout: float) -> Dict[str, Any]:
             f"the target interpreter {python!r} printed no probe result (exit {proc.returncode}): "
             f"{(err or out)[-600:]}"
         )
-    return json.loads(out[i + len(PROBE_BEGIN):j])
+    try:
+        return json.loads(out[i + len(PROBE_BEGIN):j])
+    except ValueError as exc:
+        raise DetectionError(f"the target interpreter {python!r} printed a malformed probe result ({exc})") from None
 
 
 # ----------------------------------------------------------------------------- GPUs and driver
@@ -571,9 +574,14 @@ def detect(python: Optional[str] = None, environ: Optional[Mapping[str, str]] = 
         python, how = find_target_python(environ)
     else:
         how = "given"
-    proc = _probe_start(python, environ)  # GPUs are probed while the target imports torch
-    found_gpus = detect_gpus(environ) if gpus else None
-    data = _probe_result(python, proc, 120.0)
+    proc = _probe_start(python, environ)  # GPUs are probed while the target reads torch
+    try:
+        found_gpus = detect_gpus(environ) if gpus else None
+        data = _probe_result(python, proc, 120.0)
+    finally:
+        if proc.poll() is None:  # an unexpected error above: leave no probe process behind
+            proc.kill()
+            proc.communicate()
     notes = list(data.get("notes") or [])
     tags = data.get("tags")
     if not tags:

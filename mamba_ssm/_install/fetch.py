@@ -4,10 +4,17 @@ checks, a cache shared by concurrent installs.
 * Timeouts: ``MAMBA_HTTP_CONNECT_TIMEOUT`` (s, default 15) for the connection, then
   ``MAMBA_HTTP_READ_TIMEOUT`` (s, default 60) for each read, so a stalled server fails instead of
   hanging the install.
+* A deadline for the whole file besides the per-read timeout, so a server that drips bytes slower than
+  any useful rate cannot hold the install: ``MAMBA_HTTP_CONNECT_TIMEOUT + MAMBA_HTTP_READ_TIMEOUT + size
+  / MAMBA_HTTP_MIN_RATE`` seconds (floor rate in bytes/s, default 20000, i.e. 20 kB/s; 0 turns it off). ``size`` is
+  the wheel's size from the manifest, the manifest's Content-Length, else its 16 MiB limit.
 * Retries: ``MAMBA_HTTP_RETRIES`` (default 3) more attempts, waiting ``MAMBA_HTTP_BACKOFF`` x 2^n
   seconds (default 1), on transient faults only: connection reset/refused, timeouts, truncated
-  bodies, HTTP 5xx/408/429. Never on 404 (or other 4xx), a TLS failure, a DNS failure, a size
-  overrun or a sha256 mismatch.
+  bodies (shorter than their Content-Length), a body the caller cannot parse, HTTP 5xx/408/429. On
+  429/503 a ``Retry-After`` (seconds or an HTTP date) is honoured up to ``MAMBA_HTTP_RETRY_AFTER_MAX``
+  seconds (default 120); a longer one ends the download at once, saying so. Never retried: 404 (or
+  other 4xx), a TLS failure, a DNS failure, a size overrun, a sha256 mismatch, the deadline, and local
+  errors (ENOSPC, a read-only cache: kind ``local``, naming the folder and its free space).
 * Proxies: ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` (urllib's ProxyHandler reads them). CA bundles:
   the system store plus ``SSL_CERT_FILE`` and ``PIP_CERT`` when set.
 * Wheels go to ``<cache>/wheels/<sha256>/<file>``; a download is written to a temp file in that folder
@@ -34,7 +41,7 @@ from typing import Callable, Iterator, Mapping, Optional
 
 __all__ = [
     "FetchError", "HttpSettings", "cache_dir", "fetch_bytes", "fetch_wheel", "file_lock",
-    "index_url", "join_url", "sha256_file",
+    "index_url", "join_url", "local_error", "sha256_file",
 ]
 
 CHUNK = 1 << 20
@@ -43,21 +50,34 @@ USER_AGENT = "mamba-ssm-resolver/1"
 
 class FetchError(RuntimeError):
     """A download failed for good. ``kind``: ``not-found``, ``http``, ``network``, ``timeout``,
-    ``truncated``, ``tls``, ``dns``, ``size``, ``hash``, ``url``; the message names the URL."""
+    ``deadline``, ``truncated``, ``invalid`` (a body the caller could not parse), ``tls``, ``dns``,
+    ``size``, ``hash``, ``url``, ``local`` (writing the cache failed); the message names the URL.
+    ``retry_after``: the seconds an HTTP 429/503 asked to wait, or None."""
 
-    def __init__(self, kind: str, url: str, message: str, transient: bool = False):
+    def __init__(self, kind: str, url: str, message: str, transient: bool = False,
+                 retry_after: Optional[float] = None):
         super().__init__(f"{url}: {message}")
-        self.kind, self.url, self.transient = kind, url, transient
+        self.kind, self.url, self.transient, self.retry_after = kind, url, transient, retry_after
 
 
 @dataclass
 class HttpSettings:
-    """Timeouts in seconds, the number of retries after the first attempt, the backoff base (s)."""
+    """Timeouts in seconds, the number of retries after the first attempt, the backoff base (s), the
+    floor rate of a download in bytes/s (0: no deadline) and the longest Retry-After honoured (s)."""
 
     connect_timeout: float = 15.0
     read_timeout: float = 60.0
     retries: int = 3
     backoff: float = 1.0
+    min_rate: float = 20_000.0
+    retry_after_max: float = 120.0
+
+    def deadline_for(self, size: int) -> Optional[float]:
+        """Seconds a download of ``size`` bytes may take in all (the connect and one read timeout, plus
+        the size at the floor rate), or None without a floor rate."""
+        if self.min_rate <= 0:
+            return None
+        return self.connect_timeout + self.read_timeout + size / self.min_rate
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "HttpSettings":
@@ -69,6 +89,8 @@ class HttpSettings:
             ("MAMBA_HTTP_READ_TIMEOUT", "read_timeout", float),
             ("MAMBA_HTTP_RETRIES", "retries", int),
             ("MAMBA_HTTP_BACKOFF", "backoff", float),
+            ("MAMBA_HTTP_MIN_RATE", "min_rate", float),
+            ("MAMBA_HTTP_RETRY_AFTER_MAX", "retry_after_max", float),
         ):
             if environ.get(name):
                 try:
@@ -107,14 +129,21 @@ def join_url(base: str, relpath: str) -> str:
 
 def _ssl_context(environ: Mapping[str, str]) -> ssl.SSLContext:
     ctx = ssl.create_default_context()
+    # OpenSSL's default paths already read this process's SSL_CERT_FILE: each bundle is loaded once
+    # (a large corporate bundle takes a second or more to parse).
+    default = os.environ.get("SSL_CERT_FILE")
+    loaded = {os.path.realpath(default)} if default and os.path.isfile(default) else set()
     for var in ("SSL_CERT_FILE", "PIP_CERT"):
         path = environ.get(var)
-        if path and os.path.isfile(path):
+        if path and os.path.isfile(path) and os.path.realpath(path) not in loaded:
             ctx.load_verify_locations(cafile=path)
+            loaded.add(os.path.realpath(path))
     return ctx
 
 
-def _opener(environ: Mapping[str, str]) -> urllib.request.OpenerDirector:
+def _opener(environ: Mapping[str, str], url: str) -> urllib.request.OpenerDirector:
+    if urllib.parse.urlsplit(url).scheme == "file":  # no TLS (and no CA bundle to parse) for a local index
+        return urllib.request.build_opener()
     return urllib.request.build_opener(
         urllib.request.ProxyHandler(),  # HTTPS_PROXY / HTTP_PROXY / NO_PROXY from the environment
         urllib.request.HTTPSHandler(context=_ssl_context(environ)),
@@ -126,10 +155,14 @@ def _classify(exc: BaseException, url: str) -> FetchError:
         return exc
     if isinstance(exc, urllib.error.HTTPError):
         code = exc.code
+        retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None) \
+            if code in (429, 503) else None
+        with contextlib.suppress(Exception):
+            exc.close()  # the error holds the connection open
         if code == 404 or code == 410:
             return FetchError("not-found", url, f"HTTP {code} (not on the index)")
         transient = code >= 500 or code in (408, 429)
-        return FetchError("http", url, f"HTTP {code} {exc.reason}", transient)
+        return FetchError("http", url, f"HTTP {code} {exc.reason}", transient, retry_after=retry_after)
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
     if isinstance(reason, ssl.SSLCertVerificationError) or isinstance(reason, ssl.SSLError):
         return FetchError(
@@ -151,25 +184,77 @@ def _classify(exc: BaseException, url: str) -> FetchError:
     return FetchError("network", url, f"{type(reason).__name__}: {reason}", False)
 
 
+def _retry_after(value: Optional[str]) -> Optional[float]:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date, RFC 9110 10.2.3), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        import email.utils
+
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    import datetime
+
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
+
+
+def _socket_of(resp):
+    with contextlib.suppress(AttributeError):
+        return resp.fp.raw._sock
+    return None
+
+
 def _open(url: str, settings: HttpSettings, environ: Mapping[str, str]):
     req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-    resp = _opener(environ).open(req, timeout=settings.connect_timeout)
+    resp = _opener(environ, url).open(req, timeout=settings.connect_timeout)
+    sock = _socket_of(resp)
     with contextlib.suppress(AttributeError, OSError):  # reads get their own timeout
-        resp.fp.raw._sock.settimeout(settings.read_timeout)
+        sock.settimeout(settings.read_timeout)
     return resp
 
 
 def _stream(url: str, sink: Callable[[bytes], None], max_bytes: int, exact: Optional[int],
             settings: HttpSettings, environ: Mapping[str, str]) -> int:
-    """One attempt: stream ``url`` into ``sink``; returns the byte count. Raises FetchError."""
+    """One attempt: stream ``url`` into ``sink``; returns the byte count. Raises FetchError.
+
+    ``exact``: the size the body must have (a wheel), else the Content-Length, when sent, must be met.
+    The whole attempt has a deadline (``HttpSettings.deadline_for``); ``sink`` raising FetchError (a
+    local write error) ends it unchanged."""
+    start = time.monotonic()
+    deadline = budget = None
+    trimmed = False  # the last read's timeout was cut short by the deadline
+    total, expected = 0, exact
     try:
         with _open(url, settings, environ) as resp:
             length = resp.headers.get("Content-Length") if hasattr(resp, "headers") else None
-            if length is not None and length.isdigit() and exact is not None and int(length) != exact:
+            announced = int(length) if length is not None and length.strip().isdigit() else None
+            if announced is not None and exact is not None and announced != exact:
                 raise FetchError("size", url, f"the server announces {length} bytes, the index says {exact}")
-            total = 0
+            if announced is not None and announced > max_bytes:
+                raise FetchError("size", url, f"the server announces {announced} bytes, over the {max_bytes} limit")
+            expected = exact if exact is not None else announced
+            budget = settings.deadline_for(expected if expected is not None else max_bytes)
+            deadline = None if budget is None else start + budget
+            sock = _socket_of(resp)
+            read = getattr(resp, "read1", None) or resp.read  # read1: at most one socket read per call
             while True:
-                chunk = resp.read(CHUNK)
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise _past_deadline(url, budget, total, expected, settings)
+                    if sock is not None:
+                        trimmed = left < settings.read_timeout
+                        with contextlib.suppress(OSError):
+                            sock.settimeout(left if trimmed else settings.read_timeout)
+                chunk = read(CHUNK)
                 if not chunk:
                     break
                 total += len(chunk)
@@ -181,10 +266,39 @@ def _stream(url: str, sink: Callable[[bytes], None], max_bytes: int, exact: Opti
     except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
         if isinstance(exc, ValueError) and not isinstance(exc, urllib.error.URLError):
             raise FetchError("url", url, f"bad URL ({exc})") from None
+        timed_out = isinstance(exc, (socket.timeout, TimeoutError)) or isinstance(
+            getattr(exc, "reason", None), (socket.timeout, TimeoutError))
+        if deadline is not None and timed_out and (trimmed or time.monotonic() >= deadline):
+            raise _past_deadline(url, budget, total, expected, settings) from None
         raise _classify(exc, url) from None
-    if exact is not None and total < exact:
-        raise FetchError("truncated", url, f"the body ended after {total} of {exact} bytes", True)
+    if expected is not None and total < expected:
+        raise FetchError("truncated", url, f"the body ended after {total} of {expected} bytes", True)
     return total
+
+
+def _past_deadline(url: str, budget: float, total: int, expected: Optional[int], settings: HttpSettings) -> FetchError:
+    of = f" of {expected}" if expected is not None else ""
+    return FetchError(
+        "deadline", url,
+        f"still downloading after {budget:.0f} s ({total}{of} bytes received; the deadline is "
+        f"MAMBA_HTTP_CONNECT_TIMEOUT={settings.connect_timeout:g} s + MAMBA_HTTP_READ_TIMEOUT="
+        f"{settings.read_timeout:g} s + size / MAMBA_HTTP_MIN_RATE={settings.min_rate:g} bytes/s): the server is "
+        f"too slow, giving up")
+
+
+def local_error(exc: OSError, folder: str) -> FetchError:
+    """A write into the cache failed (ENOSPC, EROFS, EACCES, ...): kind ``local``, never retried;
+    names the folder and the free space on its filesystem."""
+    try:
+        import shutil
+
+        free = f"{shutil.disk_usage(folder).free / 1e6:.1f} MB free there"
+    except OSError:
+        free = "free space unknown"
+    return FetchError(
+        "local", folder,
+        f"could not write the download into the cache ({exc.strerror or exc}; {free}): free space, or set "
+        f"MAMBA_SSM_CACHE_DIR to a writable folder with room for the wheel")
 
 
 def _with_retries(url: str, attempt: Callable[[], object], settings: HttpSettings,
@@ -199,6 +313,12 @@ def _with_retries(url: str, attempt: Callable[[], object], settings: HttpSetting
                                      transient=True) from None
                 raise
             wait = settings.backoff * (2 ** n)
+            if exc.retry_after is not None:
+                if exc.retry_after > settings.retry_after_max:
+                    raise FetchError(exc.kind, url, f"{str(exc).split(': ', 1)[-1]}; the server asks to retry after "
+                                     f"{exc.retry_after:g} s, beyond MAMBA_HTTP_RETRY_AFTER_MAX="
+                                     f"{settings.retry_after_max:g} s: giving up") from None
+                wait = max(wait, exc.retry_after)
             if log:
                 log(f"{exc}; retrying in {wait:g} s ({n + 1}/{settings.retries})")
             sleep(wait)
@@ -207,14 +327,23 @@ def _with_retries(url: str, attempt: Callable[[], object], settings: HttpSetting
 
 def fetch_bytes(url: str, max_bytes: int, settings: Optional[HttpSettings] = None,
                 environ: Optional[Mapping[str, str]] = None, sleep: Callable[[float], None] = time.sleep,
-                log: Optional[Callable[[str], None]] = None) -> bytes:
-    """The body of ``url`` (at most ``max_bytes``), with the retries above. Raises FetchError."""
+                log: Optional[Callable[[str], None]] = None,
+                check: Optional[Callable[[bytes], object]] = None) -> bytes:
+    """The body of ``url`` (at most ``max_bytes``), with the retries above. Raises FetchError.
+
+    ``check(body)`` raising ValueError (e.g. ``json.loads`` on a half-sent body) counts as a transient
+    fault (kind ``invalid``): the body is fetched again."""
     environ = os.environ if environ is None else environ
     settings = settings or HttpSettings.from_env(environ)
 
     def attempt() -> bytes:
         buf = bytearray()
         _stream(url, buf.extend, max_bytes, None, settings, environ)
+        if check is not None:
+            try:
+                check(bytes(buf))
+            except ValueError as exc:
+                raise FetchError("invalid", url, f"the body cannot be used ({exc})", True) from None
         return bytes(buf)
 
     return _with_retries(url, attempt, settings, sleep, log)
@@ -264,6 +393,12 @@ def file_lock(path: str, timeout: float = 900.0) -> Iterator[None]:
         os.close(fd)
 
 
+def _existing_parent(path: str) -> str:
+    while path and not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
 def fetch_wheel(url: str, filename: str, sha256: str, size: int, cache: Optional[str] = None,
                 settings: Optional[HttpSettings] = None, environ: Optional[Mapping[str, str]] = None,
                 sleep: Callable[[float], None] = time.sleep,
@@ -278,7 +413,10 @@ def fetch_wheel(url: str, filename: str, sha256: str, size: int, cache: Optional
     if "/" in filename or "\\" in filename or filename.startswith("."):
         raise FetchError("url", url, f"unsafe file name {filename!r}")
     folder = os.path.join(cache or cache_dir(environ), "wheels", sha256.lower())
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise local_error(exc, _existing_parent(folder)) from None
     dest = os.path.join(folder, filename)
     with file_lock(dest + ".lock"):
         if os.path.isfile(dest):
@@ -289,25 +427,46 @@ def fetch_wheel(url: str, filename: str, sha256: str, size: int, cache: Optional
             os.unlink(dest)  # a corrupted cache entry: fetch again
 
         def attempt() -> str:
-            fd, tmp = tempfile.mkstemp(prefix=f".{filename}.", suffix=".part", dir=folder)
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{filename}.", suffix=".part", dir=folder)
+            except OSError as exc:
+                raise local_error(exc, folder) from None
             h = hashlib.sha256()
             try:
-                with os.fdopen(fd, "wb") as fh:
+                try:
+                    fh = os.fdopen(fd, "wb")
+                except OSError as exc:
+                    os.close(fd)
+                    raise local_error(exc, folder) from None
+                try:
                     def sink(chunk: bytes) -> None:
                         h.update(chunk)
-                        fh.write(chunk)
+                        try:
+                            fh.write(chunk)
+                        except OSError as exc:  # ENOSPC, EDQUOT, EIO: local, not the network
+                            raise local_error(exc, folder) from None
 
                     _stream(url, sink, size, size, settings, environ)
-                    fh.flush()
-                    os.fsync(fh.fileno())
+                    try:
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    except OSError as exc:
+                        raise local_error(exc, folder) from None
+                finally:
+                    with contextlib.suppress(OSError):  # a full disk fails the close's flush too
+                        fh.close()
                 got = h.hexdigest()
                 if got != sha256.lower():
                     raise FetchError("hash", url, f"sha256 {got} does not match the expected {sha256.lower()}: "
                                                   f"the file was discarded")
-                os.replace(tmp, dest)
+                try:
+                    os.replace(tmp, dest)
+                except OSError as exc:
+                    raise local_error(exc, folder) from None
                 return dest
             finally:
                 if os.path.exists(tmp):
-                    os.unlink(tmp)
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
 
         return _with_retries(url, attempt, settings, sleep, log)

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
 from typing import List, Optional
 
-from .decision import dist_info_identity, write_decision
+from .decision import dist_info_identity, read_decision, record_belongs_to_install, write_decision
 from .environment import DetectionError, detect
+from .fixes import recorded_index
 from .resolve import resolve
 
 __all__ = ["main"]
@@ -42,6 +44,20 @@ def _installed_version() -> str:
         return __version__
 
 
+def _recorded_index(prefix: Optional[str]) -> Optional[str]:
+    """The wheel index the recorded decision of this install used, when it was not the release index
+    and MAMBA_WHEEL_INDEX does not name one now (None: the resolver's default applies)."""
+    if os.environ.get("MAMBA_WHEEL_INDEX"):
+        return None
+    try:
+        rec = read_decision(prefix)
+        if not rec or not record_belongs_to_install(rec)[0]:
+            return None
+    except Exception:  # an unreadable record gives no index
+        return None
+    return recorded_index(rec)
+
+
 def _pip_command(wheel: str) -> List[str]:
     args = ["install", "--no-deps", "--force-reinstall", "--no-cache-dir", wheel]
     probe = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True)
@@ -56,7 +72,8 @@ def _pip_command(wheel: str) -> List[str]:
 def main(argv: Optional[List[str]] = None, prog: str = "python -m mamba_ssm install-kernels") -> int:
     """Entry point (``python -m mamba_ssm install-kernels [--index URL] [--dry-run] [--json]``)."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--index", help="wheel index URL or path (default: MAMBA_WHEEL_INDEX or the release index)")
+    parser.add_argument("--index", help="wheel index URL or path (default: MAMBA_WHEEL_INDEX, else the index this install "
+                             "used when it was not the release index, else the release index)")
     parser.add_argument("--version", help="the mamba-ssm version to match (default: the installed one)")
     parser.add_argument("--dry-run", action="store_true", help="resolve and download, but do not install")
     parser.add_argument("--json", action="store_true", help="print the resolution as JSON")
@@ -75,7 +92,11 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m mamba_ssm inst
         print(env.to_json())
         return 0
     log = (lambda t: print(f"[install-kernels] {t}", file=sys.stderr)) if not args.json else None
-    res = resolve(version, index=args.index, env=env, log=log)
+    index = args.index or _recorded_index(env.prefix)
+    if index and log:
+        log(f"wheel index {index}: the one this install used (recorded decision); --index or MAMBA_WHEEL_INDEX "
+            f"choose another")
+    res = resolve(version, index=index, env=env, log=log)
     code = 0
     final = "install-kernels"
     if res.status == "prebuilt" and not args.dry_run:

@@ -18,7 +18,11 @@ Manifest schema 1::
     {"schema": 1, "project": "mamba-ssm",
      "wheels": [{"filename": str, "sha256": 64 hex, "size": int bytes, "variant": local label,
                  "version": str, "sass_archs": [...], "ptx_archs": [...], "gfx_archs": [...],
-                 "build_info": {the build-info JSON of the wheel's _C, or null for a pure-Python wheel}}]}
+                 "build_info": {the build-info JSON of the wheel's _C, or null for a pure-Python wheel},
+                 "requires_python": the wheel's METADATA Requires-Python (e.g. ">=3.9"), or null}]}
+
+``requires_python`` was added within schema 1 (an older resolver ignores the key; an older manifest
+without it means "not recorded").
 """
 from __future__ import annotations
 
@@ -73,6 +77,7 @@ class WheelEntry:
     ptx_archs: List[str] = field(default_factory=list)
     gfx_archs: List[str] = field(default_factory=list)
     build_info: Optional[Dict[str, Any]] = None
+    requires_python: Optional[str] = None
 
     @property
     def relpath(self) -> str:
@@ -121,8 +126,22 @@ class WheelEntry:
         info = data.get("build_info")
         if info is not None and not isinstance(info, Mapping):
             raise ManifestError(f"{where} ({filename}): build_info must be an object or null")
+        req = data.get("requires_python")
+        if req is not None:
+            from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+            bad = not isinstance(req, str)
+            if not bad:
+                try:
+                    SpecifierSet(req)
+                except InvalidSpecifier:
+                    bad = True
+            if bad:
+                raise ManifestError(f"{where} ({filename}): requires_python {req!r} is not a version specifier "
+                                    f"string or null")
         return cls(filename=filename, sha256=sha.lower(), size=size, variant=variant,
-                   version=str(version), build_info=dict(info) if info is not None else None, **lists)
+                   version=str(version), build_info=dict(info) if info is not None else None,
+                   requires_python=req or None, **lists)
 
 
 @dataclass

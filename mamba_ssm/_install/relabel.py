@@ -88,9 +88,9 @@ def relabel_wheel(src: str, version: str, out_dir: str, sha256: Optional[str] = 
                             raise ValueError(f"{src}: METADATA has no Version header")
                     data = "\n".join(lines).encode("utf-8")
                 out = zipfile.ZipInfo(path, info.date_time)
-                # stored, not deflated: re-compressing a 100+ MB library costs seconds, and this wheel
-                # is only handed to the local installer, which unpacks it
-                out.compress_type, out.external_attr = zipfile.ZIP_STORED, info.external_attr
+                # each member keeps the index wheel's compression (deflated stays deflated): the
+                # installer's wheel cache keeps this copy, and stored it was 3x the index wheel's size
+                out.compress_type, out.external_attr = info.compress_type, info.external_attr
                 zout.writestr(out, data)
                 if not path.endswith("/"):  # directory entries (auditwheel writes them) are not RECORD rows
                     rows.append([path, _hash(data), str(len(data))])

@@ -9,21 +9,30 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from . import fixes
 from .environment import DetectionError, Environment, detect
 from .fetch import FetchError, HttpSettings, fetch_bytes, fetch_wheel, index_url, join_url
+from .fixes import RELEASE_INDEX_URL
 from .manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, WheelEntry, load_pinned_hashes
 from .selection import Decision, select
+from .wheelmeta import disagreements, platform_arch, read_wheel_meta, target_problems
 
-__all__ = ["RELEASE_INDEX_URL", "Resolution", "resolve", "default_index"]
+__all__ = ["RELEASE_INDEX_URL", "Resolution", "resolve", "default_index", "fix_no_candidate", "contents_problems"]
 
-#: The project's release wheel index (a static PEP 503 tree per release, written by
-#: ``python -m build_matrix index``); ``{version}`` is the sdist's public version. A released sdist
-#: names its own index instead (:data:`RELEASE_INDEX_FILE`); this is the fallback for other builds.
-RELEASE_INDEX_URL = "https://mamba-ssm.github.io/wheels/v{version}/"
+
+def fix_no_candidate(version: str) -> str:
+    """What to do when no wheel fits (the commands pin ``version`` and never change torch)."""
+    return (
+        "What to do: install a torch that a prebuilt wheel serves (`python -m mamba_ssm install-kernels "
+        "--dry-run` lists them once installed), point MAMBA_WHEEL_INDEX at an index that has your variant, or build from source "
+        f"against the torch installed (`{fixes.source_build_command(version)}`; a CPU torch needs a C++ "
+        "compiler, a CUDA torch nvcc as well)."
+    )
+
+#: (:data:`RELEASE_INDEX_URL`, from :mod:`.fixes`, is the fallback outside a released sdist.)
 #: Written into the sdist at release (``python -m build_matrix release sdist``): ``{"index_url": the
 #: release's manifest + PEP 503 roots (GitHub Pages), "wheels_url": where its wheels are served (the
 #: GitHub Release assets), "manifest_sha256", "version"}``. Trusted like the pinned hashes: it came
@@ -45,11 +54,6 @@ def release_index(path: Optional[str] = None) -> Optional[Dict[str, str]]:
         raise ValueError(f"{path}: not a release index record ({exc}); reinstall the sdist") from None
     return dict(data, **urls)
 
-FIX_NO_CANDIDATE = (
-    "What to do: install a torch that a prebuilt wheel serves (python -m build_matrix resolve --explain "
-    "lists them), point MAMBA_WHEEL_INDEX at an index that has your variant, or build from source "
-    "(MAMBA_FORCE_BUILD=TRUE pip install --no-build-isolation mamba-ssm, needs nvcc)."
-)
 FIX_INDEX = (
     "What to do: check the network/proxy (HTTPS_PROXY, NO_PROXY, SSL_CERT_FILE or PIP_CERT), or set "
     "MAMBA_WHEEL_INDEX to a reachable copy (python -m build_matrix mirror --for ENV.json --to DIR on a "
@@ -118,6 +122,8 @@ class Resolution:
             "decision": self.decision.to_dict() if self.decision else None,
             "message": self.message,
             "error_kind": self.error_kind,
+            # GPUs no build for the target's torch can run on (setup.py's auto fallback then builds nothing)
+            "gpu_unservable": list(self.decision.gpu_unservable) if self.decision else [],
         }
 
 
@@ -146,23 +152,15 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
         res.error_kind, res.message = "index", f"Bad wheel index: {exc}. {FIX_INDEX}"
         return res
     manifest_url = res.index + "manifest.json"
-    prefetch: Dict[str, Any] = {}
-
-    def get_manifest() -> None:
-        try:
-            prefetch["raw"] = fetch_bytes(manifest_url, MAX_MANIFEST_BYTES, settings, environ,
-                                          log=lambda t: None if prefetch.get("abandoned") else say(t))
-        except FetchError as exc:
-            prefetch["error"] = exc
-
-    # The manifest is read while the target interpreter imports torch (detection's one torch import).
-    reader = threading.Thread(target=get_manifest, name="mamba-ssm-manifest", daemon=True)
-    reader.start()
+    # The manifest is read only once detection says it is needed, in this thread: no thread or child
+    # process of the resolver outlives this call (a daemon thread left inside OpenSSL while the
+    # interpreter exits crashed the build process, issue 15). Detection's probe reads torch's
+    # version.py without importing torch (~0.1 s), so overlapping the two saved too little to keep
+    # (docs/benchmarks.md, "Resolver: manifest read after detection").
     if env is None:
         try:
             env = detect(environ=environ)
         except DetectionError as exc:
-            prefetch["abandoned"] = True
             res.error_kind = "detect"
             res.message = (f"Could not detect the target environment: {exc}. Set MAMBA_TARGET_PYTHON to "
                            f"the target interpreter, or run python -m mamba_ssm install-kernels there.")
@@ -170,8 +168,7 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
     res.env = env
     say(f"target: {env.summary()} ({env.target_source or 'declared'})")
     if env.torch is None or not env.torch.version:
-        prefetch["abandoned"] = True  # nothing to match; the manifest is not needed
-        res.status = "deferred"
+        res.status = "deferred"  # nothing to match: the manifest is not read
         res.message = (
             f"torch is not installed in the target environment ({env.prefix or env.executable}) yet: it is "
             f"being installed by the same command, after this package is built. Installed the pure-Python "
@@ -179,14 +176,16 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
             f"`python -m mamba_ssm install-kernels` to add the prebuilt kernels for that torch."
         )
         return res
-    reader.join()
     try:
-        if "error" in prefetch:
-            raise prefetch["error"]
-        raw = prefetch["raw"]
+        # a half-sent or garbled body is fetched again (check); a well-formed but wrong one is not
+        raw = fetch_bytes(manifest_url, MAX_MANIFEST_BYTES, settings, environ, log=say, check=_parses_as_json)
         manifest = Manifest.from_json(raw, source=manifest_url)
         pins = load_pinned_hashes() if pinned == "sdist" else pinned
     except FetchError as exc:
+        if exc.kind == "invalid":
+            res.error_kind = "manifest"
+            res.message = (f"The wheel index's manifest was refused: {exc}. No wheel was downloaded. {FIX_INDEX}")
+            return res
         res.error_kind = f"index-{exc.kind}"
         res.message = f"Could not read the wheel index: {exc}. Looked for a wheel for {env.summary()}. {FIX_INDEX}"
         return res
@@ -198,7 +197,11 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
     res.decision = decision
     if decision.status != "chosen":
         res.status = "no-candidate"
-        res.message = f"No prebuilt mamba-ssm wheel fits. {decision.explain()} {FIX_NO_CANDIDATE}"
+        if decision.gpu_unservable:  # a source build cannot help either: say what runs and the real fix
+            res.message = (f"No prebuilt mamba-ssm wheel fits. {decision.explain()} "
+                           f"{' '.join(u.rstrip('.') + '.' for u in decision.gpu_unservable)}")
+        else:
+            res.message = f"No prebuilt mamba-ssm wheel fits. {decision.explain()} {fix_no_candidate(version)}"
         return res
     if not fetch:
         res.status, res.entry = "prebuilt", decision.chosen
@@ -218,12 +221,58 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
             if getattr(exc, "kind", None) == "not-found":
                 continue  # the manifest lists a wheel the host lacks: try the next candidate
             break
+        problems = contents_problems(res.wheel_path, entry, env)
+        if problems:  # the bytes are the index's, but they are not what its name and manifest say
+            say(f"refusing {entry.filename}: " + "; ".join(problems))
+            failures.append(f"{entry.filename}: its contents disagree with its name or the target: "
+                            + "; ".join(problems))
+            res.wheel_path, res.error_kind = None, "fetch-metadata"
+            continue  # another candidate may be sound
         res.status, res.entry, res.error_kind = "prebuilt", entry, None
-        res.message = f"{decision.explain()} Downloaded and verified (sha256 {sha[:16]}..., {size} bytes)."
+        res.message = (f"{decision.explain()} Downloaded and verified (sha256 {sha[:16]}..., {size} bytes; "
+                       f"WHEEL tags, METADATA and build info agree).")
+        return res
+    if res.error_kind == "fetch-local":  # the network worked; the cache could not take the file
+        res.message = f"The chosen wheel could not be saved: {' | '.join(failures)}. {decision.explain()}"
+        return res
+    if res.error_kind == "fetch-metadata":
+        res.message = (f"No wheel was installed: {' | '.join(failures)}. The index serves a mislabelled wheel; "
+                       f"it was not handed to the installer. {decision.explain()} "
+                       f"{fix_no_candidate(version)}")
         return res
     res.message = (f"The chosen wheel could not be downloaded: {' | '.join(failures)}. "
                    f"{decision.explain()} {FIX_INDEX}")
     return res
+
+
+def contents_problems(path: str, entry: WheelEntry, env: Environment) -> List[str]:
+    """Why the downloaded wheel at ``path`` must not be installed although its sha256 matched: its
+    WHEEL tags, METADATA (name, version, Requires-Python) or ``_C`` build info contradict its file
+    name, the manifest entry, or the target (``wheelmeta``). Empty when it is sound."""
+    try:
+        meta = read_wheel_meta(path, scratch=os.path.dirname(path))
+    except (ValueError, OSError) as exc:
+        return [str(exc)]
+    problems = disagreements(meta, entry.filename)
+    plats = env.platform_tags
+    arch = platform_arch(plats[0]) if plats else env.machine
+    problems += target_problems(meta, env.python_version, arch)
+    if (meta.build_info or None) != (entry.build_info or None):
+        problems.append("the compiled module's build info differs from the one the index's manifest lists")
+    if entry.requires_python and meta.requires_python != entry.requires_python:
+        problems.append(f"METADATA Requires-Python {meta.requires_python!r} differs from the manifest's "
+                        f"{entry.requires_python!r}")
+    return problems
+
+
+def _parses_as_json(raw: bytes) -> None:
+    """ValueError (not valid JSON / not UTF-8) for a body worth fetching again."""
+    try:
+        json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 ({exc})") from None
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
 
 
 def main_log(text: str) -> None:  # pragma: no cover - convenience for callers

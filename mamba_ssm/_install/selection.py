@@ -5,7 +5,8 @@ chosen wheel, the ranked compatible candidates, and each rejected wheel with its
 
 * the wheel's version equals the sdist's (local version label ignored);
 * its platform / Python / ABI tags are among the target's (``packaging.tags``: an aarch64 target never
-  takes an x86_64 wheel, a musllinux target never a manylinux one);
+  takes an x86_64 wheel, a musllinux target never a manylinux one, nor an unrepaired ``linux_*`` one);
+* its Requires-Python (recorded in the manifest by the index) admits the target's Python;
 * THE compatibility rule, ``mamba_ssm._compat.buildinfo.incompatibilities`` (torch major.minor or the
   exact build, C++ ABI, CUDA major, ROCm major.minor; a CPU-only torch gets the ``+cpu`` wheel);
 * the NVIDIA driver is at least the minimum of the wheel's CUDA major (CUDA minor-version
@@ -30,6 +31,7 @@ from .._compat.archs import coverage
 from .._compat.buildinfo import BuildInfo, BuildInfoError, incompatibilities
 from .environment import Environment
 from .manifest import Manifest, WheelEntry
+from .wheelmeta import requires_python_problem
 
 __all__ = [
     "served_by",
@@ -93,10 +95,14 @@ class Decision:
     #: what the index's wheels serve, one line per distinct target (``served_by`` of each wheel):
     #: the torches, accelerators, ABIs and tags a fitting install needs.
     served: List[str] = field(default_factory=list)
+    #: for each visible GPU that no build for the target's torch can run on (older than every arch its
+    #: CUDA's toolkit targets): why, and the real fix (``fixes.gpu_unservable``)
+    gpu_unservable: List[str] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
             "served": list(self.served),
+            "gpu_unservable": list(self.gpu_unservable),
             "status": self.status,
             "chosen": self.chosen.filename if self.chosen else None,
             "candidates": [c.filename for c in self.candidates],
@@ -133,17 +139,22 @@ def _arch_of(platform_tag: str) -> Optional[str]:
 def _tag_reason(entry: WheelEntry, env: Environment) -> Optional[str]:
     wheel_tags = entry.tags
     env_tags = set(env.tags)
-    if any(str(t) in env_tags for t in wheel_tags):
-        return None
-    wheel_plats = sorted({t.platform for t in wheel_tags})
     env_plats = env.platform_tags
+    wheel_plats = sorted({t.platform for t in wheel_tags})
+    env_musl = any(p.startswith("musllinux") for p in env_plats)
+    env_many = any(p.startswith("manylinux") for p in env_plats)
+    # packaging's tags for a musl interpreter include linux_*; an unrepaired wheel is glibc-built
+    unrepaired_on_musl = env_musl and not env_many and all(p.startswith("linux_") for p in wheel_plats)
+    if any(str(t) in env_tags for t in wheel_tags) and not unrepaired_on_musl:
+        return None
     env_arch = _arch_of(env_plats[0]) if env_plats else env.machine
     wheel_arch = {_arch_of(p) for p in wheel_plats} - {None}
     if wheel_arch and env_arch and env_arch not in wheel_arch:
         return (f"built for {', '.join(sorted(wheel_arch))} ({', '.join(wheel_plats)}) but the target is "
                 f"{env_arch}")
-    env_musl = any(p.startswith("musllinux") for p in env_plats)
-    env_many = any(p.startswith("manylinux") for p in env_plats)
+    if unrepaired_on_musl:
+        return (f"an unrepaired {', '.join(wheel_plats)} wheel (built against some glibc, never checked by "
+                f"auditwheel) cannot be trusted on a musllinux (musl libc) target")
     if any(p.startswith("manylinux") for p in wheel_plats) and env_musl and not env_many:
         return (f"a manylinux (glibc) wheel ({', '.join(wheel_plats)}) cannot run on a musllinux "
                 f"(musl libc) target")
@@ -210,6 +221,9 @@ def _check(entry: WheelEntry, env: Environment, sdist: Version, runtime, pinned)
     tag = _tag_reason(entry, env)
     if tag:
         reasons.append(tag)
+    needs = requires_python_problem(entry.requires_python, env.python_version)
+    if needs:
+        reasons.append(needs)
     if pinned is not None:
         pin = pinned.get(entry.filename)
         if pin is None:
@@ -234,6 +248,7 @@ def _check(entry: WheelEntry, env: Environment, sdist: Version, runtime, pinned)
     reasons.extend(r.split(": install the mamba-ssm wheel", 1)[0] for r in incompatibilities(info, runtime))
     if reasons:
         return reasons, facts
+    facts["gpu_only"] = True  # every reason from here on is about the driver or a GPU
     # NVIDIA: driver and coverage.
     if info.torch_cuda:
         nv = [g for g in env.gpus if g.vendor == "nvidia" and g.capability]
@@ -331,12 +346,14 @@ def select(env: Environment, manifest: Manifest, sdist_version: str,
     if not env.gpus and (runtime.cuda_major is not None):
         notes.append("no NVIDIA GPU is visible, so GPU coverage and the driver were not checked")
     good: List[Tuple[Tuple, WheelEntry]] = []
-    bad: List[Tuple[int, str, str]] = []
+    bad: List[Tuple[Tuple, str, str]] = []
     for entry in manifest.wheels:
         reasons, facts = _check(entry, env, sdist, runtime, pinned)
         notes.extend(n for n in facts.get("notes", []) if n not in notes)
         if reasons:
-            bad.append((len(reasons), entry.filename, "; ".join(reasons)))
+            # nearest first: a wheel that fails only for the GPU (driver, archs) matches everything
+            # else; then by how many rules it fails; the name only breaks ties
+            bad.append(((not facts.get("gpu_only"), len(reasons)), entry.filename, "; ".join(reasons)))
         else:
             rank = (not facts["exact_torch"], facts["jit"], _tag_rank(entry, env), entry.filename)
             good.append((rank, entry))
@@ -345,5 +362,13 @@ def select(env: Environment, manifest: Manifest, sdist_version: str,
     candidates = [e for _, e in good]
     rejected = [(f, r) for _, f, r in bad]
     status = "chosen" if candidates else "no-candidate"
+    unservable = []
+    if runtime.cuda_major is not None:
+        from .fixes import gpu_unservable
+
+        for gpu in env.gpus:
+            why = gpu_unservable(gpu.capability, env.torch.cuda) if gpu.vendor == "nvidia" else None
+            if why:
+                unservable.append(f"{gpu.name or 'GPU'}: {why}")
     return Decision(status, candidates[0] if candidates else None, candidates, rejected, looked_for, notes,
-                    served)
+                    served, unservable)

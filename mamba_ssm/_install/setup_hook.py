@@ -69,6 +69,20 @@ def _say(text: str) -> None:
     print(f"[mamba-ssm resolver] {text}", file=sys.stderr, flush=True)
 
 
+def _target(env: Any) -> Optional[Dict[str, Any]]:
+    """What setup.py's source fallback needs of the target (it builds against the target's torch, for
+    its visible GPUs): its Python, torch folder and version, and the visible GPUs."""
+    if env is None:
+        return None
+    torch = getattr(env, "torch", None)
+    return {
+        "python_version": env.python_version, "executable": env.executable, "prefix": env.prefix,
+        "torch_path": getattr(torch, "path", None) if torch else None,
+        "torch_version": getattr(torch, "version", None) if torch else None,
+        "gpus": [{"vendor": g.vendor, "capability": g.capability, "gfx": g.gfx, "name": g.name} for g in env.gpus],
+    }
+
+
 def resolve_prebuilt(version: str) -> Outcome:
     """Resolve, download and verify the prebuilt wheel of ``version`` for the target environment.
 
@@ -83,7 +97,7 @@ def resolve_prebuilt(version: str) -> Outcome:
         return Outcome(None, False, msg, "error", {"record": {"package_version": version, "status": "error",
                                                               "message": msg}, "prefix": None})
     _say(res.message)
-    details = {"record": res.record(), "prefix": res.env.prefix if res.env else None}
+    details = {"record": res.record(), "prefix": res.env.prefix if res.env else None, "target": _target(res.env)}
     wheel = res.wheel_path
     if wheel and os.environ.get("MAMBA_PREBUILT_LABEL", "sdist").strip().lower() != "keep":
         # pip refuses a cached wheel whose version differs from the sdist's (see relabel.py)

@@ -38,10 +38,13 @@ def _record_line(name: str, data: bytes) -> str:
 
 def make_wheel(folder: str, label: str, info: Optional[dict], platform: str = "linux_x86_64",
                version: str = "2.4.0.dev0", python_tag: str = "cp39", abi_tag: str = "abi3",
-               padding: int = 0) -> str:
+               padding: int = 0, noise: int = 0, wheel_tag: Optional[str] = None,
+               requires_python: Optional[str] = ">=3.9", meta_name: str = "mamba-ssm") -> str:
     """Write a valid wheel ``mamba_ssm-<version>+<label>-<py>-<abi>-<platform>.whl`` whose
     ``mamba_ssm/_C.abi3.so`` is a byte blob carrying ``info`` between the build-info markers
-    (``padding`` extra bytes make it bigger). Returns its path."""
+    (``padding`` extra zero bytes make it bigger uncompressed, ``noise`` random bytes bigger on disk).
+    ``wheel_tag`` overrides the WHEEL ``Tag:`` line (default: the file name's), ``requires_python`` the
+    METADATA Requires-Python (None: absent), ``meta_name`` its Name. Returns its path."""
     full = f"{version}+{label}" if label else version
     from packaging.version import Version
 
@@ -50,12 +53,12 @@ def make_wheel(folder: str, label: str, info: Optional[dict], platform: str = "l
     files: Dict[str, bytes] = {"mamba_ssm/__init__.py": b"__version__ = %r\n" % norm}
     if info is not None:
         blob = b"\x7fELF-fake" + os.urandom(64) + b"MAMBA_SSM_BUILD_INFO_BEGIN" + json.dumps(info).encode() \
-            + b"MAMBA_SSM_BUILD_INFO_END" + b"\0" * padding
+            + b"MAMBA_SSM_BUILD_INFO_END" + b"\0" * padding + os.urandom(noise)
         files["mamba_ssm/_C.abi3.so"] = blob
-    files[f"{dist}/METADATA"] = (f"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: {norm}\n"
-                                 f"Requires-Python: >=3.9\n").encode()
+    files[f"{dist}/METADATA"] = (f"Metadata-Version: 2.1\nName: {meta_name}\nVersion: {norm}\n"
+                                 + (f"Requires-Python: {requires_python}\n" if requires_python else "")).encode()
     files[f"{dist}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\n"
-                              f"Tag: {python_tag}-{abi_tag}-{platform}\n").encode()
+                              f"Tag: {wheel_tag or f'{python_tag}-{abi_tag}-{platform}'}\n").encode()
     record = [_record_line(n, d) for n, d in files.items()] + [f"{dist}/RECORD,,"]
     files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
     path = os.path.join(folder, f"mamba_ssm-{norm}-{python_tag}-{abi_tag}-{platform}.whl")
@@ -64,6 +67,27 @@ def make_wheel(folder: str, label: str, info: Optional[dict], platform: str = "l
         for n, d in files.items():
             zf.writestr(n, d)
     return path
+
+
+def one_wheel_index(root, label: str = "cu13torch2.14cxx11abiTRUE", **make_kw):
+    """``root`` as an index holding one manylinux_2_28_x86_64 wheel (``make_wheel`` keywords pass
+    through); returns ``(root, entry)``, the entry checked against the file's own sha256 and size."""
+    from build_matrix.index import build_index
+
+    make_wheel(str(root), label, build_info(), platform="manylinux_2_28_x86_64", **make_kw)
+    entry = build_index(str(root)).wheels[0]
+    with open(os.path.join(str(root), entry.relpath), "rb") as fh:
+        data = fh.read()
+    assert hashlib.sha256(data).hexdigest() == entry.sha256 and len(data) == entry.size
+    return root, entry
+
+
+def cache_files(cache) -> List[str]:
+    """Every file under ``cache`` but the lock files: a fault must leave no partial file there."""
+    out: List[str] = []
+    for _dirpath, _dirs, files in os.walk(cache):
+        out += [f for f in files if not f.endswith(".lock")]
+    return out
 
 
 def tags_of(python=(3, 11), platforms=("manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "linux_x86_64")) -> List[str]:
@@ -87,14 +111,19 @@ def env_dict(torch="2.14.1+cu130", cuda="13.0", hip=None, abi=True, gpus=(), dri
 # ----------------------------------------------------------------------------- loopback server
 class FaultServer:
     """A threaded HTTP server on 127.0.0.1 serving ``root``; ``faults[path] = kind`` injects:
-    ``404``, ``500``, ``500-once`` (then normal), ``reset``, ``truncate``, ``stall``, ``corrupt``
-    (same size, other bytes), ``slow`` (1 s before the answer). ``hits[path]`` counts requests."""
+    ``404``, ``500``, ``500-once`` (then normal), ``reset``, ``truncate``, ``truncate-once``, ``stall``,
+    ``corrupt`` (same size, other bytes), ``slow`` (1 s before the answer), ``drip`` (one byte every
+    ``drip_s`` seconds), ``429-once`` / ``503-once`` (with ``Retry-After: retry_after``, then normal),
+    ``429`` (always, same header), ``half-once`` (the first half of the body, announced as the whole
+    body, then normal). ``hits[path]`` counts requests."""
 
     def __init__(self, root: str, tls: Optional[ssl.SSLContext] = None):
         self.root = root
         self.faults: Dict[str, str] = {}
         self.hits: Dict[str, int] = {}
         self.stall_s = 5.0
+        self.drip_s = 0.05
+        self.retry_after = "1"
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -105,13 +134,19 @@ class FaultServer:
                 path = self.path.split("?", 1)[0]
                 server.hits[path] = server.hits.get(path, 0) + 1
                 fault = server.faults.get(path)
-                if fault == "500-once":
+                if fault in ("500-once", "429-once", "503-once", "truncate-once", "half-once"):
                     server.faults.pop(path)
-                    fault = "500"
+                    fault = fault[:-len("-once")]
                 if fault == "404":
                     return self.send_error(404)
                 if fault == "500":
                     return self.send_error(500)
+                if fault in ("429", "503"):
+                    self.send_response(int(fault))
+                    self.send_header("Retry-After", server.retry_after)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 from urllib.parse import unquote
 
                 rel = path.split("://", 1)[1].split("/", 1)[1] if "://" in path else path  # proxy requests
@@ -134,6 +169,20 @@ class FaultServer:
                     return
                 if fault == "slow":
                     time.sleep(1.0)
+                if fault == "half":
+                    data = data[: len(data) // 2]
+                if fault == "drip":
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    try:
+                        for i in range(len(data)):
+                            self.wfile.write(data[i:i + 1])
+                            self.wfile.flush()
+                            time.sleep(server.drip_s)
+                    except OSError:  # the client gave up
+                        pass
+                    return
                 if fault == "corrupt":
                     data = bytes(b ^ 0xFF for b in data)
                 self.send_response(200)

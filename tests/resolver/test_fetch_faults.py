@@ -14,36 +14,20 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import build_info, env_dict, make_wheel, serving  # noqa: E402
+from helpers import cache_files, env_dict, one_wheel_index, serving  # noqa: E402
 
-from build_matrix.index import build_index  # noqa: E402
 from mamba_ssm._install.environment import Environment  # noqa: E402
 from mamba_ssm._install.fetch import FetchError, HttpSettings, fetch_bytes, fetch_wheel  # noqa: E402
 from mamba_ssm._install.resolve import resolve  # noqa: E402
 
 V = "2.4.0.dev0"
-LABEL = "cu13torch2.14cxx11abiTRUE"
 FAST = HttpSettings(connect_timeout=2.0, read_timeout=0.5, retries=2, backoff=0.01)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture()
 def index(tmp_path):
-    root = tmp_path / "index"
-    make_wheel(str(root), LABEL, build_info(), platform="manylinux_2_28_x86_64", padding=300_000)
-    manifest = build_index(str(root))
-    entry = manifest.wheels[0]
-    with open(root / entry.relpath, "rb") as fh:
-        data = fh.read()
-    assert hashlib.sha256(data).hexdigest() == entry.sha256 and len(data) == entry.size
-    return root, entry
-
-
-def cache_files(cache):
-    out = []
-    for dirpath, _d, files in os.walk(cache):
-        out += [f for f in files if not f.endswith(".lock")]
-    return out
+    return one_wheel_index(tmp_path / "index", padding=300_000)
 
 
 def wheel_path(entry):

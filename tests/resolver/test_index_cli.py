@@ -130,6 +130,23 @@ def test_relabel_keeps_every_package_file_and_fixes_the_version(tmp_path):
     assert relabel_wheel(src, f"2.4.0.dev0+{LABEL}", str(tmp_path / "same")) == src
 
 
+def test_relabel_keeps_each_members_compression(tmp_path):
+    """Issue 11 item 7: the relabelled copy pip caches was stored uncompressed (3x the index wheel)."""
+    src = make_wheel(str(tmp_path), LABEL, build_info(), padding=600_000)  # ZIP_DEFLATED members
+    with zipfile.ZipFile(src, "a") as zf:
+        zf.writestr(zipfile.ZipInfo("mamba_ssm/stored.bin"), b"s" * 1000, compress_type=zipfile.ZIP_STORED)
+    out = relabel_wheel(src, "2.4.0.dev0", str(tmp_path / "out"), sha256=sha(src))
+    with zipfile.ZipFile(src) as a, zipfile.ZipFile(out) as b:
+        before = {i.filename: i.compress_type for i in a.infolist() if not i.filename.startswith("mamba_ssm-")}
+        after = {i.filename: i.compress_type for i in b.infolist() if not i.filename.startswith("mamba_ssm-")}
+        assert after == before and before["mamba_ssm/_C.abi3.so"] == zipfile.ZIP_DEFLATED
+        assert after["mamba_ssm/stored.bin"] == zipfile.ZIP_STORED
+        meta = [i for i in b.infolist() if i.filename.startswith("mamba_ssm-")]
+        assert all(i.compress_type == zipfile.ZIP_DEFLATED for i in meta)
+    # about the index wheel's size, not the 600 kB the stored copy took
+    assert os.path.getsize(out) < 1.2 * os.path.getsize(src) + 2000 and os.path.getsize(out) < 100_000
+
+
 def test_cli_resolve_for_declared_targets_and_mirror(index, capsys):
     root, manifest, expected, tmp = index
     env_file = tmp / "env.json"
@@ -190,7 +207,7 @@ def test_cli_resolve_labels_a_declared_target_and_explain_lists_what_wheels_serv
     err = capsys.readouterr().err
     target = next(line for line in err.splitlines() if line.startswith("[resolve] target:"))
     assert f"(declared, from {env_file})" in target and "running interpreter" not in target
-    assert "resolve --explain lists them" in err  # the advice ...
+    assert "install-kernels --dry-run` lists them" in err  # the advice ...
     served = [line.split("serves:", 1)[1].strip() for line in err.splitlines() if "serves:" in line]
     assert served == sorted([  # ... and what it promises: one line per wheel of the index
         "torch 2.13 (built with 2.13.0+cpu), CPU only, cxx11abi TRUE; cp39-abi3 manylinux_2_28_x86_64",

@@ -108,12 +108,12 @@ def _make(kind, path):
 KINDS = {
     # kind: (loader kind, what the fix must name)
     "missing": ("missing", "python -m mamba_ssm install-kernels"),
-    "garbage": ("bad-build-info", "pip install --no-cache-dir --force-reinstall mamba-ssm"),
-    "not_elf": ("load-error", "pip install --no-cache-dir --force-reinstall mamba-ssm"),
-    "undefined_symbol": ("load-error", "pip install --no-cache-dir --force-reinstall mamba-ssm"),
-    "torch_minor": ("incompatible", "pip install --no-cache-dir --force-reinstall mamba-ssm"),
-    "cxx11_abi": ("incompatible", "pip install --no-cache-dir --force-reinstall mamba-ssm"),
-    "cuda_major": ("incompatible", "pip install --no-cache-dir --force-reinstall mamba-ssm"),
+    "garbage": ("bad-build-info", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
+    "not_elf": ("load-error", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
+    "undefined_symbol": ("load-error", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
+    "torch_minor": ("incompatible", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
+    "cxx11_abi": ("incompatible", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
+    "cuda_major": ("incompatible", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
 }
 
 @pytest.fixture(scope="module", params=sorted(KINDS))
