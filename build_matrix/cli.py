@@ -189,6 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m build_matrix``: returns the exit status (see the module docstring; 1, quietly, when the
+    reader closed stdout early, as in ``python -m build_matrix plan --format json | head -1``)."""
+    from mamba_ssm._cli_io import quiet_on_broken_pipe
+
+    return quiet_on_broken_pipe(_main, argv)
+
+
+def _main(argv: Optional[List[str]]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

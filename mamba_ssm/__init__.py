@@ -13,7 +13,8 @@ public names below are resolved lazily on first access:
 
 A name this version lacks (e.g. upstream's ``Mamba3``) raises an error that says so and what to use
 instead: ImportError for ``from mamba_ssm import X``, AttributeError for ``mamba_ssm.X`` (so
-``hasattr`` stays False).
+``hasattr`` stays False). Upstream's Mamba-3 module paths (``mamba_ssm.modules.mamba3``,
+``mamba_ssm.ops.triton.mamba3``, ``mamba_ssm.ops.tilelang``) raise the same explanation at import.
 
 ``python -m mamba_ssm doctor`` reports which backend runs where, and why.
 """
@@ -37,6 +38,14 @@ _NOT_YET = {
     "Mamba3": "Mamba-3 (upstream's mamba_ssm.modules.mamba3) is not in this package yet; use Mamba2 "
               "(from mamba_ssm import Mamba2) or Mamba",
 }
+
+
+def _missing_module(module_name, what="Mamba3"):
+    """The error a placeholder for an upstream module path this version lacks raises at import (e.g.
+    :mod:`mamba_ssm.modules.mamba3`): a ModuleNotFoundError (so ``except ImportError`` and ``except
+    ModuleNotFoundError`` both still catch it) whose message is ``_NOT_YET[what]``."""
+    return ModuleNotFoundError(f"No module named {module_name!r} in mamba-ssm {__version__}: {_NOT_YET[what]}",
+                               name=module_name)
 
 
 def _missing(name, why):

@@ -46,11 +46,18 @@ def _reinstall_command() -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point; returns the process exit status.
+    """Entry point; returns the process exit status (1, quietly, when the reader closed stdout early,
+    as in ``mamba-ssm doctor --json | head -1``).
 
     Args:
         argv: the arguments after the program name (default ``sys.argv[1:]``).
     """
+    from mamba_ssm._cli_io import quiet_on_broken_pipe
+
+    return quiet_on_broken_pipe(_main, argv)
+
+
+def _main(argv: Optional[List[str]]) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     prog = program_name()
     usage = _USAGE.format(prog=prog)

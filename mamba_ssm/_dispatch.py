@@ -384,12 +384,24 @@ def _warnings_silenced() -> bool:
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+def _library_dirs() -> Tuple[str, ...]:
+    """The directories whose frames a warning skips: this package's, and torch's when torch is imported
+    (``module(x)`` goes through ``torch/nn/modules/module.py``, ``Function.apply`` through
+    ``torch/autograd``; neither is the user's line). torch is not imported here for it."""
+    dirs = [_PACKAGE_DIR]
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    if torch_file:
+        dirs.append(os.path.dirname(os.path.abspath(torch_file)) + os.sep)
+    return tuple(dirs)
+
+
 def _user_stacklevel() -> int:
-    """The warnings stacklevel, seen from _warn_once, of the first frame outside this package (the
-    user's call of selective_scan_fn, Mamba.forward, ...)."""
+    """The warnings stacklevel, seen from _warn_once, of the first frame outside this package and torch
+    (the user's call of selective_scan_fn, ``Mamba(...)(x)``, ...)."""
+    skipped = _library_dirs()
     level = 1
     frame = sys._getframe(1)  # _warn_once's frame; stacklevel 1 names it
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while frame is not None and frame.f_code.co_filename.startswith(skipped):
         frame = frame.f_back
         level += 1
     return level

@@ -36,3 +36,21 @@ def test_help_texts_name_the_invoked_program(monkeypatch, capsys, argv0, prog):
         assert capsys.readouterr().out.startswith(f"usage: {prog} {sub} ")
     assert cli.main(["bogus"]) == 2
     assert capsys.readouterr().err.startswith(f"{prog}: unknown command 'bogus'")
+
+
+@pytest.mark.parametrize("args", [["-m", "mamba_ssm", "--version"],
+                                  ["-m", "mamba_ssm", "doctor", "--json"],
+                                  ["-m", "build_matrix", "plan", "--format", "json"]],
+                         ids=["version", "doctor-json", "build_matrix-plan-json"])
+def test_stdout_closed_by_the_reader_exits_quietly(args):
+    # `... | head -1` closes the pipe before the command has written everything; here its read end is
+    # closed before the command writes at all, so every write meets EPIPE (Python ignores SIGPIPE).
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        p = subprocess.run([sys.executable, *args], stdout=write_end, stderr=subprocess.PIPE, text=True,
+                           cwd=ROOT, timeout=300)
+    finally:
+        os.close(write_end)
+    assert p.stderr == "", p.stderr  # no BrokenPipeError traceback, no "Exception ignored" at exit
+    assert p.returncode == 1  # Python's convention for EPIPE, as mamba_ssm._cli_io documents

@@ -470,3 +470,29 @@ def test_warning_names_the_users_line(missing_root, tmp_path):
     proc = S.run_python(missing_root, f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert S.last_json(proc.stdout) == expected
+
+
+WHERE_MODULE = r"""
+import json, warnings
+import torch
+from mamba_ssm import Mamba
+block = Mamba(d_model=8, d_state=4, d_conv=4, expand=2).double()
+x = torch.randn(1, 5, 8, dtype=torch.float64)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    block(x)  # USER LINE
+print(json.dumps([[w.filename, w.lineno] for w in caught if w.category.__name__ == "MambaFallbackWarning"]))
+"""
+
+
+def test_warning_through_a_module_call_names_the_users_line(missing_root, tmp_path):
+    # ``block(x)`` runs through torch/nn/modules/module.py: the warning must skip torch's frames as well
+    # as mamba_ssm's and name the script's line, not torch's.
+    script = tmp_path / "user_module_script.py"
+    script.write_text(WHERE_MODULE)
+    line = WHERE_MODULE.splitlines().index("    block(x)  # USER LINE") + 1
+    proc = S.run_python(missing_root, f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    where = S.last_json(proc.stdout)
+    assert where, proc.stdout + proc.stderr  # at least one fallback warning (missing_root has no _C)
+    assert all(w == [str(script), line] for w in where), where

@@ -318,3 +318,46 @@ def test_from_import_of_a_missing_name_explains_and_mamba2_is_exported():
     assert out["Mamba3_hasattr"] is False and out["NoSuchThing_hasattr"] is False
     assert "not in this package yet" in out["Mamba3_attr"]
     assert out["Mamba2"] is True
+
+
+UPSTREAM_MAMBA3_PATHS = r"""
+import importlib, json, sys
+out = {}
+for stmt in ("from mamba_ssm.modules.mamba3 import Mamba3",
+             "from mamba_ssm.ops.triton.mamba3.angle_dt import angle_dt_fwd",
+             "from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo"):
+    errors = []
+    for _ in range(2):  # a second try must explain again (nothing half-imported left in sys.modules)
+        try:
+            exec(stmt)
+            errors.append(None)
+        except ImportError as e:
+            errors.append([type(e).__name__, e.name, str(e)])
+    out[stmt] = errors
+try:
+    from mamba_ssm import Mamba3
+except ImportError as e:
+    out["top"] = str(e)
+out["torch_imported"] = "torch" in sys.modules
+print(json.dumps(out))
+"""
+
+
+def test_upstream_mamba3_module_paths_explain_like_the_top_level_name():
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", UPSTREAM_MAMBA3_PATHS], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    import json  # noqa: PLC0415
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    why = "Mamba-3 (upstream's mamba_ssm.modules.mamba3) is not in this package yet; use Mamba2"
+    assert why in out.pop("top")
+    assert out.pop("torch_imported") is False
+    missing = {"from mamba_ssm.modules.mamba3 import Mamba3": "mamba_ssm.modules.mamba3",
+               "from mamba_ssm.ops.triton.mamba3.angle_dt import angle_dt_fwd": "mamba_ssm.ops.triton.mamba3",
+               "from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo": "mamba_ssm.ops.tilelang"}
+    assert set(out) == set(missing)
+    for stmt, errors in out.items():
+        for kind, name, text in errors:
+            assert kind == "ModuleNotFoundError" and name == missing[stmt], (stmt, kind, name)
+            assert text.startswith(f"No module named '{missing[stmt]}' in mamba-ssm ") and why in text, text
