@@ -42,7 +42,8 @@ def test_tag_must_be_the_package_version():
 
 def _release(tmp_path, version):
     wheels = tmp_path / f"wheels-{version}"
-    w = Path(make_wheel(str(wheels), LABEL, build_info(version=version), version=version))
+    w = Path(make_wheel(str(wheels), LABEL, build_info(version=version), version=version,
+                          platform="manylinux_2_28_x86_64"))  # repaired: the index refuses linux_*
     url = f"https://github.com/o/r/releases/download/v{version}/"
     tarball = release.write_release_index(version, [w], url, tmp_path / f"idx-{version}")
     return w, url, tarball
@@ -54,7 +55,7 @@ def test_index_links_to_the_release_assets_and_records_the_manifest_hash(tmp_pat
         files = {m.name: tf.extractfile(m).read() for m in tf.getmembers() if m.isfile()}
     page = files[f"{LABEL}/mamba-ssm/index.html"].decode()
     sha = hashlib.sha256(w.read_bytes()).hexdigest()
-    assert f'href="{url}mamba_ssm-2.4.0%2Bcu13torch2.14cxx11abitrue-cp39-abi3-linux_x86_64.whl#sha256={sha}"' in page
+    assert f'href="{url}mamba_ssm-2.4.0%2Bcu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_28_x86_64.whl#sha256={sha}"' in page
     assert not [n for n in files if n.endswith(".whl")]  # wheels stay Release assets, never on Pages
     rec = json.loads(files["release.json"])
     assert rec == {"version": "2.4.0", "wheels_url": url,
