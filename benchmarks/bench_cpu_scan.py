@@ -11,10 +11,11 @@ used, which every comparator supports), and for each thread count (``--threads``
 * forward (no autograd) and forward+backward (all five inputs require grad), timed round-robin: each
   round runs every implementation once, so load changes hit them alike; medians of process CPU time
   (the primary figure on this shared machine) and wall time;
-* peak memory: the rise of this process's RSS above its level just before one run, sampled every
-  0.2 ms by a thread reading /proc/self/statm (the only measure that sees the kernels' own malloc'ed
-  buffers; torch has no CPU allocator statistics), with glibc's mmap threshold fixed at 128 KiB
-  (MALLOC_MMAP_THRESHOLD_, the script re-executes itself with it) so that freed buffers leave the RSS;
+* peak memory (1-thread rows): in a child process per measurement, the rise of its RSS above the level
+  just before one call (after a warm-up call), sampled every 0.2 ms by a thread reading /proc/self/statm
+  (the only measure that sees the kernels' own malloc'ed buffers; torch has no CPU allocator
+  statistics), with glibc's mmap threshold fixed at 128 KiB (MALLOC_MMAP_THRESHOLD_) so that freed
+  buffers leave the RSS at once;
 * ops: the number of ATen ops one call dispatches (a TorchDispatchMode counting every op, views
   included), for the fallback and mambapy;
 * at one thread, ``torch.exp(x, out=buf)`` over batch*dim*seqlen*d_state fp32 elements, timed in the
@@ -147,7 +148,8 @@ def _rss():
 
 
 def peak_rss_rise(fn):
-    """Bytes: the peak RSS during fn() minus the RSS just before it (sampled every 0.2 ms)."""
+    """Bytes: the peak RSS during fn() (sampled every 0.2 ms, and read once more with fn's result still
+    alive) minus the RSS just before it."""
     base = _rss()
     peak = [base]
     stop = threading.Event()
@@ -160,11 +162,12 @@ def peak_rss_rise(fn):
     th = threading.Thread(target=sample, daemon=True)
     th.start()
     try:
-        fn()
+        result = fn()  # kept alive for the last reading: the output (and gradients) count
+        peak[0] = max(peak[0], _rss())
+        del result
     finally:
         stop.set()
         th.join()
-    peak[0] = max(peak[0], _rss())
     return max(0, peak[0] - base)
 
 
@@ -172,7 +175,7 @@ def make_call(impl, inputs, backward):
     if not backward:
         def run():
             with torch.no_grad():
-                impl.fn(*inputs)
+                return impl.fn(*inputs)
         return run
     leaves = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
 
@@ -181,6 +184,7 @@ def make_call(impl, inputs, backward):
             x.grad = None
         y = impl.fn(*leaves)
         y.backward(torch.ones_like(y))
+        return y  # the gradients stay on the leaves until the next call
     return run
 
 
@@ -220,7 +224,7 @@ class Busy:
         return False
 
 
-def measure_shape(impls, shape, threads, repeats, loop_repeats, emit):
+def measure_shape(impls, shape, threads, repeats, loop_repeats, emit, mambapy_path=None):
     torch.set_num_threads(threads)
     batch, dim, d_state, seqlen = shape
     inputs = make_inputs(*shape)
@@ -246,8 +250,11 @@ def measure_shape(impls, shape, threads, repeats, loop_repeats, emit):
             row = {"kind": "time", "shape": list(shape), "threads": threads, "pass": mode, "impl": impl.name,
                    "cpu_ms": round(statistics.median(x[0] for x in t), 2),
                    "wall_ms": round(statistics.median(x[1] for x in t), 2), "runs": len(t),
-                   "peak_mib": round(peak_rss_rise(calls[impl.name]) / 2**20, 1),
                    "loadavg": round(os.getloadavg()[0], 2)}
+            if threads == 1:
+                mem = measure_memory(impl.name, shape, mode, mambapy_path)
+                if mem:
+                    row["peak_mib"] = round(mem["peak_bytes"] / 2**20, 1)
             if impl.name in errs:
                 row["fwd_rel_err"] = float(f"{errs[impl.name]:.2e}")
             if impl.name in ("fallback", "mambapy"):
@@ -265,19 +272,12 @@ def measure_shape(impls, shape, threads, repeats, loop_repeats, emit):
 
 def measure_bf16(shape, emit):
     """Compiled forward / forward+backward with bf16 inputs: peak extra memory in units of one input."""
-    from mamba_ssm.ops.backends import compiled
-
-    torch.set_num_threads(1)
-    inputs = make_inputs(*shape, dtype=torch.bfloat16)
-    one = inputs[0].numel() * inputs[0].element_size()
-    impl = Impl("compiled", lambda *a: compiled.selective_scan(*a))
-    for backward in (False, True):
-        run = make_call(impl, inputs, backward)
-        run()
-        peak = min(peak_rss_rise(run) for _ in range(3))
-        emit({"kind": "bf16_memory", "shape": list(shape), "pass": "fwd+bwd" if backward else "fwd",
-              "input_mib": round(one / 2**20, 2), "peak_mib": round(peak / 2**20, 2),
-              "peak_inputs": round(peak / one, 2)})
+    for mode in ("fwd", "fwd+bwd"):
+        mem = measure_memory("compiled", shape, mode, None, dtype="bfloat16")
+        if mem:
+            one, peak = mem["input_bytes"], mem["peak_bytes"]
+            emit({"kind": "bf16_memory", "shape": list(shape), "pass": mode, "input_mib": round(one / 2**20, 2),
+                  "peak_mib": round(peak / 2**20, 2), "peak_inputs": round(peak / one, 2)})
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -305,7 +305,7 @@ def to_markdown(rows, info):
         mp = find("time", shape=r["shape"], threads=r["threads"], **{"pass": r["pass"]}, impl="mambapy")
         ratio = f"{mp[0]['cpu_ms'] / r['cpu_ms']:.1f}x" if mp and r["impl"] != "mambapy" else "-"
         lines.append(f"| {tuple(r['shape'])} | {r['threads']} | {r['pass']} | {r['impl']} | {r['cpu_ms']} | "
-                     f"{r['wall_ms']} | {ratio} | {r['peak_mib']} | {r.get('ops', '-')} | "
+                     f"{r['wall_ms']} | {ratio} | {r.get('peak_mib', '-')} | {r.get('ops', '-')} | "
                      f"{r.get('fwd_rel_err', '-')} |")
     lines += ["", "Goals (issue 13):", ""]
     # 1. compiled forward vs torch.exp at the goal shape, 1 thread.
@@ -352,7 +352,7 @@ def to_markdown(rows, info):
                      + ("met." if top[0] <= 1.5 else f"missed by {top[0] / 1.5:.2f}x."))
     for r in find("bf16_memory"):
         goal = " (goal <= 1.5x: " + ("met)" if r["peak_inputs"] <= 1.5 else "missed)") if r["pass"] == "fwd" else \
-            " (the three gradients du, ddelta, dz alone are 2-3 inputs)"
+            " (du and ddelta, gradients of the size of u, are 2 inputs by themselves)"
         lines.append(f"- bf16 compiled {r['pass']} at {tuple(r['shape'])}: peak extra memory {r['peak_mib']} MiB = "
                      f"**{r['peak_inputs']}x** one input ({r['input_mib']} MiB){goal}.")
     return "\n".join(lines) + "\n"
@@ -364,7 +364,8 @@ def write_doc(markdown, command):
                f"Command: `{command}`; date: {stamp}; host {platform.node()}, Python {platform.python_version()}.\n"
                "Process CPU time is the primary figure (the machine is shared); every row is a median of "
                "interleaved rounds after a float64 check of the forward (`fwd err`: max error / output scale).\n"
-               "Peak MiB: RSS rise during one call (sampled every 0.2 ms). Ops: ATen ops dispatched per call.\n\n"
+               "Peak MiB: RSS rise during one call in a child process (sampled every 0.2 ms; 1-thread rows). "
+               "Ops: ATen ops dispatched per call.\n\n"
                f"{markdown}{END}\n")
     text = open(DOC).read() if os.path.exists(DOC) else "# Benchmarks\n\n"
     if BEGIN in text and END in text:
@@ -377,18 +378,37 @@ def write_doc(markdown, command):
     os.replace(DOC + ".tmp", DOC)
 
 
-def _reexec_with_fixed_mmap_threshold(argv):
-    """glibc raises its mmap threshold after a large free, after which freed buffers stay resident and
-    RSS stops showing the next call's peak; a fixed threshold (the env var, read at process start)
-    returns every block >= 128 KiB to the OS on free."""
-    if os.environ.get("MALLOC_MMAP_THRESHOLD_") or not sys.platform.startswith("linux"):
-        return
+def memory_child(spec, mambapy_path):
+    """One peak-memory measurement in this (fresh) process: {impl},{B,D,N,L},{fwd|fwd+bwd},{dtype}."""
+    name, shape, mode, dtype = spec.split(":")
+    shape = tuple(int(v) for v in shape.split(","))
+    torch.set_num_threads(1)
+    (impl,) = implementations([name], mambapy_path)
+    inputs = impl.prepare(make_inputs(*shape, dtype=getattr(torch, dtype)))
+    run = make_call(impl, inputs, mode == "fwd+bwd")
+    run()  # warm-up: first-call allocations (dispatcher, libraries) are not the op's
+    peak = min(peak_rss_rise(run) for _ in range(2))
+    print(json.dumps({"peak_bytes": peak, "input_bytes": inputs[0].numel() * inputs[0].element_size()}))
+
+
+def measure_memory(name, shape, mode, mambapy_path, dtype="float32"):
+    """Peak RSS rise of one call, in a child process whose glibc returns freed blocks >= 128 KiB to the
+    OS at once (MALLOC_MMAP_THRESHOLD_, read at process start): in the timing process glibc's default,
+    dynamic threshold keeps freed buffers resident, so RSS would not show a later call's peak (and
+    fixing the threshold there would slow the allocation-heavy implementations down)."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
-    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)] + list(argv), env)
+    cmd = [sys.executable, os.path.abspath(__file__), "--memory-child",
+           f"{name}:{','.join(map(str, shape))}:{mode}:{dtype}"]
+    if mambapy_path:
+        cmd += ["--mambapy-path", mambapy_path]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"[bench] memory of {name} {shape} {mode}: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None):
-    _reexec_with_fixed_mmap_threshold(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved rounds (medians reported)")
@@ -400,7 +420,11 @@ def main(argv=None):
     ap.add_argument("--load", action="store_true", help="a busy child process during the 2-thread rows")
     ap.add_argument("--out", help="write the rows as JSON here as they complete")
     ap.add_argument("--write-doc", action="store_true", help="update docs/benchmarks.md")
+    ap.add_argument("--memory-child", help=argparse.SUPPRESS)  # internal: one memory measurement
     ns = ap.parse_args(argv)
+    if ns.memory_child:
+        memory_child(ns.memory_child, ns.mambapy_path)
+        return 0
     shapes = [tuple(int(v) for v in s.split(",")) for s in ns.shapes.split(";")] if ns.shapes else SHAPES
     impls = implementations(ns.impls.split(","), ns.mambapy_path)
     rows = []
@@ -419,9 +443,9 @@ def main(argv=None):
         for shape in shapes:
             if ns.load and threads > 1:
                 with Busy():
-                    measure_shape(impls, shape, threads, ns.repeats, ns.loop_repeats, emit)
+                    measure_shape(impls, shape, threads, ns.repeats, ns.loop_repeats, emit, ns.mambapy_path)
             else:
-                measure_shape(impls, shape, threads, ns.repeats, ns.loop_repeats, emit)
+                measure_shape(impls, shape, threads, ns.repeats, ns.loop_repeats, emit, ns.mambapy_path)
     if any(i.name == "compiled" for i in impls):
         for shape in (GOAL_SHAPE, (2, 64, 16, 8192)):
             if shape in shapes:
