@@ -22,8 +22,9 @@ used, which every comparator supports), and for each thread count (``--threads``
   same rounds: the compiled forward's goal is <= 0.45x of it at (1,1536,16,2048);
 * bf16 inputs to the compiled forward and backward: peak extra memory in units of one input (u's bytes).
 
-With ``--load`` a busy-looping child process runs during the 2-thread measurements (the issue's
-"another process loading the second core"); the machine's load average is recorded either way.
+With ``--load`` a busy-looping child process runs during every timed measurement, 1 and 2 threads alike
+(the issue's "another process loading the second core", compared like for like); the machine's load
+average is recorded either way.
 
 ``mambapy`` is a benchmark-only dependency (not in ci/requirements-dev.txt): install it next to the dev
 torch, e.g. ``python -m venv /tmp/mvenv && echo $(python -c 'import site; print(site.getsitepackages()[0])')
@@ -297,7 +298,7 @@ def to_markdown(rows, info):
 
     lines = [f"CPU: {info['cpu']} ({info['cpus']} CPUs), CPU kernel ISA `{info['isa']}`; torch {info['torch']}; "
              f"load average {info['load_start']:.1f} at the start, {info['load_end']:.1f} at the end"
-             f"{'; a busy-looping child process ran during the 2-thread rows' if info['busy'] else ''}.", ""]
+             f"{'; a busy-looping child process ran during every timed row' if info['busy'] else ''}.", ""]
     lines.append("| shape (B,D,N,L) | threads | pass | impl | CPU ms | wall ms | vs mambapy (CPU) | peak MiB | "
                  "ops | fwd err |")
     lines.append("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -417,7 +418,8 @@ def main(argv=None):
     ap.add_argument("--shapes", help="semicolon-separated B,D,N,L (default: the issue's five)")
     ap.add_argument("--mambapy-path", default=os.environ.get("MAMBAPY_PATH"),
                     help="a site-packages folder holding mambapy (appended to sys.path)")
-    ap.add_argument("--load", action="store_true", help="a busy child process during the 2-thread rows")
+    ap.add_argument("--load", action="store_true",
+                    help="a busy child process during every timed row (1 and 2 threads alike)")
     ap.add_argument("--out", help="write the rows as JSON here as they complete")
     ap.add_argument("--write-doc", action="store_true", help="update docs/benchmarks.md")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)  # internal: one memory measurement
@@ -441,7 +443,7 @@ def main(argv=None):
             "load_start": os.getloadavg()[0]}
     for threads in (int(t) for t in ns.threads.split(",")):
         for shape in shapes:
-            if ns.load and threads > 1:
+            if ns.load:
                 with Busy():
                     measure_shape(impls, shape, threads, ns.repeats, ns.loop_repeats, emit, ns.mambapy_path)
             else:
