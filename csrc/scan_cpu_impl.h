@@ -13,13 +13,15 @@
 // are rounded to their dtype (round to nearest even) as each row is written.
 //
 // Backward (per channel, the whole sequence): pass 1 runs the recurrence to find the state entering
-// each segment of kSegSteps timesteps; then, segments last to first, the segment's decays a_t and states
-// h_t are recomputed and kept (a few hundred KiB, cache-resident) and the reverse recurrence
+// each segment (kSegBytes of decays + states: 2048 timesteps at d_state 16; at least 64); then,
+// segments last to first, the segment's decays a_t and states h_t are recomputed and kept (a few
+// hundred KiB, cache-resident) and the reverse recurrence
 //   G_t = C_t dy_t + a_{t+1} G_{t+1}     (G = dL/dh_t; the step past the end is dlast_state)
 // gives  dC_t += dy_t h_t,  dB_t += G_t dt_t u_t,  du_t = D dy_t + dt_t sum_n G_t B_t,
 //        d dt_t = sum_n G_t a_t h_{t-1} A + u_t sum_n G_t B_t (times sigmoid for softplus),
 //        dA += G_t a_t h_{t-1} dt_t,  dD += dy_t u_t,  and dz from y_t (recomputed) and the silu gate.
-// For seqlen <= kSegSteps nothing is recomputed: every exp is evaluated once forward, once backward.
+// Up to one segment long, pass 1 has nothing to do and the backward evaluates each decay once, as many
+// exps as the forward (which keeps nothing for the backward: the op saves only its inputs).
 #ifndef MAMBA_CPU_NS
 #error "define MAMBA_CPU_NS before including scan_cpu_impl.h"
 #endif
