@@ -34,19 +34,49 @@ std::string build_info() {
 
 std::string cpu_isa() { return scan_cpu_isa(); }
 
+ScalarKind kind_of(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kHalf: return ScalarKind::kFloat16;
+    case at::kBFloat16: return ScalarKind::kBFloat16;
+    default: return ScalarKind::kFloat32;
+  }
+}
+
+// The storage dtypes of the prepared per-sequence tensors (prepare with at::ScalarType::Undefined keeps
+// each one's own fp32 / fp16 / bf16; the CPU kernels convert a tile at a time).
+CpuDtypes cpu_dtypes(const Prepared& r, const at::Tensor& dout) {
+  CpuDtypes k;
+  k.u = kind_of(r.u);
+  k.delta = kind_of(r.delta);
+  if (r.z.defined()) k.z = kind_of(r.z);
+  if (r.b_variable) k.B = kind_of(r.B);
+  if (r.c_variable) k.C = kind_of(r.C);
+  if (dout.defined()) k.dout = kind_of(dout);
+  return k;
+}
+
+// dout in its own dtype when fp32 / fp16 / bf16 (else fp32), contiguous.
+at::Tensor prepare_dout(const at::Tensor& dout) {
+  const auto st = dout.scalar_type();
+  const bool ok = st == at::kFloat || st == at::kHalf || st == at::kBFloat16;
+  return dout.to(ok ? st : at::kFloat).contiguous();
+}
+
 FwdResult fwd_cpu(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A, const at::Tensor& B,
                   const at::Tensor& C, const std::optional<at::Tensor>& D,
                   const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& delta_bias,
                   bool delta_softplus) {
-  const Prepared r = prepare(u, delta, A, B, C, D, z, delta_bias, at::kFloat);
+  const Prepared r = prepare(u, delta, A, B, C, D, z, delta_bias, at::ScalarType::Undefined);
   ScanParams p;
   fill_params(r, delta_softplus, p);
-  at::Tensor out = at::empty({r.batch, r.dim, r.seqlen}, r.u.options());
+  const CpuDtypes k = cpu_dtypes(r, at::Tensor());
+  scan_cpu_isa();  // a bad MAMBA_SSM_CPU_ISA raises here, before any work
+  at::Tensor out = at::empty({r.batch, r.dim, r.seqlen}, r.u.options());  // u's dtype
   at::Tensor last = at::zeros({r.batch, r.dim, r.dstate}, r.u.options().dtype(at::kFloat));
   p.out = out.data_ptr();
   p.last_state = last.data_ptr<float>();
-  run_parallel(r.batch * r.dim, [&](int64_t begin, int64_t end) { scan_fwd_cpu(p, begin, end); });
-  return {out.to(u.scalar_type()), last};
+  run_parallel(r.batch * r.dim, [&](int64_t begin, int64_t end) { scan_fwd_cpu(p, k, begin, end); });
+  return {out, last};
 }
 
 BwdResult bwd_cpu(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A, const at::Tensor& B,
@@ -54,22 +84,25 @@ BwdResult bwd_cpu(const at::Tensor& u, const at::Tensor& delta, const at::Tensor
                   const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& delta_bias,
                   bool delta_softplus, const at::Tensor& dout,
                   const std::optional<at::Tensor>& dlast_state) {
-  const Prepared r = prepare(u, delta, A, B, C, D, z, delta_bias, at::kFloat);
+  const Prepared r = prepare(u, delta, A, B, C, D, z, delta_bias, at::ScalarType::Undefined);
   TORCH_CHECK(dout.sizes() == u.sizes(), "mamba_ssm: dout must have u's shape ", u.sizes(), ", got ",
               dout.sizes());
   ScanBwdParams p;
   fill_params(r, delta_softplus, p);
   const auto f32 = r.u.options().dtype(at::kFloat);
-  const at::Tensor dout_c = dout.to(at::kFloat).contiguous();
+  const at::Tensor dout_c = prepare_dout(dout);
+  const CpuDtypes k = cpu_dtypes(r, dout_c);
+  scan_cpu_isa();  // a bad MAMBA_SSM_CPU_ISA raises here, before any work
   const at::Tensor dlast = prepare_dlast_state(r, dlast_state);
   const bool variable = r.b_variable || r.c_variable;
   const int64_t n_threads = at::get_num_threads();
   const int64_t n_split =
       variable ? std::max<int64_t>(1, std::min<int64_t>(r.dim, (n_threads + r.batch - 1) / r.batch)) : r.dim;
   BwdBuffers g;
-  g.du = at::empty({r.batch, r.dim, r.seqlen}, f32);
-  g.ddelta = at::empty({r.batch, r.dim, r.seqlen}, f32);
-  g.dz = r.z.defined() ? at::empty({r.batch, r.dim, r.seqlen}, f32) : at::Tensor();
+  // du, ddelta, dz in the dtype of u, delta, z (the kernel rounds each row as it writes it).
+  g.du = at::empty({r.batch, r.dim, r.seqlen}, f32.dtype(r.u.scalar_type()));
+  g.ddelta = at::empty({r.batch, r.dim, r.seqlen}, f32.dtype(r.delta.scalar_type()));
+  g.dz = r.z.defined() ? at::empty({r.batch, r.dim, r.seqlen}, f32.dtype(r.z.scalar_type())) : at::Tensor();
   g.dA = at::empty({r.batch, r.dim, r.dstate}, f32);
   g.dD = at::empty({r.batch, r.dim}, f32);
   g.dbias = at::empty({r.batch, r.dim}, f32);
@@ -82,7 +115,7 @@ BwdResult bwd_cpu(const at::Tensor& u, const at::Tensor& delta, const at::Tensor
   bind_bwd_buffers(g, dout_c, dlast, p);
   p.cpu_n_split = n_split;
   run_parallel(r.batch * n_split, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) scan_bwd_cpu(p, task);
+    for (int64_t task = begin; task < end; ++task) scan_bwd_cpu(p, k, task);
   });
   // Reduce the partials (over batch, or over the task split for variable B/C) and restore dtypes/shapes.
   return finish_bwd(g, r, /*sum_variable_bc=*/true, u, delta, A, B, C, D, z, delta_bias);

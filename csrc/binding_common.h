@@ -23,7 +23,9 @@ inline bool is_variable(const at::Tensor& t) { return t.dim() >= 3; }
 // (batch, d_state, seqlen) is (batch, 1, d_state, seqlen).
 inline at::Tensor as_grouped(const at::Tensor& t) { return t.dim() == 3 ? t.unsqueeze(1) : t; }
 
-// compute_dtype: the dtype u, delta, z are read in (fp32 on the CPU, u's dtype on GPUs).
+// compute_dtype: the dtype u, delta, z are read in (u's dtype on GPUs). at::ScalarType::Undefined (the
+// CPU) keeps u, delta, z and variable B/C each in its own dtype when that is fp32, fp16 or bf16 (else
+// fp32): the CPU kernels convert them a tile at a time.
 // Variable B/C are kept when already fp32 or compute_dtype, else converted to fp32.
 inline Prepared prepare(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A,
                         const at::Tensor& B, const at::Tensor& C, const std::optional<at::Tensor>& D,
@@ -62,18 +64,25 @@ inline Prepared prepare(const at::Tensor& u, const at::Tensor& delta, const at::
   TORCH_CHECK(gb == 0 || gc == 0 || gb == gc, "mamba_ssm: B and C must have the same number of groups");
   r.groups = gb ? gb : (gc ? gc : 1);
   auto conv = [](const at::Tensor& t, at::ScalarType dt) { return t.to(dt).contiguous(); };
-  r.u = conv(u, compute_dtype);
-  r.delta = conv(delta, compute_dtype);
+  const bool keep = compute_dtype == at::ScalarType::Undefined;
+  auto is_stream_dtype = [](at::ScalarType dt) {
+    return dt == at::kFloat || dt == at::kHalf || dt == at::kBFloat16;
+  };
+  auto stream_dtype = [&](const at::Tensor& t) {
+    return !keep ? compute_dtype : (is_stream_dtype(t.scalar_type()) ? t.scalar_type() : at::kFloat);
+  };
+  r.u = conv(u, stream_dtype(u));
+  r.delta = conv(delta, stream_dtype(delta));
   r.A = conv(A, at::kFloat);
   auto conv_bc = [&](const at::Tensor& t) {
     if (!is_variable(t)) return conv(t, at::kFloat);
     const at::Tensor g = as_grouped(t);
     const auto dt = g.scalar_type();
-    return conv(g, (dt == at::kFloat || dt == compute_dtype) ? dt : at::kFloat);
+    return conv(g, (dt == at::kFloat || dt == compute_dtype || (keep && is_stream_dtype(dt))) ? dt : at::kFloat);
   };
   r.B = conv_bc(B);
   r.C = conv_bc(C);
-  if (r.b_variable && r.c_variable && r.B.scalar_type() != r.C.scalar_type()) {
+  if (!keep && r.b_variable && r.c_variable && r.B.scalar_type() != r.C.scalar_type()) {
     r.B = r.B.to(at::kFloat);
     r.C = r.C.to(at::kFloat);
   }
@@ -83,7 +92,7 @@ inline Prepared prepare(const at::Tensor& u, const at::Tensor& delta, const at::
   }
   if (z.has_value() && z->defined()) {
     TORCH_CHECK(z->sizes() == u.sizes(), "mamba_ssm: z must have u's shape ", u.sizes(), ", got ", z->sizes());
-    r.z = conv(*z, compute_dtype);
+    r.z = conv(*z, stream_dtype(*z));
   }
   if (delta_bias.has_value() && delta_bias->defined()) {
     TORCH_CHECK(delta_bias->numel() == r.dim, "mamba_ssm: delta_bias must be (dim,) = (", r.dim,

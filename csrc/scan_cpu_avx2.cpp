@@ -37,8 +37,8 @@ bool available() {
 namespace mamba_ssm {
 namespace cpu_avx2 {
 bool available() { return false; }
-void scan_fwd(const ScanParams&, int64_t, int64_t) {}
-void scan_bwd(const ScanBwdParams&, int64_t) {}
+void scan_fwd(const ScanParams&, const CpuDtypes&, int64_t, int64_t) {}
+void scan_bwd(const ScanBwdParams&, const CpuDtypes&, int64_t) {}
 }  // namespace cpu_avx2
 }  // namespace mamba_ssm
 #endif

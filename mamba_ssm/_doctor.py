@@ -279,6 +279,17 @@ def _scan_reference(u, delta, A, B, C, D, z, delta_bias):
     return y * z * torch.sigmoid(z)
 
 
+def _cpu_isa() -> Optional[str]:
+    """The build of the CPU kernel that runs (``avx512``, ``avx2``, ``generic``), or None when the loaded
+    module has no CPU kernel op."""
+    try:
+        import torch  # noqa: PLC0415
+
+        return str(torch.ops.mamba_ssm.cpu_isa())
+    except Exception:  # noqa: BLE001 - a module without the op, or a bad MAMBA_SSM_CPU_ISA
+        return None
+
+
 def _check_device(device: str) -> Dict[str, Any]:
     """Run selective_scan_fn (forward and backward) on ``device`` through the dispatcher and compare the
     output with the float64 reference; fp32, batch 2, dim 8, d_state 4, seqlen 37."""
@@ -357,6 +368,7 @@ def collect(check: bool = False) -> Dict[str, Any]:
     try:
         load = _loader.load()
         report["compiled_module"] = _json_safe(load.to_dict())
+        report["compiled_module"]["cpu_isa"] = _cpu_isa() if load.loaded else None
     except Exception as exc:  # noqa: BLE001
         report["compiled_module"] = {"found": None, "path": None, "loaded": False, "kind": "error",
                                      "reason": f"the loader failed: {_error_text(exc)}",
@@ -605,6 +617,8 @@ def render_text(report: Dict[str, Any]) -> str:
         add(f"  compiled by: nvcc {bi.get('nvcc_version') or '-'}, hipcc {bi.get('hipcc_version') or '-'}; "
             f"package {bi.get('package_version')}, commit {bi.get('git_commit') or '-'}")
     add(f"  loaded: {_yes(cm.get('loaded'))}")
+    if cm.get("cpu_isa"):
+        add(f"  CPU kernel build: {cm['cpu_isa']} (MAMBA_SSM_CPU_ISA caps it)")
     if not cm.get("loaded"):
         add(f"  reason: {cm.get('reason')}")
 

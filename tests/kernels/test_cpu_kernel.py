@@ -6,6 +6,22 @@ import torch
 from cases import BC_KINDS, assert_close, forward_grid, make_inputs, run_and_check
 from reference import selective_scan_ref64
 
+#: The builds of the CPU kernel (csrc/scan_cpu*.cpp), narrowest first.
+ISAS = ("generic", "avx2", "avx512")
+
+
+@pytest.fixture(params=ISAS)
+def isa(request, compiled, monkeypatch):
+    """Runs the test with MAMBA_SSM_CPU_ISA forcing one build of the CPU kernel (read at every call),
+    skipped with the reason where this CPU lacks that instruction set."""
+    monkeypatch.setenv("MAMBA_SSM_CPU_ISA", request.param)
+    got = torch.ops.mamba_ssm.cpu_isa()
+    if got != request.param:
+        flags = {"avx2": "avx2 and fma", "avx512": "avx512f, avx512dq, avx512bw, avx512vl"}[request.param]
+        pytest.skip(f"this CPU (or this build) cannot run the {request.param} build of the CPU kernel: it "
+                    f"needs {flags} in /proc/cpuinfo; cpu_isa() falls back to {got}")
+    return got
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_forward_full_grid(compiled, dtype):
@@ -34,21 +50,101 @@ def test_gradients(compiled, dtype, bc, seqlen, options):
     run_and_check(compiled, args, on, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_each_isa(compiled, isa, dtype):
+    """The grid above runs the widest build; each build (forced) on a covering subset: every B/C kind,
+    seqlen 1 / 64 / 129, all options off and on, forward and every gradient."""
+    n = 0
+    for bc in BC_KINDS:
+        for seqlen in (1, 64, 129):
+            for on in (False, True):
+                args = make_inputs(2, 6, seqlen, 7 if on else 16, bc, on, on, on, dtype, seed=n)
+                try:
+                    run_and_check(compiled, args, on, dtype)
+                except AssertionError as e:
+                    raise AssertionError(f"B/C={bc} seqlen={seqlen} options={on}: {e}") from None
+                n += 1
+
+
 @pytest.mark.parametrize("bc", ["constant", "grouped2"])
-def test_long_sequences(compiled, bc):
-    """Covering subset at seqlen 1000 (gradients) and 4097 (forward), past the 64-step tiles."""
-    run_and_check(compiled, make_inputs(1, 4, 1000, 16, bc, True, True, True, torch.float32, seed=3), True,
+def test_long_sequences(compiled, isa, bc):
+    """Past the tiles and segments: seqlen 1100 at d_state 32 (gradients; the backward keeps 1024-step
+    segments there, so the first one's states are recomputed from pass 1) and seqlen 2100 (forward, past
+    four 512-step forward tiles)."""
+    run_and_check(compiled, make_inputs(1, 2, 1100, 32, bc, True, True, True, torch.float32, seed=3), True,
                   torch.float32)
-    run_and_check(compiled, make_inputs(2, 4, 4097, 16, bc, True, False, True, torch.float32, seed=4), True,
+    run_and_check(compiled, make_inputs(2, 4, 2100, 16, bc, True, False, True, torch.float32, seed=4), True,
                   torch.float32, grads=False)
 
 
-def test_float16_and_large_d_state(compiled):
-    """fp16 inputs, and d_state 300 (the CPU kernel has no d_state limit)."""
+@pytest.mark.parametrize("d_state", [1, 16, 17, 32, 40, 300])
+def test_d_states(compiled, isa, d_state):
+    """d_state around the vector widths (8 and 16 lanes; the AVX-512 loops for 16 and 32), and 300 (the
+    CPU kernel has no d_state limit)."""
+    for bc in ("variable", "constant"):
+        run_and_check(compiled, make_inputs(2, 3, 70, d_state, bc, True, True, True, torch.float32, seed=d_state),
+                      True, torch.float32)
+
+
+def test_float16(compiled, isa):
+    """fp16 inputs, read and written in fp16 by the kernel."""
     run_and_check(compiled, make_inputs(2, 3, 70, 4, "variable", True, True, True, torch.float16), True,
                   torch.float16)
-    run_and_check(compiled, make_inputs(1, 2, 40, 300, "grouped1", True, False, False, torch.float32), False,
-                  torch.float32)
+    run_and_check(compiled, make_inputs(1, 5, 530, 16, "grouped1", True, True, True, torch.float16, seed=2),
+                  True, torch.float16)
+
+
+@pytest.mark.parametrize("mix", ["bf16_u_fp32_bc", "fp16_u_fp32_delta", "bf16_u_fp16_z", "fp32_u_bf16_bc"])
+def test_mixed_dtypes(compiled, mix):
+    """Each per-sequence tensor is read in its own dtype (fp32 B/C with half u, and so on): results and
+    gradients against the float64 reference, each gradient in its input's dtype."""
+    low = {"bf16_u_fp32_bc": torch.bfloat16, "fp16_u_fp32_delta": torch.float16, "bf16_u_fp16_z": torch.bfloat16,
+           "fp32_u_bf16_bc": torch.float32}[mix]
+    u, delta, A, B, C, D, z, bias = make_inputs(2, 4, 150, 16, "grouped2", True, True, True, torch.float32, seed=9)
+    u = u.to(low)
+    if mix == "fp16_u_fp32_delta":
+        z = z.to(low)
+    elif mix == "bf16_u_fp16_z":
+        delta, z = delta.to(low), z.to(torch.float16)
+    elif mix == "fp32_u_bf16_bc":
+        B, C = B.to(torch.bfloat16), C.to(torch.bfloat16)
+    else:
+        delta, z = delta.to(low), z.to(low)
+    args = (u, delta, A, B, C, D, z, bias)
+    coarsest = torch.bfloat16 if torch.bfloat16 in (u.dtype, delta.dtype, z.dtype, B.dtype) else torch.float16
+    leaves = [x.detach().clone().requires_grad_() for x in args]
+    out, last = compiled.selective_scan(*leaves, delta_softplus=True, return_last_state=True)
+    assert out.dtype == u.dtype
+    ref = [x.detach().double().requires_grad_() for x in args]
+    ref_out, ref_last = selective_scan_ref64(*ref, delta_softplus=True)
+    assert_close(out, ref_out, coarsest, "out")
+    assert_close(last, ref_last, coarsest, "last_state")
+    g = torch.randn(ref_out.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    (out.double() * g).sum().backward()
+    (ref_out * g).sum().backward()
+    for name, x, r in zip(("u", "delta", "A", "B", "C", "D", "z", "delta_bias"), leaves, ref):
+        assert x.grad.dtype == x.dtype, name
+        assert_close(x.grad, r.grad, coarsest, f"grad {name}")
+
+
+def test_half_rounding(compiled, isa):
+    """fp16 / bf16 results are rounded to nearest even: with the identity scan (A = 0 -> decay 1, one
+    step, B = C = 1, delta = 1) out = u exactly, and D = 0.5 makes out = 1.5 u, whose fp16 / bf16
+    rounding torch computes independently from the exact float64 value."""
+    for dtype in (torch.float16, torch.bfloat16):
+        top = 50000.0 if dtype == torch.float16 else 2e38  # finite inputs; 1.5 u overflows fp16 past 43690
+        u = torch.linspace(-top, top, 4001, dtype=torch.float64)
+        u = torch.cat([u, torch.tensor([6.1e-5, 5.96e-8, 3.0e-8, 1e-6, -2.5e-7, 65504.0, 65519.0])]).to(dtype)
+        n = u.numel()
+        uu = u.reshape(1, n, 1)
+        delta = torch.ones(1, n, 1, dtype=dtype)
+        A = torch.zeros(n, 1)
+        B = torch.ones(n, 1)
+        C = torch.zeros(n, 1)  # y = C h = 0, so out = D u
+        D = torch.full((n,), 1.5)
+        out = compiled.selective_scan(uu, delta, A, B, C, D)
+        expected = (u.double() * 1.5).to(dtype)
+        torch.testing.assert_close(out.reshape(-1), expected, rtol=0, atol=0, equal_nan=True)
 
 
 def test_non_contiguous_inputs(compiled):
@@ -121,7 +217,7 @@ def test_build_info_op(compiled):
     info = json.loads(torch.ops.mamba_ssm.build_info())
     assert "cpu" in info["kernels"]
     assert info["schema"] == 1
-    assert torch.ops.mamba_ssm.cpu_isa() in ("avx2", "generic")
+    assert torch.ops.mamba_ssm.cpu_isa() in ISAS
 
 
 def _opcheck_args():
@@ -150,23 +246,34 @@ def test_opcheck_backward(compiled, case):
                           (u, delta, A, B, C, D, z, bias, sp, dout, dlast))
 
 
-def test_generic_isa_build_matches(compiled, tmp_path):
-    """The baseline-ISA build of the CPU kernel (MAMBA_SSM_CPU_ISA=generic) gives the same results as the
-    reference, forward and backward (the AVX2 build is what the other tests exercise on x86-64)."""
-    import os
-    import subprocess
-    import sys
+def test_cpu_isa_choice(compiled, monkeypatch):
+    """cpu_isa() names the widest build this CPU runs (AVX-512 where /proc/cpuinfo lists avx512f/dq/bw/vl,
+    then AVX2 with FMA); MAMBA_SSM_CPU_ISA caps it; an unknown value is an error naming the choices."""
+    import platform
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    code = (
-        "import sys, torch; sys.path[:0] = [%r, %r]\n"
-        "from mamba_ssm import _loader; assert _loader.load().loaded\n"
-        "import mamba_ssm.ops.backends.compiled as b\n"
-        "assert torch.ops.mamba_ssm.cpu_isa() == 'generic', torch.ops.mamba_ssm.cpu_isa()\n"
-        "from cases import make_inputs, run_and_check\n"
-        "run_and_check(b, make_inputs(2, 4, 130, 11, 'grouped2', True, True, True, torch.float32), True,"
-        " torch.float32)\n"
-        "print('ok')\n" % (here, os.path.dirname(os.path.dirname(here))))
-    env = dict(os.environ, MAMBA_SSM_CPU_ISA="generic")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+    monkeypatch.delenv("MAMBA_SSM_CPU_ISA", raising=False)
+    widest = torch.ops.mamba_ssm.cpu_isa()
+    flags = set()
+    if platform.machine() in ("x86_64", "AMD64"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    if {"avx512f", "avx512dq", "avx512bw", "avx512vl", "avx2", "fma"} <= flags:
+        assert widest == "avx512"
+    elif {"avx2", "fma"} <= flags:
+        assert widest == "avx2"
+    else:
+        assert widest == "generic"
+    from mamba_ssm import _doctor
+
+    assert _doctor.collect()["compiled_module"]["cpu_isa"] == widest
+    monkeypatch.setenv("MAMBA_SSM_CPU_ISA", "generic")
+    assert torch.ops.mamba_ssm.cpu_isa() == "generic"
+    monkeypatch.setenv("MAMBA_SSM_CPU_ISA", "sse9")
+    with pytest.raises(Exception, match="MAMBA_SSM_CPU_ISA=sse9.*generic, avx2 or avx512"):
+        torch.ops.mamba_ssm.cpu_isa()
+    args = make_inputs(1, 2, 5, 3, "variable", False, False, False, torch.float32)
+    with pytest.raises(Exception, match="MAMBA_SSM_CPU_ISA=sse9"):
+        compiled.selective_scan(*args)

@@ -12,7 +12,15 @@ How it is computed (no Python loop over every timestep):
 
 * The sequence is cut into *segments* whose length comes from a memory budget (bytes per timestep =
   batch * dim * d_state * itemsize * buffers), processed one after the other with the state carried
-  between them, so memory stays bounded for any seqlen.
+  between them, so memory stays bounded for any seqlen. On CPU the budget grows with the per-step size
+  (512 timesteps' worth, between 8 and 64 MiB), so that wide models get long segments and few, large
+  ops instead of many small ones.
+* On CPU the core runs its ops with one intra-op thread (``MAMBA_SSM_SCAN_THREADS`` changes it; 0 keeps
+  torch's setting): it issues hundreds of small elementwise ops, and with torch's default OpenMP threads
+  each op waits at a barrier for a worker thread that, on a busy machine, is not scheduled for a
+  time slice: measured 12-21 s instead of 0.2 s for one forward on a loaded 2-core machine.
+  ``torch.set_num_threads`` is process-wide, so other threads of the process see the one thread while a
+  scan runs (it is restored after).
 * Each segment is cut into chunks of T steps (T about sqrt(segment length)). One pass of T vectorised
   steps computes every chunk's local end state (zero initial state) for all chunks at once; a pass over
   the chunks carries the state across chunk boundaries using the chunk decay
@@ -43,18 +51,24 @@ import torch
 __all__ = ["selective_scan", "selective_scan_with_state", "plan_chunks", "DEFAULT_MEMORY_BUDGET"]
 
 #: Working-set budget of one segment, in bytes, per device type (override with MAMBA_SSM_SCAN_MEMORY_MB).
-#: On CPU a segment that stays in the caches is fastest (measured: 8 MiB beats 2, 4, 16, 64 and 256 MiB
-#: at seqlen 8192 on a 2-core EPYC); on a GPU, larger segments mean fewer kernel launches.
+#: On CPU: _CPU_BUDGET_STEPS timesteps' worth, clamped to [DEFAULT_MEMORY_BUDGET, _CPU_BUDGET_MAX]
+#: (measured with benchmarks/bench_cpu_scan.py on a 2-core EPYC: a fixed 8 MiB gives 160-step segments at
+#: dim 64 and 14-step ones at dim 1536, 1,500-12,500 ops per forward; 16-64 MiB ran 15-25% faster with a
+#: third of the ops, 256 MiB slower again); on a GPU, larger segments mean fewer kernel launches.
 DEFAULT_MEMORY_BUDGET = 8 * 1024 * 1024
+_CPU_BUDGET_STEPS = 512
+_CPU_BUDGET_MAX = 64 * 1024 * 1024
 _DEVICE_BUDGETS = {"cpu": DEFAULT_MEMORY_BUDGET, "cuda": 1024 * 1024 * 1024}
 #: Buffers of shape (batch, dim, segment, d_state) alive at once in backward (a, b, h, g, products).
 _BUFFERS = 6
 _MIN_CHUNK, _MAX_CHUNK = 4, 128
 
 
-def _budget(device_type: str = "cpu") -> int:
+def _budget(device_type: str = "cpu", per_step: int = 0) -> int:
     text = os.environ.get("MAMBA_SSM_SCAN_MEMORY_MB", "").strip()
     if not text:
+        if device_type == "cpu":
+            return max(DEFAULT_MEMORY_BUDGET, min(_CPU_BUDGET_MAX, per_step * _CPU_BUDGET_STEPS))
         return _DEVICE_BUDGETS.get(device_type, DEFAULT_MEMORY_BUDGET)
     try:
         value = float(text)
@@ -73,15 +87,15 @@ def plan_chunks(batch: int, dim: int, d_state: int, seqlen: int, itemsize: int =
         batch, dim, d_state, seqlen: the scan's sizes.
         itemsize: bytes per element of the compute dtype (4 for float32, 8 for float64).
         budget: bytes the per-segment buffers may take (default: ``MAMBA_SSM_SCAN_MEMORY_MB``, else
-            8 MiB on CPU and 1 GiB on CUDA).
+            on CPU 512 timesteps' worth clamped to 8-64 MiB, and 1 GiB on CUDA).
         device_type: "cpu", "cuda", ... (picks the default budget).
 
     Returns:
         ``(segment, chunk)``: timesteps per segment (a multiple of ``chunk`` unless the whole sequence
         is shorter) and timesteps per chunk.
     """
-    budget = _budget(device_type) if budget is None else budget
     per_step = max(1, batch * dim * d_state * itemsize * _BUFFERS)
+    budget = _budget(device_type, per_step) if budget is None else budget
     segment = max(_MIN_CHUNK * _MIN_CHUNK, budget // per_step)
     segment = min(segment, max(seqlen, 1))
     chunk = 2 ** int(round(math.log2(max(1.0, math.sqrt(segment)))))
@@ -171,23 +185,25 @@ def _forward_states(a: torch.Tensor, b: torch.Tensor, dt: torch.Tensor, A6: torc
     t, nc = a.shape[0], a.shape[-2]
     if hbuf is None:
         hbuf = torch.empty((t + 1,) + tuple(a.shape[1:]), dtype=a.dtype, device=a.device)
+    # unbind once (one op) instead of indexing every step (one op per index): a third of the ops.
+    a_s, b_s, h_s = a.unbind(0), b.unbind(0), hbuf.unbind(0)
     if nc == 1:
         hbuf[0, ..., 0, :] = h0
     else:
         # Pass 1: each chunk's end state from a zero initial state, all chunks at once.
-        h = b[0]
+        h = b_s[0]
         for j in range(1, t):
-            h = torch.addcmul(b[j], a[j], h)
+            h = torch.addcmul(b_s[j], a_s[j], h)
         # Carry across chunks with the chunk decay exp(A * sum(delta)) (= the product of its steps' decays).
-        decay = torch.exp(dt.sum(0) * A6[0])                  # (Bt, G, H, NC, N)
-        hin = hbuf[0]
-        cur = h0
-        for c in range(nc):
-            hin[..., c, :] = cur
-            cur = torch.addcmul(h[..., c, :], decay[..., c, :], cur)
+        decay = torch.exp(dt.sum(0) * A6[0]).unbind(-2)       # NC x (Bt, G, H, N)
+        hin = h_s[0].unbind(-2)
+        h_c = h.unbind(-2)
+        hin[0].copy_(h0)
+        for c in range(nc - 1):
+            torch.addcmul(h_c[c], decay[c], hin[c], out=hin[c + 1])
     # Pass 2: the states from each chunk's true initial state.
     for j in range(t):
-        torch.addcmul(b[j], a[j], hbuf[j], out=hbuf[j + 1])
+        torch.addcmul(b_s[j], a_s[j], h_s[j], out=h_s[j + 1])
     return hbuf
 
 
@@ -199,24 +215,24 @@ def _reverse_states(a: torch.Tensor, c: torch.Tensor, dt: torch.Tensor, A6: torc
     t, nc = a.shape[0], a.shape[-2]
     if g is None:
         g = torch.empty_like(c)
+    a_s, c_s, g_s = a.unbind(0), c.unbind(0), g.unbind(0)
     if nc == 1:
         ein = carry.unsqueeze(-2)
     else:
-        r = c[t - 1]
+        r = c_s[t - 1]
         for j in range(t - 2, -1, -1):
-            r = torch.addcmul(c[j], a[j + 1], r)
+            r = torch.addcmul(c_s[j], a_s[j + 1], r)
         # Decay from a chunk's first step to the step past its end, excluding step 0's own decay.
-        inner = torch.exp((dt.sum(0) - dt[0]) * A6[0])
+        inner = torch.exp((dt.sum(0) - dt[0]) * A6[0]).unbind(-2)
         ein = torch.empty_like(r)
-        cur = carry
-        a0 = a[0]
-        for k in range(nc - 1, -1, -1):
-            ein[..., k, :] = cur
-            cur = a0[..., k, :] * torch.addcmul(r[..., k, :], inner[..., k, :], cur)
-    torch.add(c[t - 1], ein, out=g[t - 1])
+        ein_k, r_k, a0_k = ein.unbind(-2), r.unbind(-2), a_s[0].unbind(-2)
+        ein_k[nc - 1].copy_(carry)
+        for k in range(nc - 1, 0, -1):
+            torch.mul(a0_k[k], torch.addcmul(r_k[k], inner[k], ein_k[k]), out=ein_k[k - 1])
+    torch.add(c_s[t - 1], ein, out=g_s[t - 1])
     for j in range(t - 2, -1, -1):
-        torch.addcmul(c[j], a[j + 1], g[j + 1], out=g[j])
-    return g, a[0][..., 0, :] * g[0][..., 0, :]
+        torch.addcmul(c_s[j], a_s[j + 1], g_s[j + 1], out=g_s[j])
+    return g, a_s[0][..., 0, :] * g_s[0][..., 0, :]
 
 
 class _ScanCore(torch.autograd.Function):
@@ -243,9 +259,49 @@ class _ScanCore(torch.autograd.Function):
         return (*grads, None, None)
 
 
+def _scan_threads() -> int:
+    """Intra-op threads for the core's CPU ops: ``MAMBA_SSM_SCAN_THREADS`` (0: torch's setting), default 1."""
+    text = os.environ.get("MAMBA_SSM_SCAN_THREADS", "").strip()
+    if not text:
+        return 1
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"MAMBA_SSM_SCAN_THREADS={text!r} is not a whole number of threads (e.g. 1; 0 keeps "
+                         "torch's setting)") from None
+    if value < 0:
+        raise ValueError(f"MAMBA_SSM_SCAN_THREADS={text!r} must be >= 0 (0 keeps torch's setting)")
+    return value
+
+
+class _CpuThreads:
+    """The core's CPU ops run with :func:`_scan_threads` intra-op threads; torch's count is restored after
+    (see the module docstring for why)."""
+
+    def __init__(self, device_type: str):
+        want = _scan_threads() if device_type == "cpu" else 0
+        self.prev = torch.get_num_threads() if want else 0
+        self.want = want if want and want != self.prev else 0
+
+    def __enter__(self):
+        if self.want:
+            torch.set_num_threads(self.want)
+        return self
+
+    def __exit__(self, *exc):
+        if self.want:
+            torch.set_num_threads(self.prev)
+        return False
+
+
 def _scan_forward(u, dt, A, B, C, h0, segs):
     """The core's forward (shapes: :class:`_ScanCore`): returns (y, last state, the state entering each
     segment)."""
+    with _CpuThreads(u.device.type):
+        return _scan_forward_core(u, dt, A, B, C, h0, segs)
+
+
+def _scan_forward_core(u, dt, A, B, C, h0, segs):
     cdtype = A.dtype
     bt, g, hh, seqlen = u.shape
     n = A.shape[-1]
@@ -274,6 +330,11 @@ def _scan_forward(u, dt, A, B, C, h0, segs):
 def _scan_backward(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
     """The core's backward: (du, ddt, dA, dB, dC, dh0), None where ``need`` (needs_input_grad of
     u, dt, A, B, C, h0) says no gradient is wanted."""
+    with _CpuThreads(u.device.type):
+        return _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need)
+
+
+def _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
     cdtype = A.dtype
     bt, g, hh, seqlen = u.shape
     n = A.shape[-1]
