@@ -114,8 +114,8 @@ CONV_SHAPE = f"B={CONV_B} D={CONV_D} L={CONV_L} width {CONV_W} fp32, SiLU, bias"
 
 def _conv_inputs(device, grad=False):
     g = _gen()
-    return (_randn(g, device, CONV_B, CONV_D, CONV_L, grad=grad), _randn(g, device, CONV_D, CONV_W, scale=0.5, grad=grad),
-            _randn(g, device, CONV_D, scale=0.1, grad=grad))
+    return (_randn(g, device, CONV_B, CONV_D, CONV_L, grad=grad),
+            _randn(g, device, CONV_D, CONV_W, scale=0.5, grad=grad), _randn(g, device, CONV_D, scale=0.1, grad=grad))
 
 
 def make_conv_fwd(device):
@@ -147,7 +147,7 @@ def make_conv_fwd_bwd(device):
         causal_conv1d_fn(x, w, b, activation="silu").backward(dout)
 
     return Case(Impl("mamba_ssm._C", run, "auto"), [Impl("our PyTorch path", run, "torch")],
-                nbytes=5 * x.numel() * x.element_size())            # fwd: read x, write out; bwd: read x, dout, write dx
+                nbytes=5 * x.numel() * x.element_size())   # fwd: read x, write out; bwd: read x, dout, write dx
 
 
 def make_conv_update(device):
@@ -315,24 +315,26 @@ SSD_SHAPE = f"B={SSD_B} L={SSD_L} {SSD_H} heads x headdim {SSD_P}, d_state {SSD_
 ENTRIES: List[Entry] = [
     Entry("causal_conv1d fwd", ("cpu", "cuda"), CONV_SHAPE, "causal_conv1d", "compiled", make_conv_fwd, bw_goal=0.6),
     Entry("causal_conv1d fwd+bwd", ("cpu", "cuda"), CONV_SHAPE, "causal_conv1d", "compiled", make_conv_fwd_bwd),
-    Entry("causal_conv1d_update", ("cpu", "cuda"), f"batch 1, D={CONV_D}, width {CONV_W}, state_len {CONV_W}, fp32, SiLU",
-          "causal_conv1d_update", "compiled", make_conv_update),
+    Entry("causal_conv1d_update", ("cpu", "cuda"),
+          f"batch 1, D={CONV_D}, width {CONV_W}, state_len {CONV_W}, fp32, SiLU", "causal_conv1d_update", "compiled",
+          make_conv_update),
     Entry("causal_conv1d_varlen_states", ("cpu", "cuda"),
           f"{VARLEN_SEQS} sequences, {CONV_B * CONV_L} tokens, D={CONV_D}, state_len {CONV_W}, fp32",
           "causal_conv1d", "compiled", make_conv_varlen_states),
     Entry("ssd_chunk_scan fwd+bwd (mamba_chunk_scan_combined)", ("cuda",), SSD_SHAPE, "ssd_chunk_scan", "triton",
           make_ssd),
-    Entry("mamba_split_conv1d_scan_combined fwd+bwd", ("cuda",),
-          f"B={SPLIT_B} L={SPLIT_L} {SPLIT_H} heads x headdim {SPLIT_P}, d_state {SPLIT_N}, 1 group, width {CONV_W}, "
-          f"gated RMSNorm, bf16", "ssd_chunk_scan", "triton", make_split_conv1d_scan),
     Entry("selective_state_update", ("cuda",), f"Mamba-2 2.7B decode: batch {UPD_B}, {UPD_H} heads x headdim {UPD_P}, "
-          f"d_state {UPD_N}, bf16 state, dt_bias + softplus, D", "selective_state_update", "triton", make_state_update, bw_goal=0.6),
+          f"d_state {UPD_N}, bf16 state, dt_bias + softplus, D", "selective_state_update", "triton", make_state_update,
+          bw_goal=0.6),
     Entry("rms_norm_fn + residual (prenorm)", ("cuda",), f"{NORM_ROWS} x {NORM_N} bf16, fp32 residual", "rms_norm",
           "triton", make_rms_norm),
     Entry("layer_norm_fn + residual (prenorm)", ("cuda",), f"{NORM_ROWS} x {NORM_N} bf16, bias, fp32 residual",
           "layer_norm", "triton", make_layer_norm),
     Entry("gated rmsnorm (layernorm_gated.rmsnorm_fn)", ("cuda",), f"{NORM_ROWS} x {GATED_N} bf16, 8 groups, z gate",
           "rms_norm", "triton", make_gated_rms_norm),
+    Entry("mamba_split_conv1d_scan_combined fwd+bwd", ("cuda",),
+          f"B={SPLIT_B} L={SPLIT_L} {SPLIT_H} heads x headdim {SPLIT_P}, d_state {SPLIT_N}, 1 group, width {CONV_W}, "
+          f"gated RMSNorm, bf16", "ssd_chunk_scan", "triton", make_split_conv1d_scan),
 ]
 
 
