@@ -98,15 +98,6 @@ def _gen():
     return torch.Generator().manual_seed(0)
 
 
-def _no_grad(fn):
-    def run():
-        import torch
-
-        with torch.no_grad():
-            return fn()
-    return run
-
-
 # ----------------------------------------------------------------------------- causal conv1d (item 2)
 CONV_B, CONV_D, CONV_L, CONV_W = 8, 1536, 2048, 4
 CONV_SHAPE = f"B={CONV_B} D={CONV_D} L={CONV_L} width {CONV_W} fp32, SiLU, bias"
@@ -125,9 +116,9 @@ def make_conv_fwd(device):
 
     x, w, b = _conv_inputs(device)
     w3 = w.unsqueeze(1)
-    ours = _no_grad(lambda: causal_conv1d_fn(x, w, b, activation="silu"))
+    ours = lambda: causal_conv1d_fn(x, w, b, activation="silu")
     # Mamba's own fallback: a padded depthwise conv1d, cut to seqlen, then SiLU.
-    conv = _no_grad(lambda: F.silu(F.conv1d(x, w3, b, padding=CONV_W - 1, groups=CONV_D)[..., :CONV_L]))
+    conv = lambda: F.silu(F.conv1d(x, w3, b, padding=CONV_W - 1, groups=CONV_D)[..., :CONV_L])
     return Case(Impl("mamba_ssm._C", ours, "auto"),
                 [Impl("F.conv1d(groups=D)+SiLU", conv, goal=2.0 if device == "cpu" else None),
                  Impl("our PyTorch path", ours, "torch")],
@@ -156,7 +147,7 @@ def make_conv_update(device):
     g = _gen()
     x, w, b = _randn(g, device, 1, CONV_D), _randn(g, device, CONV_D, CONV_W), _randn(g, device, CONV_D)
     state = _randn(g, device, 1, CONV_D, CONV_W)
-    run = _no_grad(lambda: causal_conv1d_update(x, state, w, b, "silu"))
+    run = lambda: causal_conv1d_update(x, state, w, b, "silu")
     return Case(Impl("mamba_ssm._C", run, "auto"),
                 [Impl("our PyTorch path", run, "torch", goal=5.0 if device == "cpu" else None)],
                 calls=500, nbytes=(2 * x.numel() + 2 * state.numel()) * 4)
@@ -175,7 +166,7 @@ def make_conv_varlen_states(device):
     x = _randn(g, device, total, CONV_D)
     cuts = torch.sort(torch.randint(1, total, (VARLEN_SEQS - 1,), generator=g)).values
     cu = torch.cat([torch.tensor([0]), cuts, torch.tensor([total])]).to(device=device, dtype=torch.int32)
-    run = _no_grad(lambda: causal_conv1d_varlen_states(x, cu, CONV_W))
+    run = lambda: causal_conv1d_varlen_states(x, cu, CONV_W)
     return Case(Impl("mamba_ssm._C", run, "auto"), [Impl("our PyTorch path", run, "torch")],
                 calls=20, nbytes=2 * VARLEN_SEQS * CONV_D * CONV_W * 4)
 
@@ -265,7 +256,7 @@ def make_state_update(device):
     C = _randn(g, device, b, 1, n, dtype=bf)
     D = _randn(g, device, h)[:, None].expand(h, p)
     dt_bias = torch.rand(h, generator=g).to(device)[:, None].expand(h, p)
-    run = _no_grad(lambda: selective_state_update(state, x, dt, A, B, C, D, None, dt_bias, True))
+    run = lambda: selective_state_update(state, x, dt, A, B, C, D, None, dt_bias, True)
     return Case(Impl("triton", run, "auto"), [Impl("our PyTorch path", run, "torch")],
                 calls=20, nbytes=2 * state.numel() * state.element_size())   # the state: read and written
 
@@ -281,7 +272,7 @@ def _make_norm(device, fn, with_bias):
     res = _randn(g, device, NORM_ROWS, NORM_N)
     w = _randn(g, device, NORM_N, dtype=torch.bfloat16)
     bias = _randn(g, device, NORM_N, dtype=torch.bfloat16) if with_bias else None
-    run = _no_grad(lambda: fn(x, w, bias, residual=res, prenorm=True, residual_in_fp32=True))
+    run = lambda: fn(x, w, bias, residual=res, prenorm=True, residual_in_fp32=True)
     return Case(Impl("triton", run, "auto"), [Impl("our PyTorch path", run, "torch")],
                 calls=5, nbytes=NORM_ROWS * NORM_N * (2 + 4 + 2 + 4))  # read x bf16, residual fp32; write y, residual
 
@@ -306,7 +297,7 @@ def make_gated_rms_norm(device):
     g = _gen()
     x, z = (_randn(g, device, NORM_ROWS, GATED_N, dtype=torch.bfloat16) for _ in range(2))
     w = _randn(g, device, GATED_N, dtype=torch.bfloat16)
-    run = _no_grad(lambda: rmsnorm_fn(x, w, None, z=z, group_size=GATED_N // 8, norm_before_gate=False))
+    run = lambda: rmsnorm_fn(x, w, None, z=z, group_size=GATED_N // 8, norm_before_gate=False)
     return Case(Impl("triton", run, "auto"), [Impl("our PyTorch path", run, "torch")],
                 calls=5, nbytes=NORM_ROWS * GATED_N * 2 * 3)          # read x, z; write y (bf16)
 
