@@ -442,7 +442,7 @@ def _goal_text(r, device):
     return "; ".join(parts) or "-"
 
 
-def to_markdown(rows, skipped, device, copy_bw, threads, repeats) -> str:
+def to_markdown(rows, skipped, device, copy_bw, threads, repeats, load_start) -> str:
     import torch
 
     lines = []
@@ -452,8 +452,9 @@ def to_markdown(rows, skipped, device, copy_bw, threads, repeats) -> str:
     else:
         isa = torch.ops.mamba_ssm.cpu_isa() if hasattr(torch.ops.mamba_ssm, "cpu_isa") else "-"
         lines.append(f"torch threads: {threads}; CPU kernel ISA: {isa}.")
-    lines[-1] += (f" Load average at the end: {os.getloadavg()[0]:.1f}. Times are medians of {repeats} interleaved "
-                  f"rounds, ms per call (wall / CPU time); speed-up = baseline time / ours.\n")
+    lines[-1] += (f" Load average (1 min) at the start / end: {load_start:.1f} / {os.getloadavg()[0]:.1f}. Times are "
+                  f"medians of {repeats} interleaved rounds, ms per call (wall / CPU time); speed-up = baseline time "
+                  f"/ ours.\n")
     cuda = device == "cuda"
     lines += ["| op | shape | ours | baseline | ours wall / CPU | baseline wall / CPU | speed-up wall / CPU |"
               + (" GB/s (of copy) |" if cuda else "") + " goal |",
@@ -523,6 +524,7 @@ def main(argv=None) -> int:
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
     repeats = args.repeats or (7 if args.device == "cpu" else 5)
+    load_start = os.getloadavg()[0]
     only = [s for s in args.only.split(",") if s]
     copy_bw = copy_bandwidth_gbs() if args.device == "cuda" else None
     rows: List[Dict[str, object]] = []
@@ -543,9 +545,9 @@ def main(argv=None) -> int:
             if args.device == "cuda":
                 torch.cuda.empty_cache()
         if args.out:
-            _write_out(args.out, args.device, to_markdown(rows, skipped, args.device, copy_bw, args.threads, repeats),
-                       rows, skipped, copy_bw)
-    md = to_markdown(rows, skipped, args.device, copy_bw, args.threads, repeats)
+            md = to_markdown(rows, skipped, args.device, copy_bw, args.threads, repeats, load_start)
+            _write_out(args.out, args.device, md, rows, skipped, copy_bw)
+    md = to_markdown(rows, skipped, args.device, copy_bw, args.threads, repeats, load_start)
     print(md)
     if args.out:
         _write_out(args.out, args.device, md, rows, skipped, copy_bw)
