@@ -1,86 +1,171 @@
-#!/usr/bin/env python
-"""Op benchmark: mamba_ssm's kernels for the hot-path ops against PyTorch, interleaved in one run.
+"""Benchmark of the ops of issue 10 against our PyTorch path, in one run, interleaved, as ratios.
 
-Every row times two implementations of one op on the same inputs, alternating them sample by sample
-(so load on a shared machine hits both alike), and reports medians of wall time and of this process's
-CPU time, and their ratios. On CUDA, rows with a byte count also give the achieved bandwidth (bytes the
-op must move at least / time) against the measured device copy bandwidth.
+    python benchmarks/bench_ops.py --device cpu|cuda [--out DIR] [--reps N] [--only NAME,...]
 
-The rows are the entries of ``OPS`` (one per op and device; each names its shape, baseline and goal):
-add an op by appending an entry. CPU rows run with one torch thread (``--threads``).
+One entry per op in ``ENTRIES`` (name, devices it runs on, and a ``prepare(device)`` that returns the
+variants to time and the bytes each call must move). Each round times every variant once, in turn
+(interleaved, so machine noise hits them alike); the median over the rounds is reported, with the CPU
+time of the process (``time.process_time``) per call next to the wall time. On CUDA, the achieved
+bandwidth of the memory-bound ops is compared with the measured device-to-device copy bandwidth
+(``torch.Tensor.copy_`` of 1 GiB). Writes ``bench_ops_<device>.md`` (and ``.json``) into ``--out``.
 
-Usage::
-
-    python benchmarks/bench_ops.py --device cpu  [--repeats 7] [--only conv] [--write-doc]
-    python benchmarks/bench_ops.py --device cuda [--repeats 20] [--write-doc]
-
-``--write-doc`` puts the table into docs/benchmarks.md between the ``bench_ops:<device>`` markers.
+The Triton rows (SSD, selective_state_update, norms) run on CUDA/ROCm only; on ``--device cpu`` they
+print why they are skipped. The causal conv1d rows (mamba_ssm._C's kernels) run on both; their CPU goals
+(``--threads 1``): forward (B=8, D=1536, L=2048, width 4, fp32) >= 2x ``F.conv1d(groups=D)`` + SiLU, and
+``causal_conv1d_update`` at batch 1 >= 5x our PyTorch path; on CUDA, >= 60 % of copy bandwidth. Issue 10's GPU goals: selective_state_update >= 60 % of copy bandwidth;
+SSD fwd+bwd (B=4, L=4096, 32 heads x headdim 64, d_state 128, bf16) >= 10x our PyTorch SSD and faster
+than our Mamba-1 scan at equal state size (d_inner 2048 x d_state 128).
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
-import datetime
+import json
 import os
-import platform
 import statistics
 import sys
 import time
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
-DOC = os.path.join(REPO, "docs", "benchmarks.md")
+
+from mamba_ssm import _dispatch  # noqa: E402
+
+Variant = Tuple[str, Optional[str], Callable[[], object], int]   # (label, backend forced, call, bytes)
 
 
-@dataclasses.dataclass
-class Impl:
-    """One side of a row: ``fn()`` runs the op once; ``context()`` is entered around each sample
-    (outside the timing), e.g. to choose a backend."""
-    label: str
-    fn: Callable[[], object]
-    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
-@dataclasses.dataclass
-class Case:
-    ours: Impl
-    baseline: Impl
-    calls: int = 1                 # calls per timed sample (short ops repeat inside one sample)
-    nbytes: Optional[int] = None   # bytes the op must move at least (CUDA bandwidth column)
-
-
-@dataclasses.dataclass
-class Op:
-    name: str
-    device: str                    # "cpu" or "cuda"
-    shape: str
-    goal: Optional[float]          # ours / baseline speed-up asked for (None: reported only)
-    make: Callable[[str], Case]
-
-
-def _backend(name):
-    @contextlib.contextmanager
-    def ctx():
-        import mamba_ssm
-
-        prev = mamba_ssm.set_backend(name)
+def _with_backend(backend: Optional[str], fn: Callable[[], object]) -> Callable[[], object]:
+    def call():
+        previous = _dispatch.set_backend(backend) if backend else None
         try:
-            yield
+            return fn()
         finally:
-            mamba_ssm.set_backend(prev)
-    return ctx
+            if backend:
+                _dispatch.set_backend(previous)
+    return call
 
 
-# ----------------------------------------------------------------------------- causal conv1d (issue 10)
+def copy_bandwidth(device: str) -> Optional[float]:
+    """GB/s of a device-to-device copy of 1 GiB (bytes read + written), median of 10."""
+    if not device.startswith("cuda"):
+        return None
+    src = torch.empty(2**28, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(12):
+        _sync(device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return 2 * src.numel() * 4 / statistics.median(times[2:]) / 1e9
+
+
+# ------------------------------------------------------------------------------------------ entries
+
+def _prep_ssd(device: str) -> List[Variant]:
+    from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+
+    b, l, h, p, n = 4, 4096, 32, 64, 128
+    dt_ = torch.bfloat16
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(b, l, h, p, device=device, dtype=dt_, generator=g).requires_grad_(True)
+    dt = (torch.rand(b, l, h, device=device, generator=g) * 0.1).to(dt_).requires_grad_(True)
+    A = (-torch.rand(h, device=device, generator=g) - 0.5).requires_grad_(True)
+    B = torch.randn(b, l, 1, n, device=device, dtype=dt_, generator=g).requires_grad_(True)
+    C = torch.randn(b, l, 1, n, device=device, dtype=dt_, generator=g).requires_grad_(True)
+    dy = torch.randn(b, l, h, p, device=device, dtype=dt_, generator=g)
+
+    def ssd():
+        y = mamba_chunk_scan_combined(x, dt, A, B, C, 256)
+        y.backward(dy)
+
+    # Mamba-1's scan at the same state size: d_inner = h * p = 2048 channels x d_state 128.
+    d = h * p
+    u = torch.randn(b, d, l, device=device, dtype=dt_, generator=g).requires_grad_(True)
+    delta = (torch.rand(b, d, l, device=device, generator=g) * 0.1).to(dt_).requires_grad_(True)
+    A1 = (-torch.rand(d, n, device=device, generator=g) - 0.5).requires_grad_(True)
+    B1 = torch.randn(b, n, l, device=device, dtype=dt_, generator=g).requires_grad_(True)
+    C1 = torch.randn(b, n, l, device=device, dtype=dt_, generator=g).requires_grad_(True)
+    du = torch.randn(b, d, l, device=device, dtype=dt_, generator=g)
+
+    def scan1():
+        selective_scan_fn(u, delta, A1, B1, C1).backward(du)
+
+    return [("ssd fwd+bwd triton", "auto", ssd, 0),
+            ("ssd fwd+bwd our PyTorch SSD", "torch", ssd, 0),
+            ("mamba-1 selective_scan fwd+bwd (compiled), equal state size", "auto", scan1, 0)]
+
+
+def _prep_state_update(device: str) -> List[Variant]:
+    from mamba_ssm.ops.triton.selective_state_update import selective_state_update
+
+    b, h, p, n = 64, 80, 64, 128          # Mamba-2 2.7B decode, batch 64
+    g = torch.Generator(device=device).manual_seed(0)
+    state = torch.randn(b, h, p, n, device=device, dtype=torch.bfloat16, generator=g)
+    x = torch.randn(b, h, p, device=device, dtype=torch.bfloat16, generator=g)
+    dt = torch.rand(b, h, device=device, generator=g).to(torch.bfloat16)[:, :, None].expand(b, h, p)
+    A = (-torch.rand(h, device=device, generator=g))[:, None, None].expand(h, p, n)
+    B = torch.randn(b, 1, n, device=device, dtype=torch.bfloat16, generator=g)
+    C = torch.randn(b, 1, n, device=device, dtype=torch.bfloat16, generator=g)
+    D = torch.randn(h, device=device, generator=g)[:, None].expand(h, p)
+    bias = torch.rand(h, device=device, generator=g)[:, None].expand(h, p)
+    moved = 2 * state.numel() * state.element_size()
+
+    def call():
+        selective_state_update(state, x, dt, A, B, C, D, None, bias, True)
+    return [("selective_state_update triton", "auto", call, moved),
+            ("selective_state_update PyTorch", "torch", call, moved)]
+
+
+def _prep_norm(device: str) -> List[Variant]:
+    from mamba_ssm.ops.triton.layer_norm import rms_norm_fn
+
+    rows, n = 16384, 4096
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(rows, n, device=device, dtype=torch.bfloat16, generator=g)
+    res = torch.randn(rows, n, device=device, dtype=torch.float32, generator=g)
+    w = torch.randn(n, device=device, dtype=torch.bfloat16, generator=g)
+    moved = rows * n * (2 + 4 + 2 + 4)     # read x (bf16), residual (fp32); write y (bf16), residual (fp32)
+
+    def call():
+        rms_norm_fn(x, w, None, residual=res, prenorm=True, residual_in_fp32=True)
+    return [("rms_norm_fn + residual (prenorm) triton", "auto", call, moved),
+            ("rms_norm_fn + residual (prenorm) PyTorch", "torch", call, moved)]
+
+
+def _prep_gated(device: str) -> List[Variant]:
+    from mamba_ssm.ops.triton.layernorm_gated import rmsnorm_fn
+
+    rows, n = 16384, 5120
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(rows, n, device=device, dtype=torch.bfloat16, generator=g)
+    z = torch.randn(rows, n, device=device, dtype=torch.bfloat16, generator=g)
+    w = torch.randn(n, device=device, dtype=torch.bfloat16, generator=g)
+    moved = rows * n * 2 * 3
+
+    def call():
+        rmsnorm_fn(x, w, None, z=z, group_size=n // 8, norm_before_gate=False)
+    return [("gated rmsnorm (8 groups) triton", "auto", call, moved),
+            ("gated rmsnorm (8 groups) PyTorch", "torch", call, moved)]
+
+
+# Causal conv1d (issue 10, item 2): mamba_ssm._C's kernels against PyTorch. CPU goals (one thread):
+# forward >= 2x F.conv1d(groups=D)+SiLU; causal_conv1d_update at batch 1 >= 5x our PyTorch path.
 CONV_B, CONV_D, CONV_L, CONV_W = 8, 1536, 2048, 4
+CONV_STEPS = 200   # decode steps per timed call (one step is a few microseconds)
 
 
-def _conv_inputs(device, requires_grad=False):
-    import torch
-
+def _conv_inputs(device: str, requires_grad: bool = False):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(CONV_B, CONV_D, CONV_L, generator=g).to(device).requires_grad_(requires_grad)
     w = (torch.randn(CONV_D, CONV_W, generator=g) * 0.5).to(device).requires_grad_(requires_grad)
@@ -88,52 +173,42 @@ def _conv_inputs(device, requires_grad=False):
     return x, w, b
 
 
-def conv_fwd_vs_torch_conv1d(device):
-    import torch
+def _prep_conv_fwd(device: str) -> List[Variant]:
     import torch.nn.functional as F
 
     from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn
 
     x, w, b = _conv_inputs(device)
     w3 = w.unsqueeze(1)
+    moved = 2 * x.numel() * x.element_size()   # read x, write out
 
     def ours():
         with torch.no_grad():
-            return causal_conv1d_fn(x, w, b, activation="silu")
+            causal_conv1d_fn(x, w, b, activation="silu")
 
-    def baseline():  # Mamba's own fallback: a padded depthwise conv1d, cut to seqlen, then SiLU
+    def conv1d():   # Mamba's own fallback: a padded depthwise conv1d cut to seqlen, then SiLU
         with torch.no_grad():
-            return F.silu(F.conv1d(x, w3, b, padding=CONV_W - 1, groups=CONV_D)[..., :CONV_L])
-
-    return Case(Impl("mamba_ssm._C", ours), Impl("F.conv1d(groups=D)+SiLU", baseline),
-                nbytes=2 * x.numel() * x.element_size())
-
-
-def conv_fwd_vs_torch_path(device):
-    case = conv_fwd_vs_torch_conv1d(device)
-    case.baseline = Impl("our PyTorch path", case.ours.fn, _backend("torch"))
-    return case
+            F.silu(F.conv1d(x, w3, b, padding=CONV_W - 1, groups=CONV_D)[..., :CONV_L])
+    return [("causal_conv1d fwd mamba_ssm._C", "auto", ours, moved),
+            ("F.conv1d(groups=D)+SiLU", None, conv1d, moved),
+            ("causal_conv1d fwd our PyTorch path", "torch", ours, moved)]
 
 
-def conv_fwd_bwd_vs_torch_path(device):
-    import torch
-
+def _prep_conv_fwd_bwd(device: str) -> List[Variant]:
     from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn
 
     x, w, b = _conv_inputs(device, requires_grad=True)
     dout = torch.randn(x.shape, device=device)
+    moved = 5 * x.numel() * x.element_size()   # fwd: read x, write out; bwd: read x and dout, write dx
 
-    def run():
+    def call():
         x.grad = w.grad = b.grad = None
         causal_conv1d_fn(x, w, b, activation="silu").backward(dout)
+    return [("causal_conv1d fwd+bwd mamba_ssm._C", "auto", call, moved),
+            ("causal_conv1d fwd+bwd our PyTorch path", "torch", call, moved)]
 
-    return Case(Impl("mamba_ssm._C", run), Impl("our PyTorch path", run, _backend("torch")),
-                nbytes=5 * x.numel() * x.element_size())   # fwd: read x, write out; bwd: read x, dout, write dx
 
-
-def conv_update_batch1(device):
-    import torch
-
+def _prep_conv_update(device: str) -> List[Variant]:
     from mamba_ssm.ops.causal_conv1d import causal_conv1d_update
 
     g = torch.Generator().manual_seed(0)
@@ -141,170 +216,103 @@ def conv_update_batch1(device):
     w = torch.randn(CONV_D, CONV_W, generator=g).to(device)
     b = torch.randn(CONV_D, generator=g).to(device)
     state = torch.randn(1, CONV_D, CONV_W, generator=g).to(device)
+    moved = CONV_STEPS * (2 * x.numel() + 2 * state.numel()) * 4
 
-    def run():
-        return causal_conv1d_update(x, state, w, b, "silu")
+    def call():
+        for _ in range(CONV_STEPS):
+            causal_conv1d_update(x, state, w, b, "silu")
+    return [(f"causal_conv1d_update batch 1 x{CONV_STEPS} mamba_ssm._C", "auto", call, moved),
+            (f"causal_conv1d_update batch 1 x{CONV_STEPS} our PyTorch path", "torch", call, moved)]
 
-    return Case(Impl("mamba_ssm._C", run), Impl("our PyTorch path", run, _backend("torch")),
-                calls=200, nbytes=(2 * x.numel() + 2 * state.numel()) * 4)
 
-
-OPS: List[Op] = [
-    Op("causal_conv1d fwd", "cpu", "B=8 D=1536 L=2048 width 4 fp32, SiLU, bias", 2.0, conv_fwd_vs_torch_conv1d),
-    Op("causal_conv1d fwd", "cpu", "B=8 D=1536 L=2048 width 4 fp32, SiLU, bias", None, conv_fwd_vs_torch_path),
-    Op("causal_conv1d fwd+bwd", "cpu", "B=8 D=1536 L=2048 width 4 fp32, SiLU, bias", None,
-       conv_fwd_bwd_vs_torch_path),
-    Op("causal_conv1d_update", "cpu", "batch 1, D=1536, width 4, state_len 4, fp32, SiLU", 5.0, conv_update_batch1),
-    Op("causal_conv1d fwd", "cuda", "B=8 D=1536 L=2048 width 4 fp32, SiLU, bias", None, conv_fwd_vs_torch_conv1d),
-    Op("causal_conv1d fwd+bwd", "cuda", "B=8 D=1536 L=2048 width 4 fp32, SiLU, bias", None,
-       conv_fwd_bwd_vs_torch_path),
-    Op("causal_conv1d_update", "cuda", "batch 1, D=1536, width 4, state_len 4, fp32, SiLU", None, conv_update_batch1),
+#: One entry per op: (name, device types it runs on, prepare). Other ops' entries go in this list too.
+ENTRIES: List[Tuple[str, Tuple[str, ...], Callable[[str], List[Variant]]]] = [
+    ("ssd_chunk_scan", ("cuda",), _prep_ssd),
+    ("selective_state_update", ("cuda",), _prep_state_update),
+    ("rms_norm", ("cuda",), _prep_norm),
+    ("gated_rms_norm", ("cuda",), _prep_gated),
+    ("causal_conv1d", ("cpu", "cuda"), _prep_conv_fwd),
+    ("causal_conv1d_fwd_bwd", ("cpu", "cuda"), _prep_conv_fwd_bwd),
+    ("causal_conv1d_update", ("cpu", "cuda"), _prep_conv_update),
 ]
 
 
-# ------------------------------------------------------------------------------------------- timing
-def _sample(impl: Impl, calls: int, cuda: bool):
-    """(wall ms, CPU ms) per call of one sample."""
-    import torch
-
-    with impl.context():
-        if cuda:
-            torch.cuda.synchronize()
-        w0, c0 = time.perf_counter(), time.process_time()
-        for _ in range(calls):
-            impl.fn()
-        if cuda:
-            torch.cuda.synchronize()
-        w1, c1 = time.perf_counter(), time.process_time()
-    return (w1 - w0) * 1e3 / calls, (c1 - c0) * 1e3 / calls
-
-
-def measure(case: Case, repeats: int, cuda: bool):
-    """Interleaved medians: {"ours": (wall, cpu), "baseline": (wall, cpu)} in ms per call."""
-    for impl in (case.ours, case.baseline):  # warm-up (first-call setup, allocator)
-        _sample(impl, case.calls, cuda)
-    samples = {"ours": [], "baseline": []}
-    for i in range(repeats):
-        order = ("ours", "baseline") if i % 2 == 0 else ("baseline", "ours")
-        for side in order:
-            samples[side].append(_sample(getattr(case, side), case.calls, cuda))
-    return {side: (statistics.median(s[0] for s in v), statistics.median(s[1] for s in v))
-            for side, v in samples.items()}
-
-
-def copy_bandwidth_gbs(device, nbytes=1 << 30, repeats=10):
-    import torch
-
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    return 2 * nbytes * repeats / (time.perf_counter() - t0) / 1e9
-
-
-def _fmt(ms):
-    return f"{ms:.3f}" if ms < 1 else f"{ms:.1f}"
-
-
-def run(device, repeats, only=None, threads=1):
-    import torch
-
-    if device == "cpu":
-        torch.set_num_threads(threads)
+def run_entry(name: str, variants: List[Variant], device: str, reps: int) -> List[Dict[str, object]]:
+    calls = [(label, _with_backend(backend, fn), moved) for label, backend, fn, moved in variants]
+    for _, call, _ in calls:      # warm-up: compiles the Triton kernels, loads _C
+        call()
+        _sync(device)
+    wall: Dict[str, List[float]] = {label: [] for label, _, _ in calls}
+    cpu: Dict[str, List[float]] = {label: [] for label, _, _ in calls}
+    for _ in range(reps):
+        for label, call, _ in calls:
+            _sync(device)
+            c0, t0 = time.process_time(), time.perf_counter()
+            call()
+            _sync(device)
+            wall[label].append(time.perf_counter() - t0)
+            cpu[label].append(time.process_time() - c0)
     rows = []
-    copy_bw = copy_bandwidth_gbs(device) if device == "cuda" else None
-    for op in OPS:
-        if op.device != device or (only and only not in op.name):
-            continue
-        case = op.make(device)
-        res = measure(case, repeats, device == "cuda")
-        (ow, oc), (bw, bc) = res["ours"], res["baseline"]
-        row = dict(op=op.name, shape=op.shape, ours=case.ours.label, baseline=case.baseline.label,
-                   ours_wall=ow, ours_cpu=oc, base_wall=bw, base_cpu=bc, ratio_wall=bw / ow,
-                   ratio_cpu=bc / oc if oc > 0 else float("nan"), goal=op.goal)
-        if copy_bw and case.nbytes:
-            row["gbs"] = case.nbytes / (ow * 1e-3) / 1e9
-            row["of_copy"] = row["gbs"] / copy_bw
-        rows.append(row)
-        print(f"{op.name:24s} {case.ours.label} {_fmt(ow)} ms wall / {_fmt(oc)} ms CPU; {case.baseline.label} "
-              f"{_fmt(bw)} / {_fmt(bc)}; speed-up {row['ratio_wall']:.2f}x wall, {row['ratio_cpu']:.2f}x CPU",
-              flush=True)
-    return rows, copy_bw
+    base = statistics.median(wall[calls[0][0]])
+    for label, _, moved in calls:
+        w = statistics.median(wall[label])
+        rows.append({"op": name, "variant": label, "wall_ms": w * 1e3, "cpu_ms": statistics.median(cpu[label]) * 1e3,
+                     "ratio_vs_first": w / base, "bytes": moved, "gbps": moved / w / 1e9 if moved else None})
+    return rows
 
 
-def to_markdown(rows, device, copy_bw, threads):
-    lines = []
-    if device == "cuda" and copy_bw:
-        lines.append(f"Measured device copy bandwidth: {copy_bw:.0f} GB/s.\n")
-    if device == "cpu":
-        import torch
-
-        lines.append(f"torch threads: {threads}; CPU kernel ISA: {torch.ops.mamba_ssm.cpu_isa()}; load average at "
-                     f"start: {os.getloadavg()[0]:.1f}. Times are medians per call, ms (wall / CPU time).\n")
-    head = "| op | shape | ours | baseline | ours wall / CPU | baseline wall / CPU | speed-up wall / CPU | goal |"
-    lines += [head + (" GB/s (of copy) |" if device == "cuda" else ""),
-              "|" + " --- |" * (9 if device == "cuda" else 8)]
-    for r in rows:
-        goal = "-" if r["goal"] is None else f">= {r['goal']:g}x: {'met' if r['ratio_cpu'] >= r['goal'] else 'NOT met'}"
-        line = (f"| {r['op']} | {r['shape']} | {r['ours']} | {r['baseline']} | {_fmt(r['ours_wall'])} / "
-                f"{_fmt(r['ours_cpu'])} | {_fmt(r['base_wall'])} / {_fmt(r['base_cpu'])} | {r['ratio_wall']:.2f}x / "
-                f"{r['ratio_cpu']:.2f}x | {goal} |")
-        if device == "cuda":
-            line += f" {r['gbs']:.0f} ({r['of_copy']:.0%}) |" if "gbs" in r else " - |"
-        lines.append(line)
-    return "\n".join(lines) + "\n"
-
-
-def write_doc(markdown, device, command):
-    import torch
-
-    begin, end = f"<!-- bench_ops:{device}:begin -->", f"<!-- bench_ops:{device}:end -->"
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    host = (f"{platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch "
-            f"{torch.__version__}, Python {platform.python_version()}")
-    section = (f"{begin}\n### Ops on {device.upper()} (bench_ops.py --device {device})\n\nCommand: `{command}`; "
-               f"machine: {host}; date: {stamp}.\n\n{markdown}{end}\n")
-    text = open(DOC).read() if os.path.exists(DOC) else "# Benchmarks\n\n"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + section + rest.split(end, 1)[1].lstrip("\n")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    with open(DOC + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(DOC + ".tmp", DOC)
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", choices=("cpu", "cuda"), required=True)
-    ap.add_argument("--repeats", type=int, default=None, help="interleaved samples per side (median reported)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads for the CPU rows (default 1)")
-    ap.add_argument("--only", help="run only the ops whose name contains this text")
-    ap.add_argument("--write-doc", action="store_true", help="update docs/benchmarks.md")
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--only", default="", help="comma-separated entry names")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = ap.parse_args(argv)
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("bench_ops: no CUDA device visible to torch", file=sys.stderr)
-        return 2
-    from mamba_ssm import _loader
-
-    result = _loader.load()
-    if not result.loaded:
-        print(f"bench_ops: mamba_ssm._C is not loaded ({result.reason}); build it first", file=sys.stderr)
-        return 2
-    repeats = args.repeats or (7 if args.device == "cpu" else 20)
-    rows, copy_bw = run(args.device, repeats, args.only, args.threads)
-    md = to_markdown(rows, args.device, copy_bw, args.threads)
-    print(md)
-    if args.write_doc:
-        cmd = "python benchmarks/bench_ops.py " + " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
-        write_doc(md, args.device, cmd)
+    device = args.device
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device: nothing to do for --device cuda", file=sys.stderr)
+        return 1
+    only = {s for s in args.only.split(",") if s}
+    os.makedirs(args.out, exist_ok=True)
+    copy = copy_bandwidth(device)
+    results: List[Dict[str, object]] = []
+    skipped: List[str] = []
+    for name, kinds, prepare in ENTRIES:
+        if only and name not in only:
+            continue
+        if device not in kinds:
+            skipped.append(f"{name}: runs on {'/'.join(kinds)} only (the Triton kernels target CUDA/ROCm)")
+            continue
+        try:
+            results += run_entry(name, prepare(device), device, args.reps)
+        except Exception as exc:  # noqa: BLE001 - one failing entry must not stop the others
+            skipped.append(f"{name}: failed: {type(exc).__name__}: {exc}")
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "-"
+    lines = [f"# bench_ops --device {device}", "",
+             f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch {torch.__version__}; device {gpu}; "
+             f"threads {torch.get_num_threads()}; load {os.getloadavg()[0]:.1f}; reps {args.reps} (median, interleaved)",
+             ""]
+    if copy:
+        lines += [f"measured copy bandwidth: {copy:.0f} GB/s", ""]
+    lines += ["| op | variant | wall ms | CPU ms | time / first row | GB/s | % of copy |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        pct = f"{100 * r['gbps'] / copy:.0f} %" if r["gbps"] and copy else "-"
+        gbps = f"{r['gbps']:.0f}" if r["gbps"] else "-"
+        lines.append(f"| {r['op']} | {r['variant']} | {r['wall_ms']:.3f} | {r['cpu_ms']:.3f} | "
+                     f"{r['ratio_vs_first']:.2f} | {gbps} | {pct} |")
+    for s in skipped:
+        lines.append(f"\nskipped: {s}")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(os.path.join(args.out, f"bench_ops_{device}.md"), "w") as fh:
+        fh.write(text)
+    with open(os.path.join(args.out, f"bench_ops_{device}.json"), "w") as fh:
+        json.dump({"copy_gbps": copy, "results": results, "skipped": skipped}, fh, indent=1)
     return 0
 
 

@@ -108,8 +108,8 @@ say "benchmark exit $?:"
 cat "$OUT/bench_kernel_cuda.md" 2>/dev/null | tee -a "$SUMMARY" || tail -n 20 "$OUT/bench_kernel.log" | tee -a "$SUMMARY"
 
 # ---- 4b. op benchmark (bench_ops.py: causal conv1d, and the other ops it lists) ------------------
-timeout 60 $PYTHON benchmarks/bench_ops.py --device cuda >"$OUT/bench_ops_cuda.md" 2>"$OUT/bench_ops.log"
+timeout 60 $PYTHON benchmarks/bench_ops.py --device cuda --out "$OUT" >"$OUT/bench_ops.log" 2>&1
 say "op benchmark exit $?:"
-tail -n 12 "$OUT/bench_ops_cuda.md" | tee -a "$SUMMARY"
+cat "$OUT/bench_ops_cuda.md" 2>/dev/null | tee -a "$SUMMARY" || tail -n 20 "$OUT/bench_ops.log" | tee -a "$SUMMARY"
 
 say "done in $(( $(date +%s) - START )) s; results in $OUT"
