@@ -292,29 +292,32 @@ static void update_step_rows(const Conv1dUpdateParams& p, int64_t d0, int64_t d1
       continue;
     }
     float* st = static_cast<float*>(p.state) + row * p.s_sb + d0 * S;
-    for (int64_t j = 0; j + 1 < n * S; ++j) st[j] = st[j + 1];  // every row shifted left by one ...
-    for (int64_t i = 0; i < n; ++i) st[i * S + S - 1] = x[i];     // ... and x appended
     const float* __restrict w = p.weight + d0 * W;
-    if (S == W) {  // weights and state rows line up: products over contiguous memory, then sums of W
-      float prod[kConvCpuBlock * W];
-      for (int64_t i0 = 0; i0 < n; i0 += kConvCpuBlock) {
-        const int64_t m = std::min<int64_t>(kConvCpuBlock, n - i0);
-        const float* __restrict wi = w + i0 * W;
-        const float* __restrict si = st + i0 * W;
-        for (int64_t j = 0; j < m * W; ++j) prod[j] = wi[j] * si[j];
-        for (int64_t i = 0; i < m; ++i) {
-          float a = p.bias ? p.bias[d0 + i0 + i] : 0.f;
-          for (int k = 0; k < W; ++k) a += prod[i * W + k];
-          out[i0 + i] = a;
+    if (S == W) {  // Mamba's d_conv-long state: one pass, rows of W read and written as groups
+      float* __restrict sr = st;
+      for (int64_t i = 0; i < n; ++i) {
+        float a = 0.f;  // (bias added below)
+        for (int k = 0; k < W - 1; ++k) {
+          const float v = sr[i * W + k + 1];
+          a += w[i * W + k] * v;
+          sr[i * W + k] = v;
         }
+        a += w[i * W + W - 1] * x[i];
+        sr[i * W + W - 1] = x[i];
+        out[i] = a;
       }
     } else {
+      for (int64_t j = 0; j + 1 < n * S; ++j) st[j] = st[j + 1];  // every row shifted left by one ...
+      for (int64_t i = 0; i < n; ++i) st[i * S + S - 1] = x[i];     // ... and x appended
       for (int64_t i = 0; i < n; ++i) {
         const float* r = st + i * S + S - W;
-        float a = p.bias ? p.bias[d0 + i] : 0.f;
+        float a = 0.f;
         for (int k = 0; k < W; ++k) a += w[i * W + k] * r[k];
         out[i] = a;
       }
+    }
+    if (p.bias) {
+      for (int64_t i = 0; i < n; ++i) out[i] += p.bias[d0 + i];
     }
     if (p.silu) silu_inplace(out, n);
   }

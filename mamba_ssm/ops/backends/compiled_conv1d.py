@@ -1,9 +1,9 @@
 """The compiled causal conv1d kernels of ``mamba_ssm._C`` (CPU, CUDA, HIP): fake implementations,
 autograd and the Python face used by :mod:`mamba_ssm.ops.causal_conv1d`.
 
-Imported by :mod:`mamba_ssm.ops.backends.compiled` (so after ``_C`` is loaded) when the loaded ``_C``
-defines the conv ops; a ``_C`` built before they existed leaves :func:`available` False and the conv ops
-on their PyTorch path. Like the scan, the C++ side has no Python C API: ``torch.library.register_fake``
+Imported by :mod:`mamba_ssm.ops.backends.compiled` (after ``_C`` is loaded; importing this module
+loads it too). A ``_C`` without the conv ops (not loadable, or built before them) leaves
+:func:`available` False and the conv ops on their PyTorch path. Like the scan, the C++ side has no Python C API: ``torch.library.register_fake``
 and ``register_autograd`` are called here.
 
 Ops (schemas private to ``csrc/binding_conv1d.cpp`` and this file; math in ``csrc/conv1d_params.h``):
@@ -56,7 +56,10 @@ def _empty_like_layout(x, dtype=None):
     return torch.empty((b, d, l), dtype=dtype, device=x.device)
 
 
-_AVAILABLE = available()  # this module is imported after _C is loaded (see the module docstring)
+from mamba_ssm import _loader  # noqa: E402
+
+_loader.load()  # (done already when the dispatcher imports this module; once per process, never raises)
+_AVAILABLE = available()
 # The overload itself (a decode step is short enough for the overload lookup to show).
 _update_op = torch.ops.mamba_ssm.causal_conv1d_update.default if _AVAILABLE else None
 
@@ -122,14 +125,14 @@ def supports(x, weight, *others) -> Optional[str]:
         ``_C`` without the conv ops, a dtype other than float32/float16/bfloat16 (float64 included), a
         width outside 2-4, a device other than CPU/CUDA, a CUDA tensor with a CPU-only build.
     """
-    device = x.device
-    if (_AVAILABLE and x.dtype in _DTYPES and weight.dtype in _DTYPES and weight.dim() == 2 and weight.shape[1] in WIDTHS
-            and device.type == "cpu" and weight.device == device):
-        for t in others:  # the common CPU case, decided without further calls (decode steps are short)
-            if t is not None and t.device != device:
+    if (_AVAILABLE and x.is_cpu and weight.is_cpu and x.dtype in _DTYPES and weight.dtype in _DTYPES
+            and weight.dim() == 2 and weight.shape[1] in WIDTHS):
+        for t in others:  # the common CPU case, decided without building device objects (decode steps)
+            if t is not None and not t.is_cpu:
                 break
         else:
             return None
+    device = x.device
     if not available():
         return "this mamba_ssm._C was built without the causal conv1d kernels (an older build)"
     if x.dtype not in _DTYPES:
