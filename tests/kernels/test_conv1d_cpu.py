@@ -185,7 +185,21 @@ def test_opcheck_update_and_varlen(conv, with_options):
 
 
 def test_isa_reported(conv):
-    assert torch.ops.mamba_ssm.cpu_isa() in ("avx2", "generic")
+    """cpu_isa() names the best CPU build this processor runs (the conv kernels use the AVX2 build there
+    when it is avx512 too); it agrees with the CPU's flags."""
+    isa = torch.ops.mamba_ssm.cpu_isa()
+    assert isa in ("avx512", "avx2", "generic"), isa
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = set(fh.read().split())
+    except OSError:
+        return
+    if isa == "avx512":
+        assert "avx512f" in flags
+    if isa in ("avx512", "avx2"):
+        assert {"avx2", "fma"} <= flags
+    elif {"avx2", "fma"} <= flags and not os.environ.get("MAMBA_SSM_CPU_ISA"):
+        raise AssertionError(f"the CPU has AVX2+FMA, yet cpu_isa() is {isa}")
 
 
 def test_generic_isa_build_matches():
