@@ -313,8 +313,8 @@ def _fix_for_missing() -> str:
         return (
             f"at install time the wheel index could not be used ({unreachable}; index "
             f"{decision.get('index') or 'the default'}), so `{fixes.install_kernels_command()}` alone fails the "
-            "same way: point MAMBA_WHEEL_INDEX at a reachable index or a local mirror (made on a connected "
-            "machine with `python -m build_matrix mirror`, copied here) or restore the network, then run "
+            "same way: point MAMBA_WHEEL_INDEX at a reachable index or a local mirror (to make one: "
+            f"{fixes.mirror_hint()}) or restore the network, then run "
             f"`{fixes.install_kernels_command()}`; or build from source with `{source}`"
         )
     if _no_candidate(decision):

@@ -174,7 +174,8 @@ def _classify(exc: BaseException, url: str) -> FetchError:
         return FetchError("not-found", url, f"no such file ({reason.strerror})")
     if isinstance(reason, socket.gaierror):
         return FetchError("dns", url, f"cannot resolve the host ({reason}); offline? set MAMBA_WHEEL_INDEX "
-                                      f"to a local mirror (python -m build_matrix mirror)")
+                                      f"to a local mirror (`python -m build_matrix mirror`, from the sdist or a "
+                                      f"checkout; the resolver's message says how)")
     if isinstance(reason, (socket.timeout, TimeoutError)):
         return FetchError("timeout", url, f"timed out ({reason or 'no data'})", True)
     if isinstance(reason, http.client.IncompleteRead):

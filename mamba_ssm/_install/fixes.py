@@ -21,7 +21,7 @@ import shlex
 from typing import Any, Mapping, Optional
 
 __all__ = [
-    "RELEASE_INDEX_URL", "installed_version", "requirement", "recorded_index", "install_kernels_command",
+    "RELEASE_INDEX_URL", "MIRROR_HINT", "mirror_hint", "installed_version", "requirement", "recorded_index", "install_kernels_command",
     "reinstall_command", "source_build_command", "no_isolation_command", "gpu_unservable",
 ]
 
@@ -76,6 +76,24 @@ def recorded_index(decision: Optional[Mapping[str, Any]]) -> Optional[str]:
         except ValueError:
             default = RELEASE_INDEX_URL.format(version=version)
     return None if index.rstrip("/") == (default or "").rstrip("/") else index
+
+
+#: How to make a local wheel mirror for an offline machine. ``build_matrix`` ships in the sdist and the
+#: repository, not in the installed wheel, so the hint says where to run it.
+MIRROR_HINT = (
+    "`python -m mamba_ssm install-kernels --print-env > ENV.json` here, then on a connected machine, in an "
+    "unpacked sdist or a checkout of this version (`python -m pip download --no-deps --no-binary :all: "
+    "mamba-ssm==VERSION`): `python -m build_matrix mirror --for ENV.json --to DIR`; copy DIR here"
+)
+
+
+def mirror_hint(version: Optional[str] = None) -> str:
+    """:data:`MIRROR_HINT` with this install's version (or ``version``) filled in."""
+    try:
+        v = _public(version or installed_version())
+    except Exception:  # noqa: BLE001 (a hint must never fail: keep the placeholder)
+        v = "VERSION"
+    return MIRROR_HINT.replace("VERSION", v)
 
 
 def install_kernels_command(index: Optional[str] = None) -> str:

@@ -20,7 +20,7 @@ from .manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, WheelEntry, l
 from .selection import Decision, select
 from .wheelmeta import disagreements, platform_arch, read_wheel_meta, target_problems
 
-__all__ = ["RELEASE_INDEX_URL", "Resolution", "resolve", "default_index", "fix_no_candidate", "contents_problems"]
+__all__ = ["RELEASE_INDEX_URL", "Resolution", "resolve", "default_index", "fix_no_candidate", "fix_index", "contents_problems"]
 
 
 def fix_no_candidate(version: str) -> str:
@@ -54,11 +54,13 @@ def release_index(path: Optional[str] = None) -> Optional[Dict[str, str]]:
         raise ValueError(f"{path}: not a release index record ({exc}); reinstall the sdist") from None
     return dict(data, **urls)
 
-FIX_INDEX = (
-    "What to do: check the network/proxy (HTTPS_PROXY, NO_PROXY, SSL_CERT_FILE or PIP_CERT), or set "
-    "MAMBA_WHEEL_INDEX to a reachable copy (python -m build_matrix mirror --for ENV.json --to DIR on a "
-    "connected machine makes one), or build from source (MAMBA_FORCE_BUILD=TRUE)."
-)
+def fix_index(version: str) -> str:
+    """What to do when the wheel index cannot be used (the mirror command pins ``version``)."""
+    return (
+        "What to do: check the network/proxy (HTTPS_PROXY, NO_PROXY, SSL_CERT_FILE or PIP_CERT), or set "
+        f"MAMBA_WHEEL_INDEX to a reachable copy (to make one: {fixes.mirror_hint(version)}), or build from "
+        "source (MAMBA_FORCE_BUILD=TRUE)."
+    )
 
 
 def default_index(version: str, environ: Optional[Mapping[str, str]] = None) -> str:
@@ -149,7 +151,7 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
     try:
         res.index = index_url(index) if index else default_index(version, environ)
     except ValueError as exc:
-        res.error_kind, res.message = "index", f"Bad wheel index: {exc}. {FIX_INDEX}"
+        res.error_kind, res.message = "index", f"Bad wheel index: {exc}. {fix_index(version)}"
         return res
     manifest_url = res.index + "manifest.json"
     # The manifest is read only once detection says it is needed, in this thread: no thread or child
@@ -184,14 +186,14 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
     except FetchError as exc:
         if exc.kind == "invalid":
             res.error_kind = "manifest"
-            res.message = (f"The wheel index's manifest was refused: {exc}. No wheel was downloaded. {FIX_INDEX}")
+            res.message = (f"The wheel index's manifest was refused: {exc}. No wheel was downloaded. {fix_index(version)}")
             return res
         res.error_kind = f"index-{exc.kind}"
-        res.message = f"Could not read the wheel index: {exc}. Looked for a wheel for {env.summary()}. {FIX_INDEX}"
+        res.message = f"Could not read the wheel index: {exc}. Looked for a wheel for {env.summary()}. {fix_index(version)}"
         return res
     except ManifestError as exc:
         res.error_kind = "manifest"
-        res.message = (f"The wheel index's manifest was refused: {exc}. No wheel was downloaded. {FIX_INDEX}")
+        res.message = (f"The wheel index's manifest was refused: {exc}. No wheel was downloaded. {fix_index(version)}")
         return res
     decision = select(env, manifest, version, pins)
     res.decision = decision
@@ -241,7 +243,7 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
                        f"{fix_no_candidate(version)}")
         return res
     res.message = (f"The chosen wheel could not be downloaded: {' | '.join(failures)}. "
-                   f"{decision.explain()} {FIX_INDEX}")
+                   f"{decision.explain()} {fix_index(version)}")
     return res
 
 
