@@ -570,8 +570,15 @@ def _ok_title(report: Dict[str, Any]) -> str:
     if not ops:
         return "OK: nothing to fix"
     text = f"OK: the kernels ({', '.join(ops)}) run on every device they target"
-    if others:
-        text += f"; the other ops ({', '.join(others)}) have a PyTorch implementation only"
+    from mamba_ssm._dispatch import TRITON_OPS  # noqa: PLC0415 (stdlib-only module, already imported)
+
+    gpu_kernels = [op for op in others if op in TRITON_OPS]
+    torch_only = [op for op in others if op not in TRITON_OPS]
+    if gpu_kernels:
+        text += (f"; the other ops ({', '.join(gpu_kernels)}) run PyTorch code on these devices (their Triton "
+                 "kernels are for CUDA/ROCm GPUs)")
+    if torch_only:
+        text += f"; the other ops ({', '.join(torch_only)}) have a PyTorch implementation only"
     return text
 
 
