@@ -47,6 +47,9 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _docsection import replace_section  # noqa: E402 (benchmarks/ beside this script)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
@@ -368,15 +371,7 @@ def write_doc(markdown, command):
                "Peak MiB: RSS rise during one call in a child process (sampled every 0.2 ms; 1-thread rows). "
                "Ops: ATen ops dispatched per call.\n\n"
                f"{markdown}{END}\n")
-    text = open(DOC).read() if os.path.exists(DOC) else "# Benchmarks\n\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + section + rest.split(END, 1)[1].lstrip("\n")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    with open(DOC + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(DOC + ".tmp", DOC)
+    replace_section(DOC, BEGIN, END, section)
 
 
 def memory_child(spec, mambapy_path):

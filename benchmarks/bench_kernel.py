@@ -35,6 +35,9 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _docsection import replace_section  # noqa: E402 (benchmarks/ beside this script)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
@@ -281,15 +284,7 @@ def write_doc(markdown, device, command):
     host = f"{platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, Python {platform.python_version()}"
     section = (f"{begin}\n### {title}\n\nCommand: `{command}`; machine: {host}; date: {stamp}.\n\n"
                f"{markdown}{end}\n")
-    text = open(DOC).read() if os.path.exists(DOC) else "# Benchmarks\n\n"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + section + rest.split(end, 1)[1].lstrip("\n")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    with open(DOC + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(DOC + ".tmp", DOC)
+    replace_section(DOC, begin, end, section)
 
 
 def main(argv=None):

@@ -48,6 +48,9 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _docsection import replace_section  # noqa: E402 (benchmarks/ beside this script)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
@@ -481,15 +484,7 @@ def write_doc(markdown, device, command):
             f"{torch.__version__}, Python {platform.python_version()}")
     section = (f"{begin}\n### Ops on {device.upper()} (bench_ops.py --device {device})\n\nCommand: `{command}`; "
                f"machine: {host}; date: {stamp}.\n\n{markdown}{end}\n")
-    text = open(DOC).read() if os.path.exists(DOC) else "# Benchmarks\n\n"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + section + rest.split(end, 1)[1].lstrip("\n")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    with open(DOC + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(DOC + ".tmp", DOC)
+    replace_section(DOC, begin, end, section)
 
 
 def _write_out(out, device, markdown, rows, skipped, copy_bw):
