@@ -25,6 +25,7 @@ preflight, the plan, the setuptools commands; torch-free and unit-tested). That 
 shared rules (``mamba_ssm/_compat``) are loaded by file path: ``import mamba_ssm`` would need torch.
 The names below are re-exported so that tools and tests can reach them through this file.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -59,20 +60,61 @@ plan = _bypath("_build.plan")
 commands = _bypath("_build.commands")
 
 from _mamba_ssm_setup_bypath._build.commands import (  # noqa: E402,F401
-    add_install_id, make_build_ext, make_cmdclass, make_extension, setup_kwargs, write_if_changed)
+    add_install_id,
+    make_build_ext,
+    make_cmdclass,
+    make_extension,
+    setup_kwargs,
+    write_if_changed,
+)
 from _mamba_ssm_setup_bypath._build.config import (  # noqa: E402,F401
-    LIMITED_API_HEX, BuildConfig, TorchInfo, git_commit, limited_api_tag, list_sources, probe_torch,
-    resolve_config)
+    LIMITED_API_HEX,
+    BuildConfig,
+    TorchInfo,
+    git_commit,
+    limited_api_tag,
+    list_sources,
+    probe_torch,
+    resolve_config,
+)
 from _mamba_ssm_setup_bypath._build.errors import PreflightError  # noqa: E402,F401
 from _mamba_ssm_setup_bypath._build.plan import (  # noqa: E402,F401
-    BOTH_FLAGS_WARNING, Plan, load_setup_hook, plan_build, record_decision)
+    BOTH_FLAGS_WARNING,
+    Plan,
+    load_setup_hook,
+    plan_build,
+    record_decision,
+)
 from _mamba_ssm_setup_bypath._build.settings import (  # noqa: E402,F401
-    BASE_VERSION, CSRC, EXT_NAME, FALLBACKS, INSTALL_ID_FILE, PACKAGE, TRUE_VALUES, Settings,
-    classify_commands, default_max_jobs, env_flag, package_version)
+    BASE_VERSION,
+    CSRC,
+    EXT_NAME,
+    FALLBACKS,
+    INSTALL_ID_FILE,
+    PACKAGE,
+    TRUE_VALUES,
+    Settings,
+    classify_commands,
+    default_max_jobs,
+    env_flag,
+    package_version,
+)
 from _mamba_ssm_setup_bypath._build.toolkit import (  # noqa: E402,F401
-    check_host_compiler, check_ninja, check_nvcc_matches_torch, check_rocm_bf16_header, find_ninja,
-    gcc_major, host_compiler, locate_cuda, locate_rocm, max_gcc_for_nvcc, nvcc_version_of,
-    resolve_cuda_archs, resolve_gfx_archs, rocm_bf16_header_needs_patch)
+    check_host_compiler,
+    check_ninja,
+    check_nvcc_matches_torch,
+    check_rocm_bf16_header,
+    find_ninja,
+    gcc_major,
+    host_compiler,
+    locate_cuda,
+    locate_rocm,
+    max_gcc_for_nvcc,
+    nvcc_version_of,
+    resolve_cuda_archs,
+    resolve_gfx_archs,
+    rocm_bf16_header_needs_patch,
+)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

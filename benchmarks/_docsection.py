@@ -4,6 +4,7 @@
 ``end`` and a newline) takes the place of the text between the markers, or is appended when the markers
 are absent. The file is written to ``doc + ".tmp"`` and renamed, so a failed write leaves the old file.
 """
+
 import os
 
 

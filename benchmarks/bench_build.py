@@ -17,6 +17,7 @@ Usage::
 
 Writes its section of docs/benchmarks.md (between the bench_build markers) unless --no-write.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,9 @@ GOAL_SIZE_MB = 24.0
 
 def copy_project(dest: str) -> None:
     """Copy the checkout's tracked and unignored files (what a clean clone has) to ``dest``."""
-    out = subprocess.run(["git", "-C", REPO, "ls-files", "-co", "--exclude-standard", "-z"],
-                         capture_output=True, check=True).stdout.decode()
+    out = subprocess.run(
+        ["git", "-C", REPO, "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True, check=True
+    ).stdout.decode()
     for rel in out.split("\0"):
         src = os.path.join(REPO, rel)
         if not rel or not os.path.isfile(src):
@@ -58,8 +60,14 @@ def timed_build(proj: str, env: dict) -> dict:
     """Run the in-place build once; wall/CPU/peak RSS from getrusage of the children."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=proj, env=env,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "--inplace"],
+        cwd=proj,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
@@ -103,11 +111,16 @@ def machine() -> str:
     import torch  # noqa: PLC0415 - the build needs it anyway
 
     nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
-    nvcc_line = [l for l in subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.splitlines()
-                 if "release" in l]
-    return (f"{cpu}, {cores} cores, {mem} RAM, {platform.system()} {platform.release()}; "
-            f"{_first_line(['gcc', '--version'])}; {nvcc_line[0].strip() if nvcc_line else 'nvcc n/a'}; "
-            f"torch {torch.__version__}; Python {platform.python_version()}")
+    nvcc_line = [
+        l
+        for l in subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.splitlines()
+        if "release" in l
+    ]
+    return (
+        f"{cpu}, {cores} cores, {mem} RAM, {platform.system()} {platform.release()}; "
+        f"{_first_line(['gcc', '--version'])}; {nvcc_line[0].strip() if nvcc_line else 'nvcc n/a'}; "
+        f"torch {torch.__version__}; Python {platform.python_version()}"
+    )
 
 
 def write_section(text: str) -> None:
@@ -119,7 +132,7 @@ def write_section(text: str) -> None:
         doc = "# Benchmarks\n\nEach section is written by the script it names.\n"
     block = f"{BEGIN}\n{text.rstrip()}\n{END}"
     if BEGIN in doc and END in doc:
-        doc = doc[: doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
+        doc = doc[: doc.index(BEGIN)] + block + doc[doc.index(END) + len(END) :]
     else:
         doc = doc.rstrip() + "\n\n" + block + "\n"
     tmp = DOC + ".tmp"
@@ -171,16 +184,16 @@ Machine: {machine()}
 Date: {date}
 
 Clean build (ccache disabled) of a fresh copy of the project, `MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS={args.archs} MAX_JOBS={args.jobs}
-python setup.py build_ext --inplace` ({n_tu} ninja steps; kernels {', '.join(info.kernels)}; SASS
-{', '.join(info.sass_archs) or '-'}; PTX {', '.join(info.ptx_archs) or '-'}).
+python setup.py build_ext --inplace` ({n_tu} ninja steps; kernels {", ".join(info.kernels)}; SASS
+{", ".join(info.sass_archs) or "-"}; PTX {", ".join(info.ptx_archs) or "-"}).
 
 | measure | value | goal | upstream 2.3.2.post1 (sm_90, same machine) |
 | --- | --- | --- | --- |
-| wall time, clean build | {clean['wall_s']:.1f} s | <= {GOAL_WALL_S:.0f} s ({'met' if ok_wall else 'NOT met'}) | 278 s |
-| CPU time (user+sys, all processes) | {clean['cpu_s']:.1f} s | | about 420 s |
-| peak RSS of the largest process | {clean['peak_rss_mib']:.0f} MiB | | |
-| `_C.abi3.so` size | {size_mb:.1f} MB | <= {GOAL_SIZE_MB:.0f} MB ({'met' if ok_size else 'NOT met'}) | 47.9 MB |
-| incremental rebuild, nothing changed | {incr['wall_s']:.1f} s wall, {incr['cpu_s']:.1f} s CPU | | |
+| wall time, clean build | {clean["wall_s"]:.1f} s | <= {GOAL_WALL_S:.0f} s ({"met" if ok_wall else "NOT met"}) | 278 s |
+| CPU time (user+sys, all processes) | {clean["cpu_s"]:.1f} s | | about 420 s |
+| peak RSS of the largest process | {clean["peak_rss_mib"]:.0f} MiB | | |
+| `_C.abi3.so` size | {size_mb:.1f} MB | <= {GOAL_SIZE_MB:.0f} MB ({"met" if ok_size else "NOT met"}) | 47.9 MB |
+| incremental rebuild, nothing changed | {incr["wall_s"]:.1f} s wall, {incr["cpu_s"]:.1f} s CPU | | |
 
 Load average (1 min) before / after the clean build: {load_before:.1f} / {load_after:.1f}. The machine's cores
 are shared with other work, so wall time depends on that load; CPU time much less (on an idle machine the

@@ -34,6 +34,7 @@ mambapy columns are left out.
 
     python benchmarks/bench_cpu_scan.py [--threads 1,2] [--repeats 5] [--load] [--write-doc]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -103,8 +104,10 @@ def implementations(names, mambapy_path):
 
         result = _loader.load()
         if not result.loaded:
-            raise SystemExit(f"mamba_ssm._C is not loaded: {result.reason}. Build it first: "
-                             "MAX_JOBS=1 bash ci/test.sh tests/kernels/test_cpu_kernel.py")
+            raise SystemExit(
+                f"mamba_ssm._C is not loaded: {result.reason}. Build it first: "
+                "MAX_JOBS=1 bash ci/test.sh tests/kernels/test_cpu_kernel.py"
+            )
         from mamba_ssm.ops.backends import compiled
 
         out.append(Impl("compiled", lambda *a: compiled.selective_scan(*a)))
@@ -127,11 +130,23 @@ def implementations(names, mambapy_path):
             def prep(xs):
                 u, delta, A, B, C = xs
                 D = torch.zeros(u.shape[1])
-                return [u.transpose(1, 2).contiguous(), delta.transpose(1, 2).contiguous(), A,
-                        B.transpose(1, 2).contiguous(), C.transpose(1, 2).contiguous(), D]
+                return [
+                    u.transpose(1, 2).contiguous(),
+                    delta.transpose(1, 2).contiguous(),
+                    A,
+                    B.transpose(1, 2).contiguous(),
+                    C.transpose(1, 2).contiguous(),
+                    D,
+                ]
 
-            out.append(Impl("mambapy", lambda *a: MambaBlock.selective_scan(None, *a), prep,
-                            lambda y: y.transpose(1, 2)))
+            out.append(
+                Impl(
+                    "mambapy",
+                    lambda *a: MambaBlock.selective_scan(None, *a),
+                    prep,
+                    lambda y: y.transpose(1, 2),
+                )
+            )
     return out
 
 
@@ -177,9 +192,11 @@ def peak_rss_rise(fn):
 
 def make_call(impl, inputs, backward):
     if not backward:
+
         def run():
             with torch.no_grad():
                 return impl.fn(*inputs)
+
         return run
     leaves = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
 
@@ -189,6 +206,7 @@ def make_call(impl, inputs, backward):
         y = impl.fn(*leaves)
         y.backward(torch.ones_like(y))
         return y  # the gradients stay on the leaves until the next call
+
     return run
 
 
@@ -209,8 +227,10 @@ def check_forward(impls, inputs, shape):
         err = (out - ref).abs().max().item() / scale
         errs[impl.name] = err
         if not err < 1e-3:
-            raise SystemExit(f"{impl.name} at {shape}: forward off the float64 loop by {err:.2e} of the output "
-                             "scale; not timing a wrong result")
+            raise SystemExit(
+                f"{impl.name} at {shape}: forward off the float64 loop by {err:.2e} of the output "
+                "scale; not timing a wrong result"
+            )
     return errs
 
 
@@ -251,10 +271,17 @@ def measure_shape(impls, shape, threads, repeats, loop_repeats, emit, mambapy_pa
                 times[name].append(timed(fn))
         for impl in impls:
             t = times[impl.name]
-            row = {"kind": "time", "shape": list(shape), "threads": threads, "pass": mode, "impl": impl.name,
-                   "cpu_ms": round(statistics.median(x[0] for x in t), 2),
-                   "wall_ms": round(statistics.median(x[1] for x in t), 2), "runs": len(t),
-                   "loadavg": round(os.getloadavg()[0], 2)}
+            row = {
+                "kind": "time",
+                "shape": list(shape),
+                "threads": threads,
+                "pass": mode,
+                "impl": impl.name,
+                "cpu_ms": round(statistics.median(x[0] for x in t), 2),
+                "wall_ms": round(statistics.median(x[1] for x in t), 2),
+                "runs": len(t),
+                "loadavg": round(os.getloadavg()[0], 2),
+            }
             if threads == 1:
                 mem = measure_memory(impl.name, shape, mode, mambapy_path)
                 if mem:
@@ -269,9 +296,17 @@ def measure_shape(impls, shape, threads, repeats, loop_repeats, emit, mambapy_pa
             emit(row)
         if "exp" in times:
             t = times["exp"]
-            emit({"kind": "exp", "shape": list(shape), "threads": threads, "elements": exp_x.numel(),
-                  "cpu_ms": round(statistics.median(x[0] for x in t), 2),
-                  "wall_ms": round(statistics.median(x[1] for x in t), 2), "runs": len(t)})
+            emit(
+                {
+                    "kind": "exp",
+                    "shape": list(shape),
+                    "threads": threads,
+                    "elements": exp_x.numel(),
+                    "cpu_ms": round(statistics.median(x[0] for x in t), 2),
+                    "wall_ms": round(statistics.median(x[1] for x in t), 2),
+                    "runs": len(t),
+                }
+            )
 
 
 def measure_bf16(shape, emit):
@@ -280,8 +315,16 @@ def measure_bf16(shape, emit):
         mem = measure_memory("compiled", shape, mode, None, dtype="bfloat16")
         if mem:
             one, peak = mem["input_bytes"], mem["peak_bytes"]
-            emit({"kind": "bf16_memory", "shape": list(shape), "pass": mode, "input_mib": round(one / 2**20, 2),
-                  "peak_mib": round(peak / 2**20, 2), "peak_inputs": round(peak / one, 2)})
+            emit(
+                {
+                    "kind": "bf16_memory",
+                    "shape": list(shape),
+                    "pass": mode,
+                    "input_mib": round(one / 2**20, 2),
+                    "peak_mib": round(peak / 2**20, 2),
+                    "peak_inputs": round(peak / one, 2),
+                }
+            )
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -299,27 +342,36 @@ def to_markdown(rows, info):
     def find(kind, **kw):
         return [r for r in rows if r["kind"] == kind and all(r.get(k) == v for k, v in kw.items())]
 
-    lines = [f"CPU: {info['cpu']} ({info['cpus']} CPUs), CPU kernel ISA `{info['isa']}`; torch {info['torch']}; "
-             f"load average {info['load_start']:.1f} at the start, {info['load_end']:.1f} at the end"
-             f"{'; a busy-looping child process ran during every timed row' if info['busy'] else ''}.", ""]
-    lines.append("| shape (B,D,N,L) | threads | pass | impl | CPU ms | wall ms | vs mambapy (CPU) | peak MiB | "
-                 "ops | fwd err |")
+    lines = [
+        f"CPU: {info['cpu']} ({info['cpus']} CPUs), CPU kernel ISA `{info['isa']}`; torch {info['torch']}; "
+        f"load average {info['load_start']:.1f} at the start, {info['load_end']:.1f} at the end"
+        f"{'; a busy-looping child process ran during every timed row' if info['busy'] else ''}.",
+        "",
+    ]
+    lines.append(
+        "| shape (B,D,N,L) | threads | pass | impl | CPU ms | wall ms | vs mambapy (CPU) | peak MiB | "
+        "ops | fwd err |"
+    )
     lines.append("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in find("time"):
         mp = find("time", shape=r["shape"], threads=r["threads"], **{"pass": r["pass"]}, impl="mambapy")
         ratio = f"{mp[0]['cpu_ms'] / r['cpu_ms']:.1f}x" if mp and r["impl"] != "mambapy" else "-"
-        lines.append(f"| {tuple(r['shape'])} | {r['threads']} | {r['pass']} | {r['impl']} | {r['cpu_ms']} | "
-                     f"{r['wall_ms']} | {ratio} | {r.get('peak_mib', '-')} | {r.get('ops', '-')} | "
-                     f"{r.get('fwd_rel_err', '-')} |")
+        lines.append(
+            f"| {tuple(r['shape'])} | {r['threads']} | {r['pass']} | {r['impl']} | {r['cpu_ms']} | "
+            f"{r['wall_ms']} | {ratio} | {r.get('peak_mib', '-')} | {r.get('ops', '-')} | "
+            f"{r.get('fwd_rel_err', '-')} |"
+        )
     lines += ["", "Goals (issue 13):", ""]
     # 1. compiled forward vs torch.exp at the goal shape, 1 thread.
     e = find("exp", shape=list(GOAL_SHAPE), threads=1)
     c = find("time", shape=list(GOAL_SHAPE), threads=1, impl="compiled", **{"pass": "fwd"})
     if e and c:
         q = c[0]["cpu_ms"] / e[0]["cpu_ms"]
-        lines.append(f"- compiled forward at {GOAL_SHAPE}, 1 thread: {c[0]['cpu_ms']} ms CPU = **{q:.2f}x** one "
-                     f"`torch.exp(x, out=buf)` over {e[0]['elements']:,} fp32 elements ({e[0]['cpu_ms']} ms): "
-                     f"goal <= 0.45x {'met' if q <= 0.45 else f'missed by {q / 0.45:.2f}x'}.")
+        lines.append(
+            f"- compiled forward at {GOAL_SHAPE}, 1 thread: {c[0]['cpu_ms']} ms CPU = **{q:.2f}x** one "
+            f"`torch.exp(x, out=buf)` over {e[0]['elements']:,} fp32 elements ({e[0]['cpu_ms']} ms): "
+            f"goal <= 0.45x {'met' if q <= 0.45 else f'missed by {q / 0.45:.2f}x'}."
+        )
     # 2. compiled fwd+bwd <= 2.5x fwd at every shape.
     worst = []
     for f in find("time", impl="compiled", **{"pass": "fwd"}):
@@ -329,21 +381,35 @@ def to_markdown(rows, info):
     if worst:
         ratios = ", ".join(f"{s}/{t}t {q:.2f}x" for q, s, t in worst)
         top = max(worst)
-        lines.append(f"- compiled forward+backward / forward (CPU time): {ratios}: goal <= 2.5x "
-                     + ("met at every shape." if top[0] <= 2.5 else
-                        f"missed; worst {top[0]:.2f}x at {top[1]} ({top[0] / 2.5:.2f}x the goal)."))
+        lines.append(
+            f"- compiled forward+backward / forward (CPU time): {ratios}: goal <= 2.5x "
+            + (
+                "met at every shape."
+                if top[0] <= 2.5
+                else f"missed; worst {top[0]:.2f}x at {top[1]} ({top[0] / 2.5:.2f}x the goal)."
+            )
+        )
     # 3. fallback >= 2x mambapy at every shape, 1 and 2 threads; 2-thread wall within 1.5x of 1-thread.
     rs = []
     for f in find("time", impl="fallback"):
         mp = find("time", impl="mambapy", shape=f["shape"], threads=f["threads"], **{"pass": f["pass"]})
         if mp:
-            rs.append((mp[0]["cpu_ms"] / f["cpu_ms"], mp[0]["wall_ms"] / f["wall_ms"], tuple(f["shape"]),
-                       f["threads"], f["pass"]))
+            rs.append(
+                (
+                    mp[0]["cpu_ms"] / f["cpu_ms"],
+                    mp[0]["wall_ms"] / f["wall_ms"],
+                    tuple(f["shape"]),
+                    f["threads"],
+                    f["pass"],
+                )
+            )
     if rs:
         low = min(rs)
-        lines.append(f"- fallback vs mambapy (CPU time): lowest {low[0]:.1f}x ({low[2]}, {low[3]} thread(s), "
-                     f"{low[4]}; wall {low[1]:.1f}x): goal >= 2x "
-                     + ("met at every shape." if low[0] >= 2 else f"missed by {2 / low[0]:.2f}x there."))
+        lines.append(
+            f"- fallback vs mambapy (CPU time): lowest {low[0]:.1f}x ({low[2]}, {low[3]} thread(s), "
+            f"{low[4]}; wall {low[1]:.1f}x): goal >= 2x "
+            + ("met at every shape." if low[0] >= 2 else f"missed by {2 / low[0]:.2f}x there.")
+        )
     ws = []
     for f in find("time", impl="fallback", threads=2):
         one = find("time", impl="fallback", shape=f["shape"], threads=1, **{"pass": f["pass"]})
@@ -351,26 +417,35 @@ def to_markdown(rows, info):
             ws.append((f["wall_ms"] / one[0]["wall_ms"], tuple(f["shape"]), f["pass"]))
     if ws:
         top = max(ws)
-        lines.append(f"- fallback at 2 threads{' with the other core loaded' if info['busy'] else ''}: wall time "
-                     f"at most {top[0]:.2f}x its 1-thread wall time ({top[1]}, {top[2]}): goal <= 1.5x "
-                     + ("met." if top[0] <= 1.5 else f"missed by {top[0] / 1.5:.2f}x."))
+        lines.append(
+            f"- fallback at 2 threads{' with the other core loaded' if info['busy'] else ''}: wall time "
+            f"at most {top[0]:.2f}x its 1-thread wall time ({top[1]}, {top[2]}): goal <= 1.5x "
+            + ("met." if top[0] <= 1.5 else f"missed by {top[0] / 1.5:.2f}x.")
+        )
     for r in find("bf16_memory"):
-        goal = " (goal <= 1.5x: " + ("met)" if r["peak_inputs"] <= 1.5 else "missed)") if r["pass"] == "fwd" else \
-            " (du and ddelta, gradients of the size of u, are 2 inputs by themselves)"
-        lines.append(f"- bf16 compiled {r['pass']} at {tuple(r['shape'])}: peak extra memory {r['peak_mib']} MiB = "
-                     f"**{r['peak_inputs']}x** one input ({r['input_mib']} MiB){goal}.")
+        goal = (
+            " (goal <= 1.5x: " + ("met)" if r["peak_inputs"] <= 1.5 else "missed)")
+            if r["pass"] == "fwd"
+            else " (du and ddelta, gradients of the size of u, are 2 inputs by themselves)"
+        )
+        lines.append(
+            f"- bf16 compiled {r['pass']} at {tuple(r['shape'])}: peak extra memory {r['peak_mib']} MiB = "
+            f"**{r['peak_inputs']}x** one input ({r['input_mib']} MiB){goal}."
+        )
     return "\n".join(lines) + "\n"
 
 
 def write_doc(markdown, command):
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    section = (f"{BEGIN}\n## CPU selective scan: compiled, fallback, loop, mambapy (bench_cpu_scan.py)\n\n"
-               f"Command: `{command}`; date: {stamp}; host {platform.node()}, Python {platform.python_version()}.\n"
-               "Process CPU time is the primary figure (the machine is shared); every row is a median of "
-               "interleaved rounds after a float64 check of the forward (`fwd err`: max error / output scale).\n"
-               "Peak MiB: RSS rise during one call in a child process (sampled every 0.2 ms; 1-thread rows). "
-               "Ops: ATen ops dispatched per call.\n\n"
-               f"{markdown}{END}\n")
+    section = (
+        f"{BEGIN}\n## CPU selective scan: compiled, fallback, loop, mambapy (bench_cpu_scan.py)\n\n"
+        f"Command: `{command}`; date: {stamp}; host {platform.node()}, Python {platform.python_version()}.\n"
+        "Process CPU time is the primary figure (the machine is shared); every row is a median of "
+        "interleaved rounds after a float64 check of the forward (`fwd err`: max error / output scale).\n"
+        "Peak MiB: RSS rise during one call in a child process (sampled every 0.2 ms; 1-thread rows). "
+        "Ops: ATen ops dispatched per call.\n\n"
+        f"{markdown}{END}\n"
+    )
     replace_section(DOC, BEGIN, END, section)
 
 
@@ -393,8 +468,12 @@ def measure_memory(name, shape, mode, mambapy_path, dtype="float32"):
     dynamic threshold keeps freed buffers resident, so RSS would not show a later call's peak (and
     fixing the threshold there would slow the allocation-heavy implementations down)."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
-    cmd = [sys.executable, os.path.abspath(__file__), "--memory-child",
-           f"{name}:{','.join(map(str, shape))}:{mode}:{dtype}"]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--memory-child",
+        f"{name}:{','.join(map(str, shape))}:{mode}:{dtype}",
+    ]
     if mambapy_path:
         cmd += ["--mambapy-path", mambapy_path]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -411,10 +490,16 @@ def main(argv=None):
     ap.add_argument("--loop-repeats", type=int, default=2, help="rounds that include the slow loop")
     ap.add_argument("--impls", default="compiled,fallback,loop,mambapy")
     ap.add_argument("--shapes", help="semicolon-separated B,D,N,L (default: the issue's five)")
-    ap.add_argument("--mambapy-path", default=os.environ.get("MAMBAPY_PATH"),
-                    help="a site-packages folder holding mambapy (appended to sys.path)")
-    ap.add_argument("--load", action="store_true",
-                    help="a busy child process during every timed row (1 and 2 threads alike)")
+    ap.add_argument(
+        "--mambapy-path",
+        default=os.environ.get("MAMBAPY_PATH"),
+        help="a site-packages folder holding mambapy (appended to sys.path)",
+    )
+    ap.add_argument(
+        "--load",
+        action="store_true",
+        help="a busy child process during every timed row (1 and 2 threads alike)",
+    )
     ap.add_argument("--out", help="write the rows as JSON here as they complete")
     ap.add_argument("--write-doc", action="store_true", help="update docs/benchmarks.md")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)  # internal: one memory measurement
@@ -433,9 +518,14 @@ def main(argv=None):
             with open(ns.out, "w") as f:
                 json.dump(rows, f, indent=1)
 
-    info = {"cpu": _cpu_model(), "cpus": os.cpu_count(), "torch": torch.__version__, "busy": ns.load,
-            "isa": torch.ops.mamba_ssm.cpu_isa() if any(i.name == "compiled" for i in impls) else "-",
-            "load_start": os.getloadavg()[0]}
+    info = {
+        "cpu": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "busy": ns.load,
+        "isa": torch.ops.mamba_ssm.cpu_isa() if any(i.name == "compiled" for i in impls) else "-",
+        "load_start": os.getloadavg()[0],
+    }
     for threads in (int(t) for t in ns.threads.split(",")):
         for shape in shapes:
             if ns.load:
@@ -451,7 +541,10 @@ def main(argv=None):
     markdown = to_markdown(rows, info)
     print(markdown)
     if ns.write_doc:
-        write_doc(markdown, "python benchmarks/bench_cpu_scan.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+        write_doc(
+            markdown,
+            "python benchmarks/bench_cpu_scan.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        )
     return 0
 
 

@@ -15,6 +15,7 @@ inputs were made, on CUDA ``torch.cuda.max_memory_allocated`` above the inputs.
     python benchmarks/bench_fallback.py                 # print the table
     python benchmarks/bench_fallback.py --write         # also replace its section in docs/benchmarks.md
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,6 +80,7 @@ def measure(impl, seqlen, mode, repeats, device, threads):
     if impl == "loop":
         fn = loop_scan
     elif impl == "torch":
+
         def fn(*a):
             return torch_scan.selective_scan(*a)
     else:
@@ -91,6 +93,7 @@ def measure(impl, seqlen, mode, repeats, device, threads):
 
         def fn(*a):
             return compiled.selective_scan(*a, None, None, None, False, False)
+
     inputs = [u, delta, A, B, C]
     if mode == "fwd+bwd":
         inputs = [t.clone().requires_grad_() for t in inputs]
@@ -119,8 +122,12 @@ def measure(impl, seqlen, mode, repeats, device, threads):
         times.append((time.perf_counter() - start) * 1e3)
     peak = (torch.cuda.max_memory_allocated() if device == "cuda" else _peak_rss_bytes()) - base
     seg, chunk = torch_scan.plan_chunks(BATCH, DIM, D_STATE, seqlen, device_type=device)
-    return {"median_ms": statistics.median(times), "runs_ms": times, "peak_mib": max(peak, 0) / 2**20,
-            "plan": f"{seg}/{chunk}" if impl == "torch" else "-"}
+    return {
+        "median_ms": statistics.median(times),
+        "runs_ms": times,
+        "peak_mib": max(peak, 0) / 2**20,
+        "plan": f"{seg}/{chunk}" if impl == "torch" else "-",
+    }
 
 
 def _machine():
@@ -143,7 +150,9 @@ def main(argv=None):
     parser.add_argument("--loop-repeats", type=int, default=3, help="repeats for the slow loop")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
-    parser.add_argument("--write", action="store_true", help="replace this script's section of docs/benchmarks.md")
+    parser.add_argument(
+        "--write", action="store_true", help="replace this script's section of docs/benchmarks.md"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: impl,seqlen,mode in this process
     args = parser.parse_args(argv)
     if args.one:
@@ -157,20 +166,41 @@ def main(argv=None):
     for seqlen in seqlens:
         for impl in impls:
             for mode in ("fwd", "fwd+bwd"):
-                cmd = [sys.executable, os.path.abspath(__file__), "--one", f"{impl},{seqlen},{mode}",
-                       "--repeats", str(args.repeats), "--loop-repeats", str(args.loop_repeats),
-                       "--device", args.device, "--threads", str(args.threads)]
+                cmd = [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--one",
+                    f"{impl},{seqlen},{mode}",
+                    "--repeats",
+                    str(args.repeats),
+                    "--loop-repeats",
+                    str(args.loop_repeats),
+                    "--device",
+                    args.device,
+                    "--threads",
+                    str(args.threads),
+                ]
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode != 0:
                     results[impl, seqlen, mode] = {"skipped": proc.stderr.strip().splitlines()[-1:]}
                 else:
                     results[impl, seqlen, mode] = json.loads(proc.stdout.strip().splitlines()[-1])
                 r = results[impl, seqlen, mode]
-                print(f"  {impl:8s} L={seqlen:5d} {mode:8s} "
-                      + (f"{r['median_ms']:9.1f} ms  peak {r['peak_mib']:7.1f} MiB" if "median_ms" in r
-                         else f"skipped: {r['skipped']}"), file=sys.stderr, flush=True)
-    lines = ["| seqlen | backend | fwd ms | fwd vs loop | fwd+bwd ms | fwd+bwd vs loop | segment/chunk | "
-             "peak MiB fwd / fwd+bwd |", "| ---: | --- | ---: | ---: | ---: | ---: | --- | --- |"]
+                print(
+                    f"  {impl:8s} L={seqlen:5d} {mode:8s} "
+                    + (
+                        f"{r['median_ms']:9.1f} ms  peak {r['peak_mib']:7.1f} MiB"
+                        if "median_ms" in r
+                        else f"skipped: {r['skipped']}"
+                    ),
+                    file=sys.stderr,
+                    flush=True,
+                )
+    lines = [
+        "| seqlen | backend | fwd ms | fwd vs loop | fwd+bwd ms | fwd+bwd vs loop | segment/chunk | "
+        "peak MiB fwd / fwd+bwd |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
     for seqlen in seqlens:
         loop = {m: results.get(("loop", seqlen, m), {}).get("median_ms") for m in ("fwd", "fwd+bwd")}
         for impl in impls:
@@ -184,8 +214,10 @@ def main(argv=None):
 
             fbt = f"{fb['median_ms']:.1f}" if "median_ms" in fb else "skipped"
             peak = f"{f['peak_mib']:.0f} / {fb.get('peak_mib', float('nan')):.0f}"
-            lines.append(f"| {seqlen} | {impl} | {f['median_ms']:.1f} | {ratio(f, 'fwd')} | {fbt} | "
-                         f"{ratio(fb, 'fwd+bwd')} | {f['plan']} | {peak} |")
+            lines.append(
+                f"| {seqlen} | {impl} | {f['median_ms']:.1f} | {ratio(f, 'fwd')} | {fbt} | "
+                f"{ratio(fb, 'fwd+bwd')} | {f['plan']} | {peak} |"
+            )
     table = "\n".join(lines)
     print(table)
     if args.write:
@@ -193,28 +225,30 @@ def main(argv=None):
 
         command = "python benchmarks/bench_fallback.py " + " ".join(a for a in (argv or sys.argv[1:]))
         load = os.getloadavg()
-        section = "\n".join([
-            BEGIN,
-            "## Selective scan: per-timestep loop vs PyTorch fallback vs compiled kernels",
-            "",
-            f"Command: `{command.strip()}`  ",
-            f"Machine: {_machine()}; torch {torch.__version__}, "
-            f"{args.threads or torch.get_num_threads()} thread(s) per measurement; "
-            f"load average at the end {load[0]:.1f} (the machine is shared)  ",
-            f"Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}  ",
-            f"Shape: fp32, batch {BATCH}, dim {DIM}, d_state {D_STATE}, variable B and C; medians of "
-            f"{args.repeats} runs ({args.loop_repeats} for the loop) after a warm-up; device {args.device}.",
-            "",
-            table,
-            "",
-            "Peak memory is the rise above the inputs in that measurement's own process (CPU: peak RSS).",
-            "One thread per measurement keeps the numbers comparable on this shared 2-core machine (with "
-            "two threads and other jobs running, every variant slowed down 5-10x and varied run to run); "
-            "the loop's tiny per-step ops are single-threaded anyway.",
-            "Goal (issue 2): the fallback at >= 3x the loop at every length on CPU, forward and "
-            "forward+backward.",
-            END,
-        ])
+        section = "\n".join(
+            [
+                BEGIN,
+                "## Selective scan: per-timestep loop vs PyTorch fallback vs compiled kernels",
+                "",
+                f"Command: `{command.strip()}`  ",
+                f"Machine: {_machine()}; torch {torch.__version__}, "
+                f"{args.threads or torch.get_num_threads()} thread(s) per measurement; "
+                f"load average at the end {load[0]:.1f} (the machine is shared)  ",
+                f"Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}  ",
+                f"Shape: fp32, batch {BATCH}, dim {DIM}, d_state {D_STATE}, variable B and C; medians of "
+                f"{args.repeats} runs ({args.loop_repeats} for the loop) after a warm-up; device {args.device}.",
+                "",
+                table,
+                "",
+                "Peak memory is the rise above the inputs in that measurement's own process (CPU: peak RSS).",
+                "One thread per measurement keeps the numbers comparable on this shared 2-core machine (with "
+                "two threads and other jobs running, every variant slowed down 5-10x and varied run to run); "
+                "the loop's tiny per-step ops are single-threaded anyway.",
+                "Goal (issue 2): the fallback at >= 3x the loop at every length on CPU, forward and "
+                "forward+backward.",
+                END,
+            ]
+        )
         text = open(DOC).read() if os.path.exists(DOC) else "# Benchmarks\n"
         if BEGIN in text and END in text:
             text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, text, flags=re.S)

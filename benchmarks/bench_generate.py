@@ -14,6 +14,7 @@ tokens/s counts new tokens of the whole batch over the whole generate call (prom
     python benchmarks/bench_generate.py --write               # also replace its section in docs/benchmarks.md
     python benchmarks/bench_generate.py --repeats 1 --batch 1 # quicker
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,15 @@ BEGIN, END = "<!-- bench_generate:begin -->", "<!-- bench_generate:end -->"
 
 SHAPES = {
     "mamba1": ("mamba", dict(d_model=768, n_layer=24, vocab_size=50277, ssm_cfg=dict(d_state=16))),
-    "mamba2": ("mamba2", dict(d_model=768, n_layer=24, vocab_size=50277,
-                              ssm_cfg=dict(layer="Mamba2", d_state=128, headdim=64, ngroups=1, chunk_size=256))),
+    "mamba2": (
+        "mamba2",
+        dict(
+            d_model=768,
+            n_layer=24,
+            vocab_size=50277,
+            ssm_cfg=dict(layer="Mamba2", d_state=128, headdim=64, ngroups=1, chunk_size=256),
+        ),
+    ),
 }
 
 
@@ -57,9 +65,9 @@ def main(argv=None):
     parser.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
     args = parser.parse_args(argv)
 
+    import hf_convert
     import torch
 
-    import hf_convert
     from mamba_ssm.models.config_mamba import MambaConfig
     from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
 
@@ -84,24 +92,45 @@ def main(argv=None):
                     seq = model.generate(prompt, max_length=args.prompt + args.new_tokens)
                     ours.append((time.perf_counter() - wall, time.process_time() - cpu))
                     out = hf_convert.run_reference(
-                        [{"kind": "bench", "arch": arch, "dir": hf_dir, "prompt": prompt.tolist(),
-                          "new_tokens": args.new_tokens, "repeats": 1, "threads": args.threads,
-                          "out": os.path.join(work, f"bench_{name}_{batch}_{rep}.pt")}], work)[0]
+                        [
+                            {
+                                "kind": "bench",
+                                "arch": arch,
+                                "dir": hf_dir,
+                                "prompt": prompt.tolist(),
+                                "new_tokens": args.new_tokens,
+                                "repeats": 1,
+                                "threads": args.threads,
+                                "out": os.path.join(work, f"bench_{name}_{batch}_{rep}.pt"),
+                            }
+                        ],
+                        work,
+                    )[0]
                     path = out["reference_path"]
                     if path["imported"] or not path["torch_path"] or not all(path["torch_path"].values()):
                         raise SystemExit(f"transformers did not take its own PyTorch path: {path}")
                     theirs.extend(out["times"])
                     same = torch.equal(seq, out["generated"])
-                rows.append(dict(model=name, batch=batch, ours=ours, theirs=theirs, same=same,
-                                 tokens=batch * args.new_tokens))
+                rows.append(
+                    dict(
+                        model=name,
+                        batch=batch,
+                        ours=ours,
+                        theirs=theirs,
+                        same=same,
+                        tokens=batch * args.new_tokens,
+                    )
+                )
                 r = rows[-1]
                 print(_fmt_row(r), flush=True)
     load_after = _load_avg()
-    header = (f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()} "
-              f"{os.cpu_count()} cores, torch {torch.__version__}, transformers {out['reference_path']['transformers']}, "
-              f"{args.threads} thread(s) each side, load avg (1/5/15 min) {load_before} before, {load_after} after; "
-              f"fp32, prompt {args.prompt}, {args.new_tokens} new tokens, greedy, median of {args.repeats} "
-              f"interleaved runs")
+    header = (
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()} "
+        f"{os.cpu_count()} cores, torch {torch.__version__}, transformers {out['reference_path']['transformers']}, "
+        f"{args.threads} thread(s) each side, load avg (1/5/15 min) {load_before} before, {load_after} after; "
+        f"fp32, prompt {args.prompt}, {args.new_tokens} new tokens, greedy, median of {args.repeats} "
+        f"interleaved runs"
+    )
     table = _table(rows)
     print(header)
     print(table)
@@ -116,14 +145,18 @@ def _med(xs, i):
 def _fmt_row(r):
     ow, tw = _med(r["ours"], 0), _med(r["theirs"], 0)
     oc, tc = _med(r["ours"], 1), _med(r["theirs"], 1)
-    return (f"| {r['model']} | {r['batch']} | {r['tokens'] / ow:.1f} | {r['tokens'] / tw:.1f} | {tw / ow:.2f}x | "
-            f"{oc:.1f} / {tc:.1f} | {tc / oc:.2f}x | {'yes' if r['same'] else 'NO'} |")
+    return (
+        f"| {r['model']} | {r['batch']} | {r['tokens'] / ow:.1f} | {r['tokens'] / tw:.1f} | {tw / ow:.2f}x | "
+        f"{oc:.1f} / {tc:.1f} | {tc / oc:.2f}x | {'yes' if r['same'] else 'NO'} |"
+    )
 
 
 def _table(rows):
-    lines = ["| model | batch | ours tokens/s | transformers tokens/s | wall speed-up | CPU s ours / transformers "
-             "| CPU-time speed-up | same tokens |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = [
+        "| model | batch | ours tokens/s | transformers tokens/s | wall speed-up | CPU s ours / transformers "
+        "| CPU-time speed-up | same tokens |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
     return "\n".join(lines + [_fmt_row(r) for r in rows])
 
 
@@ -131,8 +164,10 @@ def _write(header, table, argv):
     with open(DOC, encoding="utf-8") as f:
         doc = f.read()
     cmd = "python benchmarks/bench_generate.py " + " ".join(argv or sys.argv[1:])
-    body = (f"{BEGIN}\n## generate on the CPU: ours vs transformers (`benchmarks/bench_generate.py`)\n\n"
-            f"`{cmd.strip()}`; {header}.\n\n{table}\n{END}")
+    body = (
+        f"{BEGIN}\n## generate on the CPU: ours vs transformers (`benchmarks/bench_generate.py`)\n\n"
+        f"`{cmd.strip()}`; {header}.\n\n{table}\n{END}"
+    )
     if BEGIN in doc:
         doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: body, doc, flags=re.S)
     else:

@@ -14,6 +14,7 @@
 
 The wheel: --wheel, else the newest dist/cells/*cu13torch2.14*.whl, else build/resolver_e2e_wheel/.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,15 +34,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests", "resolver"))
 
-from build_matrix.index import build_index, pin_sdist  # noqa: E402
 from helpers import serving  # noqa: E402  (the loopback server of the tests)
+
+from build_matrix.index import build_index, pin_sdist  # noqa: E402
 
 
 def find_wheel(given):
     if given:
         return given
-    for pattern in ("dist/cells/mamba_ssm-*+cu13torch2.14*.whl", "build/resolver_e2e_wheel/mamba_ssm-*.whl",
-                    "build/main_job/cells/mamba_ssm-*.whl"):
+    for pattern in (
+        "dist/cells/mamba_ssm-*+cu13torch2.14*.whl",
+        "build/resolver_e2e_wheel/mamba_ssm-*.whl",
+        "build/main_job/cells/mamba_ssm-*.whl",
+    ):
         found = sorted(glob.glob(os.path.join(REPO, pattern)), key=os.path.getmtime)
         if found:
             return found[-1]
@@ -60,8 +65,12 @@ def run(cmd, env=None, timeout=900):
 def fresh_venv(path):
     subprocess.run([sys.executable, "-m", "venv", path], check=True)
     py = os.path.join(path, "bin", "python")
-    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:
         fh.write(sysconfig.get_paths()["purelib"] + "\n")
     return py
@@ -76,7 +85,18 @@ def main(argv=None):
     wheel = find_wheel(args.wheel)
     work = tempfile.mkdtemp(prefix="bench_install_")
     try:
-        run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", os.path.join(work, "sdist"), REPO])
+        run(
+            [
+                sys.executable,
+                "-m",
+                "build",
+                "--sdist",
+                "--no-isolation",
+                "-o",
+                os.path.join(work, "sdist"),
+                REPO,
+            ]
+        )
         sdist = glob.glob(os.path.join(work, "sdist", "*.tar.gz"))[0]
         manifest = build_index(os.path.join(work, "index"), add=[wheel])
         pin_sdist(sdist, manifest)
@@ -84,14 +104,27 @@ def main(argv=None):
         results = {}
         with serving(os.path.join(work, "index")) as srv:
             path = ":".join(p for p in os.environ["PATH"].split(":") if "cuda" not in p)
-            base_env = dict(os.environ, PATH=path, CUDA_HOME="/nonexistent", CC="false", CXX="false",
-                            MAMBA_WHEEL_INDEX=srv.url)
+            base_env = dict(
+                os.environ,
+                PATH=path,
+                CUDA_HOME="/nonexistent",
+                CC="false",
+                CXX="false",
+                MAMBA_WHEEL_INDEX=srv.url,
+            )
             base_env.pop("VIRTUAL_ENV", None)
             uv = shutil.which("uv") or os.path.join(sys.prefix, "bin", "uv")
             modes = {
                 "pip, build isolation": lambda py: [py, "-m", "pip", "install", sdist],
-                "pip --no-build-isolation": lambda py: [py, "-m", "pip", "install", "--no-deps",
-                                                        "--no-build-isolation", sdist],
+                "pip --no-build-isolation": lambda py: [
+                    py,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-deps",
+                    "--no-build-isolation",
+                    sdist,
+                ],
                 "uv pip install": lambda py: [uv, "pip", "install", "--python", py, "--no-deps", sdist],
             }
             pip_cache = os.path.join(work, "pip-cache")  # pip's HTTP cache warm, as on a used machine
@@ -101,10 +134,17 @@ def main(argv=None):
                 times = []
                 for i in range(args.repeat + 1):  # run 0 warms pip's / uv's HTTP caches, not counted
                     py = fresh_venv(os.path.join(work, f"v-{len(results)}-{i}"))
-                    env = dict(base_env, MAMBA_SSM_CACHE_DIR=os.path.join(work, f"cache-{len(results)}-{i}"),
-                               PIP_CACHE_DIR=pip_cache, UV_CACHE_DIR=os.path.join(work, "uv-cache"))
+                    env = dict(
+                        base_env,
+                        MAMBA_SSM_CACHE_DIR=os.path.join(work, f"cache-{len(results)}-{i}"),
+                        PIP_CACHE_DIR=pip_cache,
+                        UV_CACHE_DIR=os.path.join(work, "uv-cache"),
+                    )
                     if "no-build-isolation" in label:
-                        run([py, "-m", "pip", "install", "-q", "setuptools>=70", "wheel", "packaging>=24"], env=env)
+                        run(
+                            [py, "-m", "pip", "install", "-q", "setuptools>=70", "wheel", "packaging>=24"],
+                            env=env,
+                        )
                     # a new path per run: pip's wheel cache (keyed by the sdist's link) never short-cuts the build
                     fresh = os.path.join(work, f"sdist-{len(results)}-{i}")
                     os.makedirs(fresh)
@@ -117,7 +157,8 @@ def main(argv=None):
 
             # 2. the resolver's overhead beyond one torch import
             spec = importlib.util.spec_from_file_location(
-                "bench_setup_hook", os.path.join(REPO, "mamba_ssm", "_install", "setup_hook.py"))
+                "bench_setup_hook", os.path.join(REPO, "mamba_ssm", "_install", "setup_hook.py")
+            )
             hook = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(hook)
             torch_times, resolve_times, import_times = [], [], []
@@ -151,16 +192,26 @@ def main(argv=None):
         "| --- | --- | --- | --- |",
     ]
     for label, times in results.items():
-        lines.append(f"| end-to-end sdist install, {label} (torch present) | {statistics.median(times):.1f} s | "
-                     f"{', '.join(f'{t:.1f}' for t in times)} | <= 15 s |")
-    lines.append(f"| `import torch` in a fresh interpreter | {t_torch:.2f} s | "
-                 f"{', '.join(f'{t:.2f}' for t in torch_times)} | |")
-    lines.append(f"| `resolve_prebuilt` (detect + manifest + select + download/verify + relabel), default: "
-                 f"no torch import | {t_res:.2f} s | {', '.join(f'{t:.2f}' for t in resolve_times)} | <= 1 s |")
-    lines.append(f"| `resolve_prebuilt` with MAMBA_PROBE_IMPORT_TORCH=1 (the probe imports torch) | "
-                 f"{statistics.median(import_times):.2f} s | {', '.join(f'{t:.2f}' for t in import_times)} | |")
-    lines.append(f"| ... its overhead beyond that one torch import (per pair) | {statistics.median(overhead):.2f} s | "
-                 f"{', '.join(f'{t:.2f}' for t in overhead)} | <= 1 s |")
+        lines.append(
+            f"| end-to-end sdist install, {label} (torch present) | {statistics.median(times):.1f} s | "
+            f"{', '.join(f'{t:.1f}' for t in times)} | <= 15 s |"
+        )
+    lines.append(
+        f"| `import torch` in a fresh interpreter | {t_torch:.2f} s | "
+        f"{', '.join(f'{t:.2f}' for t in torch_times)} | |"
+    )
+    lines.append(
+        f"| `resolve_prebuilt` (detect + manifest + select + download/verify + relabel), default: "
+        f"no torch import | {t_res:.2f} s | {', '.join(f'{t:.2f}' for t in resolve_times)} | <= 1 s |"
+    )
+    lines.append(
+        f"| `resolve_prebuilt` with MAMBA_PROBE_IMPORT_TORCH=1 (the probe imports torch) | "
+        f"{statistics.median(import_times):.2f} s | {', '.join(f'{t:.2f}' for t in import_times)} | |"
+    )
+    lines.append(
+        f"| ... its overhead beyond that one torch import (per pair) | {statistics.median(overhead):.2f} s | "
+        f"{', '.join(f'{t:.2f}' for t in overhead)} | <= 1 s |"
+    )
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:  # replace this benchmark's section (between its markers) or append it
@@ -168,7 +219,7 @@ def main(argv=None):
         block = f"{begin}{text}{end}\n"
         old = open(args.out).read() if os.path.exists(args.out) else "# Benchmarks\n"
         if begin in old and end in old:
-            new = old[:old.index(begin)] + block + old[old.index(end) + len(end) + 1:]
+            new = old[: old.index(begin)] + block + old[old.index(end) + len(end) + 1 :]
         else:
             new = old.rstrip("\n") + "\n\n" + block
         with open(args.out, "w") as fh:

@@ -24,6 +24,7 @@ Prints a Markdown table; ``--out DIR`` also writes ``bench_kernel_<device>.json`
 each row completes; ``--write-doc`` puts the table into docs/benchmarks.md between the
 ``bench_kernel:<device>`` markers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,10 @@ def load_backends():
 
     result = _loader.load()
     if not result.loaded:
-        raise SystemExit(f"mamba_ssm._C is not loaded: {result.reason}. Build it first: "
-                         "MAMBA_FORCE_BUILD=TRUE python setup.py build_ext --inplace")
+        raise SystemExit(
+            f"mamba_ssm._C is not loaded: {result.reason}. Build it first: "
+            "MAMBA_FORCE_BUILD=TRUE python setup.py build_ext --inplace"
+        )
     import mamba_ssm.ops.backends.compiled as compiled
 
     try:
@@ -72,7 +75,9 @@ def make_inputs(batch, dim, d_state, seqlen, dtype, device, requires_grad):
 
     u = rnd(batch, dim, seqlen)
     delta = (torch.rand(batch, dim, seqlen, generator=g) * 0.1 - 2.0).to(device=device, dtype=dtype)
-    A = -(torch.arange(1, d_state + 1, dtype=torch.float32).repeat(dim, 1)).to(device)  # Mamba's S4D-real init
+    A = -(torch.arange(1, d_state + 1, dtype=torch.float32).repeat(dim, 1)).to(
+        device
+    )  # Mamba's S4D-real init
     B = rnd(batch, d_state, seqlen)
     C = rnd(batch, d_state, seqlen)
     D = torch.ones(dim, device=device)
@@ -131,6 +136,7 @@ def fwd_fn(backend, args, softplus=True):
     def run():
         with torch.no_grad():
             return backend.selective_scan(*args, delta_softplus=softplus)
+
     return run
 
 
@@ -142,6 +148,7 @@ def fwd_bwd_fn(backend, args, softplus=True):
             x.grad = None
         out = backend.selective_scan(*args, delta_softplus=softplus)
         out.backward(torch.ones_like(out))
+
     return run
 
 
@@ -189,9 +196,13 @@ def run_cuda(args_ns, emit):
             args = make_inputs(batch, dim, d_state, seqlen, dtype, device, requires_grad=backward)
             make = fwd_bwd_fn if backward else fwd_fn
             ms = time_cuda(make(compiled, args), args_ns.repeats)
-            row = {"kind": "gpu", "dtype": str(dtype).replace("torch.", ""),
-                   "pass": "fwd+bwd" if backward else "fwd", "shape": f"B={batch} D={dim} N={d_state} L={seqlen}",
-                   "kernel_ms": round(ms, 3)}
+            row = {
+                "kind": "gpu",
+                "dtype": str(dtype).replace("torch.", ""),
+                "pass": "fwd+bwd" if backward else "fwd",
+                "shape": f"B={batch} D={dim} N={d_state} L={seqlen}",
+                "kernel_ms": round(ms, 3),
+            }
             nbytes = min_bytes(batch, dim, d_state, seqlen, itemsize, backward)
             row["GB/s"] = round(nbytes / (ms * 1e-3) / 1e9, 1)
             row["of_copy_bw"] = round(row["GB/s"] / copy_gbs, 3)
@@ -224,25 +235,41 @@ def cpu_inputs(seqlen, requires_grad):
 
 def run_cpu(args_ns, emit):
     compiled, torch_scan = load_backends()
-    emit({"kind": "cpu_info", "isa": torch.ops.mamba_ssm.cpu_isa(), "threads": torch.get_num_threads(),
-          "clock": args_ns.clock, "machine": platform.processor() or platform.machine(),
-          "loadavg": os.getloadavg()[0]})
+    emit(
+        {
+            "kind": "cpu_info",
+            "isa": torch.ops.mamba_ssm.cpu_isa(),
+            "threads": torch.get_num_threads(),
+            "clock": args_ns.clock,
+            "machine": platform.processor() or platform.machine(),
+            "loadavg": os.getloadavg()[0],
+        }
+    )
     for seqlen in (1024, 2048, 8192):
         for backward in (False, True):
             args = cpu_inputs(seqlen, backward)
             make = fwd_bwd_fn if backward else fwd_fn
             # The loop is slow (seconds for fwd+bwd at L=8192): one untimed warm-up only for the forward.
-            loop_ms = time_cpu(make(LoopBackend, args, False), 1 if backward else max(1, args_ns.repeats // 2),
-                               warmup=0 if backward else 1)
+            loop_ms = time_cpu(
+                make(LoopBackend, args, False),
+                1 if backward else max(1, args_ns.repeats // 2),
+                warmup=0 if backward else 1,
+            )
             ms = time_cpu(make(compiled, args, False), args_ns.repeats)
-            row = {"kind": "cpu", "pass": "fwd+bwd" if backward else "fwd",
-                   "shape": f"B=2 D=64 N=16 L={seqlen}", "loop_ms": round(loop_ms, 2),
-                   "kernel_ms": round(ms, 2), "speedup_vs_loop": round(loop_ms / ms, 1),
-                   "goal": ">= 10x" if backward else ">= 20x"}
+            row = {
+                "kind": "cpu",
+                "pass": "fwd+bwd" if backward else "fwd",
+                "shape": f"B=2 D=64 N=16 L={seqlen}",
+                "loop_ms": round(loop_ms, 2),
+                "kernel_ms": round(ms, 2),
+                "speedup_vs_loop": round(loop_ms / ms, 1),
+                "goal": ">= 10x" if backward else ">= 20x",
+            }
             if torch_scan is not None:
                 try:
-                    row["fallback_ms"] = round(time_cpu(make(torch_scan, args, False),
-                                                        max(1, args_ns.repeats // 2)), 2)
+                    row["fallback_ms"] = round(
+                        time_cpu(make(torch_scan, args, False), max(1, args_ns.repeats // 2)), 2
+                    )
                 except Exception as exc:  # noqa: BLE001
                     row["fallback_error"] = f"{type(exc).__name__}: {exc}"[:200]
             emit(row)
@@ -253,37 +280,51 @@ def to_markdown(rows, device):
     if device == "cuda":
         copy = [r for r in rows if r["kind"] == "copy_bandwidth"]
         if copy:
-            lines.append(f"GPU: {copy[0]['gpu']}; measured device copy bandwidth {copy[0]['GB/s']} GB/s "
-                         "(goal: forward >= 50% of it).\n")
+            lines.append(
+                f"GPU: {copy[0]['gpu']}; measured device copy bandwidth {copy[0]['GB/s']} GB/s "
+                "(goal: forward >= 50% of it).\n"
+            )
         lines.append("| dtype | pass | shape | kernel ms | GB/s | of copy bw | fallback ms | speed-up |")
         lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in rows:
             if r["kind"] == "gpu":
-                lines.append(f"| {r['dtype']} | {r['pass']} | {r['shape']} | {r['kernel_ms']} | {r['GB/s']} | "
-                             f"{r['of_copy_bw']:.0%} | {r.get('fallback_ms', '-')} | "
-                             f"{r.get('speedup_vs_fallback', '-')}x |")
+                lines.append(
+                    f"| {r['dtype']} | {r['pass']} | {r['shape']} | {r['kernel_ms']} | {r['GB/s']} | "
+                    f"{r['of_copy_bw']:.0%} | {r.get('fallback_ms', '-')} | "
+                    f"{r.get('speedup_vs_fallback', '-')}x |"
+                )
     else:
         info = [r for r in rows if r["kind"] == "cpu_info"]
         if info:
-            lines.append(f"CPU kernel ISA: {info[0]['isa']}; torch threads: {info[0]['threads']}; clock: "
-                         f"{info[0]['clock']}; load average at start: {info[0]['loadavg']:.1f}.\n")
-        lines.append("| pass | shape | per-timestep loop ms | CPU kernel ms | speed-up | goal | fallback ms |")
+            lines.append(
+                f"CPU kernel ISA: {info[0]['isa']}; torch threads: {info[0]['threads']}; clock: "
+                f"{info[0]['clock']}; load average at start: {info[0]['loadavg']:.1f}.\n"
+            )
+        lines.append(
+            "| pass | shape | per-timestep loop ms | CPU kernel ms | speed-up | goal | fallback ms |"
+        )
         lines.append("| --- | --- | --- | --- | --- | --- | --- |")
         for r in rows:
             if r["kind"] == "cpu":
-                lines.append(f"| {r['pass']} | {r['shape']} | {r['loop_ms']} | {r['kernel_ms']} | "
-                             f"{r['speedup_vs_loop']}x | {r['goal']} | {r.get('fallback_ms', '-')} |")
+                lines.append(
+                    f"| {r['pass']} | {r['shape']} | {r['loop_ms']} | {r['kernel_ms']} | "
+                    f"{r['speedup_vs_loop']}x | {r['goal']} | {r.get('fallback_ms', '-')} |"
+                )
     return "\n".join(lines) + "\n"
 
 
 def write_doc(markdown, device, command):
     begin, end = f"<!-- bench_kernel:{device}:begin -->", f"<!-- bench_kernel:{device}:end -->"
-    title = "GPU kernel (bench_kernel.py --device cuda)" if device == "cuda" else \
-        "CPU kernel (bench_kernel.py --device cpu)"
+    title = (
+        "GPU kernel (bench_kernel.py --device cuda)"
+        if device == "cuda"
+        else "CPU kernel (bench_kernel.py --device cpu)"
+    )
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     host = f"{platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, Python {platform.python_version()}"
-    section = (f"{begin}\n### {title}\n\nCommand: `{command}`; machine: {host}; date: {stamp}.\n\n"
-               f"{markdown}{end}\n")
+    section = (
+        f"{begin}\n### {title}\n\nCommand: `{command}`; machine: {host}; date: {stamp}.\n\n{markdown}{end}\n"
+    )
     replace_section(DOC, begin, end, section)
 
 
@@ -294,8 +335,12 @@ def main(argv=None):
     ap.add_argument("--out", help="folder for bench_kernel_<device>.json/.md, written as rows complete")
     ap.add_argument("--write-doc", action="store_true", help="update docs/benchmarks.md")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads for the CPU run")
-    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                    help="CPU run: wall time, or process CPU time (use with --threads 1 on a busy machine)")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="CPU run: wall time, or process CPU time (use with --threads 1 on a busy machine)",
+    )
     ns = ap.parse_args(argv)
     if ns.threads:
         torch.set_num_threads(ns.threads)

@@ -34,6 +34,7 @@ rewritten after every entry (a run cut short keeps what it measured); ``--write-
 docs/benchmarks.md between the ``bench_ops:<device>`` markers. Exit status: 0 after a run (skipped
 entries included), 2 when ``--device cuda`` finds no CUDA device, or on bad arguments.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,30 +62,32 @@ DOC = os.path.join(REPO, "docs", "benchmarks.md")
 class Impl:
     """One variant of an entry: ``fn()`` runs the op once under ``backend`` (set with
     ``mamba_ssm.set_backend`` around each sample, outside the timing; None: leave it as it is)."""
+
     label: str
     fn: Callable[[], object]
     backend: Optional[str] = None
-    goal: Optional[float] = None      # speed-up over ours asked for when this is a baseline (None: reported only)
+    goal: Optional[float] = None  # speed-up over ours asked for when this is a baseline (None: reported only)
 
 
 @dataclasses.dataclass
 class Case:
     """What an entry's ``make(device)`` returns: ours, then the baselines, on inputs already built."""
+
     ours: Impl
     baselines: List[Impl]
-    calls: int = 1                    # calls per timed sample (short ops repeat inside one sample)
-    nbytes: Optional[int] = None      # bytes ours must move at least per call (bandwidth column on CUDA)
+    calls: int = 1  # calls per timed sample (short ops repeat inside one sample)
+    nbytes: Optional[int] = None  # bytes ours must move at least per call (bandwidth column on CUDA)
 
 
 @dataclasses.dataclass
 class Entry:
     name: str
-    devices: Tuple[str, ...]          # device types the entry runs on
+    devices: Tuple[str, ...]  # device types the entry runs on
     shape: str
-    op: str                           # mamba_ssm._dispatch op name: which backend ours runs on
-    kernel: str                       # the backend ours must get ("compiled" or "triton"), else skipped
+    op: str  # mamba_ssm._dispatch op name: which backend ours runs on
+    kernel: str  # the backend ours must get ("compiled" or "triton"), else skipped
     make: Callable[[str], Case]
-    bw_goal: Optional[float] = None   # fraction of copy bandwidth asked for on CUDA
+    bw_goal: Optional[float] = None  # fraction of copy bandwidth asked for on CUDA
 
 
 # ------------------------------------------------------------------------------------- inputs
@@ -108,8 +111,11 @@ CONV_SHAPE = f"B={CONV_B} D={CONV_D} L={CONV_L} width {CONV_W} fp32, SiLU, bias"
 
 def _conv_inputs(device, grad=False):
     g = _gen()
-    return (_randn(g, device, CONV_B, CONV_D, CONV_L, grad=grad),
-            _randn(g, device, CONV_D, CONV_W, scale=0.5, grad=grad), _randn(g, device, CONV_D, scale=0.1, grad=grad))
+    return (
+        _randn(g, device, CONV_B, CONV_D, CONV_L, grad=grad),
+        _randn(g, device, CONV_D, CONV_W, scale=0.5, grad=grad),
+        _randn(g, device, CONV_D, scale=0.1, grad=grad),
+    )
 
 
 def make_conv_fwd(device):
@@ -122,10 +128,14 @@ def make_conv_fwd(device):
     ours = lambda: causal_conv1d_fn(x, w, b, activation="silu")
     # Mamba's own fallback: a padded depthwise conv1d, cut to seqlen, then SiLU.
     conv = lambda: F.silu(F.conv1d(x, w3, b, padding=CONV_W - 1, groups=CONV_D)[..., :CONV_L])
-    return Case(Impl("mamba_ssm._C", ours, "auto"),
-                [Impl("F.conv1d(groups=D)+SiLU", conv, goal=2.0 if device == "cpu" else None),
-                 Impl("our PyTorch path", ours, "torch")],
-                nbytes=2 * x.numel() * x.element_size())            # read x, write out
+    return Case(
+        Impl("mamba_ssm._C", ours, "auto"),
+        [
+            Impl("F.conv1d(groups=D)+SiLU", conv, goal=2.0 if device == "cpu" else None),
+            Impl("our PyTorch path", ours, "torch"),
+        ],
+        nbytes=2 * x.numel() * x.element_size(),
+    )  # read x, write out
 
 
 def make_conv_fwd_bwd(device):
@@ -140,8 +150,11 @@ def make_conv_fwd_bwd(device):
         x.grad = w.grad = b.grad = None
         causal_conv1d_fn(x, w, b, activation="silu").backward(dout)
 
-    return Case(Impl("mamba_ssm._C", run, "auto"), [Impl("our PyTorch path", run, "torch")],
-                nbytes=5 * x.numel() * x.element_size())   # fwd: read x, write out; bwd: read x, dout, write dx
+    return Case(
+        Impl("mamba_ssm._C", run, "auto"),
+        [Impl("our PyTorch path", run, "torch")],
+        nbytes=5 * x.numel() * x.element_size(),
+    )  # fwd: read x, write out; bwd: read x, dout, write dx
 
 
 def make_conv_update(device):
@@ -151,9 +164,12 @@ def make_conv_update(device):
     x, w, b = _randn(g, device, 1, CONV_D), _randn(g, device, CONV_D, CONV_W), _randn(g, device, CONV_D)
     state = _randn(g, device, 1, CONV_D, CONV_W)
     run = lambda: causal_conv1d_update(x, state, w, b, "silu")
-    return Case(Impl("mamba_ssm._C", run, "auto"),
-                [Impl("our PyTorch path", run, "torch", goal=5.0 if device == "cpu" else None)],
-                calls=500, nbytes=(2 * x.numel() + 2 * state.numel()) * 4)
+    return Case(
+        Impl("mamba_ssm._C", run, "auto"),
+        [Impl("our PyTorch path", run, "torch", goal=5.0 if device == "cpu" else None)],
+        calls=500,
+        nbytes=(2 * x.numel() + 2 * state.numel()) * 4,
+    )
 
 
 VARLEN_SEQS = 8
@@ -170,8 +186,12 @@ def make_conv_varlen_states(device):
     cuts = torch.sort(torch.randint(1, total, (VARLEN_SEQS - 1,), generator=g)).values
     cu = torch.cat([torch.tensor([0]), cuts, torch.tensor([total])]).to(device=device, dtype=torch.int32)
     run = lambda: causal_conv1d_varlen_states(x, cu, CONV_W)
-    return Case(Impl("mamba_ssm._C", run, "auto"), [Impl("our PyTorch path", run, "torch")],
-                calls=20, nbytes=2 * VARLEN_SEQS * CONV_D * CONV_W * 4)
+    return Case(
+        Impl("mamba_ssm._C", run, "auto"),
+        [Impl("our PyTorch path", run, "torch")],
+        calls=20,
+        nbytes=2 * VARLEN_SEQS * CONV_D * CONV_W * 4,
+    )
 
 
 # ------------------------------------------------------------------------ Triton kernels (item 1)
@@ -208,10 +228,18 @@ def make_ssd(device):
     def scan1():
         selective_scan_fn(u, delta, A1, B1, C1).backward(du)
 
-    return Case(Impl("triton", ssd, "auto"),
-                [Impl("our PyTorch SSD", ssd, "torch", goal=10.0),
-                 Impl(f"Mamba-1 selective_scan fwd+bwd (compiled), d_inner {d} x d_state {n}", scan1, "auto",
-                      goal=1.0)])
+    return Case(
+        Impl("triton", ssd, "auto"),
+        [
+            Impl("our PyTorch SSD", ssd, "torch", goal=10.0),
+            Impl(
+                f"Mamba-1 selective_scan fwd+bwd (compiled), d_inner {d} x d_state {n}",
+                scan1,
+                "auto",
+                goal=1.0,
+            ),
+        ],
+    )
 
 
 SPLIT_B, SPLIT_L, SPLIT_H, SPLIT_P, SPLIT_N = 2, 2048, 32, 64, 128
@@ -235,13 +263,24 @@ def make_split_conv1d_scan(device):
     dy = _randn(g, device, b, l, dim, dtype=bf)
 
     def run():
-        mamba_split_conv1d_scan_combined(zxbcdt, wconv, bconv, dt_bias, A, D, SSD_CHUNK, rmsnorm_weight=norm_w,
-                                         headdim=p, ngroups=1, norm_before_gate=False).backward(dy)
+        mamba_split_conv1d_scan_combined(
+            zxbcdt,
+            wconv,
+            bconv,
+            dt_bias,
+            A,
+            D,
+            SSD_CHUNK,
+            rmsnorm_weight=norm_w,
+            headdim=p,
+            ngroups=1,
+            norm_before_gate=False,
+        ).backward(dy)
 
     return Case(Impl("triton", run, "auto"), [Impl("our PyTorch path", run, "torch")])
 
 
-UPD_B, UPD_H, UPD_P, UPD_N = 64, 80, 64, 128       # Mamba-2 2.7B decode, batch 64
+UPD_B, UPD_H, UPD_P, UPD_N = 64, 80, 64, 128  # Mamba-2 2.7B decode, batch 64
 
 
 def make_state_update(device):
@@ -260,8 +299,12 @@ def make_state_update(device):
     D = _randn(g, device, h)[:, None].expand(h, p)
     dt_bias = torch.rand(h, generator=g).to(device)[:, None].expand(h, p)
     run = lambda: selective_state_update(state, x, dt, A, B, C, D, None, dt_bias, True)
-    return Case(Impl("triton", run, "auto"), [Impl("our PyTorch path", run, "torch")],
-                calls=20, nbytes=2 * state.numel() * state.element_size())   # the state: read and written
+    return Case(
+        Impl("triton", run, "auto"),
+        [Impl("our PyTorch path", run, "torch")],
+        calls=20,
+        nbytes=2 * state.numel() * state.element_size(),
+    )  # the state: read and written
 
 
 NORM_ROWS, NORM_N, GATED_N = 16384, 4096, 5120
@@ -276,8 +319,12 @@ def _make_norm(device, fn, with_bias):
     w = _randn(g, device, NORM_N, dtype=torch.bfloat16)
     bias = _randn(g, device, NORM_N, dtype=torch.bfloat16) if with_bias else None
     run = lambda: fn(x, w, bias, residual=res, prenorm=True, residual_in_fp32=True)
-    return Case(Impl("triton", run, "auto"), [Impl("our PyTorch path", run, "torch")],
-                calls=5, nbytes=NORM_ROWS * NORM_N * (2 + 4 + 2 + 4))  # read x bf16, residual fp32; write y, residual
+    return Case(
+        Impl("triton", run, "auto"),
+        [Impl("our PyTorch path", run, "torch")],
+        calls=5,
+        nbytes=NORM_ROWS * NORM_N * (2 + 4 + 2 + 4),
+    )  # read x bf16, residual fp32; write y, residual
 
 
 def make_rms_norm(device):
@@ -301,34 +348,95 @@ def make_gated_rms_norm(device):
     x, z = (_randn(g, device, NORM_ROWS, GATED_N, dtype=torch.bfloat16) for _ in range(2))
     w = _randn(g, device, GATED_N, dtype=torch.bfloat16)
     run = lambda: rmsnorm_fn(x, w, None, z=z, group_size=GATED_N // 8, norm_before_gate=False)
-    return Case(Impl("triton", run, "auto"), [Impl("our PyTorch path", run, "torch")],
-                calls=5, nbytes=NORM_ROWS * GATED_N * 2 * 3)          # read x, z; write y (bf16)
+    return Case(
+        Impl("triton", run, "auto"),
+        [Impl("our PyTorch path", run, "torch")],
+        calls=5,
+        nbytes=NORM_ROWS * GATED_N * 2 * 3,
+    )  # read x, z; write y (bf16)
 
 
 SSD_SHAPE = f"B={SSD_B} L={SSD_L} {SSD_H} heads x headdim {SSD_P}, d_state {SSD_N}, chunk {SSD_CHUNK}, bf16"
 ENTRIES: List[Entry] = [
-    Entry("causal_conv1d fwd", ("cpu", "cuda"), CONV_SHAPE, "causal_conv1d", "compiled", make_conv_fwd, bw_goal=0.6),
-    Entry("causal_conv1d fwd+bwd", ("cpu", "cuda"), CONV_SHAPE, "causal_conv1d", "compiled", make_conv_fwd_bwd),
-    Entry("causal_conv1d_update", ("cpu", "cuda"),
-          f"batch 1, D={CONV_D}, width {CONV_W}, state_len {CONV_W}, fp32, SiLU", "causal_conv1d_update", "compiled",
-          make_conv_update),
-    Entry("causal_conv1d_varlen_states", ("cpu", "cuda"),
-          f"{VARLEN_SEQS} sequences, {CONV_B * CONV_L} tokens, D={CONV_D}, state_len {CONV_W}, fp32",
-          "causal_conv1d", "compiled", make_conv_varlen_states),
-    Entry("ssd_chunk_scan fwd+bwd (mamba_chunk_scan_combined)", ("cuda",), SSD_SHAPE, "ssd_chunk_scan", "triton",
-          make_ssd),
-    Entry("selective_state_update", ("cuda",), f"Mamba-2 2.7B decode: batch {UPD_B}, {UPD_H} heads x headdim {UPD_P}, "
-          f"d_state {UPD_N}, bf16 state, dt_bias + softplus, D", "selective_state_update", "triton", make_state_update,
-          bw_goal=0.6),
-    Entry("rms_norm_fn + residual (prenorm)", ("cuda",), f"{NORM_ROWS} x {NORM_N} bf16, fp32 residual", "rms_norm",
-          "triton", make_rms_norm),
-    Entry("layer_norm_fn + residual (prenorm)", ("cuda",), f"{NORM_ROWS} x {NORM_N} bf16, bias, fp32 residual",
-          "layer_norm", "triton", make_layer_norm),
-    Entry("gated rmsnorm (layernorm_gated.rmsnorm_fn)", ("cuda",), f"{NORM_ROWS} x {GATED_N} bf16, 8 groups, z gate",
-          "rms_norm", "triton", make_gated_rms_norm),
-    Entry("mamba_split_conv1d_scan_combined fwd+bwd", ("cuda",),
-          f"B={SPLIT_B} L={SPLIT_L} {SPLIT_H} heads x headdim {SPLIT_P}, d_state {SPLIT_N}, 1 group, width {CONV_W}, "
-          f"gated RMSNorm, bf16", "ssd_chunk_scan", "triton", make_split_conv1d_scan),
+    Entry(
+        "causal_conv1d fwd",
+        ("cpu", "cuda"),
+        CONV_SHAPE,
+        "causal_conv1d",
+        "compiled",
+        make_conv_fwd,
+        bw_goal=0.6,
+    ),
+    Entry(
+        "causal_conv1d fwd+bwd", ("cpu", "cuda"), CONV_SHAPE, "causal_conv1d", "compiled", make_conv_fwd_bwd
+    ),
+    Entry(
+        "causal_conv1d_update",
+        ("cpu", "cuda"),
+        f"batch 1, D={CONV_D}, width {CONV_W}, state_len {CONV_W}, fp32, SiLU",
+        "causal_conv1d_update",
+        "compiled",
+        make_conv_update,
+    ),
+    Entry(
+        "causal_conv1d_varlen_states",
+        ("cpu", "cuda"),
+        f"{VARLEN_SEQS} sequences, {CONV_B * CONV_L} tokens, D={CONV_D}, state_len {CONV_W}, fp32",
+        "causal_conv1d",
+        "compiled",
+        make_conv_varlen_states,
+    ),
+    Entry(
+        "ssd_chunk_scan fwd+bwd (mamba_chunk_scan_combined)",
+        ("cuda",),
+        SSD_SHAPE,
+        "ssd_chunk_scan",
+        "triton",
+        make_ssd,
+    ),
+    Entry(
+        "selective_state_update",
+        ("cuda",),
+        f"Mamba-2 2.7B decode: batch {UPD_B}, {UPD_H} heads x headdim {UPD_P}, "
+        f"d_state {UPD_N}, bf16 state, dt_bias + softplus, D",
+        "selective_state_update",
+        "triton",
+        make_state_update,
+        bw_goal=0.6,
+    ),
+    Entry(
+        "rms_norm_fn + residual (prenorm)",
+        ("cuda",),
+        f"{NORM_ROWS} x {NORM_N} bf16, fp32 residual",
+        "rms_norm",
+        "triton",
+        make_rms_norm,
+    ),
+    Entry(
+        "layer_norm_fn + residual (prenorm)",
+        ("cuda",),
+        f"{NORM_ROWS} x {NORM_N} bf16, bias, fp32 residual",
+        "layer_norm",
+        "triton",
+        make_layer_norm,
+    ),
+    Entry(
+        "gated rmsnorm (layernorm_gated.rmsnorm_fn)",
+        ("cuda",),
+        f"{NORM_ROWS} x {GATED_N} bf16, 8 groups, z gate",
+        "rms_norm",
+        "triton",
+        make_gated_rms_norm,
+    ),
+    Entry(
+        "mamba_split_conv1d_scan_combined fwd+bwd",
+        ("cuda",),
+        f"B={SPLIT_B} L={SPLIT_L} {SPLIT_H} heads x headdim {SPLIT_P}, d_state {SPLIT_N}, 1 group, width {CONV_W}, "
+        f"gated RMSNorm, bf16",
+        "ssd_chunk_scan",
+        "triton",
+        make_split_conv1d_scan,
+    ),
 ]
 
 
@@ -388,7 +496,7 @@ def copy_bandwidth_gbs(repeats=10, nbytes=1 << 30) -> float:
 
     src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
     dst = torch.empty_like(src)
-    (wall, _), = measure([Impl("copy", lambda: dst.copy_(src))], repeats, cuda=True)
+    ((wall, _),) = measure([Impl("copy", lambda: dst.copy_(src))], repeats, cuda=True)
     del src, dst
     return 2 * nbytes / (wall * 1e-3) / 1e9
 
@@ -396,8 +504,9 @@ def copy_bandwidth_gbs(repeats=10, nbytes=1 << 30) -> float:
 # ------------------------------------------------------------------------------------------- running
 def _skip_reason(entry: Entry, device: str) -> Optional[str]:
     if device not in entry.devices:
-        return (f"runs on {'/'.join(entry.devices)} only"
-                + (" (the Triton kernels target CUDA/ROCm GPUs)" if entry.kernel == "triton" else ""))
+        return f"runs on {'/'.join(entry.devices)} only" + (
+            " (the Triton kernels target CUDA/ROCm GPUs)" if entry.kernel == "triton" else ""
+        )
     from mamba_ssm import _dispatch
 
     with _backend("auto"):
@@ -422,15 +531,29 @@ def run_entry(entry: Entry, device: str, repeats: int, copy_bw: Optional[float])
     times = measure([case.ours] + case.baselines, repeats, cuda, case.calls)
     (ow, oc), rows = times[0], []
     for base, (bw, bc) in zip(case.baselines, times[1:]):
-        row = dict(op=entry.name, shape=entry.shape, ours=case.ours.label, baseline=base.label, ours_wall=ow,
-                   ours_cpu=oc, base_wall=bw, base_cpu=bc, ratio_wall=bw / ow,
-                   ratio_cpu=bc / oc if oc > 0 else float("nan"), goal=base.goal, bw_goal=entry.bw_goal)
+        row = dict(
+            op=entry.name,
+            shape=entry.shape,
+            ours=case.ours.label,
+            baseline=base.label,
+            ours_wall=ow,
+            ours_cpu=oc,
+            base_wall=bw,
+            base_cpu=bc,
+            ratio_wall=bw / ow,
+            ratio_cpu=bc / oc if oc > 0 else float("nan"),
+            goal=base.goal,
+            bw_goal=entry.bw_goal,
+        )
         if copy_bw and case.nbytes:
             row["gbs"] = case.nbytes / (ow * 1e-3) / 1e9
             row["of_copy"] = row["gbs"] / copy_bw
         rows.append(row)
-        print(f"{entry.name}: {case.ours.label} {_fmt(ow)} ms wall / {_fmt(oc)} ms CPU; {base.label} {_fmt(bw)} / "
-              f"{_fmt(bc)}; speed-up {row['ratio_wall']:.2f}x wall, {row['ratio_cpu']:.2f}x CPU", flush=True)
+        print(
+            f"{entry.name}: {case.ours.label} {_fmt(ow)} ms wall / {_fmt(oc)} ms CPU; {base.label} {_fmt(bw)} / "
+            f"{_fmt(bc)}; speed-up {row['ratio_wall']:.2f}x wall, {row['ratio_cpu']:.2f}x CPU",
+            flush=True,
+        )
     return rows
 
 
@@ -438,8 +561,10 @@ def _goal_text(r, device):
     parts = []
     ratio = r["ratio_cpu"] if device == "cpu" else r["ratio_wall"]
     if r["goal"] is not None:
-        parts.append(f">= {r['goal']:g}x ({'CPU' if device == 'cpu' else 'wall'}): "
-                     f"{'met' if ratio >= r['goal'] else 'NOT met'}")
+        parts.append(
+            f">= {r['goal']:g}x ({'CPU' if device == 'cpu' else 'wall'}): "
+            f"{'met' if ratio >= r['goal'] else 'NOT met'}"
+        )
     if r["bw_goal"] is not None and "of_copy" in r:
         parts.append(f">= {r['bw_goal']:.0%} of copy: {'met' if r['of_copy'] >= r['bw_goal'] else 'NOT met'}")
     return "; ".join(parts) or "-"
@@ -450,22 +575,31 @@ def to_markdown(rows, skipped, device, copy_bw, threads, repeats, load_start) ->
 
     lines = []
     if device == "cuda":
-        lines.append(f"GPU: {torch.cuda.get_device_name()}; measured device copy bandwidth: "
-                     + (f"{copy_bw:.0f} GB/s." if copy_bw else "-."))
+        lines.append(
+            f"GPU: {torch.cuda.get_device_name()}; measured device copy bandwidth: "
+            + (f"{copy_bw:.0f} GB/s." if copy_bw else "-.")
+        )
     else:
         isa = torch.ops.mamba_ssm.cpu_isa() if hasattr(torch.ops.mamba_ssm, "cpu_isa") else "-"
         lines.append(f"torch threads: {threads}; CPU kernel ISA: {isa}.")
-    lines[-1] += (f" Load average (1 min) at the start / end: {load_start:.1f} / {os.getloadavg()[0]:.1f}. Times are "
-                  f"medians of {repeats} interleaved rounds, ms per call (wall / CPU time); speed-up = baseline time "
-                  f"/ ours.\n")
+    lines[-1] += (
+        f" Load average (1 min) at the start / end: {load_start:.1f} / {os.getloadavg()[0]:.1f}. Times are "
+        f"medians of {repeats} interleaved rounds, ms per call (wall / CPU time); speed-up = baseline time "
+        f"/ ours.\n"
+    )
     cuda = device == "cuda"
-    lines += ["| op | shape | ours | baseline | ours wall / CPU | baseline wall / CPU | speed-up wall / CPU |"
-              + (" GB/s (of copy) |" if cuda else "") + " goal |",
-              "|" + " --- |" * (9 if cuda else 8)]
+    lines += [
+        "| op | shape | ours | baseline | ours wall / CPU | baseline wall / CPU | speed-up wall / CPU |"
+        + (" GB/s (of copy) |" if cuda else "")
+        + " goal |",
+        "|" + " --- |" * (9 if cuda else 8),
+    ]
     for r in rows:
-        line = (f"| {r['op']} | {r['shape']} | {r['ours']} | {r['baseline']} | {_fmt(r['ours_wall'])} / "
-                f"{_fmt(r['ours_cpu'])} | {_fmt(r['base_wall'])} / {_fmt(r['base_cpu'])} | {r['ratio_wall']:.2f}x / "
-                f"{r['ratio_cpu']:.2f}x |")
+        line = (
+            f"| {r['op']} | {r['shape']} | {r['ours']} | {r['baseline']} | {_fmt(r['ours_wall'])} / "
+            f"{_fmt(r['ours_cpu'])} | {_fmt(r['base_wall'])} / {_fmt(r['base_cpu'])} | {r['ratio_wall']:.2f}x / "
+            f"{r['ratio_cpu']:.2f}x |"
+        )
         if cuda:
             line += f" {r['gbs']:.0f} ({r['of_copy']:.0%}) |" if "gbs" in r else " - |"
         lines.append(line + f" {_goal_text(r, device)} |")
@@ -480,10 +614,14 @@ def write_doc(markdown, device, command):
 
     begin, end = f"<!-- bench_ops:{device}:begin -->", f"<!-- bench_ops:{device}:end -->"
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    host = (f"{platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch "
-            f"{torch.__version__}, Python {platform.python_version()}")
-    section = (f"{begin}\n### Ops on {device.upper()} (bench_ops.py --device {device})\n\nCommand: `{command}`; "
-               f"machine: {host}; date: {stamp}.\n\n{markdown}{end}\n")
+    host = (
+        f"{platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch "
+        f"{torch.__version__}, Python {platform.python_version()}"
+    )
+    section = (
+        f"{begin}\n### Ops on {device.upper()} (bench_ops.py --device {device})\n\nCommand: `{command}`; "
+        f"machine: {host}; date: {stamp}.\n\n{markdown}{end}\n"
+    )
     replace_section(DOC, begin, end, section)
 
 
@@ -498,10 +636,18 @@ def _write_out(out, device, markdown, rows, skipped, copy_bw):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="default: cpu")
-    ap.add_argument("--repeats", "--reps", dest="repeats", type=int, default=None,
-                    help="interleaved rounds, median reported (default: 7 on cpu, 5 on cuda)")
+    ap.add_argument(
+        "--repeats",
+        "--reps",
+        dest="repeats",
+        type=int,
+        default=None,
+        help="interleaved rounds, median reported (default: 7 on cpu, 5 on cuda)",
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch threads for the CPU rows (default 1)")
-    ap.add_argument("--only", default="", help="comma-separated pieces of entry names; run the entries containing one")
+    ap.add_argument(
+        "--only", default="", help="comma-separated pieces of entry names; run the entries containing one"
+    )
     ap.add_argument("--out", help="folder for bench_ops_<device>.md and .json, rewritten after each entry")
     ap.add_argument("--write-doc", action="store_true", help="update docs/benchmarks.md")
     args = ap.parse_args(argv)
@@ -512,9 +658,12 @@ def main(argv=None) -> int:
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("bench_ops: --device cuda: no CUDA device visible to torch "
-              f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}); nothing measured. "
-              "Run it on a GPU machine, or use --device cpu.", file=sys.stderr)
+        print(
+            "bench_ops: --device cuda: no CUDA device visible to torch "
+            f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}); nothing measured. "
+            "Run it on a GPU machine, or use --device cpu.",
+            file=sys.stderr,
+        )
         return 2
     if args.device == "cpu":
         torch.set_num_threads(args.threads)

@@ -18,6 +18,7 @@ Usage::
 
 Writes its section of docs/benchmarks.md (between the bench_resolver_overlap markers) with --write.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,7 +73,9 @@ def sequential(url: str, environ) -> None:
 
 def overlapped(url: str, environ) -> None:
     box = {}
-    t = threading.Thread(target=lambda: box.update(raw=fetch_bytes(url, 1 << 24, HttpSettings(retries=0), environ)))
+    t = threading.Thread(
+        target=lambda: box.update(raw=fetch_bytes(url, 1 << 24, HttpSettings(retries=0), environ))
+    )
     t.start()
     try:
         detect(python=sys.executable, environ=environ)
@@ -110,9 +113,14 @@ def main() -> int:
                     wall[fn.__name__].append(time.perf_counter() - w0)
                     cpu[fn.__name__].append(_cpu() - c0)
             s, o = statistics.median(wall["sequential"]), statistics.median(wall["overlapped"])
-            rows.append((ms, s, o, statistics.median(cpu["sequential"]), statistics.median(cpu["overlapped"])))
-            print(f"delay {ms:g} ms: sequential {s * 1000:.0f} ms, overlapped {o * 1000:.0f} ms, "
-                  f"ratio {o / s:.2f}, saved {1000 * (s - o):.0f} ms", flush=True)
+            rows.append(
+                (ms, s, o, statistics.median(cpu["sequential"]), statistics.median(cpu["overlapped"]))
+            )
+            print(
+                f"delay {ms:g} ms: sequential {s * 1000:.0f} ms, overlapped {o * 1000:.0f} ms, "
+                f"ratio {o / s:.2f}, saved {1000 * (s - o):.0f} ms",
+                flush=True,
+            )
         httpd.shutdown()
     load = os.getloadavg()[0]
     lines = [
@@ -131,8 +139,10 @@ def main() -> int:
         "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for ms, s, o, cs, co in rows:
-        lines.append(f"| {ms:g} ms | {s * 1000:.0f} ms | {o * 1000:.0f} ms | {o / s:.2f} | {1000 * (s - o):.0f} ms "
-                     f"| {cs * 1000:.0f} / {co * 1000:.0f} ms |")
+        lines.append(
+            f"| {ms:g} ms | {s * 1000:.0f} ms | {o * 1000:.0f} ms | {o / s:.2f} | {1000 * (s - o):.0f} ms "
+            f"| {cs * 1000:.0f} / {co * 1000:.0f} ms |"
+        )
     lines += [
         "",
         "The overlap can save at most the shorter of detection and the manifest read (detection no longer",
@@ -147,7 +157,7 @@ def main() -> int:
         text = open(DOC).read() if os.path.exists(DOC) else "# Benchmarks\n"
         block = "\n".join(lines)
         if BEGIN in text:
-            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
         else:
             text = text.rstrip("\n") + "\n\n" + block + "\n"
         with open(DOC, "w") as fh:

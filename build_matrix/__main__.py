@@ -1,4 +1,5 @@
 """``python -m build_matrix`` (see build_matrix/cli.py)."""
+
 import sys
 
 from .cli import main

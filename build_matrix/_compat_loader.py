@@ -5,6 +5,7 @@ in environments where importing the runtime package would pull in torch, or wher
 The modules are registered as ``mamba_ssm_compat_bypath.<name>`` so they never shadow a real
 ``mamba_ssm`` import in the same process.
 """
+
 from __future__ import annotations
 
 import importlib.util

@@ -24,6 +24,7 @@ lists every problem.  The checks:
    with ``MAMBA_SSM_BACKEND=compiled`` must run the compiled kernels and match float64 references
    computed by the audit itself.
 """
+
 from __future__ import annotations
 
 import base64
@@ -58,9 +59,9 @@ SO_NAME = "mamba_ssm/_C.abi3.so"
 class AuditReport:
     wheel: str
     cell: Optional[str]
-    findings: List[str] = field(default_factory=list)   # what is wrong (empty: passed)
-    passed: List[str] = field(default_factory=list)     # names of the checks that passed
-    facts: dict = field(default_factory=dict)           # what was measured (archs, size, tag ...)
+    findings: List[str] = field(default_factory=list)  # what is wrong (empty: passed)
+    passed: List[str] = field(default_factory=list)  # names of the checks that passed
+    facts: dict = field(default_factory=dict)  # what was measured (archs, size, tag ...)
 
     @property
     def ok(self) -> bool:
@@ -73,8 +74,14 @@ class AuditReport:
             self.passed.append(name)
 
     def to_dict(self) -> dict:
-        return {"wheel": self.wheel, "cell": self.cell, "ok": self.ok, "findings": self.findings,
-                "passed": self.passed, "facts": self.facts}
+        return {
+            "wheel": self.wheel,
+            "cell": self.cell,
+            "ok": self.ok,
+            "findings": self.findings,
+            "passed": self.passed,
+            "facts": self.facts,
+        }
 
 
 # ------------------------------------------------------------------------------------ SASS / PTX
@@ -86,8 +93,11 @@ def find_cuobjdump(torch_from: Optional[Path] = None) -> Optional[str]:
     cands += sorted(glob.glob("/usr/local/cuda*/bin/cuobjdump"), reverse=True)
     prefixes = [sys.prefix] + ([str(torch_from)] if torch_from else [])
     for prefix in prefixes:
-        cands += glob.glob(os.path.join(prefix, "lib", "python3*", "site-packages", "triton", "backends",
-                                        "nvidia", "bin", "cuobjdump"))
+        cands += glob.glob(
+            os.path.join(
+                prefix, "lib", "python3*", "site-packages", "triton", "backends", "nvidia", "bin", "cuobjdump"
+            )
+        )
     for c in cands:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return c
@@ -204,8 +214,11 @@ def _record_problems(zf: zipfile.ZipFile, dist_info: str) -> List[str]:
 
 
 def _metadata_field(text: str, name: str) -> List[str]:
-    return [line.split(":", 1)[1].strip() for line in text.splitlines()
-            if line.lower().startswith(name.lower() + ":")]
+    return [
+        line.split(":", 1)[1].strip()
+        for line in text.splitlines()
+        if line.lower().startswith(name.lower() + ":")
+    ]
 
 
 # ------------------------------------------------------------------------------------------ audit
@@ -216,9 +229,14 @@ def cell_for_wheel(plan: mx.Plan, wheel: Path) -> mx.Cell:
     return plan.cell(f"{key.local_label}-{arch}")
 
 
-def audit_wheel(wheel: Path, cell: mx.Cell, archs: Optional[str] = None,
-                torch_from: Optional[Path] = None, runtime: bool = True,
-                log: Optional[Callable[[str], None]] = None) -> AuditReport:
+def audit_wheel(
+    wheel: Path,
+    cell: mx.Cell,
+    archs: Optional[str] = None,
+    torch_from: Optional[Path] = None,
+    runtime: bool = True,
+    log: Optional[Callable[[str], None]] = None,
+) -> AuditReport:
     """Run every check (module docstring) and return the report; never raises for a bad wheel."""
     wheel = Path(wheel).resolve()
     rep = AuditReport(wheel=str(wheel), cell=cell.id)
@@ -238,10 +256,14 @@ def audit_wheel(wheel: Path, cell: mx.Cell, archs: Optional[str] = None,
         return rep
     want = cell.variant_key(platform_tag=key.platform_tag)
     if key != want:
-        problems.append(f"variant {key.local_label} ({key.tags}) != the cell's {want.local_label} ({want.tags})")
+        problems.append(
+            f"variant {key.local_label} ({key.tags}) != the cell's {want.local_label} ({want.tags})"
+        )
     if not re.match(r"^(manylinux_\d+_\d+|manylinux2014|musllinux_\d+_\d+)_", key.platform_tag.split(".")[0]):
-        problems.append(f"platform tag {key.platform_tag!r} is not a manylinux tag: the wheel was not "
-                        f"repaired (auditwheel repair)")
+        problems.append(
+            f"platform tag {key.platform_tag!r} is not a manylinux tag: the wheel was not "
+            f"repaired (auditwheel repair)"
+        )
     elif not key.platform_tag.endswith(cell.platform):
         problems.append(f"platform tag {key.platform_tag!r} is not for {cell.platform}")
     rep.facts["platform_tag"] = key.platform_tag
@@ -265,11 +287,15 @@ def audit_wheel(wheel: Path, cell: mx.Cell, archs: Optional[str] = None,
             try:
                 if len(mversions) != 1:
                     problems.append(f"METADATA has {len(mversions)} Version fields")
-                elif Version(mversions[0]) != Version(fname_version) or \
-                        Version(mversions[0]).local != Version(fname_version).local:
-                    problems.append(f"METADATA Version {mversions[0]!r} != file name version {fname_version!r} "
-                                    f"(strict installers reject the wheel; set MAMBA_LOCAL_VERSION at build "
-                                    f"time instead of renaming the file)")
+                elif (
+                    Version(mversions[0]) != Version(fname_version)
+                    or Version(mversions[0]).local != Version(fname_version).local
+                ):
+                    problems.append(
+                        f"METADATA Version {mversions[0]!r} != file name version {fname_version!r} "
+                        f"(strict installers reject the wheel; set MAMBA_LOCAL_VERSION at build "
+                        f"time instead of renaming the file)"
+                    )
             except InvalidVersion as exc:
                 problems.append(f"unparsable version: {exc}")
             rep.facts["version"] = mversions[0] if mversions else None
@@ -291,10 +317,16 @@ def audit_wheel(wheel: Path, cell: mx.Cell, archs: Optional[str] = None,
         others = [n for n in sos if n != SO_NAME]
         for n in others:
             base = n.rsplit("/", 1)[-1]
-            bad = [p for p in EXCLUDE_PATTERNS if fnmatch(base, p) or fnmatch(re.sub(r"-[0-9a-f]{8}", "", base), p)]
+            bad = [
+                p
+                for p in EXCLUDE_PATTERNS
+                if fnmatch(base, p) or fnmatch(re.sub(r"-[0-9a-f]{8}", "", base), p)
+            ]
             if bad:
-                problems.append(f"{n} is bundled: it matches {bad[0]} (torch / GPU runtime libraries come from "
-                                f"torch at run time and must never be grafted; auditwheel repair --exclude)")
+                problems.append(
+                    f"{n} is bundled: it matches {bad[0]} (torch / GPU runtime libraries come from "
+                    f"torch at run time and must never be grafted; auditwheel repair --exclude)"
+                )
             else:
                 problems.append(f"{n}: unexpected extra shared object (only {SO_NAME} belongs in the wheel)")
         rep.facts["bundled"] = others
@@ -308,8 +340,14 @@ def audit_wheel(wheel: Path, cell: mx.Cell, archs: Optional[str] = None,
                 so = tmp / SO_NAME
             size = wheel.stat().st_size
             rep.facts["size_mib"] = round(size / 2**20, 2)
-            rep.check("size", [] if size <= cell.size_budget_mib * 2**20 else [
-                f"{size / 2**20:.1f} MiB > budget {cell.size_budget_mib:g} MiB ([size_budget_mib] in matrix.toml)"])
+            rep.check(
+                "size",
+                []
+                if size <= cell.size_budget_mib * 2**20
+                else [
+                    f"{size / 2**20:.1f} MiB > budget {cell.size_budget_mib:g} MiB ([size_budget_mib] in matrix.toml)"
+                ],
+            )
             if so is not None:
                 _check_device_code(rep, so, cell, archs, archs_mod, torch_from, say)
                 _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versions, archs_mod)
@@ -371,7 +409,9 @@ def _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versi
         problems.append(f"cxx11_abi {info.cxx11_abi} != the cell's {cell.cxx11abi}")
     want_sass, want_ptx = _expected_archs(cell, archs, archs_mod)
     if sorted(info.sass_archs) != sorted(want_sass) or sorted(info.ptx_archs) != sorted(want_ptx):
-        problems.append(f"build info archs {info.sass_archs + info.ptx_archs} != the plan's {want_sass + want_ptx}")
+        problems.append(
+            f"build info archs {info.sass_archs + info.ptx_archs} != the plan's {want_sass + want_ptx}"
+        )
     if info.python_tag != f"{cell.python_tag}-{cell.abi_tag}":
         problems.append(f"python_tag {info.python_tag!r} != {cell.python_tag}-{cell.abi_tag}")
     if info.platform.replace("-", "_") != f"linux_{cell.platform}":
@@ -385,9 +425,13 @@ def _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versi
     except InvalidVersion:
         problems.append(f"package_version {info.package_version!r} is not PEP 440")
     if cell.toolkit_kind == "cuda":
-        if not info.nvcc_version or not info.nvcc_version.startswith(cell.toolkit_version.split(".")[0] + "."):
-            problems.append(f"nvcc_version {info.nvcc_version!r} is not from toolkit {cell.toolkit} "
-                            f"({cell.toolkit_version})")
+        if not info.nvcc_version or not info.nvcc_version.startswith(
+            cell.toolkit_version.split(".")[0] + "."
+        ):
+            problems.append(
+                f"nvcc_version {info.nvcc_version!r} is not from toolkit {cell.toolkit} "
+                f"({cell.toolkit_version})"
+            )
     # THE compatibility rule accepts every torch build the cell serves.
     for acc in cell.serves:
         av = mx.accelerator_version(acc)
@@ -402,8 +446,9 @@ def _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versi
 def _check_auditwheel_show(rep, wheel, key) -> None:
     """``auditwheel show --json``: the glibc symbol versions allow the file name's manylinux tag, and
     every external library is one torch provides at run time (the exclusion list), nothing else."""
-    proc = subprocess.run([sys.executable, "-m", "auditwheel", "show", "--json", str(wheel)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "auditwheel", "show", "--json", str(wheel)], capture_output=True, text=True
+    )
     try:
         show = json.loads(proc.stdout)
     except ValueError:
@@ -415,12 +460,15 @@ def _check_auditwheel_show(rep, wheel, key) -> None:
     rep.facts["external_libs"] = sorted(show.get("external_libs") or {})
     tags = key.platform_tag.split(".")
     if sym_tag not in tags:
-        problems.append(f"auditwheel show: the symbol versions allow {sym_tag!r}, the file name says "
-                        f"{key.platform_tag!r}")
+        problems.append(
+            f"auditwheel show: the symbol versions allow {sym_tag!r}, the file name says {key.platform_tag!r}"
+        )
     for lib in sorted(show.get("external_libs") or {}):
         if not any(fnmatch(lib, p) for p in EXCLUDE_PATTERNS):
-            problems.append(f"auditwheel show: depends on {lib}, which torch does not provide and the wheel "
-                            f"does not bundle (repair without --exclude for it, or drop the dependency)")
+            problems.append(
+                f"auditwheel show: depends on {lib}, which torch does not provide and the wheel "
+                f"does not bundle (repair without --exclude for it, or drop the dependency)"
+            )
     rep.check("auditwheel show", problems)
 
 
@@ -429,8 +477,11 @@ def _check_abi3audit(rep, wheel, key) -> None:
     symbols, none newer than the tag's Python (``cp310-abi3``: 3.10). Local files only (no network)."""
     if key.abi_tag != "abi3":
         return
-    proc = subprocess.run([sys.executable, "-m", "abi3audit", "--report", "--strict", "--summary", str(wheel)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "abi3audit", "--report", "--strict", "--summary", str(wheel)],
+        capture_output=True,
+        text=True,
+    )
     try:
         report = json.loads(proc.stdout)
         results = [r["result"] for spec in report["specs"].values() for r in spec.get("wheel", [])]
@@ -444,24 +495,35 @@ def _check_abi3audit(rep, wheel, key) -> None:
     problems = []
     for r in results:
         if r.get("baseline") != baseline:
-            problems.append(f"abi3audit read the baseline {r.get('baseline')!r} from the wheel, the tag says {baseline}")
+            problems.append(
+                f"abi3audit read the baseline {r.get('baseline')!r} from the wheel, the tag says {baseline}"
+            )
         if not r.get("is_abi3", False) and not r.get("non_abi3_symbols"):
-            problems.append("abi3audit: a shared object is not built for the stable ABI (no .abi3.so / limited API)")
+            problems.append(
+                "abi3audit: a shared object is not built for the stable ABI (no .abi3.so / limited API)"
+            )
         if r.get("non_abi3_symbols"):
-            problems.append(f"abi3audit: symbols outside the stable ABI: {', '.join(map(str, r['non_abi3_symbols'][:8]))}")
+            problems.append(
+                f"abi3audit: symbols outside the stable ABI: {', '.join(map(str, r['non_abi3_symbols'][:8]))}"
+            )
         if r.get("future_abi3_objects") or not r.get("is_abi3_baseline_compatible", True):
-            problems.append(f"abi3audit: stable-ABI symbols newer than Python {baseline} (the tag promises "
-                            f"{key.python_tag}-abi3): {r.get('future_abi3_objects')}; computed {r.get('computed')}")
+            problems.append(
+                f"abi3audit: stable-ABI symbols newer than Python {baseline} (the tag promises "
+                f"{key.python_tag}-abi3): {r.get('future_abi3_objects')}; computed {r.get('computed')}"
+            )
     if proc.returncode != 0 and not problems:
         problems.append(f"abi3audit exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
-    rep.facts["abi3audit"] = {"objects": len(results), "baseline": baseline,
-                              "computed": sorted({str(r.get("computed")) for r in results}),
-                              "violations": sum(len(r.get("non_abi3_symbols") or []) for r in results)}
+    rep.facts["abi3audit"] = {
+        "objects": len(results),
+        "baseline": baseline,
+        "computed": sorted({str(r.get("computed")) for r in results}),
+        "violations": sum(len(r.get("non_abi3_symbols") or []) for r in results),
+    }
     rep.check("abi3audit", problems)
 
 
 # ------------------------------------------------------------------------------------ runtime check
-RUNTIME_SCRIPT = r'''
+RUNTIME_SCRIPT = r"""
 import json, math, os, subprocess, sys
 out = {}
 doc = subprocess.run([sys.executable, "-m", "mamba_ssm", "doctor", "--json"], capture_output=True, text=True)
@@ -536,16 +598,16 @@ try:
 except Exception as exc:
     out["backend"] = "unknown (%s)" % exc
 print(json.dumps(out))
-'''
+"""
 
 
 # Run by the base interpreter: its site directories in sys.path order (its own site-packages and the
 # ones its .pth files add), and whether pip imports there.
-BASE_SITE_PROBE = r'''
+BASE_SITE_PROBE = r"""
 import json, os, site, sys, importlib.util
 dirs = [p for p in sys.path if p and os.path.isdir(p) and os.path.basename(p) in ("site-packages", "dist-packages")]
 print(json.dumps({"dirs": list(dict.fromkeys(dirs)), "pip": importlib.util.find_spec("pip") is not None}))
-'''
+"""
 
 
 def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], say) -> None:
@@ -559,12 +621,16 @@ def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], 
     try:
         say(f"runtime check: fresh venv {tmp} (torch from {base} via .pth)")
         venv = tmp / "venv"
-        real = subprocess.run([str(base_py), "-c", "import sys; print(sys._base_executable)"],
-                              capture_output=True, text=True).stdout.strip() or str(base_py)
+        real = subprocess.run(
+            [str(base_py), "-c", "import sys; print(sys._base_executable)"], capture_output=True, text=True
+        ).stdout.strip() or str(base_py)
         subprocess.run([real, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
         vpy = venv / "bin" / "python"
-        site = lambda py: subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                         capture_output=True, text=True).stdout.strip()
+        site = lambda py: subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         # The base's site directories as its interpreter sees them, not just its own purelib: a cell venv
         # made by `build --host` has no packages of its own, only a .pth naming the shared dev venv, and
         # Python does not follow a .pth found in a directory that a .pth added.
@@ -572,22 +638,39 @@ def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], 
         try:
             base_site = json.loads(probe.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
-            rep.check("runtime", [f"could not list the site directories of {base_py}: "
-                                  f"{(probe.stdout + probe.stderr).strip()[-400:]}"])
+            rep.check(
+                "runtime",
+                [
+                    f"could not list the site directories of {base_py}: "
+                    f"{(probe.stdout + probe.stderr).strip()[-400:]}"
+                ],
+            )
             return
         Path(site(vpy), "_shared_torch.pth").write_text("".join(d + "\n" for d in base_site["dirs"]))
         # pip from the base when it has one (also through its .pth), else this interpreter's pip installs
         # into the fresh venv (`pip --python`, pip >= 22.3).
-        pip = [str(vpy), "-m", "pip"] if base_site["pip"] else [sys.executable, "-m", "pip", "--python", str(vpy)]
-        inst = subprocess.run([*pip, "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                              capture_output=True, text=True, cwd=tmp)
+        pip = (
+            [str(vpy), "-m", "pip"]
+            if base_site["pip"]
+            else [sys.executable, "-m", "pip", "--python", str(vpy)]
+        )
+        inst = subprocess.run(
+            [*pip, "install", "--no-deps", "--no-index", "-q", str(wheel)],
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+        )
         if inst.returncode != 0:
-            rep.check("runtime", [f"pip install of the wheel into a fresh venv failed: {inst.stderr.strip()[-400:]}"])
+            rep.check(
+                "runtime",
+                [f"pip install of the wheel into a fresh venv failed: {inst.stderr.strip()[-400:]}"],
+            )
             return
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MAMBA_SSM_", "PYTHONPATH"))}
         env.update(MAMBA_SSM_BACKEND="compiled", CUDA_VISIBLE_DEVICES="")
-        proc = subprocess.run([str(vpy), "-c", RUNTIME_SCRIPT], capture_output=True, text=True, cwd=tmp,
-                              env=env, timeout=600)
+        proc = subprocess.run(
+            [str(vpy), "-c", RUNTIME_SCRIPT], capture_output=True, text=True, cwd=tmp, env=env, timeout=600
+        )
         try:
             res = json.loads(proc.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -602,15 +685,23 @@ def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], 
         if not res.get("doctor_loaded"):
             problems.append(f"doctor reports _C not loaded: {res.get('doctor_reason')}")
         if res.get("backend") != "compiled":
-            problems.append(f"the CPU selective scan ran on backend {res.get('backend')!r}, not the compiled kernel")
+            problems.append(
+                f"the CPU selective scan ran on backend {res.get('backend')!r}, not the compiled kernel"
+            )
         err = res.get("max_rel_err")
         if err is None or not err <= 1e-4:
-            problems.append(f"compiled CPU selective_scan_fn differs from the float64 reference: max rel err {err}")
+            problems.append(
+                f"compiled CPU selective_scan_fn differs from the float64 reference: max rel err {err}"
+            )
         if res.get("conv_backend") != "compiled":
-            problems.append(f"the CPU causal conv1d ran on {res.get('conv_backend')!r}, not the compiled kernel")
+            problems.append(
+                f"the CPU causal conv1d ran on {res.get('conv_backend')!r}, not the compiled kernel"
+            )
         err = res.get("conv_max_rel_err")
         if err is None or not err <= 1e-4:
-            problems.append(f"compiled CPU causal_conv1d_fn differs from the float64 reference: max rel err {err}")
+            problems.append(
+                f"compiled CPU causal_conv1d_fn differs from the float64 reference: max rel err {err}"
+            )
         rep.check("runtime", problems)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -619,7 +710,9 @@ def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], 
 def default_torch_venv(cell: mx.Cell) -> Optional[Path]:
     """The venv ``build`` made for this cell (newest first), so ``audit`` after ``build --cell`` in CI
     checks the wheel against the cell's own torch; None falls back to the running interpreter."""
-    venvs = sorted(CELLS_HOME.glob(f"{cell.id}-py*/venv/bin/python"), key=lambda p: p.stat().st_mtime, reverse=True)
+    venvs = sorted(
+        CELLS_HOME.glob(f"{cell.id}-py*/venv/bin/python"), key=lambda p: p.stat().st_mtime, reverse=True
+    )
     return venvs[0].parent.parent if venvs else None
 
 
@@ -638,13 +731,21 @@ def main(args) -> int:
         print(f"audit: {wheel.name}: {exc}", file=sys.stderr)
         return 1
     torch_from = Path(args.torch_from) if args.torch_from else default_torch_venv(cell)
-    rep = audit_wheel(wheel, cell, archs=args.archs, torch_from=torch_from,
-                      runtime=not args.no_runtime, log=lambda t: print(f"[audit] {t}", file=sys.stderr))
+    rep = audit_wheel(
+        wheel,
+        cell,
+        archs=args.archs,
+        torch_from=torch_from,
+        runtime=not args.no_runtime,
+        log=lambda t: print(f"[audit] {t}", file=sys.stderr),
+    )
     if args.json:
         print(json.dumps(rep.to_dict(), indent=2, default=str))
     else:
         for f in rep.findings:
             print(f"FAIL {f}")
-        print(f"audit {wheel.name} against {cell.id}: {'passed' if rep.ok else 'FAILED'} "
-              f"({len(rep.passed)} checks passed: {', '.join(rep.passed)}; {len(rep.findings)} findings)")
+        print(
+            f"audit {wheel.name} against {cell.id}: {'passed' if rep.ok else 'FAILED'} "
+            f"({len(rep.passed)} checks passed: {', '.join(rep.passed)}; {len(rep.findings)} findings)"
+        )
     return 0 if rep.ok else 1

@@ -21,6 +21,7 @@ A cell this machine cannot build (other platform, no matching toolkit, no Python
 neither PyPI's default nor on a configured local path) is refused before anything runs, with the
 reason (exit 2).
 """
+
 from __future__ import annotations
 
 import glob
@@ -42,6 +43,7 @@ from packaging.specifiers import SpecifierSet
 
 from . import matrix as mx
 from ._compat_loader import REPO_ROOT, load_compat
+
 # shared with audit.py, which never imports this module (build runs audit: one direction only)
 from .layout import CELLS_HOME, DEV_HOME, EXCLUDE_LIBS, EXCLUDE_PATTERNS, SHARED_TORCH_VENV  # noqa: F401
 
@@ -71,7 +73,9 @@ def detect_host() -> Host:
     """The machine's platform and the CUDA toolkits found under /usr/local/cuda-* and CUDA_HOME."""
     versions = load_compat("versions")
     host = Host(machine=_platform.machine())
-    roots = set(glob.glob("/usr/local/cuda-*")) | ({os.environ["CUDA_HOME"]} if os.environ.get("CUDA_HOME") else set())
+    roots = set(glob.glob("/usr/local/cuda-*")) | (
+        {os.environ["CUDA_HOME"]} if os.environ.get("CUDA_HOME") else set()
+    )
     for root in sorted(roots):
         nvcc = Path(root) / "bin" / "nvcc"
         if not nvcc.is_file():
@@ -86,8 +90,13 @@ def detect_host() -> Host:
     return host
 
 
-PYPI_TOOLKIT_PACKAGES = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl",
-                         "nvidia-cuda-runtime")
+PYPI_TOOLKIT_PACKAGES = (
+    "nvidia-cuda-nvcc",
+    "nvidia-nvvm",
+    "nvidia-cuda-crt",
+    "nvidia-cuda-cccl",
+    "nvidia-cuda-runtime",
+)
 
 
 def pypi_cuda_home(version: str, log: "Log") -> Path:
@@ -101,9 +110,11 @@ def pypi_cuda_home(version: str, log: "Log") -> Path:
     if not (home / "bin" / "nvcc").exists():
         tmp = target.with_name(target.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
-        log.run(f"CUDA {version} toolkit from PyPI ({', '.join(PYPI_TOOLKIT_PACKAGES)})",
-                [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", tmp]
-                + [f"{p}=={version}.*" for p in PYPI_TOOLKIT_PACKAGES])
+        log.run(
+            f"CUDA {version} toolkit from PyPI ({', '.join(PYPI_TOOLKIT_PACKAGES)})",
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", tmp]
+            + [f"{p}=={version}.*" for p in PYPI_TOOLKIT_PACKAGES],
+        )
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
     lib = home / "lib"
@@ -130,14 +141,18 @@ def find_python(minor: str) -> Path:
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):
             return c
-    raise Refused(f"no Python {minor} here (looked in {pyenv_root}/versions/{minor}.*, python{minor} on "
-                  f"PATH, /opt/python): install it (pyenv install {minor}) or pass --python")
+    raise Refused(
+        f"no Python {minor} here (looked in {pyenv_root}/versions/{minor}.*, python{minor} on "
+        f"PATH, /opt/python): install it (pyenv install {minor}) or pass --python"
+    )
 
 
 def torch_info(python: Path) -> Optional[dict]:
     """torch's version / CUDA / HIP / C++ ABI as seen by ``python`` (None when torch is absent)."""
-    code = ("import json, torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
-            "'hip': getattr(torch.version, 'hip', None), 'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))")
+    code = (
+        "import json, torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
+        "'hip': getattr(torch.version, 'hip', None), 'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))"
+    )
     out = _run([str(python), "-c", code], cwd=tempfile.gettempdir())
     if out.returncode != 0:
         return None
@@ -151,7 +166,8 @@ def host_cell_id(plan: mx.Plan, venv: Path = SHARED_TORCH_VENV) -> str:
         raise Refused(f"no torch in {venv}: create it with `source ci/env.sh`")
     TorchBuild = load_compat("versions").TorchBuild
     key = load_compat("variant").VariantKey.from_torch(
-        TorchBuild(info["version"], info["cuda"], info["hip"], info["cxx11_abi"]))
+        TorchBuild(info["version"], info["cuda"], info["hip"], info["cxx11_abi"])
+    )
     return f"{key.local_label}-{_platform.machine()}"
 
 
@@ -210,12 +226,17 @@ def source_commit(root: Path = REPO_ROOT) -> Optional[str]:
     Returns None outside a git checkout (an unpacked sdist), where setup.py records no commit.
     """
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=30)
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
+        )
         if head.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=30)
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     commit = head.stdout.strip()
@@ -257,18 +278,26 @@ class Log:
         self.fh.write(line + "\n")
         self.fh.flush()
 
-    def run(self, what: str, cmd: List[str], env: Optional[dict] = None, cwd: Optional[Path] = None,
-            timeout: Optional[float] = None) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        what: str,
+        cmd: List[str],
+        env: Optional[dict] = None,
+        cwd: Optional[Path] = None,
+        timeout: Optional[float] = None,
+    ) -> subprocess.CompletedProcess:
         self.step(what)
         self.fh.write("$ " + " ".join(map(str, cmd)) + "\n")
         self.fh.flush()
-        proc = subprocess.run(list(map(str, cmd)), stdout=self.fh, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                              timeout=timeout)
+        proc = subprocess.run(
+            list(map(str, cmd)), stdout=self.fh, stderr=subprocess.STDOUT, env=env, cwd=cwd, timeout=timeout
+        )
         if proc.returncode != 0:
             self.fh.flush()
             tail = self.path.read_text(errors="replace").splitlines()[-30:]
-            raise BuildFailed(f"{what} failed (exit {proc.returncode}); last lines of {self.path}:\n"
-                              + "\n".join(tail))
+            raise BuildFailed(
+                f"{what} failed (exit {proc.returncode}); last lines of {self.path}:\n" + "\n".join(tail)
+            )
         return proc
 
 
@@ -284,8 +313,13 @@ def _copy_sources(files: List[str], dest: Path) -> None:
         shutil.copy2(src, dst)
     for p in list(dest.rglob("*")):
         rel = str(p.relative_to(dest))
-        if p.is_file() and not rel.startswith(("build/", "dist/")) and ".egg-info" not in rel \
-                and "__pycache__" not in rel and rel not in wanted:
+        if (
+            p.is_file()
+            and not rel.startswith(("build/", "dist/"))
+            and ".egg-info" not in rel
+            and "__pycache__" not in rel
+            and rel not in wanted
+        ):
             p.unlink()
 
 
@@ -295,9 +329,16 @@ def _make_venv(python: Path, venv: Path, torch_from: Optional[Path], log: Log) -
         cmd = [python, "-m", "venv", "--without-pip", venv] if torch_from else [python, "-m", "venv", venv]
         log.run(f"venv {venv} ({python})", cmd)
     if torch_from:
-        site = _run([str(torch_from / "bin" / "python"), "-c",
-                     "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
-        mine = _run([str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+        site = _run(
+            [
+                str(torch_from / "bin" / "python"),
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ]
+        ).stdout.strip()
+        mine = _run(
+            [str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+        ).stdout.strip()
         (Path(mine) / "_shared_torch.pth").write_text(site + "\n")
     return vpy
 
@@ -320,21 +361,28 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
             raise Refused(
                 f"cell {cell.id} is built with nvcc {want} (toolkit {cell.toolkit}); this machine has "
                 f"{', '.join(f'nvcc {v} at {p}' for v, p in host.nvcc.items()) or 'no nvcc'}"
-                + (" and PyPI's nvidia-cuda-nvcc-cu11/-cu12 wheels carry no nvcc (only CUDA 13.x comes from PyPI)"
-                   if int(want.split(".")[0]) < 13 else "")
+                + (
+                    " and PyPI's nvidia-cuda-nvcc-cu11/-cu12 wheels carry no nvcc (only CUDA 13.x comes from PyPI)"
+                    if int(want.split(".")[0]) < 13
+                    else ""
+                )
                 + f": install CUDA {want} under /usr/local/cuda-{want} or build it in the {cell.image} image"
             )
     elif cell.toolkit_kind == "rocm":
-        raise Refused(f"cell {cell.id} needs hipcc from ROCm {cell.toolkit_version} and a ROCm torch; this "
-                      f"machine has {'hipcc ' + str(host.hipcc) if host.hipcc else 'no hipcc'} (build it in "
-                      f"{cell.image})")
+        raise Refused(
+            f"cell {cell.id} needs hipcc from ROCm {cell.toolkit_version} and a ROCm torch; this "
+            f"machine has {'hipcc ' + str(host.hipcc) if host.hipcc else 'no hipcc'} (build it in "
+            f"{cell.image})"
+        )
     py_minor = args.python or data.get("_build_python", "3.11")
     listed = data.get("_python_versions", [])
     if listed and py_minor not in listed:
         raise Refused(f"Python {py_minor} is not in matrix.toml [python] versions ({', '.join(listed)})")
     torch_py = data["releases"][cell.series].get("python")
     if torch_py and py_minor not in SpecifierSet(torch_py):
-        raise Refused(f"torch {cell.series} supports Python {torch_py} (data/torch_builds.toml), not {py_minor}")
+        raise Refused(
+            f"torch {cell.series} supports Python {torch_py} (data/torch_builds.toml), not {py_minor}"
+        )
     python = find_python(py_minor)
     torch_from = Path(args.torch_from) if args.torch_from else None
     if torch_from is None and getattr(args, "host", False):
@@ -342,10 +390,17 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     if torch_from is not None:
         info = torch_info(torch_from / "bin" / "python")
         if info is None or info["version"] != f"{cell.torch_version}+{cell.build_against}":
-            raise Refused(f"--torch-from {torch_from} has torch {info and info['version']}, the cell needs "
-                          f"{cell.torch_version}+{cell.build_against}")
-        vpy_minor = _run([str(torch_from / "bin" / "python"), "-c",
-                          "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"]).stdout.strip()
+            raise Refused(
+                f"--torch-from {torch_from} has torch {info and info['version']}, the cell needs "
+                f"{cell.torch_version}+{cell.build_against}"
+            )
+        vpy_minor = _run(
+            [
+                str(torch_from / "bin" / "python"),
+                "-c",
+                "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')",
+            ]
+        ).stdout.strip()
         if vpy_minor != py_minor:
             raise Refused(f"--torch-from {torch_from} is Python {vpy_minor}, not {py_minor}")
         requirement = None
@@ -362,9 +417,22 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     log = Log(work / "build.log", cell.id)
     files = source_files()
     version = getattr(args, "version", None)
-    key = hashlib.sha256(json.dumps([source_hash(files), cell.to_dict(), archs_text, requirement or
-                                     str(torch_from), py_minor, str(cuda_home), pypi_toolkit, version],
-                                    sort_keys=True, default=str).encode()).hexdigest()
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                source_hash(files),
+                cell.to_dict(),
+                archs_text,
+                requirement or str(torch_from),
+                py_minor,
+                str(cuda_home),
+                pypi_toolkit,
+                version,
+            ],
+            sort_keys=True,
+            default=str,
+        ).encode()
+    ).hexdigest()
     out_dir = Path(args.out or (REPO_ROOT / "dist" / "cells"))
     done = work / "done.json"
     if done.exists() and not args.force:
@@ -374,8 +442,10 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
             log.step(f"up to date: {wheel} (same sources, cell, archs and torch; --force rebuilds)")
             return wheel
     if args.plan_only:
-        log.step(f"would build with {python}, torch {requirement or torch_from}, archs {archs_text or '-'}, "
-                 f"CUDA_HOME {cuda_home or ('nvcc ' + pypi_toolkit + ' from PyPI') if pypi_toolkit else cuda_home or '-'}")
+        log.step(
+            f"would build with {python}, torch {requirement or torch_from}, archs {archs_text or '-'}, "
+            f"CUDA_HOME {cuda_home or ('nvcc ' + pypi_toolkit + ' from PyPI') if pypi_toolkit else cuda_home or '-'}"
+        )
         return Path()
     if pypi_toolkit:
         cuda_home = pypi_cuda_home(pypi_toolkit, log)
@@ -384,27 +454,53 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     vpy = _make_venv(python, work / "venv", torch_from, log)
     if requirement:
         if torch_info(vpy) is None:
-            pip_env = dict(os.environ, PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR", str(DEV_HOME / "pip-cache")))
-            log.run(f"pip install {requirement} (pip cache shared by the cells: {pip_env['PIP_CACHE_DIR']})",
-                    [vpy, "-m", "pip", "install", *torch_pip_args(cell), requirement, "setuptools>=70", "wheel",
-                     "ninja", "packaging>=24"],
-                    env=pip_env)
+            pip_env = dict(
+                os.environ, PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR", str(DEV_HOME / "pip-cache"))
+            )
+            log.run(
+                f"pip install {requirement} (pip cache shared by the cells: {pip_env['PIP_CACHE_DIR']})",
+                [
+                    vpy,
+                    "-m",
+                    "pip",
+                    "install",
+                    *torch_pip_args(cell),
+                    requirement,
+                    "setuptools>=70",
+                    "wheel",
+                    "ninja",
+                    "packaging>=24",
+                ],
+                env=pip_env,
+            )
         info = torch_info(vpy)
         want = f"{cell.torch_version}+{cell.build_against}"
         if info is None or info["version"] != want:
-            raise BuildFailed(f"the cell venv has torch {info and info['version']}, the cell needs {want} "
-                              f"(PyPI's default build changed? see data/torch_builds.toml pypi_default)")
+            raise BuildFailed(
+                f"the cell venv has torch {info and info['version']}, the cell needs {want} "
+                f"(PyPI's default build changed? see data/torch_builds.toml pypi_default)"
+            )
 
     # ---- sources + build
     src = work / "src"
     _copy_sources(files, src)
     if version:  # a release dry run's version (the copy's _version.py; the next copy restores it)
         vfile = src / "mamba_ssm" / "_version.py"
-        vfile.write_text(re.sub(r'^__version__ = "[^"]+"$', f'__version__ = "{version}"', vfile.read_text(),
-                                flags=re.MULTILINE))
+        vfile.write_text(
+            re.sub(
+                r'^__version__ = "[^"]+"$',
+                f'__version__ = "{version}"',
+                vfile.read_text(),
+                flags=re.MULTILINE,
+            )
+        )
     env = dict(os.environ)
-    env.update(MAMBA_FORCE_BUILD="TRUE", MAMBA_LOCAL_VERSION=cell.label, MAX_JOBS=env.get("MAX_JOBS", "1"),
-               PIP_NO_BUILD_ISOLATION="0")
+    env.update(
+        MAMBA_FORCE_BUILD="TRUE",
+        MAMBA_LOCAL_VERSION=cell.label,
+        MAX_JOBS=env.get("MAX_JOBS", "1"),
+        PIP_NO_BUILD_ISOLATION="0",
+    )
     env.pop("MAMBA_SKIP_CUDA_BUILD", None)
     # The copy has no .git: hand setup.py the commit it was copied from, for the build info.
     if not env.get("MAMBA_GIT_COMMIT"):
@@ -432,10 +528,13 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
         log.step(f"ccache {ccache} (CCACHE_DIR={env['CCACHE_DIR']})")
     raw = work / "raw"
     shutil.rmtree(raw, ignore_errors=True)
-    log.run(f"pip wheel (MAMBA_CUDA_ARCHS={archs_text or '-'}, MAMBA_LOCAL_VERSION={cell.label}, "
-            f"MAX_JOBS={env['MAX_JOBS']})",
-            [vpy, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir", "-w", raw, "."],
-            env=env, cwd=src)
+    log.run(
+        f"pip wheel (MAMBA_CUDA_ARCHS={archs_text or '-'}, MAMBA_LOCAL_VERSION={cell.label}, "
+        f"MAX_JOBS={env['MAX_JOBS']})",
+        [vpy, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir", "-w", raw, "."],
+        env=env,
+        cwd=src,
+    )
     built = sorted(raw.glob("*.whl"))
     if len(built) != 1:
         raise BuildFailed(f"pip wheel left {len(built)} wheels in {raw}: {built}")
@@ -456,8 +555,10 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     # ---- audit
     if not args.no_audit:
         from . import audit
-        report = audit.audit_wheel(wheel, cell, archs=args.archs, torch_from=torch_from or work / "venv",
-                                   runtime=True, log=log.step)
+
+        report = audit.audit_wheel(
+            wheel, cell, archs=args.archs, torch_from=torch_from or work / "venv", runtime=True, log=log.step
+        )
         for f in report.findings:
             log.step(f"audit: {f}")
         if not report.ok:
@@ -469,8 +570,17 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     final = out_dir / wheel.name
     shutil.copy2(wheel, final)
     tmp = done.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"key": key, "wheel": wheel.name, "audited": not args.no_audit,
-                               "seconds": round(time.monotonic() - log.t0, 1)}, indent=1))
+    tmp.write_text(
+        json.dumps(
+            {
+                "key": key,
+                "wheel": wheel.name,
+                "audited": not args.no_audit,
+                "seconds": round(time.monotonic() - log.t0, 1),
+            },
+            indent=1,
+        )
+    )
     tmp.replace(done)
     log.step(f"done: {final}")
     return final

@@ -14,6 +14,7 @@ loading it) and its SASS/PTX/gfx archs. ``--pin FILE`` also writes ``{"wheels": 
 size}}}``: at release that goes to ``mamba_ssm/_install/pinned_hashes.json`` inside the sdist, so the
 resolver checks each wheel against a hash that did not come from the host that served it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -62,7 +63,9 @@ def wheel_entry(path: str, meta_out: Optional[dict] = None, allow_unrepaired: bo
     except ValueError as exc:
         raise IndexError_(str(exc)) from None
     if meta_out is not None:
-        meta_out.update(version=meta.version, requires_python=meta.requires_python, build_info=meta.build_info)
+        meta_out.update(
+            version=meta.version, requires_python=meta.requires_python, build_info=meta.build_info
+        )
     problems = disagreements(meta, name)
     if problems:
         raise IndexError_(f"{path}: " + "; ".join(problems))
@@ -71,29 +74,40 @@ def wheel_entry(path: str, meta_out: Optional[dict] = None, allow_unrepaired: bo
         raise IndexError_(
             f"{path}: platform tag {', '.join(plats)} is an unrepaired wheel (auditwheel repair gives it a "
             f"manylinux/musllinux tag after checking its libraries); refusing it (--allow-unrepaired for a "
-            f"local test index)")
+            f"local test index)"
+        )
     from packaging.version import Version
 
     info = meta.build_info
     entry = WheelEntry(
-        filename=name, sha256=_sha256(path), size=os.path.getsize(path), variant=key.local_label,
+        filename=name,
+        sha256=_sha256(path),
+        size=os.path.getsize(path),
+        variant=key.local_label,
         version=str(Version(name.split("-")[1])),
         sass_archs=list(info.get("sass_archs") or []) if info else [],
         ptx_archs=list(info.get("ptx_archs") or []) if info else [],
         gfx_archs=list(info.get("gfx_archs") or []) if info else [],
-        build_info=info, requires_python=meta.requires_python,
+        build_info=info,
+        requires_python=meta.requires_python,
     )
     return WheelEntry.from_dict(entry.to_dict(), where=name)  # the resolver's own validation
 
 
 def _page(title: str, links: Iterable[str]) -> str:
     body = "\n".join(f"    {link}<br/>" for link in links)
-    return (f"<!DOCTYPE html>\n<html>\n  <head><meta name=\"pypi:repository-version\" content=\"1.0\">"
-            f"<title>{html.escape(title)}</title></head>\n  <body>\n{body}\n  </body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html>\n  <head><meta name="pypi:repository-version" content="1.0">'
+        f"<title>{html.escape(title)}</title></head>\n  <body>\n{body}\n  </body>\n</html>\n"
+    )
 
 
-def write_index(root: str, entries: List[WheelEntry], requires_python: Optional[Dict[str, str]] = None,
-                file_base: Optional[str] = None) -> Manifest:
+def write_index(
+    root: str,
+    entries: List[WheelEntry],
+    requires_python: Optional[Dict[str, str]] = None,
+    file_base: Optional[str] = None,
+) -> Manifest:
     """Write the pages and ``manifest.json`` for ``entries`` (whose files already lie at
     ``root/<variant>/mamba-ssm/<filename>``, or, with ``file_base``, are served at
     ``<file_base><filename>``: the release's GitHub Release assets, linked absolutely). Returns the
@@ -111,14 +125,20 @@ def write_index(root: str, entries: List[WheelEntry], requires_python: Optional[
             rp = requires_python.get(w.filename) or w.requires_python
             attr = f' data-requires-python="{html.escape(rp)}"' if rp else ""
             href = (file_base or "") + urllib.parse.quote(w.filename)
-            links.append(f'<a href="{html.escape(href)}#sha256={w.sha256}"{attr}>{html.escape(w.filename)}</a>')
+            links.append(
+                f'<a href="{html.escape(href)}#sha256={w.sha256}"{attr}>{html.escape(w.filename)}</a>'
+            )
         with open(os.path.join(proj, "index.html"), "w") as fh:
             fh.write(_page(f"Links for {PROJECT}", links))
         with open(os.path.join(root, variant, "index.html"), "w") as fh:
             fh.write(_page("Simple index", [f'<a href="{PROJECT}/">{PROJECT}</a>']))
     with open(os.path.join(root, "index.html"), "w") as fh:
-        fh.write(_page("mamba-ssm wheel variants", [f'<a href="{urllib.parse.quote(v)}/">{html.escape(v)}</a>'
-                                                   for v in sorted(variants)]))
+        fh.write(
+            _page(
+                "mamba-ssm wheel variants",
+                [f'<a href="{urllib.parse.quote(v)}/">{html.escape(v)}</a>' for v in sorted(variants)],
+            )
+        )
     manifest = Manifest(wheels=entries)
     tmp = os.path.join(root, ".manifest.json.part")
     with open(tmp, "w") as fh:
@@ -136,8 +156,13 @@ def write_pins(manifest: Manifest, path: str) -> str:
     return path
 
 
-def build_index(root: str, add: Iterable[str] = (), pin: Optional[str] = None, move: bool = True,
-                allow_unrepaired: bool = False) -> Manifest:
+def build_index(
+    root: str,
+    add: Iterable[str] = (),
+    pin: Optional[str] = None,
+    move: bool = True,
+    allow_unrepaired: bool = False,
+) -> Manifest:
     """Gather the wheels under ``root`` plus ``add``, place them, write pages and the manifest.
 
     Wheels already at ``root/<label>/mamba-ssm/`` stay; others under ``root`` are moved there (copied
@@ -148,8 +173,11 @@ def build_index(root: str, add: Iterable[str] = (), pin: Optional[str] = None, m
     os.makedirs(root, exist_ok=True)
     found = []
     for dirpath, _dirs, files in os.walk(root):
-        found += [(os.path.join(dirpath, f), True) for f in files
-                  if f.endswith(".whl") and f.lower().startswith("mamba_ssm-")]
+        found += [
+            (os.path.join(dirpath, f), True)
+            for f in files
+            if f.endswith(".whl") and f.lower().startswith("mamba_ssm-")
+        ]
     found += [(os.path.abspath(p), False) for p in add]
     entries: Dict[str, WheelEntry] = {}
     rp: Dict[str, str] = {}
@@ -183,8 +211,11 @@ def pin_sdist(sdist: str, manifest: Manifest) -> str:
     import io
     import tarfile
 
-    data = json.dumps({"wheels": {w.filename: {"sha256": w.sha256, "size": w.size} for w in manifest.wheels}},
-                      indent=1, sort_keys=True).encode()
+    data = json.dumps(
+        {"wheels": {w.filename: {"sha256": w.sha256, "size": w.size} for w in manifest.wheels}},
+        indent=1,
+        sort_keys=True,
+    ).encode()
     with tarfile.open(sdist, "r:gz") as src:
         members = src.getmembers()
         tops = {m.name.split("/", 1)[0] for m in members}
@@ -199,7 +230,11 @@ def pin_sdist(sdist: str, manifest: Manifest) -> str:
                     continue
                 dst.addfile(m, src.extractfile(m) if m.isfile() else None)
             info = tarfile.TarInfo(target)
-            info.size, info.mode, info.mtime = len(data), 0o644, int(max((m.mtime for m in members), default=0))
+            info.size, info.mode, info.mtime = (
+                len(data),
+                0o644,
+                int(max((m.mtime for m in members), default=0)),
+            )
             dst.addfile(info, io.BytesIO(data))
     os.replace(tmp, sdist)
     return sdist

@@ -10,6 +10,7 @@ PyTorch's published compatibility data, written independently of matrix.toml), a
 pyproject.toml's ``requires-python`` both ways.  Impossible builds are *rejected* with the reason;
 ``plan`` exits non-zero when anything is rejected or the matrix itself is wrong.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -97,22 +98,22 @@ class Toolkit:
 class Cell:
     """One wheel of the release (see the module docstring).  All fields are plain data (to_dict)."""
 
-    id: str                  # "<local label>-<platform>", e.g. "cu13torch2.14cxx11abiTRUE-x86_64"
-    label: str               # the local version label, e.g. "cu13torch2.14cxx11abiTRUE"
-    series: str              # "2.14"
-    torch_version: str       # the release compiled against, e.g. "2.14.1"
-    build_against: str       # the accelerator of that torch build, e.g. "cu130"
+    id: str  # "<local label>-<platform>", e.g. "cu13torch2.14cxx11abiTRUE-x86_64"
+    label: str  # the local version label, e.g. "cu13torch2.14cxx11abiTRUE"
+    series: str  # "2.14"
+    torch_version: str  # the release compiled against, e.g. "2.14.1"
+    build_against: str  # the accelerator of that torch build, e.g. "cu130"
     serves: Tuple[str, ...]  # the torch builds this wheel serves, e.g. ("cu130", "cu132")
-    family: str              # "cu13" | "rocm6.2" | "cpu"
+    family: str  # "cu13" | "rocm6.2" | "cpu"
     cxx11abi: bool
-    platform: str            # "x86_64" | "aarch64"
-    toolkit: str             # toolkit id, e.g. "cuda13.0"
+    platform: str  # "x86_64" | "aarch64"
+    toolkit: str  # toolkit id, e.g. "cuda13.0"
     toolkit_kind: str
     toolkit_version: str
     sass: Tuple[str, ...]
     ptx: Tuple[str, ...]
     gfx: Tuple[str, ...]
-    image: str               # the builder image, "ghcr.io/<owner>/mamba-ssm-builder:cuda13.0-x86_64"
+    image: str  # the builder image, "ghcr.io/<owner>/mamba-ssm-builder:cuda13.0-x86_64"
     runner: str
     manylinux: str
     size_budget_mib: float
@@ -144,9 +145,14 @@ class Cell:
     def variant_key(self, platform_tag: Optional[str] = None):
         """The VariantKey of this cell's wheel (platform tag: the manylinux one unless given)."""
         VariantKey = load_compat("variant").VariantKey
-        return VariantKey(torch=self.series, accelerator=self.family, cxx11abi=self.cxx11abi,
-                          python_tag=self.python_tag, abi_tag=self.abi_tag,
-                          platform_tag=platform_tag or self.platform_tag)
+        return VariantKey(
+            torch=self.series,
+            accelerator=self.family,
+            cxx11abi=self.cxx11abi,
+            python_tag=self.python_tag,
+            abi_tag=self.abi_tag,
+            platform_tag=platform_tag or self.platform_tag,
+        )
 
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
@@ -157,7 +163,7 @@ class Cell:
 
 @dataclass
 class Rejection:
-    what: str    # e.g. "torch 2.8 cu118 x86_64"
+    what: str  # e.g. "torch 2.8 cu118 x86_64"
     reason: str
     #: the cell fields this entry would have had (id, series, family, cxx11abi, platform,
     #: toolkit_kind) where known, so that ``plan --filter`` applies to it as to the cells
@@ -188,8 +194,13 @@ def _note_fields(series: str, acc: str, abi: Any, platform: str, fam: Optional[s
         except MatrixError:
             return {"series": series, "cxx11abi": abi, "platform": platform}
     kind = "cpu" if fam == "cpu" else "rocm" if fam.startswith("rocm") else "cuda"
-    fields: Dict[str, Any] = {"series": series, "family": fam, "cxx11abi": abi, "platform": platform,
-                              "toolkit_kind": kind}
+    fields: Dict[str, Any] = {
+        "series": series,
+        "family": fam,
+        "cxx11abi": abi,
+        "platform": platform,
+        "toolkit_kind": kind,
+    }
     if isinstance(abi, bool):
         label = load_compat("variant").VariantKey(torch=series, accelerator=fam, cxx11abi=abi).local_label
         fields["id"] = f"{label}-{platform}"
@@ -204,7 +215,7 @@ class Plan:
     rejected: List[Rejection] = field(default_factory=list)
     skipped: List[Rejection] = field(default_factory=list)
     excluded: List[Rejection] = field(default_factory=list)
-    errors: List[str] = field(default_factory=list)      # the matrix itself is wrong
+    errors: List[str] = field(default_factory=list)  # the matrix itself is wrong
     warnings: List[str] = field(default_factory=list)
     python_versions: List[str] = field(default_factory=list)
 
@@ -232,8 +243,10 @@ class Plan:
     def filtered_notes(self, filters: Sequence[str]) -> Tuple[List[Rejection], List[Rejection]]:
         """The skipped and excluded entries the filters select (as for the cells); rejected builds
         are matrix errors and are always reported."""
-        return ([r for r in self.skipped if r.matches(filters)],
-                [r for r in self.excluded if r.matches(filters)])
+        return (
+            [r for r in self.skipped if r.matches(filters)],
+            [r for r in self.excluded if r.matches(filters)],
+        )
 
 
 def _matches(cell: Cell, flt: str) -> bool:
@@ -271,14 +284,21 @@ def _toolkits(matrix: Dict[str, Any], errors: List[str]) -> List[Toolkit]:
     out = []
     for i, t in enumerate(matrix.get("toolkit", [])):
         try:
-            out.append(Toolkit(
-                id=t["id"], kind=t["kind"], version=str(t["version"]),
-                serves=tuple(t["serves"]), platforms=tuple(t["platforms"]),
-                sass=tuple(t.get("sass", ())), ptx=tuple(t.get("ptx", ())),
-                gfx=tuple(t.get("gfx", ())), experimental=bool(t.get("experimental", False)),
-                base_image=t.get("base_image", Toolkit.base_image),
-                packages=tuple(t.get("packages", ())),
-            ))
+            out.append(
+                Toolkit(
+                    id=t["id"],
+                    kind=t["kind"],
+                    version=str(t["version"]),
+                    serves=tuple(t["serves"]),
+                    platforms=tuple(t["platforms"]),
+                    sass=tuple(t.get("sass", ())),
+                    ptx=tuple(t.get("ptx", ())),
+                    gfx=tuple(t.get("gfx", ())),
+                    experimental=bool(t.get("experimental", False)),
+                    base_image=t.get("base_image", Toolkit.base_image),
+                    packages=tuple(t.get("packages", ())),
+                )
+            )
         except KeyError as exc:
             errors.append(f"[[toolkit]] #{i + 1} lacks {exc.args[0]!r}")
     return out
@@ -389,11 +409,15 @@ def validate_cell_python(cell: "Cell", versions: Sequence[str], requires_python:
     dotted = f"{cell.python_tag[2]}.{cell.python_tag[3:]}"
     problems = []
     if dotted not in SpecifierSet(requires_python):
-        problems.append(f"cell {cell.id}: tag {cell.python_tag}-{cell.abi_tag} (Python {dotted}) is outside "
-                        f"pyproject.toml requires-python {requires_python!r}: widen requires-python")
+        problems.append(
+            f"cell {cell.id}: tag {cell.python_tag}-{cell.abi_tag} (Python {dotted}) is outside "
+            f"pyproject.toml requires-python {requires_python!r}: widen requires-python"
+        )
     if dotted not in versions:
-        problems.append(f"cell {cell.id}: tag {cell.python_tag}-{cell.abi_tag} is for Python {dotted}, which "
-                        "[python] versions does not test: add it")
+        problems.append(
+            f"cell {cell.id}: tag {cell.python_tag}-{cell.abi_tag} is for Python {dotted}, which "
+            "[python] versions does not test: add it"
+        )
     return problems
 
 
@@ -412,8 +436,9 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
     plan = Plan()
     py = matrix.get("python", {})
     plan.python_versions = list(py.get("versions", []))
-    plan.errors += validate_python(plan.python_versions, requires_python,
-                                   matrix.get("wheel_python_tag", "cp39"))
+    plan.errors += validate_python(
+        plan.python_versions, requires_python, matrix.get("wheel_python_tag", "cp39")
+    )
     platforms = matrix.get("platforms", {})
     budgets = matrix.get("size_budget_mib", {})
     images = matrix.get("images", {})
@@ -443,8 +468,9 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
             for platform in b.get("platforms", ["x86_64"]):
                 what = f"torch {series} ({version}) +{acc} cxx11abi={abi} {platform}"
                 skip = b.get("skip")
-                reason = _reject_reason(series, version, acc, abi, platform, rel, platforms, serves,
-                                        check_toolkit=not skip)
+                reason = _reject_reason(
+                    series, version, acc, abi, platform, rel, platforms, serves, check_toolkit=not skip
+                )
                 if reason:
                     plan.rejected.append(Rejection(what, reason, _note_fields(series, acc, abi, platform)))
                     continue
@@ -452,8 +478,9 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
                     plan.skipped.append(Rejection(what, str(skip), _note_fields(series, acc, abi, platform)))
                     continue
                 fam = accelerator_family(acc)
-                g = groups.setdefault((series, fam, bool(abi), platform),
-                                      {"version": version, "builds": [], "release": rel})
+                g = groups.setdefault(
+                    (series, fam, bool(abi), platform), {"version": version, "builds": [], "release": rel}
+                )
                 g["builds"].append(acc)
 
     excludes = matrix.get("exclude", [])
@@ -467,26 +494,46 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
             continue
         tks = {serves[a][0].id: serves[a][0] for a in g["builds"]}
         if len(tks) != 1:
-            plan.rejected.append(Rejection(
-                cell_id, f"its builds {', '.join(g['builds'])} need different toolkits "
-                         f"({', '.join(sorted(tks))}); one wheel is built by one toolkit"))
+            plan.rejected.append(
+                Rejection(
+                    cell_id,
+                    f"its builds {', '.join(g['builds'])} need different toolkits "
+                    f"({', '.join(sorted(tks))}); one wheel is built by one toolkit",
+                )
+            )
             continue
         tk = next(iter(tks.values()))
         rel = g["release"]
         default = rel.get("pypi_default")
-        against = default if default in g["builds"] else sorted(
-            g["builds"], key=lambda a: accelerator_version(a) or ())[0]
+        against = (
+            default
+            if default in g["builds"]
+            else sorted(g["builds"], key=lambda a: accelerator_version(a) or ())[0]
+        )
         kind = tk.kind
         plat = platforms[platform]
         cell = Cell(
-            id=cell_id, label=label, series=series, torch_version=g["version"],
-            build_against=against, serves=tuple(g["builds"]), family=fam, cxx11abi=abi,
-            platform=platform, toolkit=tk.id, toolkit_kind=kind, toolkit_version=tk.version,
-            sass=tk.sass, ptx=tk.ptx, gfx=tk.gfx,
+            id=cell_id,
+            label=label,
+            series=series,
+            torch_version=g["version"],
+            build_against=against,
+            serves=tuple(g["builds"]),
+            family=fam,
+            cxx11abi=abi,
+            platform=platform,
+            toolkit=tk.id,
+            toolkit_kind=kind,
+            toolkit_version=tk.version,
+            sass=tk.sass,
+            ptx=tk.ptx,
+            gfx=tk.gfx,
             image=f"{images.get('registry', 'ghcr.io')}/{OWNER_PLACEHOLDER}/{images.get('name', 'builder')}:"
-                  f"{tk.id}-{platform}",
-            runner=plat.get("runner", "ubuntu-24.04"), manylinux=plat.get("manylinux", "manylinux_2_28"),
-            size_budget_mib=float(budgets.get(kind, 100)), experimental=tk.experimental,
+            f"{tk.id}-{platform}",
+            runner=plat.get("runner", "ubuntu-24.04"),
+            manylinux=plat.get("manylinux", "manylinux_2_28"),
+            size_budget_mib=float(budgets.get(kind, 100)),
+            experimental=tk.experimental,
             python_tag=cell_python_tag(series, rel, matrix.get("wheel_python_tag", "cp39")),
             abi_tag=matrix.get("wheel_abi_tag", "abi3"),
         )
@@ -497,8 +544,9 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
     return plan
 
 
-def _reject_reason(series, version, acc, abi, platform, rel, platforms, serves,
-                   check_toolkit: bool = True) -> Optional[str]:
+def _reject_reason(
+    series, version, acc, abi, platform, rel, platforms, serves, check_toolkit: bool = True
+) -> Optional[str]:
     """Why this (torch build, platform) cannot be a cell, or None."""
     if not isinstance(abi, bool):
         return f"cxx11abi must be true or false, got {abi!r}"
@@ -509,25 +557,32 @@ def _reject_reason(series, version, acc, abi, platform, rel, platforms, serves,
     if platform not in platforms:
         return f"platform {platform!r} is not in [platforms] ({', '.join(platforms)})"
     if rel is None:
-        return (f"torch {series} is not in build_matrix/data/torch_builds.toml (PyTorch's published "
-                f"builds); add the release there from pytorch.org first")
+        return (
+            f"torch {series} is not in build_matrix/data/torch_builds.toml (PyTorch's published "
+            f"builds); add the release there from pytorch.org first"
+        )
     if version not in rel.get("versions", []):
-        return (f"torch {version} is not a release of the {series} series "
-                f"({', '.join(rel.get('versions', []))})")
+        return (
+            f"torch {version} is not a release of the {series} series ({', '.join(rel.get('versions', []))})"
+        )
     if platform == "aarch64":
         shipped = list(rel.get("aarch64", []))
     else:
         shipped = list(rel.get("cuda", [])) + list(rel.get("rocm", [])) + (["cpu"] if rel.get("cpu") else [])
     if acc not in shipped:
-        return (f"PyTorch {series} shipped no +{acc} build for {platform} (it shipped "
-                f"{', '.join(shipped) or 'none'})")
+        return (
+            f"PyTorch {series} shipped no +{acc} build for {platform} (it shipped "
+            f"{', '.join(shipped) or 'none'})"
+        )
     # Independent of the data file: PyTorch's Linux pip wheels use the cxx11 ABI from 2.7 on.
     if Version(series) >= Version("2.7") and abi is False:
         return f"torch {series} Linux pip wheels are built with the cxx11 ABI (TRUE) since 2.7; FALSE is impossible"
     published = rel.get("aarch64_cxx11abi") if platform == "aarch64" else rel.get("cxx11abi", {}).get(acc)
     if published is not None and published != abi:
-        return (f"torch {series}+{acc} ({platform}) is published with cxx11abi={str(published).upper()}, "
-                f"matrix says {str(abi).upper()}")
+        return (
+            f"torch {series}+{acc} ({platform}) is published with cxx11abi={str(published).upper()}, "
+            f"matrix says {str(abi).upper()}"
+        )
     if not check_toolkit:
         return None
     tks = serves.get(acc, [])
@@ -570,7 +625,8 @@ def _coverage_warnings(cell: Cell, data: Dict[str, Any], policy: Dict[str, Any])
     return out
 
 
-def load_plan(matrix_path: Path = MATRIX_PATH, data_path: Path = DATA_PATH,
-              pyproject: Path = PYPROJECT_PATH) -> Plan:
+def load_plan(
+    matrix_path: Path = MATRIX_PATH, data_path: Path = DATA_PATH, pyproject: Path = PYPROJECT_PATH
+) -> Plan:
     """Load the three files and expand (MatrixError when a file is missing or not TOML)."""
     return expand(load_toml(matrix_path), load_toml(data_path), read_requires_python(pyproject))

@@ -30,6 +30,7 @@ assets), ``DIR/pages/`` (the site, with every earlier dry-run release in DIR), `
 URL (default ``http://127.0.0.1:8000/``) gives what a user reaches: ``pip install --index-url
 URL/pypi/simple/ mamba-ssm``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,7 +53,7 @@ from typing import Dict, List, Optional
 from ._compat_loader import REPO_ROOT
 
 INDEX_ASSET = "mamba-ssm-index.tar.gz"
-RELEASE_FILE = "release.json"                      # inside an index tree: version, URLs
+RELEASE_FILE = "release.json"  # inside an index tree: version, URLs
 SDIST_RELEASE_FILE = "mamba_ssm/_install/release_index.json"
 SDIST_PINS_FILE = "mamba_ssm/_install/pinned_hashes.json"
 _VERSION_RE = re.compile(r'^__version__ = "([^"]+)"$', re.MULTILINE)
@@ -66,7 +67,7 @@ def source_version(root: Path = REPO_ROOT) -> str:
     """``__version__`` of ``mamba_ssm/_version.py`` (read as text: no import)."""
     m = _VERSION_RE.search((root / "mamba_ssm" / "_version.py").read_text())
     if not m:
-        raise ReleaseError(f"{root}/mamba_ssm/_version.py has no __version__ = \"...\" line")
+        raise ReleaseError(f'{root}/mamba_ssm/_version.py has no __version__ = "..." line')
     return m.group(1)
 
 
@@ -85,19 +86,30 @@ def pages_url(repository: str) -> str:
     return f"https://{host}/" if repo.lower() == host else f"https://{host}/{repo}/"
 
 
-def release_urls(repository: str, server_url: str = "https://github.com", index_base: str = "",
-                 ref: str = "", version: Optional[str] = None) -> Dict[str, str]:
+def release_urls(
+    repository: str,
+    server_url: str = "https://github.com",
+    index_base: str = "",
+    ref: str = "",
+    version: Optional[str] = None,
+) -> Dict[str, str]:
     """The release's version, tag, index URL (``<index base>/v<version>/``) and wheels URL (the tag's
     Release assets). ``ReleaseError`` when a tag ``ref`` is not ``v<version>``."""
     version = version or source_version()
     tag = f"v{version}"
-    if ref.startswith("refs/tags/") and ref[len("refs/tags/"):] != tag:
-        raise ReleaseError(f"the tag {ref[len('refs/tags/'):]!r} is not v + the package version ({tag}, from "
-                           f"mamba_ssm/_version.py): tag the commit whose _version.py says the release's version")
+    if ref.startswith("refs/tags/") and ref[len("refs/tags/") :] != tag:
+        raise ReleaseError(
+            f"the tag {ref[len('refs/tags/') :]!r} is not v + the package version ({tag}, from "
+            f"mamba_ssm/_version.py): tag the commit whose _version.py says the release's version"
+        )
     base = (index_base or "").strip() or pages_url(repository)
     base = base if base.endswith("/") else base + "/"
-    return {"version": version, "tag": tag, "index_url": f"{base}{tag}/",
-            "wheels_url": f"{server_url.rstrip('/')}/{repository}/releases/download/{tag}/"}
+    return {
+        "version": version,
+        "tag": tag,
+        "index_url": f"{base}{tag}/",
+        "wheels_url": f"{server_url.rstrip('/')}/{repository}/releases/download/{tag}/",
+    }
 
 
 # ----------------------------------------------------------------------------------------- index
@@ -125,8 +137,14 @@ def write_release_index(version: str, wheels: List[Path], wheels_url: str, out: 
         raise ReleaseError("no wheels for the index")
     write_index(str(tree), entries, requires, file_base=wheels_url)
     manifest_sha = _sha256_bytes((tree / "manifest.json").read_bytes())
-    (tree / RELEASE_FILE).write_text(json.dumps({"version": version, "wheels_url": wheels_url,
-                                                 "manifest_sha256": manifest_sha}, indent=1, sort_keys=True) + "\n")
+    (tree / RELEASE_FILE).write_text(
+        json.dumps(
+            {"version": version, "wheels_url": wheels_url, "manifest_sha256": manifest_sha},
+            indent=1,
+            sort_keys=True,
+        )
+        + "\n"
+    )
     tarball = out / INDEX_ASSET
     with tarfile.open(tarball, "w:gz") as tf:
         for p in sorted(tree.rglob("*")):
@@ -173,7 +191,8 @@ def assemble_site(indexes: Path, out: Path) -> List[str]:
     links = "\n".join(f'    <a href="v{html.escape(v)}/">v{html.escape(v)}</a><br/>' for v in versions)
     (out / "index.html").write_text(
         "<!DOCTYPE html>\n<html>\n  <head><title>mamba-ssm wheel indexes</title></head>\n  <body>\n"
-        f"{links}\n  </body>\n</html>\n")
+        f"{links}\n  </body>\n</html>\n"
+    )
     (out / ".nojekyll").write_text("")
     return versions
 
@@ -191,13 +210,20 @@ def build_release_sdist(index_tar: Path, index_url: str, out: Path, version: Opt
     release = json.loads(files[RELEASE_FILE])
     manifest = Manifest.from_json(files["manifest.json"].decode(), source=str(index_tar))
     pins = {"wheels": {w.filename: {"sha256": w.sha256, "size": w.size} for w in manifest.wheels}}
-    record = {"index_url": index_url, "wheels_url": release["wheels_url"],
-              "manifest_sha256": release["manifest_sha256"], "version": release["version"]}
-    extra = {SDIST_PINS_FILE: json.dumps(pins, indent=1, sort_keys=True) + "\n",
-             SDIST_RELEASE_FILE: json.dumps(record, indent=1, sort_keys=True) + "\n"}
+    record = {
+        "index_url": index_url,
+        "wheels_url": release["wheels_url"],
+        "manifest_sha256": release["manifest_sha256"],
+        "version": release["version"],
+    }
+    extra = {
+        SDIST_PINS_FILE: json.dumps(pins, indent=1, sort_keys=True) + "\n",
+        SDIST_RELEASE_FILE: json.dumps(record, indent=1, sort_keys=True) + "\n",
+    }
     if version:
-        extra["mamba_ssm/_version.py"] = _VERSION_RE.sub(f'__version__ = "{version}"',
-                                                         (REPO_ROOT / "mamba_ssm" / "_version.py").read_text())
+        extra["mamba_ssm/_version.py"] = _VERSION_RE.sub(
+            f'__version__ = "{version}"', (REPO_ROOT / "mamba_ssm" / "_version.py").read_text()
+        )
     with tempfile.TemporaryDirectory(prefix="mamba-release-sdist-") as work:
         sdist = build_sdist(Path(work), extra_files=extra)
         out.mkdir(parents=True, exist_ok=True)
@@ -244,8 +270,10 @@ def verify_pin(sdist: Path, index_url: str, retries: int = 0, delay: float = 15.
     manifest = Manifest.from_json(raw.decode(), source=url)
     served = {w.filename: {"sha256": w.sha256, "size": w.size} for w in manifest.wheels}
     if served != pins:
-        raise ReleaseError(f"the manifest's wheels differ from the sdist's pins: "
-                           f"{sorted(set(served) ^ set(pins)) or 'same names, other hashes'}")
+        raise ReleaseError(
+            f"the manifest's wheels differ from the sdist's pins: "
+            f"{sorted(set(served) ^ set(pins)) or 'same names, other hashes'}"
+        )
     return f"verify-pin: {url} (sha256 {record['manifest_sha256'][:16]}...) matches {sdist.name}: {len(pins)} wheels"
 
 
@@ -259,30 +287,59 @@ def write_pypi_page(sdists: List[Path], root: Path) -> Path:
         if s.parent != proj:
             shutil.copyfile(s, proj / s.name)
         digest = _sha256_bytes((proj / s.name).read_bytes())
-        links.append(f'    <a href="{urllib.parse.quote(s.name)}#sha256={digest}">{html.escape(s.name)}</a><br/>')
-    (proj / "index.html").write_text("<!DOCTYPE html>\n<html>\n  <body>\n" + "\n".join(links) + "\n  </body>\n</html>\n")
-    (root / "simple" / "index.html").write_text('<!DOCTYPE html>\n<html><body><a href="mamba-ssm/">mamba-ssm</a></body></html>\n')
+        links.append(
+            f'    <a href="{urllib.parse.quote(s.name)}#sha256={digest}">{html.escape(s.name)}</a><br/>'
+        )
+    (proj / "index.html").write_text(
+        "<!DOCTYPE html>\n<html>\n  <body>\n" + "\n".join(links) + "\n  </body>\n</html>\n"
+    )
+    (root / "simple" / "index.html").write_text(
+        '<!DOCTYPE html>\n<html><body><a href="mamba-ssm/">mamba-ssm</a></body></html>\n'
+    )
     return proj
 
 
-def dry_run(out: Path, base_url: str = "http://127.0.0.1:8000/", version: Optional[str] = None,
-            archs: str = "90", wheel: Optional[Path] = None, say=print) -> Dict[str, str]:
+def dry_run(
+    out: Path,
+    base_url: str = "http://127.0.0.1:8000/",
+    version: Optional[str] = None,
+    archs: str = "90",
+    wheel: Optional[Path] = None,
+    say=print,
+) -> Dict[str, str]:
     """Every release step that does not need GitHub, for the host cell, into ``out`` (module
     docstring). ``wheel``: use this audited host wheel instead of building (its version must match)."""
     base_url = base_url if base_url.endswith("/") else base_url + "/"
     version = version or source_version()
     tag = f"v{version}"
-    urls = {"version": version, "tag": tag, "index_url": f"{base_url}pages/{tag}/",
-            "wheels_url": f"{base_url}releases/download/{tag}/"}
+    urls = {
+        "version": version,
+        "tag": tag,
+        "index_url": f"{base_url}pages/{tag}/",
+        "wheels_url": f"{base_url}releases/download/{tag}/",
+    }
     assets = out / "releases" / "download" / tag
     if wheel is None:
         cells = out / "cells" / tag
-        cmd = [sys.executable, "-m", "build_matrix", "build", "--host", "--archs", archs, "--out", str(cells),
-               "--version", version]
+        cmd = [
+            sys.executable,
+            "-m",
+            "build_matrix",
+            "build",
+            "--host",
+            "--archs",
+            archs,
+            "--out",
+            str(cells),
+            "--version",
+            version,
+        ]
         say(f"[release] build + audit the host cell: {' '.join(cmd[1:])}")
         proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise ReleaseError(f"build --host failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+            raise ReleaseError(
+                f"build --host failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}"
+            )
         wheel = Path(proc.stdout.strip().splitlines()[-1])
     shutil.rmtree(assets, ignore_errors=True)
     assets.mkdir(parents=True)
@@ -301,11 +358,16 @@ def dry_run(out: Path, base_url: str = "http://127.0.0.1:8000/", version: Option
 
 # ------------------------------------------------------------------------------------------- CLI
 def register(sub) -> None:
-    p = sub.add_parser("release", help="the release's publishing steps (urls, index, site, sdist, verify-pin) "
-                                       "or all of them here (--dry-run)")
+    p = sub.add_parser(
+        "release",
+        help="the release's publishing steps (urls, index, site, sdist, verify-pin) "
+        "or all of them here (--dry-run)",
+    )
     p.add_argument("--dry-run", action="store_true", help="everything not needing GitHub, for the host cell")
     p.add_argument("--out", type=Path, help="(--dry-run) the folder to serve")
-    p.add_argument("--base-url", default="http://127.0.0.1:8000/", help="(--dry-run) where --out will be served")
+    p.add_argument(
+        "--base-url", default="http://127.0.0.1:8000/", help="(--dry-run) where --out will be served"
+    )
     p.add_argument("--version", help="(--dry-run) the release's version (default: mamba_ssm/_version.py)")
     p.add_argument("--archs", default="90", help="(--dry-run) CUDA archs of the host build (default 90)")
     p.add_argument("--wheel", type=Path, help="(--dry-run) an audited host wheel to use instead of building")

@@ -14,6 +14,7 @@
   target needs into DIR as an index of their own, for air-gapped installs
   (``MAMBA_WHEEL_INDEX=file:///DIR pip install mamba-ssm`` there).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +56,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     from build_matrix.index import IndexError_, build_index, pin_sdist
 
     try:
-        manifest = build_index(args.dir, add=args.add or [], pin=args.pin, allow_unrepaired=args.allow_unrepaired)
+        manifest = build_index(
+            args.dir, add=args.add or [], pin=args.pin, allow_unrepaired=args.allow_unrepaired
+        )
         for sdist in args.pin_sdist or []:
             pin_sdist(sdist, manifest)
             print(f"pinned {len(manifest.wheels)} wheel hash(es) into {sdist}")
@@ -64,8 +67,10 @@ def cmd_index(args: argparse.Namespace) -> int:
         return 2
     for w in manifest.wheels:
         print(f"{w.variant}/mamba-ssm/{w.filename}  {w.size} bytes  sha256 {w.sha256}")
-    print(f"{len(manifest.wheels)} wheel(s); manifest: {os.path.join(os.path.abspath(args.dir), 'manifest.json')}"
-          + (f"; pins: {args.pin}" if args.pin else ""))
+    print(
+        f"{len(manifest.wheels)} wheel(s); manifest: {os.path.join(os.path.abspath(args.dir), 'manifest.json')}"
+        + (f"; pins: {args.pin}" if args.pin else "")
+    )
     return 0
 
 
@@ -77,13 +82,24 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         print(env.to_json())
         return 0
     log = (lambda t: print(f"[resolve] {t}", file=sys.stderr)) if args.explain and not args.json else None
-    res = resolve(args.version or _sdist_version(), index=args.index, env=env, fetch=args.fetch,
-                  pinned=None if args.no_pins else "sdist", log=log)
+    res = resolve(
+        args.version or _sdist_version(),
+        index=args.index,
+        env=env,
+        fetch=args.fetch,
+        pinned=None if args.no_pins else "sdist",
+        log=log,
+    )
     if args.json:
-        out = {"status": res.status, "index": res.index, "message": res.message,
-               "wheel": res.entry.filename if res.entry else None, "wheel_path": res.wheel_path,
-               "environment": res.env.to_dict() if res.env else None,
-               "decision": res.decision.to_dict() if res.decision else None}
+        out = {
+            "status": res.status,
+            "index": res.index,
+            "message": res.message,
+            "wheel": res.entry.filename if res.entry else None,
+            "wheel_path": res.wheel_path,
+            "environment": res.env.to_dict() if res.env else None,
+            "decision": res.decision.to_dict() if res.decision else None,
+        }
         print(json.dumps(out, indent=1, sort_keys=True))
     else:
         # stdout carries only the result (WHEEL=$(python -m build_matrix resolve)); the message and
@@ -112,8 +128,13 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     from mamba_ssm._install.resolve import resolve, wheel_url
 
     env = _load_env(args.for_env)
-    res = resolve(args.version or _sdist_version(), index=args.index, env=env, fetch=False,
-                  pinned=None if args.no_pins else "sdist")
+    res = resolve(
+        args.version or _sdist_version(),
+        index=args.index,
+        env=env,
+        fetch=False,
+        pinned=None if args.no_pins else "sdist",
+    )
     if res.status != "prebuilt":
         print(res.message, file=sys.stderr)
         return EXIT.get(res.status, 2)
@@ -136,35 +157,71 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         print(f"mirrored {entry.filename}")
     write_index(root, wanted)
     version = args.version or _sdist_version()
-    print(f"index for this target at {root}: MAMBA_WHEEL_INDEX={shlex.quote('file://' + root)} python -m pip install "
-          f"{requirement(version)}")
+    print(
+        f"index for this target at {root}: MAMBA_WHEEL_INDEX={shlex.quote('file://' + root)} python -m pip install "
+        f"{requirement(version)}"
+    )
     return 0
 
 
 def register(subparsers) -> None:
     """Add ``index``, ``resolve`` and ``mirror`` to ``python -m build_matrix``'s subparsers."""
-    p = subparsers.add_parser("index", help="write the PEP 503 wheel index and manifest.json for a folder of wheels")
+    p = subparsers.add_parser(
+        "index", help="write the PEP 503 wheel index and manifest.json for a folder of wheels"
+    )
     p.add_argument("dir", help="the index folder (wheels under it are gathered and placed)")
     p.add_argument("--add", nargs="*", metavar="WHEEL", help="wheel files to copy into the index")
-    p.add_argument("--pin", metavar="FILE", help="also write the sha256 pins (release: mamba_ssm/_install/pinned_hashes.json)")
-    p.add_argument("--pin-sdist", nargs="*", metavar="SDIST", help="add the pins as mamba_ssm/_install/pinned_hashes.json to these .tar.gz sdists")
-    p.add_argument("--allow-unrepaired", action="store_true",
-                   help="accept linux_* wheels that auditwheel did not repair (a local test index only)")
+    p.add_argument(
+        "--pin",
+        metavar="FILE",
+        help="also write the sha256 pins (release: mamba_ssm/_install/pinned_hashes.json)",
+    )
+    p.add_argument(
+        "--pin-sdist",
+        nargs="*",
+        metavar="SDIST",
+        help="add the pins as mamba_ssm/_install/pinned_hashes.json to these .tar.gz sdists",
+    )
+    p.add_argument(
+        "--allow-unrepaired",
+        action="store_true",
+        help="accept linux_* wheels that auditwheel did not repair (a local test index only)",
+    )
     p.set_defaults(func=cmd_index)
 
     p = subparsers.add_parser("resolve", help="show which prebuilt wheel the install would choose, and why")
-    p.add_argument("--index", help="wheel index URL or path (default: MAMBA_WHEEL_INDEX or the release index)")
-    p.add_argument("--explain", action="store_true", help="print (on stderr) every candidate and rejection with its reason, and the torches/targets the index's wheels serve")
-    p.add_argument("--env-json", metavar="FILE", help="resolve for a declared target (Environment JSON) instead of this one")
+    p.add_argument(
+        "--index", help="wheel index URL or path (default: MAMBA_WHEEL_INDEX or the release index)"
+    )
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print (on stderr) every candidate and rejection with its reason, and the torches/targets the index's wheels serve",
+    )
+    p.add_argument(
+        "--env-json",
+        metavar="FILE",
+        help="resolve for a declared target (Environment JSON) instead of this one",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--fetch", action="store_true", help="also download and verify the chosen wheel into the cache")
+    p.add_argument(
+        "--fetch", action="store_true", help="also download and verify the chosen wheel into the cache"
+    )
     p.add_argument("--version", help="the mamba-ssm version to match (default: this checkout's)")
     p.add_argument("--no-pins", action="store_true", help="ignore pinned_hashes.json (development)")
-    p.add_argument("--print-env", action="store_true", help="print the detected (or declared) environment as JSON and exit")
+    p.add_argument(
+        "--print-env",
+        action="store_true",
+        help="print the detected (or declared) environment as JSON and exit",
+    )
     p.set_defaults(func=cmd_resolve)
 
-    p = subparsers.add_parser("mirror", help="copy the wheel(s) a declared target needs into a local index (air-gapped)")
-    p.add_argument("--for", dest="for_env", required=True, metavar="ENV.json", help="the target (Environment JSON)")
+    p = subparsers.add_parser(
+        "mirror", help="copy the wheel(s) a declared target needs into a local index (air-gapped)"
+    )
+    p.add_argument(
+        "--for", dest="for_env", required=True, metavar="ENV.json", help="the target (Environment JSON)"
+    )
     p.add_argument("--to", required=True, metavar="DIR", help="the mirror folder")
     p.add_argument("--index", help="source index (default: MAMBA_WHEEL_INDEX or the release index)")
     p.add_argument("--all", action="store_true", help="every compatible wheel, not only the best")

@@ -13,6 +13,7 @@
 
 Exit 0 when all holds, 1 otherwise (each problem printed).
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,15 @@ from typing import Dict, List, Optional
 from ._compat_loader import REPO_ROOT, load_compat
 from .build import source_files
 
-REQUIRED_GLOBS = ("csrc/*", "mamba_ssm/_build/*.py", "mamba_ssm/_compat/*.py", "mamba_ssm/_install/*.py",
-                  "mamba_ssm/_version.py", "setup.py", "pyproject.toml")
+REQUIRED_GLOBS = (
+    "csrc/*",
+    "mamba_ssm/_build/*.py",
+    "mamba_ssm/_compat/*.py",
+    "mamba_ssm/_install/*.py",
+    "mamba_ssm/_version.py",
+    "setup.py",
+    "pyproject.toml",
+)
 
 
 def required_files(root: Path = REPO_ROOT) -> List[str]:
@@ -70,8 +78,12 @@ def build_sdist(work: Path, extra_files: Optional[Dict[str, str]] = None) -> Pat
         (src / rel).write_text(text)
     dist = work / "dist"
     env = dict(os.environ, MAMBA_SKIP_CUDA_BUILD="TRUE")
-    proc = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(dist), str(src)],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(dist), str(src)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     _check_run(proc, "building the sdist")
     return _only_file(dist, "*.tar.gz", "sdist")
 
@@ -100,8 +112,24 @@ def build_from(unpacked: Path, out: Path, archs: str) -> Path:
         env["MAMBA_CUDA_ARCHS"] = archs
     if shutil.which("ccache"):
         env.setdefault("CCACHE_BASEDIR", str(unpacked))
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir",
-                           "-w", str(out), "."], cwd=unpacked, capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-cache-dir",
+            "-w",
+            str(out),
+            ".",
+        ],
+        cwd=unpacked,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     (out.parent / "build-from-sdist.log").write_text(proc.stdout + proc.stderr)
     _check_run(proc, "building from the unpacked sdist")
     return _only_file(out, "*.whl", "wheel")
@@ -111,8 +139,10 @@ def main(args) -> int:
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="mamba-sdist-check-"))
     if args.out and work.exists():
         if any(work.iterdir()) and not (work / "sdist-build").exists():
-            print(f"sdist-check: {work} exists and is not an earlier sdist-check folder; pick another --out",
-                  file=sys.stderr)
+            print(
+                f"sdist-check: {work} exists and is not an earlier sdist-check folder; pick another --out",
+                file=sys.stderr,
+            )
             return 2
         shutil.rmtree(work)
     work.mkdir(parents=True)
@@ -124,8 +154,10 @@ def main(args) -> int:
         required = required_files()
         missing = missing_files(unpacked, required)
         problems += [f"{f} is not in {sdist.name} (add it to MANIFEST.in / package data)" for f in missing]
-        print(f"sdist {sdist.name}: {len(required) - len(missing)}/{len(required)} required files inside "
-              f"({sum(1 for f in required if f.startswith('csrc/'))} under csrc/)")
+        print(
+            f"sdist {sdist.name}: {len(required) - len(missing)}/{len(required)} required files inside "
+            f"({sum(1 for f in required if f.startswith('csrc/'))} under csrc/)"
+        )
         if not args.no_build and not missing:
             wheel = build_from(unpacked, work / "wheel", os.environ.get("MAMBA_CUDA_ARCHS", "90"))
             with zipfile.ZipFile(wheel) as zf:
@@ -134,8 +166,10 @@ def main(args) -> int:
                 else:
                     zf.extract("mamba_ssm/_C.abi3.so", work / "so")
                     info = load_compat("buildinfo").read_build_info(work / "so" / "mamba_ssm" / "_C.abi3.so")
-                    print(f"built from the sdist alone: {wheel.name} (torch {info.torch_version}, "
-                          f"{info.sass_archs + info.ptx_archs})")
+                    print(
+                        f"built from the sdist alone: {wheel.name} (torch {info.torch_version}, "
+                        f"{info.sass_archs + info.ptx_archs})"
+                    )
     except (RuntimeError, ValueError) as exc:
         problems.append(str(exc))
     for p in problems:

@@ -18,6 +18,7 @@ instead: ImportError for ``from mamba_ssm import X``, AttributeError for ``mamba
 
 ``python -m mamba_ssm doctor`` reports which backend runs where, and why.
 """
+
 from mamba_ssm._version import __version__
 
 # name -> (module, attribute)
@@ -36,7 +37,7 @@ __all__ = ["__version__", *_LAZY]
 # Names upstream mamba-ssm exports (or documents) that this version does not have, with what to use.
 _NOT_YET = {
     "Mamba3": "Mamba-3 (upstream's mamba_ssm.modules.mamba3) is not in this package yet; use Mamba2 "
-              "(from mamba_ssm import Mamba2) or Mamba",
+    "(from mamba_ssm import Mamba2) or Mamba",
 }
 
 
@@ -44,8 +45,9 @@ def _missing_module(module_name, what="Mamba3"):
     """The error a placeholder for an upstream module path this version lacks raises at import (e.g.
     :mod:`mamba_ssm.modules.mamba3`): a ModuleNotFoundError (so ``except ImportError`` and ``except
     ModuleNotFoundError`` both still catch it) whose message is ``_NOT_YET[what]``."""
-    return ModuleNotFoundError(f"No module named {module_name!r} in mamba-ssm {__version__}: {_NOT_YET[what]}",
-                               name=module_name)
+    return ModuleNotFoundError(
+        f"No module named {module_name!r} in mamba-ssm {__version__}: {_NOT_YET[what]}", name=module_name
+    )
 
 
 def _missing(name, why):
@@ -63,8 +65,11 @@ def _missing(name, why):
     except (ValueError, IndexError, KeyError, AttributeError):  # an unusual interpreter: plain access
         from_import = False
     if from_import:
-        return ImportError(f"cannot import name {name!r} from 'mamba_ssm' ({__file__}): {why}",
-                           name="mamba_ssm", path=__file__)
+        return ImportError(
+            f"cannot import name {name!r} from 'mamba_ssm' ({__file__}): {why}",
+            name="mamba_ssm",
+            path=__file__,
+        )
     try:
         return AttributeError(message, name=name, obj=sys.modules[__name__])
     except TypeError:  # Python < 3.10: no name/obj keywords
@@ -78,8 +83,9 @@ def __getattr__(name):
     except KeyError:
         if name.startswith("__"):
             raise AttributeError(f"module 'mamba_ssm' has no attribute {name!r}") from None
-        why = _NOT_YET.get(name) or (f"mamba-ssm {__version__} does not define it (its public names: "
-                                     f"{', '.join(sorted(_LAZY))})")
+        why = _NOT_YET.get(name) or (
+            f"mamba-ssm {__version__} does not define it (its public names: {', '.join(sorted(_LAZY))})"
+        )
         raise _missing(name, why) from None
     import importlib
 

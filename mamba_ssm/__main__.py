@@ -8,6 +8,7 @@ Subcommands:
 * ``install-kernels [...]``: resolve, fetch and install the prebuilt kernels matching the torch now
   present (:func:`mamba_ssm._install.install_kernels.main`; its own ``--help`` lists its options).
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Command-line plumbing shared by ``python -m mamba_ssm`` and ``python -m build_matrix``."""
+
 from __future__ import annotations
 
 import os

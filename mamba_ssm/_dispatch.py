@@ -22,6 +22,7 @@ op with a Triton kernel where Triton cannot run (ops without one behave as under
 Nothing here runs at ``import mamba_ssm``; the compiled module is loaded at the first
 :func:`backend_for` call that could use it, and a GPU's coverage is checked at the first call on it.
 """
+
 from __future__ import annotations
 
 import os
@@ -90,7 +91,7 @@ class MambaFallbackWarning(UserWarning):
 
 
 _lock = threading.RLock()
-_override: Optional[str] = None   # set_backend's value, normalised; None: the environment decides
+_override: Optional[str] = None  # set_backend's value, normalised; None: the environment decides
 _warned: set = set()
 _compiled_import_error: Optional[str] = None
 _compiled_imported = False
@@ -185,13 +186,17 @@ def _coverage_fix(device: Any) -> str:
     kind, _ = _loader.device_key(device)
     arch = _loader.device_arch(device)
     if kind == "cpu":
-        return (f"install the build for this torch, which carries the CPU kernel: `{_loader.FIX_INSTALL_KERNELS}`, "
-                f"or build from source: `{_loader.FIX_SOURCE_BUILD}`")
+        return (
+            f"install the build for this torch, which carries the CPU kernel: `{_loader.FIX_INSTALL_KERNELS}`, "
+            f"or build from source: `{_loader.FIX_SOURCE_BUILD}`"
+        )
     if kind != "cuda":
         return ""
     if arch and arch.startswith("gfx"):
-        return (f"install a wheel built for {arch} (`{_loader.FIX_INSTALL_KERNELS}` picks one), or build "
-                f"from source for it: `HIP_BUILD=1 PYTORCH_ROCM_ARCH={arch} {_loader.FIX_SOURCE_BUILD}`")
+        return (
+            f"install a wheel built for {arch} (`{_loader.FIX_INSTALL_KERNELS}` picks one), or build "
+            f"from source for it: `HIP_BUILD=1 PYTORCH_ROCM_ARCH={arch} {_loader.FIX_SOURCE_BUILD}`"
+        )
     capability = arch or "<compute capability>"
     try:  # a GPU older than everything this torch's CUDA can build for: no build helps, say what does
         import torch  # noqa: PLC0415
@@ -203,9 +208,11 @@ def _coverage_fix(device: Any) -> str:
         unservable = None
     if unservable:
         return unservable
-    return (f"install a wheel whose kernels cover compute capability {capability} "
-            f"(`{_loader.FIX_INSTALL_KERNELS}` picks one), or build from source for it: "
-            f"`TORCH_CUDA_ARCH_LIST={capability} {_loader.FIX_SOURCE_BUILD}`")
+    return (
+        f"install a wheel whose kernels cover compute capability {capability} "
+        f"(`{_loader.FIX_INSTALL_KERNELS}` picks one), or build from source for it: "
+        f"`TORCH_CUDA_ARCH_LIST={capability} {_loader.FIX_SOURCE_BUILD}`"
+    )
 
 
 def _compiled_unavailable(device: Any) -> Optional[Tuple[str, str]]:
@@ -222,7 +229,7 @@ def _compiled_unavailable(device: Any) -> Optional[Tuple[str, str]]:
     return None
 
 
-_triton_status: Optional[Tuple[Optional[str], Optional[str]]] = None   # (reason, fix); reason None: usable
+_triton_status: Optional[Tuple[Optional[str], Optional[str]]] = None  # (reason, fix); reason None: usable
 
 
 def _triton_fix() -> Optional[str]:
@@ -263,15 +270,20 @@ def _check_triton() -> Tuple[Optional[str], Optional[str]]:
                 digits = "".join(ch for ch in piece if ch.isdigit())
                 parts.append(int(digits) if digits else 0)
             if tuple(parts) < TRITON_MIN_VERSION:
-                status = (f"triton {version} is older than {floor}, the oldest the Triton kernels support",
-                          "upgrade torch (>= 2.4 brings Triton >= 3.0), or install the newer Triton your torch "
-                          f"supports ({_triton_fix() or 'see the PyTorch install page'})")
+                status = (
+                    f"triton {version} is older than {floor}, the oldest the Triton kernels support",
+                    "upgrade torch (>= 2.4 brings Triton >= 3.0), or install the newer Triton your torch "
+                    f"supports ({_triton_fix() or 'see the PyTorch install page'})",
+                )
             else:
                 try:
                     import mamba_ssm.ops.triton._kernels  # noqa: F401,PLC0415
                 except Exception as exc:  # noqa: BLE001
-                    status = (f"the Triton kernels failed to import with triton {version} "
-                              f"({type(exc).__name__}: {exc})", f"reinstall the package: `{_loader.FIX_REINSTALL}`")
+                    status = (
+                        f"the Triton kernels failed to import with triton {version} "
+                        f"({type(exc).__name__}: {exc})",
+                        f"reinstall the package: `{_loader.FIX_REINSTALL}`",
+                    )
         _triton_status = status
     return status
 
@@ -285,17 +297,22 @@ def triton_unavailable(device: Any) -> Optional[Tuple[str, Optional[str]]]:
     """
     kind, _ = _loader.device_key(device)
     if kind != "cuda":
-        return (f"the Triton kernels run on CUDA/ROCm devices only; on {kind} the PyTorch implementation runs",
-                None)
-    arch = _loader.device_arch(device)    # known once the device's coverage was checked
+        return (
+            f"the Triton kernels run on CUDA/ROCm devices only; on {kind} the PyTorch implementation runs",
+            None,
+        )
+    arch = _loader.device_arch(device)  # known once the device's coverage was checked
     if arch and not arch.startswith("gfx"):
         try:
             major = int(arch.split(".")[0])
         except ValueError:
             major = None
         if major is not None and major < 7:
-            return (f"Triton does not support compute capability {arch} (it needs >= 7.0); the PyTorch "
-                    "implementation runs", None)
+            return (
+                f"Triton does not support compute capability {arch} (it needs >= 7.0); the PyTorch "
+                "implementation runs",
+                None,
+            )
     reason, fix = _check_triton()
     return None if reason is None else (reason, fix)
 
@@ -304,9 +321,11 @@ def _plan_triton_op(op: str, device: Any, out: Dict[str, Any]) -> Dict[str, Any]
     requested, source = out["requested"], out["source"]
     if requested in ("torch", "ref"):
         out["backend"] = "torch"
-        out["reason"] = (f"{op} has one PyTorch implementation, which is also its reference ({source}=ref)"
-                         if requested == "ref" else
-                         f"{source}=torch: {op} runs on its PyTorch implementation, not its Triton kernel")
+        out["reason"] = (
+            f"{op} has one PyTorch implementation, which is also its reference ({source}=ref)"
+            if requested == "ref"
+            else f"{source}=torch: {op} runs on its PyTorch implementation, not its Triton kernel"
+        )
         return out
     unavailable = triton_unavailable(device)
     if unavailable is None:
@@ -316,7 +335,7 @@ def _plan_triton_op(op: str, device: Any, out: Dict[str, Any]) -> Dict[str, Any]
         return out
     out["reason"], out["fix"] = unavailable
     if requested == "triton" and out["fix"] is not None:
-        out["error"] = True          # forced on a GPU where Triton cannot run
+        out["error"] = True  # forced on a GPU where Triton cannot run
     else:
         out["backend"] = "torch"
     return out
@@ -340,8 +359,14 @@ def plan(op: str, device: Any) -> Dict[str, Any]:
     """
     _check_op(op)
     requested, source = _requested()
-    out: Dict[str, Any] = {"backend": None, "requested": requested, "source": source,
-                           "reason": None, "fix": None, "error": False}
+    out: Dict[str, Any] = {
+        "backend": None,
+        "requested": requested,
+        "source": source,
+        "reason": None,
+        "fix": None,
+        "error": False,
+    }
     if op in TRITON_OPS:
         return _plan_triton_op(op, device, out)
     if op not in COMPILED_OPS:
@@ -350,20 +375,26 @@ def plan(op: str, device: Any) -> Dict[str, Any]:
         out["backend"] = "torch"
         out["reason"] = f"mamba_ssm._C has no kernel for {op}; it runs on its PyTorch implementation"
         if requested in ("ref", "compiled", "triton"):
-            out["reason"] += (f" (the only one: {source}={requested} does not change it; "
-                              f"only {' and '.join(sorted(COMPILED_OPS))} have a compiled kernel and a "
-                              f"separate reference)")
+            out["reason"] += (
+                f" (the only one: {source}={requested} does not change it; "
+                f"only {' and '.join(sorted(COMPILED_OPS))} have a compiled kernel and a "
+                f"separate reference)"
+            )
         return out
     if requested in ("torch", "ref"):
-        out["backend"] = "torch" if op in CONV1D_OPS else requested   # the conv's PyTorch code is its reference
+        out["backend"] = (
+            "torch" if op in CONV1D_OPS else requested
+        )  # the conv's PyTorch code is its reference
         return out
     unavailable = _compiled_unavailable(device)
     if unavailable is None and op in CONV1D_OPS:
         from mamba_ssm.ops.backends import compiled_conv1d  # noqa: PLC0415 (imported by compiled)
 
         if not compiled_conv1d.available():
-            unavailable = ("this mamba_ssm._C was built without the causal conv1d kernels (a build older than "
-                           "them)", f"reinstall the package: `{_loader.FIX_REINSTALL}`")
+            unavailable = (
+                "this mamba_ssm._C was built without the causal conv1d kernels (a build older than them)",
+                f"reinstall the package: `{_loader.FIX_REINSTALL}`",
+            )
     if unavailable is None:
         out["backend"] = "compiled"
         if requested == "triton":
@@ -425,8 +456,10 @@ def _fallback_message(op: str, device: Any, reason: str, fix: Optional[str]) -> 
         text += f" Fix: {fix}."
     decision = _loader.install_decision()
     if _loader.kernels_deferred(decision) and _loader.FIX_INSTALL_KERNELS not in text:
-        text += (f" The kernels were deferred at install time (torch was being installed by the same "
-                 f"command): run `{_loader.FIX_INSTALL_KERNELS}`.")
+        text += (
+            f" The kernels were deferred at install time (torch was being installed by the same "
+            f"command): run `{_loader.FIX_INSTALL_KERNELS}`."
+        )
     build = decision.get("build") if isinstance(decision, dict) else None
     if isinstance(build, dict) and build.get("mode") == "python" and build.get("reason"):
         text += f" At install time no kernels were built: {str(build['reason']).rstrip('.')}."
@@ -506,8 +539,10 @@ def _backend_for_eager(op: str, device: Any) -> str:
             f"Fix: {decision['fix']}; or unset {ENV_BACKEND} (auto) to use the PyTorch fallback."
         )
     if decision["backend"] == "torch" and decision["fix"]:
-        _warn_once(("unavailable", decision["reason"]),
-                   lambda: _fallback_message(op, _describe(device), decision["reason"], decision["fix"]))
+        _warn_once(
+            ("unavailable", decision["reason"]),
+            lambda: _fallback_message(op, _describe(device), decision["reason"], decision["fix"]),
+        )
     return decision["backend"]
 
 
@@ -551,8 +586,13 @@ def _fallback_for_call_eager(op: str, device: Any, reason: str) -> str:
             f"call on {_describe(device)}: {reason}. Unset {ENV_BACKEND} (auto) to let such calls run "
             "on the PyTorch fallback."
         )
-    _warn_once(("call", op), lambda: f"mamba_ssm: this {op} call on {_describe(device)} runs on the PyTorch "
-               f"fallback: {reason}. Set {ENV_NO_WARNING}=1 to silence this warning.")
+    _warn_once(
+        ("call", op),
+        lambda: (
+            f"mamba_ssm: this {op} call on {_describe(device)} runs on the PyTorch "
+            f"fallback: {reason}. Set {ENV_NO_WARNING}=1 to silence this warning."
+        ),
+    )
     return "torch"
 
 

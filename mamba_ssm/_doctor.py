@@ -19,6 +19,7 @@ that cannot run).
 ``problems``, ``status``, ``exit_code`` (and ``checks`` with ``--check``: selective_scan forward and
 backward run on every device through the chosen backend, compared with a float64 reference).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,8 +81,15 @@ def _python_info() -> Dict[str, Any]:
 
 
 def _torch_info() -> Dict[str, Any]:
-    info: Dict[str, Any] = {"importable": False, "version": None, "cuda": None, "hip": None,
-                            "cxx11_abi": None, "path": None, "error": None}
+    info: Dict[str, Any] = {
+        "importable": False,
+        "version": None,
+        "cuda": None,
+        "hip": None,
+        "cxx11_abi": None,
+        "path": None,
+        "error": None,
+    }
     try:
         import torch  # noqa: PLC0415
     except BaseException as exc:  # noqa: BLE001 - even SystemExit/KeyboardInterrupt-free broken installs
@@ -125,8 +133,13 @@ def _nvidia_smi_driver_version() -> Optional[str]:
     if not exe:
         return None
     try:
-        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=False)
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
@@ -154,8 +167,11 @@ def _driver_info(torch_ok: bool = False) -> Dict[str, Any]:
     if version is None:
         version = _nvidia_smi_driver_version()
         source = "nvidia-smi" if version else None
-    return {"nvidia_driver_version": version, "source": source,
-            "cuda_driver_api_version": _cuda_driver_api_version(torch_ok)}
+    return {
+        "nvidia_driver_version": version,
+        "source": source,
+        "cuda_driver_api_version": _cuda_driver_api_version(torch_ok),
+    }
 
 
 def _gpu_info(torch_ok: bool) -> Dict[str, Any]:
@@ -190,8 +206,13 @@ def _gpu_info(torch_ok: bool) -> Dict[str, Any]:
 
 
 def _decision_info() -> Dict[str, Any]:
-    info: Dict[str, Any] = {"resolver_present": False, "recorded": False, "decision": None,
-                            "kernels_deferred": False, "error": None}
+    info: Dict[str, Any] = {
+        "resolver_present": False,
+        "recorded": False,
+        "decision": None,
+        "kernels_deferred": False,
+        "error": None,
+    }
     try:
         from mamba_ssm._install import decision as _decision  # noqa: PLC0415
     except ImportError as exc:
@@ -268,7 +289,9 @@ def _scan_reference(u, delta, A, B, C, D, z, delta_bias):
     delta_bias (dim,)."""
     import torch  # noqa: PLC0415
 
-    u, delta, A, B, C, D, z, delta_bias = (t.detach().double().cpu() for t in (u, delta, A, B, C, D, z, delta_bias))
+    u, delta, A, B, C, D, z, delta_bias = (
+        t.detach().double().cpu() for t in (u, delta, A, B, C, D, z, delta_bias)
+    )
     dt = torch.nn.functional.softplus(delta + delta_bias[:, None])
     x = torch.zeros(u.shape[0], u.shape[1], A.shape[1], dtype=torch.float64)
     ys = []
@@ -299,18 +322,30 @@ def _check_device(device: str) -> Dict[str, Any]:
 
     from mamba_ssm import _dispatch  # noqa: PLC0415
 
-    result: Dict[str, Any] = {"device": device, "backend": None, "ok": False, "max_abs_err": None,
-                              "tolerance": None, "error": None}
+    result: Dict[str, Any] = {
+        "device": device,
+        "backend": None,
+        "ok": False,
+        "max_abs_err": None,
+        "tolerance": None,
+        "error": None,
+    }
     try:
         result["backend"] = _dispatch.plan("selective_scan", device)["backend"]
         from mamba_ssm.ops.selective_scan_interface import selective_scan_fn  # noqa: PLC0415
 
         g = torch.Generator().manual_seed(0)
         b, d, n, length = 2, 8, 4, 37
-        tensors = [torch.randn(b, d, length, generator=g), torch.rand(b, d, length, generator=g) * 0.5,
-                   -torch.rand(d, n, generator=g) - 0.5, torch.randn(b, n, length, generator=g),
-                   torch.randn(b, n, length, generator=g), torch.randn(d, generator=g),
-                   torch.randn(b, d, length, generator=g), torch.rand(d, generator=g) * 0.1]
+        tensors = [
+            torch.randn(b, d, length, generator=g),
+            torch.rand(b, d, length, generator=g) * 0.5,
+            -torch.rand(d, n, generator=g) - 0.5,
+            torch.randn(b, n, length, generator=g),
+            torch.randn(b, n, length, generator=g),
+            torch.randn(d, generator=g),
+            torch.randn(b, d, length, generator=g),
+            torch.rand(d, generator=g) * 0.1,
+        ]
         u, delta, A, B, C, D, z, delta_bias = (t.to(device).requires_grad_(True) for t in tensors)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -318,7 +353,9 @@ def _check_device(device: str) -> Dict[str, Any]:
             y.sum().backward()
         if device.startswith("cuda"):
             torch.cuda.synchronize(device)
-        grads_finite = all(t.grad is not None and bool(torch.isfinite(t.grad).all()) for t in (u, delta, A, B, C))
+        grads_finite = all(
+            t.grad is not None and bool(torch.isfinite(t.grad).all()) for t in (u, delta, A, B, C)
+        )
         ref = _scan_reference(u, delta, A, B, C, D, z, delta_bias)
         err = float((y.detach().double().cpu() - ref).abs().max())
         tol = 1e-4 * max(1.0, float(ref.abs().max()))
@@ -350,8 +387,9 @@ def collect(check: bool = False) -> Dict[str, Any]:
     report["driver"] = _driver_info(torch_info["importable"])
     problems: List[Dict[str, Any]] = []
 
-    def problem(severity: str, reason: str, fix: Optional[str], where: Optional[str] = None,
-                op: Optional[str] = None) -> None:
+    def problem(
+        severity: str, reason: str, fix: Optional[str], where: Optional[str] = None, op: Optional[str] = None
+    ) -> None:
         for p in problems:
             if p["reason"] == reason and p["severity"] == severity:
                 if where and where not in p["devices"]:
@@ -359,8 +397,15 @@ def collect(check: bool = False) -> Dict[str, Any]:
                 if op and op not in p["ops"]:
                     p["ops"].append(op)
                 return
-        problems.append({"severity": severity, "reason": reason, "fix": fix,
-                         "devices": [where] if where else [], "ops": [op] if op else []})
+        problems.append(
+            {
+                "severity": severity,
+                "reason": reason,
+                "fix": fix,
+                "devices": [where] if where else [],
+                "ops": [op] if op else [],
+            }
+        )
 
     # The compiled module (loaded here if nothing loaded it yet).
     from mamba_ssm import _loader  # noqa: PLC0415
@@ -370,21 +415,30 @@ def collect(check: bool = False) -> Dict[str, Any]:
         report["compiled_module"] = _json_safe(load.to_dict())
         report["compiled_module"]["cpu_isa"] = _cpu_isa() if load.loaded else None
     except Exception as exc:  # noqa: BLE001
-        report["compiled_module"] = {"found": None, "path": None, "loaded": False, "kind": "error",
-                                     "reason": f"the loader failed: {_error_text(exc)}",
-                                     "fix": f"reinstall: `{_loader.FIX_REINSTALL}`",
-                                     "incompatibilities": [], "build_info": None}
+        report["compiled_module"] = {
+            "found": None,
+            "path": None,
+            "loaded": False,
+            "kind": "error",
+            "reason": f"the loader failed: {_error_text(exc)}",
+            "fix": f"reinstall: `{_loader.FIX_REINSTALL}`",
+            "incompatibilities": [],
+            "build_info": None,
+        }
     report["install_decision"] = _json_safe(_decision_info())
 
     # Backend per op and device.
-    backend: Dict[str, Any] = {"requested": None, "source": None, "env": os.environ.get("MAMBA_SSM_BACKEND"),
-                               "error": None}
+    backend: Dict[str, Any] = {
+        "requested": None,
+        "source": None,
+        "env": os.environ.get("MAMBA_SSM_BACKEND"),
+        "error": None,
+    }
     devices: List[Dict[str, Any]] = []
     report["backend"] = backend
     report["devices"] = devices
     if not torch_info["importable"]:
-        problem("broken", f"torch cannot be imported ({torch_info['error']})",
-                _loader.FIX_REPAIR_TORCH)
+        problem("broken", f"torch cannot be imported ({torch_info['error']})", _loader.FIX_REPAIR_TORCH)
     else:
         from mamba_ssm import _dispatch  # noqa: PLC0415
 
@@ -393,12 +447,14 @@ def collect(check: bool = False) -> Dict[str, Any]:
             backend["source"] = _dispatch._requested()[1]
         except ValueError as exc:
             backend["error"] = str(exc)
-            problem("broken", str(exc), "set MAMBA_SSM_BACKEND to one of "
-                    + ", ".join(_dispatch.CHOICES) + " or unset it")
+            problem(
+                "broken",
+                str(exc),
+                "set MAMBA_SSM_BACKEND to one of " + ", ".join(_dispatch.CHOICES) + " or unset it",
+            )
         names = ["cpu"] + [g["device"] for g in report["gpus"]["devices"]]
         for name in names:
-            entry: Dict[str, Any] = {"device": name, "ops": {}, "compiled_active": False,
-                                     "coverage": None}
+            entry: Dict[str, Any] = {"device": name, "ops": {}, "compiled_active": False, "coverage": None}
             try:
                 entry["coverage"] = _loader.device_coverage(name)
             except Exception as exc:  # noqa: BLE001
@@ -407,49 +463,79 @@ def collect(check: bool = False) -> Dict[str, Any]:
                 try:
                     p = _dispatch.plan(op, name)
                 except Exception as exc:  # noqa: BLE001
-                    entry["ops"][op] = {"backend": None, "reason": _error_text(exc), "fix": None,
-                                        "error": True}
+                    entry["ops"][op] = {
+                        "backend": None,
+                        "reason": _error_text(exc),
+                        "fix": None,
+                        "error": True,
+                    }
                     continue
-                entry["ops"][op] = {"backend": p["backend"], "reason": p["reason"], "fix": p["fix"],
-                                    "error": p["error"]}
+                entry["ops"][op] = {
+                    "backend": p["backend"],
+                    "reason": p["reason"],
+                    "fix": p["fix"],
+                    "error": p["error"],
+                }
                 if op in _dispatch.CONV1D_OPS and not p["error"]:
-                    impl, why = _causal_conv1d_explain(name)   # the same question the ops ask
+                    impl, why = _causal_conv1d_explain(name)  # the same question the ops ask
                     if impl is not None:
                         entry["ops"][op]["backend"], entry["ops"][op]["reason"] = impl, why
-                        if impl == "torch" and name.startswith("cuda") and _causal_conv1d_package() is not None:
+                        if (
+                            impl == "torch"
+                            and name.startswith("cuda")
+                            and _causal_conv1d_package() is not None
+                        ):
                             entry["ops"][op]["reason"] = (
                                 f"the causal-conv1d package is installed but not used: the {backend['requested']} "
                                 f"backend was asked for ({backend['source']}); {op} runs on its PyTorch "
-                                f"implementation")
+                                f"implementation"
+                            )
             # The install is judged by the selective-scan ops (the conv ops are reported above; a device
             # the scan kernels cover runs the conv kernels too).
-            compiled_ops = [op for op in _dispatch.OPS
-                            if op in _dispatch.COMPILED_OPS and op not in _dispatch.CONV1D_OPS]
+            compiled_ops = [
+                op for op in _dispatch.OPS if op in _dispatch.COMPILED_OPS and op not in _dispatch.CONV1D_OPS
+            ]
             entry["compiled_active"] = all(entry["ops"][op]["backend"] == "compiled" for op in compiled_ops)
             # The ops whose GPU kernel should run here: the compiled ones everywhere, the Triton ones on
             # CUDA/ROCm devices (on a CPU their PyTorch implementation is the only one: nothing to fix).
-            kernel_ops = compiled_ops + ([op for op in _dispatch.OPS if op in _dispatch.TRITON_OPS]
-                                         if name.startswith("cuda") else [])
-            entry["triton_active"] = (all(entry["ops"][op]["backend"] == "triton" for op in _dispatch.OPS
-                                          if op in _dispatch.TRITON_OPS) if name.startswith("cuda") else None)
+            kernel_ops = compiled_ops + (
+                [op for op in _dispatch.OPS if op in _dispatch.TRITON_OPS] if name.startswith("cuda") else []
+            )
+            entry["triton_active"] = (
+                all(
+                    entry["ops"][op]["backend"] == "triton"
+                    for op in _dispatch.OPS
+                    if op in _dispatch.TRITON_OPS
+                )
+                if name.startswith("cuda")
+                else None
+            )
             for op in kernel_ops:
                 o = entry["ops"][op]
                 if o["error"]:
                     fix = o["fix"] or "unset MAMBA_SSM_BACKEND"
                     if backend["requested"] in ("compiled", "triton"):
-                        fix = (f"{fix}; or unset MAMBA_SSM_BACKEND (now {backend['env']!r}) to run on "
-                               "the PyTorch fallback")
+                        fix = (
+                            f"{fix}; or unset MAMBA_SSM_BACKEND (now {backend['env']!r}) to run on "
+                            "the PyTorch fallback"
+                        )
                     problem("broken", o["reason"], fix, name, op)
                 elif o["backend"] in ("torch", "ref"):
                     if o["fix"]:
                         problem("fallback", o["reason"], o["fix"], name, op)
                     else:
-                        problem("fallback", f"the {o['backend']} backend was chosen "
-                                f"({backend['source']}={backend['requested']})",
-                                "unset MAMBA_SSM_BACKEND (or call mamba_ssm.set_backend('auto')) to use "
-                                "the GPU kernels" if op in _dispatch.TRITON_OPS else
-                                "unset MAMBA_SSM_BACKEND (or call mamba_ssm.set_backend('auto')) to use "
-                                "the compiled kernels", name, op)
+                        problem(
+                            "fallback",
+                            f"the {o['backend']} backend was chosen "
+                            f"({backend['source']}={backend['requested']})",
+                            "unset MAMBA_SSM_BACKEND (or call mamba_ssm.set_backend('auto')) to use "
+                            "the GPU kernels"
+                            if op in _dispatch.TRITON_OPS
+                            else "unset MAMBA_SSM_BACKEND (or call mamba_ssm.set_backend('auto')) to use "
+                            "the compiled kernels",
+                            name,
+                            op,
+                        )
             devices.append(entry)
 
     if check:
@@ -462,10 +548,15 @@ def collect(check: bool = False) -> Dict[str, Any]:
                 checks.append(c)
                 if not c["ok"]:
                     why = c["error"] or (f"max abs error {c['max_abs_err']:.3g} exceeds {c['tolerance']:.3g}")
-                    problem("broken", f"selective_scan on {c['device']} ({c['backend']} backend) failed the "
-                            f"check against the float64 reference: {why}",
-                            "run on the PyTorch fallback meanwhile (MAMBA_SSM_BACKEND=torch) and report this "
-                            "output", c["device"], "selective_scan")
+                    problem(
+                        "broken",
+                        f"selective_scan on {c['device']} ({c['backend']} backend) failed the "
+                        f"check against the float64 reference: {why}",
+                        "run on the PyTorch fallback meanwhile (MAMBA_SSM_BACKEND=torch) and report this "
+                        "output",
+                        c["device"],
+                        "selective_scan",
+                    )
         report["checks"] = checks
 
     if any(p["severity"] == "broken" for p in problems):
@@ -478,7 +569,8 @@ def collect(check: bool = False) -> Dict[str, Any]:
         for p in problems:
             if "install-kernels" not in (p["fix"] or ""):
                 p["fix"] = (p["fix"] + "; " if p["fix"] else "") + (
-                    f"the kernels were deferred at install time: run `{_loader.FIX_INSTALL_KERNELS}`")
+                    f"the kernels were deferred at install time: run `{_loader.FIX_INSTALL_KERNELS}`"
+                )
     report["problems"] = problems
     report["status"] = status
     report["exit_code"] = code
@@ -490,9 +582,27 @@ def _yes(value: Any) -> str:
 
 
 #: Keys of the decision record that _render_decision shows in its own lines (the rest: "key: value").
-_DECISION_SHOWN = {"schema", "time", "prefix", "path", "package_version", "final_mode", "status", "wheel",
-                   "installed_wheel", "sha256", "index", "environment", "target_python", "decision", "message",
-                   "error_kind", "error", "install", "build"}
+_DECISION_SHOWN = {
+    "schema",
+    "time",
+    "prefix",
+    "path",
+    "package_version",
+    "final_mode",
+    "status",
+    "wheel",
+    "installed_wheel",
+    "sha256",
+    "index",
+    "environment",
+    "target_python",
+    "decision",
+    "message",
+    "error_kind",
+    "error",
+    "install",
+    "build",
+}
 _REJECTED_SHOWN = 10
 
 
@@ -536,7 +646,9 @@ def _render_decision(d: Dict[str, Any]) -> List[str]:
             else:
                 add(f"    - {r}")
         if len(rejected) > _REJECTED_SHOWN:
-            add(f"    ... and {len(rejected) - _REJECTED_SHOWN} more (python -m mamba_ssm doctor --json lists all)")
+            add(
+                f"    ... and {len(rejected) - _REJECTED_SHOWN} more (python -m mamba_ssm doctor --json lists all)"
+            )
     for note in sel.get("notes") or []:
         add(f"  note: {note}")
     if d.get("error_kind"):
@@ -546,8 +658,10 @@ def _render_decision(d: Dict[str, Any]) -> List[str]:
     build = d.get("build")
     if isinstance(build, dict):  # what setup.py built when no prebuilt wheel was used
         kernels = ", ".join(build.get("kernels") or []) or "none"
-        add(f"  install-time build: {build.get('mode')} ({'failed, ' if build.get('failed') else ''}kernels: "
-            f"{kernels}; {build.get('seconds')} s): {build.get('reason')}")
+        add(
+            f"  install-time build: {build.get('mode')} ({'failed, ' if build.get('failed') else ''}kernels: "
+            f"{kernels}; {build.get('seconds')} s): {build.get('reason')}"
+        )
     for key in sorted(k for k in d if k not in _DECISION_SHOWN):
         value = d[key]
         add(f"  {key.replace('_', ' ')}: {value if isinstance(value, str) else json.dumps(value)}")
@@ -575,8 +689,10 @@ def _ok_title(report: Dict[str, Any]) -> str:
     gpu_kernels = [op for op in others if op in TRITON_OPS]
     torch_only = [op for op in others if op not in TRITON_OPS]
     if gpu_kernels:
-        text += (f"; the other ops ({', '.join(gpu_kernels)}) run PyTorch code on these devices (their Triton "
-                 "kernels are for CUDA/ROCm GPUs)")
+        text += (
+            f"; the other ops ({', '.join(gpu_kernels)}) run PyTorch code on these devices (their Triton "
+            "kernels are for CUDA/ROCm GPUs)"
+        )
     if torch_only:
         text += f"; the other ops ({', '.join(torch_only)}) have a PyTorch implementation only"
     return text
@@ -586,8 +702,13 @@ def render_text(report: Dict[str, Any]) -> str:
     """The human-readable report (what ``doctor`` prints without ``--json``)."""
     lines: List[str] = []
     add = lines.append
-    pkg, py, tinfo, gpus, drv = (report["package"], report["python"], report["torch"], report["gpus"],
-                                 report["driver"])
+    pkg, py, tinfo, gpus, drv = (
+        report["package"],
+        report["python"],
+        report["torch"],
+        report["gpus"],
+        report["driver"],
+    )
     add(f"mamba-ssm {pkg['version']}  ({pkg['path']})")
     add(f"Python {py['version']} ({py['implementation']}, {py['executable']})")
     add(f"  interpreter tag: {py['interpreter_tag']}   most specific tag: {py['most_specific_tag']}")
@@ -595,20 +716,29 @@ def render_text(report: Dict[str, Any]) -> str:
     if py.get("error"):
         add(f"  ! {py['error']}")
     if tinfo["importable"]:
-        add(f"torch {tinfo['version']}  CUDA {tinfo['cuda'] or '-'}  HIP {tinfo['hip'] or '-'}  "
-            f"cxx11abi {tinfo['cxx11_abi']}  ({tinfo['path']})")
+        add(
+            f"torch {tinfo['version']}  CUDA {tinfo['cuda'] or '-'}  HIP {tinfo['hip'] or '-'}  "
+            f"cxx11abi {tinfo['cxx11_abi']}  ({tinfo['path']})"
+        )
     else:
         add(f"torch: cannot be imported: {tinfo['error']}")
     driver = drv.get("nvidia_driver_version")
     if gpus["devices"]:
         api = drv.get("cuda_driver_api_version")
-        add(f"GPUs ({gpus['count']}), driver {driver or 'unknown'}"
-            + (f" (supports CUDA {api})" if api else "") + ":")
+        add(
+            f"GPUs ({gpus['count']}), driver {driver or 'unknown'}"
+            + (f" (supports CUDA {api})" if api else "")
+            + ":"
+        )
         for g in gpus["devices"]:
-            add(f"  {g['device']}: {g['name']}, compute capability {g['compute_capability']} ({g['arch']}), "
-                f"{g['total_memory_mib']} MiB")
+            add(
+                f"  {g['device']}: {g['name']}, compute capability {g['compute_capability']} ({g['arch']}), "
+                f"{g['total_memory_mib']} MiB"
+            )
     else:
-        why = gpus.get("error") or ("torch sees no GPU" if tinfo["importable"] else "torch cannot be imported")
+        why = gpus.get("error") or (
+            "torch sees no GPU" if tinfo["importable"] else "torch cannot be imported"
+        )
         add(f"GPUs: none ({why}); NVIDIA driver: {driver or 'none found'}")
 
     cm = report["compiled_module"]
@@ -616,13 +746,19 @@ def render_text(report: Dict[str, Any]) -> str:
     add(f"  found: {_yes(cm.get('found'))}{'  ' + cm['path'] if cm.get('path') else ''}")
     bi = cm.get("build_info")
     if bi:
-        add(f"  built for: torch {bi.get('torch_version')}, CUDA {bi.get('torch_cuda') or '-'}, "
+        add(
+            f"  built for: torch {bi.get('torch_version')}, CUDA {bi.get('torch_cuda') or '-'}, "
             f"HIP {bi.get('torch_hip') or '-'}, cxx11abi {bi.get('cxx11_abi')}, {bi.get('python_tag')}, "
-            f"{bi.get('platform')}")
-        add(f"  kernels: {', '.join(bi.get('kernels') or []) or '-'}; SASS {', '.join(bi.get('sass_archs') or []) or '-'}; "
-            f"PTX {', '.join(bi.get('ptx_archs') or []) or '-'}; gfx {', '.join(bi.get('gfx_archs') or []) or '-'}")
-        add(f"  compiled by: nvcc {bi.get('nvcc_version') or '-'}, hipcc {bi.get('hipcc_version') or '-'}; "
-            f"package {bi.get('package_version')}, commit {bi.get('git_commit') or '-'}")
+            f"{bi.get('platform')}"
+        )
+        add(
+            f"  kernels: {', '.join(bi.get('kernels') or []) or '-'}; SASS {', '.join(bi.get('sass_archs') or []) or '-'}; "
+            f"PTX {', '.join(bi.get('ptx_archs') or []) or '-'}; gfx {', '.join(bi.get('gfx_archs') or []) or '-'}"
+        )
+        add(
+            f"  compiled by: nvcc {bi.get('nvcc_version') or '-'}, hipcc {bi.get('hipcc_version') or '-'}; "
+            f"package {bi.get('package_version')}, commit {bi.get('git_commit') or '-'}"
+        )
     add(f"  loaded: {_yes(cm.get('loaded'))}")
     if cm.get("cpu_isa"):
         add(f"  CPU kernel build: {cm['cpu_isa']} (MAMBA_SSM_CPU_ISA caps it)")
@@ -632,19 +768,23 @@ def render_text(report: Dict[str, Any]) -> str:
     dec = report["install_decision"]
     if dec.get("recorded") and dec.get("current") is False and not dec.get("error"):
         d = dec.get("decision") or {}
-        add(f"Install decision: the recorded decision belongs to an earlier install (recorded "
+        add(
+            f"Install decision: the recorded decision belongs to an earlier install (recorded "
             f"{d.get('time') or 'at an unknown time'}, final mode {d.get('final_mode') or '-'}): "
             f"{dec.get('stale_reason') or 'it does not match the installed distribution'}; it is not shown "
             "as this install's. Reinstall through pip (or run install-kernels) to record a new one"
-            + (f"; record: {d['path']}" if d.get("path") else ""))
+            + (f"; record: {d['path']}" if d.get("path") else "")
+        )
     elif dec.get("recorded"):
         lines.extend(_render_decision(dec.get("decision") or {}))
     else:
         add(f"Install decision: {dec.get('error') or 'none recorded'}")
 
     be = report["backend"]
-    add(f"Backend requested: {be.get('requested') or '-'} (from {be.get('source') or '-'})"
-        + (f"  ! {be['error']}" if be.get("error") else ""))
+    add(
+        f"Backend requested: {be.get('requested') or '-'} (from {be.get('source') or '-'})"
+        + (f"  ! {be['error']}" if be.get("error") else "")
+    )
     for entry in report["devices"]:
         add(f"  {entry['device']}:")
         for op, o in entry["ops"].items():
@@ -654,13 +794,17 @@ def render_text(report: Dict[str, Any]) -> str:
         if c["ok"]:
             add(f"Check {c['device']}: ok ({c['backend']} backend, max abs error {c['max_abs_err']:.2e})")
         else:
-            add(f"Check {c['device']}: FAILED ({c['backend']} backend): "
-                f"{c['error'] or 'max abs error %.3g > %.3g' % (c['max_abs_err'], c['tolerance'])}")
+            add(
+                f"Check {c['device']}: FAILED ({c['backend']} backend): "
+                f"{c['error'] or 'max abs error %.3g > %.3g' % (c['max_abs_err'], c['tolerance'])}"
+            )
 
     status = report["status"]
-    title = {"ok": _ok_title(report),
-             "fallback": "FALLBACK: some ops run on the PyTorch fallback",
-             "broken": "BROKEN"}[status]
+    title = {
+        "ok": _ok_title(report),
+        "fallback": "FALLBACK: some ops run on the PyTorch fallback",
+        "broken": "BROKEN",
+    }[status]
     add(f"Status: {title} (exit {report['exit_code']})")
     for p in report["problems"]:
         where = ", ".join((p.get("ops") or []) + (p.get("devices") or []))
@@ -674,19 +818,32 @@ def render_text(report: Dict[str, Any]) -> str:
 def main(argv: Optional[List[str]] = None, prog: str = "python -m mamba_ssm doctor") -> int:
     """``doctor [--json] [--check]``; returns the exit status (0 ok, 1 fallback with a fix, 2 broken).
     ``prog``: the command shown in ``--help`` (the program name the user invoked)."""
-    parser = argparse.ArgumentParser(prog=prog,
-                                     description="Report what mamba-ssm runs on, and why.")
+    parser = argparse.ArgumentParser(prog=prog, description="Report what mamba-ssm runs on, and why.")
     parser.add_argument("--json", action="store_true", help="print one JSON object (stable keys)")
-    parser.add_argument("--check", action="store_true",
-                        help="also run selective_scan forward+backward on every device and compare with a "
-                             "float64 reference (a failure exits 2)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="also run selective_scan forward+backward on every device and compare with a "
+        "float64 reference (a failure exits 2)",
+    )
     args = parser.parse_args(argv)
     try:
         report = collect(check=args.check)
     except Exception as exc:  # noqa: BLE001 - doctor itself must not crash without a report
-        report = {"schema": SCHEMA, "status": "broken", "exit_code": EXIT_BROKEN,
-                  "problems": [{"severity": "broken", "reason": f"doctor failed: {_error_text(exc)}",
-                                "fix": None, "devices": [], "ops": []}]}
+        report = {
+            "schema": SCHEMA,
+            "status": "broken",
+            "exit_code": EXIT_BROKEN,
+            "problems": [
+                {
+                    "severity": "broken",
+                    "reason": f"doctor failed: {_error_text(exc)}",
+                    "fix": None,
+                    "devices": [],
+                    "ops": [],
+                }
+            ],
+        }
         if args.json:
             print(json.dumps(report, indent=2, sort_keys=True))
         else:

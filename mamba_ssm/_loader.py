@@ -19,6 +19,7 @@ arch for ROCm, the ``cpu`` kernel for CPU tensors). Failures are never raised: t
 :class:`LoadResult` with the exact reason and a fix, which the dispatcher (:mod:`mamba_ssm._dispatch`)
 turns into a fallback warning and ``python -m mamba_ssm doctor`` prints.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,7 +53,7 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # mamba_ssm._install.fixes: each pins this install's version, never changes torch (``--no-deps`` or
 # install-kernels) and names the wheel index the recorded install decision used.
 FIX_REPAIR_TORCH = (
-    "repair torch until `python -c \"import torch\"` works (reinstall the torch build you use, same version "
+    'repair torch until `python -c "import torch"` works (reinstall the torch build you use, same version '
     "and index), then run `python -m mamba_ssm doctor` again"
 )
 
@@ -77,13 +78,14 @@ def __getattr__(name: str) -> str:
         return _fixes().source_build_command()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 # Kinds of outcome, stable strings (doctor's JSON carries them).
 KIND_LOADED = "loaded"
-KIND_MISSING = "missing"            # no _C*.so next to the package (a pure-Python install)
+KIND_MISSING = "missing"  # no _C*.so next to the package (a pure-Python install)
 KIND_NO_TORCH = "torch-unavailable"  # torch itself cannot be imported
 KIND_BAD_BUILD_INFO = "bad-build-info"  # the file carries no readable build-info record
 KIND_INCOMPATIBLE = "incompatible"  # the build info fails the compatibility rule: never dlopened
-KIND_LOAD_ERROR = "load-error"      # dlopen / static initialisation failed (undefined symbol, bad ELF)
+KIND_LOAD_ERROR = "load-error"  # dlopen / static initialisation failed (undefined symbol, bad ELF)
 
 
 @dataclasses.dataclass
@@ -174,9 +176,7 @@ def find_compiled_module(package_dir: Optional[str] = None) -> Optional[str]:
         any other ``_C*.so`` (e.g. built for another Python: the build info decides), else None.
     """
     directory = package_dir or PACKAGE_DIR
-    candidates = [
-        p for p in glob.glob(os.path.join(glob.escape(directory), "_C*.so")) if os.path.isfile(p)
-    ]
+    candidates = [p for p in glob.glob(os.path.join(glob.escape(directory), "_C*.so")) if os.path.isfile(p)]
     if not candidates:
         return None
     return os.path.abspath(sorted(candidates, key=_suffix_rank)[0])
@@ -252,12 +252,14 @@ def _dlopen_error_text(exc: BaseException, path: str) -> str:
     without the repeated path prefix: e.g. "undefined symbol: _ZN3c10...", "invalid ELF header"."""
     root: BaseException = exc
     seen = {id(exc)}
-    while (root.__cause__ or root.__context__) is not None and id(root.__cause__ or root.__context__) not in seen:
+    while (root.__cause__ or root.__context__) is not None and id(
+        root.__cause__ or root.__context__
+    ) not in seen:
         root = root.__cause__ or root.__context__
         seen.add(id(root))
     text = str(root).strip() or type(root).__name__
     while text.startswith(path + ": "):
-        text = text[len(path) + 2:]
+        text = text[len(path) + 2 :]
     return text
 
 
@@ -319,8 +321,11 @@ def _fix_for_missing() -> str:
         )
     if _no_candidate(decision):
         return _fix_for_no_candidate(decision, source)
-    if decision and decision.get("final_mode") == "python" and "MAMBA_SKIP_CUDA_BUILD" in str(
-            decision.get("requested") or decision.get("message") or ""):
+    if (
+        decision
+        and decision.get("final_mode") == "python"
+        and "MAMBA_SKIP_CUDA_BUILD" in str(decision.get("requested") or decision.get("message") or "")
+    ):
         return (
             "the pure-Python package was requested at install time (MAMBA_SKIP_CUDA_BUILD=TRUE), so no "
             f"kernels were installed; to get them run `{kernels}`, or reinstall without "
@@ -380,9 +385,15 @@ def _load_uncached(package_dir: Optional[str] = None) -> LoadResult:
     try:
         from mamba_ssm._compat import buildinfo as _buildinfo  # noqa: PLC0415
     except Exception as exc:  # noqa: BLE001 - a broken install: report, never raise
-        return LoadResult(True, path, None, False,
-                          f"cannot check {path}: mamba_ssm._compat.buildinfo failed to import "
-                          f"({_exception_text(exc)})", f"reinstall: `{_fixes().reinstall_command()}`", KIND_BAD_BUILD_INFO)
+        return LoadResult(
+            True,
+            path,
+            None,
+            False,
+            f"cannot check {path}: mamba_ssm._compat.buildinfo failed to import ({_exception_text(exc)})",
+            f"reinstall: `{_fixes().reinstall_command()}`",
+            KIND_BAD_BUILD_INFO,
+        )
 
     try:
         build = _buildinfo.read_build_info(path)
@@ -392,8 +403,10 @@ def _load_uncached(package_dir: Optional[str] = None) -> LoadResult:
             path=path,
             build_info=None,
             loaded=False,
-            reason=(f"{path} is not a usable mamba_ssm._C build: its build-info record cannot be read "
-                    f"({_exception_text(exc)}); it was not loaded"),
+            reason=(
+                f"{path} is not a usable mamba_ssm._C build: its build-info record cannot be read "
+                f"({_exception_text(exc)}); it was not loaded"
+            ),
             fix=f"reinstall the package: `{_fixes().reinstall_command(index=_decision_index())}`",
             kind=KIND_BAD_BUILD_INFO,
         )
@@ -401,25 +414,45 @@ def _load_uncached(package_dir: Optional[str] = None) -> LoadResult:
     try:
         import torch  # noqa: PLC0415
     except Exception as exc:  # noqa: BLE001
-        return LoadResult(True, path, build, False,
-                          f"torch cannot be imported ({_exception_text(exc)})",
-                          FIX_REPAIR_TORCH,
-                          KIND_NO_TORCH)
+        return LoadResult(
+            True,
+            path,
+            build,
+            False,
+            f"torch cannot be imported ({_exception_text(exc)})",
+            FIX_REPAIR_TORCH,
+            KIND_NO_TORCH,
+        )
 
     try:
         runtime = _runtime_torch(torch)
         problems = list(_buildinfo.incompatibilities(build, runtime))
     except Exception as exc:  # noqa: BLE001
-        return LoadResult(True, path, build, False,
-                          f"cannot check {path} against torch {torch.__version__}: {_exception_text(exc)}",
-                          _fix_for_mismatch(), KIND_INCOMPATIBLE)
+        return LoadResult(
+            True,
+            path,
+            build,
+            False,
+            f"cannot check {path} against torch {torch.__version__}: {_exception_text(exc)}",
+            _fix_for_mismatch(),
+            KIND_INCOMPATIBLE,
+        )
     if problems:
         reason = (
             f"{path} does not match this torch {runtime.version} (CUDA {runtime.cuda or 'none'}, "
-            f"cxx11abi={runtime.cxx11_abi}), so it was not loaded: " + "; ".join(_without_shared_fix(problems))
+            f"cxx11abi={runtime.cxx11_abi}), so it was not loaded: "
+            + "; ".join(_without_shared_fix(problems))
         )
-        return LoadResult(True, path, build, False, reason, _fix_for_mismatch(), KIND_INCOMPATIBLE,
-                          incompatibilities=problems)
+        return LoadResult(
+            True,
+            path,
+            build,
+            False,
+            reason,
+            _fix_for_mismatch(),
+            KIND_INCOMPATIBLE,
+            incompatibilities=problems,
+        )
 
     if path in getattr(torch.ops, "loaded_libraries", ()):
         return LoadResult(True, path, build, True, None, None, KIND_LOADED)
@@ -511,15 +544,17 @@ def _coverage_uncached(key: Tuple[str, int]) -> Optional[str]:
             return None
         return f"this build of mamba_ssm._C has no CPU kernel (kernels: {', '.join(kernels) or 'none'})"
     if device_type != "cuda":
-        return (f"mamba_ssm._C has no kernel for {device_type} devices "
-                f"(kernels: {', '.join(kernels) or 'none'})")
+        return (
+            f"mamba_ssm._C has no kernel for {device_type} devices (kernels: {', '.join(kernels) or 'none'})"
+        )
 
     import torch  # noqa: PLC0415
 
     if getattr(torch.version, "hip", None):
         if "hip" not in kernels and "rocm" not in kernels:
-            return (f"this build of mamba_ssm._C has no ROCm/HIP kernel (kernels: "
-                    f"{', '.join(kernels) or 'none'})")
+            return (
+                f"this build of mamba_ssm._C has no ROCm/HIP kernel (kernels: {', '.join(kernels) or 'none'})"
+            )
         props = torch.cuda.get_device_properties(index)
         arch = _gfx_base(getattr(props, "gcnArchName", "") or "")
         if arch:
@@ -527,18 +562,25 @@ def _coverage_uncached(key: Tuple[str, int]) -> Optional[str]:
         built = sorted({_gfx_base(a) for a in (getattr(build, "gfx_archs", None) or [])})
         if arch and arch in built:
             return None
-        return (f"GPU {index} ({props.name}) is {arch or 'of an unknown gfx arch'}, and this build of "
-                f"mamba_ssm._C carries code for {', '.join(built) or 'no gfx arch'} only")
+        return (
+            f"GPU {index} ({props.name}) is {arch or 'of an unknown gfx arch'}, and this build of "
+            f"mamba_ssm._C carries code for {', '.join(built) or 'no gfx arch'} only"
+        )
 
     if "cuda" not in kernels:
-        return (f"this build of mamba_ssm._C has no CUDA kernel (kernels: {', '.join(kernels) or 'none'}): "
-                "it is a CPU-only build")
+        return (
+            f"this build of mamba_ssm._C has no CUDA kernel (kernels: {', '.join(kernels) or 'none'}): "
+            "it is a CPU-only build"
+        )
     from mamba_ssm._compat.archs import coverage  # noqa: PLC0415
 
     capability = tuple(torch.cuda.get_device_capability(index))
     _archs[key] = f"{capability[0]}.{capability[1]}"
-    reason = coverage(capability, list(getattr(build, "sass_archs", None) or []),
-                      list(getattr(build, "ptx_archs", None) or []))
+    reason = coverage(
+        capability,
+        list(getattr(build, "sass_archs", None) or []),
+        list(getattr(build, "ptx_archs", None) or []),
+    )
     if reason is None:
         return None
     return f"GPU {index} (compute capability {capability[0]}.{capability[1]}): {reason}"

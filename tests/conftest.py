@@ -1,4 +1,5 @@
 """Shared pytest configuration: markers and the repository root on sys.path."""
+
 import os
 import sys
 

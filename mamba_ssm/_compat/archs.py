@@ -13,6 +13,7 @@ Terms (CUDA C++ Programming Guide, "Compute Capability"; nvcc manual, "GPU Compi
 
 Capabilities are written ``sm_<major><minor>`` with a one-digit minor: ``sm_90`` is 9.0, ``sm_121`` 12.1.
 """
+
 from __future__ import annotations
 
 import re
@@ -265,8 +266,10 @@ def known_bad(arch: str, nvcc: Tuple[int, int]) -> Optional[str]:
     a = parse_arch(arch)
     for bad, first, fixed, reason in KNOWN_BAD:
         b = parse_arch(bad)
-        if (a.major, a.minor) == (b.major, b.minor) and tuple(nvcc) >= first and (
-            fixed is None or tuple(nvcc) < fixed
+        if (
+            (a.major, a.minor) == (b.major, b.minor)
+            and tuple(nvcc) >= first
+            and (fixed is None or tuple(nvcc) < fixed)
         ):
             return f"{a.sass} with nvcc {nvcc[0]}.{nvcc[1]}: {reason}"
     return None

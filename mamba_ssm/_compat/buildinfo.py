@@ -7,6 +7,7 @@ doctor judge a library without dlopen'ing it.
 
 Pure Python (no torch), loadable by path from setup.py.
 """
+
 from __future__ import annotations
 
 import json

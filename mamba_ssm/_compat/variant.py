@@ -27,6 +27,7 @@ Upstream's ROCm label ``hip62`` (ROCm 6.2, no torch version or ABI in it) is rea
 
 Pure Python: imports neither torch nor ``mamba_ssm/__init__``.
 """
+
 from __future__ import annotations
 
 import re
@@ -183,8 +184,12 @@ class VariantKey:
     def with_tags(self, **tags: str) -> "VariantKey":
         """A copy with other python_tag / abi_tag / platform_tag."""
         fields = dict(
-            torch=self.torch, accelerator=self.accelerator, cxx11abi=self.cxx11abi,
-            python_tag=self.python_tag, abi_tag=self.abi_tag, platform_tag=self.platform_tag,
+            torch=self.torch,
+            accelerator=self.accelerator,
+            cxx11abi=self.cxx11abi,
+            python_tag=self.python_tag,
+            abi_tag=self.abi_tag,
+            platform_tag=self.platform_tag,
             upstream_label=self.upstream_label,
         )
         fields.update(tags)
@@ -203,16 +208,21 @@ class VariantKey:
             torch = _decode_torch(m.group("torch"))
             try:
                 return cls(
-                    torch=torch, accelerator=m.group("accel"),
-                    cxx11abi=m.group("abi").lower() == "true", **tags,
+                    torch=torch,
+                    accelerator=m.group("accel"),
+                    cxx11abi=m.group("abi").lower() == "true",
+                    **tags,
                 )
             except VariantError as exc:
                 raise VariantError(f"local version label {label!r}: {exc}") from exc
         m = _HIP_RE.match(text)
         if m:
             return cls(
-                torch=None, accelerator=f"rocm{m.group('major')}.{int(m.group('minor'))}",
-                cxx11abi=None, upstream_label=text.lower(), **tags,
+                torch=None,
+                accelerator=f"rocm{m.group('major')}.{int(m.group('minor'))}",
+                cxx11abi=None,
+                upstream_label=text.lower(),
+                **tags,
             )
         raise VariantError(
             f"local version label {label!r} is not a wheel variant: expected "
@@ -230,13 +240,12 @@ class VariantKey:
                 f"wheel {name!r} has no local version label, so it names no variant "
                 f"(a pure-Python or unlabelled wheel)"
             )
-        return cls.from_local_label(
-            local, python_tag=python_tag, abi_tag=abi_tag, platform_tag=platform_tag
-        )
+        return cls.from_local_label(local, python_tag=python_tag, abi_tag=abi_tag, platform_tag=platform_tag)
 
     @classmethod
-    def from_torch(cls, build: Any, python_tag: str = "cp39", abi_tag: str = "abi3",
-                   platform_tag: str = "linux_x86_64") -> "VariantKey":
+    def from_torch(
+        cls, build: Any, python_tag: str = "cp39", abi_tag: str = "abi3", platform_tag: str = "linux_x86_64"
+    ) -> "VariantKey":
         """The key a given torch needs.
 
         ``build`` is a ``mamba_ssm._compat.versions.TorchBuild`` (or anything with ``version``,
@@ -263,12 +272,20 @@ class VariantKey:
             accel = "cpu"
         exact = getattr(build, "needs_exact_match", None)
         if exact is None:
-            exact = v.is_prerelease or v.is_devrelease or bool(
-                v.local and not re.match(r"^(cu\d+|rocm\d+(\.\d+)*|cpu)$", v.local)
+            exact = (
+                v.is_prerelease
+                or v.is_devrelease
+                or bool(v.local and not re.match(r"^(cu\d+|rocm\d+(\.\d+)*|cpu)$", v.local))
             )
         torch = str(v) if exact else f"{v.release[0]}.{v.release[1] if len(v.release) > 1 else 0}"
-        return cls(torch=torch, accelerator=accel, cxx11abi=bool(build.cxx11_abi),
-                   python_tag=python_tag, abi_tag=abi_tag, platform_tag=platform_tag)
+        return cls(
+            torch=torch,
+            accelerator=accel,
+            cxx11abi=bool(build.cxx11_abi),
+            python_tag=python_tag,
+            abi_tag=abi_tag,
+            platform_tag=platform_tag,
+        )
 
     # -- formatting ----------------------------------------------------------------------------
     def version_with_label(self, version: str) -> str:

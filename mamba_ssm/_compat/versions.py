@@ -13,6 +13,7 @@ Examples of the strings handled (all public):
 * source builds: ``"2.5.0a0+git32f585d"``.
 * ``torch.version.hip``: ``"6.2.41133-dd7f95766"``; ``hipcc --version``: ``"HIP version: 5.2.21153-0"``.
 """
+
 from __future__ import annotations
 
 import re
@@ -45,9 +46,7 @@ def parse_cuda_version(text: str) -> Tuple[int, int]:
     """
     m = re.search(r"(\d+)\.(\d+)", str(text or ""))
     if not m:
-        raise ValueError(
-            f"cannot read a CUDA version from {text!r}: expected 'major.minor' such as '12.4'"
-        )
+        raise ValueError(f"cannot read a CUDA version from {text!r}: expected 'major.minor' such as '12.4'")
     return int(m.group(1)), int(m.group(2))
 
 

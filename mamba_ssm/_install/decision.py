@@ -25,6 +25,7 @@ install it belongs to, in ``install``:
 ``record_belongs_to_install(record)`` checks that against the ``mamba_ssm-*.dist-info`` next to this
 package; doctor shows a record that does not match as belonging to an earlier install.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,8 +39,18 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .fetch import cache_dir
 
-__all__ = ["decision_path", "write_decision", "read_decision", "SCHEMA", "INSTALL_ID_FILE", "new_install_id",
-           "install_id_file_bytes", "installed_dist_infos", "dist_info_identity", "record_belongs_to_install"]
+__all__ = [
+    "decision_path",
+    "write_decision",
+    "read_decision",
+    "SCHEMA",
+    "INSTALL_ID_FILE",
+    "new_install_id",
+    "install_id_file_bytes",
+    "installed_dist_infos",
+    "dist_info_identity",
+    "record_belongs_to_install",
+]
 
 SCHEMA = 1
 
@@ -55,8 +66,9 @@ def decision_path(prefix: Optional[str] = None, environ: Optional[Mapping[str, s
     return os.path.join(folder, _key(prefix or sys.prefix) + ".json")
 
 
-def write_decision(record: Dict[str, Any], prefix: Optional[str] = None,
-                   environ: Optional[Mapping[str, str]] = None) -> str:
+def write_decision(
+    record: Dict[str, Any], prefix: Optional[str] = None, environ: Optional[Mapping[str, str]] = None
+) -> str:
     """Write ``record`` (keys above; ``schema``, ``time`` and ``prefix`` are filled in) atomically;
     returns the path. Raises OSError when the folder cannot be written."""
     prefix = os.path.realpath(prefix or sys.prefix)
@@ -77,7 +89,9 @@ def write_decision(record: Dict[str, Any], prefix: Optional[str] = None,
     return path
 
 
-def read_decision(prefix: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> Optional[Dict[str, Any]]:
+def read_decision(
+    prefix: Optional[str] = None, environ: Optional[Mapping[str, str]] = None
+) -> Optional[Dict[str, Any]]:
     """The decision recorded for ``prefix`` (default: this interpreter's ``sys.prefix``), or None
     when none was recorded. An unreadable record returns ``{"error": reason, "path": path}``."""
     path = decision_path(prefix, environ)
@@ -120,14 +134,18 @@ def installed_dist_infos(site_dir: Optional[str] = None) -> List[str]:
         names = os.listdir(site_dir)
     except OSError:
         return []
-    found = [os.path.join(site_dir, n) for n in names
-             if n.endswith(".dist-info") and n.split("-", 1)[0].replace(".", "_").lower() == "mamba_ssm"]
+    found = [
+        os.path.join(site_dir, n)
+        for n in names
+        if n.endswith(".dist-info") and n.split("-", 1)[0].replace(".", "_").lower() == "mamba_ssm"
+    ]
 
     def mtime(path: str) -> float:
         try:
             return os.stat(path).st_mtime
         except OSError:
             return 0.0
+
     return sorted(found, key=mtime, reverse=True)
 
 
@@ -155,8 +173,9 @@ def _installed_ids(site_dir: Optional[str]) -> List[str]:
     return ids
 
 
-def record_belongs_to_install(record: Optional[Mapping[str, Any]],
-                              site_dir: Optional[str] = None) -> Tuple[bool, str]:
+def record_belongs_to_install(
+    record: Optional[Mapping[str, Any]], site_dir: Optional[str] = None
+) -> Tuple[bool, str]:
     """Whether ``record`` describes the mamba-ssm installed next to this package: ``(True, "")`` or
     ``(False, why)``. A record without an ``install`` identity (written before records carried one)
     cannot be tied to this install and counts as an earlier install's."""
@@ -171,12 +190,18 @@ def record_belongs_to_install(record: Optional[Mapping[str, Any]],
             return True, ""
         if not installed_dist_infos(site_dir):
             return False, "no installed mamba-ssm distribution (dist-info) next to the package"
-        return False, (f"the installed distribution carries install id {ids[0]}" if ids else
-                       "the installed distribution was not built by the resolver path that wrote the record")
+        return False, (
+            f"the installed distribution carries install id {ids[0]}"
+            if ids
+            else "the installed distribution was not built by the resolver path that wrote the record"
+        )
     if ident.get("dist_info"):
         now = dist_info_identity(site_dir)
-        if now and os.path.realpath(now["dist_info"]) == os.path.realpath(str(ident["dist_info"])) \
-                and now["record_mtime_ns"] == ident.get("record_mtime_ns"):
+        if (
+            now
+            and os.path.realpath(now["dist_info"]) == os.path.realpath(str(ident["dist_info"]))
+            and now["record_mtime_ns"] == ident.get("record_mtime_ns")
+        ):
             return True, ""
         return False, "the installed distribution was reinstalled after the record was written"
     return False, "the record's install identity is not understood"

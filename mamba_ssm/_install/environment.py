@@ -12,6 +12,7 @@ isolation variables removed and reads torch there (:data:`PROBE`), never in the 
 GPUs: NVML through ctypes (``libnvidia-ml.so.1``), else ``nvidia-smi``; ROCm: ``rocminfo``. Neither
 initialises CUDA in any process.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -25,8 +26,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
-    "Environment", "TorchInfo", "Gpu", "DetectionError", "detect", "find_target_python",
-    "probe_python", "detect_gpus", "parse_nvidia_smi", "parse_rocminfo", "tags_for",
+    "Environment",
+    "TorchInfo",
+    "Gpu",
+    "DetectionError",
+    "detect",
+    "find_target_python",
+    "probe_python",
+    "detect_gpus",
+    "parse_nvidia_smi",
+    "parse_rocminfo",
+    "tags_for",
 ]
 
 PROBE_BEGIN = "@@MAMBA_SSM_PROBE_BEGIN@@"
@@ -36,7 +46,7 @@ PROBE_END = "@@MAMBA_SSM_PROBE_END@@"
 #: torch/version.py and, for the C++ ABI, looks for ``std::__cxx11`` names in torch/lib/libc10.so; when
 #: that does not settle it (or ``MAMBA_PROBE_IMPORT_TORCH=1``) it imports torch (``torch._C.
 #: _GLIBCXX_USE_CXX11_ABI``). It never touches torch.cuda.
-PROBE = r'''
+PROBE = r"""
 import json, os, sys, sysconfig, platform
 out = {"executable": sys.executable, "prefix": os.path.realpath(sys.prefix),
        "base_prefix": os.path.realpath(getattr(sys, "base_prefix", sys.prefix)),
@@ -97,7 +107,7 @@ elif spec is not None:
             info["version"] = None
     out["torch"] = info
 sys.stdout.write("\n@@MAMBA_SSM_PROBE_BEGIN@@" + json.dumps(out) + "@@MAMBA_SSM_PROBE_END@@\n")
-'''
+"""
 
 
 class DetectionError(RuntimeError):
@@ -200,7 +210,9 @@ class Environment:
         if torch is not None:
             if not isinstance(torch, Mapping) or "version" not in torch:
                 raise ValueError(f"environment 'torch' must be an object with 'version', got {torch!r}")
-            data["torch"] = TorchInfo(**{k: torch.get(k) for k in TorchInfo.__dataclass_fields__ if k in torch})
+            data["torch"] = TorchInfo(
+                **{k: torch.get(k) for k in TorchInfo.__dataclass_fields__ if k in torch}
+            )
         data["gpus"] = [g if isinstance(g, Gpu) else Gpu(**g) for g in data.get("gpus") or []]
         known = set(cls.__dataclass_fields__)
         unknown = set(data) - known
@@ -234,10 +246,14 @@ class Environment:
             torch = f"torch {self.torch.version}"
             if self.torch.cxx11_abi is not None:
                 torch += f" (cxx11abi {'TRUE' if self.torch.cxx11_abi else 'FALSE'})"
-        gpus = ", ".join(
-            f"{g.name or g.vendor} " + (f"sm_{g.capability.replace('.', '')}" if g.capability else (g.gfx or "?"))
-            for g in self.gpus
-        ) or "no GPU visible"
+        gpus = (
+            ", ".join(
+                f"{g.name or g.vendor} "
+                + (f"sm_{g.capability.replace('.', '')}" if g.capability else (g.gfx or "?"))
+                for g in self.gpus
+            )
+            or "no GPU visible"
+        )
         driver = f", driver {self.driver_version}" if self.driver_version else ""
         plat = next((p for p in self.platform_tags if not p.startswith("linux_")), None)
         plat = plat or (self.platform_tags[0] if self.platform_tags else self.platform)
@@ -313,7 +329,10 @@ def _uv_target(environ: Mapping[str, str]) -> Optional[Tuple[str, str]]:
         if info is None:
             continue
         exe, argv, cwd, env = info
-        if not (os.path.basename(exe) in ("uv", "uv.exe") or (uv_bin and os.path.realpath(exe) == os.path.realpath(uv_bin))):
+        if not (
+            os.path.basename(exe) in ("uv", "uv.exe")
+            or (uv_bin and os.path.realpath(exe) == os.path.realpath(uv_bin))
+        ):
             continue
         for i, arg in enumerate(argv):
             value = None
@@ -363,8 +382,9 @@ def find_target_python(environ: Optional[Mapping[str, str]] = None) -> Tuple[str
             return found
         return sys.executable, "uv's build venv (the target interpreter uv installs into was not found)"
     if _in_pip_isolation(environ):
-        return sys.executable, ("the Python that pip is building with, inspected without pip's temporary "
-                                "build packages")
+        return sys.executable, (
+            "the Python that pip is building with, inspected without pip's temporary build packages"
+        )
     return sys.executable, "the running interpreter"
 
 
@@ -387,7 +407,8 @@ def probe_environ(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]
     build_venv = env.get("VIRTUAL_ENV") if (env.get("UV") or env.get("UV_INTERNAL__BUILD_DIR")) else None
     if "PATH" in env:
         env["PATH"] = os.pathsep.join(
-            p for p in env["PATH"].split(os.pathsep)
+            p
+            for p in env["PATH"].split(os.pathsep)
             if "pip-build-env-" not in p and not (build_venv and p.startswith(build_venv))
         )
     if build_venv:
@@ -397,7 +418,9 @@ def probe_environ(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]
     return env
 
 
-def probe_python(python: str, environ: Optional[Mapping[str, str]] = None, timeout: float = 120.0) -> Dict[str, Any]:
+def probe_python(
+    python: str, environ: Optional[Mapping[str, str]] = None, timeout: float = 120.0
+) -> Dict[str, Any]:
     """Run :data:`PROBE` in ``python`` (isolation removed) and return its JSON as a dict.
 
     Raises DetectionError naming the interpreter when it cannot run or prints no result.
@@ -408,8 +431,12 @@ def probe_python(python: str, environ: Optional[Mapping[str, str]] = None, timeo
 def _probe_start(python: str, environ: Optional[Mapping[str, str]]) -> Any:
     try:
         return subprocess.Popen(
-            [python, "-c", PROBE], env=probe_environ(environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, cwd=os.path.expanduser("~") if os.path.isdir(os.path.expanduser("~")) else None,
+            [python, "-c", PROBE],
+            env=probe_environ(environ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=os.path.expanduser("~") if os.path.isdir(os.path.expanduser("~")) else None,
         )
     except OSError as exc:
         raise DetectionError(f"cannot run the target interpreter {python!r}: {exc}") from None
@@ -421,7 +448,9 @@ def _probe_result(python: str, proc: Any, timeout: float) -> Dict[str, Any]:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        raise DetectionError(f"the target interpreter {python!r} did not answer within {timeout:g} s") from None
+        raise DetectionError(
+            f"the target interpreter {python!r} did not answer within {timeout:g} s"
+        ) from None
     i, j = out.rfind(PROBE_BEGIN), out.rfind(PROBE_END)
     if i < 0 or j < i:
         raise DetectionError(
@@ -429,9 +458,11 @@ def _probe_result(python: str, proc: Any, timeout: float) -> Dict[str, Any]:
             f"{(err or out)[-600:]}"
         )
     try:
-        return json.loads(out[i + len(PROBE_BEGIN):j])
+        return json.loads(out[i + len(PROBE_BEGIN) : j])
     except ValueError as exc:
-        raise DetectionError(f"the target interpreter {python!r} printed a malformed probe result ({exc})") from None
+        raise DetectionError(
+            f"the target interpreter {python!r} printed a malformed probe result ({exc})"
+        ) from None
 
 
 # ----------------------------------------------------------------------------- GPUs and driver
@@ -538,7 +569,9 @@ def detect_gpus(environ: Optional[Mapping[str, str]] = None) -> Tuple[List[Gpu],
             try:
                 out = subprocess.run(
                     [smi, "--query-gpu=name,compute_cap,driver_version,uuid", "--format=csv,noheader"],
-                    capture_output=True, text=True, timeout=30,
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
                 )
                 gpus, driver = parse_nvidia_smi(out.stdout)
                 how.append(f"nvidia-smi: {len(gpus)} NVIDIA GPU(s)")
@@ -562,8 +595,9 @@ def detect_gpus(environ: Optional[Mapping[str, str]] = None) -> Tuple[List[Gpu],
 
 
 # ----------------------------------------------------------------------------- everything
-def detect(python: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
-           gpus: bool = True) -> Environment:
+def detect(
+    python: Optional[str] = None, environ: Optional[Mapping[str, str]] = None, gpus: bool = True
+) -> Environment:
     """Detect the target environment (see the module docstring).
 
     ``python``: the target interpreter (default: :func:`find_target_python`). Raises DetectionError
@@ -591,11 +625,17 @@ def detect(python: Optional[str] = None, environ: Optional[Mapping[str, str]] = 
         notes.append("the target has no packaging; tags computed by the resolver's interpreter")
     torch = data.get("torch")
     env = Environment(
-        python_version=data["python_version"], tags=tags, platform=data["platform"],
-        machine=data["machine"], implementation=data["implementation"], libc=data.get("libc"),
-        executable=data["executable"], prefix=data["prefix"],
+        python_version=data["python_version"],
+        tags=tags,
+        platform=data["platform"],
+        machine=data["machine"],
+        implementation=data["implementation"],
+        libc=data.get("libc"),
+        executable=data["executable"],
+        prefix=data["prefix"],
         torch=TorchInfo(**{k: torch.get(k) for k in TorchInfo.__dataclass_fields__}) if torch else None,
-        target_source=how, notes=notes,
+        target_source=how,
+        notes=notes,
     )
     if found_gpus is not None:
         env.gpus, env.driver_version, env.gpu_probe = found_gpus

@@ -23,6 +23,7 @@ checks, a cache shared by concurrent installs.
   where it could be used. The cache is ``MAMBA_SSM_CACHE_DIR``, else ``$XDG_CACHE_HOME/mamba-ssm``,
   else ``~/.cache/mamba-ssm``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -40,8 +41,16 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping, Optional
 
 __all__ = [
-    "FetchError", "HttpSettings", "cache_dir", "fetch_bytes", "fetch_wheel", "file_lock",
-    "index_url", "join_url", "local_error", "sha256_file",
+    "FetchError",
+    "HttpSettings",
+    "cache_dir",
+    "fetch_bytes",
+    "fetch_wheel",
+    "file_lock",
+    "index_url",
+    "join_url",
+    "local_error",
+    "sha256_file",
 ]
 
 CHUNK = 1 << 20
@@ -54,8 +63,9 @@ class FetchError(RuntimeError):
     ``size``, ``hash``, ``url``, ``local`` (writing the cache failed); the message names the URL.
     ``retry_after``: the seconds an HTTP 429/503 asked to wait, or None."""
 
-    def __init__(self, kind: str, url: str, message: str, transient: bool = False,
-                 retry_after: Optional[float] = None):
+    def __init__(
+        self, kind: str, url: str, message: str, transient: bool = False, retry_after: Optional[float] = None
+    ):
         super().__init__(f"{url}: {message}")
         self.kind, self.url, self.transient, self.retry_after = kind, url, transient, retry_after
 
@@ -155,8 +165,11 @@ def _classify(exc: BaseException, url: str) -> FetchError:
         return exc
     if isinstance(exc, urllib.error.HTTPError):
         code = exc.code
-        retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None) \
-            if code in (429, 503) else None
+        retry_after = (
+            _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
+            if code in (429, 503)
+            else None
+        )
         with contextlib.suppress(Exception):
             exc.close()  # the error holds the connection open
         if code == 404 or code == 410:
@@ -166,16 +179,21 @@ def _classify(exc: BaseException, url: str) -> FetchError:
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
     if isinstance(reason, ssl.SSLCertVerificationError) or isinstance(reason, ssl.SSLError):
         return FetchError(
-            "tls", url,
+            "tls",
+            url,
             f"TLS failure ({reason}); if a proxy or private CA re-signs traffic, point SSL_CERT_FILE or "
             f"PIP_CERT at its CA bundle",
         )
     if isinstance(reason, FileNotFoundError):
         return FetchError("not-found", url, f"no such file ({reason.strerror})")
     if isinstance(reason, socket.gaierror):
-        return FetchError("dns", url, f"cannot resolve the host ({reason}); offline? set MAMBA_WHEEL_INDEX "
-                                      f"to a local mirror (`python -m build_matrix mirror`, from the sdist or a "
-                                      f"checkout; the resolver's message says how)")
+        return FetchError(
+            "dns",
+            url,
+            f"cannot resolve the host ({reason}); offline? set MAMBA_WHEEL_INDEX "
+            f"to a local mirror (`python -m build_matrix mirror`, from the sdist or a "
+            f"checkout; the resolver's message says how)",
+        )
     if isinstance(reason, (socket.timeout, TimeoutError)):
         return FetchError("timeout", url, f"timed out ({reason or 'no data'})", True)
     if isinstance(reason, http.client.IncompleteRead):
@@ -222,8 +240,14 @@ def _open(url: str, settings: HttpSettings, environ: Mapping[str, str]):
     return resp
 
 
-def _stream(url: str, sink: Callable[[bytes], None], max_bytes: int, exact: Optional[int],
-            settings: HttpSettings, environ: Mapping[str, str]) -> int:
+def _stream(
+    url: str,
+    sink: Callable[[bytes], None],
+    max_bytes: int,
+    exact: Optional[int],
+    settings: HttpSettings,
+    environ: Mapping[str, str],
+) -> int:
     """One attempt: stream ``url`` into ``sink``; returns the byte count. Raises FetchError.
 
     ``exact``: the size the body must have (a wheel), else the Content-Length, when sent, must be met.
@@ -240,7 +264,9 @@ def _stream(url: str, sink: Callable[[bytes], None], max_bytes: int, exact: Opti
             if announced is not None and exact is not None and announced != exact:
                 raise FetchError("size", url, f"the server announces {length} bytes, the index says {exact}")
             if announced is not None and announced > max_bytes:
-                raise FetchError("size", url, f"the server announces {announced} bytes, over the {max_bytes} limit")
+                raise FetchError(
+                    "size", url, f"the server announces {announced} bytes, over the {max_bytes} limit"
+                )
             expected = exact if exact is not None else announced
             budget = settings.deadline_for(expected if expected is not None else max_bytes)
             deadline = None if budget is None else start + budget
@@ -260,7 +286,9 @@ def _stream(url: str, sink: Callable[[bytes], None], max_bytes: int, exact: Opti
                     break
                 total += len(chunk)
                 if total > max_bytes:
-                    raise FetchError("size", url, f"more than {max_bytes} bytes (the expected size): refusing")
+                    raise FetchError(
+                        "size", url, f"more than {max_bytes} bytes (the expected size): refusing"
+                    )
                 sink(chunk)
     except FetchError:
         raise
@@ -268,7 +296,8 @@ def _stream(url: str, sink: Callable[[bytes], None], max_bytes: int, exact: Opti
         if isinstance(exc, ValueError) and not isinstance(exc, urllib.error.URLError):
             raise FetchError("url", url, f"bad URL ({exc})") from None
         timed_out = isinstance(exc, (socket.timeout, TimeoutError)) or isinstance(
-            getattr(exc, "reason", None), (socket.timeout, TimeoutError))
+            getattr(exc, "reason", None), (socket.timeout, TimeoutError)
+        )
         if deadline is not None and timed_out and (trimmed or time.monotonic() >= deadline):
             raise _past_deadline(url, budget, total, expected, settings) from None
         raise _classify(exc, url) from None
@@ -277,14 +306,18 @@ def _stream(url: str, sink: Callable[[bytes], None], max_bytes: int, exact: Opti
     return total
 
 
-def _past_deadline(url: str, budget: float, total: int, expected: Optional[int], settings: HttpSettings) -> FetchError:
+def _past_deadline(
+    url: str, budget: float, total: int, expected: Optional[int], settings: HttpSettings
+) -> FetchError:
     of = f" of {expected}" if expected is not None else ""
     return FetchError(
-        "deadline", url,
+        "deadline",
+        url,
         f"still downloading after {budget:.0f} s ({total}{of} bytes received; the deadline is "
         f"MAMBA_HTTP_CONNECT_TIMEOUT={settings.connect_timeout:g} s + MAMBA_HTTP_READ_TIMEOUT="
         f"{settings.read_timeout:g} s + size / MAMBA_HTTP_MIN_RATE={settings.min_rate:g} bytes/s): the server is "
-        f"too slow, giving up")
+        f"too slow, giving up",
+    )
 
 
 def local_error(exc: OSError, folder: str) -> FetchError:
@@ -297,28 +330,43 @@ def local_error(exc: OSError, folder: str) -> FetchError:
     except OSError:
         free = "free space unknown"
     return FetchError(
-        "local", folder,
+        "local",
+        folder,
         f"could not write the download into the cache ({exc.strerror or exc}; {free}): free space, or set "
-        f"MAMBA_SSM_CACHE_DIR to a writable folder with room for the wheel")
+        f"MAMBA_SSM_CACHE_DIR to a writable folder with room for the wheel",
+    )
 
 
-def _with_retries(url: str, attempt: Callable[[], object], settings: HttpSettings,
-                  sleep: Callable[[float], None], log: Optional[Callable[[str], None]]):
+def _with_retries(
+    url: str,
+    attempt: Callable[[], object],
+    settings: HttpSettings,
+    sleep: Callable[[float], None],
+    log: Optional[Callable[[str], None]],
+):
     for n in range(settings.retries + 1):
         try:
             return attempt()
         except FetchError as exc:
             if not exc.transient or n == settings.retries:
                 if exc.transient and n:
-                    raise FetchError(exc.kind, url, f"{str(exc).split(': ', 1)[-1]} (after {n + 1} attempts)",
-                                     transient=True) from None
+                    raise FetchError(
+                        exc.kind,
+                        url,
+                        f"{str(exc).split(': ', 1)[-1]} (after {n + 1} attempts)",
+                        transient=True,
+                    ) from None
                 raise
-            wait = settings.backoff * (2 ** n)
+            wait = settings.backoff * (2**n)
             if exc.retry_after is not None:
                 if exc.retry_after > settings.retry_after_max:
-                    raise FetchError(exc.kind, url, f"{str(exc).split(': ', 1)[-1]}; the server asks to retry after "
-                                     f"{exc.retry_after:g} s, beyond MAMBA_HTTP_RETRY_AFTER_MAX="
-                                     f"{settings.retry_after_max:g} s: giving up") from None
+                    raise FetchError(
+                        exc.kind,
+                        url,
+                        f"{str(exc).split(': ', 1)[-1]}; the server asks to retry after "
+                        f"{exc.retry_after:g} s, beyond MAMBA_HTTP_RETRY_AFTER_MAX="
+                        f"{settings.retry_after_max:g} s: giving up",
+                    ) from None
                 wait = max(wait, exc.retry_after)
             if log:
                 log(f"{exc}; retrying in {wait:g} s ({n + 1}/{settings.retries})")
@@ -326,10 +374,15 @@ def _with_retries(url: str, attempt: Callable[[], object], settings: HttpSetting
     raise AssertionError("unreachable")
 
 
-def fetch_bytes(url: str, max_bytes: int, settings: Optional[HttpSettings] = None,
-                environ: Optional[Mapping[str, str]] = None, sleep: Callable[[float], None] = time.sleep,
-                log: Optional[Callable[[str], None]] = None,
-                check: Optional[Callable[[bytes], object]] = None) -> bytes:
+def fetch_bytes(
+    url: str,
+    max_bytes: int,
+    settings: Optional[HttpSettings] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    sleep: Callable[[float], None] = time.sleep,
+    log: Optional[Callable[[str], None]] = None,
+    check: Optional[Callable[[bytes], object]] = None,
+) -> bytes:
     """The body of ``url`` (at most ``max_bytes``), with the retries above. Raises FetchError.
 
     ``check(body)`` raising ValueError (e.g. ``json.loads`` on a half-sent body) counts as a transient
@@ -374,7 +427,9 @@ def file_lock(path: str, timeout: float = 900.0) -> Iterator[None]:
             with filelock.FileLock(path, timeout=timeout):
                 yield
         except filelock.Timeout:
-            raise TimeoutError(f"could not lock {path} within {timeout:g} s (another install holds it)") from None
+            raise TimeoutError(
+                f"could not lock {path} within {timeout:g} s (another install holds it)"
+            ) from None
         return
     import fcntl
 
@@ -400,10 +455,17 @@ def _existing_parent(path: str) -> str:
     return path
 
 
-def fetch_wheel(url: str, filename: str, sha256: str, size: int, cache: Optional[str] = None,
-                settings: Optional[HttpSettings] = None, environ: Optional[Mapping[str, str]] = None,
-                sleep: Callable[[float], None] = time.sleep,
-                log: Optional[Callable[[str], None]] = None) -> str:
+def fetch_wheel(
+    url: str,
+    filename: str,
+    sha256: str,
+    size: int,
+    cache: Optional[str] = None,
+    settings: Optional[HttpSettings] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    sleep: Callable[[float], None] = time.sleep,
+    log: Optional[Callable[[str], None]] = None,
+) -> str:
     """Download ``url`` into the cache as ``<cache>/wheels/<sha256>/<filename>`` and return that path.
 
     ``size`` in bytes and ``sha256`` (hex) are what the file must match; a verified cached copy is
@@ -440,6 +502,7 @@ def fetch_wheel(url: str, filename: str, sha256: str, size: int, cache: Optional
                     os.close(fd)
                     raise local_error(exc, folder) from None
                 try:
+
                     def sink(chunk: bytes) -> None:
                         h.update(chunk)
                         try:
@@ -458,8 +521,11 @@ def fetch_wheel(url: str, filename: str, sha256: str, size: int, cache: Optional
                         fh.close()
                 got = h.hexdigest()
                 if got != sha256.lower():
-                    raise FetchError("hash", url, f"sha256 {got} does not match the expected {sha256.lower()}: "
-                                                  f"the file was discarded")
+                    raise FetchError(
+                        "hash",
+                        url,
+                        f"sha256 {got} does not match the expected {sha256.lower()}: the file was discarded",
+                    )
                 try:
                     os.replace(tmp, dest)
                 except OSError as exc:

@@ -13,6 +13,7 @@ Every one of them is safe to paste (issue 11):
 ``python -m pip`` rather than ``pip``: the ``pip`` first on PATH may belong to another environment.
 Standard library only; loadable by path from setup.py (no torch, no ``mamba_ssm/__init__``).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,17 @@ import shlex
 from typing import Any, Mapping, Optional
 
 __all__ = [
-    "RELEASE_INDEX_URL", "MIRROR_HINT", "mirror_hint", "installed_version", "requirement", "recorded_index", "install_kernels_command",
-    "reinstall_command", "source_build_command", "no_isolation_command", "gpu_unservable",
+    "RELEASE_INDEX_URL",
+    "MIRROR_HINT",
+    "mirror_hint",
+    "installed_version",
+    "requirement",
+    "recorded_index",
+    "install_kernels_command",
+    "reinstall_command",
+    "source_build_command",
+    "no_isolation_command",
+    "gpu_unservable",
 ]
 
 #: The project's release wheel index (a static PEP 503 tree per release, written by
@@ -109,15 +119,18 @@ def _with_index(cmd: str, index: Optional[str]) -> str:
 def reinstall_command(version: Optional[str] = None, index: Optional[str] = None) -> str:
     """Rebuild this version from its sdist (the resolver runs again for the torch now installed),
     bypassing pip's wheel cache, never touching any other package."""
-    return _with_index(f"python -m pip install --no-cache-dir --force-reinstall --no-deps {requirement(version)}",
-                       index)
+    return _with_index(
+        f"python -m pip install --no-cache-dir --force-reinstall --no-deps {requirement(version)}", index
+    )
 
 
 def source_build_command(version: Optional[str] = None, env_prefix: str = "") -> str:
     """A source build of this version against the torch installed (``env_prefix``: more variables,
     e.g. ``"TORCH_CUDA_ARCH_LIST=8.0 "``)."""
-    return (f"{env_prefix}MAMBA_FORCE_BUILD=TRUE python -m pip install --no-build-isolation --no-cache-dir "
-            f"--force-reinstall --no-deps {requirement(version)}")
+    return (
+        f"{env_prefix}MAMBA_FORCE_BUILD=TRUE python -m pip install --no-build-isolation --no-cache-dir "
+        f"--force-reinstall --no-deps {requirement(version)}"
+    )
 
 
 def no_isolation_command(version: Optional[str] = None) -> str:
@@ -151,15 +164,23 @@ def gpu_unservable(capability: Optional[str], torch_cuda: Optional[str]) -> Opti
     if cap >= oldest.capability:
         return None
     sm = f"sm_{cap[0]}{cap[1]}"
-    older = [m for m in sorted(_LAST_MINOR, reverse=True) if m < cuda[0]
-             and cap >= archs.parse_arch(archs.nvcc_supported_archs((m, _LAST_MINOR[m]))[0]).capability]
-    text = (f"the GPU ({sm}) is older than every architecture CUDA {cuda[0]}.{cuda[1]} can build for (oldest "
-            f"{oldest.sass}), so no mamba-ssm kernels for this torch can run on it, prebuilt or built from source: "
-            f"its GPU ops run on the PyTorch fallback (slower)")
+    older = [
+        m
+        for m in sorted(_LAST_MINOR, reverse=True)
+        if m < cuda[0]
+        and cap >= archs.parse_arch(archs.nvcc_supported_archs((m, _LAST_MINOR[m]))[0]).capability
+    ]
+    text = (
+        f"the GPU ({sm}) is older than every architecture CUDA {cuda[0]}.{cuda[1]} can build for (oldest "
+        f"{oldest.sass}), so no mamba-ssm kernels for this torch can run on it, prebuilt or built from source: "
+        f"its GPU ops run on the PyTorch fallback (slower)"
+    )
     if older:
-        text += (f". The real fix: a torch built for CUDA {older[0]} whose arch list still has {sm} "
-                 f"(torch.cuda.get_arch_list()), then `{install_kernels_command()}` takes the mamba-ssm "
-                 f"cu{older[0]} wheel for it")
+        text += (
+            f". The real fix: a torch built for CUDA {older[0]} whose arch list still has {sm} "
+            f"(torch.cuda.get_arch_list()), then `{install_kernels_command()}` takes the mamba-ssm "
+            f"cu{older[0]} wheel for it"
+        )
     else:
         text += ". No CUDA toolkit that torch 2.x supports targets it any more"
     return text

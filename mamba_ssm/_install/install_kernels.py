@@ -13,6 +13,7 @@ Air-gapped machines: ``python -m mamba_ssm install-kernels --print-env > env.jso
 ``python -m build_matrix mirror --for env.json --to DIR`` on a connected machine, copy DIR over, then
 ``MAMBA_WHEEL_INDEX=DIR python -m mamba_ssm install-kernels`` (or ``pip install mamba-ssm``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,21 +66,37 @@ def _pip_command(wheel: str) -> List[str]:
         return [sys.executable, "-m", "pip"] + args
     uv = shutil.which("uv")
     if uv:
-        return [uv, "pip", "install", "--python", sys.executable, "--no-deps", "--reinstall", "--no-cache", wheel]
+        return [
+            uv,
+            "pip",
+            "install",
+            "--python",
+            sys.executable,
+            "--no-deps",
+            "--reinstall",
+            "--no-cache",
+            wheel,
+        ]
     raise RuntimeError(f"neither pip nor uv is available to install {wheel}; install it with your installer")
 
 
 def main(argv: Optional[List[str]] = None, prog: str = "python -m mamba_ssm install-kernels") -> int:
     """Entry point (``python -m mamba_ssm install-kernels [--index URL] [--dry-run] [--json]``)."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--index", help="wheel index URL or path (default: MAMBA_WHEEL_INDEX, else the index this install "
-                             "used when it was not the release index, else the release index)")
+    parser.add_argument(
+        "--index",
+        help="wheel index URL or path (default: MAMBA_WHEEL_INDEX, else the index this install "
+        "used when it was not the release index, else the release index)",
+    )
     parser.add_argument("--version", help="the mamba-ssm version to match (default: the installed one)")
     parser.add_argument("--dry-run", action="store_true", help="resolve and download, but do not install")
     parser.add_argument("--json", action="store_true", help="print the resolution as JSON")
-    parser.add_argument("--print-env", action="store_true",
-                        help="print this environment as JSON (for `python -m build_matrix mirror --for ENV.json` "
-                             "on a connected machine) and exit")
+    parser.add_argument(
+        "--print-env",
+        action="store_true",
+        help="print this environment as JSON (for `python -m build_matrix mirror --for ENV.json` "
+        "on a connected machine) and exit",
+    )
     args = parser.parse_args(argv)
     version = args.version or _installed_version()
     try:
@@ -94,8 +111,10 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m mamba_ssm inst
     log = (lambda t: print(f"[install-kernels] {t}", file=sys.stderr)) if not args.json else None
     index = args.index or _recorded_index(env.prefix)
     if index and log:
-        log(f"wheel index {index}: the one this install used (recorded decision); --index or MAMBA_WHEEL_INDEX "
-            f"choose another")
+        log(
+            f"wheel index {index}: the one this install used (recorded decision); --index or MAMBA_WHEEL_INDEX "
+            f"choose another"
+        )
     res = resolve(version, index=index, env=env, log=log)
     code = 0
     final = "install-kernels"
@@ -127,8 +146,17 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m mamba_ssm inst
         except OSError as exc:
             print(f"[install-kernels] could not record the decision: {exc}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"status": res.status, "wheel": res.wheel_path, "message": res.message,
-                          "decision": res.decision.to_dict() if res.decision else None}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "status": res.status,
+                    "wheel": res.wheel_path,
+                    "message": res.message,
+                    "decision": res.decision.to_dict() if res.decision else None,
+                },
+                indent=1,
+            )
+        )
     else:
         print(res.message)
     return code

@@ -24,6 +24,7 @@ Manifest schema 1::
 ``requires_python`` was added within schema 1 (an older resolver ignores the key; an older manifest
 without it means "not recorded").
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,13 @@ from typing import Any, Dict, List, Mapping, Optional
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 __all__ = [
-    "ManifestError", "WheelEntry", "Manifest", "PINNED_HASHES_FILE", "load_pinned_hashes",
-    "MAX_MANIFEST_BYTES", "SCHEMA",
+    "ManifestError",
+    "WheelEntry",
+    "Manifest",
+    "PINNED_HASHES_FILE",
+    "load_pinned_hashes",
+    "MAX_MANIFEST_BYTES",
+    "SCHEMA",
 ]
 
 SCHEMA = 1
@@ -137,11 +143,19 @@ class WheelEntry:
                 except InvalidSpecifier:
                     bad = True
             if bad:
-                raise ManifestError(f"{where} ({filename}): requires_python {req!r} is not a version specifier "
-                                    f"string or null")
-        return cls(filename=filename, sha256=sha.lower(), size=size, variant=variant,
-                   version=str(version), build_info=dict(info) if info is not None else None,
-                   requires_python=req or None, **lists)
+                raise ManifestError(
+                    f"{where} ({filename}): requires_python {req!r} is not a version specifier string or null"
+                )
+        return cls(
+            filename=filename,
+            sha256=sha.lower(),
+            size=size,
+            variant=variant,
+            version=str(version),
+            build_info=dict(info) if info is not None else None,
+            requires_python=req or None,
+            **lists,
+        )
 
 
 @dataclass
@@ -155,7 +169,8 @@ class Manifest:
     def to_json(self) -> str:
         return json.dumps(
             {"schema": self.schema, "project": self.project, "wheels": [w.to_dict() for w in self.wheels]},
-            indent=1, sort_keys=True,
+            indent=1,
+            sort_keys=True,
         )
 
     @classmethod
@@ -208,7 +223,7 @@ def load_pinned_hashes(path: Optional[str] = None) -> Optional[Dict[str, Dict[st
         raise ManifestError(f"{path}: pinned hashes are not valid JSON ({exc})") from None
     wheels = data.get("wheels") if isinstance(data, dict) else None
     if not isinstance(wheels, dict):
-        raise ManifestError(f"{path}: expected {{\"wheels\": {{filename: {{sha256, size}}}}}}")
+        raise ManifestError(f'{path}: expected {{"wheels": {{filename: {{sha256, size}}}}}}')
     out = {}
     for name, rec in wheels.items():
         _safe_component(name, f"{path}: filename")

@@ -19,6 +19,7 @@ and its sha256. ``MAMBA_PREBUILT_LABEL=keep`` hands over the index wheel unchang
 with ``--no-cache-dir``). A cached wheel that later lands in a venv with another torch is caught by the
 loader's compatibility rule (the build info inside ``_C``), and doctor names the fix.
 """
+
 from __future__ import annotations
 
 import base64
@@ -75,7 +76,7 @@ def relabel_wheel(src: str, version: str, out_dir: str, sha256: Optional[str] = 
                 data = zin.read(info.filename)
                 path = info.filename
                 if path.startswith(old_di + "/"):
-                    path = new_di + path[len(old_di):]
+                    path = new_di + path[len(old_di) :]
                 if path == f"{new_di}/RECORD":
                     continue
                 if path == f"{new_di}/METADATA":
@@ -94,8 +95,11 @@ def relabel_wheel(src: str, version: str, out_dir: str, sha256: Optional[str] = 
                 zout.writestr(out, data)
                 if not path.endswith("/"):  # directory entries (auditwheel writes them) are not RECORD rows
                     rows.append([path, _hash(data), str(len(data))])
-            variant = json.dumps({"index_wheel": name, "sha256": sha256, "version": str(old),
-                                  "installed_as": str(new)}, indent=1, sort_keys=True).encode()
+            variant = json.dumps(
+                {"index_wheel": name, "sha256": sha256, "version": str(old), "installed_as": str(new)},
+                indent=1,
+                sort_keys=True,
+            ).encode()
             vinfo = zipfile.ZipInfo(f"{new_di}/{VARIANT_FILE}", infos[0].date_time)
             vinfo.compress_type, vinfo.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
             zout.writestr(vinfo, variant)

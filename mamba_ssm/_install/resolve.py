@@ -4,6 +4,7 @@ Used by setup.py (``setup_hook``), ``python -m mamba_ssm install-kernels`` and
 ``python -m build_matrix resolve``. The index is ``MAMBA_WHEEL_INDEX`` (an http(s) or file:// URL or a
 local path), else :data:`RELEASE_INDEX_URL` for this version.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,15 @@ from .manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, WheelEntry, l
 from .selection import Decision, select
 from .wheelmeta import disagreements, platform_arch, read_wheel_meta, target_problems
 
-__all__ = ["RELEASE_INDEX_URL", "Resolution", "resolve", "default_index", "fix_no_candidate", "fix_index", "contents_problems"]
+__all__ = [
+    "RELEASE_INDEX_URL",
+    "Resolution",
+    "resolve",
+    "default_index",
+    "fix_no_candidate",
+    "fix_index",
+    "contents_problems",
+]
 
 
 def fix_no_candidate(version: str) -> str:
@@ -31,6 +40,7 @@ def fix_no_candidate(version: str) -> str:
         f"against the torch installed (`{fixes.source_build_command(version)}`; a CPU torch needs a C++ "
         "compiler, a CUDA torch nvcc as well)."
     )
+
 
 #: (:data:`RELEASE_INDEX_URL`, from :mod:`.fixes`, is the fallback outside a released sdist.)
 #: Written into the sdist at release (``python -m build_matrix release sdist``): ``{"index_url": the
@@ -53,6 +63,7 @@ def release_index(path: Optional[str] = None) -> Optional[Dict[str, str]]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a release index record ({exc}); reinstall the sdist") from None
     return dict(data, **urls)
+
 
 def fix_index(version: str) -> str:
     """What to do when the wheel index cannot be used (the mirror command pins ``version``)."""
@@ -129,10 +140,17 @@ class Resolution:
         }
 
 
-def resolve(version: str, index: Optional[str] = None, env: Optional[Environment] = None,
-            fetch: bool = True, environ: Optional[Mapping[str, str]] = None,
-            settings: Optional[HttpSettings] = None, pinned: Any = "sdist",
-            cache: Optional[str] = None, log: Optional[Callable[[str], None]] = None) -> Resolution:
+def resolve(
+    version: str,
+    index: Optional[str] = None,
+    env: Optional[Environment] = None,
+    fetch: bool = True,
+    environ: Optional[Mapping[str, str]] = None,
+    settings: Optional[HttpSettings] = None,
+    pinned: Any = "sdist",
+    cache: Optional[str] = None,
+    log: Optional[Callable[[str], None]] = None,
+) -> Resolution:
     """Resolve (and with ``fetch``, download and verify) the wheel for ``version`` (e.g. ``"2.4.0"``).
 
     ``env``: a declared target (default: detect it). ``pinned``: ``"sdist"`` reads
@@ -164,8 +182,10 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
             env = detect(environ=environ)
         except DetectionError as exc:
             res.error_kind = "detect"
-            res.message = (f"Could not detect the target environment: {exc}. Set MAMBA_TARGET_PYTHON to "
-                           f"the target interpreter, or run python -m mamba_ssm install-kernels there.")
+            res.message = (
+                f"Could not detect the target environment: {exc}. Set MAMBA_TARGET_PYTHON to "
+                f"the target interpreter, or run python -m mamba_ssm install-kernels there."
+            )
             return res
     res.env = env
     say(f"target: {env.summary()} ({env.target_source or 'declared'})")
@@ -186,24 +206,30 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
     except FetchError as exc:
         if exc.kind == "invalid":
             res.error_kind = "manifest"
-            res.message = (f"The wheel index's manifest was refused: {exc}. No wheel was downloaded. {fix_index(version)}")
+            res.message = f"The wheel index's manifest was refused: {exc}. No wheel was downloaded. {fix_index(version)}"
             return res
         res.error_kind = f"index-{exc.kind}"
         res.message = f"Could not read the wheel index: {exc}. Looked for a wheel for {env.summary()}. {fix_index(version)}"
         return res
     except ManifestError as exc:
         res.error_kind = "manifest"
-        res.message = (f"The wheel index's manifest was refused: {exc}. No wheel was downloaded. {fix_index(version)}")
+        res.message = (
+            f"The wheel index's manifest was refused: {exc}. No wheel was downloaded. {fix_index(version)}"
+        )
         return res
     decision = select(env, manifest, version, pins)
     res.decision = decision
     if decision.status != "chosen":
         res.status = "no-candidate"
         if decision.gpu_unservable:  # a source build cannot help either: say what runs and the real fix
-            res.message = (f"No prebuilt mamba-ssm wheel fits. {decision.explain()} "
-                           f"{' '.join(u.rstrip('.') + '.' for u in decision.gpu_unservable)}")
+            res.message = (
+                f"No prebuilt mamba-ssm wheel fits. {decision.explain()} "
+                f"{' '.join(u.rstrip('.') + '.' for u in decision.gpu_unservable)}"
+            )
         else:
-            res.message = f"No prebuilt mamba-ssm wheel fits. {decision.explain()} {fix_no_candidate(version)}"
+            res.message = (
+                f"No prebuilt mamba-ssm wheel fits. {decision.explain()} {fix_no_candidate(version)}"
+            )
         return res
     if not fetch:
         res.status, res.entry = "prebuilt", decision.chosen
@@ -226,24 +252,31 @@ def resolve(version: str, index: Optional[str] = None, env: Optional[Environment
         problems = contents_problems(res.wheel_path, entry, env)
         if problems:  # the bytes are the index's, but they are not what its name and manifest say
             say(f"refusing {entry.filename}: " + "; ".join(problems))
-            failures.append(f"{entry.filename}: its contents disagree with its name or the target: "
-                            + "; ".join(problems))
+            failures.append(
+                f"{entry.filename}: its contents disagree with its name or the target: " + "; ".join(problems)
+            )
             res.wheel_path, res.error_kind = None, "fetch-metadata"
             continue  # another candidate may be sound
         res.status, res.entry, res.error_kind = "prebuilt", entry, None
-        res.message = (f"{decision.explain()} Downloaded and verified (sha256 {sha[:16]}..., {size} bytes; "
-                       f"WHEEL tags, METADATA and build info agree).")
+        res.message = (
+            f"{decision.explain()} Downloaded and verified (sha256 {sha[:16]}..., {size} bytes; "
+            f"WHEEL tags, METADATA and build info agree)."
+        )
         return res
     if res.error_kind == "fetch-local":  # the network worked; the cache could not take the file
         res.message = f"The chosen wheel could not be saved: {' | '.join(failures)}. {decision.explain()}"
         return res
     if res.error_kind == "fetch-metadata":
-        res.message = (f"No wheel was installed: {' | '.join(failures)}. The index serves a mislabelled wheel; "
-                       f"it was not handed to the installer. {decision.explain()} "
-                       f"{fix_no_candidate(version)}")
+        res.message = (
+            f"No wheel was installed: {' | '.join(failures)}. The index serves a mislabelled wheel; "
+            f"it was not handed to the installer. {decision.explain()} "
+            f"{fix_no_candidate(version)}"
+        )
         return res
-    res.message = (f"The chosen wheel could not be downloaded: {' | '.join(failures)}. "
-                   f"{decision.explain()} {fix_index(version)}")
+    res.message = (
+        f"The chosen wheel could not be downloaded: {' | '.join(failures)}. "
+        f"{decision.explain()} {fix_index(version)}"
+    )
     return res
 
 
@@ -262,8 +295,10 @@ def contents_problems(path: str, entry: WheelEntry, env: Environment) -> List[st
     if (meta.build_info or None) != (entry.build_info or None):
         problems.append("the compiled module's build info differs from the one the index's manifest lists")
     if entry.requires_python and meta.requires_python != entry.requires_python:
-        problems.append(f"METADATA Requires-Python {meta.requires_python!r} differs from the manifest's "
-                        f"{entry.requires_python!r}")
+        problems.append(
+            f"METADATA Requires-Python {meta.requires_python!r} differs from the manifest's "
+            f"{entry.requires_python!r}"
+        )
     return problems
 
 

@@ -18,6 +18,7 @@ chosen wheel, the ranked compatible candidates, and each rejected wheel with its
 No wheel passing is a result of its own (``Decision.chosen is None``, ``status == "no-candidate"``);
 what to do then (source build / pure-Python package / error) is the caller's business.
 """
+
 from __future__ import annotations
 
 import re
@@ -35,7 +36,11 @@ from .wheelmeta import requires_python_problem
 
 __all__ = [
     "served_by",
-    "Decision", "select", "CUDA_MAJOR_MIN_DRIVER", "TOOLKIT_DRIVER", "min_driver_for_toolkit",
+    "Decision",
+    "select",
+    "CUDA_MAJOR_MIN_DRIVER",
+    "TOOLKIT_DRIVER",
+    "min_driver_for_toolkit",
     "parse_driver_version",
 ]
 
@@ -47,11 +52,25 @@ CUDA_MAJOR_MIN_DRIVER: Dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "
 #: Linux driver shipped with each toolkit (the same release notes, "CUDA Toolkit and Corresponding
 #: Driver Versions"): PTX from that toolkit needs at least this driver to JIT-compile.
 TOOLKIT_DRIVER: Dict[Tuple[int, int], str] = {
-    (11, 0): "450.36.06", (11, 1): "455.23", (11, 2): "460.27.03", (11, 3): "465.19.01",
-    (11, 4): "470.42.01", (11, 5): "495.29.05", (11, 6): "510.39.01", (11, 7): "515.43.04",
-    (11, 8): "520.61.05", (12, 0): "525.60.13", (12, 1): "530.30.02", (12, 2): "535.54.03",
-    (12, 3): "545.23.06", (12, 4): "550.54.14", (12, 5): "555.42.02", (12, 6): "560.28.03",
-    (12, 8): "570.26", (12, 9): "575.51.03", (13, 0): "580.65.06",
+    (11, 0): "450.36.06",
+    (11, 1): "455.23",
+    (11, 2): "460.27.03",
+    (11, 3): "465.19.01",
+    (11, 4): "470.42.01",
+    (11, 5): "495.29.05",
+    (11, 6): "510.39.01",
+    (11, 7): "515.43.04",
+    (11, 8): "520.61.05",
+    (12, 0): "525.60.13",
+    (12, 1): "530.30.02",
+    (12, 2): "535.54.03",
+    (12, 3): "545.23.06",
+    (12, 4): "550.54.14",
+    (12, 5): "555.42.02",
+    (12, 6): "560.28.03",
+    (12, 8): "570.26",
+    (12, 9): "575.51.03",
+    (13, 0): "580.65.06",
 }
 
 _ARCH_RE = re.compile(r"(x86_64|aarch64|i686|ppc64le|s390x|armv7l|riscv64|arm64|universal2)$")
@@ -150,23 +169,33 @@ def _tag_reason(entry: WheelEntry, env: Environment) -> Optional[str]:
     env_arch = _arch_of(env_plats[0]) if env_plats else env.machine
     wheel_arch = {_arch_of(p) for p in wheel_plats} - {None}
     if wheel_arch and env_arch and env_arch not in wheel_arch:
-        return (f"built for {', '.join(sorted(wheel_arch))} ({', '.join(wheel_plats)}) but the target is "
-                f"{env_arch}")
+        return (
+            f"built for {', '.join(sorted(wheel_arch))} ({', '.join(wheel_plats)}) but the target is "
+            f"{env_arch}"
+        )
     if unrepaired_on_musl:
-        return (f"an unrepaired {', '.join(wheel_plats)} wheel (built against some glibc, never checked by "
-                f"auditwheel) cannot be trusted on a musllinux (musl libc) target")
+        return (
+            f"an unrepaired {', '.join(wheel_plats)} wheel (built against some glibc, never checked by "
+            f"auditwheel) cannot be trusted on a musllinux (musl libc) target"
+        )
     if any(p.startswith("manylinux") for p in wheel_plats) and env_musl and not env_many:
-        return (f"a manylinux (glibc) wheel ({', '.join(wheel_plats)}) cannot run on a musllinux "
-                f"(musl libc) target")
+        return (
+            f"a manylinux (glibc) wheel ({', '.join(wheel_plats)}) cannot run on a musllinux "
+            f"(musl libc) target"
+        )
     if any(p.startswith("musllinux") for p in wheel_plats) and not env_musl:
         return f"a musllinux wheel ({', '.join(wheel_plats)}) cannot run on a glibc target"
     if not any(p in env_plats for p in wheel_plats):
         best = env_plats[0] if env_plats else env.platform
-        return (f"platform tag {', '.join(wheel_plats)} is not supported by the target (newest it "
-                f"accepts: {best}; a manylinux tag needs at least that glibc)")
+        return (
+            f"platform tag {', '.join(wheel_plats)} is not supported by the target (newest it "
+            f"accepts: {best}; a manylinux tag needs at least that glibc)"
+        )
     interp = sorted({f"{t.interpreter}-{t.abi}" for t in wheel_tags})
-    return (f"Python/ABI tag {', '.join(interp)} is not supported by the target interpreter "
-            f"(Python {env.python_version}, e.g. {env.tags[0] if env.tags else '?'})")
+    return (
+        f"Python/ABI tag {', '.join(interp)} is not supported by the target interpreter "
+        f"(Python {env.python_version}, e.g. {env.tags[0] if env.tags else '?'})"
+    )
 
 
 def _tag_rank(entry: WheelEntry, env: Environment) -> int:
@@ -209,7 +238,9 @@ def _looked_for(env: Environment) -> str:
     return text
 
 
-def _check(entry: WheelEntry, env: Environment, sdist: Version, runtime, pinned) -> Tuple[List[str], Dict[str, Any]]:
+def _check(
+    entry: WheelEntry, env: Environment, sdist: Version, runtime, pinned
+) -> Tuple[List[str], Dict[str, Any]]:
     reasons: List[str] = []
     facts: Dict[str, Any] = {"jit": False, "exact_torch": False}
     try:
@@ -298,21 +329,33 @@ def served_by(entry: WheelEntry) -> str:
     """What one wheel serves, in words: ``torch 2.14 (built with 2.14.1+cu130), CUDA 13.0, cxx11abi
     TRUE; cp39-abi3 manylinux_2_28_x86_64`` (from its build info and file name)."""
     tags = sorted(entry.tags, key=str)
-    where = " ".join(sorted({f"{t.interpreter}-{t.abi}" for t in tags})) + " " + \
-        " ".join(sorted({t.platform for t in tags}))
+    where = (
+        " ".join(sorted({f"{t.interpreter}-{t.abi}" for t in tags}))
+        + " "
+        + " ".join(sorted({t.platform for t in tags}))
+    )
     info = entry.build_info
     if not info:
         return f"any torch (pure-Python wheel, no compiled kernels); {where}"
     tv = str(info.get("torch_version") or "?")
     mm = ".".join(re.split(r"[.+]", tv)[:2])
-    accel = (f"CUDA {info['torch_cuda']}" if info.get("torch_cuda") else
-             f"ROCm/HIP {info['torch_hip']}" if info.get("torch_hip") else "CPU only")
+    accel = (
+        f"CUDA {info['torch_cuda']}"
+        if info.get("torch_cuda")
+        else f"ROCm/HIP {info['torch_hip']}"
+        if info.get("torch_hip")
+        else "CPU only"
+    )
     abi = {True: "TRUE", False: "FALSE"}.get(info.get("cxx11_abi"), "?")
     return f"torch {mm} (built with {tv}), {accel}, cxx11abi {abi}; {where}"
 
 
-def select(env: Environment, manifest: Manifest, sdist_version: str,
-           pinned: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Decision:
+def select(
+    env: Environment,
+    manifest: Manifest,
+    sdist_version: str,
+    pinned: Optional[Mapping[str, Mapping[str, Any]]] = None,
+) -> Decision:
     """Rank the manifest's wheels for ``env``; see the module docstring for the rules.
 
     Args:
@@ -332,8 +375,14 @@ def select(env: Environment, manifest: Manifest, sdist_version: str,
     notes: List[str] = []
     served = sorted({served_by(w) for w in manifest.wheels})
     if env.torch is None or not env.torch.version:
-        return Decision("no-torch", None, [], [(w.filename, "torch is not installed in the target")
-                                              for w in manifest.wheels], looked_for, served=served)
+        return Decision(
+            "no-torch",
+            None,
+            [],
+            [(w.filename, "torch is not installed in the target") for w in manifest.wheels],
+            looked_for,
+            served=served,
+        )
     if env.torch.error:
         notes.append(f"torch is installed but does not import ({env.torch.error})")
     if env.torch.cxx11_abi is None:
@@ -341,8 +390,14 @@ def select(env: Environment, manifest: Manifest, sdist_version: str,
     try:
         runtime = env.torch.build()
     except ValueError as exc:
-        return Decision("no-candidate", None, [], [(w.filename, str(exc)) for w in manifest.wheels], looked_for,
-                        served=served)
+        return Decision(
+            "no-candidate",
+            None,
+            [],
+            [(w.filename, str(exc)) for w in manifest.wheels],
+            looked_for,
+            served=served,
+        )
     if not env.gpus and (runtime.cuda_major is not None):
         notes.append("no NVIDIA GPU is visible, so GPU coverage and the driver were not checked")
     good: List[Tuple[Tuple, WheelEntry]] = []
@@ -370,5 +425,13 @@ def select(env: Environment, manifest: Manifest, sdist_version: str,
             why = gpu_unservable(gpu.capability, env.torch.cuda) if gpu.vendor == "nvidia" else None
             if why:
                 unservable.append(f"{gpu.name or 'GPU'}: {why}")
-    return Decision(status, candidates[0] if candidates else None, candidates, rejected, looked_for, notes,
-                    served, unservable)
+    return Decision(
+        status,
+        candidates[0] if candidates else None,
+        candidates,
+        rejected,
+        looked_for,
+        notes,
+        served,
+        unservable,
+    )

@@ -17,6 +17,7 @@ Loaded that way, the rest of ``mamba_ssm/_install`` and ``mamba_ssm/_compat`` ar
 private package name whose ``__path__`` is this checkout's ``mamba_ssm`` folder, so
 ``mamba_ssm/__init__.py`` (and torch) is never executed.
 """
+
 # No ``from __future__ import annotations`` here: setup.py may exec this file without registering it
 # in sys.modules, and dataclasses then cannot resolve string annotations.
 import importlib
@@ -76,10 +77,14 @@ def _target(env: Any) -> Optional[Dict[str, Any]]:
         return None
     torch = getattr(env, "torch", None)
     return {
-        "python_version": env.python_version, "executable": env.executable, "prefix": env.prefix,
+        "python_version": env.python_version,
+        "executable": env.executable,
+        "prefix": env.prefix,
         "torch_path": getattr(torch, "path", None) if torch else None,
         "torch_version": getattr(torch, "version", None) if torch else None,
-        "gpus": [{"vendor": g.vendor, "capability": g.capability, "gfx": g.gfx, "name": g.name} for g in env.gpus],
+        "gpus": [
+            {"vendor": g.vendor, "capability": g.capability, "gfx": g.gfx, "name": g.name} for g in env.gpus
+        ],
     }
 
 
@@ -94,24 +99,36 @@ def resolve_prebuilt(version: str) -> Outcome:
     except Exception as exc:  # the install must go on to its fallback, with the reason
         msg = f"The prebuilt-wheel resolver failed unexpectedly ({type(exc).__name__}: {exc})."
         _say(msg)
-        return Outcome(None, False, msg, "error", {"record": {"package_version": version, "status": "error",
-                                                              "message": msg}, "prefix": None})
+        return Outcome(
+            None,
+            False,
+            msg,
+            "error",
+            {"record": {"package_version": version, "status": "error", "message": msg}, "prefix": None},
+        )
     _say(res.message)
-    details = {"record": res.record(), "prefix": res.env.prefix if res.env else None, "target": _target(res.env)}
+    details = {
+        "record": res.record(),
+        "prefix": res.env.prefix if res.env else None,
+        "target": _target(res.env),
+    }
     wheel = res.wheel_path
     if wheel and os.environ.get("MAMBA_PREBUILT_LABEL", "sdist").strip().lower() != "keep":
         # pip refuses a cached wheel whose version differs from the sdist's (see relabel.py)
         try:
             wheel = _mod("relabel").relabel_wheel(
-                wheel, version, os.path.join(os.path.dirname(wheel), "as-" + version), res.entry.sha256)
+                wheel, version, os.path.join(os.path.dirname(wheel), "as-" + version), res.entry.sha256
+            )
         except Exception as exc:
             msg = f"{res.message} Could not give the wheel the sdist's version ({type(exc).__name__}: {exc})."
             _say(msg)
             details["record"]["message"] = msg
             return Outcome(None, False, msg, "error", details)
         if wheel != res.wheel_path:
-            _say(f"handing pip {os.path.basename(wheel)}: the index wheel with the sdist's version {version} "
-                 f"(package files unchanged; MAMBA_PREBUILT_LABEL=keep hands over the index wheel as is)")
+            _say(
+                f"handing pip {os.path.basename(wheel)}: the index wheel with the sdist's version {version} "
+                f"(package files unchanged; MAMBA_PREBUILT_LABEL=keep hands over the index wheel as is)"
+            )
         details["record"]["installed_wheel"] = os.path.basename(wheel)
     return Outcome(wheel, res.status == "deferred", res.message, res.status, details)
 
@@ -121,8 +138,13 @@ def requested(version: str, final_mode: str, reason: str) -> Outcome:
     ``python``, ``MAMBA_FORCE_BUILD=TRUE`` -> ``source``): the resolver did not run. ``reason`` names
     the variable(s); it becomes the record's message. Never raises."""
     message = f"{reason}: the resolver was not asked (no prebuilt wheel looked for)."
-    rec = {"package_version": version, "status": "requested", "wheel": None, "requested": reason,
-           "message": message}
+    rec = {
+        "package_version": version,
+        "status": "requested",
+        "wheel": None,
+        "requested": reason,
+        "message": message,
+    }
     return Outcome(None, False, message, "requested", {"record": rec, "prefix": None})
 
 
@@ -133,8 +155,10 @@ def record(outcome: Outcome, final_mode: str, install_id: Optional[str] = None) 
     written (never raises: a read-only home must not fail the install)."""
     try:
         details = getattr(outcome, "details", None) or {}
-        rec = dict(details.get("record") or {"message": getattr(outcome, "message", ""),
-                                              "status": getattr(outcome, "status", None)})
+        rec = dict(
+            details.get("record")
+            or {"message": getattr(outcome, "message", ""), "status": getattr(outcome, "status", None)}
+        )
         rec["final_mode"] = final_mode
         rec.setdefault("message", getattr(outcome, "message", ""))
         if install_id:

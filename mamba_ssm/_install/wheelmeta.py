@@ -10,6 +10,7 @@ x86_64 name, or requires another Python, is never installed.
 
 Standard library + ``packaging`` only.
 """
+
 from __future__ import annotations
 
 import email.parser
@@ -26,8 +27,14 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-__all__ = ["WheelMeta", "read_wheel_meta", "disagreements", "target_problems", "platform_arch",
-           "requires_python_problem"]
+__all__ = [
+    "WheelMeta",
+    "read_wheel_meta",
+    "disagreements",
+    "target_problems",
+    "platform_arch",
+    "requires_python_problem",
+]
 
 _ARCH_RE = re.compile(r"(x86_64|aarch64|i686|ppc64le|s390x|armv7l|riscv64|arm64|universal2)$")
 
@@ -69,8 +76,12 @@ def read_wheel_meta(path: str, scratch: Optional[str] = None) -> WheelMeta:
             raise ValueError(f"{path}: no .dist-info/METADATA or .dist-info/WHEEL: not a wheel")
         meta = email.parser.Parser().parsestr(zf.read(meta_name).decode("utf-8", "replace"))
         wheel = email.parser.Parser().parsestr(zf.read(wheel_name).decode("utf-8", "replace"))
-        out = WheelMeta(meta.get("Name"), meta.get("Version"), meta.get("Requires-Python"),
-                        [t.strip() for t in (wheel.get_all("Tag") or [])])
+        out = WheelMeta(
+            meta.get("Name"),
+            meta.get("Version"),
+            meta.get("Requires-Python"),
+            [t.strip() for t in (wheel.get_all("Tag") or [])],
+        )
         so = sorted(n for n in names if re.match(r"^mamba_ssm/_C[^/]*\.so$", n))
         if so:
             out.compiled_module = so[0]
@@ -81,7 +92,9 @@ def read_wheel_meta(path: str, scratch: Optional[str] = None) -> WheelMeta:
                 try:
                     out.build_info = json.loads(read_build_info(tmp).to_json())
                 except BuildInfoError as exc:
-                    raise ValueError(f"{path}: {so[0]}: {str(exc).replace(tmp, 'the compiled module')}") from None
+                    raise ValueError(
+                        f"{path}: {so[0]}: {str(exc).replace(tmp, 'the compiled module')}"
+                    ) from None
             finally:
                 os.unlink(tmp)
     return out
@@ -107,8 +120,10 @@ def disagreements(meta: WheelMeta, filename: str) -> List[str]:
     except InvalidVersion:
         same = False
     if not same:
-        problems.append(f"METADATA version {meta.version!r} differs from the file name's {str(version)!r} "
-                        f"(strict installers reject such a wheel)")
+        problems.append(
+            f"METADATA version {meta.version!r} differs from the file name's {str(version)!r} "
+            f"(strict installers reject such a wheel)"
+        )
     named = sorted(str(t) for t in tags)
     inside = sorted(set(meta.wheel_tags))
     if inside != named:
@@ -118,12 +133,16 @@ def disagreements(meta: WheelMeta, filename: str) -> List[str]:
         built_arch = platform_arch(str(info.get("platform") or ""))
         name_archs = {platform_arch(t.platform) for t in tags} - {None}
         if built_arch and name_archs and built_arch not in name_archs:
-            problems.append(f"the compiled module was built for {info.get('platform')} ({built_arch}), the file name "
-                            f"says {', '.join(sorted(name_archs))}")
+            problems.append(
+                f"the compiled module was built for {info.get('platform')} ({built_arch}), the file name "
+                f"says {', '.join(sorted(name_archs))}"
+            )
         pv = info.get("package_version")
         try:
             if pv and Version(str(pv)).public != version.public:
-                problems.append(f"the compiled module's build info names version {pv}, the file name {version}")
+                problems.append(
+                    f"the compiled module's build info names version {pv}, the file name {version}"
+                )
         except InvalidVersion:
             problems.append(f"the compiled module's build info names version {pv!r}, not PEP 440")
     if meta.requires_python:
@@ -142,7 +161,11 @@ def requires_python_problem(spec: Optional[str], python_version: str) -> Optiona
         ok = SpecifierSet(spec).contains(python_version, prereleases=True)
     except (InvalidSpecifier, InvalidVersion):
         return f"Requires-Python {spec!r} is not a valid specifier"
-    return None if ok else f"it requires Python {spec} (METADATA Requires-Python), the target is {python_version}"
+    return (
+        None
+        if ok
+        else f"it requires Python {spec} (METADATA Requires-Python), the target is {python_version}"
+    )
 
 
 def target_problems(meta: WheelMeta, python_version: str, machine: Optional[str]) -> List[str]:
@@ -154,6 +177,11 @@ def target_problems(meta: WheelMeta, python_version: str, machine: Optional[str]
         problems.append(why)
     info = meta.build_info
     built_arch = platform_arch(str(info.get("platform") or "")) if info else None
-    if built_arch and machine and platform_arch(machine.lower()) and platform_arch(machine.lower()) != built_arch:
+    if (
+        built_arch
+        and machine
+        and platform_arch(machine.lower())
+        and platform_arch(machine.lower()) != built_arch
+    ):
         problems.append(f"the compiled module was built for {built_arch}, the target is {machine}")
     return problems

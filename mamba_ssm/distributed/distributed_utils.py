@@ -17,14 +17,26 @@ run as an all-reduce / list all-gather with the same result.
     all_reduce:     forward sums over ranks; backward passes the gradient through (it is already the
                     same on every rank)
 """
+
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["all_gather_raw", "reduce_scatter_raw", "all_reduce_raw", "all_gather", "reduce_scatter",
-           "all_reduce", "AllGatherFunc", "ReduceScatterFunc", "AllReduceFunc", "sync_shared_params",
-           "allreduce_sequence_parallel_grad", "get_dim_for_local_rank"]
+__all__ = [
+    "all_gather_raw",
+    "reduce_scatter_raw",
+    "all_reduce_raw",
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+    "AllGatherFunc",
+    "ReduceScatterFunc",
+    "AllReduceFunc",
+    "sync_shared_params",
+    "allreduce_sequence_parallel_grad",
+    "get_dim_for_local_rank",
+]
 
 
 def _is_gloo(process_group) -> bool:
@@ -59,8 +71,10 @@ def reduce_scatter_raw(input_, process_group, async_op=False):
     """
     world_size = dist.get_world_size(process_group)
     if input_.shape[0] % world_size:
-        raise ValueError(f"reduce_scatter: dim 0 of the input ({tuple(input_.shape)}) must be a multiple of the "
-                         f"world size {world_size} (with sequence parallelism: batch * seqlen)")
+        raise ValueError(
+            f"reduce_scatter: dim 0 of the input ({tuple(input_.shape)}) must be a multiple of the "
+            f"world size {world_size} (with sequence parallelism: batch * seqlen)"
+        )
     input_ = input_.contiguous()
     if world_size == 1:
         return input_, None
@@ -168,8 +182,11 @@ def sync_shared_params(model, process_group):
 def allreduce_sequence_parallel_grad(model, process_group):
     """Sum over ranks the gradients of the parameters marked ``_sequence_parallel = True`` (replicated
     parameters that see only this rank's tokens under sequence parallelism, e.g. norms)."""
-    params = [p for _, p in sorted(model.named_parameters())
-              if getattr(p, "_sequence_parallel", False) and p.grad is not None]
+    params = [
+        p
+        for _, p in sorted(model.named_parameters())
+        if getattr(p, "_sequence_parallel", False) and p.grad is not None
+    ]
     for p in params:
         dist.all_reduce(p.grad, group=process_group)
 

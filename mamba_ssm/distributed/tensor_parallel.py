@@ -13,6 +13,7 @@ in the Megatron style (Shoeybi et al., arXiv:1909.08053):
 
 Sizes split in units of ``multiple_of`` (:func:`.distributed_utils.get_dim_for_local_rank`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,14 +29,21 @@ from mamba_ssm.distributed.distributed_utils import (
     reduce_scatter,
 )
 
-__all__ = ["ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding", "ColumnParallelEmbedding",
-           "ParallelEmbeddings"]
+__all__ = [
+    "ColumnParallelLinear",
+    "RowParallelLinear",
+    "VocabParallelEmbedding",
+    "ColumnParallelEmbedding",
+    "ParallelEmbeddings",
+]
 
 
 def _group(process_group, what):
     if process_group is None:
-        raise ValueError(f"{what}: process_group is None; pass a torch.distributed group "
-                         f"(e.g. torch.distributed.group.WORLD after init_process_group)")
+        raise ValueError(
+            f"{what}: process_group is None; pass a torch.distributed group "
+            f"(e.g. torch.distributed.group.WORLD after init_process_group)"
+        )
     return dist.get_world_size(process_group), dist.get_rank(process_group)
 
 
@@ -57,8 +65,17 @@ class ColumnParallelLinear(nn.Linear):
         ValueError: out_features not a multiple of multiple_of, process_group None.
     """
 
-    def __init__(self, in_features, out_features, process_group, bias=True, sequence_parallel=True,
-                 multiple_of=1, device=None, dtype=None):
+    def __init__(
+        self,
+        in_features,
+        out_features,
+        process_group,
+        bias=True,
+        sequence_parallel=True,
+        multiple_of=1,
+        device=None,
+        dtype=None,
+    ):
         world_size, rank = _group(process_group, "ColumnParallelLinear")
         local_out = get_dim_for_local_rank(out_features, world_size, rank, multiple_of)
         super().__init__(in_features, local_out, bias=bias, device=device, dtype=dtype)
@@ -89,8 +106,17 @@ class RowParallelLinear(nn.Linear):
         ValueError: in_features not a multiple of multiple_of, process_group None.
     """
 
-    def __init__(self, in_features, out_features, process_group, bias=True, sequence_parallel=True,
-                 multiple_of=1, device=None, dtype=None):
+    def __init__(
+        self,
+        in_features,
+        out_features,
+        process_group,
+        bias=True,
+        sequence_parallel=True,
+        multiple_of=1,
+        device=None,
+        dtype=None,
+    ):
         world_size, rank = _group(process_group, "RowParallelLinear")
         local_in = get_dim_for_local_rank(in_features, world_size, rank, multiple_of)
         super().__init__(local_in, out_features, bias=bias and rank == 0, device=device, dtype=dtype)
@@ -113,15 +139,22 @@ class VocabParallelEmbedding(nn.Embedding):
 
     def __init__(self, num_embeddings, *args, process_group=None, padding_idx=None, **kwargs):
         self.process_group = process_group
-        world_size, rank = (1, 0) if process_group is None else _group(process_group, "VocabParallelEmbedding")
+        world_size, rank = (
+            (1, 0) if process_group is None else _group(process_group, "VocabParallelEmbedding")
+        )
         if num_embeddings % world_size:
-            raise ValueError(f"VocabParallelEmbedding: num_embeddings {num_embeddings} is not a multiple of the "
-                             f"world size {world_size}; pad the vocabulary (pad_vocab_size_multiple)")
+            raise ValueError(
+                f"VocabParallelEmbedding: num_embeddings {num_embeddings} is not a multiple of the "
+                f"world size {world_size}; pad the vocabulary (pad_vocab_size_multiple)"
+            )
         local = num_embeddings // world_size
         self.vocab_start_index, self.vocab_end_index = rank * local, (rank + 1) * local
         if padding_idx is not None:
-            padding_idx = (padding_idx - self.vocab_start_index
-                           if self.vocab_start_index <= padding_idx < self.vocab_end_index else None)
+            padding_idx = (
+                padding_idx - self.vocab_start_index
+                if self.vocab_start_index <= padding_idx < self.vocab_end_index
+                else None
+            )
         super().__init__(local, *args, padding_idx=padding_idx, **kwargs)
 
     def forward(self, input):  # noqa: A002, D102
@@ -138,10 +171,14 @@ class ColumnParallelEmbedding(nn.Embedding):
 
     def __init__(self, num_embeddings, embedding_dim, *args, process_group=None, **kwargs):
         self.process_group = process_group
-        world_size, rank = (1, 0) if process_group is None else _group(process_group, "ColumnParallelEmbedding")
+        world_size, rank = (
+            (1, 0) if process_group is None else _group(process_group, "ColumnParallelEmbedding")
+        )
         if embedding_dim % world_size:
-            raise ValueError(f"ColumnParallelEmbedding: embedding_dim {embedding_dim} is not a multiple of the "
-                             f"world size {world_size}")
+            raise ValueError(
+                f"ColumnParallelEmbedding: embedding_dim {embedding_dim} is not a multiple of the "
+                f"world size {world_size}"
+            )
         super().__init__(num_embeddings, embedding_dim // world_size, *args, **kwargs)
 
 
@@ -158,18 +195,29 @@ class ParallelEmbeddings(nn.Module):
     (batch, seqlen, embed_dim), or (batch * seqlen [/ world_size], embed_dim) when combined.
     """
 
-    def __init__(self, embed_dim, vocab_size, max_position_embeddings, process_group, padding_idx=None,
-                 sequence_parallel=True, device=None, dtype=None):
+    def __init__(
+        self,
+        embed_dim,
+        vocab_size,
+        max_position_embeddings,
+        process_group,
+        padding_idx=None,
+        sequence_parallel=True,
+        device=None,
+        dtype=None,
+    ):
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
         self.process_group = process_group
         self.sequence_parallel = sequence_parallel
-        self.word_embeddings = VocabParallelEmbedding(vocab_size, embed_dim, padding_idx=padding_idx,
-                                                      process_group=process_group, **factory_kwargs)
+        self.word_embeddings = VocabParallelEmbedding(
+            vocab_size, embed_dim, padding_idx=padding_idx, process_group=process_group, **factory_kwargs
+        )
         self.max_position_embeddings = max_position_embeddings
         if max_position_embeddings > 0:
-            self.position_embeddings = ColumnParallelEmbedding(max_position_embeddings, embed_dim,
-                                                               process_group=process_group, **factory_kwargs)
+            self.position_embeddings = ColumnParallelEmbedding(
+                max_position_embeddings, embed_dim, process_group=process_group, **factory_kwargs
+            )
 
     def forward(self, input_ids, position_ids=None, combine_batch_seqlen_dim=False):  # noqa: D102
         batch, seqlen = input_ids.shape
@@ -185,7 +233,7 @@ class ParallelEmbeddings(nn.Module):
                 width = self.position_embeddings.embedding_dim
                 rank = dist.get_rank(self.process_group)
                 embeddings = embeddings.clone()
-                embeddings[..., rank * width:(rank + 1) * width] += pos
+                embeddings[..., rank * width : (rank + 1) * width] += pos
         if combine_batch_seqlen_dim:
             embeddings = embeddings.reshape(batch * seqlen, -1)
         if world_size <= 1:

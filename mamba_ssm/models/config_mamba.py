@@ -4,6 +4,7 @@ A ``config.json`` next to a checkpoint holds these fields; fields it lacks take 
 hub's Mamba-1 configs hold only d_model, n_layer, vocab_size, ssm_cfg, rms_norm, residual_in_fp32,
 fused_add_norm and pad_vocab_size_multiple).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,13 +49,17 @@ class MambaConfig:
                 ``source`` for the file it came from).
         """
         if not isinstance(data, dict):
-            raise ValueError(f"{source}: expected a JSON object of MambaConfig fields, got {type(data).__name__}")
+            raise ValueError(
+                f"{source}: expected a JSON object of MambaConfig fields, got {type(data).__name__}"
+            )
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"{source}: unknown MambaConfig field(s) {unknown}; the fields are {sorted(known)}. "
-                             f"A transformers config.json (hidden_size, num_hidden_layers, ...) must be converted "
-                             f"first (README: 'Checkpoints from and to transformers')")
+            raise ValueError(
+                f"{source}: unknown MambaConfig field(s) {unknown}; the fields are {sorted(known)}. "
+                f"A transformers config.json (hidden_size, num_hidden_layers, ...) must be converted "
+                f"first (README: 'Checkpoints from and to transformers')"
+            )
         return cls(**data)
 
     def to_dict(self):

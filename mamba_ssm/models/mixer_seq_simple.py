@@ -14,6 +14,7 @@ Checkpoint keys (upstream's):
 The vocabulary is rounded up to a multiple of ``pad_vocab_size_multiple`` (50277 -> 50280 with 8); the
 extra rows are never produced by a tokenizer.
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,7 +35,13 @@ from mamba_ssm.modules.mha import MHA
 from mamba_ssm.modules.mlp import GatedMLP
 from mamba_ssm.ops.triton.layer_norm import RMSNorm
 from mamba_ssm.utils.generation import GenerationMixin
-from mamba_ssm.utils.hf import CONFIG_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_config_hf, load_state_dict_hf
+from mamba_ssm.utils.hf import (
+    CONFIG_NAME,
+    SAFE_WEIGHTS_NAME,
+    WEIGHTS_NAME,
+    load_config_hf,
+    load_state_dict_hf,
+)
 
 __all__ = ["create_block", "MixerModel", "MambaLMHeadModel", "CausalLMOutput"]
 
@@ -48,15 +55,28 @@ def _mamba2_cls():
         from mamba_ssm.modules.mamba2 import Mamba2  # noqa: PLC0415
     except ModuleNotFoundError as exc:
         if exc.name == "mamba_ssm.modules.mamba2":
-            raise ImportError('ssm_cfg={"layer": "Mamba2"} needs mamba_ssm.modules.mamba2, which this build of '
-                              'mamba-ssm lacks; use "layer": "Mamba1"') from None
+            raise ImportError(
+                'ssm_cfg={"layer": "Mamba2"} needs mamba_ssm.modules.mamba2, which this build of '
+                'mamba-ssm lacks; use "layer": "Mamba1"'
+            ) from None
         raise
     return Mamba2
 
 
-def create_block(d_model, d_intermediate, ssm_cfg=None, attn_layer_idx=None, attn_cfg=None, norm_epsilon=1e-5,
-                 rms_norm=False, residual_in_fp32=False, fused_add_norm=False, layer_idx=None, device=None,
-                 dtype=None):
+def create_block(
+    d_model,
+    d_intermediate,
+    ssm_cfg=None,
+    attn_layer_idx=None,
+    attn_cfg=None,
+    norm_epsilon=1e-5,
+    rms_norm=False,
+    residual_in_fp32=False,
+    fused_add_norm=False,
+    layer_idx=None,
+    device=None,
+    dtype=None,
+):
     """One :class:`~mamba_ssm.modules.block.Block`: an MHA mixer when ``layer_idx`` is in
     ``attn_layer_idx`` (with ``attn_cfg``), else the SSM layer ``ssm_cfg["layer"]`` ("Mamba1", the
     default, or "Mamba2") with the rest of ``ssm_cfg``; a GatedMLP of width ``d_intermediate`` when > 0.
@@ -70,8 +90,10 @@ def create_block(d_model, d_intermediate, ssm_cfg=None, attn_layer_idx=None, att
     attn_layer_idx = attn_layer_idx if attn_layer_idx is not None else []
     layer = ssm_cfg.pop("layer", "Mamba1")
     if layer not in SSM_LAYERS:
-        raise ValueError(f"create_block: ssm_cfg['layer']={layer!r} is not an SSM layer of mamba-ssm; use one of "
-                         f"{list(SSM_LAYERS)}")
+        raise ValueError(
+            f"create_block: ssm_cfg['layer']={layer!r} is not an SSM layer of mamba-ssm; use one of "
+            f"{list(SSM_LAYERS)}"
+        )
     if layer_idx in attn_layer_idx:
         mixer_cls = partial(MHA, layer_idx=layer_idx, **attn_cfg, **factory_kwargs)
     else:
@@ -82,14 +104,21 @@ def create_block(d_model, d_intermediate, ssm_cfg=None, attn_layer_idx=None, att
         mlp_cls = nn.Identity
     else:
         mlp_cls = partial(GatedMLP, hidden_features=d_intermediate, out_features=d_model, **factory_kwargs)
-    block = Block(d_model, mixer_cls, mlp_cls, norm_cls=norm_cls, fused_add_norm=fused_add_norm,
-                  residual_in_fp32=residual_in_fp32)
+    block = Block(
+        d_model,
+        mixer_cls,
+        mlp_cls,
+        norm_cls=norm_cls,
+        fused_add_norm=fused_add_norm,
+        residual_in_fp32=residual_in_fp32,
+    )
     block.layer_idx = layer_idx
     return block
 
 
-def _init_weights(module, n_layer, initializer_range=0.02, rescale_prenorm_residual=True,
-                  n_residuals_per_layer=1):
+def _init_weights(
+    module, n_layer, initializer_range=0.02, rescale_prenorm_residual=True, n_residuals_per_layer=1
+):
     """GPT-2 style initialisation (Radford et al. 2019, "Language Models are Unsupervised Multitask
     Learners", section 2.3): zero Linear biases, N(0, initializer_range) embeddings, and the output
     projections feeding the residual stream (``out_proj``, ``fc2``) scaled by
@@ -113,11 +142,16 @@ def _as_dtype(dtype):
     "torch.float16" is looked up in torch. Raises TypeError naming the value otherwise."""
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
-    found = getattr(torch, dtype[len("torch."):] if dtype.startswith("torch.") else dtype, None) \
-        if isinstance(dtype, str) else None
+    found = (
+        getattr(torch, dtype[len("torch.") :] if dtype.startswith("torch.") else dtype, None)
+        if isinstance(dtype, str)
+        else None
+    )
     if not isinstance(found, torch.dtype) or not found.is_floating_point:
-        raise TypeError(f"dtype={dtype!r} is not a floating torch dtype; pass e.g. torch.bfloat16, torch.float16, "
-                        f"torch.float32 or their names ('bfloat16', ...)")
+        raise TypeError(
+            f"dtype={dtype!r} is not a floating torch dtype; pass e.g. torch.bfloat16, torch.float16, "
+            f"torch.float32 or their names ('bfloat16', ...)"
+        )
     return found
 
 
@@ -139,44 +173,87 @@ class MixerModel(nn.Module):
         is not causal: wrong for a language model).
     """
 
-    def __init__(self, d_model, n_layer, d_intermediate, vocab_size, ssm_cfg=None, attn_layer_idx=None,
-                 attn_cfg=None, norm_epsilon=1e-5, rms_norm=False, initializer_cfg=None, fused_add_norm=False,
-                 residual_in_fp32=False, device=None, dtype=None):
+    def __init__(
+        self,
+        d_model,
+        n_layer,
+        d_intermediate,
+        vocab_size,
+        ssm_cfg=None,
+        attn_layer_idx=None,
+        attn_cfg=None,
+        norm_epsilon=1e-5,
+        rms_norm=False,
+        initializer_cfg=None,
+        fused_add_norm=False,
+        residual_in_fp32=False,
+        device=None,
+        dtype=None,
+    ):
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
-        outside = [i for i in (attn_layer_idx or []) if isinstance(i, bool) or not isinstance(i, int)
-                   or not 0 <= i < n_layer]
+        outside = [
+            i
+            for i in (attn_layer_idx or [])
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_layer
+        ]
         if outside:
-            raise ValueError(f"MixerModel: attn_layer_idx={list(attn_layer_idx)!r} names {outside!r}, not a layer "
-                             f"index of this model's n_layer={n_layer} layers (0..{n_layer - 1}); fix "
-                             f"attn_layer_idx or raise n_layer")
+            raise ValueError(
+                f"MixerModel: attn_layer_idx={list(attn_layer_idx)!r} names {outside!r}, not a layer "
+                f"index of this model's n_layer={n_layer} layers (0..{n_layer - 1}); fix "
+                f"attn_layer_idx or raise n_layer"
+            )
         if attn_layer_idx and not (attn_cfg or {}).get("causal", False):
             # MHA's default is upstream's causal=False; upstream's hybrid checkpoints all set causal=True.
-            warnings.warn(f"MixerModel: the attention layers {list(attn_layer_idx)} are not causal (attn_cfg has no "
-                          f"causal=True), so each position sees later tokens and generate's step-by-step "
-                          f"decoding differs from a full forward pass; for a language model pass "
-                          f"attn_cfg={{..., 'causal': True}}", UserWarning, stacklevel=3)
+            warnings.warn(
+                f"MixerModel: the attention layers {list(attn_layer_idx)} are not causal (attn_cfg has no "
+                f"causal=True), so each position sees later tokens and generate's step-by-step "
+                f"decoding differs from a full forward pass; for a language model pass "
+                f"attn_cfg={{..., 'causal': True}}",
+                UserWarning,
+                stacklevel=3,
+            )
         self.residual_in_fp32 = residual_in_fp32
         self.fused_add_norm = fused_add_norm
         self.embedding = nn.Embedding(vocab_size, d_model, **factory_kwargs)
-        self.layers = nn.ModuleList([
-            create_block(d_model, d_intermediate, ssm_cfg=ssm_cfg, attn_layer_idx=attn_layer_idx,
-                         attn_cfg=attn_cfg, norm_epsilon=norm_epsilon, rms_norm=rms_norm,
-                         residual_in_fp32=residual_in_fp32, fused_add_norm=fused_add_norm, layer_idx=i,
-                         **factory_kwargs)
-            for i in range(n_layer)])
+        self.layers = nn.ModuleList(
+            [
+                create_block(
+                    d_model,
+                    d_intermediate,
+                    ssm_cfg=ssm_cfg,
+                    attn_layer_idx=attn_layer_idx,
+                    attn_cfg=attn_cfg,
+                    norm_epsilon=norm_epsilon,
+                    rms_norm=rms_norm,
+                    residual_in_fp32=residual_in_fp32,
+                    fused_add_norm=fused_add_norm,
+                    layer_idx=i,
+                    **factory_kwargs,
+                )
+                for i in range(n_layer)
+            ]
+        )
         self.norm_f = (RMSNorm if rms_norm else nn.LayerNorm)(d_model, eps=norm_epsilon, **factory_kwargs)
         for block in self.layers:
             for proj in (getattr(block.mixer, "out_proj", None), getattr(block.mlp, "fc2", None)):
                 if isinstance(proj, nn.Linear):
                     proj._residual_out = True
-        self.apply(partial(_init_weights, n_layer=n_layer, **(initializer_cfg or {}),
-                           n_residuals_per_layer=1 if d_intermediate == 0 else 2))
+        self.apply(
+            partial(
+                _init_weights,
+                n_layer=n_layer,
+                **(initializer_cfg or {}),
+                n_residuals_per_layer=1 if d_intermediate == 0 else 2,
+            )
+        )
 
     def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
         """{layer_idx: that layer's cache} for ``InferenceParams.key_value_memory_dict``."""
-        return {i: layer.allocate_inference_cache(batch_size, max_seqlen, dtype=dtype, **kwargs)
-                for i, layer in enumerate(self.layers)}
+        return {
+            i: layer.allocate_inference_cache(batch_size, max_seqlen, dtype=dtype, **kwargs)
+            for i, layer in enumerate(self.layers)
+        }
 
     def forward(self, input_ids, inference_params=None, **mixer_kwargs):
         """input_ids: (batch, seqlen) int -> (batch, seqlen, d_model) in the parameters' dtype.
@@ -185,15 +262,19 @@ class MixerModel(nn.Module):
             ValueError: input_ids not 2-D integers, or a token id outside the vocabulary.
         """
         if input_ids.dim() != 2 or input_ids.is_floating_point():
-            raise ValueError(f"MixerModel: input_ids must be (batch, seqlen) integer token ids, got "
-                             f"{tuple(input_ids.shape)} {input_ids.dtype}")
+            raise ValueError(
+                f"MixerModel: input_ids must be (batch, seqlen) integer token ids, got "
+                f"{tuple(input_ids.shape)} {input_ids.dtype}"
+            )
         hidden_states = self.embedding(input_ids)
         residual = None
         for layer in self.layers:
-            hidden_states, residual = layer(hidden_states, residual, inference_params=inference_params,
-                                            **mixer_kwargs)
-        hidden_states, _ = add_and_norm(self.norm_f, hidden_states, residual, self.fused_add_norm,
-                                        self.residual_in_fp32)
+            hidden_states, residual = layer(
+                hidden_states, residual, inference_params=inference_params, **mixer_kwargs
+            )
+        hidden_states, _ = add_and_norm(
+            self.norm_f, hidden_states, residual, self.fused_add_norm, self.residual_in_fp32
+        )
         return hidden_states
 
 
@@ -206,12 +287,16 @@ def _check_state_dict(model, state_dict, source):
         missing.remove("lm_head.weight")  # tied: the embedding's weight is the head's
     unexpected = sorted(got - expected)
     if missing or unexpected:
+
         def show(keys):
             return (", ".join(keys[:8]) + (f", ... ({len(keys)} in all)" if len(keys) > 8 else "")) or "none"
-        raise KeyError(f"{source}: the weights do not match MambaLMHeadModel({model.config}): missing keys: "
-                       f"{show(missing)}; unexpected keys: {show(unexpected)}. A transformers checkpoint "
-                       f"(backbone.embeddings.weight, ...) must be renamed first (README: 'Checkpoints from "
-                       f"and to transformers')")
+
+        raise KeyError(
+            f"{source}: the weights do not match MambaLMHeadModel({model.config}): missing keys: "
+            f"{show(missing)}; unexpected keys: {show(unexpected)}. A transformers checkpoint "
+            f"(backbone.embeddings.weight, ...) must be renamed first (README: 'Checkpoints from "
+            f"and to transformers')"
+        )
 
 
 class MambaLMHeadModel(nn.Module, GenerationMixin):
@@ -228,8 +313,10 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
 
     def __init__(self, config, initializer_cfg=None, device=None, dtype=None):
         if not isinstance(config, MambaConfig):
-            raise TypeError(f"MambaLMHeadModel: config must be a MambaConfig, got {type(config).__name__} "
-                            f"(use MambaConfig(**fields) or MambaLMHeadModel.from_pretrained)")
+            raise TypeError(
+                f"MambaLMHeadModel: config must be a MambaConfig, got {type(config).__name__} "
+                f"(use MambaConfig(**fields) or MambaLMHeadModel.from_pretrained)"
+            )
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
         self.config = config
@@ -237,12 +324,20 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
         multiple = config.pad_vocab_size_multiple
         if multiple and vocab_size % multiple:
             vocab_size += multiple - vocab_size % multiple
-        self.backbone = MixerModel(d_model=config.d_model, n_layer=config.n_layer,
-                                   d_intermediate=config.d_intermediate, vocab_size=vocab_size,
-                                   ssm_cfg=config.ssm_cfg, attn_layer_idx=config.attn_layer_idx,
-                                   attn_cfg=config.attn_cfg, rms_norm=config.rms_norm,
-                                   initializer_cfg=initializer_cfg, fused_add_norm=config.fused_add_norm,
-                                   residual_in_fp32=config.residual_in_fp32, **factory_kwargs)
+        self.backbone = MixerModel(
+            d_model=config.d_model,
+            n_layer=config.n_layer,
+            d_intermediate=config.d_intermediate,
+            vocab_size=vocab_size,
+            ssm_cfg=config.ssm_cfg,
+            attn_layer_idx=config.attn_layer_idx,
+            attn_cfg=config.attn_cfg,
+            rms_norm=config.rms_norm,
+            initializer_cfg=initializer_cfg,
+            fused_add_norm=config.fused_add_norm,
+            residual_in_fp32=config.residual_in_fp32,
+            **factory_kwargs,
+        )
         self.lm_head = nn.Linear(config.d_model, vocab_size, bias=False, **factory_kwargs)
         self.tie_weights()
 
@@ -282,8 +377,9 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
             KeyError: the weights' keys do not match the config (missing / unexpected keys listed).
         """
         dtype = _as_dtype(dtype)
-        config = MambaConfig.from_dict(load_config_hf(pretrained_model_name),
-                                       source=f"{pretrained_model_name}/{CONFIG_NAME}")
+        config = MambaConfig.from_dict(
+            load_config_hf(pretrained_model_name), source=f"{pretrained_model_name}/{CONFIG_NAME}"
+        )
         model = cls(config, device=device, dtype=dtype, **kwargs)
         state_dict = load_state_dict_hf(pretrained_model_name, dtype=dtype)
         _check_state_dict(model, state_dict, str(pretrained_model_name))
@@ -305,10 +401,15 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
             try:
                 from safetensors.torch import save_file  # noqa: PLC0415
             except ImportError:
-                raise ImportError("save_pretrained(safe_serialization=True) needs the safetensors package: "
-                                  "pip install safetensors") from None
-            tensors = {k: v.contiguous() for k, v in state_dict.items()
-                       if not (self.config.tie_embeddings and k == "lm_head.weight")}
+                raise ImportError(
+                    "save_pretrained(safe_serialization=True) needs the safetensors package: "
+                    "pip install safetensors"
+                ) from None
+            tensors = {
+                k: v.contiguous()
+                for k, v in state_dict.items()
+                if not (self.config.tie_embeddings and k == "lm_head.weight")
+            }
             save_file(tensors, os.path.join(save_directory, SAFE_WEIGHTS_NAME), metadata={"format": "pt"})
         with open(os.path.join(save_directory, CONFIG_NAME), "w", encoding="utf-8") as f:
             json.dump(self.config.to_dict(), f, indent=2)

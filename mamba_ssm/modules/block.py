@@ -16,6 +16,7 @@ With ``residual_in_fp32`` the residual stream is kept in float32 whatever the mo
 ``fused_add_norm`` the add and the norm run as one :func:`mamba_ssm.ops.triton.layer_norm.layer_norm_fn`
 call (same math).
 """
+
 from __future__ import annotations
 
 import torch
@@ -44,8 +45,16 @@ def add_and_norm(norm, hidden_states, residual, fused_add_norm, residual_in_fp32
         if residual_in_fp32:
             residual = residual.to(torch.float32)
         return normed, residual
-    return layer_norm_fn(hidden_states, norm.weight, norm.bias, residual=residual, eps=norm.eps,
-                         prenorm=True, residual_in_fp32=residual_in_fp32, is_rms_norm=isinstance(norm, RMSNorm))
+    return layer_norm_fn(
+        hidden_states,
+        norm.weight,
+        norm.bias,
+        residual=residual,
+        eps=norm.eps,
+        prenorm=True,
+        residual_in_fp32=residual_in_fp32,
+        is_rms_norm=isinstance(norm, RMSNorm),
+    )
 
 
 class Block(nn.Module):
@@ -66,8 +75,9 @@ class Block(nn.Module):
         TypeError: fused_add_norm with a norm that is neither ``nn.LayerNorm`` nor ``RMSNorm``.
     """
 
-    def __init__(self, dim, mixer_cls, mlp_cls, norm_cls=nn.LayerNorm, fused_add_norm=False,
-                 residual_in_fp32=False):
+    def __init__(
+        self, dim, mixer_cls, mlp_cls, norm_cls=nn.LayerNorm, fused_add_norm=False, residual_in_fp32=False
+    ):
         super().__init__()
         self.residual_in_fp32 = residual_in_fp32
         self.fused_add_norm = fused_add_norm
@@ -79,8 +89,10 @@ class Block(nn.Module):
         else:
             self.mlp = None
         if fused_add_norm and not isinstance(self.norm, (nn.LayerNorm, RMSNorm)):
-            raise TypeError(f"Block: fused_add_norm=True needs an nn.LayerNorm or RMSNorm norm, got "
-                            f"{type(self.norm).__name__}; pass fused_add_norm=False")
+            raise TypeError(
+                f"Block: fused_add_norm=True needs an nn.LayerNorm or RMSNorm norm, got "
+                f"{type(self.norm).__name__}; pass fused_add_norm=False"
+            )
 
     def forward(self, hidden_states, residual=None, inference_params=None, **mixer_kwargs):
         """hidden_states (batch, seqlen, dim), residual (batch, seqlen, dim) or None ->
@@ -89,12 +101,14 @@ class Block(nn.Module):
         ``inference_params`` (:class:`mamba_ssm.utils.generation.InferenceParams`) and ``mixer_kwargs``
         (e.g. ``seq_idx``, ``cu_seqlens`` for Mamba2) are passed to the mixer.
         """
-        hidden_states, residual = add_and_norm(self.norm, hidden_states, residual, self.fused_add_norm,
-                                               self.residual_in_fp32)
+        hidden_states, residual = add_and_norm(
+            self.norm, hidden_states, residual, self.fused_add_norm, self.residual_in_fp32
+        )
         hidden_states = self.mixer(hidden_states, inference_params=inference_params, **mixer_kwargs)
         if self.mlp is not None:
-            hidden_states, residual = add_and_norm(self.norm2, hidden_states, residual, self.fused_add_norm,
-                                                   self.residual_in_fp32)
+            hidden_states, residual = add_and_norm(
+                self.norm2, hidden_states, residual, self.fused_add_norm, self.residual_in_fp32
+            )
             hidden_states = self.mlp(hidden_states)
         return hidden_states, residual
 

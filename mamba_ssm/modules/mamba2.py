@@ -24,6 +24,7 @@ With ``process_group`` (tensor parallelism, :mod:`mamba_ssm.distributed`) each r
 ``nheads / world_size`` heads and ``ngroups / world_size`` groups: in_proj is a ColumnParallelLinear
 whose rows are this rank's [z, xBC, dt] and out_proj a RowParallelLinear that sums over ranks.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,9 +52,17 @@ def seq_idx_from_cu_seqlens(cu_seqlens, total):
         ValueError: cu_seqlens does not start at 0, decreases, or does not end at ``total``.
     """
     cu = cu_seqlens.to(torch.long)
-    if cu.dim() != 1 or cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != total or bool((cu.diff() < 0).any()):
-        raise ValueError(f"cu_seqlens must be non-decreasing cumulative lengths from 0 to the packed length "
-                         f"{total}, got {cu_seqlens.tolist()}")
+    if (
+        cu.dim() != 1
+        or cu.numel() < 2
+        or int(cu[0]) != 0
+        or int(cu[-1]) != total
+        or bool((cu.diff() < 0).any())
+    ):
+        raise ValueError(
+            f"cu_seqlens must be non-decreasing cumulative lengths from 0 to the packed length "
+            f"{total}, got {cu_seqlens.tolist()}"
+        )
     lengths = cu.diff()
     ids = torch.repeat_interleave(torch.arange(lengths.numel(), device=cu.device), lengths)
     return ids.to(torch.int32).unsqueeze(0)
@@ -88,11 +97,34 @@ class Mamba2(nn.Module):
             split across the process group.
     """
 
-    def __init__(self, d_model, d_state=128, d_conv=4, conv_init=None, expand=2, headdim=64, d_ssm=None,
-                 ngroups=1, A_init_range=(1, 16), D_has_hdim=False, rmsnorm=True, norm_before_gate=False,
-                 dt_min=0.001, dt_max=0.1, dt_init_floor=1e-4, dt_limit=(0.0, float("inf")), bias=False,
-                 conv_bias=True, chunk_size=256, use_mem_eff_path=True, layer_idx=None, process_group=None,
-                 sequence_parallel=True, device=None, dtype=None):
+    def __init__(
+        self,
+        d_model,
+        d_state=128,
+        d_conv=4,
+        conv_init=None,
+        expand=2,
+        headdim=64,
+        d_ssm=None,
+        ngroups=1,
+        A_init_range=(1, 16),
+        D_has_hdim=False,
+        rmsnorm=True,
+        norm_before_gate=False,
+        dt_min=0.001,
+        dt_max=0.1,
+        dt_init_floor=1e-4,
+        dt_limit=(0.0, float("inf")),
+        bias=False,
+        conv_bias=True,
+        chunk_size=256,
+        use_mem_eff_path=True,
+        layer_idx=None,
+        process_group=None,
+        sequence_parallel=True,
+        device=None,
+        dtype=None,
+    ):
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
         check_positive_sizes("Mamba2", d_model=d_model, d_state=d_state, d_conv=d_conv, headdim=headdim)
@@ -111,8 +143,10 @@ class Mamba2(nn.Module):
         full_ssm = full_inner if d_ssm is None else d_ssm
         for what, value in (("expand * d_model", full_inner), ("d_ssm", full_ssm), ("ngroups", ngroups)):
             if value % self.world_size:
-                raise ValueError(f"Mamba2: {what} = {value} does not split across {self.world_size} ranks; "
-                                 f"pick a multiple of the process group's size")
+                raise ValueError(
+                    f"Mamba2: {what} = {value} does not split across {self.world_size} ranks; "
+                    f"pick a multiple of the process group's size"
+                )
         self.d_inner = full_inner // self.world_size
         self.d_ssm = full_ssm // self.world_size
         self.headdim = headdim
@@ -120,14 +154,18 @@ class Mamba2(nn.Module):
         per_rank = f" per rank of {self.world_size}" if self.world_size > 1 else ""
         if self.d_ssm <= 0 or self.d_ssm % headdim or self.d_ssm > self.d_inner:
             what = "d_ssm" if d_ssm is not None else "d_ssm (= expand * d_model)"
-            raise ValueError(f"Mamba2: {what} = {self.d_ssm}{per_rank} must be a positive multiple of headdim = {headdim} and at most d_inner = "
-                             f"{self.d_inner}; choose d_model, expand, headdim (and d_ssm) so that it is, e.g. "
-                             f"headdim={math.gcd(self.d_ssm, headdim) or 1}")
+            raise ValueError(
+                f"Mamba2: {what} = {self.d_ssm}{per_rank} must be a positive multiple of headdim = {headdim} and at most d_inner = "
+                f"{self.d_inner}; choose d_model, expand, headdim (and d_ssm) so that it is, e.g. "
+                f"headdim={math.gcd(self.d_ssm, headdim) or 1}"
+            )
         self.nheads = self.d_ssm // headdim
         if self.ngroups < 1 or self.nheads % self.ngroups:
             divisors = [g for g in range(1, self.nheads + 1) if self.nheads % g == 0]
-            raise ValueError(f"Mamba2: ngroups = {self.ngroups}{per_rank} must divide nheads = {self.nheads} "
-                             f"(= d_ssm / headdim = {self.d_ssm} / {headdim}); choose ngroups among {divisors}")
+            raise ValueError(
+                f"Mamba2: ngroups = {self.ngroups}{per_rank} must divide nheads = {self.nheads} "
+                f"(= d_ssm / headdim = {self.d_ssm} / {headdim}); choose ngroups among {divisors}"
+            )
         self.D_has_hdim = D_has_hdim
         self.rmsnorm = rmsnorm
         self.norm_before_gate = norm_before_gate
@@ -142,37 +180,65 @@ class Mamba2(nn.Module):
             self.in_proj = nn.Linear(self.d_model, d_in_proj, bias=bias, **factory_kwargs)
         else:
             from mamba_ssm.distributed.tensor_parallel import ColumnParallelLinear  # noqa: PLC0415
-            self.in_proj = ColumnParallelLinear(self.d_model, d_in_proj * self.world_size, bias=bias,
-                                                process_group=process_group,
-                                                sequence_parallel=sequence_parallel, **factory_kwargs)
+
+            self.in_proj = ColumnParallelLinear(
+                self.d_model,
+                d_in_proj * self.world_size,
+                bias=bias,
+                process_group=process_group,
+                sequence_parallel=sequence_parallel,
+                **factory_kwargs,
+            )
         conv_dim = self.d_ssm + 2 * self.ngroups * self.d_state
-        self.conv1d = nn.Conv1d(conv_dim, conv_dim, kernel_size=d_conv, groups=conv_dim, padding=d_conv - 1,
-                                bias=conv_bias, **factory_kwargs)
+        self.conv1d = nn.Conv1d(
+            conv_dim,
+            conv_dim,
+            kernel_size=d_conv,
+            groups=conv_dim,
+            padding=d_conv - 1,
+            bias=conv_bias,
+            **factory_kwargs,
+        )
         if conv_init is not None:
             nn.init.uniform_(self.conv1d.weight, -conv_init, conv_init)
         self.act = nn.SiLU()
 
         # dt: log-uniform in [dt_min, dt_max], floored; dt_bias is its inverse softplus.
-        self.dt_bias = nn.Parameter(inverse_softplus_dt(self.nheads, dt_min, dt_max, dt_init_floor, **factory_kwargs))
+        self.dt_bias = nn.Parameter(
+            inverse_softplus_dt(self.nheads, dt_min, dt_max, dt_init_floor, **factory_kwargs)
+        )
         self.dt_bias._no_weight_decay = True
         lo, hi = A_init_range
         if not 0 < lo <= hi:
-            raise ValueError(f"Mamba2: A_init_range = {A_init_range!r} must satisfy 0 < low <= high (A = -exp(A_log))")
+            raise ValueError(
+                f"Mamba2: A_init_range = {A_init_range!r} must satisfy 0 < low <= high (A = -exp(A_log))"
+            )
         A = torch.empty(self.nheads, dtype=torch.float32, device=device).uniform_(lo, hi)
         self.A_log = nn.Parameter(torch.log(A).to(dtype=dtype))
         self.A_log._no_weight_decay = True
         self.D = nn.Parameter(torch.ones(self.d_ssm if D_has_hdim else self.nheads, device=device))
         self.D._no_weight_decay = True
         if rmsnorm:
-            self.norm = RMSNormGated(self.d_ssm, eps=1e-5, norm_before_gate=norm_before_gate,
-                                     group_size=self.d_ssm // self.ngroups, **factory_kwargs)
+            self.norm = RMSNormGated(
+                self.d_ssm,
+                eps=1e-5,
+                norm_before_gate=norm_before_gate,
+                group_size=self.d_ssm // self.ngroups,
+                **factory_kwargs,
+            )
         if process_group is None:
             self.out_proj = nn.Linear(self.d_inner, self.d_model, bias=bias, **factory_kwargs)
         else:
             from mamba_ssm.distributed.tensor_parallel import RowParallelLinear  # noqa: PLC0415
-            self.out_proj = RowParallelLinear(self.d_inner * self.world_size, self.d_model, bias=bias,
-                                              process_group=process_group,
-                                              sequence_parallel=sequence_parallel, **factory_kwargs)
+
+            self.out_proj = RowParallelLinear(
+                self.d_inner * self.world_size,
+                self.d_model,
+                bias=bias,
+                process_group=process_group,
+                sequence_parallel=sequence_parallel,
+                **factory_kwargs,
+            )
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -185,8 +251,9 @@ class Mamba2(nn.Module):
     def _split(self, zxbcdt):
         """[z0, x0, z, xBC, dt] along the last dim."""
         d = self._d_mlp
-        return torch.split(zxbcdt, [d, d, self.d_ssm, self.d_ssm + 2 * self.ngroups * self.d_state,
-                                    self.nheads], dim=-1)
+        return torch.split(
+            zxbcdt, [d, d, self.d_ssm, self.d_ssm + 2 * self.ngroups * self.d_state, self.nheads], dim=-1
+        )
 
     def _finish(self, y, z, z0, x0):
         """Gated norm (or the z gate was applied in the scan), then the MLP part in front."""
@@ -224,19 +291,25 @@ class Mamba2(nn.Module):
             batch, seqlen, _ = u.shape
         else:
             if u.dim() != 2 or u.shape[-1] != self.d_model:
-                raise ValueError(f"Mamba2.forward: with seqlen given, u must have shape (batch * seqlen, "
-                                 f"d_model={self.d_model}), got {tuple(u.shape)}")
+                raise ValueError(
+                    f"Mamba2.forward: with seqlen given, u must have shape (batch * seqlen, "
+                    f"d_model={self.d_model}), got {tuple(u.shape)}"
+                )
             batch = u.shape[0] // seqlen
         if cu_seqlens is not None and batch != 1:
-            raise ValueError(f"Mamba2.forward: cu_seqlens packs sequences into a batch of one, got batch {batch}")
+            raise ValueError(
+                f"Mamba2.forward: cu_seqlens packs sequences into a batch of one, got batch {batch}"
+            )
         conv_state = ssm_state = None
         if inference_params is not None:
             inference_batch = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else batch
             conv_state, ssm_state = self._get_states_from_cache(inference_params, inference_batch)
             if inference_params.seqlen_offset > 0:
                 if cu_seqlens is not None:
-                    raise ValueError("Mamba2.forward: cu_seqlens is for the prompt (seqlen_offset == 0); "
-                                     "decode the packed sequences as a batch afterwards")
+                    raise ValueError(
+                        "Mamba2.forward: cu_seqlens is for the prompt (seqlen_offset == 0); "
+                        "decode the packed sequences as a batch afterwards"
+                    )
                 if seqlen_og is not None:
                     u = u.view(batch, seqlen, self.d_model)
                 if seqlen == 1:
@@ -254,17 +327,29 @@ class Mamba2(nn.Module):
         limit = {} if self.dt_limit == _NO_LIMIT else {"dt_limit": self.dt_limit}
         if self.use_mem_eff_path and inference_params is None:
             out = mamba_split_conv1d_scan_combined(
-                zxbcdt, self.conv1d.weight.squeeze(1), self.conv1d.bias, self.dt_bias, A, self._D(),
-                chunk_size=self.chunk_size, seq_idx=seq_idx, activation=self.activation,
+                zxbcdt,
+                self.conv1d.weight.squeeze(1),
+                self.conv1d.bias,
+                self.dt_bias,
+                A,
+                self._D(),
+                chunk_size=self.chunk_size,
+                seq_idx=seq_idx,
+                activation=self.activation,
                 rmsnorm_weight=self.norm.weight if self.rmsnorm else None,
                 rmsnorm_eps=self.norm.eps if self.rmsnorm else 1e-6,
-                outproj_weight=self.out_proj.weight, outproj_bias=self.out_proj.bias,
-                headdim=None if self.D_has_hdim else self.headdim, ngroups=self.ngroups,
-                norm_before_gate=self.norm_before_gate, **limit)
+                outproj_weight=self.out_proj.weight,
+                outproj_bias=self.out_proj.bias,
+                headdim=None if self.D_has_hdim else self.headdim,
+                ngroups=self.ngroups,
+                norm_before_gate=self.norm_before_gate,
+                **limit,
+            )
             if seqlen_og is not None:
                 out = out.reshape(-1, out.shape[-1])
             if self.process_group is not None:
                 from mamba_ssm.distributed.distributed_utils import all_reduce, reduce_scatter  # noqa: PLC0415
+
                 out = (reduce_scatter if self.sequence_parallel else all_reduce)(out, self.process_group)
             return out
 
@@ -272,31 +357,60 @@ class Mamba2(nn.Module):
         if conv_state is not None:
             if cu_seqlens is None:
                 xt = xBC.transpose(1, 2)
-                conv_state.copy_(F.pad(xt, (max(self.d_conv - xt.shape[-1], 0), 0))[..., -self.d_conv:])
+                conv_state.copy_(F.pad(xt, (max(self.d_conv - xt.shape[-1], 0), 0))[..., -self.d_conv :])
             else:
-                conv_state.copy_(causal_conv1d_varlen_states(xBC.squeeze(0), cu_seqlens,
-                                                             state_len=conv_state.shape[-1]))
-        xBC = causal_conv1d_fn(xBC.transpose(1, 2), self.conv1d.weight.squeeze(1), self.conv1d.bias,
-                               seq_idx=seq_idx, activation=self.activation).transpose(1, 2)
-        y = self._scan(xBC, z, dt, A, seq_idx=seq_idx, cu_seqlens=cu_seqlens, ssm_state=ssm_state,
-                       varlen=cu_seqlens is not None and ssm_state is not None)
+                conv_state.copy_(
+                    causal_conv1d_varlen_states(xBC.squeeze(0), cu_seqlens, state_len=conv_state.shape[-1])
+                )
+        xBC = causal_conv1d_fn(
+            xBC.transpose(1, 2),
+            self.conv1d.weight.squeeze(1),
+            self.conv1d.bias,
+            seq_idx=seq_idx,
+            activation=self.activation,
+        ).transpose(1, 2)
+        y = self._scan(
+            xBC,
+            z,
+            dt,
+            A,
+            seq_idx=seq_idx,
+            cu_seqlens=cu_seqlens,
+            ssm_state=ssm_state,
+            varlen=cu_seqlens is not None and ssm_state is not None,
+        )
         out = self.out_proj(self._finish(y, z, z0, x0))
         if seqlen_og is not None:
             out = out.reshape(-1, out.shape[-1])
         return out
 
-    def _scan(self, xBC, z, dt, A, seq_idx=None, cu_seqlens=None, ssm_state=None, varlen=False,
-              initial_states=None):
+    def _scan(
+        self, xBC, z, dt, A, seq_idx=None, cu_seqlens=None, ssm_state=None, varlen=False, initial_states=None
+    ):
         """SSD over the conv output; writes the final (or per-sequence) states into ``ssm_state``."""
         b, l, _ = xBC.shape
-        x, B, C = torch.split(xBC, [self.d_ssm, self.ngroups * self.d_state, self.ngroups * self.d_state], dim=-1)
+        x, B, C = torch.split(
+            xBC, [self.d_ssm, self.ngroups * self.d_state, self.ngroups * self.d_state], dim=-1
+        )
         limit = {} if self.dt_limit == _NO_LIMIT else {"dt_limit": self.dt_limit}
         res = mamba_chunk_scan_combined(
-            x.reshape(b, l, self.nheads, self.headdim), dt, A, B.reshape(b, l, self.ngroups, self.d_state),
-            C.reshape(b, l, self.ngroups, self.d_state), chunk_size=self.chunk_size, D=self._D(),
-            z=None if self.rmsnorm else z.reshape(b, l, self.nheads, self.headdim), dt_bias=self.dt_bias,
-            dt_softplus=True, seq_idx=seq_idx, cu_seqlens=cu_seqlens, initial_states=initial_states,
-            return_final_states=ssm_state is not None and not varlen, return_varlen_states=varlen, **limit)
+            x.reshape(b, l, self.nheads, self.headdim),
+            dt,
+            A,
+            B.reshape(b, l, self.ngroups, self.d_state),
+            C.reshape(b, l, self.ngroups, self.d_state),
+            chunk_size=self.chunk_size,
+            D=self._D(),
+            z=None if self.rmsnorm else z.reshape(b, l, self.nheads, self.headdim),
+            dt_bias=self.dt_bias,
+            dt_softplus=True,
+            seq_idx=seq_idx,
+            cu_seqlens=cu_seqlens,
+            initial_states=initial_states,
+            return_final_states=ssm_state is not None and not varlen,
+            return_varlen_states=varlen,
+            **limit,
+        )
         if ssm_state is not None:
             y, states = res
             ssm_state.copy_(states)
@@ -309,10 +423,15 @@ class Mamba2(nn.Module):
         zxbcdt = self.in_proj(u)
         z0, x0, z, xBC, dt = self._split(zxbcdt)
         xt = xBC.transpose(1, 2)
-        init = conv_state[..., 1:].to(xt.dtype).clone()   # the last d_conv - 1 inputs
-        conv_state.copy_(torch.cat([conv_state.to(xt.dtype), xt], dim=-1)[..., -self.d_conv:])
-        xBC = causal_conv1d_fn(xt, self.conv1d.weight.squeeze(1), self.conv1d.bias, initial_states=init,
-                               activation=self.activation).transpose(1, 2)
+        init = conv_state[..., 1:].to(xt.dtype).clone()  # the last d_conv - 1 inputs
+        conv_state.copy_(torch.cat([conv_state.to(xt.dtype), xt], dim=-1)[..., -self.d_conv :])
+        xBC = causal_conv1d_fn(
+            xt,
+            self.conv1d.weight.squeeze(1),
+            self.conv1d.bias,
+            initial_states=init,
+            activation=self.activation,
+        ).transpose(1, 2)
         A = -torch.exp(self.A_log.float())
         y = self._scan(xBC, z, dt, A, ssm_state=ssm_state, initial_states=ssm_state.clone())
         return self.out_proj(self._finish(y, z, z0, x0))
@@ -326,14 +445,19 @@ class Mamba2(nn.Module):
             ValueError: hidden_states is not (batch, 1, d_model).
         """
         if hidden_states.dim() != 3 or hidden_states.shape[1] != 1 or hidden_states.shape[2] != self.d_model:
-            raise ValueError(f"Mamba2.step decodes one token at a time: hidden_states must have shape "
-                             f"(batch, 1, {self.d_model}), got {tuple(hidden_states.shape)}")
+            raise ValueError(
+                f"Mamba2.step decodes one token at a time: hidden_states must have shape "
+                f"(batch, 1, {self.d_model}), got {tuple(hidden_states.shape)}"
+            )
         dtype = hidden_states.dtype
         zxbcdt = self.in_proj(hidden_states.squeeze(1))
         z0, x0, z, xBC, dt = self._split(zxbcdt)
-        xBC = causal_conv1d_update(xBC, conv_state, self.conv1d.weight.squeeze(1), self.conv1d.bias,
-                                   self.activation)
-        x, B, C = torch.split(xBC, [self.d_ssm, self.ngroups * self.d_state, self.ngroups * self.d_state], dim=-1)
+        xBC = causal_conv1d_update(
+            xBC, conv_state, self.conv1d.weight.squeeze(1), self.conv1d.bias, self.activation
+        )
+        x, B, C = torch.split(
+            xBC, [self.d_ssm, self.ngroups * self.d_state, self.ngroups * self.d_state], dim=-1
+        )
         A = -torch.exp(self.A_log.float())
         b = x.shape[0]
         h, p, n = self.nheads, self.headdim, self.d_state
@@ -343,10 +467,17 @@ class Mamba2(nn.Module):
             dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(*self.dt_limit)
             dt_bias, softplus = None, False
         y = selective_state_update(
-            ssm_state, x.reshape(b, h, p), dt[:, :, None].expand(b, h, p), A[:, None, None].expand(h, p, n),
-            B.reshape(b, self.ngroups, n), C.reshape(b, self.ngroups, n),
+            ssm_state,
+            x.reshape(b, h, p),
+            dt[:, :, None].expand(b, h, p),
+            A[:, None, None].expand(h, p, n),
+            B.reshape(b, self.ngroups, n),
+            C.reshape(b, self.ngroups, n),
             D=self._D() if self.D_has_hdim else self.D[:, None].expand(h, p),
-            z=None if self.rmsnorm else z.reshape(b, h, p), dt_bias=dt_bias, dt_softplus=softplus)
+            z=None if self.rmsnorm else z.reshape(b, h, p),
+            dt_bias=dt_bias,
+            dt_softplus=softplus,
+        )
         out = self.out_proj(self._finish(y.reshape(b, self.d_ssm), z, z0, x0))
         return out.unsqueeze(1).to(dtype), conv_state, ssm_state
 
@@ -357,11 +488,13 @@ class Mamba2(nn.Module):
         upstream's decode kernels expect."""
         device = self.out_proj.weight.device
         conv_dtype = self.conv1d.weight.dtype if dtype is None else dtype
-        conv_state = torch.zeros(batch_size, self.d_conv, self.conv1d.weight.shape[0], device=device,
-                                 dtype=conv_dtype).transpose(1, 2)
+        conv_state = torch.zeros(
+            batch_size, self.d_conv, self.conv1d.weight.shape[0], device=device, dtype=conv_dtype
+        ).transpose(1, 2)
         ssm_dtype = self.in_proj.weight.dtype if dtype is None else dtype
-        ssm_state = torch.zeros(batch_size, self.nheads, self.headdim, self.d_state, device=device,
-                                dtype=ssm_dtype)
+        ssm_state = torch.zeros(
+            batch_size, self.nheads, self.headdim, self.d_state, device=device, dtype=ssm_dtype
+        )
         return conv_state, ssm_state
 
     def _get_states_from_cache(self, inference_params, batch_size, initialize_states=False):
@@ -372,8 +505,10 @@ class Mamba2(nn.Module):
             ValueError: layer_idx is None.
         """
         if self.layer_idx is None:
-            raise ValueError("Mamba2: decoding with inference_params needs layer_idx (the key of this layer's "
-                             "cache); construct Mamba2(..., layer_idx=0)")
+            raise ValueError(
+                "Mamba2: decoding with inference_params needs layer_idx (the key of this layer's "
+                "cache); construct Mamba2(..., layer_idx=0)"
+            )
         cache = inference_params.key_value_memory_dict
         if self.layer_idx not in cache:
             cache[self.layer_idx] = self.allocate_inference_cache(batch_size, inference_params.max_seqlen)

@@ -7,6 +7,7 @@ split [z, xBC, dt]), ``conv1d`` over xBC, ``init_states`` (nheads, headdim, d_st
 ``learnable_init_states``, ``dt_bias``, ``A_log``, ``D`` (nheads,), ``norm`` (d_inner), ``out_proj``.
 The recurrence is :class:`mamba_ssm.modules.mamba2.Mamba2`'s.
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,11 +40,30 @@ class Mamba2Simple(nn.Module):
         ValueError: d_inner not a multiple of headdim, ngroups not dividing nheads, an unknown activation.
     """
 
-    def __init__(self, d_model, d_state=64, d_conv=4, conv_init=None, expand=2, headdim=128, ngroups=1,
-                 A_init_range=(1, 16), dt_min=0.001, dt_max=0.1, dt_init_floor=1e-4,
-                 dt_limit=(0.0, float("inf")), learnable_init_states=False, activation="swish", bias=False,
-                 conv_bias=True, chunk_size=256, use_mem_eff_path=True, layer_idx=None, device=None,
-                 dtype=None):
+    def __init__(
+        self,
+        d_model,
+        d_state=64,
+        d_conv=4,
+        conv_init=None,
+        expand=2,
+        headdim=128,
+        ngroups=1,
+        A_init_range=(1, 16),
+        dt_min=0.001,
+        dt_max=0.1,
+        dt_init_floor=1e-4,
+        dt_limit=(0.0, float("inf")),
+        learnable_init_states=False,
+        activation="swish",
+        bias=False,
+        conv_bias=True,
+        chunk_size=256,
+        use_mem_eff_path=True,
+        layer_idx=None,
+        device=None,
+        dtype=None,
+    ):
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
         if activation not in _ACTIVATIONS:
@@ -57,8 +77,10 @@ class Mamba2Simple(nn.Module):
         self.headdim = headdim
         self.ngroups = ngroups
         if self.d_inner % headdim:
-            raise ValueError(f"Mamba2Simple: d_inner = expand * d_model = {self.d_inner} must be a multiple of "
-                             f"headdim = {headdim}")
+            raise ValueError(
+                f"Mamba2Simple: d_inner = expand * d_model = {self.d_inner} must be a multiple of "
+                f"headdim = {headdim}"
+            )
         self.nheads = self.d_inner // headdim
         if self.nheads % ngroups:
             raise ValueError(f"Mamba2Simple: ngroups = {ngroups} must divide nheads = {self.nheads}")
@@ -72,23 +94,39 @@ class Mamba2Simple(nn.Module):
         d_in_proj = 2 * self.d_inner + 2 * self.ngroups * self.d_state + self.nheads
         self.in_proj = nn.Linear(self.d_model, d_in_proj, bias=bias, **factory_kwargs)
         conv_dim = self.d_inner + 2 * self.ngroups * self.d_state
-        self.conv1d = nn.Conv1d(conv_dim, conv_dim, kernel_size=d_conv, groups=conv_dim, padding=d_conv - 1,
-                                bias=conv_bias, **factory_kwargs)
+        self.conv1d = nn.Conv1d(
+            conv_dim,
+            conv_dim,
+            kernel_size=d_conv,
+            groups=conv_dim,
+            padding=d_conv - 1,
+            bias=conv_bias,
+            **factory_kwargs,
+        )
         if conv_init is not None:
             nn.init.uniform_(self.conv1d.weight, -conv_init, conv_init)
         if learnable_init_states:
-            self.init_states = nn.Parameter(torch.zeros(self.nheads, self.headdim, self.d_state, **factory_kwargs))
+            self.init_states = nn.Parameter(
+                torch.zeros(self.nheads, self.headdim, self.d_state, **factory_kwargs)
+            )
             self.init_states._no_weight_decay = True
         self.act = nn.SiLU()
-        self.dt_bias = nn.Parameter(inverse_softplus_dt(self.nheads, dt_min, dt_max, dt_init_floor, **factory_kwargs))
+        self.dt_bias = nn.Parameter(
+            inverse_softplus_dt(self.nheads, dt_min, dt_max, dt_init_floor, **factory_kwargs)
+        )
         self.dt_bias._no_weight_decay = True
         A = torch.empty(self.nheads, dtype=torch.float32, device=device).uniform_(*A_init_range)
         self.A_log = nn.Parameter(torch.log(A).to(dtype=dtype))
         self.A_log._no_weight_decay = True
         self.D = nn.Parameter(torch.ones(self.nheads, device=device))
         self.D._no_weight_decay = True
-        self.norm = RMSNormGated(self.d_inner, eps=1e-5, norm_before_gate=False,
-                                 group_size=self.d_inner // self.ngroups, **factory_kwargs)
+        self.norm = RMSNormGated(
+            self.d_inner,
+            eps=1e-5,
+            norm_before_gate=False,
+            group_size=self.d_inner // self.ngroups,
+            **factory_kwargs,
+        )
         self.out_proj = nn.Linear(self.d_inner, self.d_model, bias=bias, **factory_kwargs)
 
     def forward(self, u, seq_idx=None):
@@ -103,25 +141,58 @@ class Mamba2Simple(nn.Module):
         batch, seqlen, _ = u.shape
         zxbcdt = self.in_proj(u)
         A = -torch.exp(self.A_log.float())
-        initial_states = (self.init_states.unsqueeze(0).expand(batch, -1, -1, -1)
-                          if self.learnable_init_states else None)
+        initial_states = (
+            self.init_states.unsqueeze(0).expand(batch, -1, -1, -1) if self.learnable_init_states else None
+        )
         limit = {} if self.dt_limit == (0.0, float("inf")) else {"dt_limit": self.dt_limit}
         if self.use_mem_eff_path:
             return mamba_split_conv1d_scan_combined(
-                zxbcdt, self.conv1d.weight.squeeze(1), self.conv1d.bias, self.dt_bias, A, self.D,
-                chunk_size=self.chunk_size, seq_idx=seq_idx, activation=self.activation,
-                rmsnorm_weight=self.norm.weight, rmsnorm_eps=self.norm.eps, outproj_weight=self.out_proj.weight,
-                outproj_bias=self.out_proj.bias, headdim=self.headdim, ngroups=self.ngroups,
-                norm_before_gate=False, initial_states=initial_states, **limit)
-        z, xBC, dt = torch.split(zxbcdt, [self.d_inner, self.d_inner + 2 * self.ngroups * self.d_state,
-                                          self.nheads], dim=-1)
-        xBC = causal_conv1d_fn(xBC.transpose(1, 2), self.conv1d.weight.squeeze(1), self.conv1d.bias,
-                               seq_idx=seq_idx, activation=self.activation).transpose(1, 2)
-        x, B, C = torch.split(xBC, [self.d_inner, self.ngroups * self.d_state, self.ngroups * self.d_state], dim=-1)
+                zxbcdt,
+                self.conv1d.weight.squeeze(1),
+                self.conv1d.bias,
+                self.dt_bias,
+                A,
+                self.D,
+                chunk_size=self.chunk_size,
+                seq_idx=seq_idx,
+                activation=self.activation,
+                rmsnorm_weight=self.norm.weight,
+                rmsnorm_eps=self.norm.eps,
+                outproj_weight=self.out_proj.weight,
+                outproj_bias=self.out_proj.bias,
+                headdim=self.headdim,
+                ngroups=self.ngroups,
+                norm_before_gate=False,
+                initial_states=initial_states,
+                **limit,
+            )
+        z, xBC, dt = torch.split(
+            zxbcdt, [self.d_inner, self.d_inner + 2 * self.ngroups * self.d_state, self.nheads], dim=-1
+        )
+        xBC = causal_conv1d_fn(
+            xBC.transpose(1, 2),
+            self.conv1d.weight.squeeze(1),
+            self.conv1d.bias,
+            seq_idx=seq_idx,
+            activation=self.activation,
+        ).transpose(1, 2)
+        x, B, C = torch.split(
+            xBC, [self.d_inner, self.ngroups * self.d_state, self.ngroups * self.d_state], dim=-1
+        )
         y = mamba_chunk_scan_combined(
-            x.reshape(batch, seqlen, self.nheads, self.headdim), dt, A,
-            B.reshape(batch, seqlen, self.ngroups, self.d_state), C.reshape(batch, seqlen, self.ngroups, self.d_state),
-            chunk_size=self.chunk_size, D=self.D, z=None, dt_bias=self.dt_bias, dt_softplus=True,
-            initial_states=initial_states, seq_idx=seq_idx, **limit)
+            x.reshape(batch, seqlen, self.nheads, self.headdim),
+            dt,
+            A,
+            B.reshape(batch, seqlen, self.ngroups, self.d_state),
+            C.reshape(batch, seqlen, self.ngroups, self.d_state),
+            chunk_size=self.chunk_size,
+            D=self.D,
+            z=None,
+            dt_bias=self.dt_bias,
+            dt_softplus=True,
+            initial_states=initial_states,
+            seq_idx=seq_idx,
+            **limit,
+        )
         y = self.norm(y.reshape(batch, seqlen, self.d_inner), z)
         return self.out_proj(y)

@@ -14,6 +14,7 @@ fast path) or, with ``inference_params``, fills / continues the cached conv and 
 (``seqlen_offset == 0``) stores them, a single token afterwards is one :meth:`step`, and a longer piece
 afterwards continues from the cached states (prefill in pieces).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,9 +47,25 @@ class Mamba(nn.Module):
         device, dtype: of the parameters.
     """
 
-    def __init__(self, d_model, d_state=16, d_conv=4, expand=2, dt_rank="auto", dt_min=0.001,
-                 dt_max=0.1, dt_init="random", dt_scale=1.0, dt_init_floor=1e-4, conv_bias=True,
-                 bias=False, use_fast_path=True, layer_idx=None, device=None, dtype=None):
+    def __init__(
+        self,
+        d_model,
+        d_state=16,
+        d_conv=4,
+        expand=2,
+        dt_rank="auto",
+        dt_min=0.001,
+        dt_max=0.1,
+        dt_init="random",
+        dt_scale=1.0,
+        dt_init_floor=1e-4,
+        conv_bias=True,
+        bias=False,
+        use_fast_path=True,
+        layer_idx=None,
+        device=None,
+        dtype=None,
+    ):
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
         check_positive_sizes("Mamba", d_model=d_model, d_state=d_state, d_conv=d_conv)
@@ -58,22 +75,31 @@ class Mamba(nn.Module):
         self.expand = expand
         self.d_inner = int(self.expand * self.d_model)
         if self.d_inner < 1:
-            raise ValueError(f"Mamba: d_inner = int(expand * d_model) = int({expand!r} * {d_model}) = {self.d_inner}; "
-                             f"it must be >= 1: use a larger expand (upstream's default is expand=2)")
+            raise ValueError(
+                f"Mamba: d_inner = int(expand * d_model) = int({expand!r} * {d_model}) = {self.d_inner}; "
+                f"it must be >= 1: use a larger expand (upstream's default is expand=2)"
+            )
         self.dt_rank = math.ceil(self.d_model / 16) if dt_rank == "auto" else dt_rank
         self.use_fast_path = use_fast_path
         self.layer_idx = layer_idx
 
         self.in_proj = nn.Linear(self.d_model, self.d_inner * 2, bias=bias, **factory_kwargs)
-        self.conv1d = nn.Conv1d(self.d_inner, self.d_inner, kernel_size=d_conv, groups=self.d_inner,
-                                padding=d_conv - 1, bias=conv_bias, **factory_kwargs)
+        self.conv1d = nn.Conv1d(
+            self.d_inner,
+            self.d_inner,
+            kernel_size=d_conv,
+            groups=self.d_inner,
+            padding=d_conv - 1,
+            bias=conv_bias,
+            **factory_kwargs,
+        )
         self.activation = "silu"
         self.act = nn.SiLU()
         self.x_proj = nn.Linear(self.d_inner, self.dt_rank + self.d_state * 2, bias=False, **factory_kwargs)
         self.dt_proj = nn.Linear(self.dt_rank, self.d_inner, bias=True, **factory_kwargs)
 
         # dt_proj.weight: constant or uniform with std dt_rank^-0.5 * dt_scale (paper, appendix).
-        dt_init_std = self.dt_rank ** -0.5 * dt_scale
+        dt_init_std = self.dt_rank**-0.5 * dt_scale
         if dt_init == "constant":
             nn.init.constant_(self.dt_proj.weight, dt_init_std)
         elif dt_init == "random":
@@ -119,14 +145,25 @@ class Mamba(nn.Module):
         A = -torch.exp(self.A_log.float())
         xz = self._xz(hidden_states)
         if self.use_fast_path and inference_params is None:
-            return mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias, self.x_proj.weight,
-                                  self.dt_proj.weight, self.out_proj.weight, self.out_proj.bias, A,
-                                  None, None, self.D.float(), delta_bias=self.dt_proj.bias.float(),
-                                  delta_softplus=True)
+            return mamba_inner_fn(
+                xz,
+                self.conv1d.weight,
+                self.conv1d.bias,
+                self.x_proj.weight,
+                self.dt_proj.weight,
+                self.out_proj.weight,
+                self.out_proj.bias,
+                A,
+                None,
+                None,
+                self.D.float(),
+                delta_bias=self.dt_proj.bias.float(),
+                delta_softplus=True,
+            )
         x, z = xz.chunk(2, dim=1)
         if conv_state is not None:
             # The last d_conv inputs of the conv (zeros before the start when the prompt is shorter).
-            conv_state.copy_(F.pad(x, (max(self.d_conv - seqlen, 0), 0))[..., -self.d_conv:])
+            conv_state.copy_(F.pad(x, (max(self.d_conv - seqlen, 0), 0))[..., -self.d_conv :])
         x = causal_conv1d_fn(x, self.conv1d.weight.squeeze(1), self.conv1d.bias, activation=self.activation)
         y, last_state = self._ssm(x, z, A, return_last_state=ssm_state is not None)
         if ssm_state is not None:
@@ -145,24 +182,41 @@ class Mamba(nn.Module):
 
     def _ssm(self, x, z, A, return_last_state):
         dt, B, C = self._project(x)
-        out = selective_scan_fn(x, dt, A, B, C, self.D.float(), z=z, delta_bias=self.dt_proj.bias.float(),
-                                delta_softplus=True, return_last_state=return_last_state)
+        out = selective_scan_fn(
+            x,
+            dt,
+            A,
+            B,
+            C,
+            self.D.float(),
+            z=z,
+            delta_bias=self.dt_proj.bias.float(),
+            delta_softplus=True,
+            return_last_state=return_last_state,
+        )
         return out if return_last_state else (out, None)
 
     def _continue(self, hidden_states, conv_state, ssm_state):
         """A piece of several tokens after earlier ones: conv and scan continue from the caches."""
         from mamba_ssm.ops.backends.torch_scan import selective_scan_with_state  # noqa: PLC0415
+
         seqlen = hidden_states.shape[1]
         x, z = self._xz(hidden_states).chunk(2, dim=1)
         init = conv_state[..., 1:].to(x.dtype).clone()  # the last d_conv - 1 inputs (a copy)
         full = torch.cat([conv_state.to(x.dtype), x], dim=-1)
-        conv_state.copy_(full[..., -self.d_conv:])
-        x = causal_conv1d_fn(x, self.conv1d.weight.squeeze(1), self.conv1d.bias, initial_states=init,
-                             activation=self.activation)
+        conv_state.copy_(full[..., -self.d_conv :])
+        x = causal_conv1d_fn(
+            x,
+            self.conv1d.weight.squeeze(1),
+            self.conv1d.bias,
+            initial_states=init,
+            activation=self.activation,
+        )
         dt, B, C = self._project(x)
         A = -torch.exp(self.A_log.float())
-        y, last = selective_scan_with_state(x, dt, A, B, C, self.D.float(), z, self.dt_proj.bias.float(),
-                                            True, initial_state=ssm_state)
+        y, last = selective_scan_with_state(
+            x, dt, A, B, C, self.D.float(), z, self.dt_proj.bias.float(), True, initial_state=ssm_state
+        )
         ssm_state.copy_(last)
         return self.out_proj(y.transpose(1, 2))
 
@@ -170,19 +224,23 @@ class Mamba(nn.Module):
         """One token: hidden_states (batch, 1, d_model) -> (out (batch, 1, d_model), conv_state,
         ssm_state), the states (batch, d_inner, d_conv) and (batch, d_inner, d_state) updated in place."""
         if hidden_states.dim() != 3 or hidden_states.shape[1] != 1:
-            raise ValueError(f"Mamba.step decodes one token at a time: hidden_states must have shape "
-                             f"(batch, 1, {self.d_model}), got {tuple(hidden_states.shape)}")
+            raise ValueError(
+                f"Mamba.step decodes one token at a time: hidden_states must have shape "
+                f"(batch, 1, {self.d_model}), got {tuple(hidden_states.shape)}"
+            )
         dtype = hidden_states.dtype
         xz = F.linear(hidden_states.squeeze(1), self.in_proj.weight, self.in_proj.bias)  # (batch, 2*d_inner)
         x, z = xz.chunk(2, dim=-1)
-        x = causal_conv1d_update(x, conv_state, self.conv1d.weight.squeeze(1), self.conv1d.bias,
-                                 self.activation)
+        x = causal_conv1d_update(
+            x, conv_state, self.conv1d.weight.squeeze(1), self.conv1d.bias, self.activation
+        )
         x_db = self.x_proj(x)
         dt, B, C = torch.split(x_db, [self.dt_rank, self.d_state, self.d_state], dim=-1)
         dt = F.linear(dt, self.dt_proj.weight)  # bias added (then softplus) inside the update
         A = -torch.exp(self.A_log.float())
-        y = selective_state_update(ssm_state, x, dt, A, B, C, self.D, z=z, dt_bias=self.dt_proj.bias,
-                                   dt_softplus=True)
+        y = selective_state_update(
+            ssm_state, x, dt, A, B, C, self.D, z=z, dt_bias=self.dt_proj.bias, dt_softplus=True
+        )
         out = self.out_proj(y)
         return out.unsqueeze(1).to(dtype), conv_state, ssm_state
 
@@ -200,14 +258,26 @@ class Mamba(nn.Module):
         """This layer's (conv_state, ssm_state) in ``inference_params.key_value_memory_dict``, allocated
         on first use (zeroed again with ``initialize_states``)."""
         if self.layer_idx is None:
-            raise ValueError("Mamba: decoding with inference_params needs layer_idx (the key of this layer's "
-                             "cache); construct Mamba(..., layer_idx=0)")
+            raise ValueError(
+                "Mamba: decoding with inference_params needs layer_idx (the key of this layer's "
+                "cache); construct Mamba(..., layer_idx=0)"
+            )
         cache = inference_params.key_value_memory_dict
         if self.layer_idx not in cache:
-            conv_state = torch.zeros(batch_size, self.d_inner, self.d_conv, device=self.conv1d.weight.device,
-                                     dtype=self.conv1d.weight.dtype)
-            ssm_state = torch.zeros(batch_size, self.d_inner, self.d_state, device=self.dt_proj.weight.device,
-                                    dtype=self.dt_proj.weight.dtype)
+            conv_state = torch.zeros(
+                batch_size,
+                self.d_inner,
+                self.d_conv,
+                device=self.conv1d.weight.device,
+                dtype=self.conv1d.weight.dtype,
+            )
+            ssm_state = torch.zeros(
+                batch_size,
+                self.d_inner,
+                self.d_state,
+                device=self.dt_proj.weight.device,
+                dtype=self.dt_proj.weight.dtype,
+            )
             cache[self.layer_idx] = (conv_state, ssm_state)
         else:
             conv_state, ssm_state = cache[self.layer_idx]

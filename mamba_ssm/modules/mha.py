@@ -18,6 +18,7 @@ kv_cache (batch, max_seqlen, 2, num_heads_kv, head_dim), conv_state (batch, qkv_
 Attention runs on flash-attn when it is installed and the inputs are fp16/bf16 CUDA tensors, else on
 ``torch.nn.functional.scaled_dot_product_attention``.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -45,7 +46,7 @@ def apply_rotary(x, cos, sin, interleaved=False):
         x's shape and dtype; channels past rotary_dim are unchanged.
     """
     half = cos.shape[-1]
-    rot = x[..., :2 * half].float()
+    rot = x[..., : 2 * half].float()
     if cos.dim() == 2:
         cos, sin = cos[None, :, None, :], sin[None, :, None, :]
     else:
@@ -56,7 +57,7 @@ def apply_rotary(x, cos, sin, interleaved=False):
     else:
         x1, x2 = rot[..., :half], rot[..., half:]
         out = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-    return torch.cat([out.to(x.dtype), x[..., 2 * half:]], dim=-1)
+    return torch.cat([out.to(x.dtype), x[..., 2 * half :]], dim=-1)
 
 
 class RotaryEmbedding(nn.Module):
@@ -118,29 +119,47 @@ class MHA(nn.Module):
             head_dim, rotary_emb_dim odd or larger than head_dim, a negative d_conv or mlp_dim.
     """
 
-    def __init__(self, embed_dim, num_heads, num_heads_kv=None, head_dim=None, mlp_dim=0, qkv_proj_bias=True,
-                 out_proj_bias=True, softmax_scale=None, causal=False, layer_idx=None, d_conv=0,
-                 rotary_emb_dim=0, rotary_emb_base=10000.0, rotary_emb_interleaved=False, device=None,
-                 dtype=None):
+    def __init__(
+        self,
+        embed_dim,
+        num_heads,
+        num_heads_kv=None,
+        head_dim=None,
+        mlp_dim=0,
+        qkv_proj_bias=True,
+        out_proj_bias=True,
+        softmax_scale=None,
+        causal=False,
+        layer_idx=None,
+        d_conv=0,
+        rotary_emb_dim=0,
+        rotary_emb_base=10000.0,
+        rotary_emb_interleaved=False,
+        device=None,
+        dtype=None,
+    ):
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.num_heads_kv = num_heads_kv if num_heads_kv is not None else num_heads
         if num_heads <= 0 or self.num_heads_kv <= 0 or num_heads % self.num_heads_kv:
-            raise ValueError(f"MHA: num_heads_kv={self.num_heads_kv} must be positive and divide "
-                             f"num_heads={num_heads}")
+            raise ValueError(
+                f"MHA: num_heads_kv={self.num_heads_kv} must be positive and divide num_heads={num_heads}"
+            )
         if head_dim is None:
             if embed_dim % num_heads:
-                raise ValueError(f"MHA: embed_dim={embed_dim} is not divisible by num_heads={num_heads}; "
-                                 f"pass head_dim")
+                raise ValueError(
+                    f"MHA: embed_dim={embed_dim} is not divisible by num_heads={num_heads}; pass head_dim"
+                )
             head_dim = embed_dim // num_heads
         self.head_dim = head_dim
         if mlp_dim < 0 or d_conv < 0:
             raise ValueError(f"MHA: mlp_dim={mlp_dim} and d_conv={d_conv} must be >= 0")
         if rotary_emb_dim < 0 or rotary_emb_dim % 2 or rotary_emb_dim > head_dim:
-            raise ValueError(f"MHA: rotary_emb_dim={rotary_emb_dim} must be even and in [0, head_dim="
-                             f"{head_dim}]")
+            raise ValueError(
+                f"MHA: rotary_emb_dim={rotary_emb_dim} must be even and in [0, head_dim={head_dim}]"
+            )
         self.mlp_dim = math.ceil(mlp_dim / 256) * 256
         self.softmax_scale = softmax_scale
         self.causal = causal
@@ -150,13 +169,22 @@ class MHA(nn.Module):
         self.qkv_dim = head_dim * (num_heads + 2 * self.num_heads_kv)
         out_dim = head_dim * num_heads
         if rotary_emb_dim > 0:
-            self.rotary_emb = RotaryEmbedding(rotary_emb_dim, base=rotary_emb_base,
-                                              interleaved=rotary_emb_interleaved, device=device)
+            self.rotary_emb = RotaryEmbedding(
+                rotary_emb_dim, base=rotary_emb_base, interleaved=rotary_emb_interleaved, device=device
+            )
         self.in_proj = nn.Linear(embed_dim, self.qkv_dim + self.mlp_dim, bias=qkv_proj_bias, **factory_kwargs)
         if d_conv > 0:
-            self.conv1d = nn.Conv1d(self.qkv_dim, self.qkv_dim, kernel_size=d_conv, padding=d_conv - 1,
-                                    groups=self.qkv_dim, **factory_kwargs)
-        self.out_proj = nn.Linear(out_dim + self.mlp_dim // 2, embed_dim, bias=out_proj_bias, **factory_kwargs)
+            self.conv1d = nn.Conv1d(
+                self.qkv_dim,
+                self.qkv_dim,
+                kernel_size=d_conv,
+                padding=d_conv - 1,
+                groups=self.qkv_dim,
+                **factory_kwargs,
+            )
+        self.out_proj = nn.Linear(
+            out_dim + self.mlp_dim // 2, embed_dim, bias=out_proj_bias, **factory_kwargs
+        )
 
     # ------------------------------------------------------------------------------------------------
     def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
@@ -164,22 +192,27 @@ class MHA(nn.Module):
         d_conv) or None), in out_proj's weight dtype (or ``dtype``)."""
         dtype = self.out_proj.weight.dtype if dtype is None else dtype
         device = self.out_proj.weight.device
-        kv_cache = torch.zeros(batch_size, max_seqlen, 2, self.num_heads_kv, self.head_dim, dtype=dtype,
-                               device=device)
+        kv_cache = torch.zeros(
+            batch_size, max_seqlen, 2, self.num_heads_kv, self.head_dim, dtype=dtype, device=device
+        )
         conv_state = None
         if self.d_conv > 0:
-            conv_state = torch.zeros(batch_size, self.qkv_dim, self.d_conv, dtype=self.conv1d.weight.dtype,
-                                     device=device)
+            conv_state = torch.zeros(
+                batch_size, self.qkv_dim, self.d_conv, dtype=self.conv1d.weight.dtype, device=device
+            )
         return kv_cache, conv_state
 
     def _cache(self, inference_params):
         if self.layer_idx is None:
-            raise ValueError("MHA: decoding with inference_params needs layer_idx (the key of this layer's "
-                             "cache); construct MHA(..., layer_idx=0)")
+            raise ValueError(
+                "MHA: decoding with inference_params needs layer_idx (the key of this layer's "
+                "cache); construct MHA(..., layer_idx=0)"
+            )
         cache = inference_params.key_value_memory_dict
         if self.layer_idx not in cache:
-            cache[self.layer_idx] = self.allocate_inference_cache(inference_params.max_batch_size,
-                                                                  inference_params.max_seqlen)
+            cache[self.layer_idx] = self.allocate_inference_cache(
+                inference_params.max_batch_size, inference_params.max_seqlen
+            )
         return cache[self.layer_idx]
 
     def _conv(self, qkv, conv_state, offset):
@@ -190,7 +223,7 @@ class MHA(nn.Module):
             return causal_conv1d_update(x, conv_state, weight, self.conv1d.bias).transpose(1, 2)
         if conv_state is not None:
             seqlen = x.shape[-1]
-            conv_state.copy_(F.pad(x, (max(self.d_conv - seqlen, 0), 0))[..., -self.d_conv:])
+            conv_state.copy_(F.pad(x, (max(self.d_conv - seqlen, 0), 0))[..., -self.d_conv :])
         return causal_conv1d_fn(x, weight, self.conv1d.bias).transpose(1, 2)
 
     def _attend(self, q, k, v, mask):
@@ -203,8 +236,9 @@ class MHA(nn.Module):
         groups = self.num_heads // self.num_heads_kv
         k = k.repeat_interleave(groups, dim=2) if groups > 1 else k
         v = v.repeat_interleave(groups, dim=2) if groups > 1 else v
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             attn_mask=mask, scale=self.softmax_scale)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=self.softmax_scale
+        )
         return out.transpose(1, 2)
 
     def forward(self, x, inference_params=None, **kwargs):
@@ -219,8 +253,10 @@ class MHA(nn.Module):
             ValueError: x is not (batch, seqlen, embed_dim); the cache is too short or too small.
         """
         if x.dim() != 3 or x.shape[-1] != self.embed_dim:
-            raise ValueError(f"MHA.forward: x must have shape (batch, seqlen, embed_dim={self.embed_dim}), got "
-                             f"{tuple(x.shape)}")
+            raise ValueError(
+                f"MHA.forward: x must have shape (batch, seqlen, embed_dim={self.embed_dim}), got "
+                f"{tuple(x.shape)}"
+            )
         batch, seqlen, _ = x.shape
         kv_cache = conv_state = None
         offset = 0
@@ -229,11 +265,13 @@ class MHA(nn.Module):
             offset = inference_params.seqlen_offset
             b0 = inference_params.batch_size_offset
             if b0 + batch > kv_cache.shape[0] or offset + seqlen > kv_cache.shape[1]:
-                raise ValueError(f"MHA: the cache holds {kv_cache.shape[0]} rows x {kv_cache.shape[1]} positions; "
-                                 f"rows {b0}..{b0 + batch} and positions {offset}..{offset + seqlen} do not fit "
-                                 f"(raise max_batch_size / max_seqlen of InferenceParams)")
-            kv_cache = kv_cache[b0:b0 + batch]
-            conv_state = conv_state[b0:b0 + batch] if conv_state is not None else None
+                raise ValueError(
+                    f"MHA: the cache holds {kv_cache.shape[0]} rows x {kv_cache.shape[1]} positions; "
+                    f"rows {b0}..{b0 + batch} and positions {offset}..{offset + seqlen} do not fit "
+                    f"(raise max_batch_size / max_seqlen of InferenceParams)"
+                )
+            kv_cache = kv_cache[b0 : b0 + batch]
+            conv_state = conv_state[b0 : b0 + batch] if conv_state is not None else None
         qkv = self.in_proj(x)
         if self.mlp_dim > 0:
             qkv, x_mlp = qkv.split([self.qkv_dim, self.mlp_dim], dim=-1)
@@ -246,11 +284,13 @@ class MHA(nn.Module):
         q = q.reshape(batch, seqlen, hq, d)
         k = k.reshape(batch, seqlen, hkv, d)
         v = v.reshape(batch, seqlen, hkv, d)
-        per_row = inference_params is not None and inference_params.lengths_per_sample is not None and offset > 0
+        per_row = (
+            inference_params is not None and inference_params.lengths_per_sample is not None and offset > 0
+        )
         if per_row:
             # Per-row positions from a tensor: static shapes, so the step can be captured in a CUDA graph.
             b0 = inference_params.batch_size_offset
-            start = inference_params.lengths_per_sample[b0:b0 + batch].to(torch.long)
+            start = inference_params.lengths_per_sample[b0 : b0 + batch].to(torch.long)
             positions = start[:, None] + torch.arange(seqlen, device=x.device)
         else:
             positions = torch.arange(offset, offset + seqlen, device=x.device)
@@ -269,7 +309,7 @@ class MHA(nn.Module):
             mask = (keys[None, None, :] <= limit[:, :, None]).unsqueeze(1)  # (b, 1, sq, sk)
             out = self._attend(q, kv_cache[:, :, 0].to(q.dtype), kv_cache[:, :, 1].to(q.dtype), mask)
         else:
-            kv_cache[:, offset:offset + seqlen] = torch.stack([k, v], dim=2).to(kv_cache.dtype)
+            kv_cache[:, offset : offset + seqlen] = torch.stack([k, v], dim=2).to(kv_cache.dtype)
             total = offset + seqlen
             keys, values = kv_cache[:, :total, 0].to(q.dtype), kv_cache[:, :total, 1].to(q.dtype)
             mask = None

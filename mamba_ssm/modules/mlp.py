@@ -8,6 +8,7 @@ Math (Shazeer, *GLU Variants Improve Transformer*, arXiv:2002.05202, SwiGLU with
 Parameters (upstream's names and shapes): ``fc1.weight`` (2 * hidden_features, in_features),
 ``fc2.weight`` (out_features, hidden_features), plus biases with ``bias=True``.
 """
+
 from __future__ import annotations
 
 import torch.nn as nn
@@ -33,14 +34,27 @@ class GatedMLP(nn.Module):
         ValueError: a width or ``multiple_of`` that is not a positive integer.
     """
 
-    def __init__(self, in_features, hidden_features=None, out_features=None, activation=F.silu, bias=False,
-                 multiple_of=128, device=None, dtype=None):
+    def __init__(
+        self,
+        in_features,
+        hidden_features=None,
+        out_features=None,
+        activation=F.silu,
+        bias=False,
+        multiple_of=128,
+        device=None,
+        dtype=None,
+    ):
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
         out_features = out_features if out_features is not None else in_features
         hidden_features = hidden_features if hidden_features is not None else int(8 * in_features / 3)
-        for name, value in (("in_features", in_features), ("hidden_features", hidden_features),
-                            ("out_features", out_features), ("multiple_of", multiple_of)):
+        for name, value in (
+            ("in_features", in_features),
+            ("hidden_features", hidden_features),
+            ("out_features", out_features),
+            ("multiple_of", multiple_of),
+        ):
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"GatedMLP: {name} must be a positive int, got {value!r}")
         hidden_features = -(-hidden_features // multiple_of) * multiple_of

@@ -15,6 +15,7 @@ The sequence is cut into blocks of ``block_len``; the paper's four steps are
 3. the recurrence across blocks (itself a 1-SS matrix over the block end states);
 4. the off-diagonal blocks: each position reads the state entering its block, decayed to itself.
 """
+
 from __future__ import annotations
 
 import torch
@@ -56,19 +57,27 @@ def ssd_minimal_discrete(X, A, B, C, block_len, initial_states=None):
         ValueError: shapes that disagree, or ``length`` not a multiple of ``block_len``.
     """
     if not (X.dtype == A.dtype == B.dtype == C.dtype) or not X.is_floating_point():
-        raise TypeError(f"ssd_minimal_discrete: X, A, B, C must share one float dtype, got {X.dtype}, "
-                        f"{A.dtype}, {B.dtype}, {C.dtype}; cast them (e.g. .double())")
+        raise TypeError(
+            f"ssd_minimal_discrete: X, A, B, C must share one float dtype, got {X.dtype}, "
+            f"{A.dtype}, {B.dtype}, {C.dtype}; cast them (e.g. .double())"
+        )
     if X.dim() != 4:
-        raise ValueError(f"ssd_minimal_discrete: X must be (batch, length, n_heads, d_head), got {tuple(X.shape)}")
+        raise ValueError(
+            f"ssd_minimal_discrete: X must be (batch, length, n_heads, d_head), got {tuple(X.shape)}"
+        )
     b, l, h, p = X.shape
     if tuple(A.shape) != (b, l, h):
         raise ValueError(f"ssd_minimal_discrete: A must have shape {(b, l, h)}, got {tuple(A.shape)}")
     if B.dim() != 4 or B.shape[:3] != (b, l, h) or C.shape != B.shape:
-        raise ValueError(f"ssd_minimal_discrete: B and C must both be ({b}, {l}, {h}, d_state), got "
-                         f"{tuple(B.shape)} and {tuple(C.shape)}")
+        raise ValueError(
+            f"ssd_minimal_discrete: B and C must both be ({b}, {l}, {h}, d_state), got "
+            f"{tuple(B.shape)} and {tuple(C.shape)}"
+        )
     if not isinstance(block_len, int) or block_len < 1 or l % block_len:
-        raise ValueError(f"ssd_minimal_discrete: length {l} must be a multiple of block_len={block_len!r}; "
-                         f"pad the sequence or pick a divisor")
+        raise ValueError(
+            f"ssd_minimal_discrete: length {l} must be a multiple of block_len={block_len!r}; "
+            f"pad the sequence or pick a divisor"
+        )
     n = B.shape[-1]
     c = l // block_len
     # (batch, chunks, block, ...); A as (batch, heads, chunks, block).
@@ -79,27 +88,29 @@ def ssd_minimal_discrete(X, A, B, C, block_len, initial_states=None):
     A_cum = torch.cumsum(Ac, dim=-1)
 
     # 1. Diagonal blocks: Y_diag[i] = sum_{j <= i} (C_i . B_j) L[i, j] X_j.
-    L = torch.exp(segsum(Ac))                                        # (b, h, c, i, j)
+    L = torch.exp(segsum(Ac))  # (b, h, c, i, j)
     Y_diag = torch.einsum("bcihn,bcjhn,bhcij,bcjhp->bcihp", Cc, Bc, L, Xc)
 
     # 2. Each block's end state from its own inputs.
-    decay_to_end = torch.exp(A_cum[..., -1:] - A_cum)                # (b, h, c, j)
+    decay_to_end = torch.exp(A_cum[..., -1:] - A_cum)  # (b, h, c, j)
     states = torch.einsum("bcjhn,bhcj,bcjhp->bchpn", Bc, decay_to_end, Xc)
 
     # 3. Across blocks: the state entering block k, from the initial state and earlier blocks' ends.
     if initial_states is None:
         initial_states = torch.zeros(b, h, p, n, dtype=X.dtype, device=X.device)
     elif tuple(initial_states.shape) != (b, h, p, n):
-        raise ValueError(f"ssd_minimal_discrete: initial_states must have shape {(b, h, p, n)}, got "
-                         f"{tuple(initial_states.shape)}")
-    states = torch.cat([initial_states.to(X.dtype).unsqueeze(1), states], dim=1)   # (b, c+1, h, p, n)
-    block_decay = torch.nn.functional.pad(A_cum[..., -1], (1, 0))                  # (b, h, c+1)
-    across = torch.exp(segsum(block_decay))                                         # (b, h, c+1, c+1)
+        raise ValueError(
+            f"ssd_minimal_discrete: initial_states must have shape {(b, h, p, n)}, got "
+            f"{tuple(initial_states.shape)}"
+        )
+    states = torch.cat([initial_states.to(X.dtype).unsqueeze(1), states], dim=1)  # (b, c+1, h, p, n)
+    block_decay = torch.nn.functional.pad(A_cum[..., -1], (1, 0))  # (b, h, c+1)
+    across = torch.exp(segsum(block_decay))  # (b, h, c+1, c+1)
     carried = torch.einsum("bhzc,bchpn->bzhpn", across, states)
     entering, final_state = carried[:, :-1], carried[:, -1]
 
     # 4. Off-diagonal blocks: position i of block k reads the entering state decayed to i.
-    decay_in = torch.exp(A_cum)                                      # (b, h, c, i)
+    decay_in = torch.exp(A_cum)  # (b, h, c, i)
     Y_off = torch.einsum("bcihn,bchpn,bhci->bcihp", Cc, entering, decay_in)
 
     Y = (Y_diag + Y_off).reshape(b, l, h, p)

@@ -17,6 +17,7 @@ This module never shadows the top-level ``causal_conv1d`` package: code importin
 (transformers does) gets the package, not these functions.
 Computation is in float32 (float64 for float64 inputs); outputs have x's dtype.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,16 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-__all__ = ["causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_varlen_states", "causal_conv1d_ref",
-           "external_package", "implementation", "explain", "conv1d_preference"]
+__all__ = [
+    "causal_conv1d_fn",
+    "causal_conv1d_update",
+    "causal_conv1d_varlen_states",
+    "causal_conv1d_ref",
+    "external_package",
+    "implementation",
+    "explain",
+    "conv1d_preference",
+]
 
 _ACTIVATIONS = (None, "silu", "swish")
 _external = None  # (fn, update) or False once looked up
@@ -37,7 +46,9 @@ def external_package():
     global _external
     if _external is None:
         try:
-            from causal_conv1d import causal_conv1d_fn as fn, causal_conv1d_update as upd  # noqa: PLC0415
+            from causal_conv1d import causal_conv1d_fn as fn  # noqa: PLC0415
+            from causal_conv1d import causal_conv1d_update as upd
+
             _external = (fn, upd)
         except Exception:  # noqa: BLE001 (absent, or built for another torch)
             _external = False
@@ -63,8 +74,10 @@ def conv1d_preference() -> str:
         return "auto"
     if value == "causal_conv1d":
         return value
-    raise ValueError(f"{ENV_CONV1D}={raw!r} is not a choice; use auto (mamba_ssm's compiled kernels first) or "
-                     f"causal_conv1d (the causal-conv1d package's CUDA kernels first), or unset it")
+    raise ValueError(
+        f"{ENV_CONV1D}={raw!r} is not a choice; use auto (mamba_ssm's compiled kernels first) or "
+        f"causal_conv1d (the causal-conv1d package's CUDA kernels first), or unset it"
+    )
 
 
 def implementation(device) -> str:
@@ -96,8 +109,11 @@ def _decide(device: str):
     preference = conv1d_preference()
     plan = _dispatch.plan("causal_conv1d", device)
     requested = plan["requested"]
-    package = (torch.device(device).type == "cuda" and requested in ("auto", "compiled")
-               and external_package() is not None)
+    package = (
+        torch.device(device).type == "cuda"
+        and requested in ("auto", "compiled")
+        and external_package() is not None
+    )
     if package and preference == "causal_conv1d":
         return PACKAGE, f"the causal-conv1d package's kernels ({ENV_CONV1D}=causal_conv1d)"
     if plan["backend"] == COMPILED:
@@ -106,7 +122,10 @@ def _decide(device: str):
             why += f" (preferred over the installed causal-conv1d package; {ENV_CONV1D}=causal_conv1d selects it)"
         return COMPILED, why
     if package and requested == "auto":
-        return PACKAGE, f"the causal-conv1d package's kernels, as mamba_ssm._C cannot run here: {plan['reason']}"
+        return (
+            PACKAGE,
+            f"the causal-conv1d package's kernels, as mamba_ssm._C cannot run here: {plan['reason']}",
+        )
     if plan["reason"]:
         return TORCH, plan["reason"]
     return TORCH, f"the {requested} backend was asked for ({plan['source']}); the PyTorch implementation runs"
@@ -132,8 +151,14 @@ def _impl_for_call(device: str) -> str:
     if _dispatch is None:
         return _decide(device)[0]
     environ = os.environ
-    key = (device, _dispatch._override, environ.get(_dispatch.ENV_BACKEND), environ.get(ENV_CONV1D), _external,
-           id(_loader.peek()))
+    key = (
+        device,
+        _dispatch._override,
+        environ.get(_dispatch.ENV_BACKEND),
+        environ.get(ENV_CONV1D),
+        _external,
+        id(_loader.peek()),
+    )
     impl = _call_cache.get(key)
     if impl is None:
         impl = _decide(device)[0]
@@ -164,8 +189,11 @@ def _compiled_for(op, x, weight, *others):
 
         _kernels = compiled_conv1d
     compiled_conv1d = _kernels
-    why = (compiled_conv1d.supports(x, weight, *others) if weight is not None
-           else compiled_conv1d.supports_varlen(x, *others))
+    why = (
+        compiled_conv1d.supports(x, weight, *others)
+        if weight is not None
+        else compiled_conv1d.supports_varlen(x, *others)
+    )
     if why is None:
         return compiled_conv1d
     _dispatch.fallback_for_call(op, x.device, why)
@@ -174,8 +202,9 @@ def _compiled_for(op, x, weight, *others):
 
 def _check_activation(activation):
     if activation not in _ACTIVATIONS:
-        raise ValueError(f"causal_conv1d: activation={activation!r} is not supported; expected None, "
-                         f"'silu' or 'swish'")
+        raise ValueError(
+            f"causal_conv1d: activation={activation!r} is not supported; expected None, 'silu' or 'swish'"
+        )
 
 
 def _cdtype(*xs):
@@ -184,13 +213,16 @@ def _cdtype(*xs):
 
 def _check_x_weight(name, x, weight, bias):
     if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
-        raise TypeError(f"{name}: x and weight must be torch.Tensor, got {type(x).__name__} and "
-                        f"{type(weight).__name__}")
+        raise TypeError(
+            f"{name}: x and weight must be torch.Tensor, got {type(x).__name__} and {type(weight).__name__}"
+        )
     if weight.dim() != 2:
         raise ValueError(f"{name}: weight must have shape (dim, width), got {tuple(weight.shape)}")
     if x.shape[1] != weight.shape[0]:
-        raise ValueError(f"{name}: x has dim {x.shape[1]} (shape {tuple(x.shape)}) but weight has "
-                         f"{weight.shape[0]} channels (shape {tuple(weight.shape)}); expected equal")
+        raise ValueError(
+            f"{name}: x has dim {x.shape[1]} (shape {tuple(x.shape)}) but weight has "
+            f"{weight.shape[0]} channels (shape {tuple(weight.shape)}); expected equal"
+        )
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"{name}: bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
 
@@ -200,15 +232,26 @@ def _check_conv_extras(x, weight, seq_idx, initial_states):
     batch, dim, seqlen = x.shape
     width = weight.shape[1]
     if initial_states is not None and tuple(initial_states.shape) != (batch, dim, width - 1):
-        raise ValueError(f"causal_conv1d_fn: initial_states must have shape ({batch}, {dim}, {width - 1}), got "
-                         f"{tuple(initial_states.shape)}")
+        raise ValueError(
+            f"causal_conv1d_fn: initial_states must have shape ({batch}, {dim}, {width - 1}), got "
+            f"{tuple(initial_states.shape)}"
+        )
     if seq_idx is not None and tuple(seq_idx.shape) != (batch, seqlen):
-        raise ValueError(f"causal_conv1d_fn: seq_idx must have shape ({batch}, {seqlen}), got "
-                         f"{tuple(seq_idx.shape)}")
+        raise ValueError(
+            f"causal_conv1d_fn: seq_idx must have shape ({batch}, {seqlen}), got {tuple(seq_idx.shape)}"
+        )
 
 
-def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
-                     final_states_out=None, activation=None):
+def causal_conv1d_fn(
+    x,
+    weight,
+    bias=None,
+    seq_idx=None,
+    initial_states=None,
+    return_final_states=False,
+    final_states_out=None,
+    activation=None,
+):
     """Causal depthwise conv1d over the sequence.
 
     Args:
@@ -248,15 +291,27 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
         if seq_idx is not None:
             kwargs["seq_idx"] = seq_idx
         if initial_states is not None or return_final_states:
-            kwargs.update(initial_states=initial_states, return_final_states=return_final_states,
-                          final_states_out=final_states_out)
+            kwargs.update(
+                initial_states=initial_states,
+                return_final_states=return_final_states,
+                final_states_out=final_states_out,
+            )
         return ext[0](x, weight, bias, activation=activation, **kwargs)
-    return causal_conv1d_ref(x, weight, bias, seq_idx, initial_states, return_final_states,
-                             final_states_out, activation)
+    return causal_conv1d_ref(
+        x, weight, bias, seq_idx, initial_states, return_final_states, final_states_out, activation
+    )
 
 
-def causal_conv1d_ref(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
-                      final_states_out=None, activation=None):
+def causal_conv1d_ref(
+    x,
+    weight,
+    bias=None,
+    seq_idx=None,
+    initial_states=None,
+    return_final_states=False,
+    final_states_out=None,
+    activation=None,
+):
     """The PyTorch implementation of :func:`causal_conv1d_fn` (same arguments and results)."""
     _check_activation(activation)
     batch, dim, seqlen = x.shape
@@ -265,8 +320,10 @@ def causal_conv1d_ref(x, weight, bias=None, seq_idx=None, initial_states=None, r
     xf = x.to(cdtype)
     if initial_states is not None:
         if tuple(initial_states.shape) != (batch, dim, width - 1):
-            raise ValueError(f"causal_conv1d_fn: initial_states must have shape ({batch}, {dim}, "
-                             f"{width - 1}), got {tuple(initial_states.shape)}")
+            raise ValueError(
+                f"causal_conv1d_fn: initial_states must have shape ({batch}, {dim}, "
+                f"{width - 1}), got {tuple(initial_states.shape)}"
+            )
         xpad = torch.cat([initial_states.to(cdtype), xf], dim=-1)
     else:
         xpad = F.pad(xf, (width - 1, 0))
@@ -275,10 +332,11 @@ def causal_conv1d_ref(x, weight, bias=None, seq_idx=None, initial_states=None, r
         out = F.conv1d(xpad, w.unsqueeze(1), None, groups=dim)
     else:
         if tuple(seq_idx.shape) != (batch, seqlen):
-            raise ValueError(f"causal_conv1d_fn: seq_idx must have shape ({batch}, {seqlen}), got "
-                             f"{tuple(seq_idx.shape)}")
+            raise ValueError(
+                f"causal_conv1d_fn: seq_idx must have shape ({batch}, {seqlen}), got {tuple(seq_idx.shape)}"
+            )
         sid = torch.cat([seq_idx[:, :1].expand(batch, width - 1), seq_idx], dim=-1)
-        windows = xpad.unfold(-1, width, 1)                       # (b, d, l, w)
+        windows = xpad.unfold(-1, width, 1)  # (b, d, l, w)
         same = sid.unfold(-1, width, 1) == seq_idx.unsqueeze(-1)  # (b, l, w)
         out = torch.einsum("bdlw,dw->bdl", windows * same.unsqueeze(1).to(cdtype), w)
     if bias is not None:
@@ -288,7 +346,7 @@ def causal_conv1d_ref(x, weight, bias=None, seq_idx=None, initial_states=None, r
     out = out.to(x.dtype)
     if not return_final_states:
         return out
-    final = xpad[..., xpad.shape[-1] - (width - 1):].to(x.dtype)
+    final = xpad[..., xpad.shape[-1] - (width - 1) :].to(x.dtype)
     if final_states_out is not None:
         final_states_out.copy_(final)
         final = final_states_out
@@ -300,22 +358,33 @@ def _check_update_args(x, conv_state, weight, cache_seqlens, conv_state_indices)
     batch, dim = x.shape[0], x.shape[1]
     width = weight.shape[1]
     if conv_state.dim() != 3 or conv_state.shape[1] != dim or conv_state.shape[2] < width - 1:
-        raise ValueError(f"causal_conv1d_update: conv_state must have shape (batch, {dim}, >= {width - 1}), "
-                         f"got {tuple(conv_state.shape)}")
+        raise ValueError(
+            f"causal_conv1d_update: conv_state must have shape (batch, {dim}, >= {width - 1}), "
+            f"got {tuple(conv_state.shape)}"
+        )
     if conv_state_indices is None:
         if conv_state.shape[0] != batch:
-            raise ValueError(f"causal_conv1d_update: conv_state has {conv_state.shape[0]} rows for x's batch "
-                             f"{batch}; pass conv_state_indices to pick rows")
+            raise ValueError(
+                f"causal_conv1d_update: conv_state has {conv_state.shape[0]} rows for x's batch "
+                f"{batch}; pass conv_state_indices to pick rows"
+            )
     elif tuple(conv_state_indices.shape) != (batch,) or conv_state_indices.is_floating_point():
-        raise ValueError(f"causal_conv1d_update: conv_state_indices must be ({batch},) integers, got "
-                         f"{tuple(conv_state_indices.shape)} {conv_state_indices.dtype}")
-    if cache_seqlens is not None and (tuple(cache_seqlens.shape) != (batch,) or cache_seqlens.is_floating_point()):
-        raise ValueError(f"causal_conv1d_update: cache_seqlens must be ({batch},) integers, got "
-                         f"{tuple(cache_seqlens.shape)} {cache_seqlens.dtype}")
+        raise ValueError(
+            f"causal_conv1d_update: conv_state_indices must be ({batch},) integers, got "
+            f"{tuple(conv_state_indices.shape)} {conv_state_indices.dtype}"
+        )
+    if cache_seqlens is not None and (
+        tuple(cache_seqlens.shape) != (batch,) or cache_seqlens.is_floating_point()
+    ):
+        raise ValueError(
+            f"causal_conv1d_update: cache_seqlens must be ({batch},) integers, got "
+            f"{tuple(cache_seqlens.shape)} {cache_seqlens.dtype}"
+        )
 
 
-def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
-                         conv_state_indices=None):
+def causal_conv1d_update(
+    x, conv_state, weight, bias=None, activation=None, cache_seqlens=None, conv_state_indices=None
+):
     """Decode step(s) of the causal conv1d from a rolling state, updating ``conv_state`` in place.
 
     Args:
@@ -340,9 +409,13 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     _check_activation(activation)
     _check_x_weight("causal_conv1d_update", x, weight, bias)
     _check_update_args(x, conv_state, weight, cache_seqlens, conv_state_indices)
-    kernels = _compiled_for("causal_conv1d_update", x, weight, conv_state, bias, cache_seqlens, conv_state_indices)
+    kernels = _compiled_for(
+        "causal_conv1d_update", x, weight, conv_state, bias, cache_seqlens, conv_state_indices
+    )
     if kernels is not None:  # (the kernels take x of (batch, dim) as one step)
-        return kernels.update(x, conv_state, weight, bias, activation is not None, cache_seqlens, conv_state_indices)
+        return kernels.update(
+            x, conv_state, weight, bias, activation is not None, cache_seqlens, conv_state_indices
+        )
     squeeze = x.dim() == 2
     xs = x.unsqueeze(-1) if squeeze else x
     padded = conv_state_indices is not None and bool((conv_state_indices < 0).any())
@@ -371,7 +444,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
         order = (start[:, None] + torch.arange(state_len, device=x.device)).remainder(state_len)
         ordered = state.to(cdtype).gather(-1, order[:, None, :].expand(batch, dim, state_len))
     full = torch.cat([ordered, xs.to(cdtype)], dim=-1)
-    window = full[..., full.shape[-1] - (seqlen + width - 1):]
+    window = full[..., full.shape[-1] - (seqlen + width - 1) :]
     # A few positions: multiply-add over the window (F.conv1d's setup costs far more at this size).
     out = torch.einsum("bdlw,dw->bdl", window.unfold(-1, width, 1), weight.to(cdtype))
     if bias is not None:
@@ -379,12 +452,12 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     if activation is not None:
         out = F.silu(out)
     if cache_seqlens is None:
-        new_state = full[..., full.shape[-1] - state_len:].to(conv_state.dtype)
+        new_state = full[..., full.shape[-1] - state_len :].to(conv_state.dtype)
     else:  # write the new inputs at their circular positions, in order (later ones win)
         new_state = state.clone()
         for t in range(seqlen):
             pos = (start + t).remainder(state_len)[:, None, None].expand(batch, dim, 1)
-            new_state.scatter_(-1, pos, xs[..., t:t + 1].to(conv_state.dtype))
+            new_state.scatter_(-1, pos, xs[..., t : t + 1].to(conv_state.dtype))
     if conv_state_indices is None:
         conv_state.copy_(new_state)
     else:
@@ -411,19 +484,31 @@ def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
         ValueError: x not 2-D, cu_seqlens not cumulative lengths of x, state_len < 1.
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        raise ValueError(f"causal_conv1d_varlen_states: x must be (total_tokens, dim), got "
-                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+        raise ValueError(
+            f"causal_conv1d_varlen_states: x must be (total_tokens, dim), got "
+            f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}"
+        )
     if not isinstance(state_len, int) or state_len < 1:
         raise ValueError(f"causal_conv1d_varlen_states: state_len must be a positive int, got {state_len!r}")
     cu = cu_seqlens.long()
-    if cu.dim() != 1 or cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != x.shape[0] or bool((cu.diff() < 0).any()):
-        raise ValueError(f"causal_conv1d_varlen_states: cu_seqlens must be non-decreasing cumulative lengths "
-                         f"from 0 to x's {x.shape[0]} tokens, got {cu_seqlens.tolist()}")
+    if (
+        cu.dim() != 1
+        or cu.numel() < 2
+        or int(cu[0]) != 0
+        or int(cu[-1]) != x.shape[0]
+        or bool((cu.diff() < 0).any())
+    ):
+        raise ValueError(
+            f"causal_conv1d_varlen_states: cu_seqlens must be non-decreasing cumulative lengths "
+            f"from 0 to x's {x.shape[0]} tokens, got {cu_seqlens.tolist()}"
+        )
     kernels = _compiled_for("causal_conv1d", x, None, cu_seqlens)
     if kernels is not None:
         return kernels.varlen_states(x, cu_seqlens, state_len)
     starts, ends = cu[:-1], cu[1:]
-    pos = ends[:, None] - state_len + torch.arange(state_len, device=x.device)   # (num_seqs, state_len)
+    pos = ends[:, None] - state_len + torch.arange(state_len, device=x.device)  # (num_seqs, state_len)
     inside = pos >= starts[:, None]
-    picked = torch.where(inside[..., None], x[pos.clamp(min=0)], x.new_zeros(()))  # (num_seqs, state_len, dim)
+    picked = torch.where(
+        inside[..., None], x[pos.clamp(min=0)], x.new_zeros(())
+    )  # (num_seqs, state_len, dim)
     return picked.transpose(1, 2).contiguous()

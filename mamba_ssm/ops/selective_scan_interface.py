@@ -15,6 +15,7 @@ Each call picks a backend through :func:`mamba_ssm._dispatch.backend_for`: the c
 (:mod:`mamba_ssm.ops.backends.torch_scan`), or the sequential reference ``selective_scan_ref`` when the
 ``ref`` backend is chosen (``MAMBA_SSM_BACKEND=ref``).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -22,8 +23,14 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-__all__ = ["selective_scan_fn", "selective_scan_ref", "mamba_inner_fn", "mamba_inner_ref", "SelectiveScanFn",
-           "MambaInnerFn"]
+__all__ = [
+    "selective_scan_fn",
+    "selective_scan_ref",
+    "mamba_inner_fn",
+    "mamba_inner_ref",
+    "SelectiveScanFn",
+    "MambaInnerFn",
+]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -31,6 +38,7 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # ----------------------------------------------------------------------------------------------------
 # Input validation
 # ----------------------------------------------------------------------------------------------------
+
 
 def _shape(x) -> str:
     return str(tuple(x.shape))
@@ -40,8 +48,9 @@ def _require_tensor(fn: str, name: str, x, optional: bool = False) -> None:
     if x is None and optional:
         return
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{fn}: {name} must be a torch.Tensor{' or None' if optional else ''}, got "
-                        f"{type(x).__name__}")
+        raise TypeError(
+            f"{fn}: {name} must be a torch.Tensor{' or None' if optional else ''}, got {type(x).__name__}"
+        )
 
 
 def _require_float(fn: str, name: str, x) -> None:
@@ -50,10 +59,10 @@ def _require_float(fn: str, name: str, x) -> None:
     if x.is_complex():
         raise TypeError(
             f"{fn}: {name} has complex dtype {x.dtype}; complex inputs are not supported (upstream's "
-            f"complex-A variant is not implemented): pass a real {name} (float32 for A)")
+            f"complex-A variant is not implemented): pass a real {name} (float32 for A)"
+        )
     if x.dtype not in _FLOATS:
-        raise TypeError(f"{fn}: {name} has dtype {x.dtype}; expected float16, bfloat16, float32 or "
-                        f"float64")
+        raise TypeError(f"{fn}: {name} has dtype {x.dtype}; expected float16, bfloat16, float32 or float64")
 
 
 def _dtype_name(dt) -> str:
@@ -67,86 +76,135 @@ def _check_dtype_rule(fn: str, u, delta, A, B, C, D, z, delta_bias) -> None:
     ud = _dtype_name(u.dtype)
     for name, x in (("delta", delta), ("z", z)):
         if x is not None and x.dtype != u.dtype:
-            raise TypeError(f"{fn}: {name} has dtype {_dtype_name(x.dtype)} but u has {ud}; expected {name} "
-                            f"in u's dtype ({ud}): cast {name} to u.dtype ({name}.to(u.dtype))")
+            raise TypeError(
+                f"{fn}: {name} has dtype {_dtype_name(x.dtype)} but u has {ud}; expected {name} "
+                f"in u's dtype ({ud}): cast {name} to u.dtype ({name}.to(u.dtype))"
+            )
     weights_ok = (torch.float32, torch.float64) if u.dtype == torch.float64 else (torch.float32,)
     allowed = " or ".join(_dtype_name(d) for d in weights_ok)
     for name, x in (("A", A), ("D", D), ("delta_bias", delta_bias)):
         if x is not None and x.dtype not in weights_ok:
-            raise TypeError(f"{fn}: {name} has dtype {_dtype_name(x.dtype)}; expected {allowed} (the scan's "
-                            f"weights stay in full precision, u is {ud}): cast {name} with "
-                            f"{name}.float()")
+            raise TypeError(
+                f"{fn}: {name} has dtype {_dtype_name(x.dtype)}; expected {allowed} (the scan's "
+                f"weights stay in full precision, u is {ud}): cast {name} with "
+                f"{name}.float()"
+            )
     bc_ok = (u.dtype, torch.float32)
     for name, x in (("B", B), ("C", C)):
         if x.dtype not in bc_ok:
-            raise TypeError(f"{fn}: {name} has dtype {_dtype_name(x.dtype)} but u has {ud}; expected "
-                            f"{name} in u's dtype ({ud}) or float32: cast {name} to u.dtype "
-                            f"({name}.to(u.dtype))")
+            raise TypeError(
+                f"{fn}: {name} has dtype {_dtype_name(x.dtype)} but u has {ud}; expected "
+                f"{name} in u's dtype ({ud}) or float32: cast {name} to u.dtype "
+                f"({name}.to(u.dtype))"
+            )
 
 
-def validate_selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None,
-                            fn: str = "selective_scan_fn") -> None:
+def validate_selective_scan(
+    u, delta, A, B, C, D=None, z=None, delta_bias=None, fn: str = "selective_scan_fn"
+) -> None:
     """Check the selective scan's inputs; raise TypeError/ValueError naming the argument, what was
     received and what was expected. Shapes: see :func:`selective_scan_fn`."""
-    for name, x, opt in (("u", u, False), ("delta", delta, False), ("A", A, False), ("B", B, False),
-                         ("C", C, False), ("D", D, True), ("z", z, True), ("delta_bias", delta_bias, True)):
+    for name, x, opt in (
+        ("u", u, False),
+        ("delta", delta, False),
+        ("A", A, False),
+        ("B", B, False),
+        ("C", C, False),
+        ("D", D, True),
+        ("z", z, True),
+        ("delta_bias", delta_bias, True),
+    ):
         _require_tensor(fn, name, x, opt)
-    for name, x in (("A", A), ("u", u), ("delta", delta), ("B", B), ("C", C), ("D", D), ("z", z),
-                    ("delta_bias", delta_bias)):
+    for name, x in (
+        ("A", A),
+        ("u", u),
+        ("delta", delta),
+        ("B", B),
+        ("C", C),
+        ("D", D),
+        ("z", z),
+        ("delta_bias", delta_bias),
+    ):
         _require_float(fn, name, x)
     _check_dtype_rule(fn, u, delta, A, B, C, D, z, delta_bias)
     if u.dim() != 3:
         raise ValueError(f"{fn}: u must have rank 3 (batch, dim, seqlen), got shape {_shape(u)}")
     batch, dim, seqlen = u.shape
     if tuple(delta.shape) != tuple(u.shape):
-        raise ValueError(f"{fn}: delta must have u's shape (batch, dim, seqlen) = {_shape(u)}, got "
-                         f"{_shape(delta)}")
+        raise ValueError(
+            f"{fn}: delta must have u's shape (batch, dim, seqlen) = {_shape(u)}, got {_shape(delta)}"
+        )
     if A.dim() != 2 or A.shape[0] != dim:
-        raise ValueError(f"{fn}: A must have shape (dim, d_state) with dim = {dim} (from u {_shape(u)}), "
-                         f"got {_shape(A)}")
+        raise ValueError(
+            f"{fn}: A must have shape (dim, d_state) with dim = {dim} (from u {_shape(u)}), got {_shape(A)}"
+        )
     d_state = A.shape[1]
     if d_state < 1:
         raise ValueError(f"{fn}: A has d_state 0 (shape {_shape(A)}); expected d_state >= 1")
     for name, X in (("B", B), ("C", C)):
         if X.dim() == 2:
             if tuple(X.shape) != (dim, d_state):
-                raise ValueError(f"{fn}: constant {name} must have shape (dim, d_state) = ({dim}, "
-                                 f"{d_state}), got {_shape(X)}")
+                raise ValueError(
+                    f"{fn}: constant {name} must have shape (dim, d_state) = ({dim}, "
+                    f"{d_state}), got {_shape(X)}"
+                )
         elif X.dim() == 3:
             if tuple(X.shape) != (batch, d_state, seqlen):
-                raise ValueError(f"{fn}: variable {name} must have shape (batch, d_state, seqlen) = "
-                                 f"({batch}, {d_state}, {seqlen}), got {_shape(X)}")
+                raise ValueError(
+                    f"{fn}: variable {name} must have shape (batch, d_state, seqlen) = "
+                    f"({batch}, {d_state}, {seqlen}), got {_shape(X)}"
+                )
         elif X.dim() == 4:
             groups = X.shape[1]
-            if X.shape[0] != batch or X.shape[2] != d_state or X.shape[3] != seqlen or groups < 1 \
-                    or dim % groups:
+            if (
+                X.shape[0] != batch
+                or X.shape[2] != d_state
+                or X.shape[3] != seqlen
+                or groups < 1
+                or dim % groups
+            ):
                 raise ValueError(
                     f"{fn}: grouped {name} must have shape (batch, groups, d_state, seqlen) = ({batch}, "
-                    f"groups, {d_state}, {seqlen}) with groups dividing dim = {dim}, got {_shape(X)}")
+                    f"groups, {d_state}, {seqlen}) with groups dividing dim = {dim}, got {_shape(X)}"
+                )
         else:
-            raise ValueError(f"{fn}: {name} must have rank 2 (dim, d_state), 3 (batch, d_state, seqlen) or "
-                             f"4 (batch, groups, d_state, seqlen), got shape {_shape(X)}")
+            raise ValueError(
+                f"{fn}: {name} must have rank 2 (dim, d_state), 3 (batch, d_state, seqlen) or "
+                f"4 (batch, groups, d_state, seqlen), got shape {_shape(X)}"
+            )
     if B.dim() >= 3 and C.dim() >= 3:
         gb = B.shape[1] if B.dim() == 4 else 1
         gc = C.shape[1] if C.dim() == 4 else 1
         if gb != gc:
-            raise ValueError(f"{fn}: variable B has {gb} group(s) (shape {_shape(B)}) and variable C has "
-                             f"{gc} (shape {_shape(C)}); expected the same number of groups")
+            raise ValueError(
+                f"{fn}: variable B has {gb} group(s) (shape {_shape(B)}) and variable C has "
+                f"{gc} (shape {_shape(C)}); expected the same number of groups"
+            )
     for name, x in (("D", D), ("delta_bias", delta_bias)):
         if x is not None and tuple(x.shape) != (dim,):
             raise ValueError(f"{fn}: {name} must have shape (dim,) = ({dim},), got {_shape(x)}")
     if z is not None and tuple(z.shape) != tuple(u.shape):
         raise ValueError(f"{fn}: z must have u's shape (batch, dim, seqlen) = {_shape(u)}, got {_shape(z)}")
-    for name, x in (("delta", delta), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z),
-                    ("delta_bias", delta_bias)):
+    for name, x in (
+        ("delta", delta),
+        ("A", A),
+        ("B", B),
+        ("C", C),
+        ("D", D),
+        ("z", z),
+        ("delta_bias", delta_bias),
+    ):
         if x is not None and x.device != u.device:
-            raise ValueError(f"{fn}: {name} is on {x.device} but u is on {u.device}; expected every input "
-                             f"on one device (move {name} with .to({str(u.device)!r}))")
+            raise ValueError(
+                f"{fn}: {name} is on {x.device} but u is on {u.device}; expected every input "
+                f"on one device (move {name} with .to({str(u.device)!r}))"
+            )
 
 
 # ----------------------------------------------------------------------------------------------------
 # Backend choice
 # ----------------------------------------------------------------------------------------------------
+
 
 def _backend_for(op: str, device) -> str:
     try:
@@ -160,25 +218,30 @@ def _run_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, ret
     name = _backend_for("selective_scan", u.device)
     if name == "compiled":
         from mamba_ssm.ops.backends import compiled  # noqa: PLC0415
+
         reason = compiled.supports(u, delta, A, B, C, D, z, delta_bias)
         if reason is None:
-            return compiled.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
-                                           return_last_state)
+            return compiled.selective_scan(
+                u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
+            )
         from mamba_ssm import _dispatch  # noqa: PLC0415
+
         name = _dispatch.fallback_for_call("selective_scan", u.device, reason)
     if name == "ref":
         return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
     from mamba_ssm.ops.backends import torch_scan  # noqa: PLC0415
-    return torch_scan.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
-                                     return_last_state)
+
+    return torch_scan.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
 
 
 # ----------------------------------------------------------------------------------------------------
 # Public ops
 # ----------------------------------------------------------------------------------------------------
 
-def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                      return_last_state=False):
+
+def selective_scan_fn(
+    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
+):
     """Mamba's selective scan (S6), differentiable in every tensor argument.
 
     Args:
@@ -216,8 +279,9 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     return _run_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
 
 
-def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                       return_last_state=False):
+def selective_scan_ref(
+    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
+):
     """The sequential reference of :func:`selective_scan_fn` (same arguments and results): one step per
     timestep, computed in float32 (float64 for float64 inputs). Slow; for tests and debugging."""
     validate_selective_scan(u, delta, A, B, C, D, z, delta_bias, fn="selective_scan_ref")
@@ -262,13 +326,38 @@ def _rms(x, weight, eps):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
 
 
-def _mamba_inner(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
-                 out_proj_bias, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias, delta_softplus,
-                 checkpoint_lvl, b_rms_weight, c_rms_weight, dt_rms_weight, b_c_dt_rms_eps, ref):
+def _mamba_inner(
+    xz,
+    conv1d_weight,
+    conv1d_bias,
+    x_proj_weight,
+    delta_proj_weight,
+    out_proj_weight,
+    out_proj_bias,
+    A,
+    B,
+    C,
+    D,
+    delta_bias,
+    B_proj_bias,
+    C_proj_bias,
+    delta_softplus,
+    checkpoint_lvl,
+    b_rms_weight,
+    c_rms_weight,
+    dt_rms_weight,
+    b_c_dt_rms_eps,
+    ref,
+):
     fn = "mamba_inner_ref" if ref else "mamba_inner_fn"
-    for name, x in (("xz", xz), ("conv1d_weight", conv1d_weight), ("x_proj_weight", x_proj_weight),
-                    ("delta_proj_weight", delta_proj_weight), ("out_proj_weight", out_proj_weight),
-                    ("A", A)):
+    for name, x in (
+        ("xz", xz),
+        ("conv1d_weight", conv1d_weight),
+        ("x_proj_weight", x_proj_weight),
+        ("delta_proj_weight", delta_proj_weight),
+        ("out_proj_weight", out_proj_weight),
+        ("A", A),
+    ):
         _require_tensor(fn, name, x)
     _require_float(fn, "A", A)
     if checkpoint_lvl not in (0, 1):
@@ -278,21 +367,28 @@ def _mamba_inner(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weigh
     batch, two_d, seqlen = xz.shape
     d_inner = two_d // 2
     if A.dim() != 2 or A.shape[0] != d_inner:
-        raise ValueError(f"{fn}: A must have shape (d_inner, d_state) = ({d_inner}, d_state), got "
-                         f"{_shape(A)}")
+        raise ValueError(
+            f"{fn}: A must have shape (d_inner, d_state) = ({d_inner}, d_state), got {_shape(A)}"
+        )
     d_state = A.shape[1]
     delta_rank = delta_proj_weight.shape[1]
     if delta_proj_weight.dim() != 2 or delta_proj_weight.shape[0] != d_inner:
-        raise ValueError(f"{fn}: delta_proj_weight must have shape (d_inner, dt_rank) = ({d_inner}, "
-                         f"dt_rank), got {_shape(delta_proj_weight)}")
+        raise ValueError(
+            f"{fn}: delta_proj_weight must have shape (d_inner, dt_rank) = ({d_inner}, "
+            f"dt_rank), got {_shape(delta_proj_weight)}"
+        )
     expect_rows = delta_rank + (d_state if B is None else 0) + (d_state if C is None else 0)
     if x_proj_weight.dim() != 2 or tuple(x_proj_weight.shape) != (expect_rows, d_inner):
-        raise ValueError(f"{fn}: x_proj_weight must have shape (dt_rank + d_state for each of B, C given "
-                         f"as None, d_inner) = ({expect_rows}, {d_inner}), got {_shape(x_proj_weight)}")
+        raise ValueError(
+            f"{fn}: x_proj_weight must have shape (dt_rank + d_state for each of B, C given "
+            f"as None, d_inner) = ({expect_rows}, {d_inner}), got {_shape(x_proj_weight)}"
+        )
     cw = conv1d_weight.reshape(d_inner, -1) if conv1d_weight.dim() == 3 else conv1d_weight
     if cw.dim() != 2 or cw.shape[0] != d_inner:
-        raise ValueError(f"{fn}: conv1d_weight must have shape (d_inner, 1, d_conv) or (d_inner, d_conv) "
-                         f"with d_inner = {d_inner}, got {_shape(conv1d_weight)}")
+        raise ValueError(
+            f"{fn}: conv1d_weight must have shape (d_inner, 1, d_conv) or (d_inner, d_conv) "
+            f"with d_inner = {d_inner}, got {_shape(conv1d_weight)}"
+        )
     device_type = xz.device.type
     if torch.is_autocast_enabled(device_type):
         adt = torch.get_autocast_dtype(device_type)
@@ -301,6 +397,7 @@ def _mamba_inner(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weigh
         out_proj_weight = out_proj_weight.to(adt)
         out_proj_bias = out_proj_bias.to(adt) if out_proj_bias is not None else None
     from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_ref  # noqa: PLC0415
+
     x, z = xz.chunk(2, dim=1)
     conv = causal_conv1d_ref if ref else causal_conv1d_fn
     # The scan runs in xz's dtype (upstream: the conv kernel keeps x's dtype, autocast or not); under
@@ -318,7 +415,7 @@ def _mamba_inner(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weigh
         nonlocal col
         if given is not None:
             return given
-        part = x_dbl[:, col:col + d_state]
+        part = x_dbl[:, col : col + d_state]
         col += d_state
         if proj_bias is not None:
             part = part + proj_bias.to(part.dtype)
@@ -329,18 +426,38 @@ def _mamba_inner(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weigh
     Bm = take(B, B_proj_bias, b_rms_weight)
     Cm = take(C, C_proj_bias, c_rms_weight)
     if ref:
-        y = selective_scan_ref(conv_out, delta, A, Bm, Cm, D, z=z, delta_bias=delta_bias,
-                               delta_softplus=delta_softplus)
+        y = selective_scan_ref(
+            conv_out, delta, A, Bm, Cm, D, z=z, delta_bias=delta_bias, delta_softplus=delta_softplus
+        )
     else:
-        y = selective_scan_fn(conv_out, delta, A, Bm, Cm, D, z=z, delta_bias=delta_bias,
-                              delta_softplus=delta_softplus)
+        y = selective_scan_fn(
+            conv_out, delta, A, Bm, Cm, D, z=z, delta_bias=delta_bias, delta_softplus=delta_softplus
+        )
     return F.linear(y.transpose(1, 2), out_proj_weight, out_proj_bias)
 
 
-def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
-                   out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None,
-                   C_proj_bias=None, delta_softplus=True, checkpoint_lvl=1, b_rms_weight=None,
-                   c_rms_weight=None, dt_rms_weight=None, b_c_dt_rms_eps=1e-6):
+def mamba_inner_fn(
+    xz,
+    conv1d_weight,
+    conv1d_bias,
+    x_proj_weight,
+    delta_proj_weight,
+    out_proj_weight,
+    out_proj_bias,
+    A,
+    B=None,
+    C=None,
+    D=None,
+    delta_bias=None,
+    B_proj_bias=None,
+    C_proj_bias=None,
+    delta_softplus=True,
+    checkpoint_lvl=1,
+    b_rms_weight=None,
+    c_rms_weight=None,
+    dt_rms_weight=None,
+    b_c_dt_rms_eps=1e-6,
+):
     """The Mamba block's inner path after ``in_proj`` (arXiv:2312.00752, Figure 3):
     split ``xz`` into x and z, causal conv1d + SiLU on x, ``x_proj`` to (dt, B, C), ``dt_proj`` to delta,
     the selective scan gated by ``silu(z)``, then ``out_proj``.
@@ -366,21 +483,77 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
     Raises:
         TypeError / ValueError: bad inputs, naming the argument (see :func:`selective_scan_fn`).
     """
-    return _mamba_inner(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
-                        out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias,
-                        delta_softplus, checkpoint_lvl, b_rms_weight, c_rms_weight, dt_rms_weight,
-                        b_c_dt_rms_eps, ref=False)
+    return _mamba_inner(
+        xz,
+        conv1d_weight,
+        conv1d_bias,
+        x_proj_weight,
+        delta_proj_weight,
+        out_proj_weight,
+        out_proj_bias,
+        A,
+        B,
+        C,
+        D,
+        delta_bias,
+        B_proj_bias,
+        C_proj_bias,
+        delta_softplus,
+        checkpoint_lvl,
+        b_rms_weight,
+        c_rms_weight,
+        dt_rms_weight,
+        b_c_dt_rms_eps,
+        ref=False,
+    )
 
 
-def mamba_inner_ref(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
-                    out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None,
-                    C_proj_bias=None, delta_softplus=True, checkpoint_lvl=1, b_rms_weight=None,
-                    c_rms_weight=None, dt_rms_weight=None, b_c_dt_rms_eps=1e-6):
+def mamba_inner_ref(
+    xz,
+    conv1d_weight,
+    conv1d_bias,
+    x_proj_weight,
+    delta_proj_weight,
+    out_proj_weight,
+    out_proj_bias,
+    A,
+    B=None,
+    C=None,
+    D=None,
+    delta_bias=None,
+    B_proj_bias=None,
+    C_proj_bias=None,
+    delta_softplus=True,
+    checkpoint_lvl=1,
+    b_rms_weight=None,
+    c_rms_weight=None,
+    dt_rms_weight=None,
+    b_c_dt_rms_eps=1e-6,
+):
     """:func:`mamba_inner_fn` built from the references (PyTorch conv1d, sequential scan)."""
-    return _mamba_inner(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
-                        out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias,
-                        delta_softplus, checkpoint_lvl, b_rms_weight, c_rms_weight, dt_rms_weight,
-                        b_c_dt_rms_eps, ref=True)
+    return _mamba_inner(
+        xz,
+        conv1d_weight,
+        conv1d_bias,
+        x_proj_weight,
+        delta_proj_weight,
+        out_proj_weight,
+        out_proj_bias,
+        A,
+        B,
+        C,
+        D,
+        delta_bias,
+        B_proj_bias,
+        C_proj_bias,
+        delta_softplus,
+        checkpoint_lvl,
+        b_rms_weight,
+        c_rms_weight,
+        dt_rms_weight,
+        b_c_dt_rms_eps,
+        ref=True,
+    )
 
 
 class SelectiveScanFn:
@@ -392,8 +565,9 @@ class SelectiveScanFn:
     """
 
     @staticmethod
-    def apply(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-              return_last_state=False):
+    def apply(
+        u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
+    ):
         """See :func:`selective_scan_fn`."""
         return selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
 
@@ -409,12 +583,48 @@ class MambaInnerFn:
     """
 
     @staticmethod
-    def apply(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
-              out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None, C_proj_bias=None,
-              delta_softplus=True, checkpoint_lvl=1, b_rms_weight=None, c_rms_weight=None, dt_rms_weight=None,
-              b_c_dt_rms_eps=1e-6):
+    def apply(
+        xz,
+        conv1d_weight,
+        conv1d_bias,
+        x_proj_weight,
+        delta_proj_weight,
+        out_proj_weight,
+        out_proj_bias,
+        A,
+        B=None,
+        C=None,
+        D=None,
+        delta_bias=None,
+        B_proj_bias=None,
+        C_proj_bias=None,
+        delta_softplus=True,
+        checkpoint_lvl=1,
+        b_rms_weight=None,
+        c_rms_weight=None,
+        dt_rms_weight=None,
+        b_c_dt_rms_eps=1e-6,
+    ):
         """See :func:`mamba_inner_fn`."""
-        return mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
-                              out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias,
-                              delta_softplus, checkpoint_lvl, b_rms_weight, c_rms_weight, dt_rms_weight,
-                              b_c_dt_rms_eps)
+        return mamba_inner_fn(
+            xz,
+            conv1d_weight,
+            conv1d_bias,
+            x_proj_weight,
+            delta_proj_weight,
+            out_proj_weight,
+            out_proj_bias,
+            A,
+            B,
+            C,
+            D,
+            delta_bias,
+            B_proj_bias,
+            C_proj_bias,
+            delta_softplus,
+            checkpoint_lvl,
+            b_rms_weight,
+            c_rms_weight,
+            dt_rms_weight,
+            b_c_dt_rms_eps,
+        )

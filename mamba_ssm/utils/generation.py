@@ -18,6 +18,7 @@ Sampling filters (applied in this order after the repetition penalty; ``top_k=1`
 * repetition penalty: the logit of every token already in the sequence is divided by the penalty when
   positive and multiplied by it when negative (Keskar et al., CTRL, arXiv:1909.05858).
 """
+
 from __future__ import annotations
 
 import time
@@ -27,10 +28,19 @@ from typing import Optional
 
 import torch
 
-__all__ = ["InferenceParams", "GenerationMixin", "decode", "sample", "modify_logits_for_top_k_filtering",
-           "modify_logits_for_top_p_filtering", "modify_logits_for_min_p_filtering",
-           "modify_logit_for_repetition_penalty", "GreedySearchDecoderOnlyOutput", "SampleDecoderOnlyOutput",
-           "DecodingCGCache"]
+__all__ = [
+    "InferenceParams",
+    "GenerationMixin",
+    "decode",
+    "sample",
+    "modify_logits_for_top_k_filtering",
+    "modify_logits_for_top_p_filtering",
+    "modify_logits_for_min_p_filtering",
+    "modify_logit_for_repetition_penalty",
+    "GreedySearchDecoderOnlyOutput",
+    "SampleDecoderOnlyOutput",
+    "DecodingCGCache",
+]
 
 
 @dataclass
@@ -66,6 +76,7 @@ class InferenceParams:
 
 # --------------------------------------------------------------------------------------------------
 # Sampling
+
 
 def modify_logits_for_top_k_filtering(logits, top_k):
     """Set, in place, every logit below the ``top_k``-th largest of its row to -inf (ties kept).
@@ -149,6 +160,7 @@ def sample(logits, top_k=1, top_p=0.0, min_p=0.0, temperature=1.0):
 # --------------------------------------------------------------------------------------------------
 # Decoding
 
+
 @dataclass
 class GreedySearchDecoderOnlyOutput:
     """``generate(..., return_dict_in_generate=True)`` with top_k=1: sequences (batch, prompt + new) and,
@@ -185,8 +197,11 @@ def _cg_unavailable(reason):
     global _CG_NOTICE_GIVEN  # noqa: PLW0603
     if not _CG_NOTICE_GIVEN:
         _CG_NOTICE_GIVEN = True
-        warnings.warn(f"generate(cg=True): {reason}; decoding runs the same step path without CUDA graphs",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"generate(cg=True): {reason}; decoding runs the same step path without CUDA graphs",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _model_device_dtype(model):
@@ -199,7 +214,9 @@ def _capture_step(model, batch_size, max_seqlen, cache, n_warmups=2):
     (inference_params, run) with ``run(input_ids (batch, 1), seqlen_offset) -> logits (batch, vocab)``."""
     device, dtype = cache.device, cache.dtype
     inference_params = InferenceParams(max_seqlen=max_seqlen, max_batch_size=batch_size)
-    inference_params.key_value_memory_dict = model.allocate_inference_cache(batch_size, max_seqlen, dtype=dtype)
+    inference_params.key_value_memory_dict = model.allocate_inference_cache(
+        batch_size, max_seqlen, dtype=dtype
+    )
     inference_params.lengths_per_sample = torch.zeros(batch_size, dtype=torch.int32, device=device)
     input_ids = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
     # Any offset > 0 sends every layer down its step path; MHA reads the positions from lengths_per_sample.
@@ -232,8 +249,9 @@ def _graph_runner(model, batch_size, max_length):
         return None
     cache = getattr(model, "_decoding_cache", None)
     if cache is None or cache.max_seqlen < max_length or cache.dtype != dtype or cache.device != device:
-        cache = DecodingCGCache(max_seqlen=max_length, dtype=dtype, device=device,
-                                mempool=torch.cuda.graphs.graph_pool_handle())
+        cache = DecodingCGCache(
+            max_seqlen=max_length, dtype=dtype, device=device, mempool=torch.cuda.graphs.graph_pool_handle()
+        )
         model._decoding_cache = cache
     if batch_size not in cache.runners:
         try:
@@ -261,22 +279,41 @@ def _check_prompt_ids(input_ids, model):
     rows of ``model``'s input embedding (found through ``get_input_embeddings()`` or
     ``backbone.embedding``; models with neither are not checked). Without it the embedding lookup fails
     with torch's bare "index out of range in self" (CPU) or a device-side assert (CUDA)."""
-    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else \
-        getattr(getattr(model, "backbone", None), "embedding", None)
+    embedding = (
+        model.get_input_embeddings()
+        if hasattr(model, "get_input_embeddings")
+        else getattr(getattr(model, "backbone", None), "embedding", None)
+    )
     rows = getattr(embedding, "num_embeddings", None)
     if rows is None or input_ids.numel() == 0:
         return
     low, high = int(input_ids.min()), int(input_ids.max())
     if low < 0 or high >= rows:
         bad = low if low < 0 else high
-        raise ValueError(f"decode: input_ids holds token id {bad}, outside the model's vocabulary of {rows} "
-                         f"embedding rows (ids 0..{rows - 1}); encode the prompt with the tokenizer that "
-                         f"matches this model's vocab_size")
+        raise ValueError(
+            f"decode: input_ids holds token id {bad}, outside the model's vocabulary of {rows} "
+            f"embedding rows (ids 0..{rows - 1}); encode the prompt with the tokenizer that "
+            f"matches this model's vocab_size"
+        )
 
 
-def decode(input_ids, model, max_length, top_k=1, top_p=0.0, min_p=0.0, temperature=1.0, repetition_penalty=1.0,
-           eos_token_id=None, teacher_outputs=None, vocab_size=None, cg=False, enable_timing=False,
-           output_scores=False, streamer=None):
+def decode(
+    input_ids,
+    model,
+    max_length,
+    top_k=1,
+    top_p=0.0,
+    min_p=0.0,
+    temperature=1.0,
+    repetition_penalty=1.0,
+    eos_token_id=None,
+    teacher_outputs=None,
+    vocab_size=None,
+    cg=False,
+    enable_timing=False,
+    output_scores=False,
+    streamer=None,
+):
     """Generate up to ``max_length`` tokens in all (prompt included) from ``model``.
 
     Args:
@@ -305,18 +342,26 @@ def decode(input_ids, model, max_length, top_k=1, top_p=0.0, min_p=0.0, temperat
             rows, max_length <= seqlen, a sampling argument out of range, a bad eos_token_id.
     """
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
-        raise ValueError(f"decode: input_ids must be a (batch, seqlen) integer tensor, got "
-                         f"{getattr(input_ids, 'shape', type(input_ids).__name__)}")
+        raise ValueError(
+            f"decode: input_ids must be a (batch, seqlen) integer tensor, got "
+            f"{getattr(input_ids, 'shape', type(input_ids).__name__)}"
+        )
     batch_size, seqlen = input_ids.shape
     if not isinstance(max_length, int) or max_length <= seqlen:
-        raise ValueError(f"decode: max_length={max_length!r} must be larger than the prompt's {seqlen} tokens "
-                         f"(it counts prompt + new tokens); pass max_length={seqlen} + the number of new tokens")
+        raise ValueError(
+            f"decode: max_length={max_length!r} must be larger than the prompt's {seqlen} tokens "
+            f"(it counts prompt + new tokens); pass max_length={seqlen} + the number of new tokens"
+        )
     _check_prompt_ids(input_ids, model)
     _check_sampling(top_k, top_p, min_p, temperature, repetition_penalty)
     eos = _eos_set(eos_token_id)
-    if teacher_outputs is not None and (teacher_outputs.shape[0] != batch_size or teacher_outputs.shape[1] < max_length):
-        raise ValueError(f"decode: teacher_outputs must be ({batch_size}, >= {max_length}), got "
-                         f"{tuple(teacher_outputs.shape)}")
+    if teacher_outputs is not None and (
+        teacher_outputs.shape[0] != batch_size or teacher_outputs.shape[1] < max_length
+    ):
+        raise ValueError(
+            f"decode: teacher_outputs must be ({batch_size}, >= {max_length}), got "
+            f"{tuple(teacher_outputs.shape)}"
+        )
     if streamer is not None:
         streamer.put(input_ids.cpu())
 
@@ -370,8 +415,10 @@ def decode(input_ids, model, max_length, top_k=1, top_p=0.0, min_p=0.0, temperat
             torch.cuda.synchronize()
         end = time.perf_counter()
         new = sequences.shape[1] - seqlen
-        print(f"generate: prompt ({batch_size} x {seqlen} tokens) {(prompt_done - start) * 1e3:.1f} ms, "
-              f"decoding {new} tokens {(end - prompt_done) * 1e3:.1f} ms")
+        print(
+            f"generate: prompt ({batch_size} x {seqlen} tokens) {(prompt_done - start) * 1e3:.1f} ms, "
+            f"decoding {new} tokens {(end - prompt_done) * 1e3:.1f} ms"
+        )
     output_cls = GreedySearchDecoderOnlyOutput if top_k == 1 else SampleDecoderOnlyOutput
     return output_cls(sequences=sequences, scores=tuple(scores) if output_scores else None)
 
@@ -384,8 +431,18 @@ class GenerationMixin:
         """{layer_idx: cache}; a model that supports ``cg=True`` implements it."""
         raise NotImplementedError(f"{type(self).__name__}.allocate_inference_cache is needed for cg=True")
 
-    def generate(self, input_ids, max_length, top_k=1, top_p=0.0, min_p=0.0, temperature=1.0,
-                 return_dict_in_generate=False, output_scores=False, **kwargs):
+    def generate(
+        self,
+        input_ids,
+        max_length,
+        top_k=1,
+        top_p=0.0,
+        min_p=0.0,
+        temperature=1.0,
+        return_dict_in_generate=False,
+        output_scores=False,
+        **kwargs,
+    ):
         """Generate up to ``max_length`` tokens in all (prompt included); see :func:`decode` for every
         argument (``repetition_penalty``, ``eos_token_id``, ``cg``, ``enable_timing``, ``streamer``,
         ``vocab_size``, ``teacher_outputs`` go through ``kwargs``).
@@ -394,8 +451,17 @@ class GenerationMixin:
             sequences (batch, prompt + new tokens) int64, or with ``return_dict_in_generate`` the
             output object (``sequences``, ``scores``).
         """
-        output = decode(input_ids, self, max_length, top_k=top_k, top_p=top_p, min_p=min_p,
-                        temperature=temperature, output_scores=output_scores, **kwargs)
+        output = decode(
+            input_ids,
+            self,
+            max_length,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            temperature=temperature,
+            output_scores=output_scores,
+            **kwargs,
+        )
         if not output_scores:
             output.scores = None
         return output if return_dict_in_generate else output.sequences

@@ -7,6 +7,7 @@ A local directory is always read directly. Any other name is a hub repository id
 (preferred when present; needs the ``safetensors`` package) or ``pytorch_model.bin`` (read with
 ``torch.load(weights_only=True)``, which runs no pickled code). transformers is never needed.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,8 @@ def _hub_file(model_name, filename, required=True):
         raise FileNotFoundError(
             f"{model_name!r} is not a local directory, and reading it from the Hugging Face Hub needs the "
             f"huggingface_hub package: pip install huggingface_hub (or pass the directory that holds "
-            f"{CONFIG_NAME} and the weights)") from None
+            f"{CONFIG_NAME} and the weights)"
+        ) from None
     try:
         return hf_hub_download(repo_id=model_name, filename=filename)
     except LocalEntryNotFoundError as exc:
@@ -38,14 +40,17 @@ def _hub_file(model_name, filename, required=True):
         raise FileNotFoundError(
             f"{filename} of {model_name!r} is not in the Hugging Face cache and the hub cannot be reached "
             f"({exc.__class__.__name__}; HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}): download "
-            f"it once while online, or pass a local directory") from None
+            f"it once while online, or pass a local directory"
+        ) from None
     except EntryNotFoundError:
         if not required:
             return None
         raise FileNotFoundError(f"{model_name!r} on the Hugging Face Hub has no {filename}") from None
     except Exception as exc:  # noqa: BLE001  (repository not found, network, auth: all named)
-        raise FileNotFoundError(f"could not fetch {filename} of {model_name!r} from the Hugging Face Hub: "
-                                f"{exc.__class__.__name__}: {exc}") from None
+        raise FileNotFoundError(
+            f"could not fetch {filename} of {model_name!r} from the Hugging Face Hub: "
+            f"{exc.__class__.__name__}: {exc}"
+        ) from None
 
 
 def _resolve(model_name, filename, required=True):
@@ -55,11 +60,15 @@ def _resolve(model_name, filename, required=True):
             return path
         if not required:
             return None
-        raise FileNotFoundError(f"{path} does not exist: a checkpoint directory needs {CONFIG_NAME} and "
-                                f"{WEIGHTS_NAME} (or {SAFE_WEIGHTS_NAME})")
+        raise FileNotFoundError(
+            f"{path} does not exist: a checkpoint directory needs {CONFIG_NAME} and "
+            f"{WEIGHTS_NAME} (or {SAFE_WEIGHTS_NAME})"
+        )
     if os.path.exists(model_name) or model_name.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"{model_name!r} is not a directory: pass the directory that holds "
-                                f"{CONFIG_NAME} and the weights, or a hub repository id such as 'org/name'")
+        raise FileNotFoundError(
+            f"{model_name!r} is not a directory: pass the directory that holds "
+            f"{CONFIG_NAME} and the weights, or a hub repository id such as 'org/name'"
+        )
     return _hub_file(model_name, filename, required)
 
 
@@ -75,8 +84,10 @@ def load_config_hf(model_name):
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
-                         f"re-save the checkpoint (save_pretrained writes it)") from None
+        raise ValueError(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
+            f"re-save the checkpoint (save_pretrained writes it)"
+        ) from None
 
 
 def _load_weights(path, safe):
@@ -86,16 +97,22 @@ def _load_weights(path, safe):
         try:
             from safetensors.torch import load_file  # noqa: PLC0415
         except ImportError:
-            raise FileNotFoundError(f"reading {path} needs the safetensors package: pip install safetensors") from None
+            raise FileNotFoundError(
+                f"reading {path} needs the safetensors package: pip install safetensors"
+            ) from None
         try:
             return load_file(path, device="cpu")
         except Exception as exc:  # noqa: BLE001  (safetensors raises its own error types)
-            raise ValueError(f"{path} is not a readable safetensors file ({exc.__class__.__name__}: {exc})") from None
+            raise ValueError(
+                f"{path} is not a readable safetensors file ({exc.__class__.__name__}: {exc})"
+            ) from None
     try:
         state_dict = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001  (unpickling errors of many kinds)
-        raise ValueError(f"{path} is not a readable PyTorch checkpoint ({exc.__class__.__name__}: {exc}); "
-                         f"re-save it with torch.save(model.state_dict(), path)") from None
+        raise ValueError(
+            f"{path} is not a readable PyTorch checkpoint ({exc.__class__.__name__}: {exc}); "
+            f"re-save it with torch.save(model.state_dict(), path)"
+        ) from None
     if not isinstance(state_dict, dict):
         raise ValueError(f"{path} holds a {type(state_dict).__name__}, not a state_dict (a dict of tensors)")
     return state_dict
@@ -117,8 +134,9 @@ def load_state_dict_hf(model_name, device=None, dtype=None):
         path = _resolve(model_name, WEIGHTS_NAME, required=False)
         if path is None:
             where = model_name if os.path.isdir(model_name) else f"hub repository {model_name!r}"
-            raise FileNotFoundError(f"{where} has neither {SAFE_WEIGHTS_NAME} nor {WEIGHTS_NAME}: no weights "
-                                    f"to load")
+            raise FileNotFoundError(
+                f"{where} has neither {SAFE_WEIGHTS_NAME} nor {WEIGHTS_NAME}: no weights to load"
+            )
         state_dict = _load_weights(path, safe=False)
     if dtype is not None:
         state_dict = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state_dict.items()}

@@ -6,6 +6,7 @@ the interleaving order of ``measure``; ``--reps``/``--out``/``--only`` and the s
 the CPU through the PyTorch path at small shapes, so a signature slip shows up here and not on the
 rented GPU); and that the conv1d entry compares like with like (ours vs F.conv1d + SiLU agree).
 """
+
 import importlib.util
 import json
 import os
@@ -22,11 +23,11 @@ def bench_ops(monkeypatch):
     path = os.path.join(REPO, "benchmarks", "bench_ops.py")
     spec = importlib.util.spec_from_file_location("bench_ops_under_test", path)
     mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, mod)   # dataclasses look their module up there
+    monkeypatch.setitem(sys.modules, spec.name, mod)  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     threads = torch.get_num_threads()
     yield mod
-    torch.set_num_threads(threads)   # main() sets one thread for the CPU rows
+    torch.set_num_threads(threads)  # main() sets one thread for the CPU rows
 
 
 def test_measure_rotates_the_order_and_takes_medians(bench_ops):
@@ -50,8 +51,10 @@ def test_cli_reps_alias_only_and_out(bench_ops, tmp_path, capsys):
     assert [r["op"] for r in data["rows"]] == ["causal_conv1d_varlen_states"]
     assert data["rows"][0]["ratio_cpu"] > 0 and data["copy_gbps"] is None
     assert "| causal_conv1d_varlen_states |" in md
-    assert data["skipped"] == ["ssd_chunk_scan fwd+bwd (mamba_chunk_scan_combined): runs on cuda only "
-                               "(the Triton kernels target CUDA/ROCm GPUs)"]
+    assert data["skipped"] == [
+        "ssd_chunk_scan fwd+bwd (mamba_chunk_scan_combined): runs on cuda only "
+        "(the Triton kernels target CUDA/ROCm GPUs)"
+    ]
     assert "* skipped ssd_chunk_scan" in md and "causal_conv1d fwd " not in md
 
 
@@ -71,8 +74,26 @@ def test_bad_repeats_is_refused(bench_ops, capsys):
 def test_cuda_entries_calls_fit_the_ops(bench_ops, monkeypatch):
     """Every CUDA-only entry built on the CPU at small shapes, each variant run once on the PyTorch path
     (the Mamba-1 scan on whatever backs it here): the gradients of the fwd+bwd entries come out finite."""
-    small = dict(SSD_B=1, SSD_L=96, SSD_H=2, SSD_P=8, SSD_N=16, SSD_CHUNK=32, SPLIT_B=1, SPLIT_L=96, SPLIT_H=2,
-                 SPLIT_P=8, SPLIT_N=16, UPD_B=2, UPD_H=2, UPD_P=4, UPD_N=8, NORM_ROWS=4, NORM_N=32, GATED_N=32)
+    small = dict(
+        SSD_B=1,
+        SSD_L=96,
+        SSD_H=2,
+        SSD_P=8,
+        SSD_N=16,
+        SSD_CHUNK=32,
+        SPLIT_B=1,
+        SPLIT_L=96,
+        SPLIT_H=2,
+        SPLIT_P=8,
+        SPLIT_N=16,
+        UPD_B=2,
+        UPD_H=2,
+        UPD_P=4,
+        UPD_N=8,
+        NORM_ROWS=4,
+        NORM_N=32,
+        GATED_N=32,
+    )
     for name, value in small.items():
         monkeypatch.setattr(bench_ops, name, value)
     ran = []
@@ -81,7 +102,9 @@ def test_cuda_entries_calls_fit_the_ops(bench_ops, monkeypatch):
             continue
         case = entry.make("cpu")
         for impl in [case.ours] + case.baselines:
-            with bench_ops._backend("torch" if impl.backend == "auto" and impl.label == "triton" else impl.backend):
+            with bench_ops._backend(
+                "torch" if impl.backend == "auto" and impl.label == "triton" else impl.backend
+            ):
                 impl.fn()
         ran.append(entry.op)
     assert set(ran) == {"ssd_chunk_scan", "selective_state_update", "rms_norm", "layer_norm"}

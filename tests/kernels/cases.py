@@ -1,8 +1,8 @@
 """Inputs of the kernel tests (shared by the CPU and GPU tests)."""
+
 import itertools
 
 import torch
-
 from reference import selective_scan_ref64
 
 BC_KINDS = ("constant", "variable", "grouped1", "grouped2")
@@ -48,7 +48,8 @@ def assert_close(actual, expected, dtype, what, scale_floor=1.0):
     bad = err > bound
     assert not bad.any(), (
         f"{what}: {int(bad.sum())} of {bad.numel()} elements off; max error {err.max().item():.3e} "
-        f"(scale {scale:.3e}, dtype {dtype})")
+        f"(scale {scale:.3e}, dtype {dtype})"
+    )
 
 
 def run_and_check(backend, args, softplus, dtype, grads=True, last_state=True):
@@ -86,5 +87,6 @@ def run_and_check(backend, args, softplus, dtype, grads=True, last_state=True):
 
 def forward_grid():
     """The full forward product of the runtime issue: seqlen x batch x B/C kind x D x z x bias x softplus."""
-    return itertools.product((1, 2, 3, 127, 128, 129), (1, 2), BC_KINDS, (False, True), (False, True),
-                             (False, True), (False, True))
+    return itertools.product(
+        (1, 2, 3, 127, 128, 129), (1, 2), BC_KINDS, (False, True), (False, True), (False, True), (False, True)
+    )

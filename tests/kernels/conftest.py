@@ -3,6 +3,7 @@
 ci/test.sh builds ``mamba_ssm/_C.abi3.so`` in place before pytest; without it these tests skip with the
 loader's reason (they never build the module themselves: that is the build tests' job).
 """
+
 import os
 import sys
 
@@ -20,8 +21,10 @@ def compiled():
 
     result = _loader.load()
     if not result.loaded:
-        pytest.skip(f"mamba_ssm._C is not loaded: {result.reason} (build it: "
-                    "MAMBA_FORCE_BUILD=TRUE python setup.py build_ext --inplace)")
+        pytest.skip(
+            f"mamba_ssm._C is not loaded: {result.reason} (build it: "
+            "MAMBA_FORCE_BUILD=TRUE python setup.py build_ext --inplace)"
+        )
     import mamba_ssm.ops.backends.compiled as backend
 
     return backend

@@ -6,6 +6,7 @@ The references loop over positions one at a time in float64, written from the de
 states, positions of another sequence (seq_idx) contributing nothing); their gradients come from
 torch.autograd through those loops. Nothing here calls the code under test except ``run_*``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,13 +20,19 @@ def conv_ref64(x, weight, bias=None, seq_idx=None, initial_states=None, silu=Fal
     batch, dim, seqlen = x.shape
     width = weight.shape[1]
     x64, w64 = x.double(), weight.double()
-    init = (initial_states.double() if initial_states is not None
-            else torch.zeros(batch, dim, width - 1, dtype=torch.float64, device=x.device))
+    init = (
+        initial_states.double()
+        if initial_states is not None
+        else torch.zeros(batch, dim, width - 1, dtype=torch.float64, device=x.device)
+    )
     xs = torch.cat([init, x64], dim=-1)  # position s lives at index s + width - 1
     outs = []
     for t in range(seqlen):
-        acc = bias.double().expand(batch, dim) if bias is not None else torch.zeros(batch, dim, dtype=torch.float64,
-                                                                                     device=x.device)
+        acc = (
+            bias.double().expand(batch, dim)
+            if bias is not None
+            else torch.zeros(batch, dim, dtype=torch.float64, device=x.device)
+        )
         for k in range(width):
             s = t - (width - 1) + k
             term = xs[:, :, s + width - 1] * w64[:, k]
@@ -34,7 +41,7 @@ def conv_ref64(x, weight, bias=None, seq_idx=None, initial_states=None, silu=Fal
             acc = acc + term
         outs.append(acc * torch.sigmoid(acc) if silu else acc)
     out = torch.stack(outs, dim=-1) if outs else x64[..., :0]
-    final = xs[:, :, seqlen:seqlen + width - 1]
+    final = xs[:, :, seqlen : seqlen + width - 1]
     return out, final
 
 
@@ -62,7 +69,7 @@ def update_ref64(x, conv_state, weight, bias=None, silu=False, cache_seqlens=Non
             if q >= c:
                 return xs[b, :, q - c].double()
             if cache_seqlens is None:
-                return old[:, S + (q - c)]   # shift register: the last entry is position c - 1
+                return old[:, S + (q - c)]  # shift register: the last entry is position c - 1
             return old[:, q % S]
 
         for t in range(seqlen):
@@ -73,7 +80,7 @@ def update_ref64(x, conv_state, weight, bias=None, silu=False, cache_seqlens=Non
             out[b, :, t] = acc * torch.sigmoid(acc) if silu else acc
         if cache_seqlens is None:
             hist = torch.cat([old, xs[b].double()], dim=-1)
-            state[row] = hist[:, hist.shape[-1] - S:]
+            state[row] = hist[:, hist.shape[-1] - S :]
         else:
             for t in range(seqlen):
                 state[row, :, (c + t) % S] = xs[b, :, t].double()
@@ -97,13 +104,29 @@ def torch_conv_silu(x, weight, bias, silu):
     """The same conv through torch.nn.functional.conv1d(groups=dim) (+ SiLU): a second, separate
     implementation (no seq_idx / initial states)."""
     width = weight.shape[1]
-    y = F.conv1d(F.pad(x.double(), (width - 1, 0)), weight.double().unsqueeze(1),
-                 None if bias is None else bias.double(), groups=x.shape[1])
+    y = F.conv1d(
+        F.pad(x.double(), (width - 1, 0)),
+        weight.double().unsqueeze(1),
+        None if bias is None else bias.double(),
+        groups=x.shape[1],
+    )
     return F.silu(y) if silu else y
 
 
-def make_conv_inputs(batch, dim, seqlen, width, dtype, *, layout="contiguous", bias=True, seq=False, init=False,
-                     device="cpu", seed=0):
+def make_conv_inputs(
+    batch,
+    dim,
+    seqlen,
+    width,
+    dtype,
+    *,
+    layout="contiguous",
+    bias=True,
+    seq=False,
+    init=False,
+    device="cpu",
+    seed=0,
+):
     """x (in the layout asked for), weight, bias, seq_idx, initial_states."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, dim, seqlen, generator=g)
@@ -134,18 +157,25 @@ def assert_close(actual, expected, dtype, what):
     scale = max(expected.abs().max().item(), 1.0) if expected.numel() else 1.0
     err = (actual - expected).abs()
     bad = err > atol * scale + rtol * expected.abs()
-    assert not bad.any(), (f"{what}: {int(bad.sum())} of {bad.numel()} elements off, max error "
-                           f"{err.max().item():.3e} (scale {scale:.3g}, {dtype})")
+    assert not bad.any(), (
+        f"{what}: {int(bad.sum())} of {bad.numel()} elements off, max error "
+        f"{err.max().item():.3e} (scale {scale:.3g}, {dtype})"
+    )
 
 
 def run_conv_and_check(fn, x, weight, bias, seq_idx, initial, silu, dtype, grads=True):
     """fn(x, weight, bias, seq_idx, initial_states, silu) -> (out, final): values and every gradient
     (through out and final_states) against the float64 reference."""
-    leaves = [None if t is None else t.detach().clone().requires_grad_(grads) for t in (x, weight, bias, initial)]
+    leaves = [
+        None if t is None else t.detach().clone().requires_grad_(grads) for t in (x, weight, bias, initial)
+    ]
     lx, lw, lb, li = leaves
     out, final = fn(lx, lw, lb, seq_idx, li, silu)
     assert out.dtype == x.dtype and out.shape == x.shape and final.dtype == x.dtype
-    refs = [None if t is None else t.detach().cpu().double().requires_grad_(grads) for t in (x, weight, bias, initial)]
+    refs = [
+        None if t is None else t.detach().cpu().double().requires_grad_(grads)
+        for t in (x, weight, bias, initial)
+    ]
     rx, rw, rb, ri = refs
     ref_out, ref_final = conv_ref64(rx, rw, rb, None if seq_idx is None else seq_idx.cpu(), ri, silu)
     assert_close(out, ref_out, dtype, "out")
@@ -157,7 +187,12 @@ def run_conv_and_check(fn, x, weight, bias, seq_idx, initial, silu, dtype, grads
     dfin = torch.randn(final.shape, generator=g, dtype=torch.float64)
     ((out.double() * dout.to(out.device)).sum() + (final.double() * dfin.to(out.device)).sum()).backward()
     ((ref_out * dout).sum() + (ref_final * dfin).sum()).backward()
-    for name, leaf, ref in (("dx", lx, rx), ("dweight", lw, rw), ("dbias", lb, rb), ("dinitial_states", li, ri)):
+    for name, leaf, ref in (
+        ("dx", lx, rx),
+        ("dweight", lw, rw),
+        ("dbias", lb, rb),
+        ("dinitial_states", li, ri),
+    ):
         if leaf is None:
             continue
         assert leaf.grad is not None, f"{name} is None"

@@ -6,6 +6,7 @@ simplified B:  h_t = exp(dt_t A) h_{t-1} + dt_t B_t u_t,  y_t = C_t . h_t + D u_
 Gradients come from autograd through this loop (float64), so they are independent of the kernels'
 hand-written backward.
 """
+
 import torch
 
 

@@ -3,6 +3,7 @@
 final states and every gradient over widths 2-4, both layouts (and a strided x), seq_idx, initial
 states; the decode update (shift register, circular cache_seqlens, conv_state_indices with -1 padded
 slots); varlen states; opcheck; the baseline-ISA build (MAMBA_SSM_CPU_ISA=generic) in a subprocess."""
+
 import itertools
 import os
 import subprocess
@@ -10,9 +11,14 @@ import sys
 
 import pytest
 import torch
-
-from conv1d_cases import (assert_close, make_conv_inputs, run_conv_and_check, torch_conv_silu, update_ref64,
-                          varlen_states_ref)
+from conv1d_cases import (
+    assert_close,
+    make_conv_inputs,
+    run_conv_and_check,
+    torch_conv_silu,
+    update_ref64,
+    varlen_states_ref,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -36,16 +42,20 @@ def test_forward_backward_grid(conv, width, layout):
     """Every combination of bias, SiLU, seq_idx, initial states at seqlen {1, 2, 5, 70}, 2 rows, 67
     channels (one full 64-channel block and a partial one): values and gradients."""
     n = 0
-    for seqlen, bias, silu, seq, init in itertools.product([1, 2, 5, 70], [False, True], [False, True],
-                                                           [False, True], [False, True]):
-        args = make_conv_inputs(2, 67, seqlen, width, torch.float32, layout=layout, bias=bias, seq=seq, init=init,
-                                seed=n)
+    for seqlen, bias, silu, seq, init in itertools.product(
+        [1, 2, 5, 70], [False, True], [False, True], [False, True], [False, True]
+    ):
+        args = make_conv_inputs(
+            2, 67, seqlen, width, torch.float32, layout=layout, bias=bias, seq=seq, init=init, seed=n
+        )
         try:
             run_conv_and_check(_fn(conv), *args, silu, torch.float32)
         except AssertionError as e:
-            raise AssertionError(f"seqlen={seqlen} bias={bias} silu={silu} seq_idx={seq} init={init}: {e}") from None
+            raise AssertionError(
+                f"seqlen={seqlen} bias={bias} silu={silu} seq_idx={seq} init={init}: {e}"
+            ) from None
         n += 1
-    assert n == 4 * 2 ** 4
+    assert n == 4 * 2**4
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channel_last"])
@@ -74,8 +84,12 @@ def test_against_torch_conv1d(conv, width, layout):
 
 def _update_case(batch, dim, seqlen, width, state_len, n_states, dtype, seed, layout="contiguous"):
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch, dim, seqlen, generator=g).to(dtype) if seqlen else torch.randn(batch, dim, generator=g)
-    if layout == "channel_last":   # Mamba-2 keeps conv_state as a transposed (batch, state_len, dim) tensor
+    x = (
+        torch.randn(batch, dim, seqlen, generator=g).to(dtype)
+        if seqlen
+        else torch.randn(batch, dim, generator=g)
+    )
+    if layout == "channel_last":  # Mamba-2 keeps conv_state as a transposed (batch, state_len, dim) tensor
         state = torch.randn(n_states, state_len, dim, generator=g).to(dtype).transpose(1, 2)
     else:
         state = torch.randn(n_states, dim, state_len, generator=g).to(dtype)
@@ -91,8 +105,9 @@ def _update_case(batch, dim, seqlen, width, state_len, n_states, dtype, seed, la
 def test_update(conv, width, seqlen, mode, layout):
     """Decode steps against the float64 reference: out, and the state after the call (in place)."""
     state_len = width + 1 if mode == "shift" else 6
-    x, state, w, b = _update_case(3, 9, seqlen, width, state_len, 3, torch.float32, seed=seqlen * 10 + width,
-                                  layout=layout)
+    x, state, w, b = _update_case(
+        3, 9, seqlen, width, state_len, 3, torch.float32, seed=seqlen * 10 + width, layout=layout
+    )
     cache = torch.tensor([0, 4, 13], dtype=torch.int32) if mode == "circular" else None
     ref_out, ref_state = update_ref64(x, state, w, b, True, cache, None)
     xs = x.unsqueeze(-1) if x.dim() == 2 else x
@@ -107,7 +122,7 @@ def test_update(conv, width, seqlen, mode, layout):
 def test_update_state_indices_and_padding(conv, dtype, circular):
     """conv_state_indices picks rows of a larger state; -1 slots give 0 and leave every row untouched."""
     x, state, w, b = _update_case(4, 6, 2, 4, 5, 7, dtype, seed=3)
-    idx = torch.tensor([5, -1, 0, -7], dtype=torch.int32)   # any negative index is a padded slot
+    idx = torch.tensor([5, -1, 0, -7], dtype=torch.int32)  # any negative index is a padded slot
     cache = torch.tensor([2, 9, 0, 1], dtype=torch.int32) if circular else None
     before = state.clone()
     ref_out, ref_state = update_ref64(x, state, w, b, False, cache, idx)
@@ -121,13 +136,17 @@ def test_update_state_indices_and_padding(conv, dtype, circular):
 
 def test_update_rejects_bad_indices(conv):
     x, state, w, b = _update_case(2, 4, 1, 4, 4, 2, torch.float32, seed=0)
-    with pytest.raises(RuntimeError, match=r"conv_state_indices\[1\] = 2 is not a row of conv_state \(2 rows"):
+    with pytest.raises(
+        RuntimeError, match=r"conv_state_indices\[1\] = 2 is not a row of conv_state \(2 rows"
+    ):
         conv.update(x, state, w, b, False, None, torch.tensor([0, 2], dtype=torch.int32))
     with pytest.raises(RuntimeError, match="state_len >= width - 1"):
         conv.update(x, state[:, :, :2], w, b, False, None, None)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["fp32", "bf16", "fp64"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["fp32", "bf16", "fp64"]
+)
 def test_varlen_states(conv, dtype):
     g = torch.Generator().manual_seed(0)
     cu = torch.tensor([0, 5, 6, 6, 20], dtype=torch.int32)  # lengths 5, 1, 0, 14
@@ -155,8 +174,11 @@ def test_kernel_errors_name_the_argument(conv):
 
 def _opcheck_cases():
     cases = {}
-    for name, layout, seq, init in (("plain", "contiguous", False, False), ("all", "contiguous", True, True),
-                                    ("channel_last", "channel_last", True, True)):
+    for name, layout, seq, init in (
+        ("plain", "contiguous", False, False),
+        ("all", "contiguous", True, True),
+        ("channel_last", "channel_last", True, True),
+    ):
         cases[name] = make_conv_inputs(2, 5, 11, 4, torch.float32, layout=layout, seq=seq, init=init, seed=2)
     return cases
 
@@ -166,12 +188,18 @@ def test_opcheck_forward_backward(conv, case):
     """torch.library.opcheck: schema, fake implementation (strides included), autograd, AOT dispatch."""
     x, w, b, s, i = _opcheck_cases()[case]
     leaves = [None if t is None else t.clone().requires_grad_(True) for t in (x, w, b, i)]
-    torch.library.opcheck(torch.ops.mamba_ssm.causal_conv1d_fwd.default,
-                          (leaves[0], leaves[1], leaves[2], s, leaves[3], True))
-    dout = torch.randn(x.shape).transpose(1, 2).contiguous().transpose(1, 2) if case == "channel_last" else \
-        torch.randn(x.shape)
-    torch.library.opcheck(torch.ops.mamba_ssm.causal_conv1d_bwd.default,
-                          (x, w, b, s, i, dout, torch.randn(2, 5, 3) if case != "plain" else None, True))
+    torch.library.opcheck(
+        torch.ops.mamba_ssm.causal_conv1d_fwd.default, (leaves[0], leaves[1], leaves[2], s, leaves[3], True)
+    )
+    dout = (
+        torch.randn(x.shape).transpose(1, 2).contiguous().transpose(1, 2)
+        if case == "channel_last"
+        else torch.randn(x.shape)
+    )
+    torch.library.opcheck(
+        torch.ops.mamba_ssm.causal_conv1d_bwd.default,
+        (x, w, b, s, i, dout, torch.randn(2, 5, 3) if case != "plain" else None, True),
+    )
 
 
 @pytest.mark.parametrize("with_options", [False, True])
@@ -179,9 +207,13 @@ def test_opcheck_update_and_varlen(conv, with_options):
     x, state, w, b = _update_case(3, 5, 2, 4, 4, 4, torch.float32, seed=1)
     cache = torch.tensor([1, 0, 7], dtype=torch.int32) if with_options else None
     idx = torch.tensor([2, -1, 0], dtype=torch.int32) if with_options else None
-    torch.library.opcheck(torch.ops.mamba_ssm.causal_conv1d_update.default, (x, state, w, b, True, cache, idx))
-    torch.library.opcheck(torch.ops.mamba_ssm.causal_conv1d_varlen_states.default,
-                          (torch.randn(9, 5), torch.tensor([0, 4, 9], dtype=torch.int32), 3))
+    torch.library.opcheck(
+        torch.ops.mamba_ssm.causal_conv1d_update.default, (x, state, w, b, True, cache, idx)
+    )
+    torch.library.opcheck(
+        torch.ops.mamba_ssm.causal_conv1d_varlen_states.default,
+        (torch.randn(9, 5), torch.tensor([0, 4, 9], dtype=torch.int32), 3),
+    )
 
 
 def test_isa_reported(conv):
@@ -243,11 +275,14 @@ def test_public_ops_under_torch_compile(conv, layout):
     torch._dynamo.reset()
     try:
         assert cc.implementation("cpu") == "compiled"
-        x, w, b, s, i = make_conv_inputs(2, 6, 19, 4, torch.float32, layout=layout, seq=True, init=True, seed=8)
+        x, w, b, s, i = make_conv_inputs(
+            2, 6, 19, 4, torch.float32, layout=layout, seq=True, init=True, seed=8
+        )
 
         def conv_fn(x, w, b, s, i):
-            out, fin = cc.causal_conv1d_fn(x, w, b, seq_idx=s, initial_states=i, return_final_states=True,
-                                           activation="silu")
+            out, fin = cc.causal_conv1d_fn(
+                x, w, b, seq_idx=s, initial_states=i, return_final_states=True, activation="silu"
+            )
             return out, fin
 
         def run(fn):

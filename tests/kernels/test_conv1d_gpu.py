@@ -7,11 +7,17 @@ channel-last bf16 state); varlen states; a side stream.
 Marked ``gpu``: skipped with the reason where no GPU is present or _C has no GPU kernel. Run by
 benchmarks/gpu_check.sh on a GPU machine.
 """
+
 import pytest
 import torch
-
-from conv1d_cases import (assert_close, make_conv_inputs, run_conv_and_check, torch_conv_silu, update_ref64,
-                          varlen_states_ref)
+from conv1d_cases import (
+    assert_close,
+    make_conv_inputs,
+    run_conv_and_check,
+    torch_conv_silu,
+    update_ref64,
+    varlen_states_ref,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -41,8 +47,18 @@ def _fn(conv):
 @pytest.mark.parametrize("layout", ["contiguous", "channel_last"])
 @pytest.mark.parametrize("seqlen", [1, 17, 130])
 def test_forward_backward(conv, dtype, width, layout, seqlen):
-    args = make_conv_inputs(2, 67, seqlen, width, dtype, layout=layout, seq=seqlen > 2, init=True, device="cuda",
-                            seed=seqlen + width)
+    args = make_conv_inputs(
+        2,
+        67,
+        seqlen,
+        width,
+        dtype,
+        layout=layout,
+        seq=seqlen > 2,
+        init=True,
+        device="cuda",
+        seed=seqlen + width,
+    )
     run_conv_and_check(_fn(conv), *args, True, dtype)
 
 
@@ -70,13 +86,22 @@ def test_update(conv, dtype, mode):
     idx = torch.tensor([5, -1, 0, 3], dtype=torch.int32) if mode == "indices" else None
     ref_out, ref_state = update_ref64(x, state, w, b, True, cache, idx)
     dev_state = state.cuda()
-    out = conv.update(x.cuda(), dev_state, w.cuda(), b.cuda(), True, None if cache is None else cache.cuda(),
-                      None if idx is None else idx.cuda())
+    out = conv.update(
+        x.cuda(),
+        dev_state,
+        w.cuda(),
+        b.cuda(),
+        True,
+        None if cache is None else cache.cuda(),
+        None if idx is None else idx.cuda(),
+    )
     assert_close(out, ref_out, dtype, "out")
     assert_close(dev_state, ref_state, dtype, "conv_state")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["fp32", "bf16", "fp64"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["fp32", "bf16", "fp64"]
+)
 def test_varlen_states(conv, dtype):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(20, 22, generator=g).to(dtype)[:, ::2]

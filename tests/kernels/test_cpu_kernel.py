@@ -1,8 +1,8 @@
 """The CPU selective-scan kernel of mamba_ssm._C, through the compiled backend, against a float64
 sequential reference (tests/kernels/reference.py): forward, last state and every gradient."""
+
 import pytest
 import torch
-
 from cases import BC_KINDS, assert_close, forward_grid, make_inputs, run_and_check
 from reference import selective_scan_ref64
 
@@ -18,8 +18,10 @@ def isa(request, compiled, monkeypatch):
     got = torch.ops.mamba_ssm.cpu_isa()
     if got != request.param:
         flags = {"avx2": "avx2 and fma", "avx512": "avx512f, avx512dq, avx512bw, avx512vl"}[request.param]
-        pytest.skip(f"this CPU (or this build) cannot run the {request.param} build of the CPU kernel: it "
-                    f"needs {flags} in /proc/cpuinfo; cpu_isa() falls back to {got}")
+        pytest.skip(
+            f"this CPU (or this build) cannot run the {request.param} build of the CPU kernel: it "
+            f"needs {flags} in /proc/cpuinfo; cpu_isa() falls back to {got}"
+        )
     return got
 
 
@@ -33,8 +35,10 @@ def test_forward_full_grid(compiled, dtype):
         try:
             run_and_check(compiled, args, softplus, dtype, grads=False)
         except AssertionError as e:
-            raise AssertionError(f"seqlen={seqlen} batch={batch} B/C={bc} D={has_D} z={has_z} "
-                                 f"bias={has_bias} softplus={softplus}: {e}") from None
+            raise AssertionError(
+                f"seqlen={seqlen} batch={batch} B/C={bc} D={has_D} z={has_z} "
+                f"bias={has_bias} softplus={softplus}: {e}"
+            ) from None
         n += 1
     assert n == 6 * 2 * 4 * 2 * 2 * 2 * 2
 
@@ -71,10 +75,19 @@ def test_long_sequences(compiled, isa, bc):
     """Past the tiles and segments: seqlen 1100 at d_state 32 (gradients; the backward keeps 1024-step
     segments there, so the first one's states are recomputed from pass 1) and seqlen 2100 (forward, past
     four 512-step forward tiles)."""
-    run_and_check(compiled, make_inputs(1, 2, 1100, 32, bc, True, True, True, torch.float32, seed=3), True,
-                  torch.float32)
-    run_and_check(compiled, make_inputs(2, 4, 2100, 16, bc, True, False, True, torch.float32, seed=4), True,
-                  torch.float32, grads=False)
+    run_and_check(
+        compiled,
+        make_inputs(1, 2, 1100, 32, bc, True, True, True, torch.float32, seed=3),
+        True,
+        torch.float32,
+    )
+    run_and_check(
+        compiled,
+        make_inputs(2, 4, 2100, 16, bc, True, False, True, torch.float32, seed=4),
+        True,
+        torch.float32,
+        grads=False,
+    )
 
 
 @pytest.mark.parametrize("d_state", [1, 16, 17, 32, 40, 300])
@@ -82,25 +95,40 @@ def test_d_states(compiled, isa, d_state):
     """d_state around the vector widths (8 and 16 lanes; the AVX-512 loops for 16 and 32), and 300 (the
     CPU kernel has no d_state limit)."""
     for bc in ("variable", "constant"):
-        run_and_check(compiled, make_inputs(2, 3, 70, d_state, bc, True, True, True, torch.float32, seed=d_state),
-                      True, torch.float32)
+        run_and_check(
+            compiled,
+            make_inputs(2, 3, 70, d_state, bc, True, True, True, torch.float32, seed=d_state),
+            True,
+            torch.float32,
+        )
 
 
 def test_float16(compiled, isa):
     """fp16 inputs, read and written in fp16 by the kernel."""
-    run_and_check(compiled, make_inputs(2, 3, 70, 4, "variable", True, True, True, torch.float16), True,
-                  torch.float16)
-    run_and_check(compiled, make_inputs(1, 5, 530, 16, "grouped1", True, True, True, torch.float16, seed=2),
-                  True, torch.float16)
+    run_and_check(
+        compiled, make_inputs(2, 3, 70, 4, "variable", True, True, True, torch.float16), True, torch.float16
+    )
+    run_and_check(
+        compiled,
+        make_inputs(1, 5, 530, 16, "grouped1", True, True, True, torch.float16, seed=2),
+        True,
+        torch.float16,
+    )
 
 
 @pytest.mark.parametrize("mix", ["bf16_u_fp32_bc", "fp16_u_fp32_delta", "bf16_u_fp16_z", "fp32_u_bf16_bc"])
 def test_mixed_dtypes(compiled, mix):
     """Each per-sequence tensor is read in its own dtype (fp32 B/C with half u, and so on): results and
     gradients against the float64 reference, each gradient in its input's dtype."""
-    low = {"bf16_u_fp32_bc": torch.bfloat16, "fp16_u_fp32_delta": torch.float16, "bf16_u_fp16_z": torch.bfloat16,
-           "fp32_u_bf16_bc": torch.float32}[mix]
-    u, delta, A, B, C, D, z, bias = make_inputs(2, 4, 150, 16, "grouped2", True, True, True, torch.float32, seed=9)
+    low = {
+        "bf16_u_fp32_bc": torch.bfloat16,
+        "fp16_u_fp32_delta": torch.float16,
+        "bf16_u_fp16_z": torch.bfloat16,
+        "fp32_u_bf16_bc": torch.float32,
+    }[mix]
+    u, delta, A, B, C, D, z, bias = make_inputs(
+        2, 4, 150, 16, "grouped2", True, True, True, torch.float32, seed=9
+    )
     u = u.to(low)
     if mix == "fp16_u_fp32_delta":
         z = z.to(low)
@@ -151,9 +179,9 @@ def test_non_contiguous_inputs(compiled):
     """Transposed / sliced views give the same result as their contiguous copies and the reference."""
     batch, dim, seqlen, n = 2, 4, 33, 5
     g = torch.Generator().manual_seed(7)
-    u = torch.randn(batch, seqlen, dim, generator=g).transpose(1, 2)          # strided
-    delta = torch.rand(batch, dim, 2 * seqlen, generator=g)[:, :, ::2]       # step 2
-    A = -torch.rand(n, dim, generator=g).t()                                 # transposed
+    u = torch.randn(batch, seqlen, dim, generator=g).transpose(1, 2)  # strided
+    delta = torch.rand(batch, dim, 2 * seqlen, generator=g)[:, :, ::2]  # step 2
+    A = -torch.rand(n, dim, generator=g).t()  # transposed
     B = torch.randn(batch, 1, seqlen, n, generator=g).transpose(2, 3)
     C = torch.randn(batch, 1, n, seqlen + 3, generator=g)[..., 3:]
     D = torch.randn(2 * dim, generator=g)[::2]
@@ -232,8 +260,10 @@ def _opcheck_args():
 def test_opcheck_forward(compiled, case):
     """torch.library.opcheck: schema, fake implementation, autograd registration, AOT dispatch."""
     u, delta, A, B, C, D, z, bias, sp = _opcheck_args()[case]
-    leaves = [None if x is None else x.clone().requires_grad_(x.is_floating_point()) for x in
-              (u, delta, A, B, C, D, z, bias)]
+    leaves = [
+        None if x is None else x.clone().requires_grad_(x.is_floating_point())
+        for x in (u, delta, A, B, C, D, z, bias)
+    ]
     torch.library.opcheck(torch.ops.mamba_ssm.selective_scan_fwd.default, (*leaves, sp))
 
 
@@ -242,8 +272,9 @@ def test_opcheck_backward(compiled, case):
     u, delta, A, B, C, D, z, bias, sp = _opcheck_args()[case]
     dout = torch.randn_like(u)
     dlast = torch.randn(u.shape[0], u.shape[1], A.shape[1])
-    torch.library.opcheck(torch.ops.mamba_ssm.selective_scan_bwd.default,
-                          (u, delta, A, B, C, D, z, bias, sp, dout, dlast))
+    torch.library.opcheck(
+        torch.ops.mamba_ssm.selective_scan_bwd.default, (u, delta, A, B, C, D, z, bias, sp, dout, dlast)
+    )
 
 
 def test_cpu_isa_choice(compiled, monkeypatch):

@@ -6,9 +6,9 @@ over constant/variable/grouped B and C, chunk boundaries (the kernels scan 1024-
 seqlen 2049 with delta_bias + softplus, dim 65,536 (one block per channel on blockIdx.x), d_state 256,
 non-contiguous inputs, a side stream and a second device.
 """
+
 import pytest
 import torch
-
 from cases import BC_KINDS, make_inputs, run_and_check
 
 pytestmark = pytest.mark.gpu

@@ -12,6 +12,7 @@ out-of-range slots, a channel-last state); varlen states of 2-, 4- and 8-byte el
 lies in a guarded buffer (no overrun, nothing left unwritten). Skips (fails under CI=true) where
 HIP-CPU or TBB is missing, as the scan's test does.
 """
+
 import functools
 import os
 import subprocess
@@ -32,16 +33,60 @@ LAYOUTS = list(hipcpu_build.LAYOUTS)
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def _conv(name, width=4, layout="contiguous", dtype="fp32", batch=2, dim=5, seqlen=40, bias=True, silu=True,
-          seq=False, init=False, dfinal=True):
-    return dict(kind="conv", name=name, width=width, layout=layout, dtype=dtype, batch=batch, dim=dim,
-                seqlen=seqlen, bias=bias, silu=silu, seq=seq, init=init, dfinal=dfinal)
+def _conv(
+    name,
+    width=4,
+    layout="contiguous",
+    dtype="fp32",
+    batch=2,
+    dim=5,
+    seqlen=40,
+    bias=True,
+    silu=True,
+    seq=False,
+    init=False,
+    dfinal=True,
+):
+    return dict(
+        kind="conv",
+        name=name,
+        width=width,
+        layout=layout,
+        dtype=dtype,
+        batch=batch,
+        dim=dim,
+        seqlen=seqlen,
+        bias=bias,
+        silu=silu,
+        seq=seq,
+        init=init,
+        dfinal=dfinal,
+    )
 
 
-def _update(name, width=4, dtype="fp32", seqlen=1, state_len=4, circular=False, indices=False,
-            state_channel_last=False, silu=True):
-    return dict(kind="update", name=name, width=width, dtype=dtype, seqlen=seqlen, state_len=state_len,
-                circular=circular, indices=indices, state_channel_last=state_channel_last, silu=silu)
+def _update(
+    name,
+    width=4,
+    dtype="fp32",
+    seqlen=1,
+    state_len=4,
+    circular=False,
+    indices=False,
+    state_channel_last=False,
+    silu=True,
+):
+    return dict(
+        kind="update",
+        name=name,
+        width=width,
+        dtype=dtype,
+        seqlen=seqlen,
+        state_len=state_len,
+        circular=circular,
+        indices=indices,
+        state_channel_last=state_channel_last,
+        silu=silu,
+    )
 
 
 def _cases():
@@ -61,8 +106,11 @@ def _cases():
         out.append(_update(f"update_shift_w{width}_L3", width, seqlen=3, state_len=width + 2))
         out.append(_update(f"update_circular_w{width}", width, seqlen=2, state_len=5, circular=True))
     out.append(_update("update_indices_padded", indices=True, seqlen=2, state_len=5))
-    out.append(_update("update_indices_circular_bf16", dtype="bf16", indices=True, circular=True, seqlen=3,
-                       state_len=6))
+    out.append(
+        _update(
+            "update_indices_circular_bf16", dtype="bf16", indices=True, circular=True, seqlen=3, state_len=6
+        )
+    )
     out.append(_update("update_state_channel_last_fp16", dtype="fp16", state_channel_last=True, seqlen=1))
     out.append(_update("update_circular_longer_than_state", circular=True, seqlen=7, state_len=4))
     for dt in (torch.float32, torch.bfloat16, torch.float64):
@@ -80,8 +128,17 @@ def inputs_of(name):
     g = torch.Generator().manual_seed(seed)
     if c["kind"] == "conv":
         dtype = DTYPES[c["dtype"]]
-        x, w, b, sid, init = make_conv_inputs(c["batch"], c["dim"], c["seqlen"], c["width"], dtype, bias=c["bias"],
-                                              seq=c["seq"], init=c["init"], seed=seed)
+        x, w, b, sid, init = make_conv_inputs(
+            c["batch"],
+            c["dim"],
+            c["seqlen"],
+            c["width"],
+            dtype,
+            bias=c["bias"],
+            seq=c["seq"],
+            init=c["init"],
+            seed=seed,
+        )
         dout = torch.randn(x.shape, generator=g).to(dtype)
         dfinal = torch.randn(c["batch"], c["dim"], c["width"] - 1, generator=g) if c["dfinal"] else None
         return dict(x=x, weight=w, bias=b, seq_idx=sid, init=init, dout=dout, dfinal=dfinal)
@@ -114,8 +171,13 @@ def run_emulated(lib, cases, tmp_dir):
             entry.update(state_len=c["state_len"])
         payload.append(entry)
     torch.save(payload, cases_path)
-    proc = subprocess.run([sys.executable, RUNNER, lib, cases_path, out_path], capture_output=True, text=True,
-                          timeout=600, cwd=os.path.join(HERE, "hipcpu"))
+    proc = subprocess.run(
+        [sys.executable, RUNNER, lib, cases_path, out_path],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=os.path.join(HERE, "hipcpu"),
+    )
     how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
     assert proc.returncode == 0, f"hipcpu_conv1d_runner.py failed ({how}):\n{proc.stderr[-4000:]}"
     return torch.load(out_path, weights_only=False)
@@ -140,6 +202,7 @@ def emulated(tmp_path_factory):
         if isinstance(_RESULTS[layout], str):
             pytest.fail(_RESULTS[layout])
         return _RESULTS[layout]
+
     return results
 
 
@@ -150,8 +213,13 @@ def _check_conv(c, r):
         if name in r:
             check_guards(name, r[name])
     perm = r["perm"]
-    leaves = {k: None if t[k] is None else t[k].double().requires_grad_(True) for k in ("x", "weight", "bias", "init")}
-    out, final = conv_ref64(leaves["x"], leaves["weight"], leaves["bias"], t["seq_idx"], leaves["init"], c["silu"])
+    leaves = {
+        k: None if t[k] is None else t[k].double().requires_grad_(True)
+        for k in ("x", "weight", "bias", "init")
+    }
+    out, final = conv_ref64(
+        leaves["x"], leaves["weight"], leaves["bias"], t["seq_idx"], leaves["init"], c["silu"]
+    )
     loss = (out * t["dout"].double()).sum()
     if t["dfinal"] is not None:
         loss = loss + (final * t["dfinal"].double()).sum()
@@ -171,7 +239,7 @@ def _check_update(c, r):
     t = inputs_of(c["name"])
     check_guards("out", r["out"])
     idx = t["idx"]
-    if idx is not None:   # the GPU kernel treats an index past the rows like a padded slot
+    if idx is not None:  # the GPU kernel treats an index past the rows like a padded slot
         idx = torch.where(idx >= t["state"].shape[0], torch.full_like(idx, -1), idx)
     ref_out, ref_state = update_ref64(t["x"], t["state"], t["weight"], t["bias"], c["silu"], t["cache"], idx)
     assert_close(_view(r["out"]), ref_out, dtype, "out")
@@ -180,8 +248,9 @@ def _check_update(c, r):
     buf, start, numel, _ = r["state"]
     raw = buf.view(torch.uint8)
     es = buf.element_size()
-    assert bool((raw[:start * es] == 0x7F).all()) and bool((raw[(start + numel) * es:] == 0x7F).all()), \
+    assert bool((raw[: start * es] == 0x7F).all()) and bool((raw[(start + numel) * es :] == 0x7F).all()), (
         "conv_state: bytes around the state were overwritten"
+    )
 
 
 def _check_varlen(c, r):

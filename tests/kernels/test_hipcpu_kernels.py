@@ -14,6 +14,7 @@ HIP-CPU is looked for at HIP_CPU_ROOT or ../shared/third_party/hip-cpu beside th
 TBB (apt-get install -y libtbb-dev). Where either is missing the tests skip with the reason, except under
 CI=true, where they fail (CI must run them). A failing build always fails.
 """
+
 import functools
 import os
 import subprocess
@@ -27,8 +28,8 @@ sys.path.insert(0, os.path.join(HERE, "hipcpu"))
 
 import hipcpu_build  # noqa: E402
 from cases import assert_close, make_inputs  # noqa: E402
-from reference import selective_scan_ref64  # noqa: E402
 from hipcpu_runner import GUARD_BYTES, SENTINEL  # noqa: E402
+from reference import selective_scan_ref64  # noqa: E402
 
 RUNNER = os.path.join(HERE, "hipcpu", "hipcpu_runner.py")
 LAYOUTS = list(hipcpu_build.LAYOUTS)
@@ -37,12 +38,44 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 CHUNK = 1024  # csrc/scan_gpu.h kGpuChunk: timesteps a block scans at once
 
 
-def _case(name, dtype="fp32", batch=1, dim=2, seqlen=64, dstate=8, bc="grouped2", bc_fp32=False,
-          D=True, z=True, bias=True, softplus=True, last_state=True, dlast=True, misalign=0, refused=None,
-          a_scale=1.0):
-    return dict(name=name, dtype=dtype, batch=batch, dim=dim, seqlen=seqlen, dstate=dstate, bc=bc,
-                bc_fp32=bc_fp32, D=D, z=z, bias=bias, softplus=softplus, last_state=last_state,
-                dlast=dlast, misalign=misalign, refused=refused, a_scale=a_scale)
+def _case(
+    name,
+    dtype="fp32",
+    batch=1,
+    dim=2,
+    seqlen=64,
+    dstate=8,
+    bc="grouped2",
+    bc_fp32=False,
+    D=True,
+    z=True,
+    bias=True,
+    softplus=True,
+    last_state=True,
+    dlast=True,
+    misalign=0,
+    refused=None,
+    a_scale=1.0,
+):
+    return dict(
+        name=name,
+        dtype=dtype,
+        batch=batch,
+        dim=dim,
+        seqlen=seqlen,
+        dstate=dstate,
+        bc=bc,
+        bc_fp32=bc_fp32,
+        D=D,
+        z=z,
+        bias=bias,
+        softplus=softplus,
+        last_state=last_state,
+        dlast=dlast,
+        misalign=misalign,
+        refused=refused,
+        a_scale=a_scale,
+    )
 
 
 def _cases():
@@ -96,11 +129,22 @@ def inputs_of(name):
     dtype = DTYPES[c["dtype"]]
     seed = CASES.index(c)
     kind = {"B_variable": "variable", "C_variable": "variable"}.get(c["bc"], c["bc"])
-    u, delta, A, B, C, D, z, bias = make_inputs(c["batch"], c["dim"], c["seqlen"], c["dstate"], kind,
-                                                c["D"], c["z"], c["bias"], dtype, seed=seed)
+    u, delta, A, B, C, D, z, bias = make_inputs(
+        c["batch"], c["dim"], c["seqlen"], c["dstate"], kind, c["D"], c["z"], c["bias"], dtype, seed=seed
+    )
     if c["bc"] in ("B_variable", "C_variable"):
-        const = make_inputs(c["batch"], c["dim"], c["seqlen"], c["dstate"], "constant", False, False,
-                            False, dtype, seed=seed + 1000)
+        const = make_inputs(
+            c["batch"],
+            c["dim"],
+            c["seqlen"],
+            c["dstate"],
+            "constant",
+            False,
+            False,
+            False,
+            dtype,
+            seed=seed + 1000,
+        )
         if c["bc"] == "B_variable":
             C = const[4]
         else:
@@ -150,12 +194,24 @@ def run_emulated(lib, cases, schedules, tmp_dir, parts=("forward", "backward")):
     payload = []
     for c in cases:
         t = inputs_of(c["name"])
-        payload.append(dict(inputs={k: v for k, v in t.items() if v is not None}, dtype=DTYPES[c["dtype"]],
-                            misalign=c["misalign"], softplus=c["softplus"], last_state=c["last_state"],
-                            forward="forward" in parts, backward="backward" in parts))
+        payload.append(
+            dict(
+                inputs={k: v for k, v in t.items() if v is not None},
+                dtype=DTYPES[c["dtype"]],
+                misalign=c["misalign"],
+                softplus=c["softplus"],
+                last_state=c["last_state"],
+                forward="forward" in parts,
+                backward="backward" in parts,
+            )
+        )
     torch.save(payload, cases_path)
-    proc = subprocess.run([sys.executable, RUNNER, lib, cases_path, out_path] + list(schedules),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, RUNNER, lib, cases_path, out_path] + list(schedules),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
     assert proc.returncode == 0, f"hipcpu_runner.py failed ({how}):\n{proc.stderr[-4000:]}"
     return torch.load(out_path, weights_only=False)
@@ -167,6 +223,7 @@ _RESULTS = {}
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
     """results(layout) -> the runner's results for every case and schedule (built and run once)."""
+
     def results(layout):
         if layout not in _RESULTS:
             _RESULTS[layout] = "the build or run failed in an earlier test of this layout (see it)"
@@ -181,12 +238,13 @@ def emulated(tmp_path_factory):
         if isinstance(_RESULTS[layout], str):
             pytest.fail(_RESULTS[layout])
         return _RESULTS[layout]
+
     return results
 
 
 def _view(entry):
     buf, start, numel, shape = entry
-    return buf[start:start + numel].view(shape)
+    return buf[start : start + numel].view(shape)
 
 
 def check_guards(name, entry):
@@ -194,15 +252,16 @@ def check_guards(name, entry):
     buf, start, numel, _ = entry
     raw = buf.view(torch.uint8)
     es = buf.element_size()
-    before, after = raw[:start * es], raw[(start + numel) * es:]
+    before, after = raw[: start * es], raw[(start + numel) * es :]
     assert before.numel() >= GUARD_BYTES and after.numel() >= GUARD_BYTES
     assert bool((before == SENTINEL).all()), f"{name}: bytes before the output were overwritten"
     assert bool((after == SENTINEL).all()), f"{name}: bytes after the output were overwritten (overrun)"
-    inner = raw[start * es:(start + numel) * es].view(numel, es)
+    inner = raw[start * es : (start + numel) * es].view(numel, es)
     untouched = (inner == SENTINEL).all(dim=1)
     assert not bool(untouched.any()), (
         f"{name}: {int(untouched.sum())} of {numel} elements never written (first at flat index "
-        f"{int(untouched.nonzero()[0])})")
+        f"{int(untouched.nonzero()[0])})"
+    )
 
 
 def check_case(case, result, parts=("forward", "backward")):
@@ -259,19 +318,29 @@ MUTATIONS = {
     # The barrier at the end of each forward chunk: thread 0 stores the chunk's final state of n in
     # shared memory after the last barrier the other threads pass for n; with d_state == 1 nothing else
     # orders that store before the next chunk reads it back.
-    "fwd_chunk_barrier": ("scan_fwd.cuh", "scan_fwd_fp32.cu", """    store_items<T>(out, t0, L, y);
+    "fwd_chunk_barrier": (
+        "scan_fwd.cuh",
+        "scan_fwd_fp32.cu",
+        """    store_items<T>(out, t0, L, y);
     // Thread 0 wrote carry_s[n] after the last barrier that other threads pass for state n in this
     // chunk; with d_state == 1 no other barrier follows before the next chunk reads it back.
     __syncthreads();
-""", """    store_items<T>(out, t0, L, y);
-"""),
+""",
+        """    store_items<T>(out, t0, L, y);
+""",
+    ),
     # The reverse-scan carry of the backward pass: the adjoint state entering a chunk from the next.
-    "bwd_chunk_carry": ("scan_bwd.cuh", "scan_bwd_fp32.cu", """      float s = block_scan<true>(ragg_a, ragg_b, carry, scan_buf[buf], total);
+    "bwd_chunk_carry": (
+        "scan_bwd.cuh",
+        "scan_bwd_fp32.cu",
+        """      float s = block_scan<true>(ragg_a, ragg_b, carry, scan_buf[buf], total);
       buf ^= 1;
       if (threadIdx.x == 0) carry_s[n] = total;
-""", """      float s = block_scan<true>(ragg_a, ragg_b, carry, scan_buf[buf], total);
+""",
+        """      float s = block_scan<true>(ragg_a, ragg_b, carry, scan_buf[buf], total);
       buf ^= 1;
-"""),
+""",
+    ),
 }
 
 
@@ -289,10 +358,13 @@ def _mutant_library(name, tmp_path):
     return _build("wave64", csrc=str(mutant), sources=[tu], tag=f"mutant-{name}")
 
 
-@pytest.mark.parametrize("name,case_name,part,fails_under", [
-    ("fwd_chunk_barrier", "dstate1_L2100_slow_decay", "forward", ("reversed", "shuffled")),
-    ("bwd_chunk_carry", "dstate1_L2100_slow_decay", "backward", ("fixed", "reversed", "shuffled")),
-])
+@pytest.mark.parametrize(
+    "name,case_name,part,fails_under",
+    [
+        ("fwd_chunk_barrier", "dstate1_L2100_slow_decay", "forward", ("reversed", "shuffled")),
+        ("bwd_chunk_carry", "dstate1_L2100_slow_decay", "backward", ("fixed", "reversed", "shuffled")),
+    ],
+)
 def test_mutation_is_caught(tmp_path, name, case_name, part, fails_under):
     """The emulated test fails on a kernel with the mutation. The deleted barrier is invisible under
     HIP-CPU's own resume order (thread 0, the writer, always resumes first), which is why the test

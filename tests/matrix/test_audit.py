@@ -2,6 +2,7 @@
 for CUDA cells, real SASS from nvcc) that are right in every respect but one; the audit must pass the
 good one and name exactly what is wrong in each bad one.  The runtime check is exercised by the slow
 real-build test (test_build_slow.py)."""
+
 import base64
 import dataclasses
 import hashlib
@@ -27,25 +28,34 @@ CPU_CELL_ID = "cputorch2.13cxx11abiTRUE-x86_64"
 
 
 def _info(**over):
-    fields = dict(package_version=f"2.4.0.dev0+{LABEL.lower()}", torch_version="2.14.1+cu130", torch_cuda="13.0",
-                  nvcc_version="13.0", cxx11_abi=True, sass_archs=["sm_90"], ptx_archs=[], python_tag="cp310-abi3",
-                  platform="linux-x86_64", kernels=["cpu", "cuda"])
+    fields = dict(
+        package_version=f"2.4.0.dev0+{LABEL.lower()}",
+        torch_version="2.14.1+cu130",
+        torch_cuda="13.0",
+        nvcc_version="13.0",
+        cxx11_abi=True,
+        sass_archs=["sm_90"],
+        ptx_archs=[],
+        python_tag="cp310-abi3",
+        platform="linux-x86_64",
+        kernels=["cpu", "cuda"],
+    )
     fields.update(over)
     return buildinfo.BuildInfo(**fields)
 
 
-SRC = r'''
+SRC = r"""
 #include "mamba_ssm_build_info.h"
 extern "C" {
 __attribute__((used)) static const char kInfo[] =
     "MAMBA_SSM_BUILD_INFO_BEGIN" MAMBA_SSM_BUILD_INFO_JSON "MAMBA_SSM_BUILD_INFO_END";
 const char* mamba_ssm_build_info(void) { return kInfo; }
 }
-'''
-KERNEL = r'''
+"""
+KERNEL = r"""
 __global__ void scale(float* x, float a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }
 extern "C" void launch(float* x, float a, int n) { scale<<<(n + 255) / 256, 256>>>(x, a, n); }
-'''
+"""
 
 
 def compile_so(tmp: Path, info, gencode=None) -> Path:
@@ -71,17 +81,37 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def make_wheel(out: Path, so: Path, version=f"2.4.0.dev0+{LABEL}", platform_tag=None, meta_version=None,
-               extra=None, corrupt_record=False, python_tag="cp310") -> Path:
+def make_wheel(
+    out: Path,
+    so: Path,
+    version=f"2.4.0.dev0+{LABEL}",
+    platform_tag=None,
+    meta_version=None,
+    extra=None,
+    corrupt_record=False,
+    python_tag="cp310",
+) -> Path:
     """A wheel like setup.py + auditwheel produce; platform tag defaults to what auditwheel grants."""
     from packaging.version import Version
 
     v = str(Version(version))
     if platform_tag is None:  # ask auditwheel which manylinux tag the symbols allow
-        probe = make_wheel(out / "probe", so, version, platform_tag="linux_x86_64", meta_version=meta_version,
-                           python_tag=python_tag)
-        show = json.loads(subprocess.run([sys.executable, "-m", "auditwheel", "show", "--json", str(probe)],
-                                         capture_output=True, text=True, check=True).stdout)
+        probe = make_wheel(
+            out / "probe",
+            so,
+            version,
+            platform_tag="linux_x86_64",
+            meta_version=meta_version,
+            python_tag=python_tag,
+        )
+        show = json.loads(
+            subprocess.run(
+                [sys.executable, "-m", "auditwheel", "show", "--json", str(probe)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
         platform_tag = show["sym_tag"]
         shutil.rmtree(out / "probe")
     dist = f"mamba_ssm-{v}.dist-info"
@@ -89,8 +119,10 @@ def make_wheel(out: Path, so: Path, version=f"2.4.0.dev0+{LABEL}", platform_tag=
         "mamba_ssm/__init__.py": b"__version__ = '2.4.0.dev0'\n",
         "mamba_ssm/_C.abi3.so": so.read_bytes(),
         f"{dist}/METADATA": f"Metadata-Version: 2.4\nName: mamba-ssm\nVersion: {meta_version or v}\n".encode(),
-        f"{dist}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
-                          f"Tag: {python_tag}-abi3-{platform_tag}\n").encode(),
+        f"{dist}/WHEEL": (
+            f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
+            f"Tag: {python_tag}-abi3-{platform_tag}\n"
+        ).encode(),
     }
     files.update(extra or {})
     record = "".join(f"{n},sha256={_b64(d)},{len(d)}\n" for n, d in files.items())
@@ -123,8 +155,16 @@ def test_good_wheel_passes(tmp_path, plan, sm90_so):
     wheel = make_wheel(tmp_path, sm90_so)
     rep = run_audit(wheel, plan.cell(CELL_ID))
     assert rep.ok, rep.findings
-    assert set(rep.passed) == {"file name", "metadata", "shared objects", "size", "device code", "build info",
-                               "auditwheel show", "abi3audit"}
+    assert set(rep.passed) == {
+        "file name",
+        "metadata",
+        "shared objects",
+        "size",
+        "device code",
+        "build info",
+        "auditwheel show",
+        "abi3audit",
+    }
     assert rep.facts["abi3audit"] == {"objects": 1, "baseline": "3.10", "computed": ["3.10"], "violations": 0}
     assert rep.facts["sass"] == ["sm_90"] and rep.facts["ptx"] == []
 
@@ -132,8 +172,10 @@ def test_good_wheel_passes(tmp_path, plan, sm90_so):
 def test_other_archs_fail(tmp_path, plan):
     so = compile_so(tmp_path / "so", _info(sass_archs=["sm_80"]), ["arch=compute_80,code=sm_80"])
     rep = run_audit(make_wheel(tmp_path, so), plan.cell(CELL_ID))
-    assert any(f.startswith("device code: SASS in mamba_ssm/_C.abi3.so is ['sm_80'], the plan says ['sm_90']")
-               for f in rep.findings), rep.findings
+    assert any(
+        f.startswith("device code: SASS in mamba_ssm/_C.abi3.so is ['sm_80'], the plan says ['sm_90']")
+        for f in rep.findings
+    ), rep.findings
     assert any(f.startswith("build info: build info archs ['sm_80']") for f in rep.findings)
 
 
@@ -141,24 +183,30 @@ def test_build_info_that_lies_about_archs_fails(tmp_path, plan):
     # build info claims sm_90 but the fatbin holds sm_80: the device-code check reads the binary itself
     so = compile_so(tmp_path / "so", _info(), ["arch=compute_80,code=sm_80"])
     rep = run_audit(make_wheel(tmp_path, so), plan.cell(CELL_ID))
-    assert [f for f in rep.findings if f.startswith("device code:")] and \
-        not [f for f in rep.findings if f.startswith("build info:")], rep.findings
+    assert [f for f in rep.findings if f.startswith("device code:")] and not [
+        f for f in rep.findings if f.startswith("build info:")
+    ], rep.findings
 
 
 def test_bundled_libtorch_fails(tmp_path, plan, sm90_so):
     fake_lib = compile_so(tmp_path / "lib", _info())  # any ELF will do
-    wheel = make_wheel(tmp_path, sm90_so, extra={"mamba_ssm.libs/libtorch_cpu-1a2b3c4d.so": fake_lib.read_bytes()})
+    wheel = make_wheel(
+        tmp_path, sm90_so, extra={"mamba_ssm.libs/libtorch_cpu-1a2b3c4d.so": fake_lib.read_bytes()}
+    )
     rep = run_audit(wheel, plan.cell(CELL_ID))
-    assert any("mamba_ssm.libs/libtorch_cpu-1a2b3c4d.so is bundled: it matches libtorch*" in f
-               for f in rep.findings), rep.findings
+    assert any(
+        "mamba_ssm.libs/libtorch_cpu-1a2b3c4d.so is bundled: it matches libtorch*" in f for f in rep.findings
+    ), rep.findings
 
 
 def test_metadata_filename_mismatch_fails(tmp_path, plan, sm90_so):
     # upstream's failure mode: the file renamed with a label, METADATA without it
     wheel = make_wheel(tmp_path, sm90_so, meta_version="2.4.0.dev0")
     rep = run_audit(wheel, plan.cell(CELL_ID))
-    assert any("METADATA Version '2.4.0.dev0' != file name version '2.4.0.dev0+cu13torch2.14cxx11abitrue'" in f
-               for f in rep.findings), rep.findings
+    assert any(
+        "METADATA Version '2.4.0.dev0' != file name version '2.4.0.dev0+cu13torch2.14cxx11abitrue'" in f
+        for f in rep.findings
+    ), rep.findings
 
 
 def test_record_mismatch_fails(tmp_path, plan, sm90_so):
@@ -167,8 +215,9 @@ def test_record_mismatch_fails(tmp_path, plan, sm90_so):
 
 
 def test_wrong_abi_and_torch_fail(tmp_path, plan):
-    so = compile_so(tmp_path / "so", _info(cxx11_abi=False, torch_version="2.13.0+cu130"),
-                    ["arch=compute_90,code=sm_90"])
+    so = compile_so(
+        tmp_path / "so", _info(cxx11_abi=False, torch_version="2.13.0+cu130"), ["arch=compute_90,code=sm_90"]
+    )
     rep = run_audit(make_wheel(tmp_path, so), plan.cell(CELL_ID))
     text = "\n".join(rep.findings)
     assert "built against torch 2.13.0+cu130, the cell says 2.14.1+cu130" in text
@@ -181,7 +230,9 @@ def test_unrepaired_and_wrong_variant_fail(tmp_path, plan, sm90_so):
     assert any("'linux_x86_64' is not a manylinux tag" in f for f in rep.findings), rep.findings
     other = make_wheel(tmp_path / "o", sm90_so, version="2.4.0.dev0+cu12torch2.14cxx11abiTRUE")
     rep = run_audit(other, plan.cell(CELL_ID))
-    assert any(f.startswith("file name: variant cu12torch2.14cxx11abiTRUE") for f in rep.findings), rep.findings
+    assert any(f.startswith("file name: variant cu12torch2.14cxx11abiTRUE") for f in rep.findings), (
+        rep.findings
+    )
 
 
 def test_size_budget(tmp_path, plan, sm90_so):
@@ -191,8 +242,14 @@ def test_size_budget(tmp_path, plan, sm90_so):
 
 
 def test_cpu_cell(tmp_path, plan):
-    info = _info(package_version="2.4.0.dev0+cputorch2.13cxx11abitrue", torch_version="2.13.0+cpu",
-                 torch_cuda=None, nvcc_version=None, sass_archs=[], kernels=["cpu"])
+    info = _info(
+        package_version="2.4.0.dev0+cputorch2.13cxx11abitrue",
+        torch_version="2.13.0+cpu",
+        torch_cuda=None,
+        nvcc_version=None,
+        sass_archs=[],
+        kernels=["cpu"],
+    )
     so = compile_so(tmp_path / "so", info)
     good = make_wheel(tmp_path / "g", so, version="2.4.0.dev0+cputorch2.13cxx11abiTRUE")
     rep = run_audit(good, plan.cell(CPU_CELL_ID), archs=None)
@@ -200,14 +257,20 @@ def test_cpu_cell(tmp_path, plan):
     assert rep.facts["sass"] == [] and rep.facts["device_code_by"] == "ELF .nv_fatbin"
     # a CPU wheel that carries GPU code is wrong
     gpu = compile_so(tmp_path / "gpu", info, ["arch=compute_90,code=sm_90"])
-    rep = run_audit(make_wheel(tmp_path / "b", gpu, version="2.4.0.dev0+cputorch2.13cxx11abiTRUE"),
-                    plan.cell(CPU_CELL_ID), archs=None)
+    rep = run_audit(
+        make_wheel(tmp_path / "b", gpu, version="2.4.0.dev0+cputorch2.13cxx11abiTRUE"),
+        plan.cell(CPU_CELL_ID),
+        archs=None,
+    )
     assert any("SASS in mamba_ssm/_C.abi3.so is ['sm_90'], the plan says none" in f for f in rep.findings)
 
 
 def test_elf_parser_agrees_with_cuobjdump(tmp_path):
-    so = compile_so(tmp_path, _info(), ["arch=compute_80,code=sm_80", "arch=compute_90,code=sm_90",
-                                        "arch=compute_90,code=compute_90"])
+    so = compile_so(
+        tmp_path,
+        _info(),
+        ["arch=compute_80,code=sm_80", "arch=compute_90,code=sm_90", "arch=compute_90,code=compute_90"],
+    )
     assert audit.archs_by_elf(so) == (["sm_80", "sm_90"], ["compute_90"])
     cuobjdump = audit.find_cuobjdump()
     if cuobjdump is None:
@@ -217,16 +280,27 @@ def test_elf_parser_agrees_with_cuobjdump(tmp_path):
 
 def test_audit_cli_exit_status(tmp_path, sm90_so):
     bad = make_wheel(tmp_path, sm90_so, meta_version="2.4.0.dev0")
-    out = subprocess.run([sys.executable, "-m", "build_matrix", "audit", str(bad), "--archs", "90", "--no-runtime"],
-                         capture_output=True, text=True, cwd=mx.REPO_ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "build_matrix", "audit", str(bad), "--archs", "90", "--no-runtime"],
+        capture_output=True,
+        text=True,
+        cwd=mx.REPO_ROOT,
+    )
     assert out.returncode == 1
     assert "FAIL metadata: METADATA Version '2.4.0.dev0'" in out.stdout
     assert f"against {CELL_ID}: FAILED" in out.stdout
 
 
 def test_exclusions_cover_what_torch_provides():
-    for lib in ("libtorch_cpu.so", "libc10.so", "libc10_cuda.so", "libcudart.so.13", "libcuda.so.1",
-                "libamdhip64.so.6", "libgomp.so.1"):
+    for lib in (
+        "libtorch_cpu.so",
+        "libc10.so",
+        "libc10_cuda.so",
+        "libcudart.so.13",
+        "libcuda.so.1",
+        "libamdhip64.so.6",
+        "libgomp.so.1",
+    ):
         assert any(__import__("fnmatch").fnmatch(lib, p) for p in build.EXCLUDE_PATTERNS), lib
 
 
@@ -241,14 +315,27 @@ def test_runtime_check_after_build_host(tmp_path):
     so = repo / "mamba_ssm" / "_C.abi3.so"
     if not so.exists():
         pytest.skip("mamba_ssm/_C.abi3.so not built in place (ci/test.sh builds it)")
-    py = subprocess.run([str(build.SHARED_TORCH_VENV / "bin" / "python"), "-c",
-                         "import sys; print(sys._base_executable)"], capture_output=True, text=True, check=True)
+    py = subprocess.run(
+        [str(build.SHARED_TORCH_VENV / "bin" / "python"), "-c", "import sys; print(sys._base_executable)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     cell_venv = tmp_path / "cell" / "venv"
-    build._make_venv(Path(py.stdout.strip()), cell_venv, build.SHARED_TORCH_VENV, build.Log(tmp_path / "log.txt", CELL_ID))
-    assert subprocess.run([str(cell_venv / "bin" / "python"), "-c", "import pip"],
-                          capture_output=True).returncode == 0  # pip only through the .pth, as build --host leaves it
-    extra = {f"mamba_ssm/{p.relative_to(repo / 'mamba_ssm').as_posix()}": p.read_bytes()
-             for p in sorted((repo / "mamba_ssm").rglob("*.py")) if "__pycache__" not in p.parts}
+    build._make_venv(
+        Path(py.stdout.strip()), cell_venv, build.SHARED_TORCH_VENV, build.Log(tmp_path / "log.txt", CELL_ID)
+    )
+    assert (
+        subprocess.run(
+            [str(cell_venv / "bin" / "python"), "-c", "import pip"], capture_output=True
+        ).returncode
+        == 0
+    )  # pip only through the .pth, as build --host leaves it
+    extra = {
+        f"mamba_ssm/{p.relative_to(repo / 'mamba_ssm').as_posix()}": p.read_bytes()
+        for p in sorted((repo / "mamba_ssm").rglob("*.py"))
+        if "__pycache__" not in p.parts
+    }
     extra["mamba_ssm/_C.abi3.so"] = so.read_bytes()
     wheel = make_wheel(tmp_path / "whl", so, platform_tag="linux_x86_64", extra=extra)
     rep = audit.AuditReport(wheel=str(wheel), cell=CELL_ID)
@@ -259,11 +346,11 @@ def test_runtime_check_after_build_host(tmp_path):
     assert res["conv_backend"] == "compiled" and res["conv_max_rel_err"] < 1e-4
 
 
-PY_SRC = r'''
+PY_SRC = r"""
 extern "C" int PyCode_Addr2Line(void*, int);                      // not in the stable ABI
 extern "C" const char* PyUnicode_AsUTF8AndSize(void*, long*);     // stable ABI since 3.10
 extern "C" long mamba_uses_python(void* c) { long n = 0; PyUnicode_AsUTF8AndSize(c, &n); return PyCode_Addr2Line(c, 1) + n; }
-'''
+"""
 
 
 def test_abi3audit_catches_what_the_tag_does_not_allow(tmp_path, monkeypatch):
@@ -272,8 +359,11 @@ def test_abi3audit_catches_what_the_tag_does_not_allow(tmp_path, monkeypatch):
     (tmp_path / "mamba_ssm_build_info.h").write_text(buildinfo.render_header(_info(kernels=["cpu"])))
     (tmp_path / "c.cpp").write_text(SRC + PY_SRC)
     so = tmp_path / "_C.abi3.so"
-    subprocess.run(["g++", "-shared", "-fPIC", "-I", str(tmp_path), "-o", str(so), str(tmp_path / "c.cpp")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["g++", "-shared", "-fPIC", "-I", str(tmp_path), "-o", str(so), str(tmp_path / "c.cpp")],
+        check=True,
+        capture_output=True,
+    )
     wheel = make_wheel(tmp_path / "w", so, platform_tag="linux_x86_64", python_tag="cp39")
     rep = audit.AuditReport(wheel=str(wheel), cell=CELL_ID)
     key = load_compat("variant").VariantKey.from_wheel_filename(wheel.name)

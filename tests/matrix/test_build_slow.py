@@ -1,6 +1,7 @@
 """The real host cell: Python 3.11 (abi3) x torch 2.14.1+cu130 x nvcc 13.0 x cxx11abi TRUE x x86_64,
 archs reduced to sm_90, built by `python -m build_matrix build --host` and audited (including the
 fresh-venv doctor and compiled CPU kernel check).  A re-run with unchanged sources reuses the wheel."""
+
 import json
 import os
 import subprocess
@@ -17,13 +18,21 @@ pytestmark = pytest.mark.slow
 
 
 def test_host_cell_builds_and_audits(tmp_path):
-    if not Path("/usr/local/cuda-13.0/bin/nvcc").exists() or not (build.SHARED_TORCH_VENV / "bin/python").exists():
+    if (
+        not Path("/usr/local/cuda-13.0/bin/nvcc").exists()
+        or not (build.SHARED_TORCH_VENV / "bin/python").exists()
+    ):
         pytest.skip("needs nvcc 13.0 at /usr/local/cuda-13.0 and the shared torch 2.14.1 venv")
     out_dir = tmp_path / "cells"
     env = dict(os.environ, MAX_JOBS=os.environ.get("MAX_JOBS", "2"))
-    proc = subprocess.run([sys.executable, "-m", "build_matrix", "build", "--host", "--archs", "90",
-                           "--out", str(out_dir)], capture_output=True, text=True, cwd=mx.REPO_ROOT, env=env,
-                          timeout=3000)
+    proc = subprocess.run(
+        [sys.executable, "-m", "build_matrix", "build", "--host", "--archs", "90", "--out", str(out_dir)],
+        capture_output=True,
+        text=True,
+        cwd=mx.REPO_ROOT,
+        env=env,
+        timeout=3000,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     wheels = list(out_dir.glob("*.whl"))
     assert len(wheels) == 1
@@ -34,8 +43,12 @@ def test_host_cell_builds_and_audits(tmp_path):
         meta = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     assert "Version: 2.4.0.dev0+cu13torch2.14cxx11abitrue" in meta
     # an independent audit run (with the runtime check) of the produced wheel
-    rep = audit.audit_wheel(wheels[0], mx.load_plan().cell("cu13torch2.14cxx11abiTRUE-x86_64"), archs="90",
-                            torch_from=build.SHARED_TORCH_VENV)
+    rep = audit.audit_wheel(
+        wheels[0],
+        mx.load_plan().cell("cu13torch2.14cxx11abiTRUE-x86_64"),
+        archs="90",
+        torch_from=build.SHARED_TORCH_VENV,
+    )
     assert rep.ok, rep.findings
     assert rep.facts["sass"] == ["sm_90"] and rep.facts["runtime"]["doctor_loaded"] is True
     assert rep.facts["runtime"]["max_rel_err"] < 1e-4

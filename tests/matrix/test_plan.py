@@ -1,5 +1,6 @@
 """plan: expansion and validation of build_matrix/matrix.toml against PyTorch's published builds,
 the nvcc arch tables and requires-python.  Bad matrices are fabricated by editing a copy."""
+
 import copy
 import json
 import subprocess
@@ -28,6 +29,7 @@ def add_build(series, **build):
                 t["builds"].append(build)
                 return
         raise AssertionError(series)
+
     return mutate
 
 
@@ -56,7 +58,8 @@ def test_host_cell():
     assert set(cell.serves) == {"cu130", "cu132"}
     assert "sm_90" in cell.sass and "sm_103" not in cell.sass
     assert cell.variant_key().wheel_filename("2.4.0") == (
-        "mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp310-abi3-manylinux_2_28_x86_64.whl")
+        "mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp310-abi3-manylinux_2_28_x86_64.whl"
+    )
 
 
 def test_host_cell_tag_is_the_limited_api_of_its_torch():
@@ -77,10 +80,14 @@ def test_cell_tag_must_be_a_tested_python():
     plan = mx.expand(copy.deepcopy(REAL_MATRIX), data, REQ)
     cell = next(c for c in plan.cells if c.series == "2.14")
     assert cell.python_tag == "cp314"
-    assert any(f"cell {cell.id}: tag cp314-abi3 is for Python 3.14, which [python] versions does not test"
-               in e for e in plan.errors), plan.errors
+    assert any(
+        f"cell {cell.id}: tag cp314-abi3 is for Python 3.14, which [python] versions does not test" in e
+        for e in plan.errors
+    ), plan.errors
     plan = mx.expand(copy.deepcopy(REAL_MATRIX), data, ">=3.9,<3.14")
-    assert any("(Python 3.14) is outside pyproject.toml requires-python '>=3.9,<3.14'" in e for e in plan.errors)
+    assert any(
+        "(Python 3.14) is outside pyproject.toml requires-python '>=3.9,<3.14'" in e for e in plan.errors
+    )
 
 
 def test_abi_belongs_to_the_build_not_the_release():
@@ -91,16 +98,23 @@ def test_abi_belongs_to_the_build_not_the_release():
     assert not any(c.cxx11abi is False for c in plan.cells if tuple(map(int, c.series.split("."))) >= (2, 7))
 
 
-@pytest.mark.parametrize("series,build,reason", [
-    ("2.8", dict(accelerator="cu118", cxx11abi=True), "PyTorch 2.8 shipped no +cu118 build"),
-    ("2.7", dict(accelerator="cu126", cxx11abi=False), "cxx11 ABI (TRUE) since 2.7"),
-    ("2.6", dict(accelerator="cu126", cxx11abi=False), "published with cxx11abi=TRUE"),
-    ("2.6", dict(accelerator="cu124", cxx11abi=True), "published with cxx11abi=FALSE"),
-    ("2.5", dict(accelerator="rocm7.1", cxx11abi=False), "shipped no +rocm7.1"),
-    ("2.6", dict(accelerator="cu126", cxx11abi=True, platforms=["aarch64"]), "shipped no +cu126 build for aarch64"),
-    ("2.6", dict(accelerator="cuda12", cxx11abi=True), "none of cu<major><minor>"),
-    ("2.6", dict(accelerator="cu126", cxx11abi=True, platforms=["ppc64le"]), "not in [platforms]"),
-])
+@pytest.mark.parametrize(
+    "series,build,reason",
+    [
+        ("2.8", dict(accelerator="cu118", cxx11abi=True), "PyTorch 2.8 shipped no +cu118 build"),
+        ("2.7", dict(accelerator="cu126", cxx11abi=False), "cxx11 ABI (TRUE) since 2.7"),
+        ("2.6", dict(accelerator="cu126", cxx11abi=False), "published with cxx11abi=TRUE"),
+        ("2.6", dict(accelerator="cu124", cxx11abi=True), "published with cxx11abi=FALSE"),
+        ("2.5", dict(accelerator="rocm7.1", cxx11abi=False), "shipped no +rocm7.1"),
+        (
+            "2.6",
+            dict(accelerator="cu126", cxx11abi=True, platforms=["aarch64"]),
+            "shipped no +cu126 build for aarch64",
+        ),
+        ("2.6", dict(accelerator="cuda12", cxx11abi=True), "none of cu<major><minor>"),
+        ("2.6", dict(accelerator="cu126", cxx11abi=True, platforms=["ppc64le"]), "not in [platforms]"),
+    ],
+)
 def test_impossible_builds_are_rejected_with_the_reason(series, build, reason):
     plan = plan_of(add_build(series, **build))
     assert not plan.ok
@@ -111,13 +125,16 @@ def test_impossible_builds_are_rejected_with_the_reason(series, build, reason):
 
 def test_unknown_torch_release():
     def mutate(m):
-        m["torch"].append({"series": "2.3", "version": "2.3.1",
-                           "builds": [{"accelerator": "cu121", "cxx11abi": False}]})
+        m["torch"].append(
+            {"series": "2.3", "version": "2.3.1", "builds": [{"accelerator": "cu121", "cxx11abi": False}]}
+        )
+
     plan = plan_of(mutate)
     assert "torch 2.3 is not in build_matrix/data/torch_builds.toml" in plan.rejected[0].reason
 
     def wrong_patch(m):
         m["torch"][0]["version"] = "2.4.7"
+
     plan = plan_of(wrong_patch)
     assert any("2.4.7 is not a release of the 2.4 series" in r.reason for r in plan.rejected)
 
@@ -137,27 +154,45 @@ def test_known_bad_pair():
     plan = plan_of(lambda m: _toolkit(m, "cuda13.0")["sass"].append("sm_103"))
     assert sum("known-bad pair" in e and "sm_103" in e for e in plan.errors) >= 1
     # the same arch with nvcc 12.8 is fine
-    plan = plan_of(lambda m: _toolkit(m, "cuda12.8").__setitem__("version", "12.9")
-                   or _toolkit(m, "cuda12.8")["sass"].append("sm_103"))
+    plan = plan_of(
+        lambda m: (
+            _toolkit(m, "cuda12.8").__setitem__("version", "12.9")
+            or _toolkit(m, "cuda12.8")["sass"].append("sm_103")
+        )
+    )
     assert plan.errors == []
 
 
 def test_two_toolkits_for_one_cell():
     def mutate(m):
         _toolkit(m, "cuda12.8")["serves"].remove("cu128")
-        m["toolkit"].append({"id": "cuda12.9", "kind": "cuda", "version": "12.9", "serves": ["cu128"],
-                             "sass": ["sm_90"], "platforms": ["x86_64", "aarch64"]})
+        m["toolkit"].append(
+            {
+                "id": "cuda12.9",
+                "kind": "cuda",
+                "version": "12.9",
+                "serves": ["cu128"],
+                "sass": ["sm_90"],
+                "platforms": ["x86_64", "aarch64"],
+            }
+        )
+
     plan = plan_of(mutate)
-    assert any("need different toolkits" in r.reason and r.what == "cu12torch2.8cxx11abiTRUE-x86_64"
-               for r in plan.rejected)
+    assert any(
+        "need different toolkits" in r.reason and r.what == "cu12torch2.8cxx11abiTRUE-x86_64"
+        for r in plan.rejected
+    )
 
 
-@pytest.mark.parametrize("versions,requires,needle", [
-    (["3.8", "3.9", "3.10", "3.11", "3.12", "3.13"], ">=3.9", "Python 3.8 is listed"),
-    (["3.9", "3.11", "3.12", "3.13"], ">=3.9", "admits Python 3.10 but matrix.toml does not test it"),
-    (["3.10", "3.11", "3.12", "3.13"], ">=3.9", "admits Python 3.9"),
-    (["3.10", "3.11", "3.12", "3.13"], ">=3.10", "wheel_python_tag 'cp39' must be the lowest"),
-])
+@pytest.mark.parametrize(
+    "versions,requires,needle",
+    [
+        (["3.8", "3.9", "3.10", "3.11", "3.12", "3.13"], ">=3.9", "Python 3.8 is listed"),
+        (["3.9", "3.11", "3.12", "3.13"], ">=3.9", "admits Python 3.10 but matrix.toml does not test it"),
+        (["3.10", "3.11", "3.12", "3.13"], ">=3.9", "admits Python 3.9"),
+        (["3.10", "3.11", "3.12", "3.13"], ">=3.10", "wheel_python_tag 'cp39' must be the lowest"),
+    ],
+)
 def test_python_against_requires_python_both_ways(versions, requires, needle):
     plan = plan_of(lambda m: m["python"].__setitem__("versions", versions), requires_python=requires)
     assert any(needle in e for e in plan.errors), plan.errors
@@ -176,7 +211,9 @@ def test_filters():
     cells = plan.filtered(["series=2.14", "kind=cpu"])
     assert {c.id for c in cells} == {"cputorch2.14cxx11abiTRUE-x86_64", "cputorch2.14cxx11abiTRUE-aarch64"}
     assert {c.id for c in plan.filtered(["cu13torch2.14*"])} == {
-        "cu13torch2.14cxx11abiTRUE-x86_64", "cu13torch2.14cxx11abiTRUE-aarch64"}
+        "cu13torch2.14cxx11abiTRUE-x86_64",
+        "cu13torch2.14cxx11abiTRUE-aarch64",
+    }
     with pytest.raises(mx.MatrixError, match="no field 'colour'"):
         plan.filtered(["colour=red"])
     with pytest.raises(mx.MatrixError, match="no cell 'cu13torch9.9"):
@@ -184,31 +221,50 @@ def test_filters():
 
 
 def test_plan_cli(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "build_matrix", "plan", "--format", "json"],
-                         capture_output=True, text=True, cwd=mx.REPO_ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "build_matrix", "plan", "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=mx.REPO_ROOT,
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["count"] == len(data["cells"]) == len(plan_of().cells)
-    gh = subprocess.run([sys.executable, "-m", "build_matrix", "plan", "--format", "github",
-                         "--filter", "series=2.14"], capture_output=True, text=True, cwd=mx.REPO_ROOT)
+    gh = subprocess.run(
+        [sys.executable, "-m", "build_matrix", "plan", "--format", "github", "--filter", "series=2.14"],
+        capture_output=True,
+        text=True,
+        cwd=mx.REPO_ROOT,
+    )
     assert {c["id"] for c in json.loads(gh.stdout)["include"]} == {
-        c.id for c in plan_of().cells if c.series == "2.14"}
+        c.id for c in plan_of().cells if c.series == "2.14"
+    }
     # a bad matrix: non-zero exit, the reason on the terminal
-    m = (mx.MATRIX_PATH.read_text()
-         .replace('{ accelerator = "cu126", cxx11abi = true },\n  { accelerator = "cu128", cxx11abi = true, '
-                  'platforms = ["x86_64", "aarch64"] },\n  { accelerator = "cu129"',
-                  '{ accelerator = "cu118", cxx11abi = true },\n  { accelerator = "cu129"', 1))
+    m = mx.MATRIX_PATH.read_text().replace(
+        '{ accelerator = "cu126", cxx11abi = true },\n  { accelerator = "cu128", cxx11abi = true, '
+        'platforms = ["x86_64", "aarch64"] },\n  { accelerator = "cu129"',
+        '{ accelerator = "cu118", cxx11abi = true },\n  { accelerator = "cu129"',
+        1,
+    )
     bad = tmp_path / "matrix.toml"
     bad.write_text(m)
-    out = subprocess.run([sys.executable, "-m", "build_matrix", "plan", "--matrix", str(bad)],
-                         capture_output=True, text=True, cwd=mx.REPO_ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "build_matrix", "plan", "--matrix", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=mx.REPO_ROOT,
+    )
     assert out.returncode == 1
     assert "rejected: torch 2.8 (2.8.0) +cu118" in out.stdout and "shipped no +cu118" in out.stdout
 
 
 def _plan_table(*args):
-    out = subprocess.run([sys.executable, "-m", "build_matrix", "plan", *args],
-                         capture_output=True, text=True, cwd=mx.REPO_ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "build_matrix", "plan", *args],
+        capture_output=True,
+        text=True,
+        cwd=mx.REPO_ROOT,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
@@ -219,14 +275,22 @@ def test_plan_table_columns_line_up_on_every_row():
     header = lines[0]
     starts = [header.index(name) for name in ("torch", "serves", "toolkit", "archs", "image")]
     cells = plan_of().cells
-    rows = lines[1:1 + len(cells)]
+    rows = lines[1 : 1 + len(cells)]
     assert any("(exp.)" in r for r in rows)
     for row, cell in zip(rows, cells):
-        for start, value in zip(starts, (cell.torch_spec.replace("torch==", ""), ",".join(cell.serves),
-                                         cell.toolkit, ",".join(cell.sass + cell.ptx + cell.gfx) or "-",
-                                         cell.image)):
-            assert row[start - 2:start] == "  " and row[start:].startswith(value + " ") or \
-                row[start:] == value, (row, value)
+        for start, value in zip(
+            starts,
+            (
+                cell.torch_spec.replace("torch==", ""),
+                ",".join(cell.serves),
+                cell.toolkit,
+                ",".join(cell.sass + cell.ptx + cell.gfx) or "-",
+                cell.image,
+            ),
+        ):
+            assert (
+                row[start - 2 : start] == "  " and row[start:].startswith(value + " ") or row[start:] == value
+            ), (row, value)
 
 
 def test_plan_skipped_and_excluded_lines_follow_the_filter():

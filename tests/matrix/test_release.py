@@ -2,6 +2,7 @@
 assets), the Pages site carrying every release, the pin check against a served manifest; and the
 resolver taking a released sdist's recorded index. Fabricated wheels (tests/resolver/helpers.py);
 hashes checked with hashlib; a real HTTP server on 127.0.0.1."""
+
 from __future__ import annotations
 
 import hashlib
@@ -25,8 +26,12 @@ LABEL = "cu13torch2.14cxx11abiTRUE"
 
 def test_urls_default_to_the_pages_of_the_repository():
     u = release.release_urls("State-Spaces/mamba", ref="refs/tags/v2.4.0", version="2.4.0")
-    assert u == {"version": "2.4.0", "tag": "v2.4.0", "index_url": "https://state-spaces.github.io/mamba/v2.4.0/",
-                 "wheels_url": "https://github.com/State-Spaces/mamba/releases/download/v2.4.0/"}
+    assert u == {
+        "version": "2.4.0",
+        "tag": "v2.4.0",
+        "index_url": "https://state-spaces.github.io/mamba/v2.4.0/",
+        "wheels_url": "https://github.com/State-Spaces/mamba/releases/download/v2.4.0/",
+    }
     # the <owner>.github.io repository is served at the host's root
     assert release.pages_url("Org/org.github.io") == "https://org.github.io/"
     # one setting moves the index (e.g. a custom domain)
@@ -42,8 +47,11 @@ def test_tag_must_be_the_package_version():
 
 def _release(tmp_path, version):
     wheels = tmp_path / f"wheels-{version}"
-    w = Path(make_wheel(str(wheels), LABEL, build_info(version=version), version=version,
-                          platform="manylinux_2_28_x86_64"))  # repaired: the index refuses linux_*
+    w = Path(
+        make_wheel(
+            str(wheels), LABEL, build_info(version=version), version=version, platform="manylinux_2_28_x86_64"
+        )
+    )  # repaired: the index refuses linux_*
     url = f"https://github.com/o/r/releases/download/v{version}/"
     tarball = release.write_release_index(version, [w], url, tmp_path / f"idx-{version}")
     return w, url, tarball
@@ -55,12 +63,20 @@ def test_index_links_to_the_release_assets_and_records_the_manifest_hash(tmp_pat
         files = {m.name: tf.extractfile(m).read() for m in tf.getmembers() if m.isfile()}
     page = files[f"{LABEL}/mamba-ssm/index.html"].decode()
     sha = hashlib.sha256(w.read_bytes()).hexdigest()
-    assert f'href="{url}mamba_ssm-2.4.0%2Bcu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_28_x86_64.whl#sha256={sha}"' in page
+    assert (
+        f'href="{url}mamba_ssm-2.4.0%2Bcu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_28_x86_64.whl#sha256={sha}"'
+        in page
+    )
     assert not [n for n in files if n.endswith(".whl")]  # wheels stay Release assets, never on Pages
     rec = json.loads(files["release.json"])
-    assert rec == {"version": "2.4.0", "wheels_url": url,
-                   "manifest_sha256": hashlib.sha256(files["manifest.json"]).hexdigest()}
-    with pytest.raises(release.ReleaseError, match=r"is version 2\.4\.0\+cu13torch2\.14cxx11abitrue, the release is 2\.5\.0"):
+    assert rec == {
+        "version": "2.4.0",
+        "wheels_url": url,
+        "manifest_sha256": hashlib.sha256(files["manifest.json"]).hexdigest(),
+    }
+    with pytest.raises(
+        release.ReleaseError, match=r"is version 2\.4\.0\+cu13torch2\.14cxx11abitrue, the release is 2\.5\.0"
+    ):
         release.write_release_index("2.5.0", [w], url, tmp_path / "other")
 
 
@@ -115,7 +131,11 @@ def test_verify_pin_against_the_served_manifest(tmp_path, served):
     index_url = f"{base}v2.4.0/"
     manifest = (root / "v2.4.0" / "manifest.json").read_bytes()
     sha_w = hashlib.sha256(w.read_bytes()).hexdigest()
-    record = {"index_url": index_url, "wheels_url": url, "manifest_sha256": hashlib.sha256(manifest).hexdigest()}
+    record = {
+        "index_url": index_url,
+        "wheels_url": url,
+        "manifest_sha256": hashlib.sha256(manifest).hexdigest(),
+    }
     pins = {"wheels": {w.name: {"sha256": sha_w, "size": w.stat().st_size}}}
     sdist = _fake_sdist(tmp_path / "ok.tar.gz", record, pins)
     assert "matches ok.tar.gz: 1 wheels" in release.verify_pin(sdist, index_url)
@@ -134,19 +154,36 @@ def test_verify_pin_against_the_served_manifest(tmp_path, served):
 
 def test_resolver_uses_the_recorded_release_index(tmp_path, monkeypatch):
     rec = tmp_path / "release_index.json"
-    rec.write_text(json.dumps({"index_url": "https://o.github.io/r/v2.4.0/", "version": "2.4.0",
-                               "wheels_url": "https://github.com/o/r/releases/download/v2.4.0/",
-                               "manifest_sha256": "0" * 64}))
+    rec.write_text(
+        json.dumps(
+            {
+                "index_url": "https://o.github.io/r/v2.4.0/",
+                "version": "2.4.0",
+                "wheels_url": "https://github.com/o/r/releases/download/v2.4.0/",
+                "manifest_sha256": "0" * 64,
+            }
+        )
+    )
     monkeypatch.setattr(resolve, "RELEASE_INDEX_FILE", str(rec))
     assert resolve.default_index("2.4.0", {}) == "https://o.github.io/r/v2.4.0/"
     assert resolve.default_index("2.4.0", {"MAMBA_WHEEL_INDEX": "http://mirror/x"}) == "http://mirror/x/"
     # another version than the record's (an sdist built from a later checkout): the default pattern
     assert resolve.default_index("2.5.0", {}) == resolve.RELEASE_INDEX_URL.format(version="2.5.0")
-    entry = WheelEntry(filename=f"mamba_ssm-2.4.0+{LABEL.lower()}-cp310-abi3-linux_x86_64.whl", sha256="0" * 64,
-                       size=1, variant=LABEL, version=f"2.4.0+{LABEL.lower()}")
-    assert resolve.wheel_url("https://o.github.io/r/v2.4.0/", entry) == \
-        "https://github.com/o/r/releases/download/v2.4.0/mamba_ssm-2.4.0%2Bcu13torch2.14cxx11abitrue-cp310-abi3-linux_x86_64.whl"
-    assert resolve.wheel_url("http://mirror/x/", entry) == f"http://mirror/x/{LABEL}/mamba-ssm/{entry.filename.replace('+', '%2B')}"
+    entry = WheelEntry(
+        filename=f"mamba_ssm-2.4.0+{LABEL.lower()}-cp310-abi3-linux_x86_64.whl",
+        sha256="0" * 64,
+        size=1,
+        variant=LABEL,
+        version=f"2.4.0+{LABEL.lower()}",
+    )
+    assert (
+        resolve.wheel_url("https://o.github.io/r/v2.4.0/", entry)
+        == "https://github.com/o/r/releases/download/v2.4.0/mamba_ssm-2.4.0%2Bcu13torch2.14cxx11abitrue-cp310-abi3-linux_x86_64.whl"
+    )
+    assert (
+        resolve.wheel_url("http://mirror/x/", entry)
+        == f"http://mirror/x/{LABEL}/mamba-ssm/{entry.filename.replace('+', '%2B')}"
+    )
     rec.write_text("{not json")
     with pytest.raises(ValueError, match="not a release index record"):
         resolve.release_index()

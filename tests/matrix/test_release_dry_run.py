@@ -7,6 +7,7 @@ Independent checks: the served manifest's sha256 against the one pinned into eac
 rows, byte for byte; doctor loading ``_C``; ``MAMBA_FALLBACK=error`` and no compiler on PATH, so
 nothing but the prebuilt wheel can satisfy the install.
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,8 +23,17 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "resolver"))
-from test_e2e_install import (_torch_label_ok, decision, doctor, installed_record,  # noqa: E402
-                              path_without_nvcc, run, split_record, venv, wheel_record)
+from test_e2e_install import (
+    _torch_label_ok,
+    decision,
+    doctor,
+    installed_record,  # noqa: E402
+    path_without_nvcc,
+    run,
+    split_record,
+    venv,
+    wheel_record,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +43,11 @@ VERSIONS = ("2.4.0.dev0", "2.4.0.dev1")
 
 @pytest.fixture(scope="module")
 def released(tmp_path_factory):
-    if sys.version_info[:2] != (3, 11) or not _torch_label_ok() or not Path("/usr/local/cuda-13.0/bin/nvcc").exists():
+    if (
+        sys.version_info[:2] != (3, 11)
+        or not _torch_label_ok()
+        or not Path("/usr/local/cuda-13.0/bin/nvcc").exists()
+    ):
         pytest.skip("needs the dev venv (Python 3.11, torch 2.14 + CUDA 13) and nvcc 13.0 for the host build")
     work = tmp_path_factory.mktemp("release")
     out = work / "served"
@@ -47,14 +61,44 @@ def released(tmp_path_factory):
     results = {}
     try:
         for version in VERSIONS:  # two releases in a row: the second deploy must keep the first's root
-            proc = run([sys.executable, "-m", "build_matrix", "release", "--dry-run", "--out", str(out),
-                        "--base-url", base, "--version", version],
-                       env=dict(os.environ, MAX_JOBS=os.environ.get("MAX_JOBS", "2")), cwd=str(REPO), timeout=3000)
-            results[version] = json.loads(proc.stdout[proc.stdout.index("{"):])
+            proc = run(
+                [
+                    sys.executable,
+                    "-m",
+                    "build_matrix",
+                    "release",
+                    "--dry-run",
+                    "--out",
+                    str(out),
+                    "--base-url",
+                    base,
+                    "--version",
+                    version,
+                ],
+                env=dict(os.environ, MAX_JOBS=os.environ.get("MAX_JOBS", "2")),
+                cwd=str(REPO),
+                timeout=3000,
+            )
+            results[version] = json.loads(proc.stdout[proc.stdout.index("{") :])
         # what pip/uv fetch to build an sdist in isolation, as PyPI would serve it
         deps = work / "build-deps"
-        run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", str(deps),
-             "setuptools>=70", "wheel", "packaging>=24"], timeout=600)
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--only-binary",
+                ":all:",
+                "-d",
+                str(deps),
+                "setuptools>=70",
+                "wheel",
+                "packaging>=24",
+            ],
+            timeout=600,
+        )
         yield work, out, base, results, deps
     finally:
         server.shutdown()
@@ -63,12 +107,31 @@ def released(tmp_path_factory):
 def user_env(work, name, **extra):
     """No compiler, no CUDA toolkit, no nvcc; no MAMBA_WHEEL_INDEX (the sdist's recorded index is used);
     MAMBA_FALLBACK=error (only the prebuilt wheel can satisfy the install); private caches."""
-    env = dict(os.environ, PATH=path_without_nvcc(work), CUDA_HOME="/nonexistent", CC="false", CXX="false",
-               MAMBA_FALLBACK="error", MAMBA_SSM_CACHE_DIR=str(work / f"cache-{name}"),
-               MAMBA_SSM_DECISION_DIR=str(work / f"decisions-{name}"), PIP_NO_CACHE_DIR="1",
-               PIP_CONFIG_FILE=os.devnull, UV_CACHE_DIR=str(work / f"uv-cache-{name}"), UV_NO_CONFIG="1")
-    for var in ("VIRTUAL_ENV", "PYTHONPATH", "MAMBA_WHEEL_INDEX", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
-                "PIP_FIND_LINKS", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS"):
+    env = dict(
+        os.environ,
+        PATH=path_without_nvcc(work),
+        CUDA_HOME="/nonexistent",
+        CC="false",
+        CXX="false",
+        MAMBA_FALLBACK="error",
+        MAMBA_SSM_CACHE_DIR=str(work / f"cache-{name}"),
+        MAMBA_SSM_DECISION_DIR=str(work / f"decisions-{name}"),
+        PIP_NO_CACHE_DIR="1",
+        PIP_CONFIG_FILE=os.devnull,
+        UV_CACHE_DIR=str(work / f"uv-cache-{name}"),
+        UV_NO_CONFIG="1",
+    )
+    for var in (
+        "VIRTUAL_ENV",
+        "PYTHONPATH",
+        "MAMBA_WHEEL_INDEX",
+        "PIP_INDEX_URL",
+        "PIP_EXTRA_INDEX_URL",
+        "PIP_FIND_LINKS",
+        "UV_INDEX_URL",
+        "UV_EXTRA_INDEX_URL",
+        "UV_FIND_LINKS",
+    ):
         env.pop(var, None)
     env.update(extra)
     return env
@@ -93,16 +156,39 @@ def test_each_release_pins_its_deployed_manifest(released):
     # both releases' roots are on the site after the second deploy
     assert sorted(p.name for p in (out / "pages").iterdir() if p.is_dir()) == [f"v{v}" for v in VERSIONS]
     for version, res in results.items():
-        proc = run([sys.executable, "-m", "build_matrix", "release", "verify-pin", res["sdist"],
-                    "--index-url", res["index_url"]], cwd=str(REPO))
+        proc = run(
+            [
+                sys.executable,
+                "-m",
+                "build_matrix",
+                "release",
+                "verify-pin",
+                res["sdist"],
+                "--index-url",
+                res["index_url"],
+            ],
+            cwd=str(REPO),
+        )
         assert f"{res['index_url']}manifest.json" in proc.stdout and "matches" in proc.stdout
     # and the gate fails when the deployed manifest is not the pinned one
     manifest = out / "pages" / f"v{VERSIONS[0]}" / "manifest.json"
     saved = manifest.read_bytes()
     try:
         manifest.write_bytes(saved.replace(b'"schema": 1', b'"schema":  1'))
-        proc = run([sys.executable, "-m", "build_matrix", "release", "verify-pin", results[VERSIONS[0]]["sdist"],
-                    "--index-url", results[VERSIONS[0]]["index_url"]], cwd=str(REPO), check=False)
+        proc = run(
+            [
+                sys.executable,
+                "-m",
+                "build_matrix",
+                "release",
+                "verify-pin",
+                results[VERSIONS[0]]["sdist"],
+                "--index-url",
+                results[VERSIONS[0]]["index_url"],
+            ],
+            cwd=str(REPO),
+            check=False,
+        )
         assert proc.returncode == 1 and "the deployed manifest is not the pinned one" in proc.stderr
     finally:
         manifest.write_bytes(saved)
@@ -113,8 +199,21 @@ def test_pip_installs_the_first_release_from_pypi_and_pages(released):
     version = VERSIONS[0]
     py, site = venv(work / "pip-venv")
     env = user_env(work, "pip")
-    run([py, "-m", "pip", "install", "--index-url", f"{base}pypi/simple/", "--find-links", str(deps),
-         f"mamba-ssm=={version}"], env=env, timeout=900)
+    run(
+        [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "--index-url",
+            f"{base}pypi/simple/",
+            "--find-links",
+            str(deps),
+            f"mamba-ssm=={version}",
+        ],
+        env=env,
+        timeout=900,
+    )
     check_installed(py, site, env, work, results[version], version)
 
 
@@ -127,6 +226,21 @@ def test_uv_installs_the_second_release_from_pypi_and_pages(released):
     py, site = venv(work / "uv-venv")
     env = user_env(work, "uv")
     # --no-deps: uv does not count torch reached through a .pth file as installed
-    run([uv, "pip", "install", "--python", py, "--no-deps", "--index-url", f"{base}pypi/simple/",
-         "--find-links", str(deps), f"mamba-ssm=={version}"], env=env, timeout=900)
+    run(
+        [
+            uv,
+            "pip",
+            "install",
+            "--python",
+            py,
+            "--no-deps",
+            "--index-url",
+            f"{base}pypi/simple/",
+            "--find-links",
+            str(deps),
+            f"mamba-ssm=={version}",
+        ],
+        env=env,
+        timeout=900,
+    )
     check_installed(py, site, env, work, results[version], version)

@@ -1,4 +1,5 @@
 """sdist-check (contents; the full rebuild from the sdist is the slow path) and build's refusals."""
+
 import json
 import os
 import shutil
@@ -15,8 +16,12 @@ ROOT = mx.REPO_ROOT
 
 
 def test_sdist_carries_every_compiled_source(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "build_matrix", "sdist-check", "--no-build", "--out",
-                          str(tmp_path / "w")], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "build_matrix", "sdist-check", "--no-build", "--out", str(tmp_path / "w")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     unpacked = next((tmp_path / "w" / "unpacked").iterdir())
     csrc = sorted(p.name for p in (ROOT / "csrc").iterdir() if p.is_file())
@@ -33,8 +38,12 @@ def test_missing_source_is_named(tmp_path):
 
 
 def _build(*args):
-    return subprocess.run([sys.executable, "-m", "build_matrix", "build", *args, "--plan-only"],
-                          capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "build_matrix", "build", *args, "--plan-only"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
 
 
 def test_refuses_cells_this_machine_cannot_build():

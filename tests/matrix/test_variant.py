@@ -3,6 +3,7 @@
 Expected strings are public names (upstream's release assets, PyTorch's version strings) or written
 out by hand from the label grammar in mamba_ssm/_compat/variant.py's docstring.
 """
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -26,12 +27,28 @@ class FakeTorch:  # duck-typed stand-in for versions.TorchBuild (only the fields
 
 UPSTREAM = [
     # names in the form of upstream's release assets (mamba-ssm 2.2.x GitHub releases)
-    ("mamba_ssm-2.2.2+cu12torch2.6cxx11abiTRUE-cp311-cp311-linux_x86_64.whl",
-     dict(torch="2.6", accelerator="cu12", cxx11abi=True, python_tag="cp311", abi_tag="cp311",
-          platform_tag="linux_x86_64")),
-    ("mamba_ssm-2.2.4+cu11torch2.4cxx11abiFALSE-cp310-cp310-linux_x86_64.whl",
-     dict(torch="2.4", accelerator="cu11", cxx11abi=False, python_tag="cp310", abi_tag="cp310",
-          platform_tag="linux_x86_64")),
+    (
+        "mamba_ssm-2.2.2+cu12torch2.6cxx11abiTRUE-cp311-cp311-linux_x86_64.whl",
+        dict(
+            torch="2.6",
+            accelerator="cu12",
+            cxx11abi=True,
+            python_tag="cp311",
+            abi_tag="cp311",
+            platform_tag="linux_x86_64",
+        ),
+    ),
+    (
+        "mamba_ssm-2.2.4+cu11torch2.4cxx11abiFALSE-cp310-cp310-linux_x86_64.whl",
+        dict(
+            torch="2.4",
+            accelerator="cu11",
+            cxx11abi=False,
+            python_tag="cp310",
+            abi_tag="cp310",
+            platform_tag="linux_x86_64",
+        ),
+    ),
 ]
 
 
@@ -53,17 +70,24 @@ def test_reads_upstream_hip_label():
     assert VariantKey.from_local_label(key.local_label) == key
 
 
-@pytest.mark.parametrize("fields,label", [
-    (dict(torch="2.14", accelerator="cu13", cxx11abi=True), "cu13torch2.14cxx11abiTRUE"),
-    (dict(torch="2.6", accelerator="cu12", cxx11abi=False), "cu12torch2.6cxx11abiFALSE"),
-    (dict(torch="2.13", accelerator="cpu", cxx11abi=True), "cputorch2.13cxx11abiTRUE"),
-    (dict(torch="2.9", accelerator="rocm6.4", cxx11abi=True), "rocm6.4torch2.9cxx11abiTRUE"),
-    (dict(torch="2.3.0.dev20240304+cu118", accelerator="cu11", cxx11abi=False),
-     "cu11torch2.3.0.dev20240304.local.cu118cxx11abiFALSE"),
-    # NGC: normalisation turns the numeric segment '01' into '1'
-    (dict(torch="2.6.0a0+ecf3bae40a.nv25.01", accelerator="cu12", cxx11abi=True),
-     "cu12torch2.6.0a0.local.ecf3bae40a.nv25.1cxx11abiTRUE"),
-])
+@pytest.mark.parametrize(
+    "fields,label",
+    [
+        (dict(torch="2.14", accelerator="cu13", cxx11abi=True), "cu13torch2.14cxx11abiTRUE"),
+        (dict(torch="2.6", accelerator="cu12", cxx11abi=False), "cu12torch2.6cxx11abiFALSE"),
+        (dict(torch="2.13", accelerator="cpu", cxx11abi=True), "cputorch2.13cxx11abiTRUE"),
+        (dict(torch="2.9", accelerator="rocm6.4", cxx11abi=True), "rocm6.4torch2.9cxx11abiTRUE"),
+        (
+            dict(torch="2.3.0.dev20240304+cu118", accelerator="cu11", cxx11abi=False),
+            "cu11torch2.3.0.dev20240304.local.cu118cxx11abiFALSE",
+        ),
+        # NGC: normalisation turns the numeric segment '01' into '1'
+        (
+            dict(torch="2.6.0a0+ecf3bae40a.nv25.01", accelerator="cu12", cxx11abi=True),
+            "cu12torch2.6.0a0.local.ecf3bae40a.nv25.1cxx11abiTRUE",
+        ),
+    ],
+)
 def test_label_round_trip(fields, label):
     key = VariantKey(**fields)
     assert key.local_label == label
@@ -73,8 +97,11 @@ def test_label_round_trip(fields, label):
     assert v.local == label.lower()
     assert VariantKey.from_local_label(v.local) == key
     # and the file-name round trip with each tag set
-    for tags in [dict(), dict(platform_tag="manylinux_2_28_x86_64"),
-                 dict(python_tag="cp311", abi_tag="cp311", platform_tag="linux_aarch64")]:
+    for tags in [
+        dict(),
+        dict(platform_tag="manylinux_2_28_x86_64"),
+        dict(python_tag="cp311", abi_tag="cp311", platform_tag="linux_aarch64"),
+    ]:
         k2 = key.with_tags(**tags)
         name = k2.wheel_filename("2.4.0")
         assert VariantKey.from_wheel_filename(name) == k2
@@ -82,31 +109,40 @@ def test_label_round_trip(fields, label):
 
 
 def test_wheel_filename_matches_setuptools_normal_form():
-    key = VariantKey(torch="2.14", accelerator="cu13", cxx11abi=True,
-                     platform_tag="manylinux_2_28_x86_64")
+    key = VariantKey(torch="2.14", accelerator="cu13", cxx11abi=True, platform_tag="manylinux_2_28_x86_64")
     # setuptools 84 names a wheel with version '2.4.0.dev0+cu13torch2.14cxx11abiTRUE' like this
     assert key.wheel_filename("2.4.0.dev0") == (
-        "mamba_ssm-2.4.0.dev0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_28_x86_64.whl")
+        "mamba_ssm-2.4.0.dev0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_28_x86_64.whl"
+    )
     # a version that already carries the same label is accepted, another label is refused
     assert key.wheel_filename("2.4.0.dev0+cu13torch2.14cxx11abiTRUE") == key.wheel_filename("2.4.0.dev0")
     with pytest.raises(VariantError, match="already has the local label"):
         key.wheel_filename("2.4.0+cu12torch2.6cxx11abiTRUE")
 
 
-@pytest.mark.parametrize("torch,expected", [
-    (FakeTorch("2.14.1+cu130", cuda="13.0", cxx11_abi=True), "cu13torch2.14cxx11abiTRUE"),
-    (FakeTorch("2.6.0+cu124", cuda="12.4", cxx11_abi=False), "cu12torch2.6cxx11abiFALSE"),
-    (FakeTorch("2.6.0+cu126", cuda="12.6", cxx11_abi=True), "cu12torch2.6cxx11abiTRUE"),
-    (FakeTorch("2.5.1+cu124", cuda="12.4", cxx11_abi=False), "cu12torch2.5cxx11abiFALSE"),
-    (FakeTorch("2.13.0+cpu", cxx11_abi=True), "cputorch2.13cxx11abiTRUE"),
-    (FakeTorch("2.4.0+rocm6.1", hip="6.1.40091-a8dbc0c19", cxx11_abi=False),
-     "rocm6.1torch2.4cxx11abiFALSE"),
-    (FakeTorch("2.5.0", hip="6.2.41133-dd7f95766", cxx11_abi=True), "rocm6.2torch2.5cxx11abiTRUE"),
-    (FakeTorch("2.3.0.dev20240304+cu118", cuda="11.8", cxx11_abi=False),
-     "cu11torch2.3.0.dev20240304.local.cu118cxx11abiFALSE"),
-    (FakeTorch("2.6.0a0+ecf3bae40a.nv25.01", cuda="12.8", cxx11_abi=True),
-     "cu12torch2.6.0a0.local.ecf3bae40a.nv25.1cxx11abiTRUE"),
-])
+@pytest.mark.parametrize(
+    "torch,expected",
+    [
+        (FakeTorch("2.14.1+cu130", cuda="13.0", cxx11_abi=True), "cu13torch2.14cxx11abiTRUE"),
+        (FakeTorch("2.6.0+cu124", cuda="12.4", cxx11_abi=False), "cu12torch2.6cxx11abiFALSE"),
+        (FakeTorch("2.6.0+cu126", cuda="12.6", cxx11_abi=True), "cu12torch2.6cxx11abiTRUE"),
+        (FakeTorch("2.5.1+cu124", cuda="12.4", cxx11_abi=False), "cu12torch2.5cxx11abiFALSE"),
+        (FakeTorch("2.13.0+cpu", cxx11_abi=True), "cputorch2.13cxx11abiTRUE"),
+        (
+            FakeTorch("2.4.0+rocm6.1", hip="6.1.40091-a8dbc0c19", cxx11_abi=False),
+            "rocm6.1torch2.4cxx11abiFALSE",
+        ),
+        (FakeTorch("2.5.0", hip="6.2.41133-dd7f95766", cxx11_abi=True), "rocm6.2torch2.5cxx11abiTRUE"),
+        (
+            FakeTorch("2.3.0.dev20240304+cu118", cuda="11.8", cxx11_abi=False),
+            "cu11torch2.3.0.dev20240304.local.cu118cxx11abiFALSE",
+        ),
+        (
+            FakeTorch("2.6.0a0+ecf3bae40a.nv25.01", cuda="12.8", cxx11_abi=True),
+            "cu12torch2.6.0a0.local.ecf3bae40a.nv25.1cxx11abiTRUE",
+        ),
+    ],
+)
 def test_from_torch(torch, expected):
     assert VariantKey.from_torch(torch).local_label == expected
 
@@ -116,24 +152,30 @@ def test_from_torch_unknown_abi_is_an_error():
         VariantKey.from_torch(FakeTorch("2.14.1+cu130", cuda="13.0"))
 
 
-@pytest.mark.parametrize("bad,match", [
-    ("cu13torch2.14", "not a wheel variant"),
-    ("cu13torch2.14cxx11abiMAYBE", "not a wheel variant"),
-    ("xpu1torch2.14cxx11abiTRUE", "not a wheel variant"),
-    ("cu13torchnotaversioncxx11abiTRUE", "neither 'major.minor'"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ("cu13torch2.14", "not a wheel variant"),
+        ("cu13torch2.14cxx11abiMAYBE", "not a wheel variant"),
+        ("xpu1torch2.14cxx11abiTRUE", "not a wheel variant"),
+        ("cu13torchnotaversioncxx11abiTRUE", "neither 'major.minor'"),
+    ],
+)
 def test_bad_labels_name_the_value(bad, match):
     with pytest.raises(VariantError, match=match) as info:
         VariantKey.from_local_label(bad)
     assert bad in str(info.value)
 
 
-@pytest.mark.parametrize("bad,match", [
-    ("mamba_ssm-2.4.0-cp39-abi3-linux_x86_64.whl", "no local version label"),
-    ("causal_conv1d-1.5.0+cu12torch2.6cxx11abiTRUE-cp311-cp311-linux_x86_64.whl", "not of 'mamba_ssm'"),
-    ("mamba_ssm-2.4.0+cu13torch2.14cxx11abiTRUE.tar.gz", "no .whl suffix"),
-    ("mamba_ssm-2.4.0+cu13torch2.14cxx11abiTRUE-linux_x86_64.whl", "expected"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ("mamba_ssm-2.4.0-cp39-abi3-linux_x86_64.whl", "no local version label"),
+        ("causal_conv1d-1.5.0+cu12torch2.6cxx11abiTRUE-cp311-cp311-linux_x86_64.whl", "not of 'mamba_ssm'"),
+        ("mamba_ssm-2.4.0+cu13torch2.14cxx11abiTRUE.tar.gz", "no .whl suffix"),
+        ("mamba_ssm-2.4.0+cu13torch2.14cxx11abiTRUE-linux_x86_64.whl", "expected"),
+    ],
+)
 def test_bad_wheel_names(bad, match):
     with pytest.raises(VariantError, match=match):
         VariantKey.from_wheel_filename(bad)

@@ -1,4 +1,5 @@
 """tests/models: the helpers next to the tests (hf_convert) importable as plain modules."""
+
 import os
 import sys
 

@@ -22,6 +22,7 @@ never imported, and that each kernel function transformers wraps fell back to it
 With MAMBA_HF_REFERENCE_WITH_MAMBA_SSM=1 mamba_ssm is not blocked (transformers with this package
 installed; ``hf_convert.run_reference(..., with_mamba_ssm=True)``).
 """
+
 from __future__ import annotations
 
 import importlib.abc
@@ -57,12 +58,14 @@ import transformers  # noqa: E402
 
 def _classes(arch):
     if arch == "mamba":
-        from transformers import MambaConfig, MambaForCausalLM
         import transformers.models.mamba.modeling_mamba as modeling
+        from transformers import MambaConfig, MambaForCausalLM
+
         return MambaConfig, MambaForCausalLM, modeling
     if arch == "mamba2":
-        from transformers import Mamba2Config, Mamba2ForCausalLM
         import transformers.models.mamba2.modeling_mamba2 as modeling
+        from transformers import Mamba2Config, Mamba2ForCausalLM
+
         return Mamba2Config, Mamba2ForCausalLM, modeling
     raise ValueError(f"unknown arch {arch!r}")
 
@@ -74,22 +77,33 @@ def _reference_path(modeling):
         if isinstance(fn, types.FunctionType) and fn.__closure__:
             nonlocals = inspect.getclosurevars(fn).nonlocals
             if "is_new_implementation" in nonlocals:
-                bound[name] = (not nonlocals["is_new_implementation"]
-                               and nonlocals.get("implementation") is getattr(fn, "__wrapped__", None))
+                bound[name] = not nonlocals["is_new_implementation"] and nonlocals.get(
+                    "implementation"
+                ) is getattr(fn, "__wrapped__", None)
                 packages[name] = nonlocals.get("package")
                 impl = nonlocals.get("implementation")
                 bound_to[name] = f"{getattr(impl, '__module__', '?')}.{getattr(impl, '__qualname__', '?')}"
-    return {"refused": sorted(set(_BlockMambaSsm.refused)),
-            "imported": sorted(m for m in sys.modules if m == "mamba_ssm" or m.startswith("mamba_ssm.")),
-            "torch_path": bound, "packages": packages, "bound_to": bound_to,
-            "transformers": transformers.__version__}
+    return {
+        "refused": sorted(set(_BlockMambaSsm.refused)),
+        "imported": sorted(m for m in sys.modules if m == "mamba_ssm" or m.startswith("mamba_ssm.")),
+        "torch_path": bound,
+        "packages": packages,
+        "bound_to": bound_to,
+        "transformers": transformers.__version__,
+    }
 
 
 def _greedy(model, prompt, new_tokens):
     ids = torch.tensor(prompt)
     with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, use_cache=True,
-                             attention_mask=torch.ones_like(ids), pad_token_id=0)
+        out = model.generate(
+            ids,
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            use_cache=True,
+            attention_mask=torch.ones_like(ids),
+            pad_token_id=0,
+        )
     return out
 
 
@@ -99,8 +113,12 @@ def _outputs(model, task):
     result = model(ids, labels=ids)
     result.loss.backward()
     grads = {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
-    return {"logits": result.logits.detach(), "loss": result.loss.detach(), "grads": grads,
-            "generated": _greedy(model, task["prompt"], task["new_tokens"])}
+    return {
+        "logits": result.logits.detach(),
+        "loss": result.loss.detach(),
+        "grads": grads,
+        "generated": _greedy(model, task["prompt"], task["new_tokens"]),
+    }
 
 
 def run(task):

@@ -1,5 +1,6 @@
 """MambaLMHeadModel decoding: the step path of every layer (Mamba, Mamba2, MHA) gives the full pass's
 logits, the prompt is processed once, greedy generate picks each full-pass argmax, cg=True on CPU."""
+
 from __future__ import annotations
 
 import warnings
@@ -14,13 +15,27 @@ from mamba_ssm.modules.mamba_simple import Mamba
 from mamba_ssm.utils import generation
 
 HYBRIDS = {
-    "mamba2_mha": dict(d_model=32, n_layer=4, vocab_size=61, d_intermediate=48, attn_layer_idx=[1, 3],
-                       attn_cfg=dict(num_heads=4, num_heads_kv=2, causal=True, rotary_emb_dim=8, d_conv=4),
-                       ssm_cfg=dict(layer="Mamba2", d_state=16, headdim=16, chunk_size=8)),
-    "mamba1_mha_layernorm_unfused": dict(d_model=32, n_layer=3, vocab_size=64, attn_layer_idx=[0],
-                                         attn_cfg=dict(num_heads=2, causal=True, mlp_dim=64), rms_norm=False,
-                                         fused_add_norm=False, residual_in_fp32=False, tie_embeddings=False,
-                                         ssm_cfg=dict(d_state=8)),
+    "mamba2_mha": dict(
+        d_model=32,
+        n_layer=4,
+        vocab_size=61,
+        d_intermediate=48,
+        attn_layer_idx=[1, 3],
+        attn_cfg=dict(num_heads=4, num_heads_kv=2, causal=True, rotary_emb_dim=8, d_conv=4),
+        ssm_cfg=dict(layer="Mamba2", d_state=16, headdim=16, chunk_size=8),
+    ),
+    "mamba1_mha_layernorm_unfused": dict(
+        d_model=32,
+        n_layer=3,
+        vocab_size=64,
+        attn_layer_idx=[0],
+        attn_cfg=dict(num_heads=2, causal=True, mlp_dim=64),
+        rms_norm=False,
+        fused_add_norm=False,
+        residual_in_fp32=False,
+        tie_embeddings=False,
+        ssm_cfg=dict(d_state=8),
+    ),
 }
 
 
@@ -42,12 +57,16 @@ def test_hybrid_decode_matches_full_pass(name, monkeypatch):
     teacher[:, :11] = prompt
     calls, steps = [], []
     forward = model.forward
-    monkeypatch.setattr(model, "forward", lambda ids, **kw: (calls.append(tuple(ids.shape)), forward(ids, **kw))[1])
+    monkeypatch.setattr(
+        model, "forward", lambda ids, **kw: (calls.append(tuple(ids.shape)), forward(ids, **kw))[1]
+    )
     for cls in (Mamba, Mamba2):
-        monkeypatch.setattr(cls, "step", (lambda f: lambda self, *a: (steps.append(self.layer_idx), f(self, *a))[1])(
-            cls.step))
-    out = model.generate(prompt, max_length=30, teacher_outputs=teacher, output_scores=True,
-                         return_dict_in_generate=True)
+        monkeypatch.setattr(
+            cls, "step", (lambda f: lambda self, *a: (steps.append(self.layer_idx), f(self, *a))[1])(cls.step)
+        )
+    out = model.generate(
+        prompt, max_length=30, teacher_outputs=teacher, output_scores=True, return_dict_in_generate=True
+    )
     assert torch.equal(out.sequences, teacher)
     # The prompt once, then one token per call; every SSM layer's step ran for each new token.
     assert calls == [(2, 11)] + [(2, 1)] * 18
@@ -94,7 +113,7 @@ def test_eos_stops_and_pads_finished_rows():
     for row in range(2):
         gen = free[row, 4:].tolist()
         stop = gen.index(eos) + 1 if eos in gen else len(gen)
-        assert seq[row, 4:4 + stop].tolist() == gen[:stop]
+        assert seq[row, 4 : 4 + stop].tolist() == gen[:stop]
     if eos not in free[1, 4:].tolist():
         assert seq.shape[1] == 24
 

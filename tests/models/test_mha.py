@@ -1,6 +1,7 @@
 """MHA against a float64 naive attention written out independently (explicit loops over heads, rotary
 as a complex rotation z * e^{i p theta}, the conv as a sum of shifted inputs), and KV-cache decoding
 against the full pass."""
+
 from __future__ import annotations
 
 import cmath
@@ -33,7 +34,7 @@ def naive_mha(m, x, positions=None):
     batch, seqlen, _ = x.shape
     positions = list(range(seqlen)) if positions is None else positions
     proj = x @ sd["in_proj.weight"].T + (sd["in_proj.bias"] if "in_proj.bias" in sd else 0)
-    qkv, mlp = proj[..., :m.qkv_dim], proj[..., m.qkv_dim:]
+    qkv, mlp = proj[..., : m.qkv_dim], proj[..., m.qkv_dim :]
     if m.d_conv:
         w, bias = sd["conv1d.weight"][:, 0], sd["conv1d.bias"]
         conv = torch.zeros_like(qkv)
@@ -46,9 +47,9 @@ def naive_mha(m, x, positions=None):
             conv[:, t] = acc
         qkv = conv
     H, Hkv, d = m.num_heads, m.num_heads_kv, m.head_dim
-    q = qkv[..., :H * d].reshape(batch, seqlen, H, d)
-    k = qkv[..., H * d:(H + Hkv) * d].reshape(batch, seqlen, Hkv, d)
-    v = qkv[..., (H + Hkv) * d:].reshape(batch, seqlen, Hkv, d)
+    q = qkv[..., : H * d].reshape(batch, seqlen, H, d)
+    k = qkv[..., H * d : (H + Hkv) * d].reshape(batch, seqlen, Hkv, d)
+    v = qkv[..., (H + Hkv) * d :].reshape(batch, seqlen, Hkv, d)
     scale = m.softmax_scale if m.softmax_scale is not None else 1.0 / math.sqrt(d)
     out = torch.zeros(batch, seqlen, H, d, dtype=torch.float64)
     for b in range(batch):
@@ -65,7 +66,7 @@ def naive_mha(m, x, positions=None):
             out[b, :, h] = (p / p.sum(-1, keepdim=True)) @ v[b, :, hk]
     out = out.reshape(batch, seqlen, H * d)
     if m.mlp_dim:
-        up, gate = mlp[..., :m.mlp_dim // 2], mlp[..., m.mlp_dim // 2:]
+        up, gate = mlp[..., : m.mlp_dim // 2], mlp[..., m.mlp_dim // 2 :]
         out = torch.cat([out, up * gate * torch.sigmoid(gate)], dim=-1)
     return out @ sd["out_proj.weight"].T + (sd["out_proj.bias"] if "out_proj.bias" in sd else 0)
 
@@ -74,10 +75,18 @@ CONFIGS = {
     "plain": dict(num_heads=4),
     "causal_gqa": dict(num_heads=4, num_heads_kv=2, causal=True),
     "causal_rotary": dict(num_heads=2, causal=True, rotary_emb_dim=8),
-    "rotary_interleaved_mqa_conv": dict(num_heads=4, num_heads_kv=1, causal=True, rotary_emb_dim=6,
-                                        rotary_emb_interleaved=True, d_conv=3),
-    "headdim_mlp_nobias": dict(num_heads=3, head_dim=10, mlp_dim=40, qkv_proj_bias=False, out_proj_bias=False,
-                               causal=True, softmax_scale=0.2),
+    "rotary_interleaved_mqa_conv": dict(
+        num_heads=4, num_heads_kv=1, causal=True, rotary_emb_dim=6, rotary_emb_interleaved=True, d_conv=3
+    ),
+    "headdim_mlp_nobias": dict(
+        num_heads=3,
+        head_dim=10,
+        mlp_dim=40,
+        qkv_proj_bias=False,
+        out_proj_bias=False,
+        causal=True,
+        softmax_scale=0.2,
+    ),
 }
 
 
@@ -103,9 +112,14 @@ def test_upstream_parameter_layout():
     m = MHA(64, 4, num_heads_kv=2, mlp_dim=100, d_conv=4, rotary_emb_dim=8)
     shapes = {k: tuple(v.shape) for k, v in m.state_dict().items()}
     qkv = 16 * (4 + 2 * 2)  # head_dim 16
-    assert shapes == {"in_proj.weight": (qkv + 256, 64), "in_proj.bias": (qkv + 256,),
-                      "conv1d.weight": (qkv, 1, 4), "conv1d.bias": (qkv,),
-                      "out_proj.weight": (64, 64 + 128), "out_proj.bias": (64,)}
+    assert shapes == {
+        "in_proj.weight": (qkv + 256, 64),
+        "in_proj.bias": (qkv + 256,),
+        "conv1d.weight": (qkv, 1, 4),
+        "conv1d.bias": (qkv,),
+        "out_proj.weight": (64, 64 + 128),
+        "out_proj.bias": (64,),
+    }
 
 
 @pytest.mark.parametrize("name", ["causal_gqa", "rotary_interleaved_mqa_conv", "headdim_mlp_nobias"])
@@ -133,7 +147,7 @@ def test_per_row_positions_decode_matches_full_pass():
         params.seqlen_offset = 5
         params.lengths_per_sample = torch.full((2,), 5, dtype=torch.int32)
         for t in range(5, 8):
-            outs.append(m(x[:, t:t + 1], inference_params=params))
+            outs.append(m(x[:, t : t + 1], inference_params=params))
             params.seqlen_offset += 1
             params.lengths_per_sample += 1
     torch.testing.assert_close(torch.cat(outs, 1), full, rtol=1e-5, atol=1e-5)

@@ -1,5 +1,6 @@
 """MambaConfig / from_pretrained / save_pretrained / utils.hf: upstream's checkpoint layout, vocab
 padding, minimal hub configs, safetensors, the hub cache offline, and a clear error for each bad input."""
+
 from __future__ import annotations
 
 import json
@@ -28,20 +29,44 @@ def _saved(tmp_path, **kw):
 
 def test_defaults_are_upstreams():
     c = MambaConfig()
-    assert (c.d_model, c.d_intermediate, c.n_layer, c.vocab_size, c.ssm_cfg, c.attn_layer_idx, c.attn_cfg,
-            c.rms_norm, c.residual_in_fp32, c.fused_add_norm, c.pad_vocab_size_multiple, c.tie_embeddings) == \
-        (2560, 0, 64, 50277, {}, [], {}, True, True, True, 8, True)
+    assert (
+        c.d_model,
+        c.d_intermediate,
+        c.n_layer,
+        c.vocab_size,
+        c.ssm_cfg,
+        c.attn_layer_idx,
+        c.attn_cfg,
+        c.rms_norm,
+        c.residual_in_fp32,
+        c.fused_add_norm,
+        c.pad_vocab_size_multiple,
+        c.tie_embeddings,
+    ) == (2560, 0, 64, 50277, {}, [], {}, True, True, True, 8, True)
 
 
 def test_checkpoint_keys_and_vocab_padding():
-    model = MambaLMHeadModel(MambaConfig(d_model=16, n_layer=2, vocab_size=50277, d_intermediate=24,
-                                         ssm_cfg=dict(d_state=4)))
+    model = MambaLMHeadModel(
+        MambaConfig(d_model=16, n_layer=2, vocab_size=50277, d_intermediate=24, ssm_cfg=dict(d_state=4))
+    )
     keys = set(model.state_dict())
     assert model.backbone.embedding.weight.shape == (50280, 16)
     assert model.lm_head.weight is model.backbone.embedding.weight
-    per_layer = {"mixer.A_log", "mixer.D", "mixer.in_proj.weight", "mixer.conv1d.weight", "mixer.conv1d.bias",
-                 "mixer.x_proj.weight", "mixer.dt_proj.weight", "mixer.dt_proj.bias", "mixer.out_proj.weight",
-                 "norm.weight", "norm2.weight", "mlp.fc1.weight", "mlp.fc2.weight"}
+    per_layer = {
+        "mixer.A_log",
+        "mixer.D",
+        "mixer.in_proj.weight",
+        "mixer.conv1d.weight",
+        "mixer.conv1d.bias",
+        "mixer.x_proj.weight",
+        "mixer.dt_proj.weight",
+        "mixer.dt_proj.bias",
+        "mixer.out_proj.weight",
+        "norm.weight",
+        "norm2.weight",
+        "mlp.fc1.weight",
+        "mlp.fc2.weight",
+    }
     want = {"backbone.embedding.weight", "backbone.norm_f.weight", "lm_head.weight"}
     want |= {f"backbone.layers.{i}.{k}" for i in range(2) for k in per_layer}
     assert keys == want
@@ -69,8 +94,16 @@ def test_save_and_load_round_trip_bin_and_safetensors(tmp_path):
 
 def test_minimal_hub_config_takes_the_defaults(tmp_path):
     model = _saved(tmp_path)
-    minimal = dict(d_model=16, n_layer=2, vocab_size=50, ssm_cfg=dict(d_state=4), rms_norm=True,
-                   residual_in_fp32=True, fused_add_norm=True, pad_vocab_size_multiple=8)
+    minimal = dict(
+        d_model=16,
+        n_layer=2,
+        vocab_size=50,
+        ssm_cfg=dict(d_state=4),
+        rms_norm=True,
+        residual_in_fp32=True,
+        fused_add_norm=True,
+        pad_vocab_size_multiple=8,
+    )
     with open(tmp_path / "config.json", "w") as f:
         json.dump(minimal, f)
     loaded = MambaLMHeadModel.from_pretrained(str(tmp_path))
@@ -138,13 +171,21 @@ def test_max_length_shorter_than_prompt():
 
 def test_hub_name_without_huggingface_hub(monkeypatch):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
-    with pytest.raises(FileNotFoundError, match="needs the huggingface_hub package: pip install huggingface_hub"):
+    with pytest.raises(
+        FileNotFoundError, match="needs the huggingface_hub package: pip install huggingface_hub"
+    ):
         load_config_hf("state-spaces/mamba-130m")
 
 
 def _run(code, env):
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": REPO, **env}, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO, **env},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -160,7 +201,8 @@ def test_hub_name_read_from_the_cache_offline(tmp_path):
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         want = model(ids).logits[0, -1].argmax().item()
-    out = _run("""
+    out = _run(
+        """
         import torch
         from mamba_ssm import MambaLMHeadModel
         m = MambaLMHeadModel.from_pretrained("org/tiny-mamba")
@@ -169,13 +211,19 @@ def test_hub_name_read_from_the_cache_offline(tmp_path):
             MambaLMHeadModel.from_pretrained("org/not-cached")
         except FileNotFoundError as e:
             print("error", e)
-        """, {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")})
+        """,
+        {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")},
+    )
     assert f"argmax {want}" in out
-    assert "config.json of 'org/not-cached' is not in the Hugging Face cache" in out and "HF_HUB_OFFLINE=1" in out
+    assert (
+        "config.json of 'org/not-cached' is not in the Hugging Face cache" in out
+        and "HF_HUB_OFFLINE=1" in out
+    )
 
 
 def test_import_stays_torch_free_and_exports_the_model():
-    out = _run("""
+    out = _run(
+        """
         import sys
         import mamba_ssm
         assert "torch" not in sys.modules, "import mamba_ssm imported torch"
@@ -188,5 +236,7 @@ def test_import_stays_torch_free_and_exports_the_model():
         from mamba_ssm.utils.hf import load_config_hf, load_state_dict_hf
         assert MambaLMHeadModel is M
         print("ok")
-        """, {})
+        """,
+        {},
+    )
     assert "ok" in out

@@ -1,6 +1,7 @@
 """Sampling: filters against a float64 reference written out here with plain Python (sorted lists, the
 definitions of top-k / nucleus / min-p / CTRL's penalty), empirical frequencies of ``sample``, greedy,
 seeded reproducibility, and bad arguments."""
+
 from __future__ import annotations
 
 import math
@@ -45,9 +46,15 @@ def reference_distribution(logits, top_k=0, top_p=0.0, min_p=0.0, temperature=1.
 
 
 LOGITS = torch.tensor([2.0, -1.0, 0.5, 3.1, 1.7, -0.3, 2.9, 0.0, -2.5, 1.2])
-SETTINGS = [dict(top_k=0), dict(top_k=3), dict(top_k=0, top_p=0.7), dict(top_k=0, top_p=0.95, temperature=0.5),
-            dict(top_k=0, min_p=0.2), dict(top_k=5, top_p=0.8, temperature=1.5),
-            dict(top_k=0, top_p=0.9, min_p=0.3, temperature=0.7)]
+SETTINGS = [
+    dict(top_k=0),
+    dict(top_k=3),
+    dict(top_k=0, top_p=0.7),
+    dict(top_k=0, top_p=0.95, temperature=0.5),
+    dict(top_k=0, min_p=0.2),
+    dict(top_k=5, top_p=0.8, temperature=1.5),
+    dict(top_k=0, top_p=0.9, min_p=0.3, temperature=0.7),
+]
 
 
 @pytest.mark.parametrize("kw", SETTINGS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
@@ -89,8 +96,14 @@ def test_generate_scores_carry_the_repetition_penalty():
     prompt = torch.randint(0, 64, (2, 5))
     teacher = torch.randint(0, 64, (2, 12))
     teacher[:, :5] = prompt
-    out = model.generate(prompt, max_length=12, repetition_penalty=1.5, teacher_outputs=teacher,
-                         output_scores=True, return_dict_in_generate=True)
+    out = model.generate(
+        prompt,
+        max_length=12,
+        repetition_penalty=1.5,
+        teacher_outputs=teacher,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     with torch.no_grad():
         full = model(teacher).logits
     for step, score in enumerate(out.scores):
@@ -115,13 +128,21 @@ def test_seeded_sampled_generation_is_reproducible():
     c = model.generate(prompt, **kw)
     assert torch.equal(a, b)
     assert not torch.equal(a, c)
-    assert torch.equal(model.generate(prompt, max_length=24, top_k=1),
-                       model.generate(prompt, max_length=24))  # top_k=1 is the greedy default
+    assert torch.equal(
+        model.generate(prompt, max_length=24, top_k=1), model.generate(prompt, max_length=24)
+    )  # top_k=1 is the greedy default
 
 
-@pytest.mark.parametrize("kw, match", [(dict(top_p=1.5), "top_p=1.5"), (dict(min_p=-0.1), "min_p=-0.1"),
-                                       (dict(temperature=0.0), "temperature=0.0"), (dict(top_k=-2), "top_k=-2"),
-                                       (dict(repetition_penalty=0.0), "repetition_penalty=0.0")])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(top_p=1.5), "top_p=1.5"),
+        (dict(min_p=-0.1), "min_p=-0.1"),
+        (dict(temperature=0.0), "temperature=0.0"),
+        (dict(top_k=-2), "top_k=-2"),
+        (dict(repetition_penalty=0.0), "repetition_penalty=0.0"),
+    ],
+)
 def test_bad_sampling_arguments_are_named(kw, match):
     with pytest.raises(ValueError, match=match):
         _model().generate(torch.zeros(1, 2, dtype=torch.long), max_length=5, **kw)

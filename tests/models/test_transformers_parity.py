@@ -8,15 +8,16 @@ greedy generation of 32 tokens token-identical to transformers' generate.
 Reverse: our save_pretrained output, renamed as README documents, loads into transformers with the same
 logits and greedy tokens.
 """
+
 from __future__ import annotations
 
 import importlib.util
 
+import hf_convert
 import pytest
 import torch
 import torch.nn.functional as F
 
-import hf_convert
 from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
 
 pytest.importorskip("transformers")
@@ -28,21 +29,68 @@ NEW_TOKENS = 32
 # name: (arch, transformers config, seqlen of the logits input, minimal config.json)
 FORWARD = {
     # vocab 100 -> 104 rows with pad_vocab_size_multiple 8; a hub-style minimal config.json.
-    "mamba1_padded_vocab": ("mamba", dict(vocab_size=100, hidden_size=32, state_size=8, num_hidden_layers=2,
-                                          expand=2, conv_kernel=4, tie_word_embeddings=True), 21, True),
-    "mamba2_ngroups1_chunk16": ("mamba2", dict(vocab_size=96, hidden_size=32, state_size=16, num_hidden_layers=2,
-                                               expand=2, head_dim=16, num_heads=4, n_groups=1, chunk_size=16,
-                                               tie_word_embeddings=True), 37, False),
-    "mamba2_ngroups2_chunk64_untied": ("mamba2", dict(vocab_size=96, hidden_size=32, state_size=16,
-                                                      num_hidden_layers=2, expand=2, head_dim=16, num_heads=4,
-                                                      n_groups=2, chunk_size=64, tie_word_embeddings=False),
-                                       70, False),
+    "mamba1_padded_vocab": (
+        "mamba",
+        dict(
+            vocab_size=100,
+            hidden_size=32,
+            state_size=8,
+            num_hidden_layers=2,
+            expand=2,
+            conv_kernel=4,
+            tie_word_embeddings=True,
+        ),
+        21,
+        True,
+    ),
+    "mamba2_ngroups1_chunk16": (
+        "mamba2",
+        dict(
+            vocab_size=96,
+            hidden_size=32,
+            state_size=16,
+            num_hidden_layers=2,
+            expand=2,
+            head_dim=16,
+            num_heads=4,
+            n_groups=1,
+            chunk_size=16,
+            tie_word_embeddings=True,
+        ),
+        37,
+        False,
+    ),
+    "mamba2_ngroups2_chunk64_untied": (
+        "mamba2",
+        dict(
+            vocab_size=96,
+            hidden_size=32,
+            state_size=16,
+            num_hidden_layers=2,
+            expand=2,
+            head_dim=16,
+            num_heads=4,
+            n_groups=2,
+            chunk_size=64,
+            tie_word_embeddings=False,
+        ),
+        70,
+        False,
+    ),
 }
 # name: (arch, our MambaConfig fields)
 REVERSE = {
     "mamba1": ("mamba", dict(d_model=32, n_layer=2, vocab_size=100, ssm_cfg=dict(d_state=8))),
-    "mamba2": ("mamba2", dict(d_model=32, n_layer=2, vocab_size=96, tie_embeddings=False,
-                              ssm_cfg=dict(layer="Mamba2", d_state=16, headdim=16, ngroups=2, chunk_size=16))),
+    "mamba2": (
+        "mamba2",
+        dict(
+            d_model=32,
+            n_layer=2,
+            vocab_size=96,
+            tie_embeddings=False,
+            ssm_cfg=dict(layer="Mamba2", d_state=16, headdim=16, ngroups=2, chunk_size=16),
+        ),
+    ),
 }
 
 
@@ -52,8 +100,10 @@ def _wanted(arch):
 
 def _inputs(seed, vocab, seqlen):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randint(0, vocab, (2, seqlen), generator=g).tolist(),
-            torch.randint(0, vocab, (2, 5), generator=g).tolist())
+    return (
+        torch.randint(0, vocab, (2, seqlen), generator=g).tolist(),
+        torch.randint(0, vocab, (2, 5), generator=g).tolist(),
+    )
 
 
 def _perturbed(model, seed):
@@ -75,8 +125,18 @@ def reference(tmp_path_factory):
         if not _wanted(arch):
             continue
         ids, prompt = _inputs(i, cfg["vocab_size"], seqlen)
-        tasks.append({"kind": "make", "arch": arch, "config": cfg, "seed": 100 + i, "input_ids": ids,
-                      "prompt": prompt, "new_tokens": NEW_TOKENS, "out": str(work / f"fwd_{name}.pt")})
+        tasks.append(
+            {
+                "kind": "make",
+                "arch": arch,
+                "config": cfg,
+                "seed": 100 + i,
+                "input_ids": ids,
+                "prompt": prompt,
+                "new_tokens": NEW_TOKENS,
+                "out": str(work / f"fwd_{name}.pt"),
+            }
+        )
         keys.append(("forward", name))
     ours = {}
     for i, (name, (arch, fields)) in enumerate(REVERSE.items()):
@@ -87,8 +147,17 @@ def reference(tmp_path_factory):
         model.save_pretrained(str(work / f"ours_{name}"))
         hf_cfg = hf_convert.ours_to_hf(str(work / f"ours_{name}"), str(work / f"hf_{name}"), arch)
         ids, prompt = _inputs(50 + i, fields["vocab_size"], 29)
-        tasks.append({"kind": "load", "arch": arch, "dir": str(work / f"hf_{name}"), "input_ids": ids,
-                      "prompt": prompt, "new_tokens": NEW_TOKENS, "out": str(work / f"rev_{name}.pt")})
+        tasks.append(
+            {
+                "kind": "load",
+                "arch": arch,
+                "dir": str(work / f"hf_{name}"),
+                "input_ids": ids,
+                "prompt": prompt,
+                "new_tokens": NEW_TOKENS,
+                "out": str(work / f"rev_{name}.pt"),
+            }
+        )
         keys.append(("reverse", name))
         ours[name] = (model, hf_cfg)
     outputs = hf_convert.run_reference(tasks, str(work), timeout=900)
@@ -116,7 +185,9 @@ def test_transformers_checkpoint_loads_with_same_logits_gradients_tokens(referen
     vocab = cfg["vocab_size"]
     fields = hf_convert.hf_to_ours_config(arch, cfg, minimal=minimal)
     vocab_padded = hf_convert.padded(vocab, 8)
-    hf_convert.write_ours(str(tmp_path), fields, hf_convert.hf_to_ours_state_dict(out["state_dict"], vocab_padded))
+    hf_convert.write_ours(
+        str(tmp_path), fields, hf_convert.hf_to_ours_state_dict(out["state_dict"], vocab_padded)
+    )
 
     model = MambaLMHeadModel.from_pretrained(str(tmp_path))
     assert model.lm_head.weight.shape == (vocab_padded, cfg["hidden_size"])
@@ -134,7 +205,9 @@ def test_transformers_checkpoint_loads_with_same_logits_gradients_tokens(referen
     assert out["grads"], "the reference produced no gradients"
     for key, grad in out["grads"].items():
         mine = ours[hf_convert.EMBED_OURS if key == hf_convert.EMBED_HF else key].grad
-        torch.testing.assert_close(mine[:grad.shape[0]], grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(
+            mine[: grad.shape[0]], grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{key}: {m}"
+        )
 
     prompt = torch.tensor(task["prompt"])
     seq = model.generate(prompt, max_length=prompt.shape[1] + NEW_TOKENS, vocab_size=vocab)

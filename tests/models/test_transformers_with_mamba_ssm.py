@@ -7,21 +7,37 @@ random models run twice in fresh interpreters: once with mamba_ssm blocked (tran
 path, the independent reference) and once with it importable from this checkout; logits, loss, loss
 gradients and 16 greedy tokens must agree, and the second run must really have called our functions.
 """
+
 from __future__ import annotations
 
+import hf_convert
 import pytest
 import torch
-
-import hf_convert
 
 pytest.importorskip("transformers")
 
 NEW_TOKENS = 16
 CASES = {
-    "mamba": dict(vocab_size=101, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4,
-                  time_step_rank=4),
-    "mamba2": dict(vocab_size=96, hidden_size=32, state_size=16, num_hidden_layers=2, expand=2, head_dim=16,
-                   num_heads=4, n_groups=2, chunk_size=16),
+    "mamba": dict(
+        vocab_size=101,
+        hidden_size=32,
+        state_size=8,
+        num_hidden_layers=2,
+        expand=2,
+        conv_kernel=4,
+        time_step_rank=4,
+    ),
+    "mamba2": dict(
+        vocab_size=96,
+        hidden_size=32,
+        state_size=16,
+        num_hidden_layers=2,
+        expand=2,
+        head_dim=16,
+        num_heads=4,
+        n_groups=2,
+        chunk_size=16,
+    ),
 }
 
 
@@ -30,16 +46,22 @@ def runs(tmp_path_factory):
     tasks = {}
     for i, (arch, cfg) in enumerate(CASES.items()):
         g = torch.Generator().manual_seed(7 + i)
-        tasks[arch] = {"kind": "make", "arch": arch, "config": cfg, "seed": 40 + i,
-                       "input_ids": torch.randint(0, cfg["vocab_size"], (2, 37), generator=g).tolist(),
-                       "prompt": torch.randint(0, cfg["vocab_size"], (2, 6), generator=g).tolist(),
-                       "new_tokens": NEW_TOKENS}
+        tasks[arch] = {
+            "kind": "make",
+            "arch": arch,
+            "config": cfg,
+            "seed": 40 + i,
+            "input_ids": torch.randint(0, cfg["vocab_size"], (2, 37), generator=g).tolist(),
+            "prompt": torch.randint(0, cfg["vocab_size"], (2, 6), generator=g).tolist(),
+            "new_tokens": NEW_TOKENS,
+        }
     out = {}
     for mode, with_ours in (("blocked", False), ("ours", True)):
         work = tmp_path_factory.mktemp(f"hf_{mode}")
         todo = [dict(t, out=str(work / f"{arch}.pt")) for arch, t in tasks.items()]
-        out[mode] = dict(zip(tasks, hf_convert.run_reference(todo, str(work), timeout=900,
-                                                             with_mamba_ssm=with_ours)))
+        out[mode] = dict(
+            zip(tasks, hf_convert.run_reference(todo, str(work), timeout=900, with_mamba_ssm=with_ours))
+        )
     return out
 
 

@@ -1,6 +1,7 @@
 """Bad input found by trying the package as a new user (clean clone, README and upstream's usage):
 each error names the value and the fix instead of surfacing as an unrelated torch error, and the
 accepted spellings next to each bad one still work."""
+
 from __future__ import annotations
 
 import warnings
@@ -15,21 +16,26 @@ from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
 from mamba_ssm.modules.mha import MHA
 
 
-@pytest.mark.parametrize("cls, kwargs, name", [
-    (Mamba, dict(d_model=0), "d_model=0"),            # was torch's "groups must be a positive integer"
-    (Mamba, dict(d_model=16, d_conv=0), "d_conv=0"),  # was a oneDNN convolution failure at forward
-    (Mamba, dict(d_model=16, d_state=-2), "d_state=-2"),
-    (Mamba, dict(d_model=16.0), "d_model=16.0"),
-    (Mamba2, dict(d_model=64, headdim=32, d_conv=0), "d_conv=0"),
-    (Mamba2, dict(d_model=64, headdim=0), "headdim=0"),
-])
+@pytest.mark.parametrize(
+    "cls, kwargs, name",
+    [
+        (Mamba, dict(d_model=0), "d_model=0"),  # was torch's "groups must be a positive integer"
+        (Mamba, dict(d_model=16, d_conv=0), "d_conv=0"),  # was a oneDNN convolution failure at forward
+        (Mamba, dict(d_model=16, d_state=-2), "d_state=-2"),
+        (Mamba, dict(d_model=16.0), "d_model=16.0"),
+        (Mamba2, dict(d_model=64, headdim=32, d_conv=0), "d_conv=0"),
+        (Mamba2, dict(d_model=64, headdim=0), "headdim=0"),
+    ],
+)
 def test_non_positive_sizes_are_named(cls, kwargs, name):
     with pytest.raises(ValueError, match=rf"{cls.__name__}: {name} must be a positive integer \(.*e\.g\."):
         cls(**kwargs)
 
 
 def test_expand_too_small_is_named():
-    with pytest.raises(ValueError, match=r"d_inner = int\(expand \* d_model\) = int\(0.01 \* 16\) = 0.*expand=2"):
+    with pytest.raises(
+        ValueError, match=r"d_inner = int\(expand \* d_model\) = int\(0.01 \* 16\) = 0.*expand=2"
+    ):
         Mamba(d_model=16, expand=0.01)
 
 
@@ -57,15 +63,17 @@ def test_attn_layer_idx_outside_the_layers_is_an_error():
     with pytest.raises(ValueError, match=r"attn_layer_idx=\[1, 5\] names \[5\].*n_layer=2 layers \(0\.\.1\)"):
         MambaLMHeadModel(MambaConfig(attn_layer_idx=[1, 5], **cfg))
     model = MambaLMHeadModel(MambaConfig(attn_layer_idx=[1], **cfg))  # in range: layer 1 is attention
-    assert isinstance(model.backbone.layers[1].mixer, MHA) and isinstance(model.backbone.layers[0].mixer, Mamba)
+    assert isinstance(model.backbone.layers[1].mixer, MHA) and isinstance(
+        model.backbone.layers[0].mixer, Mamba
+    )
 
 
 def _step_vs_full(model, prompt, max_length):
     """Largest gap between generate's per-step logits and one full forward pass over the same tokens."""
     out = model.generate(prompt, max_length=max_length, return_dict_in_generate=True, output_scores=True)
     with torch.no_grad():
-        full = model(out.sequences[:, :-1]).logits[:, prompt.shape[1] - 1:]
-    return (torch.stack(out.scores, 1) - full[..., :out.scores[0].shape[-1]]).abs().max().item()
+        full = model(out.sequences[:, :-1]).logits[:, prompt.shape[1] - 1 :]
+    return (torch.stack(out.scores, 1) - full[..., : out.scores[0].shape[-1]]).abs().max().item()
 
 
 def test_non_causal_attention_in_a_language_model_warns():
@@ -87,12 +95,17 @@ def test_non_causal_attention_in_a_language_model_warns():
 
 def test_generate_names_a_prompt_id_outside_the_vocabulary():
     torch.manual_seed(0)
-    model = MambaLMHeadModel(MambaConfig(d_model=16, n_layer=1, vocab_size=100, ssm_cfg={"d_state": 4})).eval()
+    model = MambaLMHeadModel(
+        MambaConfig(d_model=16, n_layer=1, vocab_size=100, ssm_cfg={"d_state": 4})
+    ).eval()
     rows = model.backbone.embedding.num_embeddings
     assert rows == 104  # padded to a multiple of pad_vocab_size_multiple=8
     for bad in (rows, -1):
-        with pytest.raises(ValueError, match=rf"token id {bad}, outside the model's vocabulary of {rows} "
-                                             rf"embedding rows \(ids 0\.\.{rows - 1}\)"):
+        with pytest.raises(
+            ValueError,
+            match=rf"token id {bad}, outside the model's vocabulary of {rows} "
+            rf"embedding rows \(ids 0\.\.{rows - 1}\)",
+        ):
             model.generate(torch.tensor([[3, bad]]), max_length=4)
     # the last row is a valid id: greedy decoding continues with the argmax of a full forward pass
     prompt = torch.tensor([[3, rows - 1]])
@@ -104,8 +117,9 @@ def test_generate_names_a_prompt_id_outside_the_vocabulary():
 
 def test_from_pretrained_takes_a_dtype_name(tmp_path):
     torch.manual_seed(0)
-    MambaLMHeadModel(MambaConfig(d_model=16, n_layer=1, vocab_size=40, ssm_cfg={"d_state": 4})).save_pretrained(
-        str(tmp_path))
+    MambaLMHeadModel(
+        MambaConfig(d_model=16, n_layer=1, vocab_size=40, ssm_cfg={"d_state": 4})
+    ).save_pretrained(str(tmp_path))
     saved = torch.load(tmp_path / "pytorch_model.bin", map_location="cpu")
     for name in ("bfloat16", "torch.bfloat16"):
         model = MambaLMHeadModel.from_pretrained(str(tmp_path), dtype=name)

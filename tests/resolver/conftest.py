@@ -1,4 +1,5 @@
 """Every resolver test gets its own resolver cache and decision folder (never the user's)."""
+
 import pytest
 
 

@@ -1,5 +1,6 @@
 """Test helpers for the resolver: fabricated wheels, declared environments, a loopback HTTP server
 with injectable faults. Nothing here uses the code under test to compute expected values."""
+
 from __future__ import annotations
 
 import base64
@@ -19,15 +20,34 @@ from typing import Dict, Iterator, List, Optional
 from packaging import tags as ptags
 
 
-def build_info(torch="2.14.1+cu130", cuda="13.0", hip=None, abi=True, sass=("sm_90",), ptx=(),
-               gfx=(), nvcc="13.0", version="2.4.0.dev0") -> dict:
+def build_info(
+    torch="2.14.1+cu130",
+    cuda="13.0",
+    hip=None,
+    abi=True,
+    sass=("sm_90",),
+    ptx=(),
+    gfx=(),
+    nvcc="13.0",
+    version="2.4.0.dev0",
+) -> dict:
     """A build-info record with the architecture doc's keys."""
     return {
-        "package_version": version, "torch_version": torch, "torch_cuda": cuda, "torch_hip": hip,
-        "nvcc_version": nvcc if cuda else None, "hipcc_version": None, "cxx11_abi": abi,
-        "sass_archs": list(sass), "ptx_archs": list(ptx), "gfx_archs": list(gfx),
-        "python_tag": "cp39-abi3", "platform": "linux-x86_64", "git_commit": None,
-        "kernels": ["cpu", "cuda"] if cuda else (["cpu", "hip"] if hip else ["cpu"]), "schema": 1,
+        "package_version": version,
+        "torch_version": torch,
+        "torch_cuda": cuda,
+        "torch_hip": hip,
+        "nvcc_version": nvcc if cuda else None,
+        "hipcc_version": None,
+        "cxx11_abi": abi,
+        "sass_archs": list(sass),
+        "ptx_archs": list(ptx),
+        "gfx_archs": list(gfx),
+        "python_tag": "cp39-abi3",
+        "platform": "linux-x86_64",
+        "git_commit": None,
+        "kernels": ["cpu", "cuda"] if cuda else (["cpu", "hip"] if hip else ["cpu"]),
+        "schema": 1,
     }
 
 
@@ -36,10 +56,20 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def make_wheel(folder: str, label: str, info: Optional[dict], platform: str = "linux_x86_64",
-               version: str = "2.4.0.dev0", python_tag: str = "cp39", abi_tag: str = "abi3",
-               padding: int = 0, noise: int = 0, wheel_tag: Optional[str] = None,
-               requires_python: Optional[str] = ">=3.9", meta_name: str = "mamba-ssm") -> str:
+def make_wheel(
+    folder: str,
+    label: str,
+    info: Optional[dict],
+    platform: str = "linux_x86_64",
+    version: str = "2.4.0.dev0",
+    python_tag: str = "cp39",
+    abi_tag: str = "abi3",
+    padding: int = 0,
+    noise: int = 0,
+    wheel_tag: Optional[str] = None,
+    requires_python: Optional[str] = ">=3.9",
+    meta_name: str = "mamba-ssm",
+) -> str:
     """Write a valid wheel ``mamba_ssm-<version>+<label>-<py>-<abi>-<platform>.whl`` whose
     ``mamba_ssm/_C.abi3.so`` is a byte blob carrying ``info`` between the build-info markers
     (``padding`` extra zero bytes make it bigger uncompressed, ``noise`` random bytes bigger on disk).
@@ -52,13 +82,24 @@ def make_wheel(folder: str, label: str, info: Optional[dict], platform: str = "l
     dist = f"mamba_ssm-{norm}.dist-info"
     files: Dict[str, bytes] = {"mamba_ssm/__init__.py": b"__version__ = %r\n" % norm}
     if info is not None:
-        blob = b"\x7fELF-fake" + os.urandom(64) + b"MAMBA_SSM_BUILD_INFO_BEGIN" + json.dumps(info).encode() \
-            + b"MAMBA_SSM_BUILD_INFO_END" + b"\0" * padding + os.urandom(noise)
+        blob = (
+            b"\x7fELF-fake"
+            + os.urandom(64)
+            + b"MAMBA_SSM_BUILD_INFO_BEGIN"
+            + json.dumps(info).encode()
+            + b"MAMBA_SSM_BUILD_INFO_END"
+            + b"\0" * padding
+            + os.urandom(noise)
+        )
         files["mamba_ssm/_C.abi3.so"] = blob
-    files[f"{dist}/METADATA"] = (f"Metadata-Version: 2.1\nName: {meta_name}\nVersion: {norm}\n"
-                                 + (f"Requires-Python: {requires_python}\n" if requires_python else "")).encode()
-    files[f"{dist}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\n"
-                              f"Tag: {wheel_tag or f'{python_tag}-{abi_tag}-{platform}'}\n").encode()
+    files[f"{dist}/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: {meta_name}\nVersion: {norm}\n"
+        + (f"Requires-Python: {requires_python}\n" if requires_python else "")
+    ).encode()
+    files[f"{dist}/WHEEL"] = (
+        f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\n"
+        f"Tag: {wheel_tag or f'{python_tag}-{abi_tag}-{platform}'}\n"
+    ).encode()
     record = [_record_line(n, d) for n, d in files.items()] + [f"{dist}/RECORD,,"]
     files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
     path = os.path.join(folder, f"mamba_ssm-{norm}-{python_tag}-{abi_tag}-{platform}.whl")
@@ -90,21 +131,32 @@ def cache_files(cache) -> List[str]:
     return out
 
 
-def tags_of(python=(3, 11), platforms=("manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "linux_x86_64")) -> List[str]:
+def tags_of(
+    python=(3, 11), platforms=("manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "linux_x86_64")
+) -> List[str]:
     """Wheel tags a CPython of ``python`` accepts on ``platforms`` (packaging.tags directly)."""
     plats = list(platforms)
     out = [str(t) for t in ptags.cpython_tags(python_version=python, platforms=plats)]
     return out + [str(t) for t in ptags.compatible_tags(python_version=python, platforms=plats)]
 
 
-def env_dict(torch="2.14.1+cu130", cuda="13.0", hip=None, abi=True, gpus=(), driver=None,
-             python=(3, 11), platforms=("manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "linux_x86_64")) -> dict:
+def env_dict(
+    torch="2.14.1+cu130",
+    cuda="13.0",
+    hip=None,
+    abi=True,
+    gpus=(),
+    driver=None,
+    python=(3, 11),
+    platforms=("manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "linux_x86_64"),
+) -> dict:
     """A declared-environment dict (the --env-json shape)."""
     return {
         "python_version": f"{python[0]}.{python[1]}.0",
         "tags": tags_of(python, platforms),
         "torch": None if torch is None else {"version": torch, "cuda": cuda, "hip": hip, "cxx11_abi": abi},
-        "gpus": [dict(g) for g in gpus], "driver_version": driver,
+        "gpus": [dict(g) for g in gpus],
+        "driver_version": driver,
     }
 
 
@@ -136,7 +188,7 @@ class FaultServer:
                 fault = server.faults.get(path)
                 if fault in ("500-once", "429-once", "503-once", "truncate-once", "half-once"):
                     server.faults.pop(path)
-                    fault = fault[:-len("-once")]
+                    fault = fault[: -len("-once")]
                 if fault == "404":
                     return self.send_error(404)
                 if fault == "500":
@@ -177,7 +229,7 @@ class FaultServer:
                     self.end_headers()
                     try:
                         for i in range(len(data)):
-                            self.wfile.write(data[i:i + 1])
+                            self.wfile.write(data[i : i + 1])
                             self.wfile.flush()
                             time.sleep(server.drip_s)
                     except OSError:  # the client gave up

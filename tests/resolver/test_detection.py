@@ -1,5 +1,6 @@
 """Detection of the target environment: GPU/driver parsing, pip build isolation removed, declared
 targets. Expected values come from public tool output formats and from the interpreters on disk."""
+
 from __future__ import annotations
 
 import glob
@@ -13,7 +14,12 @@ import textwrap
 import pytest
 
 from mamba_ssm._install.environment import (
-    detect, detect_gpus, find_target_python, parse_nvidia_smi, parse_rocminfo, probe_environ,
+    detect,
+    detect_gpus,
+    find_target_python,
+    parse_nvidia_smi,
+    parse_rocminfo,
+    probe_environ,
 )
 
 SMI = "NVIDIA H200, 9.0, 580.95.05, GPU-1111aaaa-0000\nNVIDIA GeForce GTX 1080, 6.1, 580.95.05, GPU-2222bbbb-0000\n"
@@ -44,13 +50,17 @@ def test_parse_nvidia_smi():
     gpus, driver = parse_nvidia_smi(SMI)
     assert driver == "580.95.05"
     assert [(g.name, g.capability, g.capability_tuple) for g in gpus] == [
-        ("NVIDIA H200", "9.0", (9, 0)), ("NVIDIA GeForce GTX 1080", "6.1", (6, 1))]
+        ("NVIDIA H200", "9.0", (9, 0)),
+        ("NVIDIA GeForce GTX 1080", "6.1", (6, 1)),
+    ]
 
 
 def test_parse_rocminfo_keeps_gpu_agents_only():
     gpus = parse_rocminfo(ROCMINFO)
     assert [(g.vendor, g.gfx, g.name) for g in gpus] == [
-        ("amd", "gfx90a", "AMD Instinct MI250X"), ("amd", "gfx1100", "Radeon RX 7900 XTX")]
+        ("amd", "gfx90a", "AMD Instinct MI250X"),
+        ("amd", "gfx1100", "Radeon RX 7900 XTX"),
+    ]
 
 
 def _tool(folder, name, text):
@@ -85,19 +95,30 @@ def test_no_gpu_tools_means_no_gpus(tmp_path):
 
 
 def test_probe_environ_removes_pip_isolation_only():
-    env = {"PYTHONPATH": "/tmp/pip-build-env-abc/site:/home/me/lib", "PYTHONNOUSERSITE": "1",
-           "PATH": "/tmp/pip-build-env-abc/overlay/bin:/usr/bin"}
+    env = {
+        "PYTHONPATH": "/tmp/pip-build-env-abc/site:/home/me/lib",
+        "PYTHONNOUSERSITE": "1",
+        "PATH": "/tmp/pip-build-env-abc/overlay/bin:/usr/bin",
+    }
     out = probe_environ(env)
     assert out["PYTHONPATH"] == "/home/me/lib" and "PYTHONNOUSERSITE" not in out and out["PATH"] == "/usr/bin"
     mine = probe_environ({"PYTHONNOUSERSITE": "1", "PATH": "/usr/bin"})  # set by the user, not by pip
     assert mine["PYTHONNOUSERSITE"] == "1"
-    uv = probe_environ({"UV": "/usr/bin/uv", "VIRTUAL_ENV": "/tmp/.tmpX/builds-v0/.tmpY",
-                        "PATH": "/tmp/.tmpX/builds-v0/.tmpY/bin:/usr/bin"})
+    uv = probe_environ(
+        {
+            "UV": "/usr/bin/uv",
+            "VIRTUAL_ENV": "/tmp/.tmpX/builds-v0/.tmpY",
+            "PATH": "/tmp/.tmpX/builds-v0/.tmpY/bin:/usr/bin",
+        }
+    )
     assert "VIRTUAL_ENV" not in uv and uv["PATH"] == "/usr/bin"
 
 
 def test_explicit_target_python_wins():
-    assert find_target_python({"MAMBA_TARGET_PYTHON": "/opt/py/bin/python"}) == ("/opt/py/bin/python", "MAMBA_TARGET_PYTHON")
+    assert find_target_python({"MAMBA_TARGET_PYTHON": "/opt/py/bin/python"}) == (
+        "/opt/py/bin/python",
+        "MAMBA_TARGET_PYTHON",
+    )
 
 
 def test_detect_sees_through_simulated_pip_isolation(tmp_path):
@@ -106,7 +127,8 @@ def test_detect_sees_through_simulated_pip_isolation(tmp_path):
     site = tmp_path / "pip-build-env-test" / "site"
     site.mkdir(parents=True)
     (site / "sitecustomize.py").write_text(
-        "import sys\nsys.path[:] = [p for p in sys.path if 'site-packages' not in p]\n")
+        "import sys\nsys.path[:] = [p for p in sys.path if 'site-packages' not in p]\n"
+    )
     env = dict(os.environ, PYTHONPATH=str(site), PYTHONNOUSERSITE="1", MAMBA_SSM_NO_NVML="1")
     hidden = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True)
     assert hidden.returncode != 0  # the simulation really hides torch
@@ -133,7 +155,9 @@ def test_detect_a_python_without_torch():
 
 def test_fast_probe_agrees_with_importing_torch():
     fast = detect(python=sys.executable, environ=dict(os.environ, MAMBA_SSM_NO_NVML="1"))
-    slow = detect(python=sys.executable, environ=dict(os.environ, MAMBA_SSM_NO_NVML="1", MAMBA_PROBE_IMPORT_TORCH="1"))
+    slow = detect(
+        python=sys.executable, environ=dict(os.environ, MAMBA_SSM_NO_NVML="1", MAMBA_PROBE_IMPORT_TORCH="1")
+    )
     assert fast.torch.source.startswith("torch/version.py") and slow.torch.source == "import torch"
     for field in ("version", "cuda", "hip", "cxx11_abi", "git_version"):
         assert getattr(fast.torch, field) == getattr(slow.torch, field), field
@@ -142,13 +166,18 @@ def test_fast_probe_agrees_with_importing_torch():
 def _fake_torch(root, version, cuda, abi_symbols, import_abi):
     pkg = root / "torch"
     (pkg / "lib").mkdir(parents=True)
-    (pkg / "version.py").write_text(f"__version__ = {version!r}\ncuda = {cuda!r}\nhip = None\ngit_version = 'abc'\n")
-    (pkg / "lib" / "libc10.so").write_bytes(b"\x7fELF" + (b"_ZNSt7__cxx1112basic_string" if abi_symbols else b"_ZNSs4_Rep") + b"\0" * 64)
+    (pkg / "version.py").write_text(
+        f"__version__ = {version!r}\ncuda = {cuda!r}\nhip = None\ngit_version = 'abc'\n"
+    )
+    (pkg / "lib" / "libc10.so").write_bytes(
+        b"\x7fELF" + (b"_ZNSt7__cxx1112basic_string" if abi_symbols else b"_ZNSs4_Rep") + b"\0" * 64
+    )
     (pkg / "__init__.py").write_text(
         "import os\n"
         "if os.environ.get('FAKE_TORCH_FORBID_IMPORT'): raise RuntimeError('torch was imported')\n"
         f"__version__ = {version!r}\nfrom . import version\n"
-        f"class _C:\n    _GLIBCXX_USE_CXX11_ABI = {import_abi!r}\n")
+        f"class _C:\n    _GLIBCXX_USE_CXX11_ABI = {import_abi!r}\n"
+    )
     return str(root)
 
 
@@ -161,7 +190,9 @@ def test_old_abi_torch_falls_back_to_importing_torch(tmp_path):
 
 def test_new_abi_torch_is_read_without_importing_it(tmp_path):
     path = _fake_torch(tmp_path, "2.6.0+cu126", "12.6", abi_symbols=True, import_abi=True)
-    env = detect(python=sys.executable, environ=dict(os.environ, PYTHONPATH=path, MAMBA_SSM_NO_NVML="1",
-                                                     FAKE_TORCH_FORBID_IMPORT="1"))
+    env = detect(
+        python=sys.executable,
+        environ=dict(os.environ, PYTHONPATH=path, MAMBA_SSM_NO_NVML="1", FAKE_TORCH_FORBID_IMPORT="1"),
+    )
     assert env.torch.source.startswith("torch/version.py") and env.torch.cxx11_abi is True
     assert env.torch.error is None and env.torch.version == "2.6.0+cu126"

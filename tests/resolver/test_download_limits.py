@@ -8,6 +8,7 @@
 * a local error writing the cache (ENOSPC on a small tmpfs; EFBIG under RLIMIT_FSIZE where mounting is
   not allowed) is not retried, names the cache folder and its free space, and leaves no partial file.
 """
+
 from __future__ import annotations
 
 import email.utils
@@ -48,8 +49,15 @@ def test_a_dripping_server_is_cut_off_at_the_deadline(index, tmp_path):
         srv.faults["/" + quoted(entry)] = "drip"
         t0 = time.monotonic()
         with pytest.raises(FetchError) as err:
-            fetch_wheel(srv.url + quoted(entry), entry.filename, entry.sha256, entry.size, cache=str(tmp_path / "c"),
-                        settings=settings, sleep=lambda s: None)
+            fetch_wheel(
+                srv.url + quoted(entry),
+                entry.filename,
+                entry.sha256,
+                entry.size,
+                cache=str(tmp_path / "c"),
+                settings=settings,
+                sleep=lambda s: None,
+            )
         elapsed = time.monotonic() - t0
         assert srv.hits["/" + quoted(entry)] == 1  # a deadline is not retried
     assert err.value.kind == "deadline" and "MAMBA_HTTP_MIN_RATE" in str(err.value), str(err.value)
@@ -73,8 +81,9 @@ def test_the_manifest_download_has_a_deadline_too(index, tmp_path):
 
 def test_the_deadline_scales_with_the_size_and_is_configurable(monkeypatch):
     assert HttpSettings().deadline_for(24_000_000) == pytest.approx(15 + 60 + 24_000_000 / 20_000)
-    s = HttpSettings.from_env({"MAMBA_HTTP_MIN_RATE": "1000", "MAMBA_HTTP_READ_TIMEOUT": "5",
-                               "MAMBA_HTTP_CONNECT_TIMEOUT": "2"})
+    s = HttpSettings.from_env(
+        {"MAMBA_HTTP_MIN_RATE": "1000", "MAMBA_HTTP_READ_TIMEOUT": "5", "MAMBA_HTTP_CONNECT_TIMEOUT": "2"}
+    )
     assert s.deadline_for(10_000) == pytest.approx(17.0)
     assert HttpSettings.from_env({"MAMBA_HTTP_MIN_RATE": "0"}).deadline_for(10**9) is None
     with pytest.raises(ValueError, match="MAMBA_HTTP_MIN_RATE"):
@@ -89,8 +98,13 @@ def test_retry_after_is_honoured(index, tmp_path, code, form):
     with serving(str(root)) as srv:
         srv.retry_after = "7" if form == "seconds" else email.utils.formatdate(time.time() + 30, usegmt=True)
         srv.faults["/manifest.json"] = f"{code}-once"
-        body = fetch_bytes(srv.url + "manifest.json", 1 << 24, HttpSettings(retries=3, backoff=0.01), environ={},
-                           sleep=waits.append)
+        body = fetch_bytes(
+            srv.url + "manifest.json",
+            1 << 24,
+            HttpSettings(retries=3, backoff=0.01),
+            environ={},
+            sleep=waits.append,
+        )
         assert srv.hits["/manifest.json"] == 2
     assert entry.filename.encode() in body
     if form == "seconds":
@@ -107,16 +121,31 @@ def test_a_retry_after_beyond_the_cap_ends_the_download_at_once(index, tmp_path)
         srv.retry_after = "3600"
         srv.faults["/" + quoted(entry)] = "429"
         with pytest.raises(FetchError) as err:
-            fetch_wheel(srv.url + quoted(entry), entry.filename, entry.sha256, entry.size, cache=str(tmp_path / "c"),
-                        settings=HttpSettings(retries=3, backoff=0.01), sleep=waits.append)
+            fetch_wheel(
+                srv.url + quoted(entry),
+                entry.filename,
+                entry.sha256,
+                entry.size,
+                cache=str(tmp_path / "c"),
+                settings=HttpSettings(retries=3, backoff=0.01),
+                sleep=waits.append,
+            )
         assert srv.hits["/" + quoted(entry)] == 1
     assert waits == [] and "3600" in str(err.value) and "MAMBA_HTTP_RETRY_AFTER_MAX=120" in str(err.value)
     assert cache_files(tmp_path / "c") == []
 
 
 def _resolve(url, tmp_path, settings):
-    return resolve(V, index=url, env=Environment.from_dict(env_dict()), environ={}, settings=settings, pinned=None,
-                   cache=str(tmp_path / "c"), fetch=False)
+    return resolve(
+        V,
+        index=url,
+        env=Environment.from_dict(env_dict()),
+        environ={},
+        settings=settings,
+        pinned=None,
+        cache=str(tmp_path / "c"),
+        fetch=False,
+    )
 
 
 @pytest.mark.parametrize("fault", ["truncate-once", "half-once"])
@@ -124,20 +153,27 @@ def test_a_short_or_half_sent_manifest_is_fetched_again(index, tmp_path, fault):
     root, entry = index
     with serving(str(root)) as srv:
         srv.faults["/manifest.json"] = fault
-        res = _resolve(srv.url, tmp_path, HttpSettings(connect_timeout=2, read_timeout=2, retries=2, backoff=0.01))
+        res = _resolve(
+            srv.url, tmp_path, HttpSettings(connect_timeout=2, read_timeout=2, retries=2, backoff=0.01)
+        )
         assert srv.hits["/manifest.json"] == 2
     assert res.status == "prebuilt" and res.entry.filename == entry.filename, res.message
 
 
-@pytest.mark.parametrize("fault,kind,needle", [
-    ("truncate", "index-truncated", "after 3 attempts"),   # always short: an index error
-    ("half", "manifest", "not valid JSON"),                # always half a document: refused as not JSON
-])
+@pytest.mark.parametrize(
+    "fault,kind,needle",
+    [
+        ("truncate", "index-truncated", "after 3 attempts"),  # always short: an index error
+        ("half", "manifest", "not valid JSON"),  # always half a document: refused as not JSON
+    ],
+)
 def test_a_manifest_always_broken_is_an_error_after_the_retries(index, tmp_path, fault, kind, needle):
     root, _entry = index
     with serving(str(root)) as srv:
         srv.faults["/manifest.json"] = fault
-        res = _resolve(srv.url, tmp_path, HttpSettings(connect_timeout=2, read_timeout=2, retries=2, backoff=0.01))
+        res = _resolve(
+            srv.url, tmp_path, HttpSettings(connect_timeout=2, read_timeout=2, retries=2, backoff=0.01)
+        )
         assert srv.hits["/manifest.json"] == 3
     assert res.status == "error" and res.error_kind == kind and needle in res.message
 
@@ -148,7 +184,9 @@ def small_tmpfs(tmp_path):
     """A 64 KiB tmpfs (root and mount permission needed; skipped otherwise)."""
     mnt = tmp_path / "small"
     mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip() or proc.returncode})")
     try:
@@ -161,8 +199,15 @@ def test_enospc_in_the_cache_is_not_retried_and_names_the_folder(index, tmp_path
     root, entry = index
     cache = small_tmpfs / "cache"
     with serving(str(root)) as srv:
-        res = resolve(V, index=srv.url, env=Environment.from_dict(env_dict()), environ={}, pinned=None,
-                      settings=HttpSettings(connect_timeout=2, read_timeout=2, retries=3, backoff=0.01), cache=str(cache))
+        res = resolve(
+            V,
+            index=srv.url,
+            env=Environment.from_dict(env_dict()),
+            environ={},
+            pinned=None,
+            settings=HttpSettings(connect_timeout=2, read_timeout=2, retries=3, backoff=0.01),
+            cache=str(cache),
+        )
         assert srv.hits["/" + quoted(entry)] == 1  # not retried
     assert res.status == "error" and res.error_kind == "fetch-local", res.message
     assert "No space left on device" in res.message and str(cache) in res.message and "MB free" in res.message
@@ -188,8 +233,22 @@ def test_a_local_write_error_is_not_retried_even_without_mount(index, tmp_path):
     root, entry = index
     cache = tmp_path / "c"
     with serving(str(root)) as srv:
-        proc = subprocess.run([sys.executable, "-c", RLIMIT_CHILD, REPO, srv.url + quoted(entry), entry.filename,
-                               entry.sha256, str(entry.size), str(cache)], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                RLIMIT_CHILD,
+                REPO,
+                srv.url + quoted(entry),
+                entry.filename,
+                entry.sha256,
+                str(entry.size),
+                str(cache),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert srv.hits["/" + quoted(entry)] == 1
     assert "KIND=local TRANSIENT=False" in proc.stdout, proc.stdout + proc.stderr
     assert "File too large" in proc.stdout and str(cache / "wheels") in proc.stdout

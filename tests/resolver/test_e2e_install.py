@@ -5,6 +5,7 @@ The host wheel is ``MAMBA_E2E_WHEEL``, else the newest ``dist/cells/*cu13torch2.
 ``python -m build_matrix build --host`` left, else one built here with ``pip wheel
 --no-build-isolation`` (MAMBA_FORCE_BUILD, sm_90; incremental after ci/test.sh's in-place build).
 """
+
 from __future__ import annotations
 
 import csv
@@ -37,7 +38,9 @@ CPU_TORCH_WHEEL = sorted(glob.glob("/opt/wheels/torch-2.13.0+cpu-cp311-*.whl"))
 def run(cmd, env=None, timeout=600, check=True, cwd=None):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return proc
 
 
@@ -59,17 +62,28 @@ def host_wheel(work):
     given = os.environ.get("MAMBA_E2E_WHEEL")
     if given:
         return given
-    cells = sorted(glob.glob(os.path.join(REPO, "dist", "cells", f"mamba_ssm-*+{LABEL.lower()}-*.whl"))
-                   + glob.glob(os.path.join(REPO, "build", "main_job", "cells", f"mamba_ssm-*+{LABEL.lower()}-*.whl")),
-                   key=os.path.getmtime)
+    cells = sorted(
+        glob.glob(os.path.join(REPO, "dist", "cells", f"mamba_ssm-*+{LABEL.lower()}-*.whl"))
+        + glob.glob(os.path.join(REPO, "build", "main_job", "cells", f"mamba_ssm-*+{LABEL.lower()}-*.whl")),
+        key=os.path.getmtime,
+    )
     if cells:
         return cells[-1]
     out = os.path.join(REPO, "build", "resolver_e2e_wheel")
     shutil.rmtree(out, ignore_errors=True)
-    env = dict(os.environ, MAMBA_FORCE_BUILD="TRUE", MAMBA_CUDA_ARCHS=os.environ.get("MAMBA_CUDA_ARCHS", "90"),
-               MAMBA_LOCAL_VERSION=LABEL, MAX_JOBS=os.environ.get("MAX_JOBS", "2"))
+    env = dict(
+        os.environ,
+        MAMBA_FORCE_BUILD="TRUE",
+        MAMBA_CUDA_ARCHS=os.environ.get("MAMBA_CUDA_ARCHS", "90"),
+        MAMBA_LOCAL_VERSION=LABEL,
+        MAX_JOBS=os.environ.get("MAX_JOBS", "2"),
+    )
     env.setdefault("CUDA_HOME", "/usr/local/cuda-13.0")
-    run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", out, REPO], env=env, timeout=1800)
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", out, REPO],
+        env=env,
+        timeout=1800,
+    )
     return glob.glob(os.path.join(out, "mamba_ssm-*.whl"))[0]
 
 
@@ -82,8 +96,10 @@ def sdist(work):
 
 def cpu_cell_wheel():
     """The matrix's CPU cell (torch 2.13 +cpu) when `python -m build_matrix build` made it, else None."""
-    found = sorted(glob.glob(os.path.join(REPO, "dist", "cells", "mamba_ssm-*+cputorch2.13cxx11abitrue-*.whl")),
-                   key=os.path.getmtime)
+    found = sorted(
+        glob.glob(os.path.join(REPO, "dist", "cells", "mamba_ssm-*+cputorch2.13cxx11abitrue-*.whl")),
+        key=os.path.getmtime,
+    )
     return found[-1] if found else None
 
 
@@ -91,8 +107,12 @@ def cpu_cell_wheel():
 def server(work, host_wheel, sdist):
     root = work / "index"
     # allow_unrepaired: the fallback host wheel comes from `pip wheel` (linux_x86_64, not auditwheel-repaired)
-    manifest = build_index(str(root), add=[host_wheel] + ([cpu_cell_wheel()] if cpu_cell_wheel() else []), move=False,
-                           allow_unrepaired=True)
+    manifest = build_index(
+        str(root),
+        add=[host_wheel] + ([cpu_cell_wheel()] if cpu_cell_wheel() else []),
+        move=False,
+        allow_unrepaired=True,
+    )
     pin_sdist(sdist, manifest)
     with serving(str(root)) as srv:
         yield srv
@@ -132,8 +152,16 @@ def path_without_nvcc(work):
 def clean_env(work, index_url, **extra):
     """No compiler, no CUDA toolkit, no nvcc on PATH; the loopback index; a private cache."""
     path = path_without_nvcc(work)
-    env = dict(os.environ, PATH=path, CUDA_HOME="/nonexistent", CC="false", CXX="false",
-               MAMBA_WHEEL_INDEX=index_url, MAMBA_SSM_CACHE_DIR=str(work / "cache"), PIP_NO_CACHE_DIR="1")
+    env = dict(
+        os.environ,
+        PATH=path,
+        CUDA_HOME="/nonexistent",
+        CC="false",
+        CXX="false",
+        MAMBA_WHEEL_INDEX=index_url,
+        MAMBA_SSM_CACHE_DIR=str(work / "cache"),
+        PIP_NO_CACHE_DIR="1",
+    )
     env.pop("VIRTUAL_ENV", None)
     env.pop("PYTHONPATH", None)
     env.update(extra)
@@ -147,7 +175,13 @@ def record_rows(text):
             continue
         # what the installer itself adds to dist-info (pip: INSTALLER, REQUESTED, direct_url.json; uv: those
         # and uv_build.json / uv_cache.json) is not part of the wheel
-        if row[0].split("/")[-1] in ("INSTALLER", "REQUESTED", "direct_url.json", "uv_build.json", "uv_cache.json"):
+        if row[0].split("/")[-1] in (
+            "INSTALLER",
+            "REQUESTED",
+            "direct_url.json",
+            "uv_build.json",
+            "uv_cache.json",
+        ):
             continue
         keep.append(tuple(row))
     return sorted(keep)
@@ -172,8 +206,15 @@ def doctor(py, env, cwd):
 
 
 def decision(py, env, cwd):
-    proc = run([py, "-c", "import json; from mamba_ssm._install.decision import read_decision; print(json.dumps(read_decision()))"],
-               env=env, cwd=cwd)
+    proc = run(
+        [
+            py,
+            "-c",
+            "import json; from mamba_ssm._install.decision import read_decision; print(json.dumps(read_decision()))",
+        ],
+        env=env,
+        cwd=cwd,
+    )
     return json.loads(proc.stdout)
 
 
@@ -236,8 +277,14 @@ def test_uv_finds_the_target_outside_its_build_venv(work, server, sdist, host_wh
     assert "uv's --python" in proc.stderr  # the resolver found the target through the uv process
     check_prebuilt_installed(py, site, env, work, host_wheel)
     # the target named by VIRTUAL_ENV in uv's environment (no --python)
-    venv_env = dict(env, VIRTUAL_ENV=os.path.dirname(os.path.dirname(py)), MAMBA_SSM_CACHE_DIR=str(work / "cache-uv2"))
-    proc = run([uv, "pip", "install", "--reinstall", "--no-cache", "--no-deps", "-v", sdist], env=venv_env, cwd=str(work))
+    venv_env = dict(
+        env, VIRTUAL_ENV=os.path.dirname(os.path.dirname(py)), MAMBA_SSM_CACHE_DIR=str(work / "cache-uv2")
+    )
+    proc = run(
+        [uv, "pip", "install", "--reinstall", "--no-cache", "--no-deps", "-v", sdist],
+        env=venv_env,
+        cwd=str(work),
+    )
     assert "VIRTUAL_ENV=" in proc.stderr and "of the uv process" in proc.stderr
     check_prebuilt_installed(py, site, venv_env, work, host_wheel)
 
@@ -315,7 +362,10 @@ def test_stale_pip_cache_is_caught_and_doctor_names_the_fix(work, server, sdist,
     else:
         # no +cpu wheel on this index: the resolver says so and the pure-Python package is used
         fix_env = dict(env, MAMBA_FALLBACK="python")
-        run([py_b, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "--force-reinstall", sdist], env=fix_env)
+        run(
+            [py_b, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "--force-reinstall", sdist],
+            env=fix_env,
+        )
         dec = decision(py_b, env, str(work))
         assert dec["status"] == "no-candidate" and dec["final_mode"] == "python"
         assert "cputorch2.13cxx11abiTRUE" in dec["message"]

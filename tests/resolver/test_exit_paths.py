@@ -12,6 +12,7 @@ thread was inside OpenSSL (``SSL_CTX_load_verify_locations``), the process died 
   it here; 1-2 in 20 with the system bundle alone).
 * After ``resolve()`` returns, no thread, child process or file descriptor it opened is left.
 """
+
 from __future__ import annotations
 
 import os
@@ -64,28 +65,49 @@ def world(tmp_path_factory):
     make_wheel(str(good), "cu13torch2.14cxx11abiTRUE", build_info(), platform="manylinux_2_28_x86_64")
     build_index(str(good))
     other = root / "other-index"  # a wheel for a torch the test venv does not have
-    make_wheel(str(other), "cu12torch2.13cxx11abiTRUE", build_info(torch="2.13.0+cu126", cuda="12.6", nvcc="12.6"),
-               platform="manylinux_2_28_x86_64")
+    make_wheel(
+        str(other),
+        "cu12torch2.13cxx11abiTRUE",
+        build_info(torch="2.13.0+cu126", cuda="12.6", nvcc="12.6"),
+        platform="manylinux_2_28_x86_64",
+    )
     build_index(str(other))
-    with open("/etc/ssl/certs/ca-certificates.crt", "rb") if os.path.isfile("/etc/ssl/certs/ca-certificates.crt") \
-            else open(__import__("certifi").where(), "rb") as fh:
+    with (
+        open("/etc/ssl/certs/ca-certificates.crt", "rb")
+        if os.path.isfile("/etc/ssl/certs/ca-certificates.crt")
+        else open(__import__("certifi").where(), "rb") as fh
+    ):
         bundle = fh.read()
     big = root / "big-ca-bundle.pem"
     big.write_bytes(bundle * 40)
     bare = root / "bare-venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
-    return {"good": str(good), "other": str(other), "big_ca": str(big), "bare_python": str(bare / "bin" / "python")}
+    return {
+        "good": str(good),
+        "other": str(other),
+        "big_ca": str(big),
+        "bare_python": str(bare / "bin" / "python"),
+    }
 
 
 def _paths(world):
     # name -> (environment additions, expected STATUS)
     return {
         "prebuilt": ({"MAMBA_WHEEL_INDEX": world["good"]}, "prebuilt"),
-        "deferred": ({"MAMBA_WHEEL_INDEX": f"http://127.0.0.1:{_closed_port()}/",
-                      "MAMBA_TARGET_PYTHON": world["bare_python"]}, "deferred"),
-        "detection-error": ({"MAMBA_WHEEL_INDEX": f"http://127.0.0.1:{_closed_port()}/",
-                             "MAMBA_TARGET_PYTHON": os.path.join(os.path.dirname(world["big_ca"]), "no-python")},
-                            "error"),
+        "deferred": (
+            {
+                "MAMBA_WHEEL_INDEX": f"http://127.0.0.1:{_closed_port()}/",
+                "MAMBA_TARGET_PYTHON": world["bare_python"],
+            },
+            "deferred",
+        ),
+        "detection-error": (
+            {
+                "MAMBA_WHEEL_INDEX": f"http://127.0.0.1:{_closed_port()}/",
+                "MAMBA_TARGET_PYTHON": os.path.join(os.path.dirname(world["big_ca"]), "no-python"),
+            },
+            "error",
+        ),
         "no-candidate": ({"MAMBA_WHEEL_INDEX": world["other"]}, "no-candidate"),
         "index-unreachable": ({"MAMBA_WHEEL_INDEX": f"http://127.0.0.1:{_closed_port()}/"}, "error"),
     }
@@ -95,11 +117,19 @@ def _ca(world, path):
     return {"SSL_CERT_FILE": world["big_ca"], "PIP_CERT": world["big_ca"]} if path in BIG_CA_PATHS else {}
 
 
-@pytest.mark.parametrize("path", ["prebuilt", "deferred", "detection-error", "no-candidate", "index-unreachable"])
+@pytest.mark.parametrize(
+    "path", ["prebuilt", "deferred", "detection-error", "no-candidate", "index-unreachable"]
+)
 def test_the_hook_exits_cleanly_every_time(world, tmp_path, path):
     extra, expected = _paths(world)[path]
-    env = dict(os.environ, MAMBA_SSM_NO_NVML="1", MAMBA_HTTP_RETRIES="0", MAMBA_SSM_CACHE_DIR=str(tmp_path / "cache"),
-               **_ca(world, path), **extra)
+    env = dict(
+        os.environ,
+        MAMBA_SSM_NO_NVML="1",
+        MAMBA_HTTP_RETRIES="0",
+        MAMBA_SSM_CACHE_DIR=str(tmp_path / "cache"),
+        **_ca(world, path),
+        **extra,
+    )
     if "MAMBA_TARGET_PYTHON" not in extra:
         env.pop("MAMBA_TARGET_PYTHON", None)
     deadline = time.monotonic() + PATH_BUDGET_S
@@ -107,15 +137,22 @@ def test_the_hook_exits_cleanly_every_time(world, tmp_path, path):
     for _ in range(RUNS):
         if time.monotonic() > deadline:
             break
-        proc = subprocess.run([sys.executable, "-c", SCRIPT, HOOK, "python"], env=env, cwd=str(tmp_path),
-                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        proc = subprocess.run(
+            [sys.executable, "-c", SCRIPT, HOOK, "python"],
+            env=env,
+            cwd=str(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+        )
         codes.append(proc.returncode)
         if proc.returncode == 0:
             assert f"STATUS={expected} " in proc.stdout, (proc.stdout, proc.stderr[-2000:])
     crashes = [c for c in codes if c != 0]
     assert len(codes) == RUNS and not crashes, (
         f"{path}: {len(crashes)} of {len(codes)} runs exited non-zero (return codes {crashes}; -11 is SIGSEGV); "
-        f"{RUNS - len(codes)} runs not reached within {PATH_BUDGET_S} s")
+        f"{RUNS - len(codes)} runs not reached within {PATH_BUDGET_S} s"
+    )
 
 
 def _children() -> set:
@@ -137,19 +174,33 @@ def _fds() -> set:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs Linux /proc")
-@pytest.mark.parametrize("path", ["prebuilt", "deferred", "detection-error", "no-candidate", "index-unreachable"])
+@pytest.mark.parametrize(
+    "path", ["prebuilt", "deferred", "detection-error", "no-candidate", "index-unreachable"]
+)
 def test_resolve_leaves_no_thread_process_or_descriptor(world, tmp_path, path):
     extra, expected = _paths(world)[path]
-    environ = dict(os.environ, MAMBA_SSM_NO_NVML="1", MAMBA_HTTP_RETRIES="0",
-                   MAMBA_SSM_CACHE_DIR=str(tmp_path / "cache"), **_ca(world, path), **extra)
+    environ = dict(
+        os.environ,
+        MAMBA_SSM_NO_NVML="1",
+        MAMBA_HTTP_RETRIES="0",
+        MAMBA_SSM_CACHE_DIR=str(tmp_path / "cache"),
+        **_ca(world, path),
+        **extra,
+    )
     declared = None
     if path == "deferred":
         declared = Environment.from_dict(env_dict(torch=None))
     elif path != "detection-error":
         declared = Environment.from_dict(env_dict())
     threads, children, fds = set(threading.enumerate()), _children(), _fds()
-    res = resolve("2.4.0.dev0", index=extra["MAMBA_WHEEL_INDEX"], env=declared, environ=environ,
-                  cache=str(tmp_path / "cache"), pinned=None)
+    res = resolve(
+        "2.4.0.dev0",
+        index=extra["MAMBA_WHEEL_INDEX"],
+        env=declared,
+        environ=environ,
+        cache=str(tmp_path / "cache"),
+        pinned=None,
+    )
     assert res.status == expected, res.message
     left = [t.name for t in threading.enumerate() if t not in threads]
     assert left == [], f"{path}: resolve() returned with its threads still running: {left}"
@@ -176,8 +227,11 @@ def test_a_malformed_probe_result_is_a_detection_error(tmp_path):
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho '@@MAMBA_SSM_PROBE_BEGIN@@{not json@@MAMBA_SSM_PROBE_END@@'\n")
     fake.chmod(0o755)
-    res = resolve("2.4.0.dev0", index=str(tmp_path / "nowhere"), environ=dict(os.environ, MAMBA_TARGET_PYTHON=str(fake),
-                                                                            MAMBA_SSM_NO_NVML="1"))
+    res = resolve(
+        "2.4.0.dev0",
+        index=str(tmp_path / "nowhere"),
+        environ=dict(os.environ, MAMBA_TARGET_PYTHON=str(fake), MAMBA_SSM_NO_NVML="1"),
+    )
     assert res.status == "error" and res.error_kind == "detect"
     assert "malformed probe result" in res.message and str(fake) in res.message
 
@@ -196,8 +250,12 @@ def test_mirror_reports_a_missing_wheel_and_leaves_no_part_file(world, tmp_path,
     env_file.write_text(json.dumps(env_dict()))
     monkeypatch.setenv("MAMBA_SSM_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "mirror"
-    assert cli(["mirror", "--for", str(env_file), "--to", str(out), "--index", root.as_uri(), "--no-pins"]) == 2
+    assert (
+        cli(["mirror", "--for", str(env_file), "--to", str(out), "--index", root.as_uri(), "--no-pins"]) == 2
+    )
     err = capsys.readouterr().err
-    assert "could not download mamba_ssm-2.4.0.dev0+cu13torch2.14cxx11abitrue" in err and "not-found" not in err
+    assert (
+        "could not download mamba_ssm-2.4.0.dev0+cu13torch2.14cxx11abitrue" in err and "not-found" not in err
+    )
     assert not out.exists() or not list(out.rglob("*.part"))
     assert not list((tmp_path / "cache").rglob("*.part"))

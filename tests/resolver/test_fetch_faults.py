@@ -1,5 +1,6 @@
 """Faults on a loopback HTTP(S) server (127.0.0.1 only, every wait bounded): each has a defined
 outcome, and no partial file is ever left in the cache."""
+
 from __future__ import annotations
 
 import hashlib
@@ -35,8 +36,15 @@ def wheel_path(entry):
 
 
 def get(server, entry, cache, settings=FAST):
-    return fetch_wheel(server.url + entry.relpath.replace("+", "%2B"), entry.filename, entry.sha256,
-                       entry.size, cache=str(cache), settings=settings, sleep=lambda s: None)
+    return fetch_wheel(
+        server.url + entry.relpath.replace("+", "%2B"),
+        entry.filename,
+        entry.sha256,
+        entry.size,
+        cache=str(cache),
+        settings=settings,
+        sleep=lambda s: None,
+    )
 
 
 def test_download_ok_then_reused_from_cache(index, tmp_path):
@@ -49,14 +57,17 @@ def test_download_ok_then_reused_from_cache(index, tmp_path):
         assert hashlib.sha256(fh.read()).hexdigest() == entry.sha256
 
 
-@pytest.mark.parametrize("fault,kind,attempts", [
-    ("404", "not-found", 1),          # never retried
-    ("500", "http", 3),               # transient: 1 + 2 retries
-    ("reset", "network", 3),
-    ("truncate", "truncated", 3),
-    ("stall", "timeout", 3),
-    ("corrupt", "hash", 1),           # a wrong sha256 is never retried
-])
+@pytest.mark.parametrize(
+    "fault,kind,attempts",
+    [
+        ("404", "not-found", 1),  # never retried
+        ("500", "http", 3),  # transient: 1 + 2 retries
+        ("reset", "network", 3),
+        ("truncate", "truncated", 3),
+        ("stall", "timeout", 3),
+        ("corrupt", "hash", 1),  # a wrong sha256 is never retried
+    ],
+)
 def test_wheel_faults(index, tmp_path, fault, kind, attempts):
     root, entry = index
     with serving(str(root)) as srv:
@@ -87,14 +98,23 @@ def test_size_over_the_manifest_is_refused(index, tmp_path):
     root, entry = index
     with serving(str(root)) as srv:
         with pytest.raises(FetchError) as err:
-            fetch_wheel(srv.url + entry.relpath.replace("+", "%2B"), entry.filename, entry.sha256,
-                        entry.size - 1, cache=str(tmp_path / "c"), settings=FAST, sleep=lambda s: None)
+            fetch_wheel(
+                srv.url + entry.relpath.replace("+", "%2B"),
+                entry.filename,
+                entry.sha256,
+                entry.size - 1,
+                cache=str(tmp_path / "c"),
+                settings=FAST,
+                sleep=lambda s: None,
+            )
     assert err.value.kind == "size" and cache_files(tmp_path / "c") == []
 
 
 def _resolve(url, tmp_path, **kw):
     env = Environment.from_dict(env_dict())
-    return resolve(V, index=url, env=env, environ={}, settings=FAST, pinned=None, cache=str(tmp_path / "c"), **kw)
+    return resolve(
+        V, index=url, env=env, environ={}, settings=FAST, pinned=None, cache=str(tmp_path / "c"), **kw
+    )
 
 
 def test_resolve_end_to_end_over_http(index, tmp_path):
@@ -131,7 +151,9 @@ def test_manifest_path_traversal_is_refused(index, tmp_path):
     assert res.status == "error" and res.error_kind == "manifest" and "not a plain file" in res.message
     assert not (tmp_path / "evil").exists() and cache_files(tmp_path / "c") == []
     with pytest.raises(FetchError):  # and the download function refuses such a name by itself
-        fetch_wheel("http://127.0.0.1:9/x", "../x.whl", entry.sha256, 1, cache=str(tmp_path / "c"), settings=FAST)
+        fetch_wheel(
+            "http://127.0.0.1:9/x", "../x.whl", entry.sha256, 1, cache=str(tmp_path / "c"), settings=FAST
+        )
 
 
 def test_wrong_sha256_in_manifest_discards_the_download(index, tmp_path):
@@ -149,9 +171,29 @@ def _self_signed(tmp_path):
     if not shutil.which("openssl"):
         pytest.skip("the openssl CLI is needed to make a self-signed certificate")
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(str(cert), str(key))
     return ctx, cert
@@ -163,12 +205,21 @@ def test_https_with_an_untrusted_certificate_fails_then_works_with_ssl_cert_file
     with serving(str(root), tls=ctx) as srv:
         with pytest.raises(FetchError) as err:
             fetch_bytes(srv.url + "manifest.json", 1 << 20, FAST, environ={}, sleep=lambda s: None)
-        assert err.value.kind == "tls" and srv.hits.get("/manifest.json", 0) == 0  # refused before any request
+        assert (
+            err.value.kind == "tls" and srv.hits.get("/manifest.json", 0) == 0
+        )  # refused before any request
         res = _resolve(srv.url, tmp_path)
         assert res.status == "error" and res.error_kind == "index-tls" and "SSL_CERT_FILE" in res.message
         env = Environment.from_dict(env_dict())
-        ok = resolve(V, index=srv.url, env=env, environ={"SSL_CERT_FILE": str(cert)}, settings=FAST,
-                     pinned=None, cache=str(tmp_path / "c2"))
+        ok = resolve(
+            V,
+            index=srv.url,
+            env=env,
+            environ={"SSL_CERT_FILE": str(cert)},
+            settings=FAST,
+            pinned=None,
+            cache=str(tmp_path / "c2"),
+        )
     assert ok.status == "prebuilt", ok.message
 
 
@@ -178,12 +229,16 @@ def test_proxy_from_the_environment_is_used(index, tmp_path, monkeypatch):
         monkeypatch.setenv("http_proxy", proxy.url)
         monkeypatch.delenv("no_proxy", raising=False)
         monkeypatch.delenv("NO_PROXY", raising=False)
-        body = fetch_bytes("http://mamba-index.invalid/manifest.json", 1 << 20, FAST, environ={}, sleep=lambda s: None)
+        body = fetch_bytes(
+            "http://mamba-index.invalid/manifest.json", 1 << 20, FAST, environ={}, sleep=lambda s: None
+        )
         assert json.loads(body)["wheels"][0]["filename"] == entry.filename
         assert proxy.hits == {"http://mamba-index.invalid/manifest.json": 1}
         monkeypatch.setenv("no_proxy", "mamba-index.invalid")
         with pytest.raises(FetchError) as err:  # bypassing the proxy: the name does not resolve
-            fetch_bytes("http://mamba-index.invalid/manifest.json", 1 << 20, FAST, environ={}, sleep=lambda s: None)
+            fetch_bytes(
+                "http://mamba-index.invalid/manifest.json", 1 << 20, FAST, environ={}, sleep=lambda s: None
+            )
     assert err.value.kind == "dns"
 
 
@@ -198,8 +253,21 @@ def test_two_installs_at_once_download_once(index, tmp_path):
     with serving(str(root)) as srv:
         srv.faults[wheel_path(entry)] = "slow"
         url = srv.url + entry.relpath.replace("+", "%2B")
-        args = [sys.executable, "-c", script, REPO, url, entry.filename, entry.sha256, str(entry.size), str(tmp_path / "c")]
-        procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        args = [
+            sys.executable,
+            "-c",
+            script,
+            REPO,
+            url,
+            entry.filename,
+            entry.sha256,
+            str(entry.size),
+            str(tmp_path / "c"),
+        ]
+        procs = [
+            subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
         outs = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     paths = {o[0].strip() for o in outs}

@@ -12,6 +12,7 @@ The index serves no setuptools, so the dry runs add ``--no-build-isolation`` (pi
 sdist's metadata with the venv's setuptools; the dependency plan is the same). pip's own
 configuration on the machine (extra indexes, find-links, constraints) is switched off.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -83,10 +84,15 @@ def _fake_wheel(folder, name, version):
     import zipfile
 
     dist = f"{name}-{version}.dist-info"
-    files = {f"{name}/__init__.py": b"", f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    rows = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
-            for n, d in files.items()] + [f"{dist}/RECORD,,"]
+    files = {
+        f"{name}/__init__.py": b"",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    rows = [
+        f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+        for n, d in files.items()
+    ] + [f"{dist}/RECORD,,"]
     files[f"{dist}/RECORD"] = ("\n".join(rows) + "\n").encode()
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{name}-{version}-py3-none-any.whl")
@@ -105,10 +111,18 @@ def world(tmp_path_factory):
     env.pop("MAMBA_WHEEL_INDEX", None)
     # the built sdist, served as a PEP 503 project with a torch and a packaging wheel
     sdist_dir = work / "sdist"
-    _run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(sdist_dir), REPO], env, timeout=600)
+    _run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(sdist_dir), REPO],
+        env,
+        timeout=600,
+    )
     sdist = glob.glob(str(sdist_dir / "mamba_ssm-*.tar.gz"))[0]
     simple = work / "index" / "simple"
-    for project, files in (("mamba-ssm", [sdist]), ("torch", ["torch:2.13.0"]), ("packaging", ["packaging:24.0"])):
+    for project, files in (
+        ("mamba-ssm", [sdist]),
+        ("torch", ["torch:2.13.0"]),
+        ("packaging", ["packaging:24.0"]),
+    ):
         folder = simple / project
         folder.mkdir(parents=True)
         names = []
@@ -119,8 +133,9 @@ def world(tmp_path_factory):
                 os.link(f, folder / os.path.basename(f))
                 names.append(os.path.basename(f))
         (folder / "index.html").write_text("".join(f'<a href="{n}">{n}</a>\n' for n in names))
-    (simple / "index.html").write_text('<a href="mamba-ssm/">mamba-ssm</a><a href="torch/">torch</a>'
-                                       '<a href="packaging/">packaging</a>')
+    (simple / "index.html").write_text(
+        '<a href="mamba-ssm/">mamba-ssm</a><a href="torch/">torch</a><a href="packaging/">packaging</a>'
+    )
     # the venv: torch 2.14.1 shared, mamba-ssm installed from the sdist (pure Python), then a _C whose
     # build info says torch 2.13 + CUDA 12.6, as pip's wheel cache can hand over
     _run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], env)
@@ -128,11 +143,17 @@ def world(tmp_path_factory):
     site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env).stdout.strip()
     with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:
         fh.write(SHARED_SITE + "\n")
-    _run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-cache-dir", sdist],
-         dict(env, MAMBA_SKIP_CUDA_BUILD="TRUE"), timeout=600)
-    blob = (b"\x7fELF-fake" + b"MAMBA_SSM_BUILD_INFO_BEGIN"
-            + json.dumps(build_info(torch="2.13.0+cu126", cuda="12.6", nvcc="12.6", version=VERSION)).encode()
-            + b"MAMBA_SSM_BUILD_INFO_END")
+    _run(
+        [py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-cache-dir", sdist],
+        dict(env, MAMBA_SKIP_CUDA_BUILD="TRUE"),
+        timeout=600,
+    )
+    blob = (
+        b"\x7fELF-fake"
+        + b"MAMBA_SSM_BUILD_INFO_BEGIN"
+        + json.dumps(build_info(torch="2.13.0+cu126", cuda="12.6", nvcc="12.6", version=VERSION)).encode()
+        + b"MAMBA_SSM_BUILD_INFO_END"
+    )
     with open(os.path.join(site, "mamba_ssm", "_C.abi3.so"), "wb") as fh:
         fh.write(blob)
     with _static_server(str(work / "index")) as url:
@@ -174,21 +195,28 @@ def _dry_run(world, command, name):
     if "--no-build-isolation" not in args:
         args.append("--no-build-isolation")
     proc = _run(args, env, check=False, cwd=str(world["work"]))
-    assert proc.returncode == 0, f"{command!r} failed under --dry-run:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    assert proc.returncode == 0, (
+        f"{command!r} failed under --dry-run:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    )
     with open(report) as fh:
         return sorted(item["metadata"]["name"].lower() for item in json.load(fh)["install"])
 
 
 def _commands(text):
     """The pip commands a message names (in backticks or single quotes)."""
-    return [c for c in re.findall(r"`([^`]+)`|'([^']*pip install[^']*)'", text) for c in c if "pip install" in c]
+    return [
+        c for c in re.findall(r"`([^`]+)`|'([^']*pip install[^']*)'", text) for c in c if "pip install" in c
+    ]
 
 
 @pytest.fixture(scope="module")
 def printed(world):
     """The fix texts, collected in the venv (one process: the loader imports torch)."""
-    return json.loads(_run([world["py"], "-c", COLLECT, VERSION, CUSTOM_INDEX], world["env"],
-                           cwd=str(world["work"])).stdout.strip().splitlines()[-1])
+    return json.loads(
+        _run([world["py"], "-c", COLLECT, VERSION, CUSTOM_INDEX], world["env"], cwd=str(world["work"]))
+        .stdout.strip()
+        .splitlines()[-1]
+    )
 
 
 def test_every_printed_fix_pins_the_version_and_never_changes_torch(world, printed):
@@ -225,7 +253,10 @@ def test_fixes_follow_the_recorded_decision_and_its_index(printed):
     out = printed
     # an install that used another index: install-kernels and the reinstall go there again
     custom = out["prebuilt_custom_index:mismatch"]
-    assert f"install-kernels --index {CUSTOM_INDEX}" in custom and f"MAMBA_WHEEL_INDEX={CUSTOM_INDEX} python -m pip" in custom
+    assert (
+        f"install-kernels --index {CUSTOM_INDEX}" in custom
+        and f"MAMBA_WHEEL_INDEX={CUSTOM_INDEX} python -m pip" in custom
+    )
     assert out["prebuilt_custom_index:FIX_REINSTALL"].startswith(f"MAMBA_WHEEL_INDEX={CUSTOM_INDEX} ")
     # no wheel fitted: install-kernels is not the fix (it fails the same way); the source build is
     for key in ("no_candidate:missing", "no_candidate:mismatch"):
@@ -243,18 +274,28 @@ def test_install_kernels_uses_the_index_the_install_used(world, tmp_path):
     """With no --index and no MAMBA_WHEEL_INDEX, install-kernels goes to the recorded index, not the
     release index (here a local index with no wheel for this torch: exit 1, no-candidate)."""
     root = tmp_path / "other-index"
-    make_wheel(str(root), "cu12torch2.13cxx11abiTRUE", build_info(torch="2.13.0+cu126", cuda="12.6", nvcc="12.6"),
-               platform="manylinux_2_28_x86_64")
+    make_wheel(
+        str(root),
+        "cu12torch2.13cxx11abiTRUE",
+        build_info(torch="2.13.0+cu126", cuda="12.6", nvcc="12.6"),
+        platform="manylinux_2_28_x86_64",
+    )
     from build_matrix.index import build_index
 
     build_index(str(root))
-    script = ("import sys; from mamba_ssm._install import decision as D; "
-              "D.write_decision({'package_version': sys.argv[1], 'status': 'prebuilt', 'final_mode': 'prebuilt', "
-              "'index': sys.argv[2], 'install': D.dist_info_identity()})")
+    script = (
+        "import sys; from mamba_ssm._install import decision as D; "
+        "D.write_decision({'package_version': sys.argv[1], 'status': 'prebuilt', 'final_mode': 'prebuilt', "
+        "'index': sys.argv[2], 'install': D.dist_info_identity()})"
+    )
     index = root.as_uri() + "/"
     _run([world["py"], "-c", script, VERSION, index], world["env"], cwd=str(tmp_path))
-    proc = _run([world["py"], "-m", "mamba_ssm", "install-kernels", "--dry-run"], dict(world["env"], MAMBA_SSM_NO_NVML="1"),
-                check=False, cwd=str(tmp_path))
+    proc = _run(
+        [world["py"], "-m", "mamba_ssm", "install-kernels", "--dry-run"],
+        dict(world["env"], MAMBA_SSM_NO_NVML="1"),
+        check=False,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"wheel index {index}: the one this install used" in proc.stderr
     assert "cu12torch2.13cxx11abitrue" in (proc.stdout + proc.stderr).lower()

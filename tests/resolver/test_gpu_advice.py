@@ -4,6 +4,7 @@ Facts used (NVIDIA's CUDA Toolkit release notes): CUDA 13.0's nvcc targets sm_75
 Pascal and Volta dropped), CUDA 12.x's sm_50 and newer, CUDA 11.x's sm_35 and newer. A Tesla P100 is
 sm_60, a GTX 780 sm_35, a Tesla K10 sm_30.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,25 +25,44 @@ V = "2.4.0.dev0"
 
 def entry(label, info, platform="manylinux_2_28_x86_64"):
     name = f"mamba_ssm-{V}+{label.lower()}-cp39-abi3-{platform}.whl"
-    return WheelEntry(filename=name, sha256="a" * 64, size=1000, variant=label, version=f"{V}+{label.lower()}",
-                      sass_archs=list(info.get("sass_archs") or []), ptx_archs=list(info.get("ptx_archs") or []),
-                      build_info=info)
+    return WheelEntry(
+        filename=name,
+        sha256="a" * 64,
+        size=1000,
+        variant=label,
+        version=f"{V}+{label.lower()}",
+        sass_archs=list(info.get("sass_archs") or []),
+        ptx_archs=list(info.get("ptx_archs") or []),
+        build_info=info,
+    )
 
 
 def gpu_env(capability, name, torch="2.14.1+cu130", cuda="13.0", driver="580.65.06"):
-    return Environment.from_dict(env_dict(torch=torch, cuda=cuda, driver=driver,
-                                          gpus=[{"vendor": "nvidia", "name": name, "capability": capability}]))
+    return Environment.from_dict(
+        env_dict(
+            torch=torch,
+            cuda=cuda,
+            driver=driver,
+            gpus=[{"vendor": "nvidia", "name": name, "capability": capability}],
+        )
+    )
 
 
-@pytest.mark.parametrize("cap,cuda,fix", [
-    ("6.0", "13.0", "CUDA 12"),   # P100 under a cu13 torch: cu12 still targets sm_60
-    ("3.5", "12.6", "CUDA 11"),   # GTX 780 under a cu12 torch: cu11 still targets sm_35
-    ("3.0", "12.6", None),        # K10: no toolkit of torch 2.x targets sm_30
-])
+@pytest.mark.parametrize(
+    "cap,cuda,fix",
+    [
+        ("6.0", "13.0", "CUDA 12"),  # P100 under a cu13 torch: cu12 still targets sm_60
+        ("3.5", "12.6", "CUDA 11"),  # GTX 780 under a cu12 torch: cu11 still targets sm_35
+        ("3.0", "12.6", None),  # K10: no toolkit of torch 2.x targets sm_30
+    ],
+)
 def test_a_gpu_older_than_every_arch_of_the_torchs_cuda(cap, cuda, fix):
     text = gpu_unservable(cap, cuda)
     oldest = {"13.0": "sm_75", "12.6": "sm_50"}[cuda]
-    assert f"(sm_{cap.replace('.', '')}) is older than every architecture CUDA {cuda} can build for (oldest {oldest})" in text
+    assert (
+        f"(sm_{cap.replace('.', '')}) is older than every architecture CUDA {cuda} can build for (oldest {oldest})"
+        in text
+    )
     assert "PyTorch fallback" in text and "prebuilt or built from source" in text
     if fix:
         assert f"a torch built for {fix}" in text and f"cu{fix.split()[1]} wheel" in text
@@ -60,7 +80,9 @@ def test_no_candidate_for_an_old_gpu_says_what_runs_and_the_real_fix():
     build for archs that cannot run on it either."""
     from mamba_ssm._install import resolve as R
 
-    wheel = entry("cu13torch2.14cxx11abiTRUE", build_info(sass=("sm_75", "sm_80", "sm_90"), ptx=("compute_90",)))
+    wheel = entry(
+        "cu13torch2.14cxx11abiTRUE", build_info(sass=("sm_75", "sm_80", "sm_90"), ptx=("compute_90",))
+    )
     d = select(gpu_env("6.0", "Tesla P100-PCIE-16GB"), Manifest(wheels=[wheel]), V)
     assert d.status == "no-candidate" and len(d.gpu_unservable) == 1
     assert d.gpu_unservable[0].startswith("Tesla P100-PCIE-16GB: the GPU (sm_60) is older")
@@ -80,12 +102,24 @@ def _resolve_message(decision):
     from mamba_ssm._install.resolve import resolve
 
     with tempfile.TemporaryDirectory() as root:
-        manifest = Manifest(wheels=[entry("cu13torch2.14cxx11abiTRUE",
-                                          build_info(sass=("sm_75", "sm_80", "sm_90"), ptx=("compute_90",)))])
+        manifest = Manifest(
+            wheels=[
+                entry(
+                    "cu13torch2.14cxx11abiTRUE",
+                    build_info(sass=("sm_75", "sm_80", "sm_90"), ptx=("compute_90",)),
+                )
+            ]
+        )
         with open(os.path.join(root, "manifest.json"), "w") as fh:
             fh.write(manifest.to_json())
-        res = resolve(V, index=root, env=gpu_env("6.0", "Tesla P100-PCIE-16GB"), environ={}, pinned=None,
-                      cache=os.path.join(root, "cache"))
+        res = resolve(
+            V,
+            index=root,
+            env=gpu_env("6.0", "Tesla P100-PCIE-16GB"),
+            environ={},
+            pinned=None,
+            cache=os.path.join(root, "cache"),
+        )
     assert res.status == "no-candidate", res.message
     assert json.dumps(res.record()["gpu_unservable"]) == json.dumps(decision.gpu_unservable)
     return res.message
@@ -93,12 +127,14 @@ def _resolve_message(decision):
 
 def test_nearest_lists_the_wheel_rejected_only_for_the_gpu_first():
     """Ranked by the rules failed, GPU-only rejections first, not by name."""
-    gpu_only = entry("cu13torch2.14cxx11abiTRUE", build_info(sass=("sm_90",)))             # fails: coverage
-    one_rule = entry("cu13torch2.13cxx11abiTRUE", build_info(torch="2.13.0+cu130"))          # fails: torch minor
+    gpu_only = entry("cu13torch2.14cxx11abiTRUE", build_info(sass=("sm_90",)))  # fails: coverage
+    one_rule = entry("cu13torch2.13cxx11abiTRUE", build_info(torch="2.13.0+cu130"))  # fails: torch minor
     two_rules = entry("cu12torch2.13cxx11abiTRUE", build_info(torch="2.13.0+cu126", cuda="12.6", nvcc="12.6"))
     d = select(gpu_env("8.0", "NVIDIA A100"), Manifest(wheels=[two_rules, one_rule, gpu_only]), V)
     assert d.status == "no-candidate"
-    assert [f for f, _ in d.rejected] == [gpu_only.filename, one_rule.filename, two_rules.filename], d.rejected
+    assert [f for f, _ in d.rejected] == [gpu_only.filename, one_rule.filename, two_rules.filename], (
+        d.rejected
+    )
     assert "NVIDIA A100" in d.rejected[0][1]
     assert d.explain().index(gpu_only.filename) < d.explain().index(one_rule.filename)
 

@@ -1,5 +1,6 @@
 """The index (PEP 503 roots + manifest + pins), the relabelled wheel, and the resolve / mirror
 commands, on fabricated wheels (fast). Hashes are recomputed here with hashlib, independently."""
+
 from __future__ import annotations
 
 import base64
@@ -36,8 +37,18 @@ def sha(path):
 @pytest.fixture()
 def index(tmp_path):
     root = tmp_path / "idx"
-    a = make_wheel(str(root), LABEL, build_info(sass=("sm_80", "sm_90"), ptx=("compute_90",)), platform="manylinux_2_28_x86_64")
-    b = make_wheel(str(tmp_path / "elsewhere"), CPU, build_info("2.13.0+cpu", None, sass=()), platform="manylinux_2_28_x86_64")
+    a = make_wheel(
+        str(root),
+        LABEL,
+        build_info(sass=("sm_80", "sm_90"), ptx=("compute_90",)),
+        platform="manylinux_2_28_x86_64",
+    )
+    b = make_wheel(
+        str(tmp_path / "elsewhere"),
+        CPU,
+        build_info("2.13.0+cpu", None, sass=()),
+        platform="manylinux_2_28_x86_64",
+    )
     expected = {os.path.basename(a): sha(a), os.path.basename(b): sha(b)}
     manifest = build_index(str(root), add=[b], pin=str(tmp_path / "pins.json"))
     return root, manifest, expected, tmp_path
@@ -53,7 +64,9 @@ def test_index_layout_pages_manifest_and_pins(index):
         links = re.findall(r'href="([^"#]+)#sha256=([0-9a-f]{64})"', page)
         assert links == [(w.filename.replace("+", "%2B"), expected[w.filename])]
         assert 'href="mamba-ssm/"' in (root / w.variant / "index.html").read_text()
-    assert sorted(os.listdir(root)) == sorted([LABEL, CPU, "index.html", "manifest.json"])  # the loose wheel was moved
+    assert sorted(os.listdir(root)) == sorted(
+        [LABEL, CPU, "index.html", "manifest.json"]
+    )  # the loose wheel was moved
     data = json.loads((root / "manifest.json").read_text())
     cu = next(w for w in data["wheels"] if w["variant"] == LABEL)
     assert cu["sass_archs"] == ["sm_80", "sm_90"] and cu["ptx_archs"] == ["compute_90"]
@@ -67,9 +80,23 @@ def test_pip_installs_from_a_variant_root_by_hand(index):
     cu = next(w for w in manifest.wheels if w.variant == LABEL)
     target = tmp / "target"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "--target", str(target),
-         "--index-url", (root / LABEL).as_uri() + "/", f"mamba-ssm=={cu.version}"],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-cache-dir",
+            "--target",
+            str(target),
+            "--index-url",
+            (root / LABEL).as_uri() + "/",
+            f"mamba-ssm=={cu.version}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (target / "mamba_ssm" / "_C.abi3.so").is_file()
 
@@ -86,7 +113,10 @@ def test_pin_sdist_adds_the_pins_inside_the_archive(index):
     root, manifest, expected, tmp = index
     sdist = tmp / "mamba_ssm-2.4.0.dev0.tar.gz"
     with tarfile.open(sdist, "w:gz") as tf:
-        for name, data in (("mamba_ssm-2.4.0.dev0/setup.py", b"# setup\n"), ("mamba_ssm-2.4.0.dev0/PKG-INFO", b"x")):
+        for name, data in (
+            ("mamba_ssm-2.4.0.dev0/setup.py", b"# setup\n"),
+            ("mamba_ssm-2.4.0.dev0/PKG-INFO", b"x"),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
@@ -137,7 +167,9 @@ def test_relabel_keeps_each_members_compression(tmp_path):
         zf.writestr(zipfile.ZipInfo("mamba_ssm/stored.bin"), b"s" * 1000, compress_type=zipfile.ZIP_STORED)
     out = relabel_wheel(src, "2.4.0.dev0", str(tmp_path / "out"), sha256=sha(src))
     with zipfile.ZipFile(src) as a, zipfile.ZipFile(out) as b:
-        before = {i.filename: i.compress_type for i in a.infolist() if not i.filename.startswith("mamba_ssm-")}
+        before = {
+            i.filename: i.compress_type for i in a.infolist() if not i.filename.startswith("mamba_ssm-")
+        }
         after = {i.filename: i.compress_type for i in b.infolist() if not i.filename.startswith("mamba_ssm-")}
         assert after == before and before["mamba_ssm/_C.abi3.so"] == zipfile.ZIP_DEFLATED
         assert after["mamba_ssm/stored.bin"] == zipfile.ZIP_STORED
@@ -150,10 +182,15 @@ def test_relabel_keeps_each_members_compression(tmp_path):
 def test_cli_resolve_for_declared_targets_and_mirror(index, capsys):
     root, manifest, expected, tmp = index
     env_file = tmp / "env.json"
-    env_file.write_text(json.dumps(env_dict(gpus=[{"vendor": "nvidia", "capability": "9.0"}], driver="580.65.06")))
+    env_file.write_text(
+        json.dumps(env_dict(gpus=[{"vendor": "nvidia", "capability": "9.0"}], driver="580.65.06"))
+    )
     assert cli(["resolve", "--index", str(root), "--env-json", str(env_file), "--json", "--no-pins"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["status"] == "prebuilt" and out["wheel"] == f"mamba_ssm-2.4.0.dev0+{LABEL.lower()}-cp39-abi3-manylinux_2_28_x86_64.whl"
+    assert (
+        out["status"] == "prebuilt"
+        and out["wheel"] == f"mamba_ssm-2.4.0.dev0+{LABEL.lower()}-cp39-abi3-manylinux_2_28_x86_64.whl"
+    )
     arm = tmp / "arm.json"
     arm.write_text(json.dumps(env_dict(platforms=("manylinux_2_28_aarch64",))))
     assert cli(["resolve", "--index", str(root), "--env-json", str(arm), "--no-pins", "--explain"]) == 1
@@ -164,7 +201,10 @@ def test_cli_resolve_for_declared_targets_and_mirror(index, capsys):
     assert cli(["resolve", "--index", str(root), "--env-json", str(notorch), "--no-pins"]) == 3
     capsys.readouterr()
     mirror = tmp / "mirror"
-    assert cli(["mirror", "--for", str(env_file), "--to", str(mirror), "--index", root.as_uri(), "--no-pins"]) == 0
+    assert (
+        cli(["mirror", "--for", str(env_file), "--to", str(mirror), "--index", root.as_uri(), "--no-pins"])
+        == 0
+    )
     data = json.loads((mirror / "manifest.json").read_text())
     assert [w["filename"] for w in data["wheels"]] == [out["wheel"]]
     assert sha(mirror / LABEL / "mamba-ssm" / out["wheel"]) == expected[out["wheel"]]
@@ -180,7 +220,9 @@ def test_cli_resolve_stdout_carries_only_the_result(index, tmp_path, capsys):
     env_file.write_text(json.dumps(env_dict()))
     missing = tmp_path / "no-such-index"
     for extra in ([], ["--explain"]):
-        assert cli(["resolve", "--index", str(missing), "--env-json", str(env_file), "--no-pins"] + extra) == 2
+        assert (
+            cli(["resolve", "--index", str(missing), "--env-json", str(env_file), "--no-pins"] + extra) == 2
+        )
         captured = capsys.readouterr()
         assert captured.out == ""
         assert "Could not read the wheel index" in captured.err
@@ -201,18 +243,23 @@ def test_cli_resolve_labels_a_declared_target_and_explain_lists_what_wheels_serv
     assert cli(["resolve", "--print-env"]) == 0
     printed = json.loads(capsys.readouterr().out)
     env_file = tmp / "printed.json"
-    env_file.write_text(json.dumps(dict(printed, torch={"version": "2.12.0+cu126", "cuda": "12.6",
-                                                        "hip": None, "cxx11_abi": True})))
+    env_file.write_text(
+        json.dumps(
+            dict(printed, torch={"version": "2.12.0+cu126", "cuda": "12.6", "hip": None, "cxx11_abi": True})
+        )
+    )
     assert cli(["resolve", "--index", str(root), "--env-json", str(env_file), "--no-pins", "--explain"]) == 1
     err = capsys.readouterr().err
     target = next(line for line in err.splitlines() if line.startswith("[resolve] target:"))
     assert f"(declared, from {env_file})" in target and "running interpreter" not in target
     assert "install-kernels --dry-run` lists them" in err  # the advice ...
     served = [line.split("serves:", 1)[1].strip() for line in err.splitlines() if "serves:" in line]
-    assert served == sorted([  # ... and what it promises: one line per wheel of the index
-        "torch 2.13 (built with 2.13.0+cpu), CPU only, cxx11abi TRUE; cp39-abi3 manylinux_2_28_x86_64",
-        "torch 2.14 (built with 2.14.1+cu130), CUDA 13.0, cxx11abi TRUE; cp39-abi3 manylinux_2_28_x86_64",
-    ])
+    assert served == sorted(
+        [  # ... and what it promises: one line per wheel of the index
+            "torch 2.13 (built with 2.13.0+cpu), CPU only, cxx11abi TRUE; cp39-abi3 manylinux_2_28_x86_64",
+            "torch 2.14 (built with 2.14.1+cu130), CUDA 13.0, cxx11abi TRUE; cp39-abi3 manylinux_2_28_x86_64",
+        ]
+    )
     assert cli(["resolve", "--index", str(root), "--env-json", str(env_file), "--no-pins", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["environment"]["target_source"] == f"declared, from {env_file}"

@@ -1,5 +1,6 @@
 """What ci/main_job.sh shows: one full audit of the wheel, and the install output filtered down to
 the resolver's lines and pip's result for mamba-ssm; and the plain-words label of pip's build Python."""
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,13 @@ Successfully installed mamba-ssm-2.4.0.dev0 setuptools-84.2.1
 
 
 def _filter(text):
-    out = subprocess.run([os.path.join(REPO, "ci", "filter_install_log.sh")], input=text,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [os.path.join(REPO, "ci", "filter_install_log.sh")],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.splitlines()
 
 
@@ -61,7 +67,7 @@ def test_main_job_audits_the_wheel_once_with_the_runtime_check():
     builds = [c for c in cmds if "build_matrix build" in c]
     audits = [c for c in cmds if "build_matrix audit" in c]
     assert len(builds) == 1 and "--no-audit" in shlex.split(builds[0])  # no audit inside build --host
-    assert len(audits) == 1 and "--no-runtime" not in audits[0]          # the one full audit
+    assert len(audits) == 1 and "--no-runtime" not in audits[0]  # the one full audit
     assert any("filter_install_log.sh" in c for c in cmds)
 
 

@@ -1,5 +1,6 @@
 """The offline-mirror advice: build_matrix is not in an installed wheel, so the hint says where to get it
 (an unpacked sdist of the same, pinned version) and how to describe this machine first."""
+
 import os
 import sys
 
@@ -12,7 +13,9 @@ from mamba_ssm._install.environment import Environment  # noqa: E402
 
 def test_hint_pins_the_version_and_never_touches_torch():
     hint = fixes.mirror_hint("2.4.0+cu13torch2.14cxx11abitrue")
-    assert "mamba-ssm==2.4.0 " in hint or hint.endswith("mamba-ssm==2.4.0`") or "mamba-ssm==2.4.0`" in hint, hint
+    assert "mamba-ssm==2.4.0 " in hint or hint.endswith("mamba-ssm==2.4.0`") or "mamba-ssm==2.4.0`" in hint, (
+        hint
+    )
     assert "VERSION" not in hint
     download = hint.split("`python -m pip download", 1)[1].split("`", 1)[0]
     assert "--no-deps" in download and "torch" not in download, download

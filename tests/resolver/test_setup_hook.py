@@ -1,6 +1,7 @@
 """setup.py's contract with the resolver: ``setup_hook.py`` loaded by file path (no ``import
 mamba_ssm``, no torch in the build process), ``resolve_prebuilt(version) -> Outcome`` never raising,
 ``record(outcome, final_mode)`` writing where ``read_decision`` (doctor) finds it."""
+
 from __future__ import annotations
 
 import glob
@@ -35,8 +36,20 @@ print(json.dumps({"wheel_path": out.wheel_path, "deferred": out.deferred, "messa
 
 def call_hook(tmp_path, final_mode, **env):
     full = dict(os.environ, MAMBA_SSM_NO_NVML="1", MAMBA_HTTP_RETRIES="0", **env)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, os.path.join(REPO, "mamba_ssm", "_install", "setup_hook.py"),
-                           final_mode], env=full, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SCRIPT,
+            os.path.join(REPO, "mamba_ssm", "_install", "setup_hook.py"),
+            final_mode,
+        ],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
@@ -60,7 +73,10 @@ def test_keep_label_hands_over_the_index_wheel_itself(tmp_path):
     make_wheel(str(root), LABEL, build_info(), platform="manylinux_2_28_x86_64")
     build_index(str(root))
     out, _ = call_hook(tmp_path, "prebuilt", MAMBA_WHEEL_INDEX=str(root), MAMBA_PREBUILT_LABEL="keep")
-    assert os.path.basename(out["wheel_path"]) == f"mamba_ssm-2.4.0.dev0+{LABEL.lower()}-cp39-abi3-manylinux_2_28_x86_64.whl"
+    assert (
+        os.path.basename(out["wheel_path"])
+        == f"mamba_ssm-2.4.0.dev0+{LABEL.lower()}-cp39-abi3-manylinux_2_28_x86_64.whl"
+    )
 
 
 def test_unreachable_index_is_an_outcome_not_an_exception(tmp_path):
@@ -75,7 +91,11 @@ def test_no_torch_in_the_target_defers_the_kernels(tmp_path):
     pythons = sorted(glob.glob("/root/.pyenv/versions/3.12*/bin/python3.12"))
     if not pythons:
         pytest.skip("no pyenv Python 3.12 (a target without torch) on this machine")
-    out, _ = call_hook(tmp_path, "deferred", MAMBA_TARGET_PYTHON=pythons[0], MAMBA_WHEEL_INDEX=str(tmp_path / "nowhere"))
+    out, _ = call_hook(
+        tmp_path, "deferred", MAMBA_TARGET_PYTHON=pythons[0], MAMBA_WHEEL_INDEX=str(tmp_path / "nowhere")
+    )
     assert out["deferred"] is True and out["wheel_path"] is None and "install-kernels" in out["message"]
-    prefix = subprocess.run([pythons[0], "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True).stdout.strip()
+    prefix = subprocess.run(
+        [pythons[0], "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True
+    ).stdout.strip()
     assert read_decision(prefix)["final_mode"] == "deferred"

@@ -8,6 +8,7 @@
 * the resolver checks the downloaded wheel again after its sha256 (a hostile or older index can list
   anything): a mislabelled wheel is never handed to the installer.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,18 +34,30 @@ X86 = "manylinux_2_28_x86_64"
 
 def aarch64_inside(folder, **kw):
     """The finding: WHEEL tag and build info say aarch64, the file name says x86_64."""
-    return make_wheel(str(folder), LABEL, dict(build_info(), platform="linux-aarch64"), platform=X86,
-                      wheel_tag="cp39-abi3-manylinux_2_28_aarch64", **kw)
+    return make_wheel(
+        str(folder),
+        LABEL,
+        dict(build_info(), platform="linux-aarch64"),
+        platform=X86,
+        wheel_tag="cp39-abi3-manylinux_2_28_aarch64",
+        **kw,
+    )
 
 
-@pytest.mark.parametrize("case,match", [
-    ("wheel-tag", "WHEEL says Tag cp39-abi3-manylinux_2_28_aarch64, the file name cp39-abi3-manylinux_2_28_x86_64"),
-    ("build-arch", r"built for linux-aarch64 \(aarch64\), the file name says x86_64"),
-    ("name", "METADATA Name 'other-project'"),
-    ("build-version", "build info names version 2.5.0"),
-    ("requires-python", "Requires-Python 'three' is not a version specifier"),
-    ("unrepaired", "linux_x86_64 is an unrepaired wheel"),
-])
+@pytest.mark.parametrize(
+    "case,match",
+    [
+        (
+            "wheel-tag",
+            "WHEEL says Tag cp39-abi3-manylinux_2_28_aarch64, the file name cp39-abi3-manylinux_2_28_x86_64",
+        ),
+        ("build-arch", r"built for linux-aarch64 \(aarch64\), the file name says x86_64"),
+        ("name", "METADATA Name 'other-project'"),
+        ("build-version", "build info names version 2.5.0"),
+        ("requires-python", "Requires-Python 'three' is not a version specifier"),
+        ("unrepaired", "linux_x86_64 is an unrepaired wheel"),
+    ],
+)
 def test_the_index_refuses_a_wheel_whose_contents_disagree_with_its_name(tmp_path, case, match):
     w = tmp_path / "w"
     if case == "wheel-tag":
@@ -84,7 +97,9 @@ def test_the_index_records_requires_python(tmp_path):
             assert d.status == "chosen", d.explain()
         else:
             assert d.status == "no-candidate"
-            assert "requires Python >=3.12 (METADATA Requires-Python), the target is 3.11.0" in d.rejected[0][1]
+            assert (
+                "requires Python >=3.12 (METADATA Requires-Python), the target is 3.11.0" in d.rejected[0][1]
+            )
 
 
 def test_a_musllinux_target_never_takes_a_linux_wheel_but_a_glibc_one_may(tmp_path):
@@ -115,19 +130,32 @@ def _hostile_index(tmp_path, make):
     return good
 
 
-@pytest.mark.parametrize("case,needle", [
-    ("aarch64-inside", "WHEEL says Tag cp39-abi3-manylinux_2_28_aarch64"),
-    ("requires-python", "requires Python >=3.12 (METADATA Requires-Python), the target is 3.11.0"),
-])
+@pytest.mark.parametrize(
+    "case,needle",
+    [
+        ("aarch64-inside", "WHEEL says Tag cp39-abi3-manylinux_2_28_aarch64"),
+        ("requires-python", "requires Python >=3.12 (METADATA Requires-Python), the target is 3.11.0"),
+    ],
+)
 def test_the_resolver_refuses_a_mislabelled_download(tmp_path, case, needle):
     if case == "aarch64-inside":
         root = _hostile_index(tmp_path, aarch64_inside)
     else:  # the manifest does not record requires_python (an index written before it did)
-        root = _hostile_index(tmp_path, lambda f: make_wheel(str(f), LABEL, build_info(), platform=X86,
-                                                              requires_python=">=3.12"))
-    res = resolve(V, index=str(root), env=Environment.from_dict(env_dict()), environ={}, pinned=None,
-                  cache=str(tmp_path / "cache"))
-    assert res.status == "error" and res.error_kind == "fetch-metadata" and res.wheel_path is None, res.message
+        root = _hostile_index(
+            tmp_path,
+            lambda f: make_wheel(str(f), LABEL, build_info(), platform=X86, requires_python=">=3.12"),
+        )
+    res = resolve(
+        V,
+        index=str(root),
+        env=Environment.from_dict(env_dict()),
+        environ={},
+        pinned=None,
+        cache=str(tmp_path / "cache"),
+    )
+    assert res.status == "error" and res.error_kind == "fetch-metadata" and res.wheel_path is None, (
+        res.message
+    )
     assert needle in res.message and "not handed to the installer" in res.message
     if case == "aarch64-inside":
         assert "built for aarch64, the target is x86_64" in res.message
@@ -137,9 +165,16 @@ def test_a_sound_download_passes_the_contents_check(tmp_path):
     root = tmp_path / "index"
     make_wheel(str(root), LABEL, build_info(), platform=X86, requires_python=">=3.9")
     build_index(str(root))
-    res = resolve(V, index=str(root), env=Environment.from_dict(env_dict()), environ={}, pinned=None,
-                  cache=str(tmp_path / "cache"))
+    res = resolve(
+        V,
+        index=str(root),
+        env=Environment.from_dict(env_dict()),
+        environ={},
+        pinned=None,
+        cache=str(tmp_path / "cache"),
+    )
     assert res.status == "prebuilt" and "build info agree" in res.message, res.message
     # the check read the _C through a temporary file in the cache folder and removed it
     assert sorted(os.listdir(os.path.dirname(res.wheel_path))) == sorted(
-        [os.path.basename(res.wheel_path), os.path.basename(res.wheel_path) + ".lock"])
+        [os.path.basename(res.wheel_path), os.path.basename(res.wheel_path) + ".lock"]
+    )

@@ -5,6 +5,7 @@ A unique name rather than ``reference``: tests/kernels puts its own ``reference`
 pytest imports this file before the test modules of this folder, so they can
 ``import mamba_runtime_reference as ref``.
 """
+
 import importlib.util
 import os
 import sys
@@ -13,7 +14,8 @@ REFERENCE_MODULE = "mamba_runtime_reference"
 
 if REFERENCE_MODULE not in sys.modules:
     _spec = importlib.util.spec_from_file_location(
-        REFERENCE_MODULE, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference.py"))
+        REFERENCE_MODULE, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference.py")
+    )
     _module = importlib.util.module_from_spec(_spec)
     sys.modules[REFERENCE_MODULE] = _module
     _spec.loader.exec_module(_module)

@@ -3,6 +3,7 @@
 Each follows the recurrences as stated in the papers, one timestep and one channel group at a time in
 numpy float64, so they share no code (and no vectorisation tricks) with the implementations under test.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,8 +25,9 @@ def _silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                   initial_state=None):
+def selective_scan(
+    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, initial_state=None
+):
     """Mamba's S6 scan (arXiv:2312.00752, Algorithm 2) in float64, one timestep at a time.
 
     u, delta (batch, dim, L); A (dim, N); B, C (dim, N) | (batch, N, L) | (batch, G, N, L).
@@ -98,8 +100,20 @@ def selective_scan_torch(u, delta, A, B, C, D=None, z=None, delta_bias=None, del
     return out, h
 
 
-def ssd(x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, initial_states=None,
-        seq_idx=None, dt_limit=(0.0, float("inf"))):
+def ssd(
+    x,
+    dt,
+    A,
+    B,
+    C,
+    D=None,
+    z=None,
+    dt_bias=None,
+    dt_softplus=False,
+    initial_states=None,
+    seq_idx=None,
+    dt_limit=(0.0, float("inf")),
+):
     """Mamba-2's SSD recurrence (arXiv:2405.21060, eq. (1) with scalar A per head) in float64.
 
     x (b, l, h, p); dt (b, l, h); A (h,); B, C (b, l, g, n). seq_idx: the state restarts from zero
@@ -164,6 +178,7 @@ def causal_conv1d(x, weight, bias=None, silu=False):
 # ----------------------------------------------------------------------------------------------------
 import torch  # noqa: E402
 
+
 def pairwise(factors):
     """A greedy covering design: rows (dicts) such that every pair of levels of every two factors
     appears in at least one row. ``factors``: {name: [levels]}. Deterministic."""
@@ -178,8 +193,11 @@ def pairwise(factors):
     while uncovered:
         best, best_gain = None, -1
         for cand in candidates:
-            gain = sum(1 for (i, j) in itertools.combinations(range(len(names)), 2)
-                       if (i, cand[i], j, cand[j]) in uncovered)
+            gain = sum(
+                1
+                for (i, j) in itertools.combinations(range(len(names)), 2)
+                if (i, cand[i], j, cand[j]) in uncovered
+            )
             if gain > best_gain:
                 best, best_gain = cand, gain
         rows.append(best)
@@ -188,15 +206,23 @@ def pairwise(factors):
     return [{n: factors[n][k] for n, k in zip(names, row)} for row in rows]
 
 
-TOL = {torch.float32: (2e-4, 2e-4), torch.bfloat16: (2e-2, 3e-2), torch.float16: (5e-3, 5e-3),
-       torch.float64: (1e-9, 1e-9)}
+TOL = {
+    torch.float32: (2e-4, 2e-4),
+    torch.bfloat16: (2e-2, 3e-2),
+    torch.float16: (5e-3, 5e-3),
+    torch.float64: (1e-9, 1e-9),
+}
 
 
 def assert_close(actual, expected, dtype, what="", scale=1.0):
     """|actual - expected| <= atol * scale + rtol * |expected| elementwise, with the dtype's tolerances."""
     rtol, atol = TOL[dtype]
     a = actual.detach().cpu().double().numpy() if isinstance(actual, torch.Tensor) else np.asarray(actual)
-    e = expected.detach().cpu().double().numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
+    e = (
+        expected.detach().cpu().double().numpy()
+        if isinstance(expected, torch.Tensor)
+        else np.asarray(expected)
+    )
     assert a.shape == e.shape, f"{what}: shape {a.shape} != expected {e.shape}"
     assert np.all(np.isfinite(a)), f"{what}: non-finite values"
     err = np.abs(a - e)
@@ -204,11 +230,13 @@ def assert_close(actual, expected, dtype, what="", scale=1.0):
     worst = np.argmax(err - bound) if err.size else 0
     assert np.all(err <= bound), (
         f"{what}: max |err| {err.max():.3g} (at {np.unravel_index(worst, err.shape)}: got "
-        f"{a.flat[worst]:.6g}, expected {e.flat[worst]:.6g}); rtol {rtol}, atol {atol * scale}")
+        f"{a.flat[worst]:.6g}, expected {e.flat[worst]:.6g}); rtol {rtol}, atol {atol * scale}"
+    )
 
 
-def make_scan_inputs(batch, dim, d_state, seqlen, bc, has_D, has_z, has_bias, softplus, dtype,
-                     seed=0, device="cpu"):
+def make_scan_inputs(
+    batch, dim, d_state, seqlen, bc, has_D, has_z, has_bias, softplus, dtype, seed=0, device="cpu"
+):
     """Random selective-scan inputs. ``bc``: 'constant', 'variable', 'grouped1', 'grouped2' or
     'mixed' (B variable, C constant). u, delta, B, C, z in ``dtype``; A, D, delta_bias float32."""
     g = torch.Generator().manual_seed(seed)

@@ -4,6 +4,7 @@ warn-once and its silencing env var, per-device coverage, and the compiled path'
 Each case runs in a subprocess against a temporary copy of the package (the repository's own ``_C`` is
 never loaded), with the real torch here.
 """
+
 import importlib.util
 import json
 import os
@@ -11,7 +12,8 @@ import os
 import pytest
 
 _spec = importlib.util.spec_from_file_location(
-    "mamba_ssm_test_loader_support", os.path.join(os.path.dirname(__file__), "test_loader_support.py"))
+    "mamba_ssm_test_loader_support", os.path.join(os.path.dirname(__file__), "test_loader_support.py")
+)
 S = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(S)
 
@@ -45,7 +47,9 @@ PROBE = PROBE_FUNCS + "\nprint(json.dumps(run_probe()))\n"
 
 # One process, many environment settings: the env is read at each call; the warn-once memory is
 # cleared between settings (a test-only reset), so each setting starts as a fresh process would.
-MATRIX = PROBE_FUNCS + r"""
+MATRIX = (
+    PROBE_FUNCS
+    + r"""
 results = {}
 for key, settings in json.loads(sys.argv[1]).items():
     for name, value in settings.items():
@@ -57,6 +61,7 @@ for key, settings in json.loads(sys.argv[1]).items():
     results[key] = run_probe()
 print(json.dumps(results))
 """
+)
 
 SETTINGS = {
     "silence_1": {"MAMBA_SSM_BACKEND": None, "MAMBA_SSM_NO_FALLBACK_WARNING": "1"},
@@ -134,8 +139,10 @@ def test_forcing_unavailable_compiled_raises_with_reason(matrix, key):
     assert out["no_compiled_kernel_op"]["value"] == "torch"
 
 
-@pytest.mark.parametrize("key,expected", [("torch", "torch"), ("TORCH", "torch"), ("ref", "ref"),
-                                          ("auto", "torch"), ("empty", "torch")])
+@pytest.mark.parametrize(
+    "key,expected",
+    [("torch", "torch"), ("TORCH", "torch"), ("ref", "ref"), ("auto", "torch"), ("empty", "torch")],
+)
 def test_explicit_backends(matrix, key, expected):
     out = matrix[key]
     assert out["first"]["value"] == expected
@@ -284,7 +291,9 @@ def test_loaded_module_and_device_coverage(tmp_path):
     compiled_flag = tmp_path / "compiled_imported"
     (root / "mamba_ssm" / "ops" / "backends").mkdir(parents=True, exist_ok=True)
     (root / "mamba_ssm" / "ops" / "backends" / "compiled.py").write_text(FAKE_COMPILED_PY)
-    env = S.child_env(root, MAMBA_SSM_TEST_DLOPEN_MARKER=marker, MAMBA_SSM_TEST_COMPILED_IMPORTED=compiled_flag)
+    env = S.child_env(
+        root, MAMBA_SSM_TEST_DLOPEN_MARKER=marker, MAMBA_SSM_TEST_COMPILED_IMPORTED=compiled_flag
+    )
     proc = S.run_python(root, COVERAGE, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = S.last_json(proc.stdout)
@@ -295,12 +304,17 @@ def test_loaded_module_and_device_coverage(tmp_path):
     # NVIDIA's rules: SASS runs on the same major with an equal or newer minor; PTX JIT-compiles for
     # any newer capability.
     assert cov["cpu"] is None
-    assert cov["cuda:0"] is None     # 8.0: sm_80 SASS
-    assert cov["cuda:1"] is None     # 8.6: sm_80 SASS runs on 8.6
+    assert cov["cuda:0"] is None  # 8.0: sm_80 SASS
+    assert cov["cuda:1"] is None  # 8.6: sm_80 SASS runs on 8.6
     assert cov["cuda:2"] is not None and "7.5" in cov["cuda:2"]  # older than every target
-    assert cov["cuda:3"] is None     # 12.0: compute_90 PTX JIT-compiles
-    assert out["plans"] == {"cpu": "compiled", "cuda:0": "compiled", "cuda:1": "compiled",
-                            "cuda:2": "torch", "cuda:3": "compiled"}
+    assert cov["cuda:3"] is None  # 12.0: compute_90 PTX JIT-compiles
+    assert out["plans"] == {
+        "cpu": "compiled",
+        "cuda:0": "compiled",
+        "cuda:1": "compiled",
+        "cuda:2": "torch",
+        "cuda:3": "compiled",
+    }
     assert sorted(out["calls"]) == [0, 1, 2, 3]  # once per device, cached afterwards
     assert compiled_flag.read_text() == "imported"
 
@@ -339,9 +353,17 @@ print(json.dumps(out))
 
 def test_rocm_gfx_coverage(tmp_path):
     root = S.make_package(tmp_path)
-    info = S.build_info(torch_version="2.14.1+rocm6.2", torch_cuda=None, torch_hip="6.2.41133-dd7f95766",
-                        nvcc_version=None, hipcc_version="6.2.41133", sass_archs=[], ptx_archs=[],
-                        gfx_archs=["gfx90a", "gfx942"], kernels=["cpu", "hip"])
+    info = S.build_info(
+        torch_version="2.14.1+rocm6.2",
+        torch_cuda=None,
+        torch_hip="6.2.41133-dd7f95766",
+        nvcc_version=None,
+        hipcc_version="6.2.41133",
+        sass_archs=[],
+        ptx_archs=[],
+        gfx_archs=["gfx90a", "gfx942"],
+        kernels=["cpu", "hip"],
+    )
     S.compile_so(root / "mamba_ssm" / "_C.abi3.so", info)
     proc = S.run_python(root, ROCM)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -405,11 +427,15 @@ def test_selective_scan_fn_honours_the_setting(missing_root, tmp_path):
     if "unavailable" in out:
         pytest.skip(f"selective_scan_fn is not importable yet (ops part): {out['unavailable']}")
     assert out["compiled"]["y"] is None
-    assert out["reason"] in out["compiled"]["error"] and "MAMBA_SSM_BACKEND=compiled" in out["compiled"]["error"]
+    assert (
+        out["reason"] in out["compiled"]["error"] and "MAMBA_SSM_BACKEND=compiled" in out["compiled"]["error"]
+    )
     ref = S.selective_scan_reference(*torch.load(saved))
     for setting in ("ref", "torch"):
         assert out[setting]["error"] is None and out[setting]["warnings"] == []
-        torch.testing.assert_close(torch.tensor(out[setting]["y"], dtype=torch.float64), ref, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            torch.tensor(out[setting]["y"], dtype=torch.float64), ref, rtol=1e-4, atol=1e-5
+        )
 
 
 COMPILE = r"""

@@ -1,6 +1,7 @@
 """``python -m mamba_ssm doctor``: JSON fields against the real torch / packaging here, exit codes
 0 / 1 / 2, the text report, the recorded install decision, install-kernels delegation and the console
 script's target. Every run is a subprocess against a temporary copy of the package."""
+
 import ctypes
 import importlib.util
 import json
@@ -14,12 +15,26 @@ import sys
 import pytest
 
 _spec = importlib.util.spec_from_file_location(
-    "mamba_ssm_test_loader_support", os.path.join(os.path.dirname(__file__), "test_loader_support.py"))
+    "mamba_ssm_test_loader_support", os.path.join(os.path.dirname(__file__), "test_loader_support.py")
+)
 S = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(S)
 
-TOP_LEVEL_KEYS = {"schema", "package", "python", "torch", "gpus", "driver", "compiled_module",
-                  "install_decision", "backend", "devices", "problems", "status", "exit_code"}
+TOP_LEVEL_KEYS = {
+    "schema",
+    "package",
+    "python",
+    "torch",
+    "gpus",
+    "driver",
+    "compiled_module",
+    "install_decision",
+    "backend",
+    "devices",
+    "problems",
+    "status",
+    "exit_code",
+}
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +47,9 @@ def doctor_json(root, env=None):
     try:
         report = json.loads(proc.stdout)
     except ValueError:
-        raise AssertionError(f"doctor --json printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"doctor --json printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc.returncode, report
 
 
@@ -78,8 +95,9 @@ def test_json_against_real_environment(missing_root):
     drv = report["driver"]
     smi = shutil.which("nvidia-smi")
     if smi:
-        first = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                               capture_output=True, text=True).stdout.split()
+        first = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        ).stdout.split()
         if first:
             assert drv["nvidia_driver_version"] == first[0]
     else:
@@ -93,8 +111,12 @@ def test_json_against_real_environment(missing_root):
     assert cm["reason"] and "install-kernels" in cm["fix"]
     assert report["backend"] == {"requested": "auto", "source": "default", "env": None, "error": None}
     cpu = report["devices"][0]
-    assert cpu["ops"]["selective_scan"] == {"backend": "torch", "reason": cm["reason"], "fix": cm["fix"],
-                                            "error": False}
+    assert cpu["ops"]["selective_scan"] == {
+        "backend": "torch",
+        "reason": cm["reason"],
+        "fix": cm["fix"],
+        "error": False,
+    }
     assert report["install_decision"]["recorded"] is False
 
 
@@ -136,7 +158,8 @@ def test_broken_torch_exit_2(tmp_path):
     fake = tmp_path / "broken_torch"
     (fake / "torch").mkdir(parents=True)
     (fake / "torch" / "__init__.py").write_text(
-        'raise ImportError("libtorch_cpu.so: cannot open shared object file (simulated broken torch)")\n')
+        'raise ImportError("libtorch_cpu.so: cannot open shared object file (simulated broken torch)")\n'
+    )
     env = S.child_env(root)
     env["PYTHONPATH"] = os.pathsep.join([str(root), str(fake)])
     rc, report = doctor_json(root, env)
@@ -212,12 +235,15 @@ with open(_os.path.join(_di, _d.INSTALL_ID_FILE), "wb") as _fh:
 INSTALL = {"install_id": "feedc0de" * 4}
 """
 
-RECORD_DEFERRED = MARK_INSTALL + r"""
+RECORD_DEFERRED = (
+    MARK_INSTALL
+    + r"""
 from mamba_ssm._install.decision import write_decision
 print(write_decision({"package_version": "2.4.0.dev0", "final_mode": "deferred", "status": "deferred",
                       "install": INSTALL,
                       "wheel": None, "message": "torch was being installed by the same command"}))
 """
+)
 
 WARN = r"""
 import json, warnings
@@ -239,7 +265,10 @@ def test_deferred_install_decision_is_shown_and_hinted(tmp_path):
     assert dec["resolver_present"] is True and dec["recorded"] is True and dec["kernels_deferred"] is True
     assert dec["decision"]["final_mode"] == "deferred"
     assert dec["decision"]["message"] == "torch was being installed by the same command"
-    assert "deferred" in report["compiled_module"]["fix"] and "install-kernels" in report["compiled_module"]["fix"]
+    assert (
+        "deferred" in report["compiled_module"]["fix"]
+        and "install-kernels" in report["compiled_module"]["fix"]
+    )
     text = S.run_module(root, ["doctor"], env=env).stdout
     assert "Install decision (recorded by the resolver, " in text and "\n  final mode: deferred\n" in text
 
@@ -248,7 +277,9 @@ def test_deferred_install_decision_is_shown_and_hinted(tmp_path):
     assert "deferred" in message and "python -m mamba_ssm install-kernels" in message
 
 
-RECORD_PREBUILT = MARK_INSTALL + r"""
+RECORD_PREBUILT = (
+    MARK_INSTALL
+    + r"""
 from mamba_ssm._install.decision import write_decision
 print(write_decision({
     "package_version": "2.4.0", "final_mode": "prebuilt", "status": "chosen", "install": INSTALL,
@@ -266,6 +297,7 @@ print(write_decision({
                  "looked_for": "cu13torch2.14cxx11abiTRUE", "notes": []},
     "message": "Chose the cu13 wheel."}))
 """
+)
 
 
 def test_recorded_decision_is_readable_lines(tmp_path):
@@ -274,11 +306,12 @@ def test_recorded_decision_is_readable_lines(tmp_path):
     root, env, path = _root_with_recorded_decision(tmp_path, RECORD_PREBUILT)
     text = S.run_module(root, ["doctor"], env=env).stdout
     start = text.index("Install decision (recorded by the resolver, 2026-11-29T12:34:56Z):\n")
-    section = text[start:text.index("Backend requested:")].splitlines()
+    section = text[start : text.index("Backend requested:")].splitlines()
     assert section[1:] == [
         "  final mode: prebuilt (resolver status: chosen)",
         "  wheel: mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl (sha256 "
-        + "ab" * 32 + ")",
+        + "ab" * 32
+        + ")",
         "    installed as: mamba_ssm-2.4.0-cp39-abi3-manylinux_2_34_x86_64.whl",
         "  index: https://example.invalid/whl",
         "  package version: 2.4.0",
@@ -297,6 +330,7 @@ def test_recorded_decision_is_readable_lines(tmp_path):
     assert dec["decision"]["rejected"][1]["reason"] == "built for torch 2.13, torch is 2.14.1+cu130"
     assert dec["final_mode"] == "prebuilt" and dec["path"] == path and dec["sha256"] == "ab" * 32
 
+
 def test_install_kernels_delegates_and_degrades(tmp_path):
     root = S.make_package(tmp_path)
     if not (root / "mamba_ssm" / "_install" / "install_kernels.py").exists():
@@ -307,7 +341,9 @@ def test_install_kernels_delegates_and_degrades(tmp_path):
     (root / "mamba_ssm" / "_install" / "install_kernels.py").unlink()
     proc = S.run_module(root, ["install-kernels"])
     assert proc.returncode == 2
-    assert "not part of this install" in proc.stderr and "--force-reinstall --no-deps mamba-ssm==" in proc.stderr
+    assert (
+        "not part of this install" in proc.stderr and "--force-reinstall --no-deps mamba-ssm==" in proc.stderr
+    )
 
 
 def test_unknown_command_and_usage(missing_root):
@@ -342,7 +378,9 @@ def test_real_build_if_present(tmp_path):
 
     built = sorted(glob.glob(os.path.join(S.REPO_ROOT, "mamba_ssm", "_C*.so")))
     if not built:
-        pytest.skip("no mamba_ssm/_C*.so built in the repository (pip install --no-build-isolation -e . makes one)")
+        pytest.skip(
+            "no mamba_ssm/_C*.so built in the repository (pip install --no-build-isolation -e . makes one)"
+        )
     root = S.make_package(tmp_path)
     shutil.copy2(built[0], root / "mamba_ssm" / os.path.basename(built[0]))
     rc, report = doctor_json_args(root, ["--check"])
@@ -457,8 +495,10 @@ def test_gpus_listed_and_each_checked_against_the_build(tmp_path):
     if not t["cuda"]:
         pytest.skip("needs a CUDA torch (the fabricated build is a CUDA build matching it)")
     root = S.make_package(tmp_path)
-    S.compile_so(root / "mamba_ssm" / "_C.abi3.so",
-                 S.build_info(kernels=["cpu", "cuda"], sass_archs=["sm_80", "sm_90"], ptx_archs=[]))
+    S.compile_so(
+        root / "mamba_ssm" / "_C.abi3.so",
+        S.build_info(kernels=["cpu", "cuda"], sass_archs=["sm_80", "sm_90"], ptx_archs=[]),
+    )
     (root / "mamba_ssm" / "ops" / "backends").mkdir(parents=True, exist_ok=True)
     (root / "mamba_ssm" / "ops" / "backends" / "compiled.py").write_text(FAKE_COMPILED_PY)
     proc = S.run_python(root, FAKE_GPUS)
@@ -468,9 +508,13 @@ def test_gpus_listed_and_each_checked_against_the_build(tmp_path):
     assert runs[0]["code"] == 1 and report["exit_code"] == 1
     gpus = report["gpus"]
     assert gpus["count"] == 2
-    assert [(g["device"], g["name"], g["compute_capability"], g["arch"], g["total_memory_mib"])
-            for g in gpus["devices"]] == [("cuda:0", "NVIDIA H200", "9.0", "sm_90", 141 * 1024),
-                                          ("cuda:1", "Tesla T4", "7.5", "sm_75", 16 * 1024)]
+    assert [
+        (g["device"], g["name"], g["compute_capability"], g["arch"], g["total_memory_mib"])
+        for g in gpus["devices"]
+    ] == [
+        ("cuda:0", "NVIDIA H200", "9.0", "sm_90", 141 * 1024),
+        ("cuda:1", "Tesla T4", "7.5", "sm_75", 16 * 1024),
+    ]
     by_device = {d["device"]: d for d in report["devices"]}
     assert list(by_device) == ["cpu", "cuda:0", "cuda:1"]
     assert by_device["cpu"]["compiled_active"] and by_device["cuda:0"]["compiled_active"]

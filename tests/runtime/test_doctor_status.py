@@ -1,5 +1,6 @@
 """doctor's text report: the status line, the fix that follows the recorded install decision, and a
 decision record that belongs to an earlier install."""
+
 import json
 import os
 import zipfile
@@ -20,7 +21,9 @@ def test_ok_status_names_the_ops_with_compiled_kernels(monkeypatch):
     monkeypatch.delenv("MAMBA_SSM_BACKEND", raising=False)
     report = _report(monkeypatch)
     if report["status"] != "ok":
-        pytest.skip("the compiled module is not loadable here: " + str(report["compiled_module"].get("reason")))
+        pytest.skip(
+            "the compiled module is not loadable here: " + str(report["compiled_module"].get("reason"))
+        )
     text = _doctor.render_text(report)
     (line,) = [l for l in text.splitlines() if l.startswith("Status:")]
     ops = report["devices"][0]["ops"]
@@ -75,21 +78,31 @@ def test_install_kernels_record_goes_stale_after_a_reinstall(site, monkeypatch):
     from mamba_ssm._install import decision
 
     di = _install(site)
-    decision.write_decision({"final_mode": "install-kernels", "status": "prebuilt", "time": "2026-11-29T10:00:00Z",
-                             "message": "Downloaded and verified", "install": decision.dist_info_identity()})
+    decision.write_decision(
+        {
+            "final_mode": "install-kernels",
+            "status": "prebuilt",
+            "time": "2026-11-29T10:00:00Z",
+            "message": "Downloaded and verified",
+            "install": decision.dist_info_identity(),
+        }
+    )
     text, dec = _text_and_decision(monkeypatch)
     assert dec["current"] is True and "  final mode: install-kernels" in text
 
     # MAMBA_SKIP_CUDA_BUILD=TRUE pip install --force-reinstall: pip rewrites the dist-info
     import shutil
+
     shutil.rmtree(di)
     di = _install(site)
     os.utime(di / "RECORD", ns=(1, 1))
     text, dec = _text_and_decision(monkeypatch)
     assert dec["current"] is False and dec["kernels_deferred"] is False
     assert "final mode: install-kernels\n" not in text and "Downloaded and verified" not in text
-    assert ("Install decision: the recorded decision belongs to an earlier install (recorded "
-            "2026-11-29T10:00:00Z, final mode install-kernels)") in text
+    assert (
+        "Install decision: the recorded decision belongs to an earlier install (recorded "
+        "2026-11-29T10:00:00Z, final mode install-kernels)"
+    ) in text
 
 
 @pytest.mark.parametrize("later", ["other-id", "no-id", "no-install"])
@@ -97,14 +110,21 @@ def test_setup_record_is_current_only_for_the_wheel_it_was_written_for(site, mon
     from mamba_ssm._install import decision
 
     di = _install(site, "a" * 32)
-    decision.write_decision({"final_mode": "deferred", "status": "deferred", "time": "2026-11-29T09:00:00Z",
-                             "message": "torch was being installed by the same command",
-                             "install": {"install_id": "a" * 32}})
+    decision.write_decision(
+        {
+            "final_mode": "deferred",
+            "status": "deferred",
+            "time": "2026-11-29T09:00:00Z",
+            "message": "torch was being installed by the same command",
+            "install": {"install_id": "a" * 32},
+        }
+    )
     text, dec = _text_and_decision(monkeypatch)
     assert dec["current"] is True and dec["kernels_deferred"] is True and "  final mode: deferred" in text
 
     # rm -rf venv, a new venv at the same path, mamba-ssm installed again (another wheel, or not at all)
     import shutil
+
     shutil.rmtree(di)
     if later != "no-install":
         _install(site, "b" * 32 if later == "other-id" else None)
@@ -126,11 +146,19 @@ def test_record_without_install_identity_is_not_presented_as_current(site, monke
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _RECORDS = {
-    "offline": {"final_mode": "python", "status": "error", "error_kind": "index-dns",
-                "index": "https://wheels.example.invalid/mamba-ssm/",
-                "message": "Could not resolve the index host wheels.example.invalid."},
-    "skip": {"final_mode": "python", "status": "requested", "requested": "MAMBA_SKIP_CUDA_BUILD=TRUE",
-             "message": "MAMBA_SKIP_CUDA_BUILD=TRUE: the resolver was not asked (no prebuilt wheel looked for)."},
+    "offline": {
+        "final_mode": "python",
+        "status": "error",
+        "error_kind": "index-dns",
+        "index": "https://wheels.example.invalid/mamba-ssm/",
+        "message": "Could not resolve the index host wheels.example.invalid.",
+    },
+    "skip": {
+        "final_mode": "python",
+        "status": "requested",
+        "requested": "MAMBA_SKIP_CUDA_BUILD=TRUE",
+        "message": "MAMBA_SKIP_CUDA_BUILD=TRUE: the resolver was not asked (no prebuilt wheel looked for).",
+    },
 }
 
 
@@ -142,25 +170,42 @@ def test_fix_follows_the_recorded_cause(tmp_path, cause):
     import sys
 
     root = tmp_path / "root"
-    shutil.copytree(os.path.join(REPO, "mamba_ssm"), root / "mamba_ssm",
-                    ignore=lambda d, names: [n for n in names if n.startswith("_C") or n == "__pycache__"])
+    shutil.copytree(
+        os.path.join(REPO, "mamba_ssm"),
+        root / "mamba_ssm",
+        ignore=lambda d, names: [n for n in names if n.startswith("_C") or n == "__pycache__"],
+    )
     di = root / "mamba_ssm-2.4.0.dev0.dist-info"
     di.mkdir()
     (di / "mamba_ssm_install.json").write_text(json.dumps({"install_id": "c" * 32}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAMBA_")}
-    env.update(PYTHONPATH=str(root), MAMBA_SSM_DECISION_DIR=str(tmp_path / "decisions"), PYTHONDONTWRITEBYTECODE="1")
+    env.update(
+        PYTHONPATH=str(root), MAMBA_SSM_DECISION_DIR=str(tmp_path / "decisions"), PYTHONDONTWRITEBYTECODE="1"
+    )
     rec = dict(_RECORDS[cause], install={"install_id": "c" * 32})
     code = f"from mamba_ssm._install.decision import write_decision; write_decision({rec!r})"
     subprocess.run([sys.executable, "-c", code], cwd=str(root), env=env, check=True, timeout=120)
-    p = subprocess.run([sys.executable, "-m", "mamba_ssm", "doctor"], cwd=str(root), env=env, capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "mamba_ssm", "doctor"],
+        cwd=str(root),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 1, p.stdout + p.stderr
-    status = p.stdout[p.stdout.index("Status:"):]
+    status = p.stdout[p.stdout.index("Status:") :]
     fixes = [l.strip() for l in status.splitlines() if l.strip().startswith("fix:")]
     assert fixes, status
     if cause == "offline":
-        assert all("MAMBA_WHEEL_INDEX" in f and "python -m build_matrix mirror" in f and "index-dns" in f
-                   for f in fixes), fixes
+        assert all(
+            "MAMBA_WHEEL_INDEX" in f and "python -m build_matrix mirror" in f and "index-dns" in f
+            for f in fixes
+        ), fixes
     else:
-        assert all("pure-Python package was requested" in f and "MAMBA_SKIP_CUDA_BUILD" in f
-                   and "install-kernels" in f for f in fixes), fixes
+        assert all(
+            "pure-Python package was requested" in f
+            and "MAMBA_SKIP_CUDA_BUILD" in f
+            and "install-kernels" in f
+            for f in fixes
+        ), fixes

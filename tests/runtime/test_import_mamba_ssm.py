@@ -1,6 +1,7 @@
 """``import mamba_ssm`` never fails and never initialises CUDA (forked DataLoader workers), and its
 public names resolve lazily to the objects of their modules. Subprocesses against a temporary copy of
 the package (no ``_C``), with the real torch here and with a broken one."""
+
 import importlib.util
 import json
 import os
@@ -8,7 +9,8 @@ import os
 import pytest
 
 _spec = importlib.util.spec_from_file_location(
-    "mamba_ssm_test_loader_support", os.path.join(os.path.dirname(__file__), "test_loader_support.py"))
+    "mamba_ssm_test_loader_support", os.path.join(os.path.dirname(__file__), "test_loader_support.py")
+)
 S = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(S)
 

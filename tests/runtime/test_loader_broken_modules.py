@@ -6,13 +6,15 @@ fallback and matches a float64 sequential reference, the fallback warning comes 
 exits 1 with the same reason. Incompatible builds are proven never dlopened (their constructor would
 write a marker file).
 """
+
 import importlib.util
 import os
 
 import pytest
 
 _spec = importlib.util.spec_from_file_location(
-    "mamba_ssm_test_loader_support", os.path.join(os.path.dirname(__file__), "test_loader_support.py"))
+    "mamba_ssm_test_loader_support", os.path.join(os.path.dirname(__file__), "test_loader_support.py")
+)
 S = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(S)
 
@@ -92,15 +94,19 @@ def _make(kind, path):
         return [str(path), f"{o.major}.{o.minor}", f"{v.major}.{v.minor}", "not loaded"]
     if kind == "cxx11_abi":
         S.compile_so(path, S.build_info(cxx11_abi=not t["cxx11_abi"]))
-        return [f"_GLIBCXX_USE_CXX11_ABI={int(not t['cxx11_abi'])}",
-                f"_GLIBCXX_USE_CXX11_ABI={int(t['cxx11_abi'])}", "not loaded"]
+        return [
+            f"_GLIBCXX_USE_CXX11_ABI={int(not t['cxx11_abi'])}",
+            f"_GLIBCXX_USE_CXX11_ABI={int(t['cxx11_abi'])}",
+            "not loaded",
+        ]
     if kind == "cuda_major":
         # A CUDA build for a CUDA major that is not this torch's (or any CUDA for a CPU torch).
         other_cuda = "12.8" if (t["cuda"] or "").split(".")[0] != "12" else "13.0"
         tag = "cu" + other_cuda.replace(".", "")
         base = t["version"].split("+")[0]
-        S.compile_so(path, S.build_info(torch_version=f"{base}+{tag}", torch_cuda=other_cuda,
-                                        kernels=["cpu", "cuda"]))
+        S.compile_so(
+            path, S.build_info(torch_version=f"{base}+{tag}", torch_cuda=other_cuda, kernels=["cpu", "cuda"])
+        )
         return [other_cuda, "not loaded"]
     raise AssertionError(kind)
 
@@ -115,6 +121,7 @@ KINDS = {
     "cxx11_abi": ("incompatible", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
     "cuda_major": ("incompatible", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
 }
+
 
 @pytest.fixture(scope="module", params=sorted(KINDS))
 def broken(request, tmp_path_factory):

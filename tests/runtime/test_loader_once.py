@@ -1,19 +1,22 @@
 """The loader finds the right file, loads once per process under concurrent first calls, and never at
 import. File-finding runs in-process on temporary folders (it loads nothing); loading runs in a
 subprocess against a temporary copy of the package."""
+
 import importlib.util
 import os
 import sys
 
 _spec = importlib.util.spec_from_file_location(
-    "mamba_ssm_test_loader_support", os.path.join(os.path.dirname(__file__), "test_loader_support.py"))
+    "mamba_ssm_test_loader_support", os.path.join(os.path.dirname(__file__), "test_loader_support.py")
+)
 S = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(S)
 
 
 def _loader_module():
     spec = importlib.util.spec_from_file_location(
-        "mamba_ssm_loader_under_test", os.path.join(S.PACKAGE_SRC, "_loader.py"))
+        "mamba_ssm_loader_under_test", os.path.join(S.PACKAGE_SRC, "_loader.py")
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(module)

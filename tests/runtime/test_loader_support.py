@@ -8,6 +8,7 @@ or loaded, and each broken kind gets a fresh process (a dlopen cannot be undone)
 The other test files load this one by path (``load_support()``), so they work whether or not
 ``tests/runtime`` is a package.
 """
+
 import json
 import os
 import shutil
@@ -87,7 +88,9 @@ def write_garbage(path):
 
 def write_block_not_elf(path, info):
     """A file carrying a valid build-info block that is not a shared object (dlopen must fail)."""
-    path.write_bytes(b"#not an ELF header, just text around a build-info block\n" * 8 + block(info) + b"\0" * 64)
+    path.write_bytes(
+        b"#not an ELF header, just text around a build-info block\n" * 8 + block(info) + b"\0" * 64
+    )
 
 
 def c_string(data: bytes) -> str:
@@ -122,15 +125,21 @@ def compile_so(path, info, undefined_symbol=False, marker=True):
         parts.append(f"extern int {UNDEFINED_SYMBOL};")
         parts.append(f"__attribute__((used)) int *mamba_ssm_test_ref = &{UNDEFINED_SYMBOL};")
     if marker:
-        parts.append(textwrap.dedent("""
+        parts.append(
+            textwrap.dedent("""
             __attribute__((constructor)) static void mamba_ssm_test_loaded(void) {
                 const char *p = getenv("MAMBA_SSM_TEST_DLOPEN_MARKER");
                 if (p) { FILE *f = fopen(p, "w"); if (f) { fputs("loaded", f); fclose(f); } }
             }
-        """))
+        """)
+        )
     src.write_text("\n".join(parts) + "\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O0", "-o", str(path), str(src)], check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O0", "-o", str(path), str(src)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return path
 
 
@@ -156,18 +165,30 @@ def run_python(root, code, args=(), env=None, check_package=True):
         prefix = textwrap.dedent(f"""
             import sys as _s, os as _o
             import mamba_ssm as _m
-            assert _o.path.dirname(_o.path.abspath(_m.__file__)) == {str(root / 'mamba_ssm')!r}, _m.__file__
+            assert _o.path.dirname(_o.path.abspath(_m.__file__)) == {str(root / "mamba_ssm")!r}, _m.__file__
         """)
     cmd = [sys.executable, "-c", prefix + textwrap.dedent(code)] + list(args)
-    return subprocess.run(cmd, cwd=str(root), env=env or child_env(root), capture_output=True, text=True,
-                          timeout=SUBPROCESS_TIMEOUT)
+    return subprocess.run(
+        cmd,
+        cwd=str(root),
+        env=env or child_env(root),
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+    )
 
 
 def run_module(root, args, env=None):
     """Run ``python -m mamba_ssm ARGS`` against the copy."""
     cmd = [sys.executable, "-m", "mamba_ssm"] + list(args)
-    return subprocess.run(cmd, cwd=str(root), env=env or child_env(root), capture_output=True, text=True,
-                          timeout=SUBPROCESS_TIMEOUT)
+    return subprocess.run(
+        cmd,
+        cwd=str(root),
+        env=env or child_env(root),
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+    )
 
 
 def last_json(stdout):

@@ -1,15 +1,15 @@
 """The Mamba-2 block: upstream's constructor defaults and state_dict layout, the output and gradients
 against a float64 per-timestep recurrence written here, decode == full pass, prefill in pieces == full
 pass, packed sequences (seq_idx, cu_seqlens) == separate ones."""
+
 from __future__ import annotations
 
 import inspect
 import math
 
+import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 import pytest
 import torch
-
-import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 import torch.nn.functional as F
 
 from mamba_ssm.modules.mamba2 import Mamba2
@@ -41,11 +41,11 @@ def reference_mamba2(m, u, seq_idx=None):
     zxbcdt = u @ P["in_proj.weight"].T
     if "in_proj.bias" in P:
         zxbcdt = zxbcdt + P["in_proj.bias"]
-    z0, x0 = zxbcdt[..., :d_mlp], zxbcdt[..., d_mlp:2 * d_mlp]
-    z = zxbcdt[..., 2 * d_mlp:2 * d_mlp + d_ssm]
-    xBC = zxbcdt[..., 2 * d_mlp + d_ssm:2 * d_mlp + 2 * d_ssm + 2 * G * N]
-    dt_raw = zxbcdt[..., 2 * d_mlp + 2 * d_ssm + 2 * G * N:]
-    w = P["conv1d.weight"][:, 0, :]                       # (conv_dim, K)
+    z0, x0 = zxbcdt[..., :d_mlp], zxbcdt[..., d_mlp : 2 * d_mlp]
+    z = zxbcdt[..., 2 * d_mlp : 2 * d_mlp + d_ssm]
+    xBC = zxbcdt[..., 2 * d_mlp + d_ssm : 2 * d_mlp + 2 * d_ssm + 2 * G * N]
+    dt_raw = zxbcdt[..., 2 * d_mlp + 2 * d_ssm + 2 * G * N :]
+    w = P["conv1d.weight"][:, 0, :]  # (conv_dim, K)
     K = w.shape[1]
     conv = []
     for t in range(L):
@@ -63,8 +63,8 @@ def reference_mamba2(m, u, seq_idx=None):
         conv.append(acc * torch.sigmoid(acc))
     xBC = torch.stack(conv, 1)
     x = xBC[..., :d_ssm].reshape(b, L, H, Pd)
-    Bm = xBC[..., d_ssm:d_ssm + G * N].reshape(b, L, G, N).repeat_interleave(H // G, dim=2)
-    Cm = xBC[..., d_ssm + G * N:].reshape(b, L, G, N).repeat_interleave(H // G, dim=2)
+    Bm = xBC[..., d_ssm : d_ssm + G * N].reshape(b, L, G, N).repeat_interleave(H // G, dim=2)
+    Cm = xBC[..., d_ssm + G * N :].reshape(b, L, G, N).repeat_interleave(H // G, dim=2)
     dt = F.softplus(dt_raw + P["dt_bias"])
     if tuple(m.dt_limit) != (0.0, float("inf")):
         dt = dt.clamp(*m.dt_limit)
@@ -77,15 +77,17 @@ def reference_mamba2(m, u, seq_idx=None):
     for t in range(L):
         if seq_idx is not None and t > 0:
             h = h * (seq_idx[:, t] == seq_idx[:, t - 1]).double().view(b, 1, 1, 1)
-        decay = torch.exp(dt[:, t] * A)                   # (b, H)
+        decay = torch.exp(dt[:, t] * A)  # (b, H)
         h = decay[..., None, None] * h + (dt[:, t, :, None] * x[:, t])[..., None] * Bm[:, t, :, None, :]
         ys.append((h * Cm[:, t, :, None, :]).sum(-1) + Dp * x[:, t])
     y = torch.stack(ys, 1).reshape(b, L, d_ssm)
     gate = z * torch.sigmoid(z)
     if rmsnorm:
+
         def rms(v):
             g = v.reshape(b, L, G, d_ssm // G)
             return (g / torch.sqrt((g * g).mean(-1, keepdim=True) + m.norm.eps)).reshape(b, L, d_ssm)
+
         y = rms(y) * P["norm.weight"] * gate if norm_before_gate else rms(y * gate) * P["norm.weight"]
     else:
         y = y * gate
@@ -121,12 +123,30 @@ def _model(seed=0, **kw):
 def test_constructor_defaults_are_upstreams():
     params = inspect.signature(Mamba2.__init__).parameters
     expected = {
-        "d_state": 128, "d_conv": 4, "conv_init": None, "expand": 2, "headdim": 64, "d_ssm": None,
-        "ngroups": 1, "A_init_range": (1, 16), "D_has_hdim": False, "rmsnorm": True,
-        "norm_before_gate": False, "dt_min": 0.001, "dt_max": 0.1, "dt_init_floor": 1e-4,
-        "dt_limit": (0.0, float("inf")), "bias": False, "conv_bias": True, "chunk_size": 256,
-        "use_mem_eff_path": True, "layer_idx": None, "process_group": None, "sequence_parallel": True,
-        "device": None, "dtype": None,
+        "d_state": 128,
+        "d_conv": 4,
+        "conv_init": None,
+        "expand": 2,
+        "headdim": 64,
+        "d_ssm": None,
+        "ngroups": 1,
+        "A_init_range": (1, 16),
+        "D_has_hdim": False,
+        "rmsnorm": True,
+        "norm_before_gate": False,
+        "dt_min": 0.001,
+        "dt_max": 0.1,
+        "dt_init_floor": 1e-4,
+        "dt_limit": (0.0, float("inf")),
+        "bias": False,
+        "conv_bias": True,
+        "chunk_size": 256,
+        "use_mem_eff_path": True,
+        "layer_idx": None,
+        "process_group": None,
+        "sequence_parallel": True,
+        "device": None,
+        "dtype": None,
     }
     assert list(params)[1:] == ["d_model", *expected]
     assert {k: params[k].default for k in expected} == expected
@@ -134,8 +154,14 @@ def test_constructor_defaults_are_upstreams():
     assert list(fwd) == ["self", "u", "seqlen", "seq_idx", "cu_seqlens", "inference_params"]
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(d_state=16, ngroups=2, D_has_hdim=True, bias=True),
-                                dict(d_ssm=32, rmsnorm=False, conv_bias=False, d_conv=3)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(d_state=16, ngroups=2, D_has_hdim=True, bias=True),
+        dict(d_ssm=32, rmsnorm=False, conv_bias=False, d_conv=3),
+    ],
+)
 def test_state_dict_is_upstreams_layout(kw):
     m = Mamba2(D_MODEL, headdim=16, **kw)
     d_inner = 2 * D_MODEL
@@ -143,9 +169,14 @@ def test_state_dict_is_upstreams_layout(kw):
     n, g, k = kw.get("d_state", 128), kw.get("ngroups", 1), kw.get("d_conv", 4)
     nheads = d_ssm // 16
     conv_dim = d_ssm + 2 * g * n
-    want = {"in_proj.weight": (2 * d_inner + 2 * g * n + nheads, D_MODEL), "conv1d.weight": (conv_dim, 1, k),
-            "dt_bias": (nheads,), "A_log": (nheads,), "D": (d_ssm,) if kw.get("D_has_hdim") else (nheads,),
-            "out_proj.weight": (D_MODEL, d_inner)}
+    want = {
+        "in_proj.weight": (2 * d_inner + 2 * g * n + nheads, D_MODEL),
+        "conv1d.weight": (conv_dim, 1, k),
+        "dt_bias": (nheads,),
+        "A_log": (nheads,),
+        "D": (d_ssm,) if kw.get("D_has_hdim") else (nheads,),
+        "out_proj.weight": (D_MODEL, d_inner),
+    }
     if kw.get("conv_bias", True):
         want["conv1d.bias"] = (conv_dim,)
     if kw.get("rmsnorm", True):
@@ -154,7 +185,9 @@ def test_state_dict_is_upstreams_layout(kw):
         want["in_proj.bias"] = (2 * d_inner + 2 * g * n + nheads,)
         want["out_proj.bias"] = (D_MODEL,)
     assert {k_: tuple(v.shape) for k_, v in m.state_dict().items()} == want
-    Mamba2(D_MODEL, headdim=16, **kw).load_state_dict({k_: torch.randn(s) for k_, s in want.items()}, strict=True)
+    Mamba2(D_MODEL, headdim=16, **kw).load_state_dict(
+        {k_: torch.randn(s) for k_, s in want.items()}, strict=True
+    )
 
 
 def test_initialisation_follows_the_paper():
@@ -184,7 +217,7 @@ CONFIGS = {
 def test_output_and_gradients_match_float64_recurrence(name, mem_eff):
     m = _model(use_mem_eff_path=mem_eff, **CONFIGS[name])
     torch.manual_seed(1)
-    u = torch.randn(2, 37, D_MODEL, requires_grad=True)   # 37: not a multiple of the chunk
+    u = torch.randn(2, 37, D_MODEL, requires_grad=True)  # 37: not a multiple of the chunk
     out = m(u)
     exp, P = reference_mamba2(m, u.detach())
     _assert_close(out, exp, f"{name} output")
@@ -257,7 +290,7 @@ def test_seq_idx_packing_equals_separate_sequences(mem_eff):
     with torch.no_grad():
         out = m(packed, seq_idx=seq_idx)
         alone = torch.cat([m(s) for s in seqs], 1)
-        from_cu = m(packed, cu_seqlens=cu)          # seq_idx derived from cu_seqlens
+        from_cu = m(packed, cu_seqlens=cu)  # seq_idx derived from cu_seqlens
     _assert_close(out, alone, "seq_idx packing", rel=1e-5)
     _assert_close(from_cu, alone, "cu_seqlens packing", rel=1e-5)
     exp, _ = reference_mamba2(m, packed, seq_idx=seq_idx)
@@ -276,15 +309,15 @@ def test_cu_seqlens_prefill_states_equal_per_sequence_states_and_decode_continue
             one = InferenceParams(max_seqlen=32, max_batch_size=1)
             m(s, inference_params=one)
             c1, s1 = one.key_value_memory_dict[0]
-            _assert_close(conv_state[i:i + 1], c1, f"conv state of sequence {i}", rel=1e-6)
-            _assert_close(ssm_state[i:i + 1], s1, f"ssm state of sequence {i}", rel=1e-5)
+            _assert_close(conv_state[i : i + 1], c1, f"conv state of sequence {i}", rel=1e-6)
+            _assert_close(ssm_state[i : i + 1], s1, f"ssm state of sequence {i}", rel=1e-5)
         # One decode step for the batch of sequences == each sequence's next token in a full pass.
         nxt = torch.randn(len(LENGTHS), 1, D_MODEL)
         ip.seqlen_offset = 1
         step = m(nxt, inference_params=ip)
         for i, s in enumerate(seqs):
-            full = m(torch.cat([s, nxt[i:i + 1]], 1))
-            _assert_close(step[i:i + 1], full[:, -1:], f"decode after cu_seqlens, sequence {i}", rel=1e-5)
+            full = m(torch.cat([s, nxt[i : i + 1]], 1))
+            _assert_close(step[i : i + 1], full[:, -1:], f"decode after cu_seqlens, sequence {i}", rel=1e-5)
 
 
 def test_allocate_inference_cache_shapes_and_dtypes():
@@ -304,8 +337,9 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(ValueError, match="one token at a time"):
         m.step(torch.randn(2, 3, D_MODEL), *m.allocate_inference_cache(2, 3))
     with pytest.raises(ValueError, match="layer_idx"):
-        Mamba2(D_MODEL, d_state=8, headdim=8)(torch.randn(1, 2, D_MODEL),
-                                             inference_params=InferenceParams(max_seqlen=2, max_batch_size=1))
+        Mamba2(D_MODEL, d_state=8, headdim=8)(
+            torch.randn(1, 2, D_MODEL), inference_params=InferenceParams(max_seqlen=2, max_batch_size=1)
+        )
     with pytest.raises(ValueError, match="multiple of headdim"):
         Mamba2(30, headdim=8)
     with pytest.raises(ValueError, match="ngroups"):
@@ -345,6 +379,14 @@ def test_mamba2_simple_matches_float64_recurrence(kw, mem_eff):
     exp.backward(torch.ones_like(exp))
     for k, p in m.named_parameters():
         _assert_close(p.grad, P[k].grad, f"Mamba2Simple d{k}", rel=1e-4)
-    keys = {"in_proj.weight", "conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "norm.weight",
-            "out_proj.weight"} | ({"init_states"} if kw.get("learnable_init_states") else set())
+    keys = {
+        "in_proj.weight",
+        "conv1d.weight",
+        "conv1d.bias",
+        "dt_bias",
+        "A_log",
+        "D",
+        "norm.weight",
+        "out_proj.weight",
+    } | ({"init_states"} if kw.get("learnable_init_states") else set())
     assert set(m.state_dict()) == keys

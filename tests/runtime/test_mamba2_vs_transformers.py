@@ -5,6 +5,7 @@ transformers binds mamba_ssm's ops when it can import them, which would compare 
 so its side runs in a subprocess where importing ``mamba_ssm`` (and ``causal_conv1d``) fails and the
 hub kernels are off, and the test asserts that every op it bound is its own PyTorch function.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -18,8 +19,10 @@ import torch
 
 from mamba_ssm.modules.mamba2 import Mamba2
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
-                                reason="transformers (a test dependency, ci/requirements-dev.txt) is not installed")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None,
+    reason="transformers (a test dependency, ci/requirements-dev.txt) is not installed",
+)
 
 D_MODEL, D_STATE, HEADDIM = 32, 8, 8
 CASES = [
@@ -90,12 +93,23 @@ print(json.dumps({"own": own, "module": mm.__name__, "attempts": sorted(set(atte
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     path = tmp_path_factory.mktemp("hf") / "mixer.pt"
-    env = dict(os.environ, USE_HUB_KERNELS="0", HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error",
-               OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ,
+        USE_HUB_KERNELS="0",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_VERBOSITY="error",
+        OMP_NUM_THREADS="1",
+    )
     env.pop("PYTHONPATH", None)
     cases = json.dumps([{**c, "dt_limit": list(c["dt_limit"])} for c in CASES])
-    proc = subprocess.run([sys.executable, "-c", TRANSFORMERS_SIDE, cases, str(path)], env=env, cwd=str(path.parent),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", TRANSFORMERS_SIDE, cases, str(path)],
+        env=env,
+        cwd=str(path.parent),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     return info, torch.load(path, weights_only=True)
@@ -104,19 +118,29 @@ def reference(tmp_path_factory):
 def test_transformers_took_its_own_pytorch_path(reference):
     info, _ = reference
     assert info["mamba_ssm_loaded"] is False
-    assert "mamba_ssm" in info["attempts"], info      # it did try to bind ours, and was refused
+    assert "mamba_ssm" in info["attempts"], info  # it did try to bind ours, and was refused
     assert {"mamba2_chunk_scan", "mamba2_selective_state_update", "causal_conv1d_fn"} <= set(info["own"])
     assert all(module == info["module"] for module in info["own"].values()), info["own"]
 
 
-@pytest.mark.parametrize("case", range(len(CASES)), ids=[f"ngroups{c['ngroups']}-chunk{c['chunk_size']}" for c in CASES])
+@pytest.mark.parametrize(
+    "case", range(len(CASES)), ids=[f"ngroups{c['ngroups']}-chunk{c['chunk_size']}" for c in CASES]
+)
 @pytest.mark.parametrize("mem_eff", [True, False])
 def test_mamba2_matches_transformers_mamba2_mixer(reference, case, mem_eff):
     _, results = reference
     c, r = CASES[case], results[case]
-    m = Mamba2(D_MODEL, d_state=D_STATE, headdim=HEADDIM, ngroups=c["ngroups"], chunk_size=c["chunk_size"],
-               bias=c["bias"], dt_limit=c["dt_limit"], use_mem_eff_path=mem_eff)
-    m.load_state_dict(r["state_dict"], strict=True)   # the same parameter names and shapes
+    m = Mamba2(
+        D_MODEL,
+        d_state=D_STATE,
+        headdim=HEADDIM,
+        ngroups=c["ngroups"],
+        chunk_size=c["chunk_size"],
+        bias=c["bias"],
+        dt_limit=c["dt_limit"],
+        use_mem_eff_path=mem_eff,
+    )
+    m.load_state_dict(r["state_dict"], strict=True)  # the same parameter names and shapes
     out = m(r["u"])
     scale = float(r["out"].abs().max())
     assert float((out.detach() - r["out"]).abs().max()) <= 1e-5 * scale

@@ -1,12 +1,12 @@
 """The Mamba block: upstream's state_dict layout, decode == full pass, prefill in pieces == full pass."""
+
 from __future__ import annotations
 
 import math
 
+import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 import pytest
 import torch
-
-import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 
 from mamba_ssm.modules.mamba_simple import Mamba
 from mamba_ssm.utils.generation import InferenceParams
@@ -36,8 +36,14 @@ def _upstream_layout(d_model, d_state=16, d_conv=4, expand=2, dt_rank="auto", co
     return out
 
 
-@pytest.mark.parametrize("kwargs", [dict(d_model=16), dict(d_model=40, d_state=8, d_conv=3, expand=3),
-                                    dict(d_model=24, dt_rank=5, conv_bias=False, bias=True)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(d_model=16),
+        dict(d_model=40, d_state=8, d_conv=3, expand=3),
+        dict(d_model=24, dt_rank=5, conv_bias=False, bias=True),
+    ],
+)
 def test_state_dict_matches_upstream_layout(kwargs):
     m = Mamba(**kwargs)
     got = {k: tuple(v.shape) for k, v in m.state_dict().items()}

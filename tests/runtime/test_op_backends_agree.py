@@ -10,6 +10,7 @@
   and doctor answer this through the same function. (A stand-in ``causal_conv1d`` module plays the
   package; a CUDA device's coverage is stubbed, so no GPU is needed to ask about one.)
 """
+
 from __future__ import annotations
 
 import sys
@@ -34,7 +35,7 @@ def fake_package(monkeypatch):
     mod.causal_conv1d_fn = lambda *a, **k: calls.append("fn")
     mod.causal_conv1d_update = lambda *a, **k: calls.append("update")
     monkeypatch.setitem(sys.modules, "causal_conv1d", mod)
-    monkeypatch.setattr(cc, "_external", None)   # look the package up again
+    monkeypatch.setattr(cc, "_external", None)  # look the package up again
     return calls
 
 
@@ -48,9 +49,16 @@ def _restore_backend():
 def _doctor_ops(monkeypatch, device="cuda:0"):
     """doctor's per-op report for ``device`` (a stand-in GPU when it is a CUDA device)."""
     if device.startswith("cuda"):
-        gpu = {"device": device, "name": "stand-in", "compute_capability": "9.0", "arch": "sm_90",
-               "total_memory_mib": 1}
-        monkeypatch.setattr(_doctor, "_gpu_info", lambda torch_ok: {"count": 1, "devices": [gpu], "error": None})
+        gpu = {
+            "device": device,
+            "name": "stand-in",
+            "compute_capability": "9.0",
+            "arch": "sm_90",
+            "total_memory_mib": 1,
+        }
+        monkeypatch.setattr(
+            _doctor, "_gpu_info", lambda torch_ok: {"count": 1, "devices": [gpu], "error": None}
+        )
     report = _doctor.collect()
     (entry,) = [e for e in report["devices"] if e["device"] == device]
     return entry["ops"]
@@ -75,13 +83,15 @@ def covered_gpu(monkeypatch):
 
     _compiled_loaded()
     real = _loader.device_coverage
-    monkeypatch.setattr(_loader, "device_coverage",
-                        lambda device: None if str(device).startswith("cuda") else real(device))
+    monkeypatch.setattr(
+        _loader, "device_coverage", lambda device: None if str(device).startswith("cuda") else real(device)
+    )
     monkeypatch.setattr("mamba_ssm.ops.backends.compiled_conv1d._has_cuda_kernel", lambda: True)
 
 
-@pytest.mark.parametrize("asked,expect", [("auto", "compiled"), ("compiled", "compiled"), ("torch", "torch"),
-                                          ("ref", "torch")])
+@pytest.mark.parametrize(
+    "asked,expect", [("auto", "compiled"), ("compiled", "compiled"), ("torch", "torch"), ("ref", "torch")]
+)
 def test_compiled_conv_preferred_over_the_package(monkeypatch, fake_package, covered_gpu, asked, expect):
     mamba_ssm.set_backend(asked)
     assert cc.implementation(torch.device("cuda", 0)) == expect
@@ -100,16 +110,18 @@ def test_compiled_conv_preferred_over_the_package(monkeypatch, fake_package, cov
 def test_env_asks_for_the_package_on_cuda(monkeypatch, fake_package, covered_gpu):
     monkeypatch.setenv("MAMBA_SSM_CONV1D", "causal_conv1d")
     assert cc.implementation("cuda:0") == "causal-conv1d"
-    assert cc.implementation("cpu") == "compiled"   # the package has no CPU kernels
+    assert cc.implementation("cpu") == "compiled"  # the package has no CPU kernels
     ops = _doctor_ops(monkeypatch)
     assert [ops[op]["backend"] for op in CONV_OPS] == ["causal-conv1d", "causal-conv1d"]
     assert "MAMBA_SSM_CONV1D=causal_conv1d" in ops["causal_conv1d"]["reason"]
-    assert cc._impl_for_call("cuda:0") == "causal-conv1d"   # the ops' (cached) answer agrees
+    assert cc._impl_for_call("cuda:0") == "causal-conv1d"  # the ops' (cached) answer agrees
 
 
 def test_bad_conv1d_choice_is_an_error_naming_it(monkeypatch):
     monkeypatch.setenv("MAMBA_SSM_CONV1D", "fastest")
-    with pytest.raises(ValueError, match=r"MAMBA_SSM_CONV1D='fastest' is not a choice; use auto .* or causal_conv1d"):
+    with pytest.raises(
+        ValueError, match=r"MAMBA_SSM_CONV1D='fastest' is not a choice; use auto .* or causal_conv1d"
+    ):
         cc.implementation("cpu")
 
 
@@ -117,22 +129,24 @@ def test_package_runs_when_the_compiled_kernels_cannot(monkeypatch, fake_package
     """auto on a GPU the loaded _C does not cover (here: none present): the package's kernels, with why."""
     from mamba_ssm import _loader
 
-    monkeypatch.setattr(_loader, "device_coverage",
-                        lambda device: "no such GPU" if str(device).startswith("cuda") else None)
+    monkeypatch.setattr(
+        _loader, "device_coverage", lambda device: "no such GPU" if str(device).startswith("cuda") else None
+    )
     impl, why = cc.explain("cuda:0")
     assert impl == "causal-conv1d" and "cannot run here" in why
-    mamba_ssm.set_backend("compiled")   # forced: our kernels or an error, never the package
+    mamba_ssm.set_backend("compiled")  # forced: our kernels or an error, never the package
     assert cc.implementation("cuda:0") == "torch"
 
 
 def test_conv_ops_without_the_package_are_compiled_or_torch(monkeypatch):
-    monkeypatch.setitem(sys.modules, "causal_conv1d", None)   # import fails
+    monkeypatch.setitem(sys.modules, "causal_conv1d", None)  # import fails
     monkeypatch.setattr(cc, "_external", None)
     _compiled_loaded()
     from mamba_ssm import _loader
 
-    monkeypatch.setattr(_loader, "device_coverage",
-                        lambda device: "no such GPU" if str(device).startswith("cuda") else None)
+    monkeypatch.setattr(
+        _loader, "device_coverage", lambda device: "no such GPU" if str(device).startswith("cuda") else None
+    )
     assert cc.implementation("cuda:0") == "torch" and cc.implementation("cpu") == "compiled"
     ops = _doctor_ops(monkeypatch)
     assert [ops[op]["backend"] for op in CONV_OPS] == ["torch", "torch"]
@@ -151,8 +165,9 @@ def test_conv_op_calls_run_what_implementation_says(monkeypatch):
     g = torch.Generator().manual_seed(4)
     x, w, b = torch.randn(2, 3, 9, generator=g), torch.randn(3, 4, generator=g), torch.randn(3, generator=g)
     xp = torch.nn.functional.pad(x.double(), (3, 0))
-    ref = torch.nn.functional.silu(torch.stack([(xp[..., t:t + 4] * w.double()).sum(-1) for t in range(9)], -1)
-                                   + b.double()[:, None])
+    ref = torch.nn.functional.silu(
+        torch.stack([(xp[..., t : t + 4] * w.double()).sum(-1) for t in range(9)], -1) + b.double()[:, None]
+    )
     for asked, expect_calls in (("auto", ["kernel"]), ("torch", []), ("ref", [])):
         mamba_ssm.set_backend(asked)
         calls.clear()
@@ -161,7 +176,7 @@ def test_conv_op_calls_run_what_implementation_says(monkeypatch):
         assert calls == expect_calls, asked
     from mamba_ssm import _dispatch
 
-    _dispatch._reset_for_tests()   # the per-call fallback warning is given once per process
+    _dispatch._reset_for_tests()  # the per-call fallback warning is given once per process
     calls.clear()
     with pytest.warns(_dispatch.MambaFallbackWarning, match="float64"):
         out64 = cc.causal_conv1d_fn(x.double(), w.double(), b.double(), activation="silu")
@@ -178,7 +193,7 @@ def test_forced_torch_or_ref_never_calls_the_package(fake_package, asked):
     x, w, b = torch.randn(2, 3, 9, generator=g), torch.randn(3, 4, generator=g), torch.randn(3, generator=g)
     out = cc.causal_conv1d_fn(x, w, b, activation="silu")
     xp = torch.nn.functional.pad(x.double(), (3, 0))
-    ref = torch.stack([(xp[..., t:t + 4] * w.double()).sum(-1) for t in range(9)], -1) + b.double()[:, None]
+    ref = torch.stack([(xp[..., t : t + 4] * w.double()).sum(-1) for t in range(9)], -1) + b.double()[:, None]
     torch.testing.assert_close(out.double(), torch.nn.functional.silu(ref), rtol=1e-5, atol=1e-6)
     assert fake_package == []
 
@@ -192,4 +207,4 @@ def test_doctor_says_what_the_single_implementation_ops_run(monkeypatch, asked):
         assert "PyTorch implementation" in ops[op]["reason"], (op, ops[op])
     if asked in ("torch", "ref"):
         assert ops["selective_scan"]["backend"] == asked and ops["mamba_inner"]["backend"] == asked
-        assert ops["causal_conv1d"]["backend"] == "torch"   # its PyTorch code is its reference
+        assert ops["causal_conv1d"]["backend"] == "torch"  # its PyTorch code is its reference

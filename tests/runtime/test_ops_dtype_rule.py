@@ -1,12 +1,12 @@
 """selective_scan_fn's dtype rule (upstream mamba-ssm's: delta and z in u's dtype; A, D, delta_bias
 float32, or float64 when u is float64; B, C in u's dtype or float32), on every backend, and
 mamba_inner_fn under autocast casting consistently before the scan."""
+
 from __future__ import annotations
 
+import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 import pytest
 import torch
-
-import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 
 import mamba_ssm
 from mamba_ssm.ops import selective_scan_interface as ssi
@@ -35,20 +35,23 @@ def _inputs(u_dtype, **dtypes):
     return out
 
 
-@pytest.mark.parametrize("bad, received, expected", [
-    # (name, dtype) -> words the message must contain
-    ((F16, {"delta": F32}), "delta has dtype float32", "cast delta to u.dtype"),
-    ((F32, {"delta": F16}), "delta has dtype float16", "cast delta to u.dtype"),
-    ((BF16, {"z": F32}), "z has dtype float32", "cast z to u.dtype"),
-    ((F32, {"A": BF16}), "A has dtype bfloat16", "A.float()"),
-    ((F32, {"A": F64}), "A has dtype float64", "A.float()"),
-    ((F16, {"A": F16}), "A has dtype float16", "expected float32"),
-    ((F32, {"D": F16}), "D has dtype float16", "D.float()"),
-    ((BF16, {"delta_bias": BF16}), "delta_bias has dtype bfloat16", "delta_bias.float()"),
-    ((F16, {"B": BF16}), "B has dtype bfloat16", "cast B to u.dtype"),
-    ((BF16, {"C": F16}), "C has dtype float16", "cast C to u.dtype"),
-    ((F32, {"C": F64}), "C has dtype float64", "u's dtype (float32) or float32"),
-])
+@pytest.mark.parametrize(
+    "bad, received, expected",
+    [
+        # (name, dtype) -> words the message must contain
+        ((F16, {"delta": F32}), "delta has dtype float32", "cast delta to u.dtype"),
+        ((F32, {"delta": F16}), "delta has dtype float16", "cast delta to u.dtype"),
+        ((BF16, {"z": F32}), "z has dtype float32", "cast z to u.dtype"),
+        ((F32, {"A": BF16}), "A has dtype bfloat16", "A.float()"),
+        ((F32, {"A": F64}), "A has dtype float64", "A.float()"),
+        ((F16, {"A": F16}), "A has dtype float16", "expected float32"),
+        ((F32, {"D": F16}), "D has dtype float16", "D.float()"),
+        ((BF16, {"delta_bias": BF16}), "delta_bias has dtype bfloat16", "delta_bias.float()"),
+        ((F16, {"B": BF16}), "B has dtype bfloat16", "cast B to u.dtype"),
+        ((BF16, {"C": F16}), "C has dtype float16", "cast C to u.dtype"),
+        ((F32, {"C": F64}), "C has dtype float64", "u's dtype (float32) or float32"),
+    ],
+)
 def test_mixed_dtypes_raise_with_the_fix(backend, bad, received, expected):
     u_dtype, overrides = bad
     inp = _inputs(u_dtype, **overrides)
@@ -61,15 +64,18 @@ def test_mixed_dtypes_raise_with_the_fix(backend, bad, received, expected):
     assert expected in msg
 
 
-@pytest.mark.parametrize("u_dtype, overrides", [
-    (F32, {}),
-    (BF16, {}),
-    (F16, {}),
-    (BF16, {"B": F32, "C": F32}),       # upstream: B/C may stay float32 with half-precision u
-    (F16, {"C": F32}),
-    (F64, {}),                           # float64 weights with float64 u (PyTorch backends)
-    (F64, {"A": F64, "D": F64, "delta_bias": F64, "B": F64, "C": F64}),
-])
+@pytest.mark.parametrize(
+    "u_dtype, overrides",
+    [
+        (F32, {}),
+        (BF16, {}),
+        (F16, {}),
+        (BF16, {"B": F32, "C": F32}),  # upstream: B/C may stay float32 with half-precision u
+        (F16, {"C": F32}),
+        (F64, {}),  # float64 weights with float64 u (PyTorch backends)
+        (F64, {"A": F64, "D": F64, "delta_bias": F64, "B": F64, "C": F64}),
+    ],
+)
 def test_allowed_dtype_mixes_run(backend, u_dtype, overrides):
     inp = _inputs(u_dtype, **overrides)
     out, last = ssi.selective_scan_fn(**inp, return_last_state=True)

@@ -1,13 +1,13 @@
 """The other ops against independent references: causal conv1d, selective_state_update, RMSNorm /
 LayerNorm (the formula), Mamba-2's SSD ops (their own float64 sequential reference), mamba_inner_fn."""
+
 from __future__ import annotations
 
+import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
-import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
 from mamba_ssm.ops.selective_scan_interface import mamba_inner_fn, mamba_inner_ref
@@ -26,6 +26,7 @@ F32 = torch.float32
 # causal conv1d
 # ----------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seqlen", [1, 2, 3, 4, 17])
 @pytest.mark.parametrize("silu", [False, True])
 def test_causal_conv1d_matches_reference(seqlen, silu):
@@ -40,8 +41,9 @@ def test_causal_conv1d_initial_and_final_states_chain():
     x, w, b = torch.randn(2, 3, 11), torch.randn(3, 4), torch.randn(3)
     full, final_full = causal_conv1d_fn(x, w, b, return_final_states=True, activation="silu")
     first, st = causal_conv1d_fn(x[..., :2], w, b, return_final_states=True, activation="silu")
-    second, st2 = causal_conv1d_fn(x[..., 2:], w, b, initial_states=st, return_final_states=True,
-                                   activation="silu")
+    second, st2 = causal_conv1d_fn(
+        x[..., 2:], w, b, initial_states=st, return_final_states=True, activation="silu"
+    )
     ref.assert_close(torch.cat([first, second], -1), full, F32, "chained")
     ref.assert_close(st2, final_full, F32, "final states")
     ref.assert_close(final_full, x[..., -3:], F32, "final = last inputs")
@@ -80,6 +82,7 @@ def test_causal_conv1d_bad_input():
 # selective_state_update
 # ----------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("options", [(False, False, False, False), (True, True, True, True)])
 def test_selective_state_update_steps_equal_the_scan(options):
     has_D, has_z, has_bias, softplus = options
@@ -88,10 +91,20 @@ def test_selective_state_update_steps_equal_the_scan(options):
     state = torch.zeros(2, 4, 3)
     outs = []
     for t in range(9):
-        outs.append(selective_state_update(
-            state, inp["u"][..., t], inp["delta"][..., t], inp["A"], inp["B"][..., t], inp["C"][..., t],
-            D=inp["D"], z=None if inp["z"] is None else inp["z"][..., t], dt_bias=inp["delta_bias"],
-            dt_softplus=softplus))
+        outs.append(
+            selective_state_update(
+                state,
+                inp["u"][..., t],
+                inp["delta"][..., t],
+                inp["A"],
+                inp["B"][..., t],
+                inp["C"][..., t],
+                D=inp["D"],
+                z=None if inp["z"] is None else inp["z"][..., t],
+                dt_bias=inp["delta_bias"],
+                dt_softplus=softplus,
+            )
+        )
     ref.assert_close(torch.stack(outs, -1), exp, F32, "steps", scale=float(abs(exp).max()))
     ref.assert_close(state, exp_last, F32, "state", scale=float(abs(exp_last).max()))
 
@@ -109,7 +122,9 @@ def test_selective_state_update_heads_and_groups():
     dts = F.softplus(dt + dt_bias).double()
     Bh = B.double()[:, torch.arange(h) // (h // g)]
     Ch = C.double()[:, torch.arange(h) // (h // g)]
-    new = old.double() * torch.exp(dts[..., None] * A.double()) + (dts * x.double())[..., None] * Bh[:, :, None]
+    new = (
+        old.double() * torch.exp(dts[..., None] * A.double()) + (dts * x.double())[..., None] * Bh[:, :, None]
+    )
     y = (new * Ch[:, :, None]).sum(-1) + D.double() * x.double()
     y = y * F.silu(z.double())
     ref.assert_close(state, new, F32, "state")
@@ -121,6 +136,7 @@ def test_selective_state_update_heads_and_groups():
 # ----------------------------------------------------------------------------------------------------
 # Norms against the formula
 # ----------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rms_norm_formula_with_residual(dtype):
@@ -163,11 +179,17 @@ def test_gated_rmsnorm_formula():
 # SSD (Mamba-2)
 # ----------------------------------------------------------------------------------------------------
 
+
 def _ssd_inputs(b=2, l=37, h=4, p=3, g=2, n=5, seed=0):
     gen = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
-    return dict(x=r(b, l, h, p), dt=torch.rand(b, l, h, generator=gen) * 0.5 + 0.01, A=-torch.rand(h, generator=gen) - 0.2,
-                B=r(b, l, g, n), C=r(b, l, g, n))
+    return dict(
+        x=r(b, l, h, p),
+        dt=torch.rand(b, l, h, generator=gen) * 0.5 + 0.01,
+        A=-torch.rand(h, generator=gen) - 0.2,
+        B=r(b, l, g, n),
+        C=r(b, l, g, n),
+    )
 
 
 @pytest.mark.parametrize("l,chunk", [(1, 8), (37, 8), (64, 16), (50, 64)])
@@ -176,8 +198,14 @@ def test_ssd_chunk_scan_matches_sequential(l, chunk, full):
     inp = _ssd_inputs(l=l)
     extra = {}
     if full:
-        extra = dict(D=torch.randn(4, 3), z=torch.randn(2, l, 4, 3), dt_bias=torch.randn(4),
-                     initial_states=torch.randn(2, 4, 3, 5), dt_softplus=True, dt_limit=(0.01, 2.0))
+        extra = dict(
+            D=torch.randn(4, 3),
+            z=torch.randn(2, l, 4, 3),
+            dt_bias=torch.randn(4),
+            initial_states=torch.randn(2, 4, 3, 5),
+            dt_softplus=True,
+            dt_limit=(0.01, 2.0),
+        )
     out, final = mamba_chunk_scan_combined(**inp, chunk_size=chunk, return_final_states=True, **extra)
     exp, exp_final, _ = ref.ssd(**inp, **extra)
     ref.assert_close(out, exp, F32, "ssd out", scale=float(abs(exp).max()))
@@ -188,9 +216,16 @@ def test_ssd_seq_idx_and_varlen_states():
     inp = _ssd_inputs(b=1, l=30, seed=3)
     cu = torch.tensor([0, 7, 20, 30])
     seq_idx = torch.tensor([[0] * 7 + [1] * 13 + [2] * 10], dtype=torch.int32)
-    out, final, varlen = mamba_chunk_scan_combined(**inp, chunk_size=8, D=torch.randn(4), seq_idx=seq_idx,
-                                                   cu_seqlens=cu, dt_softplus=True, return_final_states=True,
-                                                   return_varlen_states=True)
+    out, final, varlen = mamba_chunk_scan_combined(
+        **inp,
+        chunk_size=8,
+        D=torch.randn(4),
+        seq_idx=seq_idx,
+        cu_seqlens=cu,
+        dt_softplus=True,
+        return_final_states=True,
+        return_varlen_states=True,
+    )
     exp, exp_final, states = ref.ssd(**inp, D=None, seq_idx=seq_idx, dt_softplus=True)
     # D is added to both sides identically; compare the scan part.
     out_noD = mamba_chunk_scan_combined(**inp, chunk_size=8, seq_idx=seq_idx, dt_softplus=True)
@@ -211,8 +246,10 @@ def test_ssd_gradients_match_sequential_autograd():
     s = torch.zeros(1, 2, 2, 3, dtype=torch.float64)
     ys = []
     for t in range(20):
-        s = torch.exp(dt[:, t, :, None, None] * A[None, :, None, None]) * s + \
-            dt[:, t, :, None, None] * x[:, t, :, :, None] * B[:, t, 0][:, None, None, :]
+        s = (
+            torch.exp(dt[:, t, :, None, None] * A[None, :, None, None]) * s
+            + dt[:, t, :, None, None] * x[:, t, :, :, None] * B[:, t, 0][:, None, None, :]
+        )
         ys.append((s * C[:, t, 0][:, None, None, :]).sum(-1))
     (torch.stack(ys, 1) * w).sum().backward()
     for k in leaves:
@@ -228,14 +265,37 @@ def test_split_conv1d_scan_combined_matches_composition():
     cw, cb = torch.randn(conv_dim, 1, w) * 0.5, torch.randn(conv_dim)
     dt_bias, A, D = torch.randn(h), -torch.rand(h) - 0.1, torch.randn(h)
     rw, ow = torch.randn(dim), torch.randn(6, dim)
-    out = mamba_split_conv1d_scan_combined(zxbcdt, cw, cb, dt_bias, A, D, chunk_size=4, headdim=p,
-                                           ngroups=g, rmsnorm_weight=rw, outproj_weight=ow,
-                                           norm_before_gate=False)
+    out = mamba_split_conv1d_scan_combined(
+        zxbcdt,
+        cw,
+        cb,
+        dt_bias,
+        A,
+        D,
+        chunk_size=4,
+        headdim=p,
+        ngroups=g,
+        rmsnorm_weight=rw,
+        outproj_weight=ow,
+        norm_before_gate=False,
+    )
     z, xBC, dt = torch.split(zxbcdt, [dim, conv_dim, h], dim=-1)
-    xBC = torch.from_numpy(ref.causal_conv1d(xBC.transpose(1, 2), cw[:, 0], cb, silu=True)).float().transpose(1, 2)
+    xBC = (
+        torch.from_numpy(ref.causal_conv1d(xBC.transpose(1, 2), cw[:, 0], cb, silu=True))
+        .float()
+        .transpose(1, 2)
+    )
     x, Bm, Cm = torch.split(xBC, [dim, g * n, g * n], dim=-1)
-    y, _, _ = ref.ssd(x.reshape(b, l, h, p), dt, A, Bm.reshape(b, l, g, n), Cm.reshape(b, l, g, n), D=D,
-                      dt_bias=dt_bias, dt_softplus=True)
+    y, _, _ = ref.ssd(
+        x.reshape(b, l, h, p),
+        dt,
+        A,
+        Bm.reshape(b, l, g, n),
+        Cm.reshape(b, l, g, n),
+        D=D,
+        dt_bias=dt_bias,
+        dt_softplus=True,
+    )
     y = torch.from_numpy(y).reshape(b, l, dim) * F.silu(z.double())
     yg = y.reshape(b, l, g, dim // g)
     yn = (yg / torch.sqrt((yg * yg).mean(-1, keepdim=True) + 1e-6)).reshape(b, l, dim) * rw.double()
@@ -246,6 +306,7 @@ def test_split_conv1d_scan_combined_matches_composition():
 # ----------------------------------------------------------------------------------------------------
 # mamba_inner_fn
 # ----------------------------------------------------------------------------------------------------
+
 
 def test_mamba_inner_fn_matches_reference_composition():
     torch.manual_seed(9)
@@ -259,14 +320,19 @@ def test_mamba_inner_fn_matches_reference_composition():
     # Composition from the float64 references.
     x, z = xz[:, :d], xz[:, d:]
     xc = torch.from_numpy(ref.causal_conv1d(x, cw[:, 0], cb, silu=True))
-    x_dbl = xc.transpose(1, 2) @ xp.double().t()                       # (b, l, r + 2n)
+    x_dbl = xc.transpose(1, 2) @ xp.double().t()  # (b, l, r + 2n)
     delta = (x_dbl[..., :r] @ dp.double().t()).transpose(1, 2)
-    Bm, Cm = x_dbl[..., r:r + n].transpose(1, 2), x_dbl[..., r + n:].transpose(1, 2)
+    Bm, Cm = x_dbl[..., r : r + n].transpose(1, 2), x_dbl[..., r + n :].transpose(1, 2)
     y, _ = ref.selective_scan(xc, delta, A, Bm, Cm, D, z, db, True)
     exp = torch.from_numpy(y).transpose(1, 2) @ ow.double().t() + ob.double()
     ref.assert_close(got, exp, F32, "mamba_inner_fn", scale=float(exp.abs().max()))
-    ref.assert_close(mamba_inner_ref(xz, cw, cb, xp, dp, ow, ob, A, D=D, delta_bias=db), exp, F32,
-                     "mamba_inner_ref", scale=float(exp.abs().max()))
+    ref.assert_close(
+        mamba_inner_ref(xz, cw, cb, xp, dp, ow, ob, A, D=D, delta_bias=db),
+        exp,
+        F32,
+        "mamba_inner_ref",
+        scale=float(exp.abs().max()),
+    )
     # Gradients flow to every weight.
     leaves = [t.clone().requires_grad_() for t in (xz, cw, cb, xp, dp, ow, ob, A, D, db)]
     mamba_inner_fn(*leaves[:8], D=leaves[8], delta_bias=leaves[9]).sum().backward()

@@ -9,6 +9,7 @@
 * Non-contiguous views, gradients of every input (autograd through a float64 sequential loop, itself
   checked by finite differences), input validation.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -51,18 +52,25 @@ def backend(request, monkeypatch):
     mamba_ssm.set_backend(previous)
 
 
-def _check_case(seqlen, batch, bc, has_D, has_z, has_bias, softplus, last, dtype, seed=0, dim=DIM,
-                d_state=D_STATE):
-    inp = ref.make_scan_inputs(batch, dim, d_state, seqlen, bc, has_D, has_z, has_bias, softplus, dtype,
-                               seed=seed)
+def _check_case(
+    seqlen, batch, bc, has_D, has_z, has_bias, softplus, last, dtype, seed=0, dim=DIM, d_state=D_STATE
+):
+    inp = ref.make_scan_inputs(
+        batch, dim, d_state, seqlen, bc, has_D, has_z, has_bias, softplus, dtype, seed=seed
+    )
     expected, expected_last = ref.selective_scan(**inp)
     got = ssi.selective_scan_fn(**inp, return_last_state=last)
     if last:
         got, got_last = got
         assert got_last.shape == (batch, dim, d_state)
         assert got_last.dtype == torch.float32
-        ref.assert_close(got_last, expected_last, torch.float32 if dtype == torch.float32 else dtype,
-                         "last state", scale=max(1.0, float(abs(expected_last).max())))
+        ref.assert_close(
+            got_last,
+            expected_last,
+            torch.float32 if dtype == torch.float32 else dtype,
+            "last state",
+            scale=max(1.0, float(abs(expected_last).max())),
+        )
     assert got.dtype == dtype and got.shape == (batch, dim, seqlen)
     scale = max(1.0, float(abs(expected).max()))
     ref.assert_close(got, expected, dtype, f"out (L={seqlen}, bc={bc})", scale=scale)
@@ -85,10 +93,21 @@ PAIRWISE = ref.pairwise({"seqlen": SEQLENS, **FACTORS})
 
 
 @pytest.mark.parametrize("backend", ["auto"], indirect=True)
-@pytest.mark.parametrize("case", PAIRWISE, ids=lambda c: "-".join(str(v).replace("torch.", "") for v in c.values()))
+@pytest.mark.parametrize(
+    "case", PAIRWISE, ids=lambda c: "-".join(str(v).replace("torch.", "") for v in c.values())
+)
 def test_pairwise_default_backend(backend, case):
-    _check_case(case["seqlen"], case["batch"], case["bc"], case["has_D"], case["has_z"], case["has_bias"],
-                case["softplus"], case["last"], case["dtype"])
+    _check_case(
+        case["seqlen"],
+        case["batch"],
+        case["bc"],
+        case["has_D"],
+        case["has_z"],
+        case["has_bias"],
+        case["softplus"],
+        case["last"],
+        case["dtype"],
+    )
 
 
 def test_pairwise_design_covers_every_pair():
@@ -101,13 +120,20 @@ def test_pairwise_design_covers_every_pair():
     assert len(rows) < len(FULL) / 50
 
 
-LONG = ref.pairwise({"seqlen": [1000, 4097], "bc": ["constant", "variable", "grouped2"],
-                     "flags": [(False, False, False, False), (True, True, True, True)],
-                     "dtype": [torch.float32, torch.bfloat16]})
+LONG = ref.pairwise(
+    {
+        "seqlen": [1000, 4097],
+        "bc": ["constant", "variable", "grouped2"],
+        "flags": [(False, False, False, False), (True, True, True, True)],
+        "dtype": [torch.float32, torch.bfloat16],
+    }
+)
 
 
 @pytest.mark.parametrize("backend", ["torch", "auto"], indirect=True)
-@pytest.mark.parametrize("case", LONG, ids=lambda c: "-".join(str(v).replace("torch.", "") for v in c.values()))
+@pytest.mark.parametrize(
+    "case", LONG, ids=lambda c: "-".join(str(v).replace("torch.", "") for v in c.values())
+)
 def test_long_sequences(backend, case, monkeypatch):
     if backend == "torch" and case["seqlen"] == 4097:
         monkeypatch.setenv("MAMBA_SSM_SCAN_MEMORY_MB", "0.05")  # several segments + a tail segment
@@ -119,11 +145,11 @@ def test_long_sequences(backend, case, monkeypatch):
 def test_non_contiguous_views(backend):
     torch.manual_seed(3)
     batch, dim, n, L = 2, 4, 5, 70
-    u = torch.randn(batch, L, dim).transpose(1, 2)                 # (b, d, L) strided
-    delta = (torch.rand(batch, dim, 2 * L) * 0.3)[..., ::2]         # step 2 along L
-    A = (-torch.rand(n, dim) - 0.1).t()                              # transposed
+    u = torch.randn(batch, L, dim).transpose(1, 2)  # (b, d, L) strided
+    delta = (torch.rand(batch, dim, 2 * L) * 0.3)[..., ::2]  # step 2 along L
+    A = (-torch.rand(n, dim) - 0.1).t()  # transposed
     B = torch.randn(batch, 2, L, n).transpose(2, 3)
-    C = torch.randn(batch, 2, L, n).transpose(2, 3)                # grouped, strided
+    C = torch.randn(batch, 2, L, n).transpose(2, 3)  # grouped, strided
     D = torch.randn(2 * dim)[::2]
     z = torch.randn(batch, dim, L + 5)[..., 5:]
     bias = torch.randn(dim, 3)[:, 1]
@@ -149,14 +175,22 @@ def test_state_carried_across_segments_and_initial_state():
     """selective_scan_with_state: forced tiny segments/chunks, an initial state, A > 0 (growth)."""
     inp = ref.make_scan_inputs(2, 4, 3, 53, "variable", False, False, False, False, torch.float64, seed=5)
     inp["A"] = inp["A"].double() * 0.1
-    inp["A"][0] = 0.05                         # a growing channel
+    inp["A"][0] = 0.05  # a growing channel
     h0 = torch.randn(2, 4, 3, dtype=torch.float64)
     for segment, chunk in ((8, 4), (12, 4), (53, 8), (5, 5)):
         out, last = torch_scan.selective_scan_with_state(
-            inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], initial_state=h0, segment=segment,
-            chunk=chunk)
-        exp, exp_last = ref.selective_scan(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"],
-                                           initial_state=h0)
+            inp["u"],
+            inp["delta"],
+            inp["A"],
+            inp["B"],
+            inp["C"],
+            initial_state=h0,
+            segment=segment,
+            chunk=chunk,
+        )
+        exp, exp_last = ref.selective_scan(
+            inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], initial_state=h0
+        )
         ref.assert_close(out, exp, torch.float64, f"out seg={segment}")
         ref.assert_close(last, exp_last, torch.float64, f"last seg={segment}")
 
@@ -189,6 +223,7 @@ def test_plan_chunks_bounds_memory():
 # Gradients
 # ----------------------------------------------------------------------------------------------------
 
+
 def test_gradient_oracle_matches_finite_differences():
     """The float64 autograd loop used as the gradient oracle agrees with finite differences."""
     inp = ref.make_scan_inputs(1, 2, 2, 5, "variable", True, True, True, True, torch.float64, seed=4)
@@ -205,8 +240,12 @@ def test_gradient_oracle_matches_finite_differences():
 
 
 GRAD_CASES = [
-    (1, "variable", True), (37, "constant", True), (64, "grouped2", False), (128, "mixed", True),
-    (200, "grouped1", True), (256, "variable", False),
+    (1, "variable", True),
+    (37, "constant", True),
+    (64, "grouped2", False),
+    (128, "mixed", True),
+    (200, "grouped1", True),
+    (256, "variable", False),
 ]
 
 
@@ -229,8 +268,13 @@ def _grad_check(seqlen, bc, flags, dtype=torch.float32, budget=None, monkeypatch
     for k in names:
         exp = leaves64[k].grad
         scale = max(1.0, float(exp.abs().max()))
-        ref.assert_close(leaves[k].grad, exp, torch.float32 if dtype == torch.float32 else dtype,
-                         f"d{k} (L={seqlen}, bc={bc})", scale=scale)
+        ref.assert_close(
+            leaves[k].grad,
+            exp,
+            torch.float32 if dtype == torch.float32 else dtype,
+            f"d{k} (L={seqlen}, bc={bc})",
+            scale=scale,
+        )
 
 
 @pytest.mark.parametrize("backend", ["torch", "auto"], indirect=True)
@@ -252,6 +296,7 @@ def test_gradients_long_sequence(backend, monkeypatch):
 # ----------------------------------------------------------------------------------------------------
 # selective_scan_ref, the ``ref`` backend, autocast
 # ----------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("bc", ["constant", "variable", "grouped2"])
 def test_selective_scan_ref_matches_reference(bc):
@@ -283,27 +328,35 @@ def test_autocast_keeps_fp32_accuracy(backend):
 # Input validation
 # ----------------------------------------------------------------------------------------------------
 
+
 def _good():
     return ref.make_scan_inputs(2, 4, 3, 10, "variable", True, True, True, True, torch.float32)
 
 
-@pytest.mark.parametrize("change,exc,words", [
-    (lambda a: a.update(u=a["u"][0]), ValueError, ["u", "rank 3", "(4, 10)"]),
-    (lambda a: a.update(delta=a["delta"][:, :, :9]), ValueError, ["delta", "(2, 4, 9)", "(2, 4, 10)"]),
-    (lambda a: a.update(A=a["A"][:3]), ValueError, ["A", "(3, 3)", "dim = 4"]),
-    (lambda a: a.update(B=a["B"][:1]), ValueError, ["variable B", "(1, 3, 10)", "(2, 3, 10)"]),
-    (lambda a: a.update(C=torch.randn(2, 3, 3, 10)), ValueError, ["grouped C", "(2, 3, 3, 10)", "dividing dim = 4"]),
-    (lambda a: a.update(B=torch.randn(2, 3)), ValueError, ["constant B", "(4, 3)", "(2, 3)"]),
-    (lambda a: a.update(C=torch.randn(3)), ValueError, ["C", "rank 2", "(3,)"]),
-    (lambda a: a.update(D=torch.randn(5)), ValueError, ["D", "(4,)", "(5,)"]),
-    (lambda a: a.update(z=torch.randn(2, 4, 11)), ValueError, ["z", "(2, 4, 11)"]),
-    (lambda a: a.update(delta_bias=torch.randn(4, 1)), ValueError, ["delta_bias", "(4, 1)"]),
-    (lambda a: a.update(B=torch.randn(2, 2, 3, 10)), ValueError, ["group", "B", "C"]),
-    (lambda a: a.update(A=a["A"].to(torch.complex64)), TypeError, ["A", "complex", "complex64"]),
-    (lambda a: a.update(u=a["u"].to(torch.int64)), TypeError, ["u", "int64", "float"]),
-    (lambda a: a.update(C=a["C"].numpy()), TypeError, ["C", "torch.Tensor", "ndarray"]),
-    (lambda a: a.update(D=torch.randn(4, device="meta")), ValueError, ["D", "meta", "cpu"]),
-])
+@pytest.mark.parametrize(
+    "change,exc,words",
+    [
+        (lambda a: a.update(u=a["u"][0]), ValueError, ["u", "rank 3", "(4, 10)"]),
+        (lambda a: a.update(delta=a["delta"][:, :, :9]), ValueError, ["delta", "(2, 4, 9)", "(2, 4, 10)"]),
+        (lambda a: a.update(A=a["A"][:3]), ValueError, ["A", "(3, 3)", "dim = 4"]),
+        (lambda a: a.update(B=a["B"][:1]), ValueError, ["variable B", "(1, 3, 10)", "(2, 3, 10)"]),
+        (
+            lambda a: a.update(C=torch.randn(2, 3, 3, 10)),
+            ValueError,
+            ["grouped C", "(2, 3, 3, 10)", "dividing dim = 4"],
+        ),
+        (lambda a: a.update(B=torch.randn(2, 3)), ValueError, ["constant B", "(4, 3)", "(2, 3)"]),
+        (lambda a: a.update(C=torch.randn(3)), ValueError, ["C", "rank 2", "(3,)"]),
+        (lambda a: a.update(D=torch.randn(5)), ValueError, ["D", "(4,)", "(5,)"]),
+        (lambda a: a.update(z=torch.randn(2, 4, 11)), ValueError, ["z", "(2, 4, 11)"]),
+        (lambda a: a.update(delta_bias=torch.randn(4, 1)), ValueError, ["delta_bias", "(4, 1)"]),
+        (lambda a: a.update(B=torch.randn(2, 2, 3, 10)), ValueError, ["group", "B", "C"]),
+        (lambda a: a.update(A=a["A"].to(torch.complex64)), TypeError, ["A", "complex", "complex64"]),
+        (lambda a: a.update(u=a["u"].to(torch.int64)), TypeError, ["u", "int64", "float"]),
+        (lambda a: a.update(C=a["C"].numpy()), TypeError, ["C", "torch.Tensor", "ndarray"]),
+        (lambda a: a.update(D=torch.randn(4, device="meta")), ValueError, ["D", "meta", "cpu"]),
+    ],
+)
 def test_bad_input_names_argument_received_and_expected(change, exc, words):
     args = _good()
     change(args)
@@ -328,17 +381,24 @@ def test_large_d_state_has_no_limit(backend):
 def test_ops_import_without_triton_or_compiled_module():
     import subprocess
 
-    code = ("import sys\n"
-            "import mamba_ssm.ops.selective_scan_interface, mamba_ssm.ops.triton.layer_norm\n"
-            "import mamba_ssm.ops.triton.selective_state_update, mamba_ssm.ops.triton.ssd_combined\n"
-            "import mamba_ssm.ops.triton.layernorm_gated, mamba_ssm.ops.causal_conv1d\n"
-            "import mamba_ssm.modules.mamba_simple, mamba_ssm.utils.generation\n"
-            "assert 'triton' not in sys.modules, 'triton imported'\n"
-            "assert 'mamba_ssm.ops.backends.compiled' not in sys.modules\n"
-            "print('ok')\n")
+    code = (
+        "import sys\n"
+        "import mamba_ssm.ops.selective_scan_interface, mamba_ssm.ops.triton.layer_norm\n"
+        "import mamba_ssm.ops.triton.selective_state_update, mamba_ssm.ops.triton.ssd_combined\n"
+        "import mamba_ssm.ops.triton.layernorm_gated, mamba_ssm.ops.causal_conv1d\n"
+        "import mamba_ssm.modules.mamba_simple, mamba_ssm.utils.generation\n"
+        "assert 'triton' not in sys.modules, 'triton imported'\n"
+        "assert 'mamba_ssm.ops.backends.compiled' not in sys.modules\n"
+        "print('ok')\n"
+    )
     root = os.path.dirname(os.path.dirname(_HERE))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
-                          env={**os.environ, "PYTHONPATH": root})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
@@ -352,8 +412,9 @@ def test_fallback_gradcheck_with_initial_state(bc, segment, chunk):
     h0 = torch.randn(1, 2, 2, dtype=torch.float64, requires_grad=True)
 
     def f(u, delta, A, B, C, D, z, delta_bias, h0):
-        out, last = torch_scan.selective_scan_with_state(u, delta, A, B, C, D, z, delta_bias, True,
-                                                         initial_state=h0, segment=segment, chunk=chunk)
+        out, last = torch_scan.selective_scan_with_state(
+            u, delta, A, B, C, D, z, delta_bias, True, initial_state=h0, segment=segment, chunk=chunk
+        )
         return out, last
 
     assert torch.autograd.gradcheck(f, (*leaves, h0))

@@ -2,17 +2,17 @@
 computation: padded (-1) slots in the decode ops, the circular conv state (cache_seqlens), the conv
 states of packed sequences, upstream's Function names, the gated-norm entry points, the minimal SSD,
 and ``from mamba_ssm import X`` for names this version lacks."""
+
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
 
+import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 import numpy as np
 import pytest
 import torch
-
-import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 
 from mamba_ssm.modules.ssd_minimal import segsum, ssd_minimal_discrete
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_update, causal_conv1d_varlen_states
@@ -35,6 +35,7 @@ def _softplus(v):
 # Padded slots (-1) in the continuous-batching indices
 # ----------------------------------------------------------------------------------------------------
 
+
 def test_selective_state_update_padded_slot_outputs_zero_and_touches_no_state():
     torch.manual_seed(0)
     slots, h, p, n, g = 5, 4, 3, 6, 2
@@ -46,7 +47,9 @@ def test_selective_state_update_padded_slot_outputs_zero_and_touches_no_state():
     A = -torch.rand(h, p, n) - 0.1
     B, C = torch.randn(b, g, n), torch.randn(b, g, n)
     D, dt_bias = torch.randn(h, p), torch.randn(h, p)
-    out = selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus=True, state_batch_indices=idx)
+    out = selective_state_update(
+        state, x, dt, A, B, C, D, z, dt_bias, dt_softplus=True, state_batch_indices=idx
+    )
     # Expected, in float64 numpy: one step of h = exp(dt A) h + dt B x, y = C h + D x, * silu(z).
     npf = lambda t: t.double().numpy()  # noqa: E731
     s, xn, dtn, An, Bn, Cn, Dn, zn, bn = map(npf, (before, x, dt, A, B, C, D, z, dt_bias))
@@ -57,14 +60,14 @@ def test_selective_state_update_padded_slot_outputs_zero_and_touches_no_state():
             continue
         for hh in range(h):
             grp = hh // (h // g)
-            d = _softplus(dtn[r, hh] + bn[hh])                     # (p,)
+            d = _softplus(dtn[r, hh] + bn[hh])  # (p,)
             new = np.exp(d[:, None] * An[hh]) * s[slot, hh] + (d * xn[r, hh])[:, None] * Bn[r, grp][None]
             exp_state[slot, hh] = new
             exp_out[r, hh] = (new @ Cn[r, grp] + Dn[hh] * xn[r, hh]) * _silu(zn[r, hh])
     ref.assert_close(out, exp_out, F32, "outputs (0 for padded rows)")
     assert torch.equal(out[1], torch.zeros(h, p)) and torch.equal(out[3], torch.zeros(h, p))
     ref.assert_close(state, exp_state, F32, "state")
-    for untouched in (1, 2, 4):        # slots no valid request names keep their bits exactly
+    for untouched in (1, 2, 4):  # slots no valid request names keep their bits exactly
         assert torch.equal(state[untouched], before[untouched]), untouched
 
 
@@ -77,10 +80,20 @@ def test_selective_state_update_mamba2_expanded_A_and_state_dtypes(state_dtype):
     before = state.double()
     x, dt_h, A_h = torch.randn(b, h, p), torch.rand(b, h), -torch.rand(h) - 0.1
     B, C, D = torch.randn(b, 1, n), torch.randn(b, 1, n), torch.randn(h)
-    out = selective_state_update(state, x, dt_h[..., None].expand(b, h, p), A_h[:, None, None].expand(h, p, n),
-                                 B, C, D=D[:, None].expand(h, p))
+    out = selective_state_update(
+        state,
+        x,
+        dt_h[..., None].expand(b, h, p),
+        A_h[:, None, None].expand(h, p, n),
+        B,
+        C,
+        D=D[:, None].expand(h, p),
+    )
     d = dt_h.double()[..., None, None]
-    new = torch.exp(d * A_h.double()[:, None, None]) * before + d * x.double()[..., None] * B.double()[:, :, None, :]
+    new = (
+        torch.exp(d * A_h.double()[:, None, None]) * before
+        + d * x.double()[..., None] * B.double()[:, :, None, :]
+    )
     y = (new * C.double()[:, :, None, :]).sum(-1) + D.double()[:, None] * x.double()
     dtype = torch.bfloat16 if state_dtype == torch.bfloat16 else F32
     ref.assert_close(state, new, dtype, "state", scale=float(new.abs().max()))
@@ -119,6 +132,7 @@ def test_causal_conv1d_update_padded_slot_outputs_zero_and_touches_no_state(conv
 # Circular conv state (cache_seqlens)
 # ----------------------------------------------------------------------------------------------------
 
+
 def _circular(history, seqlen_so_far, state_len):
     """The circular buffer holding the last state_len entries of ``history`` (dim, T) after
     ``seqlen_so_far`` writes: entry t lives at index t % state_len (zeros where never written)."""
@@ -133,23 +147,29 @@ def _circular(history, seqlen_so_far, state_len):
 def test_causal_conv1d_update_cache_seqlens_is_a_circular_buffer(state_len, width, seqlen, conv_backend):
     torch.manual_seed(state_len * 10 + seqlen)
     dim, batch = 3, 3
-    so_far = [2, 9, 4]                                 # tokens already written per row
+    so_far = [2, 9, 4]  # tokens already written per row
     hist = [np.random.default_rng(i).standard_normal((dim, so_far[i])) for i in range(batch)]
-    conv_state = torch.tensor(np.stack([_circular(hist[i], so_far[i], state_len) for i in range(batch)]),
-                              dtype=F32)
+    conv_state = torch.tensor(
+        np.stack([_circular(hist[i], so_far[i], state_len) for i in range(batch)]), dtype=F32
+    )
     x = torch.randn(batch, dim, seqlen)
     w = torch.randn(dim, width)
-    out = causal_conv1d_update(x, conv_state, w, None, None, cache_seqlens=torch.tensor(so_far, dtype=torch.int32))
+    out = causal_conv1d_update(
+        x, conv_state, w, None, None, cache_seqlens=torch.tensor(so_far, dtype=torch.int32)
+    )
     for i in range(batch):
         full = np.concatenate([hist[i], x[i].double().numpy()], axis=1)
-        conv = ref.causal_conv1d(torch.tensor(full)[None], w)[0]     # the conv over the whole history
+        conv = ref.causal_conv1d(torch.tensor(full)[None], w)[0]  # the conv over the whole history
         ref.assert_close(out[i], conv[:, -seqlen:], F32, f"row {i} output")
-        ref.assert_close(conv_state[i], _circular(full, so_far[i] + seqlen, state_len), F32, f"row {i} buffer")
+        ref.assert_close(
+            conv_state[i], _circular(full, so_far[i] + seqlen, state_len), F32, f"row {i} buffer"
+        )
 
 
 # ----------------------------------------------------------------------------------------------------
 # Conv states of packed sequences
 # ----------------------------------------------------------------------------------------------------
+
 
 def test_causal_conv1d_varlen_states_are_each_sequences_last_inputs(conv_backend):
     torch.manual_seed(2)
@@ -160,11 +180,11 @@ def test_causal_conv1d_varlen_states_are_each_sequences_last_inputs(conv_backend
     assert states.shape == (4, 6, 4)
     start = 0
     for i, n in enumerate(lengths):
-        seq = x[start:start + n].T.numpy()
+        seq = x[start : start + n].T.numpy()
         exp = np.zeros((6, 4))
         k = min(n, 4)
         if k:
-            exp[:, 4 - k:] = seq[:, n - k:]
+            exp[:, 4 - k :] = seq[:, n - k :]
         np.testing.assert_array_equal(states[i].numpy(), exp, err_msg=f"sequence {i}")
         start += n
     with pytest.raises(ValueError, match="cumulative lengths"):
@@ -175,8 +195,10 @@ def test_causal_conv1d_varlen_states_are_each_sequences_last_inputs(conv_backend
 # Upstream's names
 # ----------------------------------------------------------------------------------------------------
 
+
 def test_selective_scan_fn_and_mamba_inner_fn_classes_apply():
     from mamba_ssm.ops.selective_scan_interface import MambaInnerFn, SelectiveScanFn  # noqa: PLC0415
+
     torch.manual_seed(3)
     b, d, n, L = 2, 4, 3, 9
     u, delta = torch.randn(b, d, L, requires_grad=True), torch.rand(b, d, L)
@@ -198,7 +220,7 @@ def test_selective_scan_fn_and_mamba_inner_fn_classes_apply():
     conv = torch.tensor(ref.causal_conv1d(xs, cw[:, 0], cb, silu=True))
     dbl = torch.einsum("ed,bdl->bel", xw.double(), conv)
     dt = torch.einsum("dr,brl->bdl", dw.double(), dbl[:, :r])
-    y, _ = ref.selective_scan(conv, dt, A, dbl[:, r:r + n], dbl[:, r + n:], Dv, zs, bias, True)
+    y, _ = ref.selective_scan(conv, dt, A, dbl[:, r : r + n], dbl[:, r + n :], Dv, zs, bias, True)
     ref.assert_close(got, np.einsum("md,bdl->blm", ow.double().numpy(), y), F32, "MambaInnerFn")
 
 
@@ -208,21 +230,38 @@ def test_layernorm_fn_is_rms_norm_and_rms_norm_ref(is_rms_norm, norm_before_gate
     torch.manual_seed(4)
     x, z = torch.randn(3, 12), torch.randn(3, 12)
     w, bias = torch.randn(12), torch.randn(12)
-    got = layernorm_gated.layernorm_fn(x, w, bias, z=z, eps=1e-5, group_size=4, norm_before_gate=norm_before_gate,
-                                       is_rms_norm=is_rms_norm)
+    got = layernorm_gated.layernorm_fn(
+        x, w, bias, z=z, eps=1e-5, group_size=4, norm_before_gate=norm_before_gate, is_rms_norm=is_rms_norm
+    )
     xn, zn = x.double().numpy(), z.double().numpy()
     v = xn if norm_before_gate else xn * _silu(zn)
     g = v.reshape(3, 3, 4)
     if not is_rms_norm:
         g = g - g.mean(-1, keepdims=True)
-    normed = (g / np.sqrt((g * g).mean(-1, keepdims=True) + 1e-5)).reshape(3, 12) * w.double().numpy() + bias.double().numpy()
+    normed = (g / np.sqrt((g * g).mean(-1, keepdims=True) + 1e-5)).reshape(
+        3, 12
+    ) * w.double().numpy() + bias.double().numpy()
     exp = normed * _silu(zn) if norm_before_gate else normed
     ref.assert_close(got, exp, F32, "layernorm_fn")
     if is_rms_norm:
-        ref.assert_close(layernorm_gated.rms_norm_ref(x, w, bias, z=z, eps=1e-5, group_size=4,
-                                                      norm_before_gate=norm_before_gate), exp, F32, "rms_norm_ref")
-        low = layernorm_gated.rms_norm_ref(x.bfloat16(), w.bfloat16(), bias.bfloat16(), z=z.bfloat16(), eps=1e-5,
-                                           group_size=4, norm_before_gate=norm_before_gate, upcast=False)
+        ref.assert_close(
+            layernorm_gated.rms_norm_ref(
+                x, w, bias, z=z, eps=1e-5, group_size=4, norm_before_gate=norm_before_gate
+            ),
+            exp,
+            F32,
+            "rms_norm_ref",
+        )
+        low = layernorm_gated.rms_norm_ref(
+            x.bfloat16(),
+            w.bfloat16(),
+            bias.bfloat16(),
+            z=z.bfloat16(),
+            eps=1e-5,
+            group_size=4,
+            norm_before_gate=norm_before_gate,
+            upcast=False,
+        )
         ref.assert_close(low, exp, torch.bfloat16, "rms_norm_ref in bf16", scale=float(abs(exp).max()))
 
 
@@ -235,19 +274,22 @@ def test_gated_norm_reset_parameters():
                 m.bias.uniform_(-3, 3)
         m.reset_parameters()
         assert torch.equal(m.weight.detach(), torch.ones(8))
-        assert m.bias is None if cls is layernorm_gated.RMSNorm else torch.equal(m.bias.detach(), torch.zeros(8))
+        assert (
+            m.bias is None if cls is layernorm_gated.RMSNorm else torch.equal(m.bias.detach(), torch.zeros(8))
+        )
 
 
 # ----------------------------------------------------------------------------------------------------
 # The minimal SSD
 # ----------------------------------------------------------------------------------------------------
 
+
 def test_segsum_is_the_sum_between_positions():
     x = torch.randn(2, 6, dtype=torch.float64)
     s = segsum(x)
     for i in range(6):
         for j in range(6):
-            want = float(x[1, j + 1:i + 1].sum()) if i >= j else float("-inf")
+            want = float(x[1, j + 1 : i + 1].sum()) if i >= j else float("-inf")
             assert float(s[1, i, j]) == pytest.approx(want, abs=1e-12)
 
 
@@ -274,7 +316,9 @@ def test_ssd_minimal_discrete_bad_input():
     with pytest.raises(ValueError, match="multiple of block_len"):
         ssd_minimal_discrete(x, torch.randn(1, 10, 2), torch.randn(1, 10, 2, 4), torch.randn(1, 10, 2, 4), 4)
     with pytest.raises(TypeError, match="one float dtype"):
-        ssd_minimal_discrete(x, torch.randn(1, 10, 2).double(), torch.randn(1, 10, 2, 4), torch.randn(1, 10, 2, 4), 5)
+        ssd_minimal_discrete(
+            x, torch.randn(1, 10, 2).double(), torch.randn(1, 10, 2, 4), torch.randn(1, 10, 2, 4), 5
+        )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -306,10 +350,12 @@ print(json.dumps(out))
 
 def test_from_import_of_a_missing_name_explains_and_mamba2_is_exported():
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", IMPORTS], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", IMPORTS], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     import json  # noqa: PLC0415
+
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["torch_after_import"] is False
     assert "Mamba-3" in out["Mamba3"] and "Mamba2" in out["Mamba3"], out["Mamba3"]
@@ -345,17 +391,26 @@ print(json.dumps(out))
 
 def test_upstream_mamba3_module_paths_explain_like_the_top_level_name():
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", UPSTREAM_MAMBA3_PATHS], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", UPSTREAM_MAMBA3_PATHS],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     import json  # noqa: PLC0415
+
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     why = "Mamba-3 (upstream's mamba_ssm.modules.mamba3) is not in this package yet; use Mamba2"
     assert why in out.pop("top")
     assert out.pop("torch_imported") is False
-    missing = {"from mamba_ssm.modules.mamba3 import Mamba3": "mamba_ssm.modules.mamba3",
-               "from mamba_ssm.ops.triton.mamba3.angle_dt import angle_dt_fwd": "mamba_ssm.ops.triton.mamba3",
-               "from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo": "mamba_ssm.ops.tilelang"}
+    missing = {
+        "from mamba_ssm.modules.mamba3 import Mamba3": "mamba_ssm.modules.mamba3",
+        "from mamba_ssm.ops.triton.mamba3.angle_dt import angle_dt_fwd": "mamba_ssm.ops.triton.mamba3",
+        "from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo": "mamba_ssm.ops.tilelang",
+    }
     assert set(out) == set(missing)
     for stmt, errors in out.items():
         for kind, name, text in errors:

@@ -2,6 +2,7 @@
 unfused paths, with and without sequence parallelism), the parallel linears, embeddings and autograd
 collectives give the unsharded outputs and gradients. The ranks (tests/runtime/tp_worker.py) are
 started here and killed if they run past the time limit."""
+
 from __future__ import annotations
 
 import os
@@ -26,14 +27,27 @@ def _free_port() -> int:
 def test_two_gloo_ranks_match_the_unsharded_layers():
     pytest.importorskip("torch.distributed")
     import torch.distributed as dist  # noqa: PLC0415
+
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("this torch build has no gloo backend")
     port = _free_port()
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1",
-               MAMBA_SSM_NO_FALLBACK_WARNING="1")
-    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "tp_worker.py"), str(rank), str(WORLD), str(port)],
-                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for rank in range(WORLD)]
+    env = dict(
+        os.environ,
+        PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        OMP_NUM_THREADS="1",
+        MAMBA_SSM_NO_FALLBACK_WARNING="1",
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "tp_worker.py"), str(rank), str(WORLD), str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(WORLD)
+    ]
     results = []
     try:
         for p in procs:
@@ -56,6 +70,7 @@ def test_two_gloo_ranks_match_the_unsharded_layers():
 
 def test_get_dim_for_local_rank_splits_in_units():
     from mamba_ssm.distributed.distributed_utils import get_dim_for_local_rank  # noqa: PLC0415
+
     # 10 units of 8 over 4 ranks: 3, 3, 2, 2 units.
     assert [get_dim_for_local_rank(80, 4, r, multiple_of=8) for r in range(4)] == [24, 24, 16, 16]
     assert [get_dim_for_local_rank(12, 2, r) for r in range(2)] == [6, 6]

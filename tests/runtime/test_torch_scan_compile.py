@@ -2,6 +2,7 @@
 and gradients as eager, also from an initial state; and the scan reaches the graph as one op, so the
 graph (and the compile time) does not grow with seqlen (tracing it step by step unrolled every Python
 loop of the chunked scan, and Dynamo refuses out= calls on views it cannot prove contiguous)."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,8 +12,10 @@ import mamba_ssm
 from mamba_ssm.ops import selective_scan_interface as ssi
 from mamba_ssm.ops.backends import torch_scan
 
-pytestmark = pytest.mark.skipif(not hasattr(torch.library, "custom_op"),
-                                reason="needs torch.compile and torch.library.custom_op (torch >= 2.4)")
+pytestmark = pytest.mark.skipif(
+    not hasattr(torch.library, "custom_op"),
+    reason="needs torch.compile and torch.library.custom_op (torch >= 2.4)",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -39,8 +42,9 @@ def _inputs(seqlen, batch=2, dim=4, d_state=3, groups=2, seed=0):
 
 
 def _scan(u, delta, A, B, C, D, z, delta_bias):
-    return ssi.selective_scan_fn(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias, delta_softplus=True,
-                                 return_last_state=True)
+    return ssi.selective_scan_fn(
+        u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias, delta_softplus=True, return_last_state=True
+    )
 
 
 def _run(fn, inputs, wrt):
@@ -64,8 +68,9 @@ def test_compiled_fullgraph_equals_eager(monkeypatch, budget_mb):
     for k in wrt:
         torch.testing.assert_close(compiled[2][k], eager[2][k], rtol=1e-5, atol=1e-5, msg=k)
     # and eager is right: the float64 sequential loop
-    ref_out, ref_last = ssi.selective_scan_ref(**{k: v.double() for k, v in inputs.items()},
-                                               delta_softplus=True, return_last_state=True)
+    ref_out, ref_last = ssi.selective_scan_ref(
+        **{k: v.double() for k, v in inputs.items()}, delta_softplus=True, return_last_state=True
+    )
     torch.testing.assert_close(compiled[0].double(), ref_out, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(compiled[1].double(), ref_last, rtol=1e-4, atol=1e-4)
 
@@ -74,12 +79,16 @@ def test_compiled_with_initial_state_equals_eager():
     inputs = _inputs(40, groups=1)
     inputs.pop("B"), inputs.pop("C")
     g = torch.Generator().manual_seed(7)
-    inputs.update(B=torch.randn(2, 3, 40, generator=g), C=torch.randn(2, 3, 40, generator=g),
-                  initial_state=torch.randn(2, 4, 3, generator=g))
+    inputs.update(
+        B=torch.randn(2, 3, 40, generator=g),
+        C=torch.randn(2, 3, 40, generator=g),
+        initial_state=torch.randn(2, 4, 3, generator=g),
+    )
 
     def fn(u, delta, A, B, C, D, z, delta_bias, initial_state):
-        return torch_scan.selective_scan_with_state(u, delta, A, B, C, D, z, delta_bias, True,
-                                                    initial_state=initial_state)
+        return torch_scan.selective_scan_with_state(
+            u, delta, A, B, C, D, z, delta_bias, True, initial_state=initial_state
+        )
 
     wrt = ("u", "B", "initial_state")
     eager = _run(fn, inputs, wrt)

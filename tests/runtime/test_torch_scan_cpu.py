@@ -2,6 +2,7 @@
 
 Correctness of the chunked scan itself is test_ops_selective_scan.py's (against the float64 loop).
 """
+
 from __future__ import annotations
 
 import pytest

@@ -4,6 +4,7 @@ the gloo backend): sharded layers == the unsharded layer, outputs and gradients.
 Usage: python tp_worker.py RANK WORLD_SIZE PORT. Exits 0 when every check passed; a failed check
 raises (traceback on stderr, non-zero exit).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -28,7 +29,7 @@ from mamba_ssm.distributed.tensor_parallel import (
 from mamba_ssm.modules.mamba2 import Mamba2
 
 D_MODEL, D_STATE, HEADDIM, NGROUPS = 32, 8, 8, 2
-TOL = dict(rtol=1e-9, atol=1e-10)    # float64 on both sides: sharding only changes summation order
+TOL = dict(rtol=1e-9, atol=1e-10)  # float64 on both sides: sharding only changes summation order
 
 
 def close(actual, expected, what):
@@ -45,7 +46,7 @@ def shard_mamba2(full: Mamba2, rank: int, world: int) -> dict:
     def blocks(t, sizes_and_shards):
         parts, start = [], 0
         for size, shard in sizes_and_shards:
-            parts.append(t[start + rank * shard:start + (rank + 1) * shard])
+            parts.append(t[start + rank * shard : start + (rank + 1) * shard])
             start += size
         return torch.cat(parts)
 
@@ -56,11 +57,11 @@ def shard_mamba2(full: Mamba2, rank: int, world: int) -> dict:
         "in_proj.weight": blocks(sd["in_proj.weight"], layout_in),
         "conv1d.weight": blocks(sd["conv1d.weight"], layout_conv),
         "conv1d.bias": blocks(sd["conv1d.bias"], layout_conv),
-        "dt_bias": sd["dt_bias"][rank * hs:(rank + 1) * hs],
-        "A_log": sd["A_log"][rank * hs:(rank + 1) * hs],
-        "D": sd["D"][rank * hs:(rank + 1) * hs],
-        "norm.weight": sd["norm.weight"][rank * ds:(rank + 1) * ds],
-        "out_proj.weight": sd["out_proj.weight"][:, rank * ds:(rank + 1) * ds],
+        "dt_bias": sd["dt_bias"][rank * hs : (rank + 1) * hs],
+        "A_log": sd["A_log"][rank * hs : (rank + 1) * hs],
+        "D": sd["D"][rank * hs : (rank + 1) * hs],
+        "norm.weight": sd["norm.weight"][rank * ds : (rank + 1) * ds],
+        "out_proj.weight": sd["out_proj.weight"][:, rank * ds : (rank + 1) * ds],
     }
     if "in_proj.bias" in sd:
         out["in_proj.bias"] = blocks(sd["in_proj.bias"], layout_in)
@@ -71,8 +72,15 @@ def shard_mamba2(full: Mamba2, rank: int, world: int) -> dict:
 
 def check_mamba2(pg, rank, world, use_mem_eff_path, sequence_parallel):
     what = f"Mamba2(mem_eff={use_mem_eff_path}, sequence_parallel={sequence_parallel})"
-    kw = dict(d_state=D_STATE, headdim=HEADDIM, ngroups=NGROUPS, chunk_size=8, bias=True,
-              use_mem_eff_path=use_mem_eff_path, dtype=torch.float64)
+    kw = dict(
+        d_state=D_STATE,
+        headdim=HEADDIM,
+        ngroups=NGROUPS,
+        chunk_size=8,
+        bias=True,
+        use_mem_eff_path=use_mem_eff_path,
+        dtype=torch.float64,
+    )
     torch.manual_seed(0)
     full = Mamba2(D_MODEL, **kw)
     with torch.no_grad():
@@ -91,15 +99,24 @@ def check_mamba2(pg, rank, world, use_mem_eff_path, sequence_parallel):
     (out_full * g).sum().backward()
     full_grads = shard_mamba2_grads(full, rank, world)
 
-    if sequence_parallel:   # this rank's rows of the flattened (batch * seqlen, d_model) input
+    if sequence_parallel:  # this rank's rows of the flattened (batch * seqlen, d_model) input
         rows = batch * seqlen // world
-        u_local = u.reshape(batch * seqlen, D_MODEL)[rank * rows:(rank + 1) * rows].clone().requires_grad_(True)
+        u_local = (
+            u.reshape(batch * seqlen, D_MODEL)[rank * rows : (rank + 1) * rows].clone().requires_grad_(True)
+        )
         out = sharded(u_local, seqlen=seqlen)
-        g_local = g.reshape(batch * seqlen, D_MODEL)[rank * rows:(rank + 1) * rows]
-        close(out, out_full.detach().reshape(batch * seqlen, D_MODEL)[rank * rows:(rank + 1) * rows], what + " output")
+        g_local = g.reshape(batch * seqlen, D_MODEL)[rank * rows : (rank + 1) * rows]
+        close(
+            out,
+            out_full.detach().reshape(batch * seqlen, D_MODEL)[rank * rows : (rank + 1) * rows],
+            what + " output",
+        )
         (out * g_local).sum().backward()
-        close(u_local.grad, u_full.grad.reshape(batch * seqlen, D_MODEL)[rank * rows:(rank + 1) * rows],
-              what + " input grad")
+        close(
+            u_local.grad,
+            u_full.grad.reshape(batch * seqlen, D_MODEL)[rank * rows : (rank + 1) * rows],
+            what + " input grad",
+        )
     else:
         u_local = u.clone().requires_grad_(True)
         out = sharded(u_local)
@@ -116,7 +133,7 @@ def shard_mamba2_grads(full, rank, world):
     with torch.no_grad():
         for name, p in full.named_parameters():
             p.copy_(p.grad)
-    grads = {k: v.clone() for k, v in shard_mamba2(full, rank, world).items()}   # copies, not views
+    grads = {k: v.clone() for k, v in shard_mamba2(full, rank, world).items()}  # copies, not views
     full.load_state_dict(saved)
     return grads
 
@@ -130,44 +147,60 @@ def check_linears_and_embeddings(pg, rank, world):
     row = RowParallelLinear(12, 5, pg, sequence_parallel=False, dtype=torch.float64)
     c = 12 // world
     with torch.no_grad():
-        col.weight.copy_(w1[rank * c:(rank + 1) * c])
-        col.bias.copy_(b1[rank * c:(rank + 1) * c])
-        row.weight.copy_(w2[:, rank * c:(rank + 1) * c])
+        col.weight.copy_(w1[rank * c : (rank + 1) * c])
+        col.bias.copy_(b1[rank * c : (rank + 1) * c])
+        row.weight.copy_(w2[:, rank * c : (rank + 1) * c])
         if rank == 0:
             row.bias.copy_(b2)
     assert (row.bias is None) == (rank != 0)
-    close(row(col(x)), torch.nn.functional.linear(torch.nn.functional.linear(x, w1, b1), w2, b2), "column->row")
+    close(
+        row(col(x)), torch.nn.functional.linear(torch.nn.functional.linear(x, w1, b1), w2, b2), "column->row"
+    )
     # The autograd collectives: all_gather / reduce_scatter / all_reduce and their gradients.
     t = torch.full((2, 3), float(rank + 1), dtype=torch.float64, requires_grad=True)
     gathered = all_gather(t, pg)
-    close(gathered.detach(), torch.cat([torch.full((2, 3), float(r + 1), dtype=torch.float64) for r in range(world)]),
-          "all_gather")
+    close(
+        gathered.detach(),
+        torch.cat([torch.full((2, 3), float(r + 1), dtype=torch.float64) for r in range(world)]),
+        "all_gather",
+    )
     gathered.sum().backward()
-    close(t.grad, torch.full((2, 3), float(world), dtype=torch.float64), "all_gather backward (reduce-scatter)")
+    close(
+        t.grad, torch.full((2, 3), float(world), dtype=torch.float64), "all_gather backward (reduce-scatter)"
+    )
     s = torch.arange(4 * world, dtype=torch.float64).reshape(2 * world, 2) * (rank + 1)
     scattered = reduce_scatter(s, pg)
     total = sum(r + 1 for r in range(world))
-    close(scattered, (torch.arange(4 * world, dtype=torch.float64).reshape(2 * world, 2) * total)[2 * rank:2 * rank + 2],
-          "reduce_scatter")
-    close(all_reduce(torch.ones(3, dtype=torch.float64) * rank, pg), torch.ones(3, dtype=torch.float64) * sum(range(world)),
-          "all_reduce")
+    close(
+        scattered,
+        (torch.arange(4 * world, dtype=torch.float64).reshape(2 * world, 2) * total)[2 * rank : 2 * rank + 2],
+        "reduce_scatter",
+    )
+    close(
+        all_reduce(torch.ones(3, dtype=torch.float64) * rank, pg),
+        torch.ones(3, dtype=torch.float64) * sum(range(world)),
+        "all_reduce",
+    )
     # Embeddings: vocabulary-parallel word embeddings + column-parallel positions == the full lookup.
     vocab, dim, maxpos = 16, 8, 20
-    gen = torch.Generator().manual_seed(2)   # the same on every rank (layer inits draw rank-dependent amounts)
+    gen = torch.Generator().manual_seed(2)  # the same on every rank (layer inits draw rank-dependent amounts)
     words = torch.randn(vocab, dim, dtype=torch.float64, generator=gen)
     pos = torch.randn(maxpos, dim, dtype=torch.float64, generator=gen)
     emb = ParallelEmbeddings(dim, vocab, maxpos, pg, sequence_parallel=False, dtype=torch.float64)
     v, d = vocab // world, dim // world
     with torch.no_grad():
-        emb.word_embeddings.weight.copy_(words[rank * v:(rank + 1) * v])
-        emb.position_embeddings.weight.copy_(pos[:, rank * d:(rank + 1) * d])
+        emb.word_embeddings.weight.copy_(words[rank * v : (rank + 1) * v])
+        emb.position_embeddings.weight.copy_(pos[:, rank * d : (rank + 1) * d])
     ids = torch.tensor([[0, 15, 7, 8, 3], [9, 9, 1, 14, 6]])
     close(emb(ids), words[ids] + pos[torch.arange(5)], "ParallelEmbeddings")
     sp = ParallelEmbeddings(dim, vocab, 0, pg, sequence_parallel=True, dtype=torch.float64)
     with torch.no_grad():
-        sp.word_embeddings.weight.copy_(words[rank * v:(rank + 1) * v])
-    close(sp(ids, combine_batch_seqlen_dim=True), words[ids].reshape(10, dim)[rank * 5:(rank + 1) * 5],
-          "ParallelEmbeddings (sequence parallel)")
+        sp.word_embeddings.weight.copy_(words[rank * v : (rank + 1) * v])
+    close(
+        sp(ids, combine_batch_seqlen_dim=True),
+        words[ids].reshape(10, dim)[rank * 5 : (rank + 1) * 5],
+        "ParallelEmbeddings (sequence parallel)",
+    )
     try:
         VocabParallelEmbedding(15, 4, process_group=pg)
     except ValueError as e:
@@ -181,24 +214,34 @@ def check_shared_and_sequence_parallel_params(pg, rank, world):
     with torch.no_grad():
         net.weight.fill_(rank + 1.0)
         net.bias.fill_(rank + 1.0)
-    net.weight._shared_params = True          # replicated: rank 0's values win
-    net.bias._sequence_parallel = True        # sees this rank's tokens: gradients summed
+    net.weight._shared_params = True  # replicated: rank 0's values win
+    net.bias._sequence_parallel = True  # sees this rank's tokens: gradients summed
     sync_shared_params(net, pg)
     close(net.weight.detach(), torch.ones(2, 3, dtype=torch.float64), "sync_shared_params")
-    close(net.bias.detach(), torch.full((2,), rank + 1.0, dtype=torch.float64), "unmarked parameter untouched")
+    close(
+        net.bias.detach(), torch.full((2,), rank + 1.0, dtype=torch.float64), "unmarked parameter untouched"
+    )
     net.bias.grad = torch.full((2,), rank + 1.0, dtype=torch.float64)
     net.weight.grad = torch.full((2, 3), rank + 1.0, dtype=torch.float64)
     allreduce_sequence_parallel_grad(net, pg)
-    close(net.bias.grad, torch.full((2,), float(sum(range(1, world + 1))), dtype=torch.float64),
-          "allreduce_sequence_parallel_grad")
+    close(
+        net.bias.grad,
+        torch.full((2,), float(sum(range(1, world + 1))), dtype=torch.float64),
+        "allreduce_sequence_parallel_grad",
+    )
     close(net.weight.grad, torch.full((2, 3), rank + 1.0, dtype=torch.float64), "unmarked gradient untouched")
 
 
 def main():
     rank, world, port = (int(a) for a in sys.argv[1:4])
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=60),
+    )
     try:
         pg = dist.group.WORLD
         check_linears_and_embeddings(pg, rank, world)

@@ -13,6 +13,7 @@ over the limit) and prints registers / spill stack per kernel (from cuobjdump).
 Exit status 0 when every kernel compiled for every target. Must run without TRITON_INTERPRET
 (tests/triton/test_triton_compile.py starts it in a subprocess).
 """
+
 import argparse
 import inspect
 import os
@@ -30,8 +31,14 @@ from triton.runtime.jit import JITFunction
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-_PTR = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int32: "*i32",
-        torch.int64: "*i64", torch.bool: "*i1"}
+_PTR = {
+    torch.float32: "*fp32",
+    torch.float16: "*fp16",
+    torch.bfloat16: "*bf16",
+    torch.int32: "*i32",
+    torch.int64: "*i64",
+    torch.bool: "*i1",
+}
 
 
 def capture_launches(work):
@@ -55,7 +62,7 @@ def capture_launches(work):
             elif isinstance(v, bool):
                 sig[p.name] = "i1"
             elif isinstance(v, int):
-                sig[p.name] = "i32" if -2**31 <= v < 2**31 else "i64"
+                sig[p.name] = "i32" if -(2**31) <= v < 2**31 else "i64"
             elif isinstance(v, float):
                 sig[p.name] = "fp32"
             else:
@@ -88,17 +95,37 @@ def workloads():
         bias = torch.empty(h, **meta, requires_grad=True)
         h0 = torch.empty(b, h, p, n, **meta, requires_grad=True)
         seq = torch.zeros(b, l, dtype=torch.int32, **meta) if with_seq else None
-        y, final = ssd.chunk_scan_combined(x, dt, A, B, C, 256, D=D, z=z, dt_bias=bias, initial_states=h0,
-                                           seq_idx=seq, dt_softplus=True, dt_limit=(0.0, 0.1))
+        y, final = ssd.chunk_scan_combined(
+            x,
+            dt,
+            A,
+            B,
+            C,
+            256,
+            D=D,
+            z=z,
+            dt_bias=bias,
+            initial_states=h0,
+            seq_idx=seq,
+            dt_softplus=True,
+            dt_limit=(0.0, 0.1),
+        )
         torch.autograd.grad((y.float().sum() + final.sum()), [x, dt, A, B, C, D, z, bias, h0])
 
     def varlen_case():
         x = torch.empty(1, 512, 8, 64, dtype=torch.bfloat16, **meta)
         dt = torch.empty(1, 512, 8, dtype=torch.bfloat16, **meta)
         B = torch.empty(1, 512, 1, 128, dtype=torch.bfloat16, **meta)
-        ssd.chunk_scan_combined(x, dt, torch.empty(8, **meta), B, B, 256,
-                                cu_seqlens=torch.zeros(4, dtype=torch.int64, **meta),
-                                seq_idx=torch.zeros(1, 512, dtype=torch.int64, **meta))
+        ssd.chunk_scan_combined(
+            x,
+            dt,
+            torch.empty(8, **meta),
+            B,
+            B,
+            256,
+            cu_seqlens=torch.zeros(4, dtype=torch.int64, **meta),
+            seq_idx=torch.zeros(1, 512, dtype=torch.int64, **meta),
+        )
 
     def state_update_case():
         b, h, p, n = 16, 80, 64, 128
@@ -106,16 +133,27 @@ def workloads():
         x = torch.empty(b, h, p, dtype=torch.bfloat16, **meta)
         A = torch.empty(h, p, n, **meta)
         Bm = torch.empty(b, 1, n, dtype=torch.bfloat16, **meta)
-        state_update.selective_state_update(st, x, x, A, Bm, Bm, torch.empty(h, p, **meta), x,
-                                            torch.empty(h, p, **meta), True,
-                                            torch.zeros(b, dtype=torch.int64, **meta))
+        state_update.selective_state_update(
+            st,
+            x,
+            x,
+            A,
+            Bm,
+            Bm,
+            torch.empty(h, p, **meta),
+            x,
+            torch.empty(h, p, **meta),
+            True,
+            torch.zeros(b, dtype=torch.int64, **meta),
+        )
 
     def norm_case(is_rms):
         x = torch.empty(64, 4096, dtype=torch.bfloat16, **meta, requires_grad=True)
         r = torch.empty(64, 4096, **meta, requires_grad=True)
         w = torch.empty(4096, dtype=torch.bfloat16, **meta, requires_grad=True)
-        y, res = norms.layer_norm(x, w, None if is_rms else w, r, 1e-5, prenorm=True, residual_in_fp32=True,
-                                  is_rms_norm=is_rms)
+        y, res = norms.layer_norm(
+            x, w, None if is_rms else w, r, 1e-5, prenorm=True, residual_in_fp32=True, is_rms_norm=is_rms
+        )
         torch.autograd.grad(y.float().sum() + res.sum(), [x, r, w])
 
     def gated_case(nbg):
@@ -124,12 +162,16 @@ def workloads():
         y = norms.gated_norm(x, w, None, x, 1e-5, 640, nbg, True)
         torch.autograd.grad(y.float().sum(), [x, w])
 
-    return [("ssd bf16 + seq_idx", lambda: ssd_case(torch.bfloat16, True)),
-            ("ssd fp32", lambda: ssd_case(torch.float32, False)),
-            ("ssd varlen states", varlen_case),
-            ("selective_state_update", state_update_case),
-            ("layer_norm", lambda: norm_case(False)), ("rms_norm", lambda: norm_case(True)),
-            ("gated norm", lambda: gated_case(True)), ("gated norm (gate first)", lambda: gated_case(False))]
+    return [
+        ("ssd bf16 + seq_idx", lambda: ssd_case(torch.bfloat16, True)),
+        ("ssd fp32", lambda: ssd_case(torch.float32, False)),
+        ("ssd varlen states", varlen_case),
+        ("selective_state_update", state_update_case),
+        ("layer_norm", lambda: norm_case(False)),
+        ("rms_norm", lambda: norm_case(True)),
+        ("gated norm", lambda: gated_case(True)),
+        ("gated norm (gate first)", lambda: gated_case(False)),
+    ]
 
 
 def _source(fn, sig, consts):
@@ -147,7 +189,9 @@ def resources(kernel) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
         fh.write(kernel.asm["cubin"])
         fh.flush()
-        out = subprocess.run([cuobjdump, "--dump-resource-usage", fh.name], capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [cuobjdump, "--dump-resource-usage", fh.name], capture_output=True, text=True
+        ).stdout
     for line in out.splitlines():
         if "REG:" in line:
             fields = dict(item.split(":", 1) for item in line.strip().split() if ":" in item)
@@ -181,8 +225,10 @@ def main(argv=None) -> int:
                 continue
             extra = resources(k) if backend == "cuda" else ""
             print(f"ok   {label}: shared {k.metadata.shared} B{'; ' + extra if extra else ''}")
-    print(f"triton {triton.__version__}: {len(launches)} kernel configurations x {len(args.targets.split(','))} "
-          f"targets, {failures} failed")
+    print(
+        f"triton {triton.__version__}: {len(launches)} kernel configurations x {len(args.targets.split(','))} "
+        f"targets, {failures} failed"
+    )
     return 1 if failures else 0
 
 

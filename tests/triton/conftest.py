@@ -15,6 +15,7 @@ run these tests with a newer one (the dev venv's torch 2.14 brings 3.8). Compili
 imported before this conftest). ``gpu_kernels``: the same modules compiled for the GPU (skips without
 a CUDA/ROCm device, or when this process runs the interpreter).
 """
+
 import importlib
 import os
 import sys
@@ -62,9 +63,11 @@ def _kernel_modules(interpret: bool):
 def interpreted():
     """mamba_ssm.ops.triton._kernels with its kernels on Triton's interpreter (CPU tensors)."""
     if not INTERPRETING:
-        pytest.skip("Triton's interpreter is off in this process (triton was imported before "
-                    "tests/triton/conftest.py could set TRITON_INTERPRET=1, or MAMBA_TRITON_GPU_TESTS=1): "
-                    "run `pytest tests/triton` in a process of its own")
+        pytest.skip(
+            "Triton's interpreter is off in this process (triton was imported before "
+            "tests/triton/conftest.py could set TRITON_INTERPRET=1, or MAMBA_TRITON_GPU_TESTS=1): "
+            "run `pytest tests/triton` in a process of its own"
+        )
     return _kernel_modules(interpret=True)
 
 
@@ -76,6 +79,8 @@ def gpu_kernels():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA/ROCm GPU")
     if INTERPRETING:
-        pytest.skip("this process runs Triton's interpreter (TRITON_INTERPRET=1); run the GPU tests with "
-                    "MAMBA_TRITON_GPU_TESTS=1 (benchmarks/gpu_check.sh does)")
+        pytest.skip(
+            "this process runs Triton's interpreter (TRITON_INTERPRET=1); run the GPU tests with "
+            "MAMBA_TRITON_GPU_TESTS=1 (benchmarks/gpu_check.sh does)"
+        )
     return _kernel_modules(interpret=False)

@@ -1,11 +1,25 @@
 """Float64 references for the Triton kernel tests, written from the formulas (independent of the code
 under test): the SSD as a per-timestep recurrence, the decode step, and the norms."""
+
 import torch
 import torch.nn.functional as F
 
 
-def ssd_recurrence(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=None, seq_idx=None,
-                   dt_softplus=False, dt_limit=(0.0, float("inf")), states_at=None):
+def ssd_recurrence(
+    x,
+    dt,
+    A,
+    B,
+    C,
+    D=None,
+    z=None,
+    dt_bias=None,
+    initial_states=None,
+    seq_idx=None,
+    dt_softplus=False,
+    dt_limit=(0.0, float("inf")),
+    states_at=None,
+):
     """Mamba-2's scan one timestep at a time (arXiv:2405.21060, eq. (1) with scalar A per head):
     h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t, y *= silu(z); a new sequence of
     seq_idx starts from a zero state (initial_states belongs to the first one). Differentiable.
@@ -21,8 +35,11 @@ def ssd_recurrence(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=
         dtp = dtp.clamp(dt_limit[0], dt_limit[1])
     Bh = B.repeat_interleave(h // g, dim=2)
     Ch = C.repeat_interleave(h // g, dim=2)
-    state = (initial_states.double() if initial_states is not None
-             else torch.zeros(b, h, p, n, dtype=torch.float64))
+    state = (
+        initial_states.double()
+        if initial_states is not None
+        else torch.zeros(b, h, p, n, dtype=torch.float64)
+    )
     ys, picked = [], {}
     for t in range(l):
         if seq_idx is not None and t > 0:
@@ -61,8 +78,10 @@ def state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplu
             d = dt[i, hh].double() + (dt_bias[hh].double() if dt_bias is not None else 0.0)
             if dt_softplus:
                 d = torch.log1p(torch.exp(d))
-            s = new[row, hh] * torch.exp(d[:, None] * A[hh].double()) + \
-                (d * x[i, hh].double())[:, None] * B[i, gg].double()[None, :]
+            s = (
+                new[row, hh] * torch.exp(d[:, None] * A[hh].double())
+                + (d * x[i, hh].double())[:, None] * B[i, gg].double()[None, :]
+            )
             new[row, hh] = s
             o = s @ C[i, gg].double()
             if D is not None:
@@ -92,7 +111,7 @@ def norm(x, weight, bias, eps, is_rms):
 def gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms):
     """Mamba-2's gated norm in float64 over groups of group_size channels (differentiable)."""
     x = x.double()
-    silu = (lambda v: v * torch.sigmoid(v))
+    silu = lambda v: v * torch.sigmoid(v)
     if z is not None and not norm_before_gate:
         x = x * silu(z.double())
     shp = x.shape

@@ -1,6 +1,7 @@
 """The Triton kernels compile for real GPUs (no GPU needed): compile_check.py, in a process without
 Triton's interpreter, compiles every kernel launch the wrappers make at Mamba-2 sizes for sm_90 (the
 default run) and for sm_80 and AMD gfx942 (marked slow)."""
+
 import os
 import subprocess
 import sys
@@ -17,8 +18,13 @@ def _run(targets):
         pytest.skip(f"this triton has no bundled ptxas ({ptxas})")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".triton", "cache"))
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "compile_check.py"), "--targets", targets],
-                          capture_output=True, text=True, env=env, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "compile_check.py"), "--targets", targets],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert ", 0 failed" in proc.stdout
     return proc.stdout
@@ -27,8 +33,13 @@ def _run(targets):
 def test_kernels_compile_for_sm90():
     out = _run("cuda:90")
     # every kernel module is covered
-    for name in ("_chunk_scan_bwd_dbx", "_varlen_states", "_state_update_kernel", "_norm_bwd_kernel",
-                 "_gated_bwd_kernel"):
+    for name in (
+        "_chunk_scan_bwd_dbx",
+        "_varlen_states",
+        "_state_update_kernel",
+        "_norm_bwd_kernel",
+        "_gated_bwd_kernel",
+    ):
         assert f" {name} " in out
 
 

@@ -5,12 +5,12 @@ Shapes are tiny (the interpreter runs every program in Python): they still cross
 groups, seq_idx, initial states, padded slots and each input dtype. The same kernels compiled for a GPU
 are tested in test_triton_gpu.py (marked gpu).
 """
+
 import math
 
 import pytest
-import torch
-
 import references as R
+import torch
 
 TOL = {torch.float32: 2e-4, torch.float16: 2e-2, torch.bfloat16: 6e-2}
 
@@ -35,14 +35,40 @@ def _ref_leaf(t):
 
 SSD_CASES = {
     # name: (batch, seqlen, nheads, headdim, ngroups, dstate, chunk, options)
-    "all_options_partial_chunk": (2, 37, 4, 8, 2, 16, 16, dict(D="hp", z=True, bias=True, softplus=True, init=True)),
-    "seq_idx_boundaries": (2, 45, 2, 8, 1, 16, 16, dict(seq=(16, 21, 40), init=True, bias=True, softplus=True)),
+    "all_options_partial_chunk": (
+        2,
+        37,
+        4,
+        8,
+        2,
+        16,
+        16,
+        dict(D="hp", z=True, bias=True, softplus=True, init=True),
+    ),
+    "seq_idx_boundaries": (
+        2,
+        45,
+        2,
+        8,
+        1,
+        16,
+        16,
+        dict(seq=(16, 21, 40), init=True, bias=True, softplus=True),
+    ),
     "exact_chunks_plain": (1, 32, 2, 16, 1, 16, 32, dict()),
     "per_head_D_dt_limit": (1, 40, 4, 8, 4, 8, 16, dict(D="h", softplus=True, limit=(0.05, 0.4), z=True)),
     "one_short_chunk_odd_sizes": (1, 20, 3, 5, 1, 12, 64, dict(D="hp", init=True, seq=(7,))),
     # chunk 128 = two 64-row blocks per chunk: the kernels' loops across row and column blocks
-    "chunk128_two_row_blocks": (1, 150, 2, 4, 1, 16, 128, dict(init=True, seq=(70, 128), z=True, bias=True,
-                                                                softplus=True)),
+    "chunk128_two_row_blocks": (
+        1,
+        150,
+        2,
+        4,
+        1,
+        16,
+        128,
+        dict(init=True, seq=(70, 128), z=True, bias=True, softplus=True),
+    ),
 }
 
 
@@ -72,10 +98,19 @@ def _run_ssd(K, case, dtype, backward=True):
     got_in = [_leaf(t, dtype if i not in (2,) else torch.float32) for i, t in enumerate(ins)]
     ref_in = [_ref_leaf(t) for t in ins]
     kw = dict(dt_softplus=bool(opts.get("softplus")), dt_limit=opts.get("limit", (0.0, math.inf)))
-    y, final = K.ssd.chunk_scan_combined(*got_in[:5], q, D=got_in[5], z=got_in[6], dt_bias=got_in[7],
-                                         initial_states=got_in[8], seq_idx=seq, **kw)
-    y_ref, f_ref = R.ssd_recurrence(*ref_in[:5], D=ref_in[5], z=ref_in[6], dt_bias=ref_in[7],
-                                    initial_states=ref_in[8], seq_idx=seq, **kw)
+    y, final = K.ssd.chunk_scan_combined(
+        *got_in[:5],
+        q,
+        D=got_in[5],
+        z=got_in[6],
+        dt_bias=got_in[7],
+        initial_states=got_in[8],
+        seq_idx=seq,
+        **kw,
+    )
+    y_ref, f_ref = R.ssd_recurrence(
+        *ref_in[:5], D=ref_in[5], z=ref_in[6], dt_bias=ref_in[7], initial_states=ref_in[8], seq_idx=seq, **kw
+    )
     assert y.dtype == dtype and y.shape == (b, l, h, p) and final.dtype == torch.float32
     _close(y, y_ref, dtype, "y")
     _close(final, f_ref, dtype, "final_states")
@@ -105,8 +140,9 @@ def test_ssd_fwd_bwd_half(interpreted, dtype):
 def test_ssd_uneven_row_and_column_blocks(interpreted, monkeypatch):
     """The backward's row blocks (32) and column blocks (16) differ, as they do for headdim x dstate
     above 8192 on a GPU."""
-    monkeypatch.setattr(interpreted.ssd, "_blocks",
-                        lambda q, p, n: dict(BLOCK_M=32, BLOCK_J=16, BLOCK_P=16, BLOCK_N=16))
+    monkeypatch.setattr(
+        interpreted.ssd, "_blocks", lambda q, p, n: dict(BLOCK_M=32, BLOCK_J=16, BLOCK_P=16, BLOCK_N=16)
+    )
     _run_ssd(interpreted, "seq_idx_boundaries_64", torch.float32)
 
 
@@ -120,12 +156,19 @@ def test_ssd_varlen_states(interpreted):
     l, h, p, g, n = 50, 2, 4, 1, 16
     cu = torch.tensor([0, 10, 16, 32, 33, 50])
     x, dt = torch.randn(1, l, h, p, generator=gen), torch.rand(1, l, h, generator=gen) * 0.4
-    A, B, C = -torch.rand(h, generator=gen) - 0.3, torch.randn(1, l, g, n, generator=gen), torch.randn(1, l, g, n, generator=gen)
+    A, B, C = (
+        -torch.rand(h, generator=gen) - 0.3,
+        torch.randn(1, l, g, n, generator=gen),
+        torch.randn(1, l, g, n, generator=gen),
+    )
     h0 = torch.randn(1, h, p, n, generator=gen)
-    y, final, varlen = interpreted.ssd.chunk_scan_combined(x, dt, A, B, C, 16, initial_states=h0, cu_seqlens=cu)
+    y, final, varlen = interpreted.ssd.chunk_scan_combined(
+        x, dt, A, B, C, 16, initial_states=h0, cu_seqlens=cu
+    )
     seq = torch.repeat_interleave(torch.arange(5), torch.diff(cu))[None]
-    y_ref, f_ref, v_ref = R.ssd_recurrence(x, dt, A, B, C, initial_states=h0, seq_idx=seq,
-                                           states_at=(cu[1:] - 1).tolist())
+    y_ref, f_ref, v_ref = R.ssd_recurrence(
+        x, dt, A, B, C, initial_states=h0, seq_idx=seq, states_at=(cu[1:] - 1).tolist()
+    )
     assert varlen.shape == (5, h, p, n) and not varlen.requires_grad
     _close(y, y_ref, torch.float32, "y")
     _close(final, f_ref, torch.float32, "final_states")
@@ -135,12 +178,12 @@ def test_ssd_varlen_states(interpreted):
 def test_ssd_non_contiguous_inputs(interpreted):
     gen = torch.Generator().manual_seed(3)
     b, l, h, p, g, n = 1, 24, 2, 8, 1, 16
-    xbc = torch.randn(b, l, h * p + 2 * g * n + 5, generator=gen)       # x, B, C as views of one tensor
-    x = xbc[..., :h * p].reshape(b, l, h, p)
-    B = xbc[..., h * p:h * p + g * n].reshape(b, l, g, n)
-    C = xbc[..., h * p + g * n:h * p + 2 * g * n].reshape(b, l, g, n)
+    xbc = torch.randn(b, l, h * p + 2 * g * n + 5, generator=gen)  # x, B, C as views of one tensor
+    x = xbc[..., : h * p].reshape(b, l, h, p)
+    B = xbc[..., h * p : h * p + g * n].reshape(b, l, g, n)
+    C = xbc[..., h * p + g * n : h * p + 2 * g * n].reshape(b, l, g, n)
     dt = torch.rand(b, h, l, generator=gen).transpose(1, 2) * 0.3 + 0.01
-    A = (-torch.rand(2 * h, generator=gen) - 0.5)[::2]                  # strided per-head parameters
+    A = (-torch.rand(2 * h, generator=gen) - 0.5)[::2]  # strided per-head parameters
     dt_bias = (torch.rand(2 * h, generator=gen) * 0.1)[1::2]
     assert not x.is_contiguous() and not dt.is_contiguous() and not A.is_contiguous()
     y, final = interpreted.ssd.chunk_scan_combined(x, dt, A, B, C, 16, dt_bias=dt_bias)
@@ -153,13 +196,17 @@ def test_ssd_non_contiguous_inputs(interpreted):
 def test_ssd_chunk_size_not_supported(interpreted, chunk):
     x = torch.zeros(1, 4, 1, 4)
     with pytest.raises(ValueError, match=f"chunk_size={chunk} .*power of two from 16 to 256"):
-        interpreted.ssd.chunk_scan_combined(x, torch.zeros(1, 4, 1), torch.zeros(1), torch.zeros(1, 4, 1, 4),
-                                            torch.zeros(1, 4, 1, 4), chunk)
+        interpreted.ssd.chunk_scan_combined(
+            x, torch.zeros(1, 4, 1), torch.zeros(1), torch.zeros(1, 4, 1, 4), torch.zeros(1, 4, 1, 4), chunk
+        )
 
 
 # ----------------------------------------------------------------------------- selective_state_update
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"]
+)
 @pytest.mark.parametrize("mode", ["mamba2_groups_pad", "one_head_one_group"])
 def test_state_update(interpreted, dtype, mode):
     gen = torch.Generator().manual_seed(7)
@@ -205,8 +252,9 @@ def test_state_update_per_head_params_no_softplus(interpreted):
     C = torch.randn(b, 1, n, generator=gen)
     D = torch.randn(h, generator=gen)
     dt_bias = torch.rand(h, generator=gen) * 0.1
-    ref_out, ref_state = R.state_update(state, x, dt, A, B, C, D[:, None].expand(h, p), None,
-                                        dt_bias[:, None].expand(h, p), False)
+    ref_out, ref_state = R.state_update(
+        state, x, dt, A, B, C, D[:, None].expand(h, p), None, dt_bias[:, None].expand(h, p), False
+    )
     out = interpreted.state_update.selective_state_update(state, x, dt, A, B, C, D, None, dt_bias, False)
     _close(out, ref_out, torch.float32, "out")
     _close(state, ref_state, torch.float32, "state")
@@ -214,7 +262,10 @@ def test_state_update_per_head_params_no_softplus(interpreted):
 
 # ----------------------------------------------------------------------------------------------- norms
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"]
+)
 @pytest.mark.parametrize("is_rms", [False, True], ids=["layernorm", "rmsnorm"])
 def test_norm_residual_prenorm(interpreted, dtype, is_rms):
     gen = torch.Generator().manual_seed(11)
@@ -225,8 +276,9 @@ def test_norm_residual_prenorm(interpreted, dtype, is_rms):
     bias = torch.randn(n, generator=gen)
     xa, ra, wa, ba = (_leaf(t, dtype) for t in (x, res, w, bias))
     xr, rr, wr, br = (_ref_leaf(t) for t in (x, res, w, bias))
-    y, resid = interpreted.norms.layer_norm(xa, wa, ba, ra, 1e-5, prenorm=True, residual_in_fp32=True,
-                                            is_rms_norm=is_rms)
+    y, resid = interpreted.norms.layer_norm(
+        xa, wa, ba, ra, 1e-5, prenorm=True, residual_in_fp32=True, is_rms_norm=is_rms
+    )
     assert y.dtype == dtype and resid.dtype == torch.float32
     s = xr + rr
     y_ref = R.norm(s, wr, br, 1e-5, is_rms)
@@ -244,7 +296,7 @@ def test_norm_residual_prenorm(interpreted, dtype, is_rms):
 def test_norm_no_residual_out_dtype_no_bias(interpreted):
     gen = torch.Generator().manual_seed(12)
     x = torch.randn(2, 3, 24, generator=gen, dtype=torch.float16).requires_grad_(True)
-    w = torch.randn(48, generator=gen)[::2].detach().requires_grad_(True)         # a strided weight
+    w = torch.randn(48, generator=gen)[::2].detach().requires_grad_(True)  # a strided weight
     y = interpreted.norms.layer_norm(x, w, None, None, 1e-6, is_rms_norm=True, out_dtype=torch.float32)
     assert y.dtype == torch.float32 and y.shape == x.shape
     xr, wr = _ref_leaf(x), _ref_leaf(w)

@@ -19,6 +19,7 @@ Ops (schemas are private to ``csrc/binding.cpp`` and this file):
 Math: the selective scan of Mamba (Gu & Dao 2023, arXiv:2312.00752, eq. 2a-2b and Algorithm 2),
 zero-order-hold discretisation with the simplified B; see :func:`selective_scan`.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -66,8 +67,16 @@ def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dlast_s
         return _contiguous_empty(x)
 
     dz = _contiguous_empty(z) if z is not None else torch.empty((0,), dtype=u.dtype, device=u.device)
-    return (_contiguous_empty(u), _contiguous_empty(delta), _contiguous_empty(A), _contiguous_empty(B),
-            _contiguous_empty(C), opt(D), dz, opt(delta_bias))
+    return (
+        _contiguous_empty(u),
+        _contiguous_empty(delta),
+        _contiguous_empty(A),
+        _contiguous_empty(B),
+        _contiguous_empty(C),
+        opt(D),
+        dz,
+        opt(delta_bias),
+    )
 
 
 def _setup_context(ctx, inputs, output):
@@ -82,10 +91,20 @@ def _backward(ctx, dout, dlast_state):
     if dout is None:
         dout = torch.zeros_like(u)
     du, ddelta, dA, dB, dC, dD, dz, ddelta_bias = torch.ops.mamba_ssm.selective_scan_bwd(
-        u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast_state)
+        u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast_state
+    )
     has_D, has_z, has_bias = ctx.has
-    return (du, ddelta, dA, dB, dC, dD if has_D else None, dz if has_z else None,
-            ddelta_bias if has_bias else None, None)
+    return (
+        du,
+        ddelta,
+        dA,
+        dB,
+        dC,
+        dD if has_D else None,
+        dz if has_z else None,
+        ddelta_bias if has_bias else None,
+        None,
+    )
 
 
 torch.library.register_autograd(_FWD, _backward, setup_context=_setup_context)
@@ -111,21 +130,30 @@ def supports(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> Optional[str
     tensors = {"u": u, "delta": delta, "B": B, "C": C, "z": z}
     for name, t in tensors.items():
         if t is not None and t.dtype not in _DTYPES:
-            return (f"the compiled kernels take float32/float16/bfloat16 {name}, got {t.dtype}")
+            return f"the compiled kernels take float32/float16/bfloat16 {name}, got {t.dtype}"
     for name, t in (("A", A), ("D", D), ("delta_bias", delta_bias)):
         if t is not None and (t.is_complex() or t.dtype not in _DTYPES):
             return f"the compiled kernels take a real float32/float16/bfloat16 {name}, got {t.dtype}"
     device = u.device
     if device.type not in ("cpu", "cuda"):
         return f"the compiled kernels run on CPU and CUDA/ROCm devices, not {device.type}"
-    for name, t in (("delta", delta), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z),
-                    ("delta_bias", delta_bias)):
+    for name, t in (
+        ("delta", delta),
+        ("A", A),
+        ("B", B),
+        ("C", C),
+        ("D", D),
+        ("z", z),
+        ("delta_bias", delta_bias),
+    ):
         if t is not None and t.device != device:
             return f"{name} is on {t.device} but u is on {device}"
     groups = [1 if X.dim() == 3 else X.shape[1] for X in (B, C) if X.dim() >= 3]
     if len(groups) == 2 and groups[0] != groups[1]:
-        return (f"the compiled kernels need variable B and C with the same number of groups "
-                f"(got {groups[0]} and {groups[1]})")
+        return (
+            f"the compiled kernels need variable B and C with the same number of groups "
+            f"(got {groups[0]} and {groups[1]})"
+        )
     if device.type == "cuda":
         if not _has_cuda_kernel():
             return "this build of mamba_ssm._C has no CUDA kernel (a CPU-only build)"
@@ -136,8 +164,9 @@ def supports(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> Optional[str
     return None
 
 
-def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                   return_last_state=False):
+def selective_scan(
+    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
+):
     """Selective scan with the compiled kernels (Mamba, arXiv:2312.00752, eq. 2a-2b, Algorithm 2).
 
     For each batch b, channel d, time t (h starts at 0; all arithmetic accumulates in fp32)::
@@ -164,8 +193,10 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
         ``selective_scan_fn``; :func:`supports` says beforehand whether a call can run here).
     """
     out, last_state = torch.ops.mamba_ssm.selective_scan_fwd(
-        u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
+        u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus)
+    )
     return (out, last_state) if return_last_state else out
+
 
 # The causal conv1d ops (fake implementations, autograd) when this _C defines them.
 from mamba_ssm.ops.backends import compiled_conv1d  # noqa: E402,F401

@@ -19,6 +19,7 @@ Math: the causal depthwise convolution in front of Mamba's selective scan (Gu & 
 Figure 3) and of Mamba-2's SSD (Dao & Gu, arXiv:2405.21060, Figure 6):
 ``out[b, d, t] = act(bias[d] + sum_k weight[d, k] * x[b, d, t - (width - 1) + k])``.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -64,6 +65,7 @@ _AVAILABLE = available()
 _update_op = torch.ops.mamba_ssm.causal_conv1d_update.default if _AVAILABLE else None
 
 if _AVAILABLE:
+
     @torch.library.register_fake(_FWD)
     def _fwd_fake(x, weight, bias, seq_idx, initial_states, silu):
         final = torch.empty((x.shape[0], x.shape[1], weight.shape[1] - 1), dtype=x.dtype, device=x.device)
@@ -76,8 +78,12 @@ if _AVAILABLE:
                 return torch.empty((0,), dtype=torch.float32, device=x.device)
             return torch.empty(t.shape, dtype=t.dtype, device=t.device)
 
-        return (_empty_like_layout(x), torch.empty(weight.shape, dtype=weight.dtype, device=weight.device),
-                opt(bias), opt(initial_states))
+        return (
+            _empty_like_layout(x),
+            torch.empty(weight.shape, dtype=weight.dtype, device=weight.device),
+            opt(bias),
+            opt(initial_states),
+        )
 
     @torch.library.register_fake(_UPDATE)
     def _update_fake(x, conv_state, weight, bias, silu, cache_seqlens, conv_state_indices):
@@ -99,7 +105,8 @@ if _AVAILABLE:
         if dout is None:
             dout = torch.zeros_like(x)
         dx, dweight, dbias, dinit = torch.ops.mamba_ssm.causal_conv1d_bwd(
-            x, weight, bias, seq_idx, initial_states, dout, dfinal_states, ctx.silu)
+            x, weight, bias, seq_idx, initial_states, dout, dfinal_states, ctx.silu
+        )
         has_bias, has_init = ctx.has
         return dx, dweight, dbias if has_bias else None, None, dinit if has_init else None, None
 
@@ -125,8 +132,15 @@ def supports(x, weight, *others) -> Optional[str]:
         ``_C`` without the conv ops, a dtype other than float32/float16/bfloat16 (float64 included), a
         width outside 2-4, a device other than CPU/CUDA, a CUDA tensor with a CPU-only build.
     """
-    if (_AVAILABLE and x.is_cpu and weight.is_cpu and x.dtype in _DTYPES and weight.dtype in _DTYPES
-            and weight.dim() == 2 and weight.shape[1] in WIDTHS):
+    if (
+        _AVAILABLE
+        and x.is_cpu
+        and weight.is_cpu
+        and x.dtype in _DTYPES
+        and weight.dtype in _DTYPES
+        and weight.dim() == 2
+        and weight.shape[1] in WIDTHS
+    ):
         for t in others:  # the common CPU case, decided without building device objects (decode steps)
             if t is not None and not t.is_cpu:
                 break

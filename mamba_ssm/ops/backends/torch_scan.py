@@ -40,6 +40,7 @@ How it is computed (no Python loop over every timestep):
 
 fp16/bf16 inputs are converted per segment to float32 (float64 inputs compute in float64).
 """
+
 from __future__ import annotations
 
 import math
@@ -79,8 +80,15 @@ def _budget(device_type: str = "cpu", per_step: int = 0) -> int:
     return int(value * 1024 * 1024)
 
 
-def plan_chunks(batch: int, dim: int, d_state: int, seqlen: int, itemsize: int = 4,
-                budget: Optional[int] = None, device_type: str = "cpu") -> Tuple[int, int]:
+def plan_chunks(
+    batch: int,
+    dim: int,
+    d_state: int,
+    seqlen: int,
+    itemsize: int = 4,
+    budget: Optional[int] = None,
+    device_type: str = "cpu",
+) -> Tuple[int, int]:
     """Segment length and chunk size for a scan of this shape.
 
     Args:
@@ -173,8 +181,14 @@ class _Workspace:
         return buf[:numel].view(shape)
 
 
-def _forward_states(a: torch.Tensor, b: torch.Tensor, dt: torch.Tensor, A6: torch.Tensor,
-                    h0: torch.Tensor, hbuf: Optional[torch.Tensor] = None) -> torch.Tensor:
+def _forward_states(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    dt: torch.Tensor,
+    A6: torch.Tensor,
+    h0: torch.Tensor,
+    hbuf: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """States of one segment in the chunk layout.
 
     a, b: (T, Bt, G, H, NC, N) decay and input per step; dt: (T, Bt, G, H, NC, 1); A6: (1, 1, G, H, 1, N);
@@ -195,7 +209,7 @@ def _forward_states(a: torch.Tensor, b: torch.Tensor, dt: torch.Tensor, A6: torc
         for j in range(1, t):
             h = torch.addcmul(b_s[j], a_s[j], h)
         # Carry across chunks with the chunk decay exp(A * sum(delta)) (= the product of its steps' decays).
-        decay = torch.exp(dt.sum(0) * A6[0]).unbind(-2)       # NC x (Bt, G, H, N)
+        decay = torch.exp(dt.sum(0) * A6[0]).unbind(-2)  # NC x (Bt, G, H, N)
         hin = h_s[0].unbind(-2)
         h_c = h.unbind(-2)
         hin[0].copy_(h0)
@@ -207,8 +221,14 @@ def _forward_states(a: torch.Tensor, b: torch.Tensor, dt: torch.Tensor, A6: torc
     return hbuf
 
 
-def _reverse_states(a: torch.Tensor, c: torch.Tensor, dt: torch.Tensor, A6: torch.Tensor,
-                    carry: torch.Tensor, g: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+def _reverse_states(
+    a: torch.Tensor,
+    c: torch.Tensor,
+    dt: torch.Tensor,
+    A6: torch.Tensor,
+    carry: torch.Tensor,
+    g: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Reverse scan of one segment (chunk layout): ``g_i = c_i + a_{i+1} g_{i+1}``, the step past the end
     given by ``carry`` (= a_next * g_next, already decayed). Returns (g like c, the carry for the segment
     before: a_0 * g_0)."""
@@ -267,8 +287,10 @@ def _scan_threads() -> int:
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"MAMBA_SSM_SCAN_THREADS={text!r} is not a whole number of threads (e.g. 1; 0 keeps "
-                         "torch's setting)") from None
+        raise ValueError(
+            f"MAMBA_SSM_SCAN_THREADS={text!r} is not a whole number of threads (e.g. 1; 0 keeps "
+            "torch's setting)"
+        ) from None
     if value < 0:
         raise ValueError(f"MAMBA_SSM_SCAN_THREADS={text!r} must be >= 0 (0 keeps torch's setting)")
     return value
@@ -317,8 +339,9 @@ def _scan_forward_core(u, dt, A, B, C, h0, segs):
         dts = _to_chunks(dt[..., s:e], nc, t, cdtype)
         a = torch.mul(dts, A6, out=ws.get("a", shape)).exp_()
         dtu = dts * _to_chunks(u[..., s:e], nc, t, cdtype)
-        b = torch.mul(dtu, _bc_to_chunks(B[:, :, s:e] if B.dim() == 4 else B, nc, t, cdtype),
-                      out=ws.get("b", shape))
+        b = torch.mul(
+            dtu, _bc_to_chunks(B[:, :, s:e] if B.dim() == 4 else B, nc, t, cdtype), out=ws.get("b", shape)
+        )
         hbuf = _forward_states(a, b, dts, A6, cur, ws.get("h", (t + 1,) + shape[1:]))
         cur = hbuf[t][..., nc - 1, :].clone()
         Cs = _bc_to_chunks(C[:, :, s:e] if C.dim() == 4 else C, nc, t, cdtype)
@@ -361,8 +384,7 @@ def _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
         a = torch.mul(dts, A6, out=ws.get("a", shape)).exp_()
         dtu = dts * us
         tmp = ws.get("tmp", shape)
-        hbuf = _forward_states(a, torch.mul(dtu, Bs, out=tmp), dts, A6, h0,
-                               ws.get("h", (t + 1,) + shape[1:]))
+        hbuf = _forward_states(a, torch.mul(dtu, Bs, out=tmp), dts, A6, h0, ws.get("h", (t + 1,) + shape[1:]))
         if need[4]:
             prod = torch.mul(hbuf[1:], dys, out=tmp)
             if var_c:
@@ -410,9 +432,16 @@ def _define_core_op():
     ns = "mamba_ssm_torch_scan"
 
     @custom_op(f"{ns}::scan_fwd", mutates_args=())
-    def scan_fwd(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                 h0: Optional[torch.Tensor], segment: int, chunk: int
-                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def scan_fwd(
+        u: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        h0: Optional[torch.Tensor],
+        segment: int,
+        chunk: int,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         segs = _segments(u.shape[-1], segment, chunk)
         y, last, starts = _scan_forward(u, dt, A, B, C, h0, segs)
         stacked = torch.stack(starts) if starts else last.new_empty((0,) + tuple(last.shape))
@@ -423,13 +452,26 @@ def _define_core_op():
         bt, g, hh, seqlen = u.shape
         n = A.shape[-1]
         nseg = len(_segments(seqlen, segment, chunk))
-        return (u.new_empty((bt, g, hh, seqlen), dtype=A.dtype), u.new_empty((bt, g, hh, n), dtype=A.dtype),
-                u.new_empty((nseg, bt, g, hh, n), dtype=A.dtype))
+        return (
+            u.new_empty((bt, g, hh, seqlen), dtype=A.dtype),
+            u.new_empty((bt, g, hh, n), dtype=A.dtype),
+            u.new_empty((nseg, bt, g, hh, n), dtype=A.dtype),
+        )
 
     @custom_op(f"{ns}::scan_bwd", mutates_args=())
-    def scan_bwd(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                 starts: torch.Tensor, dy: torch.Tensor, dlast: torch.Tensor, segment: int, chunk: int,
-                 need: List[bool]) -> List[torch.Tensor]:
+    def scan_bwd(
+        u: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        starts: torch.Tensor,
+        dy: torch.Tensor,
+        dlast: torch.Tensor,
+        segment: int,
+        chunk: int,
+        need: List[bool],
+    ) -> List[torch.Tensor]:
         segs = _segments(u.shape[-1], segment, chunk)
         grads = _scan_backward(u, dt, A, B, C, list(starts.unbind(0)), need[5], dy, dlast, segs, need)
         # Not wanted: an empty tensor (a custom op returns tensors), turned back into None below.
@@ -441,8 +483,14 @@ def _define_core_op():
         n = A.shape[-1]
         like = lambda x: u.new_empty(tuple(x.shape), dtype=A.dtype)  # noqa: E731
         bc = lambda X: u.new_empty((bt, g, seqlen, n) if X.dim() == 4 else tuple(X.shape), dtype=A.dtype)  # noqa: E731
-        shapes = [lambda: like(u), lambda: like(u), lambda: like(A), lambda: bc(B), lambda: bc(C),
-                  lambda: u.new_empty((bt, g, hh, n), dtype=A.dtype)]
+        shapes = [
+            lambda: like(u),
+            lambda: like(u),
+            lambda: like(A),
+            lambda: bc(B),
+            lambda: bc(C),
+            lambda: u.new_empty((bt, g, hh, n), dtype=A.dtype),
+        ]
         return [make() if want else u.new_empty((0,), dtype=A.dtype) for make, want in zip(shapes, need)]
 
     def setup_context(ctx, inputs, output):
@@ -460,8 +508,9 @@ def _define_core_op():
             dy = u.new_zeros((bt, g, hh, seqlen), dtype=A.dtype)
         if dlast is None:
             dlast = u.new_zeros((bt, g, hh, A.shape[-1]), dtype=A.dtype)
-        grads = torch.ops.mamba_ssm_torch_scan.scan_bwd(u, dt, A, B, C, starts, dy, dlast, ctx.segment,
-                                                        ctx.chunk, need)
+        grads = torch.ops.mamba_ssm_torch_scan.scan_bwd(
+            u, dt, A, B, C, starts, dy, dlast, ctx.segment, ctx.chunk, need
+        )
         return (*[x if want else None for x, want in zip(grads, need)], None, None)
 
     scan_fwd.register_autograd(backward, setup_context=setup_context)
@@ -497,9 +546,20 @@ def _canonical_bc(X: torch.Tensor, batch: int, dim: int, groups: int) -> torch.T
     return X.transpose(-1, -2)
 
 
-def selective_scan_with_state(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                              initial_state=None, segment: Optional[int] = None,
-                              chunk: Optional[int] = None):
+def selective_scan_with_state(
+    u,
+    delta,
+    A,
+    B,
+    C,
+    D=None,
+    z=None,
+    delta_bias=None,
+    delta_softplus=False,
+    initial_state=None,
+    segment: Optional[int] = None,
+    chunk: Optional[int] = None,
+):
     """Selective scan starting from ``initial_state`` (batch, dim, d_state); returns (out, last_state).
 
     Same shapes and semantics as :func:`selective_scan` (inputs are assumed validated), plus the
@@ -511,8 +571,11 @@ def selective_scan_with_state(u, delta, A, B, C, D=None, z=None, delta_bias=None
     dtypes = {u.dtype, delta.dtype, A.dtype, B.dtype, C.dtype}
     cdtype = torch.float64 if torch.float64 in dtypes else torch.float32
     device_type = u.device.type
-    with torch.autocast(device_type=device_type, enabled=False) if _autocast_known(device_type) \
-            else _nullcontext():
+    with (
+        torch.autocast(device_type=device_type, enabled=False)
+        if _autocast_known(device_type)
+        else _nullcontext()
+    ):
         dt = delta.to(cdtype)
         if delta_bias is not None:
             dt = dt + delta_bias.to(cdtype).unsqueeze(-1)
@@ -530,8 +593,9 @@ def selective_scan_with_state(u, delta, A, B, C, D=None, z=None, delta_bias=None
         Cc = _canonical_bc(C, batch, dim, groups)
         h0 = None if initial_state is None else initial_state.to(cdtype).reshape(batch, groups, hh, n)
         if segment is None or chunk is None:
-            seg, ch = plan_chunks(batch, dim, n, seqlen, torch.empty((), dtype=cdtype).element_size(),
-                                  device_type=device_type)
+            seg, ch = plan_chunks(
+                batch, dim, n, seqlen, torch.empty((), dtype=cdtype).element_size(), device_type=device_type
+            )
             segment = segment or seg
             chunk = chunk or ch
         core = _CORE_OP if _compiling() else None
@@ -547,8 +611,9 @@ def selective_scan_with_state(u, delta, A, B, C, D=None, z=None, delta_bias=None
         return out.to(u.dtype), last.reshape(batch, dim, n)
 
 
-def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                   return_last_state=False):
+def selective_scan(
+    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
+):
     """The PyTorch fallback of :func:`mamba_ssm.ops.selective_scan_interface.selective_scan_fn`.
 
     Args (validated by ``selective_scan_fn``): u, delta (batch, dim, seqlen); A (dim, d_state) real;

@@ -1,5 +1,6 @@
 """Whether a call of a public op in ``mamba_ssm.ops.triton`` runs on the Triton kernels (light: imports
 only the dispatcher; the kernels and triton are imported when the answer is yes)."""
+
 from __future__ import annotations
 
 from typing import Callable, Optional

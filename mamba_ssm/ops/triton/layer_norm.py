@@ -9,6 +9,7 @@ The fused pre-norm residual used by Mamba's blocks: ``x' = dropout(x * rowscale)
 + residual``; the norm is applied to x'; with ``prenorm=True`` x' is also returned (in float32 when
 ``residual_in_fp32``), to be the next block's residual.
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,9 +44,23 @@ def _dropout(x, p, training_mask):
     return x * mask.to(x.dtype) / (1.0 - p), mask
 
 
-def layer_norm_fn(x, weight, bias, residual=None, x1=None, weight1=None, bias1=None, eps=1e-6,
-                  dropout_p=0.0, rowscale=None, prenorm=False, residual_in_fp32=False, is_rms_norm=False,
-                  return_dropout_mask=False, out_dtype=None):
+def layer_norm_fn(
+    x,
+    weight,
+    bias,
+    residual=None,
+    x1=None,
+    weight1=None,
+    bias1=None,
+    eps=1e-6,
+    dropout_p=0.0,
+    rowscale=None,
+    prenorm=False,
+    residual_in_fp32=False,
+    is_rms_norm=False,
+    return_dropout_mask=False,
+    out_dtype=None,
+):
     """Norm over the last dim with a fused residual add (differentiable through autograd).
 
     Args:
@@ -71,18 +86,26 @@ def layer_norm_fn(x, weight, bias, residual=None, x1=None, weight1=None, bias1=N
     """
     hidden = x.shape[-1]
     if weight is not None and tuple(weight.shape) != (hidden,):
-        raise ValueError(f"layer_norm_fn: weight must have shape ({hidden},) (x's last dim), got "
-                         f"{tuple(weight.shape)}")
+        raise ValueError(
+            f"layer_norm_fn: weight must have shape ({hidden},) (x's last dim), got {tuple(weight.shape)}"
+        )
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"layer_norm_fn: dropout_p must be in [0, 1), got {dropout_p}")
     if residual is not None and residual.shape != x.shape:
-        raise ValueError(f"layer_norm_fn: residual must have x's shape {tuple(x.shape)}, got "
-                         f"{tuple(residual.shape)}")
+        raise ValueError(
+            f"layer_norm_fn: residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}"
+        )
     op = "rms_norm" if is_rms_norm else "layer_norm"
-    if _route.use_triton(op, x, lambda: _route.kernels().norms.unsupported_layer_norm(
-            x, weight, bias, residual, x1, weight1, bias1, dropout_p, rowscale, return_dropout_mask, out_dtype)):
-        return _route.kernels().norms.layer_norm(x, weight, bias, residual, eps, prenorm, residual_in_fp32,
-                                                 is_rms_norm, out_dtype)
+    if _route.use_triton(
+        op,
+        x,
+        lambda: _route.kernels().norms.unsupported_layer_norm(
+            x, weight, bias, residual, x1, weight1, bias1, dropout_p, rowscale, return_dropout_mask, out_dtype
+        ),
+    ):
+        return _route.kernels().norms.layer_norm(
+            x, weight, bias, residual, eps, prenorm, residual_in_fp32, is_rms_norm, out_dtype
+        )
     in_dtype = x.dtype
     out_dtype = out_dtype or in_dtype
     xs = x
@@ -112,12 +135,40 @@ def layer_norm_fn(x, weight, bias, residual=None, x1=None, weight1=None, bias1=N
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def rms_norm_fn(x, weight, bias, residual=None, x1=None, weight1=None, bias1=None, eps=1e-6,
-                dropout_p=0.0, rowscale=None, prenorm=False, residual_in_fp32=False,
-                return_dropout_mask=False, out_dtype=None):
+def rms_norm_fn(
+    x,
+    weight,
+    bias,
+    residual=None,
+    x1=None,
+    weight1=None,
+    bias1=None,
+    eps=1e-6,
+    dropout_p=0.0,
+    rowscale=None,
+    prenorm=False,
+    residual_in_fp32=False,
+    return_dropout_mask=False,
+    out_dtype=None,
+):
     """:func:`layer_norm_fn` with ``is_rms_norm=True`` (same arguments and results)."""
-    return layer_norm_fn(x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm,
-                         residual_in_fp32, True, return_dropout_mask, out_dtype)
+    return layer_norm_fn(
+        x,
+        weight,
+        bias,
+        residual,
+        x1,
+        weight1,
+        bias1,
+        eps,
+        dropout_p,
+        rowscale,
+        prenorm,
+        residual_in_fp32,
+        True,
+        return_dropout_mask,
+        out_dtype,
+    )
 
 
 def _ref_input(x, residual, upcast):
@@ -169,9 +220,16 @@ class RMSNorm(nn.Module):
         nn.init.ones_(self.weight)
 
     def forward(self, x, residual=None, prenorm=False, residual_in_fp32=False):
-        return rms_norm_fn(x, self.weight, self.bias, residual=residual, eps=self.eps,
-                           dropout_p=self.drop.p if self.drop is not None and self.training else 0.0,
-                           prenorm=prenorm, residual_in_fp32=residual_in_fp32)
+        return rms_norm_fn(
+            x,
+            self.weight,
+            self.bias,
+            residual=residual,
+            eps=self.eps,
+            dropout_p=self.drop.p if self.drop is not None and self.training else 0.0,
+            prenorm=prenorm,
+            residual_in_fp32=residual_in_fp32,
+        )
 
 
 class LayerNorm(nn.LayerNorm):
@@ -179,5 +237,12 @@ class LayerNorm(nn.LayerNorm):
     :func:`layer_norm_fn`."""
 
     def forward(self, x, residual=None, prenorm=False, residual_in_fp32=False):  # noqa: D102
-        return layer_norm_fn(x, self.weight, self.bias, residual=residual, eps=self.eps, prenorm=prenorm,
-                             residual_in_fp32=residual_in_fp32)
+        return layer_norm_fn(
+            x,
+            self.weight,
+            self.bias,
+            residual=residual,
+            eps=self.eps,
+            prenorm=prenorm,
+            residual_in_fp32=residual_in_fp32,
+        )

@@ -7,6 +7,7 @@
 The norm runs over groups of ``group_size`` channels of the last dimension (default: all of it).
 On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs (``mamba_ssm.ops.triton._kernels.norms``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,10 +28,14 @@ def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_no
         raise ValueError(f"gated norm: weight must have shape ({hidden},), got {tuple(weight.shape)}")
     if z is not None and z.shape != x.shape:
         raise ValueError(f"gated norm: z must have x's shape {tuple(x.shape)}, got {tuple(z.shape)}")
-    if upcast and _route.use_triton("rms_norm" if is_rms_norm else "layer_norm", x,
-                                    lambda: _route.kernels().norms.unsupported_gated_norm(x, weight, bias, z, group_size)):
-        return _route.kernels().norms.gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate,
-                                                 is_rms_norm)
+    if upcast and _route.use_triton(
+        "rms_norm" if is_rms_norm else "layer_norm",
+        x,
+        lambda: _route.kernels().norms.unsupported_gated_norm(x, weight, bias, z, group_size),
+    ):
+        return _route.kernels().norms.gated_norm(
+            x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm
+        )
     if upcast:
         cdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     else:
@@ -63,7 +68,9 @@ def rmsnorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_g
     return _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, True)
 
 
-def layernorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True, is_rms_norm=False):
+def layernorm_fn(
+    x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True, is_rms_norm=False
+):
     """Gated LayerNorm (mean removed, then as :func:`rmsnorm_fn`), or the gated RMSNorm with
     ``is_rms_norm=True`` (upstream's one entry point for both)."""
     return _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm)
@@ -78,8 +85,9 @@ def rms_norm_ref(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before
 class RMSNorm(nn.Module):
     """Gated RMSNorm module: ``forward(x, z=None)``; ``weight`` (hidden_size,) initialised to ones."""
 
-    def __init__(self, hidden_size, eps=1e-5, group_size=None, norm_before_gate=True, device=None,
-                 dtype=None):
+    def __init__(
+        self, hidden_size, eps=1e-5, group_size=None, norm_before_gate=True, device=None, dtype=None
+    ):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype))
@@ -95,18 +103,33 @@ class RMSNorm(nn.Module):
 
     def forward(self, x, z=None):
         """x, z: (..., hidden_size) -> x's shape and dtype (see :func:`rmsnorm_fn`)."""
-        return rmsnorm_fn(x, self.weight, self.bias, z=z, eps=self.eps, group_size=self.group_size,
-                          norm_before_gate=self.norm_before_gate)
+        return rmsnorm_fn(
+            x,
+            self.weight,
+            self.bias,
+            z=z,
+            eps=self.eps,
+            group_size=self.group_size,
+            norm_before_gate=self.norm_before_gate,
+        )
 
 
 class LayerNorm(RMSNorm):
     """Gated LayerNorm module (with a bias, initialised to zeros)."""
 
-    def __init__(self, hidden_size, eps=1e-5, group_size=None, norm_before_gate=True, device=None,
-                 dtype=None):
+    def __init__(
+        self, hidden_size, eps=1e-5, group_size=None, norm_before_gate=True, device=None, dtype=None
+    ):
         super().__init__(hidden_size, eps, group_size, norm_before_gate, device, dtype)
         self.bias = nn.Parameter(torch.zeros(hidden_size, device=device, dtype=dtype))
 
     def forward(self, x, z=None):
-        return layernorm_fn(x, self.weight, self.bias, z=z, eps=self.eps, group_size=self.group_size,
-                            norm_before_gate=self.norm_before_gate)
+        return layernorm_fn(
+            x,
+            self.weight,
+            self.bias,
+            z=z,
+            eps=self.eps,
+            group_size=self.group_size,
+            norm_before_gate=self.norm_before_gate,
+        )

@@ -8,6 +8,7 @@ Math (arXiv:2312.00752, Algorithm 2, one timestep; Mamba-2 heads from arXiv:2405
     state = exp(dt' * A) * state + dt' * B * x
     out   = (state . C) + D * x, then * silu(z) when z is given
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,9 @@ def _shape(x):
     return tuple(x.shape)
 
 
-def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
-                           state_batch_indices=None):
+def selective_state_update(
+    state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None
+):
     """Advance ``state`` by one token and return the output for that token.
 
     Shapes (without heads / with heads, as upstream):
@@ -53,8 +55,10 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     heads = state.dim() == 4
     if not heads:
         if state.dim() != 3:
-            raise ValueError(f"selective_state_update: state must be (batch, dim, dstate) or (batch, nheads, "
-                             f"dim, dstate), got {_shape(state)}")
+            raise ValueError(
+                f"selective_state_update: state must be (batch, dim, dstate) or (batch, nheads, "
+                f"dim, dstate), got {_shape(state)}"
+            )
         state_h = state.unsqueeze(1)
         x_h, dt_h, A_h = x.unsqueeze(1), dt.unsqueeze(1), A.unsqueeze(0)
         B_h, C_h = B.unsqueeze(1), C.unsqueeze(1)
@@ -68,35 +72,49 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
         rows = state_h
     else:
         if state_batch_indices.dim() != 1 or state_batch_indices.is_floating_point():
-            raise ValueError(f"selective_state_update: state_batch_indices must be (batch,) integers, got "
-                             f"{_shape(state_batch_indices)} {state_batch_indices.dtype}")
+            raise ValueError(
+                f"selective_state_update: state_batch_indices must be (batch,) integers, got "
+                f"{_shape(state_batch_indices)} {state_batch_indices.dtype}"
+            )
         valid = state_batch_indices >= 0
         rows = state_h[state_batch_indices.clamp(min=0).long()]
     batch, nheads, dim, dstate = rows.shape
     expect = (batch, nheads, dim)
     for name, t in (("x", x_h), ("dt", dt_h), ("z", z_h)):
         if t is not None and _shape(t) != expect:
-            raise ValueError(f"selective_state_update: {name} must have shape {expect if heads else expect[::2]}"
-                             f" to match state {_shape(state)}, got {_shape(t if heads else t.squeeze(1))}")
+            raise ValueError(
+                f"selective_state_update: {name} must have shape {expect if heads else expect[::2]}"
+                f" to match state {_shape(state)}, got {_shape(t if heads else t.squeeze(1))}"
+            )
     if _shape(A_h) != (nheads, dim, dstate):
-        raise ValueError(f"selective_state_update: A must have shape "
-                         f"{(nheads, dim, dstate) if heads else (dim, dstate)}, got {_shape(A)}")
+        raise ValueError(
+            f"selective_state_update: A must have shape "
+            f"{(nheads, dim, dstate) if heads else (dim, dstate)}, got {_shape(A)}"
+        )
     for name, t in (("B", B_h), ("C", C_h)):
         if t.dim() != 3 or t.shape[0] != batch or t.shape[2] != dstate or nheads % t.shape[1]:
-            raise ValueError(f"selective_state_update: {name} must have shape "
-                             f"{'(batch, ngroups, dstate)' if heads else '(batch, dstate)'} = ({batch}, "
-                             f"{'ngroups, ' if heads else ''}{dstate}), got {_shape(t if heads else t.squeeze(1))}")
+            raise ValueError(
+                f"selective_state_update: {name} must have shape "
+                f"{'(batch, ngroups, dstate)' if heads else '(batch, dstate)'} = ({batch}, "
+                f"{'ngroups, ' if heads else ''}{dstate}), got {_shape(t if heads else t.squeeze(1))}"
+            )
     for name, t in (("D", D_h), ("dt_bias", db_h)):
         if t is not None and _shape(t) != (nheads, dim):
             # Mamba-2 passes per-head D / dt_bias expanded with stride 0; accept (nheads,) too.
             if heads and _shape(t) == (nheads,):
                 continue
-            raise ValueError(f"selective_state_update: {name} must have shape "
-                             f"{(nheads, dim) if heads else (dim,)}, got {_shape(t)}")
-    if _route.use_triton("selective_state_update", x, lambda: _route.kernels().state_update.unsupported(
-            state, x, dt, A, B, C, D, z, dt_bias)):
+            raise ValueError(
+                f"selective_state_update: {name} must have shape "
+                f"{(nheads, dim) if heads else (dim,)}, got {_shape(t)}"
+            )
+    if _route.use_triton(
+        "selective_state_update",
+        x,
+        lambda: _route.kernels().state_update.unsupported(state, x, dt, A, B, C, D, z, dt_bias),
+    ):
         out = _route.kernels().state_update.selective_state_update(
-            state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h, dt_softplus, state_batch_indices)
+            state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h, dt_softplus, state_batch_indices
+        )
         return out if heads else out.squeeze(1)
     cdtype = torch.float64 if torch.float64 in (x.dtype, state.dtype, A.dtype) else torch.float32
     dtf = dt_h.to(cdtype)

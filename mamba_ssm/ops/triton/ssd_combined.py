@@ -13,6 +13,7 @@ exponents are non-positive for A <= 0), each chunk's end state is a decayed sum 
 states are carried across chunks, and each chunk adds ``C_t exp(cumsum(dA)_t) h_in``. ``seq_idx``
 (packed sequences) masks every term that would cross a sequence boundary. Gradients via autograd.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,8 +26,9 @@ __all__ = ["mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined", "ssd
 
 def _check(name, t, shape):
     if t is not None and tuple(t.shape) != tuple(shape):
-        raise ValueError(f"mamba_chunk_scan_combined: {name} must have shape {tuple(shape)}, got "
-                         f"{tuple(t.shape)}")
+        raise ValueError(
+            f"mamba_chunk_scan_combined: {name} must have shape {tuple(shape)}, got {tuple(t.shape)}"
+        )
 
 
 def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None, positions=None):
@@ -40,7 +42,9 @@ def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None
     """
     b, l, h, p = x.shape
     n = B.shape[-1]
-    q = max(1, min(chunk_size, l))   # a sequence shorter than a chunk is one chunk of its own length (no padding)
+    q = max(
+        1, min(chunk_size, l)
+    )  # a sequence shorter than a chunk is one chunk of its own length (no padding)
     pad = (-l) % q
     if pad:
         x = F.pad(x, (0, 0, 0, 0, 0, pad))
@@ -53,32 +57,35 @@ def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None
     xc = x.reshape(b, nc, q, h, p)
     Bc = B.reshape(b, nc, q, h, n)
     Cc = C.reshape(b, nc, q, h, n)
-    dtc = dt.reshape(b, nc, q, h).permute(0, 3, 1, 2)          # (b, h, c, q)
-    cs = torch.cumsum(dtc * A.view(1, h, 1, 1), dim=-1)         # (b, h, c, q)
+    dtc = dt.reshape(b, nc, q, h).permute(0, 3, 1, 2)  # (b, h, c, q)
+    cs = torch.cumsum(dtc * A.view(1, h, 1, 1), dim=-1)  # (b, h, c, q)
     causal = torch.ones(q, q, dtype=torch.bool, device=x.device).tril()
     mask = causal.view(1, 1, 1, q, q)
     if seq_idx is not None:
         sc = seq_idx.reshape(b, nc, q)
-        mask = mask & (sc.unsqueeze(-1) == sc.unsqueeze(-2)).unsqueeze(1)   # (b, 1, c, q, q)
-    seg = cs.unsqueeze(-1) - cs.unsqueeze(-2)                   # (b, h, c, i, j)
+        mask = mask & (sc.unsqueeze(-1) == sc.unsqueeze(-2)).unsqueeze(1)  # (b, 1, c, q, q)
+    seg = cs.unsqueeze(-1) - cs.unsqueeze(-2)  # (b, h, c, i, j)
     Lmat = torch.exp(torch.where(mask, seg, torch.full_like(seg, float("-inf"))))
-    xdt = xc * dtc.permute(0, 2, 3, 1).unsqueeze(-1)            # (b, c, q, h, p)
+    xdt = xc * dtc.permute(0, 2, 3, 1).unsqueeze(-1)  # (b, c, q, h, p)
     scores = torch.einsum("bcihn,bcjhn->bhcij", Cc, Bc) * Lmat
     y = torch.einsum("bhcij,bcjhp->bcihp", scores, xdt)
     # Each chunk's end state from its own inputs.
-    decay_to_end = torch.exp(cs[..., -1:] - cs)                 # (b, h, c, q)
+    decay_to_end = torch.exp(cs[..., -1:] - cs)  # (b, h, c, q)
     if seq_idx is not None:
-        same_end = (sc == sc[..., -1:]).unsqueeze(1)            # (b, 1, c, q)
+        same_end = (sc == sc[..., -1:]).unsqueeze(1)  # (b, 1, c, q)
         decay_to_end = decay_to_end * same_end
     local = torch.einsum("bcjhn,bhcj,bcjhp->bchpn", Bc, decay_to_end, xdt)
     # Carry across chunks.
-    chunk_decay = torch.exp(cs[..., -1])                        # (b, h, c)
+    chunk_decay = torch.exp(cs[..., -1])  # (b, h, c)
     if seq_idx is not None:
-        prev_end = torch.cat([sc[:, :1, 0], sc[:, :-1, -1]], dim=1)     # (b, c): sequence of the state in
-        keep = (prev_end == sc[..., -1]).to(x.dtype)                    # carried through the chunk
-        use_in = (sc == prev_end.unsqueeze(-1))                          # (b, c, q)
-    cur = (torch.zeros(b, h, p, n, dtype=x.dtype, device=x.device) if initial_states is None
-           else initial_states.to(x.dtype))
+        prev_end = torch.cat([sc[:, :1, 0], sc[:, :-1, -1]], dim=1)  # (b, c): sequence of the state in
+        keep = (prev_end == sc[..., -1]).to(x.dtype)  # carried through the chunk
+        use_in = sc == prev_end.unsqueeze(-1)  # (b, c, q)
+    cur = (
+        torch.zeros(b, h, p, n, dtype=x.dtype, device=x.device)
+        if initial_states is None
+        else initial_states.to(x.dtype)
+    )
     states_in = []
     for c in range(nc):
         states_in.append(cur)
@@ -86,8 +93,8 @@ def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None
         if seq_idx is not None:
             carried = carried * keep[:, c].view(b, 1, 1, 1)
         cur = local[:, c] + carried
-    sin = torch.stack(states_in, dim=1)                         # (b, c, h, p, n)
-    decay_in = torch.exp(cs)                                    # (b, h, c, q)
+    sin = torch.stack(states_in, dim=1)  # (b, c, h, p, n)
+    decay_in = torch.exp(cs)  # (b, h, c, q)
     if seq_idx is not None:
         decay_in = decay_in * use_in.unsqueeze(1)
     y = y + torch.einsum("bcihn,bchpn,bhci->bcihp", Cc, sin, decay_in)
@@ -97,7 +104,7 @@ def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None
         out = []
         for t in positions:
             c, i = divmod(int(t), q)
-            w = Lmat[0, :, c, i, :]                              # (h, q)
+            w = Lmat[0, :, c, i, :]  # (h, q)
             st = torch.einsum("hj,jhn,jhp->hpn", w, Bc[0, c], xdt[0, c])
             st = st + decay_in[0, :, c, i].view(h, 1, 1) * sin[0, c]
             out.append(st)
@@ -105,10 +112,24 @@ def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None
     return y, cur, picked
 
 
-def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
-                              initial_states=None, seq_idx=None, cu_seqlens=None, dt_softplus=False,
-                              dt_limit=(0.0, float("inf")), return_final_states=False,
-                              return_varlen_states=False):
+def mamba_chunk_scan_combined(
+    x,
+    dt,
+    A,
+    B,
+    C,
+    chunk_size,
+    D=None,
+    z=None,
+    dt_bias=None,
+    initial_states=None,
+    seq_idx=None,
+    cu_seqlens=None,
+    dt_softplus=False,
+    dt_limit=(0.0, float("inf")),
+    return_final_states=False,
+    return_varlen_states=False,
+):
     """Mamba-2's SSD scan.
 
     Args:
@@ -138,16 +159,22 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     """
     for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"mamba_chunk_scan_combined: {name} must be a torch.Tensor, got {type(t).__name__}")
+            raise TypeError(
+                f"mamba_chunk_scan_combined: {name} must be a torch.Tensor, got {type(t).__name__}"
+            )
         if t.is_complex() or not t.is_floating_point():
             raise TypeError(f"mamba_chunk_scan_combined: {name} has dtype {t.dtype}; expected a real float")
     if x.dim() != 4:
-        raise ValueError(f"mamba_chunk_scan_combined: x must have shape (batch, seqlen, nheads, headdim), "
-                         f"got {tuple(x.shape)}")
+        raise ValueError(
+            f"mamba_chunk_scan_combined: x must have shape (batch, seqlen, nheads, headdim), "
+            f"got {tuple(x.shape)}"
+        )
     b, l, h, p = x.shape
     if B.dim() != 4 or B.shape[:2] != (b, l) or h % B.shape[2]:
-        raise ValueError(f"mamba_chunk_scan_combined: B must have shape (batch, seqlen, ngroups, dstate) = "
-                         f"({b}, {l}, ngroups dividing {h}, dstate), got {tuple(B.shape)}")
+        raise ValueError(
+            f"mamba_chunk_scan_combined: B must have shape (batch, seqlen, ngroups, dstate) = "
+            f"({b}, {l}, ngroups dividing {h}, dstate), got {tuple(B.shape)}"
+        )
     g, n = B.shape[2], B.shape[3]
     _check("C", C, (b, l, g, n))
     _check("dt", dt, (b, l, h))
@@ -157,18 +184,34 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     _check("initial_states", initial_states, (b, h, p, n))
     _check("seq_idx", seq_idx, (b, l))
     if D is not None and tuple(D.shape) not in ((h, p), (h,)):
-        raise ValueError(f"mamba_chunk_scan_combined: D must have shape ({h}, {p}) or ({h},), got "
-                         f"{tuple(D.shape)}")
+        raise ValueError(
+            f"mamba_chunk_scan_combined: D must have shape ({h}, {p}) or ({h},), got {tuple(D.shape)}"
+        )
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"mamba_chunk_scan_combined: chunk_size must be a positive int, got {chunk_size!r}")
     if return_varlen_states and (cu_seqlens is None or b != 1):
         raise ValueError("mamba_chunk_scan_combined: return_varlen_states needs cu_seqlens and batch 1")
-    if _route.use_triton("ssd_chunk_scan", x, lambda: _route.kernels().ssd.unsupported(
-            x, dt, A, B, C, D, z, dt_bias, initial_states)):
-        res = _route.kernels().ssd.chunk_scan_combined(   # ValueError for a chunk_size it does not take
-            x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
-            seq_idx=seq_idx, dt_softplus=dt_softplus, dt_limit=dt_limit,
-            cu_seqlens=cu_seqlens if return_varlen_states else None)
+    if _route.use_triton(
+        "ssd_chunk_scan",
+        x,
+        lambda: _route.kernels().ssd.unsupported(x, dt, A, B, C, D, z, dt_bias, initial_states),
+    ):
+        res = _route.kernels().ssd.chunk_scan_combined(  # ValueError for a chunk_size it does not take
+            x,
+            dt,
+            A,
+            B,
+            C,
+            chunk_size,
+            D=D,
+            z=z,
+            dt_bias=dt_bias,
+            initial_states=initial_states,
+            seq_idx=seq_idx,
+            dt_softplus=dt_softplus,
+            dt_limit=dt_limit,
+            cu_seqlens=cu_seqlens if return_varlen_states else None,
+        )
         rest = ([res[1]] if return_final_states else []) + ([res[2]] if return_varlen_states else [])
         return (res[0], *rest) if rest else res[0]
     cdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -188,9 +231,12 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
         positions = [int(e) - 1 for e in cu_seqlens[1:].tolist()]
         if seq_idx is None:
             lengths = torch.diff(cu_seqlens.to(torch.long))
-            seq_idx = torch.repeat_interleave(torch.arange(len(lengths), device=x.device), lengths).unsqueeze(0)
-    y, final, varlen = ssd_chunk_scan(xf, dtp, A.to(cdtype), Bh, Ch, chunk_size, initial_states, seq_idx,
-                                      positions)
+            seq_idx = torch.repeat_interleave(torch.arange(len(lengths), device=x.device), lengths).unsqueeze(
+                0
+            )
+    y, final, varlen = ssd_chunk_scan(
+        xf, dtp, A.to(cdtype), Bh, Ch, chunk_size, initial_states, seq_idx, positions
+    )
     if D is not None:
         y = y + xf * (D.to(cdtype) if D.dim() == 2 else D.to(cdtype).unsqueeze(-1))
     if z is not None:
@@ -204,11 +250,27 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     return (out, *rest) if rest else out
 
 
-def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size,
-                                     initial_states=None, seq_idx=None, dt_limit=(0.0, float("inf")),
-                                     return_final_states=False, activation="silu", rmsnorm_weight=None,
-                                     rmsnorm_eps=1e-6, outproj_weight=None, outproj_bias=None, headdim=None,
-                                     ngroups=1, norm_before_gate=True):
+def mamba_split_conv1d_scan_combined(
+    zxbcdt,
+    conv1d_weight,
+    conv1d_bias,
+    dt_bias,
+    A,
+    D,
+    chunk_size,
+    initial_states=None,
+    seq_idx=None,
+    dt_limit=(0.0, float("inf")),
+    return_final_states=False,
+    activation="silu",
+    rmsnorm_weight=None,
+    rmsnorm_eps=1e-6,
+    outproj_weight=None,
+    outproj_bias=None,
+    headdim=None,
+    ngroups=1,
+    norm_before_gate=True,
+):
     """Mamba-2's block after in_proj (arXiv:2405.21060, Figure 6): split, causal conv1d on (x, B, C),
     SSD scan, gated RMSNorm (or the z gate), out_proj.
 
@@ -230,40 +292,71 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     """
     from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn  # noqa: PLC0415
     from mamba_ssm.ops.triton.layernorm_gated import rmsnorm_fn  # noqa: PLC0415
+
     if zxbcdt.dim() != 3:
-        raise ValueError(f"mamba_split_conv1d_scan_combined: zxbcdt must be (batch, seqlen, channels), got "
-                         f"{tuple(zxbcdt.shape)}")
+        raise ValueError(
+            f"mamba_split_conv1d_scan_combined: zxbcdt must be (batch, seqlen, channels), got "
+            f"{tuple(zxbcdt.shape)}"
+        )
     nheads = A.shape[0]
     if headdim is None:
         if D is None or D.dim() != 2:
-            raise ValueError("mamba_split_conv1d_scan_combined: pass headdim (or a D of shape (nheads, headdim))")
+            raise ValueError(
+                "mamba_split_conv1d_scan_combined: pass headdim (or a D of shape (nheads, headdim))"
+            )
         headdim = D.shape[1]
     dim = nheads * headdim
     b, l, total = zxbcdt.shape
     conv_dim = conv1d_weight.shape[0]
     dstate = (conv_dim - dim) // (2 * ngroups)
     d_nonssm = (total - 2 * dim - 2 * ngroups * dstate - nheads) // 2
-    if dstate < 1 or dim + 2 * ngroups * dstate != conv_dim or d_nonssm < 0 \
-            or 2 * d_nonssm + 2 * dim + 2 * ngroups * dstate + nheads != total:
-        raise ValueError(f"mamba_split_conv1d_scan_combined: zxbcdt's last dim {total} and conv1d_weight's "
-                         f"{conv_dim} channels are not 2 * d_nonssm + 2 * dim + 2 * ngroups * dstate + nheads "
-                         f"and dim + 2 * ngroups * dstate with dim = {dim}, ngroups = {ngroups}, nheads = {nheads}")
-    z0, x0, z, xBC, dt = torch.split(zxbcdt, [d_nonssm, d_nonssm, dim, dim + 2 * ngroups * dstate, nheads], dim=-1)
+    if (
+        dstate < 1
+        or dim + 2 * ngroups * dstate != conv_dim
+        or d_nonssm < 0
+        or 2 * d_nonssm + 2 * dim + 2 * ngroups * dstate + nheads != total
+    ):
+        raise ValueError(
+            f"mamba_split_conv1d_scan_combined: zxbcdt's last dim {total} and conv1d_weight's "
+            f"{conv_dim} channels are not 2 * d_nonssm + 2 * dim + 2 * ngroups * dstate + nheads "
+            f"and dim + 2 * ngroups * dstate with dim = {dim}, ngroups = {ngroups}, nheads = {nheads}"
+        )
+    z0, x0, z, xBC, dt = torch.split(
+        zxbcdt, [d_nonssm, d_nonssm, dim, dim + 2 * ngroups * dstate, nheads], dim=-1
+    )
     cw = conv1d_weight.reshape(conv1d_weight.shape[0], -1)
-    xBC = causal_conv1d_fn(xBC.transpose(1, 2), cw, conv1d_bias, seq_idx=seq_idx,
-                           activation=activation).transpose(1, 2)
+    xBC = causal_conv1d_fn(
+        xBC.transpose(1, 2), cw, conv1d_bias, seq_idx=seq_idx, activation=activation
+    ).transpose(1, 2)
     x, Bm, Cm = torch.split(xBC, [dim, ngroups * dstate, ngroups * dstate], dim=-1)
     res = mamba_chunk_scan_combined(
-        x.reshape(b, l, nheads, headdim), dt, A, Bm.reshape(b, l, ngroups, dstate),
-        Cm.reshape(b, l, ngroups, dstate), chunk_size, D=D,
-        z=None if rmsnorm_weight is not None else z.reshape(b, l, nheads, headdim), dt_bias=dt_bias,
-        initial_states=initial_states, seq_idx=seq_idx, dt_softplus=True, dt_limit=dt_limit,
-        return_final_states=return_final_states)
-    y, final = (res if return_final_states else (res, None))
+        x.reshape(b, l, nheads, headdim),
+        dt,
+        A,
+        Bm.reshape(b, l, ngroups, dstate),
+        Cm.reshape(b, l, ngroups, dstate),
+        chunk_size,
+        D=D,
+        z=None if rmsnorm_weight is not None else z.reshape(b, l, nheads, headdim),
+        dt_bias=dt_bias,
+        initial_states=initial_states,
+        seq_idx=seq_idx,
+        dt_softplus=True,
+        dt_limit=dt_limit,
+        return_final_states=return_final_states,
+    )
+    y, final = res if return_final_states else (res, None)
     y = y.reshape(b, l, dim)
     if rmsnorm_weight is not None:
-        y = rmsnorm_fn(y, rmsnorm_weight, None, z=z, eps=rmsnorm_eps, group_size=dim // ngroups,
-                       norm_before_gate=norm_before_gate)
+        y = rmsnorm_fn(
+            y,
+            rmsnorm_weight,
+            None,
+            z=z,
+            eps=rmsnorm_eps,
+            group_size=dim // ngroups,
+            norm_before_gate=norm_before_gate,
+        )
     if d_nonssm > 0:  # the gated-MLP channels in front of the SSM's (Mamba2 with d_ssm < d_inner)
         y = torch.cat([F.silu(z0) * x0, y], dim=-1)
     if outproj_weight is not None:

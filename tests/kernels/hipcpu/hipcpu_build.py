@@ -17,6 +17,7 @@ Objects and the library live in ``build/hipcpu/<layout>-<key>/``, the key a hash
 build (sources, headers, HIP-CPU's files, the patch, compiler and flags), so a rerun with nothing
 changed reuses them and any change rebuilds.
 """
+
 import concurrent.futures
 import hashlib
 import os
@@ -32,9 +33,15 @@ BUILD_ROOT = os.path.join(REPO_ROOT, "build", "hipcpu")
 # csrc translation units with GPU entry points; a new kernel (e.g. causal conv1d) adds its .cu files
 # here and its C wrapper to harness.cpp.
 KERNEL_SOURCES = [
-    "scan_fwd_fp32.cu", "scan_fwd_fp16.cu", "scan_fwd_bf16.cu",
-    "scan_bwd_fp32.cu", "scan_bwd_fp16.cu", "scan_bwd_bf16.cu",
-    "conv1d_fp32.cu", "conv1d_fp16.cu", "conv1d_bf16.cu",
+    "scan_fwd_fp32.cu",
+    "scan_fwd_fp16.cu",
+    "scan_fwd_bf16.cu",
+    "scan_bwd_fp32.cu",
+    "scan_bwd_fp16.cu",
+    "scan_bwd_bf16.cu",
+    "conv1d_fp32.cu",
+    "conv1d_fp16.cu",
+    "conv1d_bf16.cu",
 ]
 HARNESS_SOURCES = [os.path.join(HERE, "harness.cpp")]
 
@@ -61,8 +68,10 @@ def hip_cpu_root():
     root = env or os.path.normpath(os.path.join(REPO_ROOT, "..", "shared", "third_party", "hip-cpu"))
     if not os.path.isfile(os.path.join(root, "include", "hip", "hip_runtime.h")):
         how = "HIP_CPU_ROOT" if env else "the default ../shared/third_party/hip-cpu (set HIP_CPU_ROOT)"
-        raise Unavailable(f"HIP-CPU not found at {root} ({how}; it is ROCm/HIP-CPU's header-only "
-                          "runtime, with include/hip/hip_runtime.h)")
+        raise Unavailable(
+            f"HIP-CPU not found at {root} ({how}; it is ROCm/HIP-CPU's header-only "
+            "runtime, with include/hip/hip_runtime.h)"
+        )
     return root
 
 
@@ -94,11 +103,12 @@ def _probe_tbb(cxx):
         src = os.path.join(tmp, "t.cpp")
         with open(src, "w") as f:
             f.write("#include <tbb/version.h>\nint main() { return TBB_VERSION_MAJOR > 0 ? 0 : 1; }\n")
-        proc = subprocess.run([cxx, src, "-o", os.path.join(tmp, "t")] + LIBS, capture_output=True,
-                              text=True)
+        proc = subprocess.run([cxx, src, "-o", os.path.join(tmp, "t")] + LIBS, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise Unavailable("TBB is missing (install it: apt-get install -y libtbb-dev); HIP-CPU needs "
-                          f"it: {proc.stderr.strip()[-300:]}")
+        raise Unavailable(
+            "TBB is missing (install it: apt-get install -y libtbb-dev); HIP-CPU needs "
+            f"it: {proc.stderr.strip()[-300:]}"
+        )
 
 
 # --- the scheduler patch (applied to the scratch copy of HIP-CPU's tile.hpp) -------------------------
@@ -164,37 +174,49 @@ _STATE = """inline thread_local bool has_barrier{false};
             }"""
 
 SCHEDULER_PATCH = [
-    ("#include <cstdint>\n", "#include <cstdint>\n#include <atomic>\n#include <cstdio>\n#include <cstdlib>\n"
-     "#include <numeric>\n"),
+    (
+        "#include <cstdint>\n",
+        "#include <cstdint>\n#include <atomic>\n#include <cstdio>\n#include <cstdlib>\n#include <numeric>\n",
+    ),
     ("inline thread_local bool has_barrier{false};", _STATE),
-    ("""                        const auto f1{id(Fiber::this_fiber())};
+    (
+        """                        const auto f1{id(Fiber::this_fiber())};
                         const auto f2{
                             (f1 + 1) % count(this_tile().dimensions())};
 
                         Fiber::yield(r[f2]);""",
-     """                        const auto f1{id(Fiber::this_fiber())};
+        """                        const auto f1{id(Fiber::this_fiber())};
                         const auto f2{this_tile::mamba_next_after_exit(
                             f1, count(this_tile().dimensions()))};
 
-                        if (f2 != f1) Fiber::yield(r[f2]);"""),
-    ("""            const auto f1{(f0 + 1) % count(dimensions())};
+                        if (f2 != f1) Fiber::yield(r[f2]);""",
+    ),
+    (
+        """            const auto f1{(f0 + 1) % count(dimensions())};
 
             Fiber::yield(Tile::fibers()[f1]);""",
-     """            const auto f1{::hip::detail::this_tile::mamba_next_after_barrier(
+        """            const auto f1{::hip::detail::this_tile::mamba_next_after_barrier(
                 f0, count(dimensions()))};
 
-            if (f1 != f0) Fiber::yield(Tile::fibers()[f1]);"""),
-    ("""                this_tile::has_barrier = false;
-""", """                this_tile::has_barrier = false;
+            if (f1 != f0) Fiber::yield(Tile::fibers()[f1]);""",
+    ),
+    (
+        """                this_tile::has_barrier = false;
+""",
+        """                this_tile::has_barrier = false;
                 this_tile::mamba_begin_tile();
-"""),
-    ("""                if (this_tile::has_barrier) {
+""",
+    ),
+    (
+        """                if (this_tile::has_barrier) {
                     Fiber::yield(Tile::fibers()[1]);
-                }""", """                if (this_tile::has_barrier) {
+                }""",
+        """                if (this_tile::has_barrier) {
                     const auto f1{this_tile::mamba_next_after_exit(
                         0u, count(tile_dimensions()))};
                     if (f1 != 0u) Fiber::yield(Tile::fibers()[f1]);
-                }"""),
+                }""",
+    ),
 ]
 TILE_HPP = os.path.join("src", "include", "hip", "detail", "tile.hpp")
 
@@ -233,8 +255,10 @@ def patched_hip_cpu(root):
     for old, new in SCHEDULER_PATCH:
         if text.count(old) != 1:
             shutil.rmtree(tmp)
-            raise RuntimeError(f"HIP-CPU's tile.hpp at {root} does not match the scheduler patch (expected "
-                               f"once: {old.strip()[:80]!r}); update SCHEDULER_PATCH in {__file__}")
+            raise RuntimeError(
+                f"HIP-CPU's tile.hpp at {root} does not match the scheduler patch (expected "
+                f"once: {old.strip()[:80]!r}); update SCHEDULER_PATCH in {__file__}"
+            )
         text = text.replace(old, new)
     with open(tile, "w") as f:
         f.write(text)
@@ -265,13 +289,25 @@ def build(layout, csrc=CSRC, sources=None, tag=""):
     root = hip_cpu_root()
     check_tbb(cxx)
     hip = patched_hip_cpu(root)
-    flags = CXXFLAGS + [f"-D__AMDGCN_WAVEFRONT_SIZE={LAYOUTS[layout]}",
-                        "-I", os.path.join(hip, "include"), "-I", os.path.join(HERE, "include"), "-I", csrc,
-                        "-include", os.path.join(HERE, "mamba_hipcpu_shim.h")]
+    flags = CXXFLAGS + [
+        f"-D__AMDGCN_WAVEFRONT_SIZE={LAYOUTS[layout]}",
+        "-I",
+        os.path.join(hip, "include"),
+        "-I",
+        os.path.join(HERE, "include"),
+        "-I",
+        csrc,
+        "-include",
+        os.path.join(HERE, "mamba_hipcpu_shim.h"),
+    ]
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-    inputs = ([os.path.join(csrc, s) for s in sources] + HARNESS_SOURCES
-              + [os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith((".h", ".cuh"))]
-              + _tree_files(os.path.join(HERE, "include")) + [os.path.join(HERE, "mamba_hipcpu_shim.h")])
+    inputs = (
+        [os.path.join(csrc, s) for s in sources]
+        + HARNESS_SOURCES
+        + [os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith((".h", ".cuh"))]
+        + _tree_files(os.path.join(HERE, "include"))
+        + [os.path.join(HERE, "mamba_hipcpu_shim.h")]
+    )
     key = _digest(inputs, " ".join([version, hip] + flags + sources + LIBS))
     out_dir = os.path.join(BUILD_ROOT, f"{layout}{'-' + tag if tag else ''}-{key}")
     lib = os.path.join(out_dir, "libmamba_hipcpu.so")
@@ -286,8 +322,11 @@ def build(layout, csrc=CSRC, sources=None, tag=""):
         objs = [os.path.join(tmp, os.path.basename(s) + ".o") for s in srcs]
         jobs = max(1, int(os.environ.get("MAX_JOBS") or min(2, os.cpu_count() or 1)))
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            list(pool.map(lambda so: _run([cxx] + flags + ["-x", "c++", "-c", so[0], "-o", so[1]]),
-                          zip(srcs, objs)))
+            list(
+                pool.map(
+                    lambda so: _run([cxx] + flags + ["-x", "c++", "-c", so[0], "-o", so[1]]), zip(srcs, objs)
+                )
+            )
         _run([cxx, "-shared", "-o", os.path.join(tmp, os.path.basename(lib))] + objs + LIBS)
         try:
             os.replace(tmp, out_dir)

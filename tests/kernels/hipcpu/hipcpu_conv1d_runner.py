@@ -11,11 +11,11 @@ message or None, name: (flat buffer with guards, start element, element count, s
 transposed layout comes back in memory order, with ``<name>_perm`` giving the permutation to (batch,
 dim, seqlen).
 """
+
 import ctypes
 import sys
 
 import torch
-
 from hipcpu_runner import KIND, guarded, ptr
 
 
@@ -25,11 +25,18 @@ class Library:
         for name in ("mamba_hipcpu_conv_fwd", "mamba_hipcpu_conv_bwd", "mamba_hipcpu_conv_update"):
             fn = getattr(self.lib, name)
             fn.restype = ctypes.c_char_p
-            fn.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int32),
-                           ctypes.POINTER(ctypes.c_void_p)]
+            fn.argtypes = [
+                ctypes.c_int,
+                ctypes.POINTER(ctypes.c_int64),
+                ctypes.POINTER(ctypes.c_int32),
+                ctypes.POINTER(ctypes.c_void_p),
+            ]
         self.lib.mamba_hipcpu_conv_varlen.restype = ctypes.c_char_p
-        self.lib.mamba_hipcpu_conv_varlen.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
-                                                      ctypes.POINTER(ctypes.c_void_p)]
+        self.lib.mamba_hipcpu_conv_varlen.argtypes = [
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_int64),
+            ctypes.POINTER(ctypes.c_void_p),
+        ]
         self.lib.mamba_hipcpu_warp_size.restype = ctypes.c_int
 
     def call(self, name, first, shape, flags, ptrs):
@@ -85,11 +92,18 @@ def run_conv(lib, case):
     if res["error"] is None:
         dout = place(_physical(t["dout"].to(dtype), cl)[0])
         dfin = place(None if t["dfinal"] is None else t["dfinal"].float().contiguous())
-        grads = [dout, dfin, output("dx", mem_shape, dtype), output("dweight", (dim, width), torch.float32, True),
-                 output("dbias", (dim,), torch.float32, True) if b is not None else None,
-                 output("dinitial_states", (batch, dim, width - 1), torch.float32) if init is not None else None,
-                 output("workspace", mem_shape, torch.float32)]
-        res["error"] = lib.call("mamba_hipcpu_conv_bwd", KIND[dtype], shape, flags, fwd + [ptr(v) for v in grads])
+        grads = [
+            dout,
+            dfin,
+            output("dx", mem_shape, dtype),
+            output("dweight", (dim, width), torch.float32, True),
+            output("dbias", (dim,), torch.float32, True) if b is not None else None,
+            output("dinitial_states", (batch, dim, width - 1), torch.float32) if init is not None else None,
+            output("workspace", mem_shape, torch.float32),
+        ]
+        res["error"] = lib.call(
+            "mamba_hipcpu_conv_bwd", KIND[dtype], shape, flags, fwd + [ptr(v) for v in grads]
+        )
     res.update(bufs)
     res["perm"] = (0, 2, 1) if cl else (0, 1, 2)
     return res
@@ -109,13 +123,24 @@ def run_update(lib, case):
     obuf, oview, ostart = guarded(tuple(x.shape), dtype)
     w = guarded(tuple(t["weight"].shape), torch.float32, 0, fill=t["weight"].float())[1]
     b = None if t["bias"] is None else guarded((dim,), torch.float32, 0, fill=t["bias"].float())[1]
-    cache = None if t["cache"] is None else guarded((batch,), torch.int32, 0, fill=t["cache"].to(torch.int32))[1]
+    cache = (
+        None if t["cache"] is None else guarded((batch,), torch.int32, 0, fill=t["cache"].to(torch.int32))[1]
+    )
     idx = None if t["idx"] is None else guarded((batch,), torch.int32, 0, fill=t["idx"].to(torch.int32))[1]
     shape = (batch, dim, seqlen, width, state_len, n_states, dim * seqlen, seqlen, 1, s_sb, s_sd, s_sl)
-    err = lib.call("mamba_hipcpu_conv_update", KIND[dtype], shape, (int(case["silu"]),),
-                   [ptr(v) for v in (xg, oview, sview, w, b, cache, idx)])
-    return {"error": err, "out": (obuf, ostart, oview.numel(), tuple(x.shape)),
-            "state": (sbuf, sstart, sview.numel(), tuple(sm.shape)), "state_perm": (0, 2, 1) if cl else (0, 1, 2)}
+    err = lib.call(
+        "mamba_hipcpu_conv_update",
+        KIND[dtype],
+        shape,
+        (int(case["silu"]),),
+        [ptr(v) for v in (xg, oview, sview, w, b, cache, idx)],
+    )
+    return {
+        "error": err,
+        "out": (obuf, ostart, oview.numel(), tuple(x.shape)),
+        "state": (sbuf, sstart, sview.numel(), tuple(sm.shape)),
+        "state_perm": (0, 2, 1) if cl else (0, 1, 2),
+    }
 
 
 def run_varlen(lib, case):
@@ -125,8 +150,13 @@ def run_varlen(lib, case):
     xg = guarded(tuple(x.shape), x.dtype, 0, fill=x)[1]
     cug = guarded(tuple(cu.shape), torch.int32, 0, fill=cu)[1]
     buf, view, start = guarded((batch, state_len, dim), x.dtype)
-    err = lib.call("mamba_hipcpu_conv_varlen", x.element_size(), (batch, dim, state_len, x.shape[0], dim, 1), None,
-                   [ptr(xg), ptr(view), ptr(cug)])
+    err = lib.call(
+        "mamba_hipcpu_conv_varlen",
+        x.element_size(),
+        (batch, dim, state_len, x.shape[0], dim, 1),
+        None,
+        [ptr(xg), ptr(view), ptr(cug)],
+    )
     return {"error": err, "states": (buf, start, view.numel(), (batch, state_len, dim))}
 
 

@@ -13,6 +13,7 @@ OUT.pt: {"warp_size": int, "results": {schedule: [per case: {"errors": {"forward
 "backward": ...}, buffers}]}} where each buffer is (flat tensor with its guards, start element, element
 count, shape).
 """
+
 import ctypes
 import sys
 import time
@@ -34,7 +35,7 @@ def guarded(shape, dtype, misalign=0, fill=None):
     buf = torch.empty(numel + 2 * g + misalign, dtype=dtype)
     buf.view(torch.uint8).fill_(SENTINEL)
     start = g + misalign
-    view = buf[start:start + numel].view(shape)
+    view = buf[start : start + numel].view(shape)
     if fill is not None:
         view.copy_(fill)
     return buf, view, start
@@ -50,15 +51,23 @@ class Library:
         for name in ("mamba_hipcpu_scan_fwd", "mamba_hipcpu_scan_bwd"):
             fn = getattr(self.lib, name)
             fn.restype = ctypes.c_char_p
-            fn.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int32),
-                           ctypes.POINTER(ctypes.c_void_p)]
+            fn.argtypes = [
+                ctypes.c_int,
+                ctypes.POINTER(ctypes.c_int64),
+                ctypes.POINTER(ctypes.c_int32),
+                ctypes.POINTER(ctypes.c_void_p),
+            ]
         self.lib.mamba_hipcpu_set_schedule.argtypes = [ctypes.c_int]
         self.lib.mamba_hipcpu_warp_size.restype = ctypes.c_int
 
     def call(self, name, dtype, shape, flags, ptrs):
         fn = getattr(self.lib, name)
-        err = fn(KIND[dtype], (ctypes.c_int64 * 5)(*shape), (ctypes.c_int32 * 4)(*flags),
-                 (ctypes.c_void_p * len(ptrs))(*[p.value for p in ptrs]))
+        err = fn(
+            KIND[dtype],
+            (ctypes.c_int64 * 5)(*shape),
+            (ctypes.c_int32 * 4)(*flags),
+            (ctypes.c_void_p * len(ptrs))(*[p.value for p in ptrs]),
+        )
         return None if err is None else err.decode()
 
 
@@ -99,14 +108,16 @@ def run_case(lib, case):
     if case["forward"]:
         out = output("out", (batch, dim, seqlen), dtype, mis)
         last = output("last_state", (batch, dim, dstate), torch.float32) if case["last_state"] else None
-        errors["forward"] = lib.call("mamba_hipcpu_scan_fwd", dtype, shape, flags,
-                                     fwd_ptrs + [ptr(out), ptr(last)])
+        errors["forward"] = lib.call(
+            "mamba_hipcpu_scan_fwd", dtype, shape, flags, fwd_ptrs + [ptr(out), ptr(last)]
+        )
     if not case["backward"]:
         result.update(out_bufs)
         return result
     f32 = torch.float32
     grads = [
-        seq["dout"], dlast,
+        seq["dout"],
+        dlast,
         output("du", (batch, dim, seqlen), dtype, mis),
         output("ddelta", (batch, dim, seqlen), dtype, mis),
         output("dz", (batch, dim, seqlen), dtype, mis) if seq["z"] is not None else None,
@@ -135,8 +146,9 @@ def main(argv):
         start = time.perf_counter()
         results[sched] = [run_case(lib, c) for c in cases]
         seconds[sched] = time.perf_counter() - start
-    torch.save({"warp_size": lib.lib.mamba_hipcpu_warp_size(), "results": results, "seconds": seconds},
-               out_path)
+    torch.save(
+        {"warp_size": lib.lib.mamba_hipcpu_warp_size(), "results": results, "seconds": seconds}, out_path
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ float32; float64 inputs take the PyTorch path).
 The kernels also run on CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1`` set before
 triton is imported): that is how CI tests them on a machine without a GPU.
 """
+
 from __future__ import annotations
 
 import triton  # noqa: F401  (the dispatcher's check: this package imports only with a working triton)

@@ -1,4 +1,5 @@
 """Helpers shared by the Triton kernels' Python faces (no kernels here)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -13,8 +14,10 @@ def unsupported_dtype(**tensors) -> Optional[str]:
     """None when every given tensor (None entries skipped) has a dtype the kernels take, else why not."""
     for name, t in tensors.items():
         if t is not None and t.dtype not in KERNEL_DTYPES:
-            return (f"{name} has dtype {t.dtype}; the Triton kernels take float32, float16 and bfloat16 "
-                    "(float64 runs on the PyTorch implementation)")
+            return (
+                f"{name} has dtype {t.dtype}; the Triton kernels take float32, float16 and bfloat16 "
+                "(float64 runs on the PyTorch implementation)"
+            )
     return None
 
 

@@ -33,7 +33,7 @@ MAX_ROW = 65536
 def _row_stats(x, m, n, eps, IS_RMS: tl.constexpr):
     """(mean, x - mean (0 outside the mask), rstd) of the n values of x under mask m (RMSNorm: mean 0)."""
     if IS_RMS:
-        mean = tl.sum(x, axis=0) * 0.0          # a float32 scalar tensor like the LayerNorm branch's
+        mean = tl.sum(x, axis=0) * 0.0  # a float32 scalar tensor like the LayerNorm branch's
         xc = x
     else:
         mean = tl.sum(x, axis=0) / n
@@ -53,9 +53,28 @@ def _input_grad(g, xhat, rstd, n, IS_RMS: tl.constexpr):
 
 
 @triton.jit
-def _norm_fwd_kernel(X, R, W, Bias, Y, RO, Mean, Rstd, stride_x, stride_r, stride_y, stride_ro, N, eps,
-                     HAS_R: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, STORE_RO: tl.constexpr,
-                     IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr):
+def _norm_fwd_kernel(
+    X,
+    R,
+    W,
+    Bias,
+    Y,
+    RO,
+    Mean,
+    Rstd,
+    stride_x,
+    stride_r,
+    stride_y,
+    stride_ro,
+    N,
+    eps,
+    HAS_R: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+    STORE_RO: tl.constexpr,
+    IS_RMS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     m = cols < N
@@ -78,9 +97,29 @@ def _norm_fwd_kernel(X, R, W, Bias, Y, RO, Mean, Rstd, stride_x, stride_r, strid
 
 
 @triton.jit
-def _norm_bwd_kernel(X, W, DY, DRO, DX, DW, DB, Mean, Rstd, stride_x, stride_dy, stride_dro, stride_dx, M, N,
-                     rows_per_program, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_DRO: tl.constexpr,
-                     IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr):
+def _norm_bwd_kernel(
+    X,
+    W,
+    DY,
+    DRO,
+    DX,
+    DW,
+    DB,
+    Mean,
+    Rstd,
+    stride_x,
+    stride_dy,
+    stride_dro,
+    stride_dx,
+    M,
+    N,
+    rows_per_program,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+    HAS_DRO: tl.constexpr,
+    IS_RMS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     m = cols < N
@@ -126,14 +165,35 @@ def _bwd_programs(rows: int, device: torch.device) -> int:
     return max(1, min(rows, 4))
 
 
-def unsupported_layer_norm(x, weight, bias, residual=None, x1=None, weight1=None, bias1=None, dropout_p=0.0,
-                           rowscale=None, return_dropout_mask=False, out_dtype=None) -> Optional[str]:
+def unsupported_layer_norm(
+    x,
+    weight,
+    bias,
+    residual=None,
+    x1=None,
+    weight1=None,
+    bias1=None,
+    dropout_p=0.0,
+    rowscale=None,
+    return_dropout_mask=False,
+    out_dtype=None,
+) -> Optional[str]:
     """None when :func:`layer_norm` takes this ``layer_norm_fn`` call, else why it cannot (one sentence)."""
-    if dropout_p != 0.0 or x1 is not None or weight1 is not None or bias1 is not None or rowscale is not None \
-            or return_dropout_mask:
+    if (
+        dropout_p != 0.0
+        or x1 is not None
+        or weight1 is not None
+        or bias1 is not None
+        or rowscale is not None
+        or return_dropout_mask
+    ):
         return "dropout, x1, weight1/bias1 and rowscale are not in the Triton norm kernel"
     why = unsupported_dtype(x=x, weight=weight, bias=bias, residual=residual)
-    if why is None and out_dtype is not None and out_dtype not in (torch.float32, torch.float16, torch.bfloat16):
+    if (
+        why is None
+        and out_dtype is not None
+        and out_dtype not in (torch.float32, torch.float16, torch.bfloat16)
+    ):
         why = f"out_dtype {out_dtype} is not float32/float16/bfloat16"
     if why is None and x.shape[-1] > MAX_ROW:
         why = f"the normalised dimension {x.shape[-1]} exceeds the kernel's {MAX_ROW}"
@@ -157,7 +217,9 @@ class _NormFn(torch.autograd.Function):
             if r2.stride(-1) != 1:
                 r2 = r2.contiguous()
         rows = x2.shape[0]
-        res_dtype = torch.float32 if residual_in_fp32 else (residual.dtype if residual is not None else x.dtype)
+        res_dtype = (
+            torch.float32 if residual_in_fp32 else (residual.dtype if residual is not None else x.dtype)
+        )
         out_dtype = out_dtype or x.dtype
         store_ro = residual is not None or prenorm or res_dtype != x.dtype
         y = torch.empty((rows, n), dtype=out_dtype, device=x.device)
@@ -166,15 +228,37 @@ class _NormFn(torch.autograd.Function):
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         block = pow2(n, 16)
         _norm_fwd_kernel[(rows,)](
-            x2, r2 if r2 is not None else x2, weight if weight is not None else x2,
-            bias if bias is not None else x2, y, ro if ro is not None else y, mean, rstd,
-            x2.stride(0), r2.stride(0) if r2 is not None else 0, y.stride(0), ro.stride(0) if ro is not None else 0,
-            n, float(eps), HAS_R=r2 is not None, HAS_W=weight is not None, HAS_B=bias is not None,
-            STORE_RO=store_ro, IS_RMS=bool(is_rms_norm), BLOCK_N=block, num_warps=warps_for(block))
+            x2,
+            r2 if r2 is not None else x2,
+            weight if weight is not None else x2,
+            bias if bias is not None else x2,
+            y,
+            ro if ro is not None else y,
+            mean,
+            rstd,
+            x2.stride(0),
+            r2.stride(0) if r2 is not None else 0,
+            y.stride(0),
+            ro.stride(0) if ro is not None else 0,
+            n,
+            float(eps),
+            HAS_R=r2 is not None,
+            HAS_W=weight is not None,
+            HAS_B=bias is not None,
+            STORE_RO=store_ro,
+            IS_RMS=bool(is_rms_norm),
+            BLOCK_N=block,
+            num_warps=warps_for(block),
+        )
         xs = ro if ro is not None else x2
         ctx.save_for_backward(xs, weight, bias, mean, rstd)
-        ctx.meta = (shape, x.dtype, residual.dtype if residual is not None else None, bool(is_rms_norm),
-                    prenorm)
+        ctx.meta = (
+            shape,
+            x.dtype,
+            residual.dtype if residual is not None else None,
+            bool(is_rms_norm),
+            prenorm,
+        )
         y = y.reshape(shape)
         if prenorm:
             return y, ro.reshape(shape)
@@ -202,11 +286,29 @@ class _NormFn(torch.autograd.Function):
         db = torch.empty((programs, n), dtype=torch.float32, device=xs.device) if bias is not None else None
         block = pow2(n, 16)
         _norm_bwd_kernel[(programs,)](
-            xs, weight if weight is not None else xs, dy2, dro if dro is not None else dy2, dx,
-            dw if dw is not None else dx, db if db is not None else dx, mean, rstd,
-            xs.stride(0), dy2.stride(0), dro.stride(0) if dro is not None else 0, dx.stride(0), rows, n, per,
-            HAS_W=weight is not None, HAS_B=bias is not None, HAS_DRO=dro is not None, IS_RMS=is_rms,
-            BLOCK_N=block, num_warps=warps_for(block))
+            xs,
+            weight if weight is not None else xs,
+            dy2,
+            dro if dro is not None else dy2,
+            dx,
+            dw if dw is not None else dx,
+            db if db is not None else dx,
+            mean,
+            rstd,
+            xs.stride(0),
+            dy2.stride(0),
+            dro.stride(0) if dro is not None else 0,
+            dx.stride(0),
+            rows,
+            n,
+            per,
+            HAS_W=weight is not None,
+            HAS_B=bias is not None,
+            HAS_DRO=dro is not None,
+            IS_RMS=is_rms,
+            BLOCK_N=block,
+            num_warps=warps_for(block),
+        )
         dx = dx.reshape(shape)
         gx = dx.to(x_dtype) if ctx.needs_input_grad[0] else None
         gw = dw.sum(0).to(weight.dtype) if dw is not None and ctx.needs_input_grad[1] else None
@@ -215,8 +317,17 @@ class _NormFn(torch.autograd.Function):
         return gx, gw, gb, gr, None, None, None, None, None
 
 
-def layer_norm(x, weight, bias, residual=None, eps=1e-6, prenorm=False, residual_in_fp32=False,
-               is_rms_norm=False, out_dtype=None):
+def layer_norm(
+    x,
+    weight,
+    bias,
+    residual=None,
+    eps=1e-6,
+    prenorm=False,
+    residual_in_fp32=False,
+    is_rms_norm=False,
+    out_dtype=None,
+):
     """LayerNorm / RMSNorm of ``x + residual`` over the last dimension (Triton; differentiable).
 
     Args:
@@ -238,9 +349,26 @@ def layer_norm(x, weight, bias, residual=None, eps=1e-6, prenorm=False, residual
 
 
 @triton.jit
-def _gated_fwd_kernel(X, Z, W, Bias, Y, Mean, Rstd, stride_x, stride_z, stride_y, N, G, eps,
-                      HAS_Z: tl.constexpr, HAS_B: tl.constexpr, NORM_BEFORE_GATE: tl.constexpr,
-                      IS_RMS: tl.constexpr, BLOCK: tl.constexpr):
+def _gated_fwd_kernel(
+    X,
+    Z,
+    W,
+    Bias,
+    Y,
+    Mean,
+    Rstd,
+    stride_x,
+    stride_z,
+    stride_y,
+    N,
+    G,
+    eps,
+    HAS_Z: tl.constexpr,
+    HAS_B: tl.constexpr,
+    NORM_BEFORE_GATE: tl.constexpr,
+    IS_RMS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     grp = tl.program_id(1)
     ngroups = tl.num_programs(1)
@@ -265,9 +393,33 @@ def _gated_fwd_kernel(X, Z, W, Bias, Y, Mean, Rstd, stride_x, stride_z, stride_y
 
 
 @triton.jit
-def _gated_bwd_kernel(X, Z, W, Bias, DY, DX, DZ, DW, DB, Mean, Rstd, stride_x, stride_z, stride_dy, stride_dx,
-                      stride_dz, M, N, G, rows_per_program, HAS_Z: tl.constexpr, HAS_B: tl.constexpr,
-                      NORM_BEFORE_GATE: tl.constexpr, IS_RMS: tl.constexpr, BLOCK: tl.constexpr):
+def _gated_bwd_kernel(
+    X,
+    Z,
+    W,
+    Bias,
+    DY,
+    DX,
+    DZ,
+    DW,
+    DB,
+    Mean,
+    Rstd,
+    stride_x,
+    stride_z,
+    stride_dy,
+    stride_dx,
+    stride_dz,
+    M,
+    N,
+    G,
+    rows_per_program,
+    HAS_Z: tl.constexpr,
+    HAS_B: tl.constexpr,
+    NORM_BEFORE_GATE: tl.constexpr,
+    IS_RMS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     pid = tl.program_id(0)
     grp = tl.program_id(1)
     ngroups = tl.num_programs(1)
@@ -349,13 +501,35 @@ class _GatedNormFn(torch.autograd.Function):
         rstd = torch.empty(rows * ngroups, dtype=torch.float32, device=x.device)
         block = pow2(group, 16)
         _gated_fwd_kernel[(rows, ngroups)](
-            x2, z2 if z2 is not None else x2, weight, bias if bias is not None else weight, y, mean, rstd,
-            x2.stride(0), z2.stride(0) if z2 is not None else 0, y.stride(0), n, group, float(eps),
-            HAS_Z=z2 is not None, HAS_B=bias is not None, NORM_BEFORE_GATE=bool(norm_before_gate),
-            IS_RMS=bool(is_rms_norm), BLOCK=block, num_warps=warps_for(block))
+            x2,
+            z2 if z2 is not None else x2,
+            weight,
+            bias if bias is not None else weight,
+            y,
+            mean,
+            rstd,
+            x2.stride(0),
+            z2.stride(0) if z2 is not None else 0,
+            y.stride(0),
+            n,
+            group,
+            float(eps),
+            HAS_Z=z2 is not None,
+            HAS_B=bias is not None,
+            NORM_BEFORE_GATE=bool(norm_before_gate),
+            IS_RMS=bool(is_rms_norm),
+            BLOCK=block,
+            num_warps=warps_for(block),
+        )
         ctx.save_for_backward(x2, z2, weight, bias, mean, rstd)
-        ctx.meta = (shape, group, bool(norm_before_gate), bool(is_rms_norm), x.dtype,
-                    z.dtype if z is not None else None)
+        ctx.meta = (
+            shape,
+            group,
+            bool(norm_before_gate),
+            bool(is_rms_norm),
+            x.dtype,
+            z.dtype if z is not None else None,
+        )
         return y.reshape(shape)
 
     @staticmethod
@@ -375,12 +549,33 @@ class _GatedNormFn(torch.autograd.Function):
         db = torch.empty((programs, n), dtype=torch.float32, device=x2.device) if bias is not None else None
         block = pow2(group, 16)
         _gated_bwd_kernel[(programs, ngroups)](
-            x2, z2 if z2 is not None else x2, weight, bias if bias is not None else weight, dy2, dx,
-            dz if dz is not None else dx, dw, db if db is not None else dw, mean, rstd,
-            x2.stride(0), z2.stride(0) if z2 is not None else 0, dy2.stride(0), dx.stride(0),
-            dz.stride(0) if dz is not None else 0, rows, n, group, per,
-            HAS_Z=z2 is not None, HAS_B=bias is not None, NORM_BEFORE_GATE=nbg, IS_RMS=is_rms,
-            BLOCK=block, num_warps=warps_for(block))
+            x2,
+            z2 if z2 is not None else x2,
+            weight,
+            bias if bias is not None else weight,
+            dy2,
+            dx,
+            dz if dz is not None else dx,
+            dw,
+            db if db is not None else dw,
+            mean,
+            rstd,
+            x2.stride(0),
+            z2.stride(0) if z2 is not None else 0,
+            dy2.stride(0),
+            dx.stride(0),
+            dz.stride(0) if dz is not None else 0,
+            rows,
+            n,
+            group,
+            per,
+            HAS_Z=z2 is not None,
+            HAS_B=bias is not None,
+            NORM_BEFORE_GATE=nbg,
+            IS_RMS=is_rms,
+            BLOCK=block,
+            num_warps=warps_for(block),
+        )
         gx = dx.reshape(shape).to(x_dtype)
         gw = dw.sum(0).to(weight.dtype)
         gb = db.sum(0).to(bias.dtype) if db is not None else None

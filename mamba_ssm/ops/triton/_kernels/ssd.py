@@ -60,18 +60,26 @@ _MAX_DSTATE = 256
 def check_chunk_size(chunk_size) -> None:
     """Raise ValueError unless ``chunk_size`` is a power of two in 16..256."""
     if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size not in CHUNK_SIZES:
-        raise ValueError(f"mamba_chunk_scan_combined: chunk_size={chunk_size!r} is not supported by the Triton "
-                         f"SSD kernels: use a power of two from 16 to 256 ({', '.join(map(str, CHUNK_SIZES))}; "
-                         "256 is Mamba-2's default)")
+        raise ValueError(
+            f"mamba_chunk_scan_combined: chunk_size={chunk_size!r} is not supported by the Triton "
+            f"SSD kernels: use a power of two from 16 to 256 ({', '.join(map(str, CHUNK_SIZES))}; "
+            "256 is Mamba-2's default)"
+        )
 
 
 def unsupported(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=None) -> Optional[str]:
     """None when the kernels take this (validated) call, else why not (one sentence)."""
-    why = unsupported_dtype(x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states)
+    why = unsupported_dtype(
+        x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states
+    )
     if why is not None:
         return why
-    if x.dtype == torch.bfloat16 and x.device.type == "cuda" and not getattr(torch.version, "hip", None) \
-            and torch.cuda.get_device_capability(x.device) < (8, 0):
+    if (
+        x.dtype == torch.bfloat16
+        and x.device.type == "cuda"
+        and not getattr(torch.version, "hip", None)
+        and torch.cuda.get_device_capability(x.device) < (8, 0)
+    ):
         return "Triton's bfloat16 matrix products need compute capability >= 8.0"
     if x.shape[-1] > _MAX_HEADDIM:
         return f"headdim {x.shape[-1]} exceeds the Triton SSD kernels' {_MAX_HEADDIM}"
@@ -108,8 +116,25 @@ def _softplus(v):
 
 
 @triton.jit
-def _dt_cumsum_fwd(DT, A, DTB, DTP, CS, seqlen, T, dt_b, dt_l, dt_h, nheads, lo, hi,
-                   HAS_DTB: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr, Q: tl.constexpr):
+def _dt_cumsum_fwd(
+    DT,
+    A,
+    DTB,
+    DTP,
+    CS,
+    seqlen,
+    T,
+    dt_b,
+    dt_l,
+    dt_h,
+    nheads,
+    lo,
+    hi,
+    HAS_DTB: tl.constexpr,
+    SOFTPLUS: tl.constexpr,
+    HAS_LIMIT: tl.constexpr,
+    Q: tl.constexpr,
+):
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     c = tl.program_id(2)
@@ -147,10 +172,38 @@ def _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q: tl.constexpr):
 
 
 @triton.jit
-def _chunk_state(X, Bm, DTP, CS, SEQ, OUT, seqlen, T, nheads, heads_per_group, hdim, dstate,
-                 x_b, x_l, x_h, x_p, b_b, b_l, b_g, b_n, s_b, s_l,
-                 MODE: tl.constexpr, HAS_SEQ: tl.constexpr, Q: tl.constexpr, BLOCK_P: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
+def _chunk_state(
+    X,
+    Bm,
+    DTP,
+    CS,
+    SEQ,
+    OUT,
+    seqlen,
+    T,
+    nheads,
+    heads_per_group,
+    hdim,
+    dstate,
+    x_b,
+    x_l,
+    x_h,
+    x_p,
+    b_b,
+    b_l,
+    b_g,
+    b_n,
+    s_b,
+    s_l,
+    MODE: tl.constexpr,
+    HAS_SEQ: tl.constexpr,
+    Q: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    DOT_DT: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     """OUT[b, c, h] (p, n) = sum_j wt_j X_j[p] B_j[n] over chunk c. MODE 0: wt = exp(cs_end - cs_j) dt'_j
     (j in the chunk's last sequence); MODE 1: wt = exp(cs_j) (j in the incoming state's sequence)."""
     b, h, g, c = _head_of_program(nheads, heads_per_group)
@@ -180,10 +233,16 @@ def _chunk_state(X, Bm, DTP, CS, SEQ, OUT, seqlen, T, nheads, heads_per_group, h
             else:
                 wt = tl.where(sq == prev, wt, 0.0)
         wt = tl.where(mt, wt, 0.0)
-        xt = tl.load(X + b * x_b + t[None, :] * x_l + h * x_h + rp[:, None] * x_p,
-                     mask=mp[:, None] & mt[None, :], other=0.0).to(tl.float32)
-        bt = tl.load(Bm + b * b_b + t[:, None] * b_l + g * b_g + rn[None, :] * b_n,
-                     mask=mt[:, None] & mn[None, :], other=0.0)
+        xt = tl.load(
+            X + b * x_b + t[None, :] * x_l + h * x_h + rp[:, None] * x_p,
+            mask=mp[:, None] & mt[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        bt = tl.load(
+            Bm + b * b_b + t[:, None] * b_l + g * b_g + rn[None, :] * b_n,
+            mask=mt[:, None] & mn[None, :],
+            other=0.0,
+        )
         acc += _dot(xt * wt[None, :], bt, DOT_DT, IEEE)
     nc = tl.num_programs(1)
     out = OUT + ((b * nc + c) * nheads + h) * hdim * dstate
@@ -191,8 +250,25 @@ def _chunk_state(X, Bm, DTP, CS, SEQ, OUT, seqlen, T, nheads, heads_per_group, h
 
 
 @triton.jit
-def _state_pass_fwd(S, CS, SEQ, H0, HIN, HFIN, seqlen, T, nheads, size, nchunks, s_b, s_l,
-                    HAS_SEQ: tl.constexpr, HAS_H0: tl.constexpr, Q: tl.constexpr, BLOCK: tl.constexpr):
+def _state_pass_fwd(
+    S,
+    CS,
+    SEQ,
+    H0,
+    HIN,
+    HFIN,
+    seqlen,
+    T,
+    nheads,
+    size,
+    nchunks,
+    s_b,
+    s_l,
+    HAS_SEQ: tl.constexpr,
+    HAS_H0: tl.constexpr,
+    Q: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     bh = tl.program_id(0)
     b = (bh // nheads).to(tl.int64)
     h = bh % nheads
@@ -215,17 +291,64 @@ def _state_pass_fwd(S, CS, SEQ, H0, HIN, HFIN, seqlen, T, nheads, size, nchunks,
 
 
 @triton.jit
-def _chunk_scan_fwd(X, Bm, Cm, DTP, CS, SEQ, HIN, Dp, Z, OUT, YPRE, seqlen, T, nheads, heads_per_group, hdim,
-                    dstate, x_b, x_l, x_h, x_p, b_b, b_l, b_g, b_n, c_b, c_l, c_g, c_n, z_b, z_l, z_h, z_p,
-                    o_b, o_l, o_h, o_p, s_b, s_l, d_h, d_p,
-                    HAS_SEQ: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, Q: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_P: tl.constexpr,
-                    BLOCK_N: tl.constexpr, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
+def _chunk_scan_fwd(
+    X,
+    Bm,
+    Cm,
+    DTP,
+    CS,
+    SEQ,
+    HIN,
+    Dp,
+    Z,
+    OUT,
+    YPRE,
+    seqlen,
+    T,
+    nheads,
+    heads_per_group,
+    hdim,
+    dstate,
+    x_b,
+    x_l,
+    x_h,
+    x_p,
+    b_b,
+    b_l,
+    b_g,
+    b_n,
+    c_b,
+    c_l,
+    c_g,
+    c_n,
+    z_b,
+    z_l,
+    z_h,
+    z_p,
+    o_b,
+    o_l,
+    o_h,
+    o_p,
+    s_b,
+    s_l,
+    d_h,
+    d_p,
+    HAS_SEQ: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    Q: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_DT: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     b, h, g, c = _head_of_program(nheads, heads_per_group)
     tile = tl.program_id(2)
     ntp = tl.cdiv(hdim, BLOCK_P)
     i0 = (tile // ntp) * BLOCK_M
-    ri = i0 + tl.arange(0, BLOCK_M)            # in-chunk rows
+    ri = i0 + tl.arange(0, BLOCK_M)  # in-chunk rows
     rp = (tile % ntp) * BLOCK_P + tl.arange(0, BLOCK_P)
     mp = rp < hdim
     ti = (c * Q + ri).to(tl.int64)
@@ -242,8 +365,11 @@ def _chunk_scan_fwd(X, Bm, Cm, DTP, CS, SEQ, HIN, Dp, Z, OUT, YPRE, seqlen, T, n
     for n0 in range(0, dstate, BLOCK_N):
         rn = n0 + tl.arange(0, BLOCK_N)
         mn = rn < dstate
-        ct = tl.load(Cm + b * c_b + ti[:, None] * c_l + g * c_g + rn[None, :] * c_n,
-                     mask=mi[:, None] & mn[None, :], other=0.0)
+        ct = tl.load(
+            Cm + b * c_b + ti[:, None] * c_l + g * c_g + rn[None, :] * c_n,
+            mask=mi[:, None] & mn[None, :],
+            other=0.0,
+        )
         ht = tl.load(hin + rp[None, :] * dstate + rn[:, None], mask=mn[:, None] & mp[None, :], other=0.0)
         acc += _dot(ct, ht, DOT_DT, IEEE)
     e_i = tl.exp(cs_i)
@@ -259,10 +385,16 @@ def _chunk_scan_fwd(X, Bm, Cm, DTP, CS, SEQ, HIN, Dp, Z, OUT, YPRE, seqlen, T, n
         for n0 in range(0, dstate, BLOCK_N):
             rn = n0 + tl.arange(0, BLOCK_N)
             mn = rn < dstate
-            ct = tl.load(Cm + b * c_b + ti[:, None] * c_l + g * c_g + rn[None, :] * c_n,
-                         mask=mi[:, None] & mn[None, :], other=0.0)
-            btt = tl.load(Bm + b * b_b + tj[None, :] * b_l + g * b_g + rn[:, None] * b_n,
-                          mask=mn[:, None] & mj[None, :], other=0.0)
+            ct = tl.load(
+                Cm + b * c_b + ti[:, None] * c_l + g * c_g + rn[None, :] * c_n,
+                mask=mi[:, None] & mn[None, :],
+                other=0.0,
+            )
+            btt = tl.load(
+                Bm + b * b_b + tj[None, :] * b_l + g * b_g + rn[:, None] * b_n,
+                mask=mn[:, None] & mj[None, :],
+                other=0.0,
+            )
             cb += _dot(ct, btt, DOT_DT, IEEE)
         cs_j = tl.load(CS + base + tj)
         keep = (ri[:, None] >= rj[None, :]) & mj[None, :]
@@ -271,8 +403,11 @@ def _chunk_scan_fwd(X, Bm, Cm, DTP, CS, SEQ, HIN, Dp, Z, OUT, YPRE, seqlen, T, n
             keep = keep & (seq_i[:, None] == seq_j[None, :])
         decay = tl.exp(tl.where(keep, cs_i[:, None] - cs_j[None, :], float("-inf")))
         dt_j = tl.load(DTP + base + tj)
-        xj = tl.load(X + b * x_b + tj[:, None] * x_l + h * x_h + rp[None, :] * x_p,
-                     mask=mj[:, None] & mp[None, :], other=0.0)
+        xj = tl.load(
+            X + b * x_b + tj[:, None] * x_l + h * x_h + rp[None, :] * x_p,
+            mask=mj[:, None] & mp[None, :],
+            other=0.0,
+        )
         acc += _dot(cb * decay * dt_j[None, :], xj, DOT_DT, IEEE)
     mo = mi[:, None] & mp[None, :]
     if HAS_D:
@@ -288,9 +423,28 @@ def _chunk_scan_fwd(X, Bm, Cm, DTP, CS, SEQ, HIN, Dp, Z, OUT, YPRE, seqlen, T, n
 
 
 @triton.jit
-def _state_pass_bwd(HIN, DINTER, CS, SEQ, DFIN, DS, DH0, DDECAY, seqlen, T, nheads, size, nchunks, ntiles,
-                    s_b, s_l, HAS_SEQ: tl.constexpr, HAS_DFIN: tl.constexpr, Q: tl.constexpr,
-                    BLOCK: tl.constexpr):
+def _state_pass_bwd(
+    HIN,
+    DINTER,
+    CS,
+    SEQ,
+    DFIN,
+    DS,
+    DH0,
+    DDECAY,
+    seqlen,
+    T,
+    nheads,
+    size,
+    nchunks,
+    ntiles,
+    s_b,
+    s_l,
+    HAS_SEQ: tl.constexpr,
+    HAS_DFIN: tl.constexpr,
+    Q: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """G runs backwards: DS[c] = G_{c+1}; DDECAY[b, h, c, tile] = partial of d cs_end(c) from the decay."""
     bh = tl.program_id(0)
     tile = tl.program_id(1)
@@ -318,10 +472,46 @@ def _state_pass_bwd(HIN, DINTER, CS, SEQ, DFIN, DS, DH0, DDECAY, seqlen, T, nhea
 
 
 @triton.jit
-def _chunk_scan_bwd_dc(X, Bm, Cm, DTP, CS, SEQ, HIN, DY, DC, DCS, seqlen, T, nheads, heads_per_group, hdim,
-                       dstate, x_b, x_l, x_h, x_p, b_b, b_l, b_g, b_n, c_b, c_l, c_g, c_n, s_b, s_l,
-                       HAS_SEQ: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_J: tl.constexpr,
-                       BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
+def _chunk_scan_bwd_dc(
+    X,
+    Bm,
+    Cm,
+    DTP,
+    CS,
+    SEQ,
+    HIN,
+    DY,
+    DC,
+    DCS,
+    seqlen,
+    T,
+    nheads,
+    heads_per_group,
+    hdim,
+    dstate,
+    x_b,
+    x_l,
+    x_h,
+    x_p,
+    b_b,
+    b_l,
+    b_g,
+    b_n,
+    c_b,
+    c_l,
+    c_g,
+    c_n,
+    s_b,
+    s_l,
+    HAS_SEQ: tl.constexpr,
+    Q: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_DT: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     """Rows i of chunk c: dC_i (per head) and the cs gradient's row part sum_j P_ij + exp(cs_i) dy_i.(H C_i)."""
     b, h, g, c = _head_of_program(nheads, heads_per_group)
     i0 = tl.program_id(2) * BLOCK_M
@@ -338,30 +528,45 @@ def _chunk_scan_bwd_dc(X, Bm, Cm, DTP, CS, SEQ, HIN, DY, DC, DCS, seqlen, T, nhe
         seq_i = tl.load(SEQ + b * s_b + ti * s_l, mask=mi, other=-1)
         prev, last = _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q)
     # dy rows: float32, contiguous (batch, seqlen, nheads, headdim).
-    dy = tl.load(DY + ((b * seqlen + ti[:, None]) * nheads + h) * hdim + rp[None, :],
-                 mask=mi[:, None] & mp[None, :], other=0.0)
-    ci = tl.load(Cm + b * c_b + ti[:, None] * c_l + g * c_g + rn[None, :] * c_n,
-                 mask=mi[:, None] & mn[None, :], other=0.0)
+    dy = tl.load(
+        DY + ((b * seqlen + ti[:, None]) * nheads + h) * hdim + rp[None, :],
+        mask=mi[:, None] & mp[None, :],
+        other=0.0,
+    )
+    ci = tl.load(
+        Cm + b * c_b + ti[:, None] * c_l + g * c_g + rn[None, :] * c_n,
+        mask=mi[:, None] & mn[None, :],
+        other=0.0,
+    )
     nc = tl.num_programs(1)
-    hin = tl.load(HIN + ((b * nc + c) * nheads + h) * hdim * dstate + rp[:, None] * dstate + rn[None, :],
-                  mask=mp[:, None] & mn[None, :], other=0.0)
+    hin = tl.load(
+        HIN + ((b * nc + c) * nheads + h) * hdim * dstate + rp[:, None] * dstate + rn[None, :],
+        mask=mp[:, None] & mn[None, :],
+        other=0.0,
+    )
     e_i = tl.exp(cs_i)
     if HAS_SEQ:
         e_i = tl.where(seq_i == prev, e_i, 0.0)
-    dyh = _dot(dy, hin, DOT_DT, IEEE)               # (M, N): sum_p dy[p] H[p, n]
+    dyh = _dot(dy, hin, DOT_DT, IEEE)  # (M, N): sum_p dy[p] H[p, n]
     acc = dyh * e_i[:, None]
     rowp = tl.sum(ci.to(tl.float32) * dyh, axis=1) * e_i
     for j0 in range(0, i0 + BLOCK_M, BLOCK_J):
         rj = j0 + tl.arange(0, BLOCK_J)
         tj = (c * Q + rj).to(tl.int64)
         mj = tj < seqlen
-        bj = tl.load(Bm + b * b_b + tj[:, None] * b_l + g * b_g + rn[None, :] * b_n,
-                     mask=mj[:, None] & mn[None, :], other=0.0)
-        xj = tl.load(X + b * x_b + tj[:, None] * x_l + h * x_h + rp[None, :] * x_p,
-                     mask=mj[:, None] & mp[None, :], other=0.0).to(tl.float32)
+        bj = tl.load(
+            Bm + b * b_b + tj[:, None] * b_l + g * b_g + rn[None, :] * b_n,
+            mask=mj[:, None] & mn[None, :],
+            other=0.0,
+        )
+        xj = tl.load(
+            X + b * x_b + tj[:, None] * x_l + h * x_h + rp[None, :] * x_p,
+            mask=mj[:, None] & mp[None, :],
+            other=0.0,
+        ).to(tl.float32)
         dt_j = tl.load(DTP + base + tj)
         xdj = xj * dt_j[:, None]
-        cb = _dot(ci, tl.trans(bj), DOT_DT, IEEE)                # (M, J)
+        cb = _dot(ci, tl.trans(bj), DOT_DT, IEEE)  # (M, J)
         dyx = _dot(dy, tl.trans(xdj), DOT_DT, IEEE)  # (M, J)
         cs_j = tl.load(CS + base + tj)
         keep = (ri[:, None] >= rj[None, :]) & mj[None, :]
@@ -372,17 +577,58 @@ def _chunk_scan_bwd_dc(X, Bm, Cm, DTP, CS, SEQ, HIN, DY, DC, DCS, seqlen, T, nhe
         w1 = decay * dyx
         acc += _dot(w1, bj, DOT_DT, IEEE)
         rowp += tl.sum(w1 * cb, axis=1)
-    tl.store(DC + ((b * seqlen + ti[:, None]) * nheads + h) * dstate + rn[None, :], acc,
-             mask=mi[:, None] & mn[None, :])
+    tl.store(
+        DC + ((b * seqlen + ti[:, None]) * nheads + h) * dstate + rn[None, :],
+        acc,
+        mask=mi[:, None] & mn[None, :],
+    )
     tl.store(DCS + base + ti, rowp)
 
 
 @triton.jit
-def _chunk_scan_bwd_dbx(X, Bm, Cm, DTP, CS, SEQ, DS, DY, DB, DX, DDT, DCS, RJ, seqlen, T, nheads,
-                        heads_per_group, hdim, dstate, x_b, x_l, x_h, x_p, b_b, b_l, b_g, b_n, c_b, c_l, c_g,
-                        c_n, s_b, s_l, HAS_SEQ: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_J: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-                        DOT_DT: tl.constexpr, IEEE: tl.constexpr):
+def _chunk_scan_bwd_dbx(
+    X,
+    Bm,
+    Cm,
+    DTP,
+    CS,
+    SEQ,
+    DS,
+    DY,
+    DB,
+    DX,
+    DDT,
+    DCS,
+    RJ,
+    seqlen,
+    T,
+    nheads,
+    heads_per_group,
+    hdim,
+    dstate,
+    x_b,
+    x_l,
+    x_h,
+    x_p,
+    b_b,
+    b_l,
+    b_g,
+    b_n,
+    c_b,
+    c_l,
+    c_g,
+    c_n,
+    s_b,
+    s_l,
+    HAS_SEQ: tl.constexpr,
+    Q: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_DT: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     """Columns j of chunk c: dB_j (per head), dx_j, the direct d dt'_j, the cs gradient's column part
     (minus column sums of P, minus the state term R_j) and R_j itself (for cs_end)."""
     b, h, g, c = _head_of_program(nheads, heads_per_group)
@@ -401,57 +647,104 @@ def _chunk_scan_bwd_dbx(X, Bm, Cm, DTP, CS, SEQ, DS, DY, DB, DX, DDT, DCS, RJ, s
     if HAS_SEQ:
         seq_j = tl.load(SEQ + b * s_b + tj * s_l, mask=mj, other=-2)
         prev, last = _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q)
-    bj = tl.load(Bm + b * b_b + tj[:, None] * b_l + g * b_g + rn[None, :] * b_n,
-                 mask=mj[:, None] & mn[None, :], other=0.0)
-    xj = tl.load(X + b * x_b + tj[:, None] * x_l + h * x_h + rp[None, :] * x_p,
-                 mask=mj[:, None] & mp[None, :], other=0.0).to(tl.float32)
+    bj = tl.load(
+        Bm + b * b_b + tj[:, None] * b_l + g * b_g + rn[None, :] * b_n,
+        mask=mj[:, None] & mn[None, :],
+        other=0.0,
+    )
+    xj = tl.load(
+        X + b * x_b + tj[:, None] * x_l + h * x_h + rp[None, :] * x_p,
+        mask=mj[:, None] & mp[None, :],
+        other=0.0,
+    ).to(tl.float32)
     xdj = xj * dt_j[:, None]
     nc = tl.num_programs(1)
-    ds = tl.load(DS + ((b * nc + c) * nheads + h) * hdim * dstate + rp[:, None] * dstate + rn[None, :],
-                 mask=mp[:, None] & mn[None, :], other=0.0)           # (P, N)
+    ds = tl.load(
+        DS + ((b * nc + c) * nheads + h) * hdim * dstate + rp[:, None] * dstate + rn[None, :],
+        mask=mp[:, None] & mn[None, :],
+        other=0.0,
+    )  # (P, N)
     w = tl.exp(cs_end - cs_j)
     if HAS_SEQ:
         w = tl.where(seq_j == last, w, 0.0)
     w = tl.where(mj, w, 0.0)
-    bds = _dot(bj.to(tl.float32), tl.trans(ds), DOT_DT, IEEE)   # (J, P): sum_n B[n] dS[p, n]
+    bds = _dot(bj.to(tl.float32), tl.trans(ds), DOT_DT, IEEE)  # (J, P): sum_n B[n] dS[p, n]
     acc_x = bds * w[:, None]
-    acc_b = _dot(xdj, ds, DOT_DT, IEEE) * w[:, None]           # (J, N)
+    acc_b = _dot(xdj, ds, DOT_DT, IEEE) * w[:, None]  # (J, N)
     r = tl.sum(xdj * bds, axis=1) * w
     colp = tl.zeros([BLOCK_J], dtype=tl.float32)
     for i0 in range(j0 - j0 % BLOCK_M, Q, BLOCK_M):
         ri = i0 + tl.arange(0, BLOCK_M)
         ti = (c * Q + ri).to(tl.int64)
         mi = ti < seqlen
-        ci = tl.load(Cm + b * c_b + ti[:, None] * c_l + g * c_g + rn[None, :] * c_n,
-                     mask=mi[:, None] & mn[None, :], other=0.0)
-        dy = tl.load(DY + ((b * seqlen + ti[:, None]) * nheads + h) * hdim + rp[None, :],
-                     mask=mi[:, None] & mp[None, :], other=0.0)
+        ci = tl.load(
+            Cm + b * c_b + ti[:, None] * c_l + g * c_g + rn[None, :] * c_n,
+            mask=mi[:, None] & mn[None, :],
+            other=0.0,
+        )
+        dy = tl.load(
+            DY + ((b * seqlen + ti[:, None]) * nheads + h) * hdim + rp[None, :],
+            mask=mi[:, None] & mp[None, :],
+            other=0.0,
+        )
         cs_i = tl.load(CS + base + ti)
         keep = (ri[None, :] >= rj[:, None]) & mi[None, :] & mj[:, None]
         if HAS_SEQ:
             seq_i = tl.load(SEQ + b * s_b + ti * s_l, mask=mi, other=-1)
             keep = keep & (seq_i[None, :] == seq_j[:, None])
-        decay = tl.exp(tl.where(keep, cs_i[None, :] - cs_j[:, None], float("-inf")))   # (J, M)
-        bc = _dot(bj, tl.trans(ci), DOT_DT, IEEE)                     # (J, M)
-        xdy = _dot(xdj, tl.trans(dy), DOT_DT, IEEE)       # (J, M)
+        decay = tl.exp(tl.where(keep, cs_i[None, :] - cs_j[:, None], float("-inf")))  # (J, M)
+        bc = _dot(bj, tl.trans(ci), DOT_DT, IEEE)  # (J, M)
+        xdy = _dot(xdj, tl.trans(dy), DOT_DT, IEEE)  # (J, M)
         m1 = decay * bc
         acc_x += _dot(m1, dy, DOT_DT, IEEE)
         m2 = decay * xdy
         acc_b += _dot(m2, ci, DOT_DT, IEEE)
         colp += tl.sum(m1 * xdy, axis=1)
     mo = mj[:, None] & mp[None, :]
-    tl.store(DX + ((b * seqlen + tj[:, None]) * nheads + h) * hdim + rp[None, :], acc_x * dt_j[:, None], mask=mo)
+    tl.store(
+        DX + ((b * seqlen + tj[:, None]) * nheads + h) * hdim + rp[None, :], acc_x * dt_j[:, None], mask=mo
+    )
     tl.store(DDT + base + tj, tl.sum(acc_x * xj, axis=1))
-    tl.store(DB + ((b * seqlen + tj[:, None]) * nheads + h) * dstate + rn[None, :], acc_b,
-             mask=mj[:, None] & mn[None, :])
+    tl.store(
+        DB + ((b * seqlen + tj[:, None]) * nheads + h) * dstate + rn[None, :],
+        acc_b,
+        mask=mj[:, None] & mn[None, :],
+    )
     tl.store(DCS + base + tj, -colp - r)
     tl.store(RJ + base + tj, r)
 
 
 @triton.jit
-def _varlen_states(X, Bm, DTP, CS, SEQ, HIN, CU, OUT, seqlen, T, nheads, heads_per_group, hdim, dstate, nchunks,
-                   x_l, x_h, x_p, b_l, b_g, b_n, s_l, Q: tl.constexpr, BLOCK_P: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
+def _varlen_states(
+    X,
+    Bm,
+    DTP,
+    CS,
+    SEQ,
+    HIN,
+    CU,
+    OUT,
+    seqlen,
+    T,
+    nheads,
+    heads_per_group,
+    hdim,
+    dstate,
+    nchunks,
+    x_l,
+    x_h,
+    x_p,
+    b_l,
+    b_g,
+    b_n,
+    s_l,
+    Q: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    DOT_DT: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     """Batch 1: OUT[s, h] = the state after position cu[s + 1] - 1 (sequence s's last): its chunk's terms
     up to there from the same sequence, plus exp(cs_t) H_c when the incoming state is that sequence's."""
     sid = tl.program_id(0)
@@ -477,21 +770,50 @@ def _varlen_states(X, Bm, DTP, CS, SEQ, HIN, CU, OUT, seqlen, T, nheads, heads_p
         keep = valid & (sq == seq_t)
         cs = tl.load(CS + base + t, mask=valid, other=0.0)
         wt = tl.exp(tl.where(keep, cs_t - cs, float("-inf"))) * tl.load(DTP + base + t, mask=valid, other=0.0)
-        xt = tl.load(X + t[None, :] * x_l + h * x_h + rp[:, None] * x_p, mask=mp[:, None] & keep[None, :],
-                     other=0.0).to(tl.float32)
-        bt = tl.load(Bm + t[:, None] * b_l + g * b_g + rn[None, :] * b_n, mask=keep[:, None] & mn[None, :],
-                     other=0.0)
+        xt = tl.load(
+            X + t[None, :] * x_l + h * x_h + rp[:, None] * x_p, mask=mp[:, None] & keep[None, :], other=0.0
+        ).to(tl.float32)
+        bt = tl.load(
+            Bm + t[:, None] * b_l + g * b_g + rn[None, :] * b_n, mask=keep[:, None] & mn[None, :], other=0.0
+        )
         acc += _dot(xt * wt[None, :], bt, DOT_DT, IEEE)
-    hin = tl.load(HIN + (c * nheads + h) * hdim * dstate + rp[:, None] * dstate + rn[None, :],
-                  mask=mp[:, None] & mn[None, :], other=0.0)
+    hin = tl.load(
+        HIN + (c * nheads + h) * hdim * dstate + rp[:, None] * dstate + rn[None, :],
+        mask=mp[:, None] & mn[None, :],
+        other=0.0,
+    )
     acc += tl.where(prev == seq_t, tl.exp(cs_t), 0.0) * hin
-    tl.store(OUT + ((sid * nheads + h) * hdim + rp[:, None]) * dstate + rn[None, :], acc,
-             mask=mp[:, None] & mn[None, :])
+    tl.store(
+        OUT + ((sid * nheads + h) * hdim + rp[:, None]) * dstate + rn[None, :],
+        acc,
+        mask=mp[:, None] & mn[None, :],
+    )
 
 
 @triton.jit
-def _dt_cumsum_bwd(DT, A, DTB, DTP, DCS, DDTP, DDT, DA, DDTB, seqlen, T, dt_b, dt_l, dt_h, nheads, lo, hi,
-                   HAS_DTB: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr, Q: tl.constexpr):
+def _dt_cumsum_bwd(
+    DT,
+    A,
+    DTB,
+    DTP,
+    DCS,
+    DDTP,
+    DDT,
+    DA,
+    DDTB,
+    seqlen,
+    T,
+    dt_b,
+    dt_l,
+    dt_h,
+    nheads,
+    lo,
+    hi,
+    HAS_DTB: tl.constexpr,
+    SOFTPLUS: tl.constexpr,
+    HAS_LIMIT: tl.constexpr,
+    Q: tl.constexpr,
+):
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     c = tl.program_id(2)
@@ -500,7 +822,7 @@ def _dt_cumsum_bwd(DT, A, DTB, DTP, DCS, DDTP, DDT, DA, DDTB, seqlen, T, dt_b, d
     m = t < seqlen
     base = (b * nheads + h) * T
     dcs = tl.load(DCS + base + t)
-    dda = tl.sum(dcs, axis=0) - tl.cumsum(dcs, axis=0) + dcs       # reverse in-chunk cumsum
+    dda = tl.sum(dcs, axis=0) - tl.cumsum(dcs, axis=0) + dcs  # reverse in-chunk cumsum
     a = tl.load(A + h).to(tl.float32)
     dtp = tl.load(DTP + base + t)
     ddtp = tl.load(DDTP + base + t) + dda * a
@@ -535,9 +857,24 @@ def _blocks(q, hdim, dstate):
 
 class _SSDFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit,
-                cu_seqlens):
-        A = A.contiguous()                   # the kernels read A[h] and dt_bias[h] with unit stride
+    def forward(
+        ctx,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        chunk_size,
+        D,
+        z,
+        dt_bias,
+        initial_states,
+        seq_idx,
+        dt_softplus,
+        dt_limit,
+        cu_seqlens,
+    ):
+        A = A.contiguous()  # the kernels read A[h] and dt_bias[h] with unit stride
         dt_bias = dt_bias.contiguous() if dt_bias is not None else None
         batch, seqlen, nheads, hdim = x.shape
         ngroups, dstate = B.shape[2], B.shape[3]
@@ -551,9 +888,23 @@ class _SSDFn(torch.autograd.Function):
         dtp = torch.empty((batch, nheads, T), **f32)
         cs = torch.empty((batch, nheads, T), **f32)
         _dt_cumsum_fwd[(batch, nheads, nc)](
-            dt, A, dt_bias if dt_bias is not None else A, dtp, cs, seqlen, T, *dt.stride(), nheads,
-            lo if has_limit else 0.0, hi if has_limit else 0.0,
-            HAS_DTB=dt_bias is not None, SOFTPLUS=bool(dt_softplus), HAS_LIMIT=has_limit, Q=q, num_warps=1)
+            dt,
+            A,
+            dt_bias if dt_bias is not None else A,
+            dtp,
+            cs,
+            seqlen,
+            T,
+            *dt.stride(),
+            nheads,
+            lo if has_limit else 0.0,
+            hi if has_limit else 0.0,
+            HAS_DTB=dt_bias is not None,
+            SOFTPLUS=bool(dt_softplus),
+            HAS_LIMIT=has_limit,
+            Q=q,
+            num_warps=1,
+        )
         dot_dt = _TL_DTYPES[x.dtype]
         ieee = x.dtype == torch.float32
         seq = seq_idx if seq_idx is not None else dtp
@@ -565,16 +916,54 @@ class _SSDFn(torch.autograd.Function):
         bp_s, bn_s = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
         tiles = triton.cdiv(hdim, bp_s) * triton.cdiv(dstate, bn_s)
         _chunk_state[(batch * nheads, nc, tiles)](
-            x, B, dtp, cs, seq, states, seqlen, T, nheads, hpg, hdim, dstate, *x.stride(), *B.stride(),
-            *s_strides, MODE=0, HAS_SEQ=seq_idx is not None, Q=q, BLOCK_P=bp_s, BLOCK_N=bn_s,
-            BLOCK_K=min(q, tile), DOT_DT=dot_dt, IEEE=ieee, num_warps=8)
+            x,
+            B,
+            dtp,
+            cs,
+            seq,
+            states,
+            seqlen,
+            T,
+            nheads,
+            hpg,
+            hdim,
+            dstate,
+            *x.stride(),
+            *B.stride(),
+            *s_strides,
+            MODE=0,
+            HAS_SEQ=seq_idx is not None,
+            Q=q,
+            BLOCK_P=bp_s,
+            BLOCK_N=bn_s,
+            BLOCK_K=min(q, tile),
+            DOT_DT=dot_dt,
+            IEEE=ieee,
+            num_warps=8,
+        )
         hin = torch.empty_like(states)
         final = torch.empty((batch, nheads, hdim, dstate), **f32)
         h0 = initial_states.contiguous() if initial_states is not None else None
         block = min(pow2(size), 1024)
         _state_pass_fwd[(batch * nheads, triton.cdiv(size, block))](
-            states, cs, seq, h0 if h0 is not None else states, hin, final, seqlen, T, nheads, size, nc,
-            *s_strides, HAS_SEQ=seq_idx is not None, HAS_H0=h0 is not None, Q=q, BLOCK=block, num_warps=4)
+            states,
+            cs,
+            seq,
+            h0 if h0 is not None else states,
+            hin,
+            final,
+            seqlen,
+            T,
+            nheads,
+            size,
+            nc,
+            *s_strides,
+            HAS_SEQ=seq_idx is not None,
+            HAS_H0=h0 is not None,
+            Q=q,
+            BLOCK=block,
+            num_warps=4,
+        )
         out = torch.empty((batch, seqlen, nheads, hdim), dtype=x.dtype, device=dev)
         ypre = torch.empty_like(out) if z is not None else None
         bm = min(q, tile)
@@ -584,24 +973,84 @@ class _SSDFn(torch.autograd.Function):
         if D is not None:
             Dv = D if D.dim() == 2 else D.unsqueeze(-1).expand(nheads, hdim)
         _chunk_scan_fwd[(batch * nheads, nc, triton.cdiv(q, bm) * triton.cdiv(hdim, bpo))](
-            x, B, C, dtp, cs, seq, hin, Dv if Dv is not None else A, z if z is not None else x, out,
-            ypre if ypre is not None else out, seqlen, T, nheads, hpg, hdim, dstate, *x.stride(), *B.stride(),
-            *C.stride(), *(z.stride() if z is not None else (0, 0, 0, 0)), *out.stride(), *s_strides,
+            x,
+            B,
+            C,
+            dtp,
+            cs,
+            seq,
+            hin,
+            Dv if Dv is not None else A,
+            z if z is not None else x,
+            out,
+            ypre if ypre is not None else out,
+            seqlen,
+            T,
+            nheads,
+            hpg,
+            hdim,
+            dstate,
+            *x.stride(),
+            *B.stride(),
+            *C.stride(),
+            *(z.stride() if z is not None else (0, 0, 0, 0)),
+            *out.stride(),
+            *s_strides,
             *(Dv.stride() if Dv is not None else (0, 0)),
-            HAS_SEQ=seq_idx is not None, HAS_D=Dv is not None, HAS_Z=z is not None, Q=q, BLOCK_M=bm,
-            BLOCK_J=bm, BLOCK_P=bpo, BLOCK_N=bno, DOT_DT=dot_dt, IEEE=ieee, num_warps=8)
+            HAS_SEQ=seq_idx is not None,
+            HAS_D=Dv is not None,
+            HAS_Z=z is not None,
+            Q=q,
+            BLOCK_M=bm,
+            BLOCK_J=bm,
+            BLOCK_P=bpo,
+            BLOCK_N=bno,
+            DOT_DT=dot_dt,
+            IEEE=ieee,
+            num_warps=8,
+        )
         varlen = None
         if cu_seqlens is not None:
             nseq = cu_seqlens.numel() - 1
             varlen = torch.empty((nseq, nheads, hdim, dstate), **f32)
             _varlen_states[(nseq, nheads, tiles)](
-                x, B, dtp, cs, seq_idx, hin, cu_seqlens, varlen, seqlen, T, nheads, hpg, hdim, dstate, nc,
-                *x.stride()[1:], *B.stride()[1:], seq_idx.stride(1), Q=q, BLOCK_P=bp_s, BLOCK_N=bn_s,
-                BLOCK_K=min(q, tile), DOT_DT=dot_dt, IEEE=ieee, num_warps=8)
+                x,
+                B,
+                dtp,
+                cs,
+                seq_idx,
+                hin,
+                cu_seqlens,
+                varlen,
+                seqlen,
+                T,
+                nheads,
+                hpg,
+                hdim,
+                dstate,
+                nc,
+                *x.stride()[1:],
+                *B.stride()[1:],
+                seq_idx.stride(1),
+                Q=q,
+                BLOCK_P=bp_s,
+                BLOCK_N=bn_s,
+                BLOCK_K=min(q, tile),
+                DOT_DT=dot_dt,
+                IEEE=ieee,
+                num_warps=8,
+            )
             ctx.mark_non_differentiable(varlen)
         ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, seq_idx, dtp, cs, hin, ypre)
-        ctx.meta = (q, bool(dt_softplus), lo, hi, has_limit, initial_states is not None,
-                    initial_states.dtype if initial_states is not None else None)
+        ctx.meta = (
+            q,
+            bool(dt_softplus),
+            lo,
+            hi,
+            has_limit,
+            initial_states is not None,
+            initial_states.dtype if initial_states is not None else None,
+        )
         return out, final, varlen
 
     @staticmethod
@@ -638,9 +1087,31 @@ class _SSDFn(torch.autograd.Function):
         bp_s, bn_s = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
         tiles = triton.cdiv(hdim, bp_s) * triton.cdiv(dstate, bn_s)
         _chunk_state[(batch * nheads, nc, tiles)](
-            dy, C, dtp, cs, seq, dinter, seqlen, T, nheads, hpg, hdim, dstate, *dy.stride(), *C.stride(),
-            *s_strides, MODE=1, HAS_SEQ=has_seq, Q=q, BLOCK_P=bp_s, BLOCK_N=bn_s, BLOCK_K=min(q, tile),
-            DOT_DT=dot_dt, IEEE=ieee, num_warps=8)
+            dy,
+            C,
+            dtp,
+            cs,
+            seq,
+            dinter,
+            seqlen,
+            T,
+            nheads,
+            hpg,
+            hdim,
+            dstate,
+            *dy.stride(),
+            *C.stride(),
+            *s_strides,
+            MODE=1,
+            HAS_SEQ=has_seq,
+            Q=q,
+            BLOCK_P=bp_s,
+            BLOCK_N=bn_s,
+            BLOCK_K=min(q, tile),
+            DOT_DT=dot_dt,
+            IEEE=ieee,
+            num_warps=8,
+        )
         block = min(pow2(size), 1024)
         ntiles = triton.cdiv(size, block)
         ds = torch.empty_like(dinter)
@@ -648,8 +1119,27 @@ class _SSDFn(torch.autograd.Function):
         ddecay = torch.empty((batch, nheads, nc, ntiles), **f32)
         dfin = dfinal.float().contiguous() if dfinal is not None else None
         _state_pass_bwd[(batch * nheads, ntiles)](
-            hin, dinter, cs, seq, dfin if dfin is not None else dinter, ds, dh0, ddecay, seqlen, T, nheads, size,
-            nc, ntiles, *s_strides, HAS_SEQ=has_seq, HAS_DFIN=dfin is not None, Q=q, BLOCK=block, num_warps=4)
+            hin,
+            dinter,
+            cs,
+            seq,
+            dfin if dfin is not None else dinter,
+            ds,
+            dh0,
+            ddecay,
+            seqlen,
+            T,
+            nheads,
+            size,
+            nc,
+            ntiles,
+            *s_strides,
+            HAS_SEQ=has_seq,
+            HAS_DFIN=dfin is not None,
+            Q=q,
+            BLOCK=block,
+            num_warps=4,
+        )
         blk = _blocks(q, hdim, dstate)
         dc_h = torch.empty((batch, seqlen, nheads, dstate), **f32)
         db_h = torch.empty((batch, seqlen, nheads, dstate), **f32)
@@ -660,22 +1150,91 @@ class _SSDFn(torch.autograd.Function):
         rj = torch.empty((batch, nheads, T), **f32)
         warps = 4 if blk["BLOCK_P"] * blk["BLOCK_N"] <= 4096 else 8
         _chunk_scan_bwd_dc[(batch * nheads, nc, triton.cdiv(q, blk["BLOCK_M"]))](
-            x, B, C, dtp, cs, seq, hin, dy, dc_h, dcs_row, seqlen, T, nheads, hpg, hdim, dstate, *x.stride(),
-            *B.stride(), *C.stride(), *s_strides, HAS_SEQ=has_seq, Q=q, DOT_DT=dot_dt, IEEE=ieee,
-            num_warps=warps, **blk)
+            x,
+            B,
+            C,
+            dtp,
+            cs,
+            seq,
+            hin,
+            dy,
+            dc_h,
+            dcs_row,
+            seqlen,
+            T,
+            nheads,
+            hpg,
+            hdim,
+            dstate,
+            *x.stride(),
+            *B.stride(),
+            *C.stride(),
+            *s_strides,
+            HAS_SEQ=has_seq,
+            Q=q,
+            DOT_DT=dot_dt,
+            IEEE=ieee,
+            num_warps=warps,
+            **blk,
+        )
         _chunk_scan_bwd_dbx[(batch * nheads, nc, triton.cdiv(q, blk["BLOCK_J"]))](
-            x, B, C, dtp, cs, seq, ds, dy, db_h, dx, ddtp, dcs_col, rj, seqlen, T, nheads, hpg, hdim, dstate,
-            *x.stride(), *B.stride(), *C.stride(), *s_strides, HAS_SEQ=has_seq, Q=q, DOT_DT=dot_dt, IEEE=ieee,
-            num_warps=warps, **blk)
+            x,
+            B,
+            C,
+            dtp,
+            cs,
+            seq,
+            ds,
+            dy,
+            db_h,
+            dx,
+            ddtp,
+            dcs_col,
+            rj,
+            seqlen,
+            T,
+            nheads,
+            hpg,
+            hdim,
+            dstate,
+            *x.stride(),
+            *B.stride(),
+            *C.stride(),
+            *s_strides,
+            HAS_SEQ=has_seq,
+            Q=q,
+            DOT_DT=dot_dt,
+            IEEE=ieee,
+            num_warps=warps,
+            **blk,
+        )
         dcs = (dcs_row + dcs_col).view(batch, nheads, nc, q)
         dcs[..., -1] += rj.view(batch, nheads, nc, q).sum(-1) + ddecay.sum(-1)
         ddt = torch.empty((batch, seqlen, nheads), **f32)
         da_part = torch.empty((batch, nheads, nc), **f32)
         ddtb_part = torch.empty((batch, nheads, nc), **f32)
         _dt_cumsum_bwd[(batch, nheads, nc)](
-            dt, A, dt_bias if dt_bias is not None else A, dtp, dcs, ddtp, ddt, da_part, ddtb_part, seqlen, T,
-            *dt.stride(), nheads, lo if has_limit else 0.0, hi if has_limit else 0.0,
-            HAS_DTB=dt_bias is not None, SOFTPLUS=softplus, HAS_LIMIT=has_limit, Q=q, num_warps=1)
+            dt,
+            A,
+            dt_bias if dt_bias is not None else A,
+            dtp,
+            dcs,
+            ddtp,
+            ddt,
+            da_part,
+            ddtb_part,
+            seqlen,
+            T,
+            *dt.stride(),
+            nheads,
+            lo if has_limit else 0.0,
+            hi if has_limit else 0.0,
+            HAS_DTB=dt_bias is not None,
+            SOFTPLUS=softplus,
+            HAS_LIMIT=has_limit,
+            Q=q,
+            num_warps=1,
+        )
         dD = None
         if D is not None:
             xf = x.float()
@@ -690,12 +1249,40 @@ class _SSDFn(torch.autograd.Function):
         dA = da_part.sum((0, 2)).to(A.dtype)
         ddt_bias = ddtb_part.sum((0, 2)).to(dt_bias.dtype) if dt_bias is not None else None
         dinit = dh0.to(h0_dtype) if has_h0 else None
-        return (dx.to(x.dtype), ddt.to(dt.dtype), dA, dB, dC, None, dD, dz, ddt_bias, dinit, None, None, None,
-                None)
+        return (
+            dx.to(x.dtype),
+            ddt.to(dt.dtype),
+            dA,
+            dB,
+            dC,
+            None,
+            dD,
+            dz,
+            ddt_bias,
+            dinit,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
-def chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
-                        seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf")), cu_seqlens=None):
+def chunk_scan_combined(
+    x,
+    dt,
+    A,
+    B,
+    C,
+    chunk_size,
+    D=None,
+    z=None,
+    dt_bias=None,
+    initial_states=None,
+    seq_idx=None,
+    dt_softplus=False,
+    dt_limit=(0.0, float("inf")),
+    cu_seqlens=None,
+):
     """SSD scan on the Triton kernels (differentiable in x, dt, A, B, C, D, z, dt_bias, initial_states).
 
     Args (validated by ``mamba_chunk_scan_combined``; float32/float16/bfloat16; a CUDA device, or CPU
@@ -727,6 +1314,20 @@ def chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None
             seq_idx = torch.repeat_interleave(torch.arange(lengths.numel(), device=x.device), lengths)[None]
     if seq_idx is not None and seq_idx.dtype not in (torch.int32, torch.int64):
         seq_idx = seq_idx.long()
-    out, final, varlen = _SSDFn.apply(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
-                                      dt_softplus, tuple(dt_limit), cu_seqlens)
+    out, final, varlen = _SSDFn.apply(
+        x,
+        dt,
+        A,
+        B,
+        C,
+        chunk_size,
+        D,
+        z,
+        dt_bias,
+        initial_states,
+        seq_idx,
+        dt_softplus,
+        tuple(dt_limit),
+        cu_seqlens,
+    )
     return (out, final) if cu_seqlens is None else (out, final, varlen)

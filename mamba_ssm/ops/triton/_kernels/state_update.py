@@ -29,14 +29,58 @@ MAX_DSTATE = 1024
 
 
 @triton.jit
-def _state_update_kernel(S, X, DT, A, Bm, Cm, Dp, Z, DTB, IDX, OUT,
-                         dim, dstate, heads_per_group,
-                         s_b, s_h, s_p, s_n, x_b, x_h, x_p, dt_b, dt_h, dt_p, a_h, a_p, a_n,
-                         b_b, b_g, b_n, c_b, c_g, c_n, d_h, d_p, z_b, z_h, z_p, dtb_h, dtb_p,
-                         o_b, o_h, o_p,
-                         HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DTB: tl.constexpr,
-                         HAS_IDX: tl.constexpr, SOFTPLUS: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _state_update_kernel(
+    S,
+    X,
+    DT,
+    A,
+    Bm,
+    Cm,
+    Dp,
+    Z,
+    DTB,
+    IDX,
+    OUT,
+    dim,
+    dstate,
+    heads_per_group,
+    s_b,
+    s_h,
+    s_p,
+    s_n,
+    x_b,
+    x_h,
+    x_p,
+    dt_b,
+    dt_h,
+    dt_p,
+    a_h,
+    a_p,
+    a_n,
+    b_b,
+    b_g,
+    b_n,
+    c_b,
+    c_g,
+    c_n,
+    d_h,
+    d_p,
+    z_b,
+    z_h,
+    z_p,
+    dtb_h,
+    dtb_p,
+    o_b,
+    o_h,
+    o_p,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_DTB: tl.constexpr,
+    HAS_IDX: tl.constexpr,
+    SOFTPLUS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     pm = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     h = tl.program_id(2).to(tl.int64)
@@ -60,8 +104,9 @@ def _state_update_kernel(S, X, DT, A, Bm, Cm, Dp, Z, DTB, IDX, OUT,
         dt += tl.load(DTB + h * dtb_h + rows * dtb_p, mask=mr, other=0.0).to(tl.float32)
     if SOFTPLUS:
         dt = tl.where(dt > 20.0, dt, tl.log(1.0 + tl.exp(tl.minimum(dt, 20.0))))
-    a = tl.load(A + h * a_h + rows[:, None] * a_p + cols[None, :] * a_n, mask=mr[:, None] & mc[None, :],
-                other=0.0).to(tl.float32)
+    a = tl.load(
+        A + h * a_h + rows[:, None] * a_p + cols[None, :] * a_n, mask=mr[:, None] & mc[None, :], other=0.0
+    ).to(tl.float32)
     bv = tl.load(Bm + b * b_b + g * b_g + cols * b_n, mask=mc, other=0.0).to(tl.float32)
     cv = tl.load(Cm + b * c_b + g * c_g + cols * c_n, mask=mc, other=0.0).to(tl.float32)
     state = state * tl.exp(a * dt[:, None]) + bv[None, :] * (x * dt)[:, None]
@@ -89,8 +134,9 @@ def _per_row(t, nheads, dim):
     return t if t.dim() == 2 else t.unsqueeze(-1).expand(nheads, dim)
 
 
-def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
-                           state_batch_indices=None):
+def selective_state_update(
+    state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None
+):
     """One decode step, in place on ``state`` (Triton), on the head shapes of the public
     ``mamba_ssm.ops.triton.selective_state_update.selective_state_update`` (which validated them and
     gives Mamba-1's shapes a head axis of 1): state (slots, nheads, dim, dstate), x/dt/z (batch, nheads,
@@ -116,16 +162,37 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     grid = (triton.cdiv(dim, block_m), batch, nheads)
     dummy = x
     _state_update_kernel[grid](
-        state, x, dt, A, B, C,
-        D if D is not None else dummy, z if z is not None else dummy,
-        dt_bias if dt_bias is not None else dummy, idx if idx is not None else dummy, out,
-        dim, dstate, nheads // ngroups,
-        *state.stride(), *x.stride(), *dt.stride(), *A.stride(), *B.stride(), *C.stride(),
+        state,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D if D is not None else dummy,
+        z if z is not None else dummy,
+        dt_bias if dt_bias is not None else dummy,
+        idx if idx is not None else dummy,
+        out,
+        dim,
+        dstate,
+        nheads // ngroups,
+        *state.stride(),
+        *x.stride(),
+        *dt.stride(),
+        *A.stride(),
+        *B.stride(),
+        *C.stride(),
         *(D.stride() if D is not None else (0, 0)),
         *(z.stride() if z is not None else (0, 0, 0)),
         *(dt_bias.stride() if dt_bias is not None else (0, 0)),
         *out.stride(),
-        HAS_D=D is not None, HAS_Z=z is not None, HAS_DTB=dt_bias is not None, HAS_IDX=idx is not None,
-        SOFTPLUS=bool(dt_softplus), BLOCK_M=block_m, BLOCK_N=block_n,
-        num_warps=4 if block_m * block_n >= 2048 else 1)
+        HAS_D=D is not None,
+        HAS_Z=z is not None,
+        HAS_DTB=dt_bias is not None,
+        HAS_IDX=idx is not None,
+        SOFTPLUS=bool(dt_softplus),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        num_warps=4 if block_m * block_n >= 2048 else 1,
+    )
     return out

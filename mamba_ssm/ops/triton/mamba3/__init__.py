@@ -1,6 +1,7 @@
 """Placeholder for upstream's ``mamba_ssm.ops.triton.mamba3`` (the Mamba-3 Triton kernels), which this
 version does not have: importing it or any module under it raises :class:`ModuleNotFoundError` (an
 :class:`ImportError`) saying so and what to use instead."""
+
 from mamba_ssm import _missing_module
 
 raise _missing_module(__name__)
