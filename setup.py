@@ -21,46 +21,79 @@ says which), after a preflight that names each problem and its fix. Environment 
 documented in ``docs/build.md``.
 
 This file is a thin shell: the logic lives in ``mamba_ssm/_build`` (settings, toolkit discovery,
-preflight, the plan, the setuptools commands; torch-free and unit-tested). That package and the
-shared rules (``mamba_ssm/_compat``) are loaded by file path: ``import mamba_ssm`` would need torch.
-The names below are re-exported so that tools and tests can reach them through this file.
+preflight, the plan, the setuptools commands; torch-free and unit-tested). Those modules, the shared
+rules (``mamba_ssm/_compat``) and the resolver hook are imported from this tree by :func:`load_private`,
+the one way the project loads its own modules without running ``mamba_ssm/__init__.py`` (a build must
+not pick up an installed ``mamba_ssm``). The names below are re-exported so that tools and tests can
+reach them through this file.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 import types
-from typing import List, Optional
 
+import setuptools
 from setuptools import setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-_BYPATH = "_mamba_ssm_setup_bypath"
+PRIVATE_PACKAGE = "_mamba_ssm_setup_bypath"
+#: The oldest setuptools that reads pyproject.toml's ``project.license`` as an SPDX string (PEP 639).
+MIN_SETUPTOOLS = (77, 0)
 
 
-def _bypath(dotted: str) -> types.ModuleType:
-    """Import ``mamba_ssm.<dotted>`` from this checkout by file path, never running
-    ``mamba_ssm/__init__.py`` (which needs torch). Sibling relative imports work."""
-    if _BYPATH not in sys.modules:
-        pkg = types.ModuleType(_BYPATH)
+def load_private(dotted: str) -> types.ModuleType:
+    """``mamba_ssm.<dotted>`` of this tree, imported as ``_mamba_ssm_setup_bypath.<dotted>``: a private
+    package whose ``__path__`` is this tree's ``mamba_ssm`` folder, so relative imports work and
+    ``mamba_ssm/__init__.py`` never runs (an installed ``mamba_ssm`` is never picked up)."""
+    if PRIVATE_PACKAGE not in sys.modules:
+        pkg = types.ModuleType(PRIVATE_PACKAGE)
         pkg.__path__ = [os.path.join(ROOT, "mamba_ssm")]
-        sys.modules[_BYPATH] = pkg
-    return importlib.import_module(f"{_BYPATH}.{dotted}")
+        sys.modules[PRIVATE_PACKAGE] = pkg
+    return importlib.import_module(f"{PRIVATE_PACKAGE}.{dotted}")
 
 
-versions = _bypath("_compat.versions")
-archs = _bypath("_compat.archs")
-buildinfo = _bypath("_compat.buildinfo")
-settings = _bypath("_build.settings")
-toolkit = _bypath("_build.toolkit")
-config = _bypath("_build.config")
-plan = _bypath("_build.plan")
-commands = _bypath("_build.commands")
+def missing_build_requirements(setuptools_version: str) -> list[str]:
+    """pyproject.toml's build requirements this environment lacks. A ``--no-build-isolation`` build uses
+    the environment's own: a fresh Python 3.9-3.11 venv has a setuptools older than 77, which rejects the
+    SPDX ``license`` string ("must be valid exactly by one definition"), and no ``packaging``."""
+    missing = []
+    parts = tuple(int(x) for x in setuptools_version.split(".")[:2] if x.isdigit())
+    if parts < MIN_SETUPTOOLS:
+        missing.append(f"setuptools {setuptools_version} is older than 77")
+    if importlib.util.find_spec("packaging") is None:
+        missing.append("packaging is not installed")
+    return missing
+
+
+def check_build_requirements(setuptools_version: str) -> None:
+    """Exit with the fix when :func:`missing_build_requirements` finds any (before anything imports
+    ``packaging``)."""
+    missing = missing_build_requirements(setuptools_version)
+    if missing:
+        sys.exit(
+            f"\nmamba-ssm setup.py: {'; '.join(missing)}: this build needs pyproject.toml's build requirements "
+            "(with --no-build-isolation pip uses the environment's own). Fix: "
+            "python -m pip install 'setuptools>=77' wheel 'packaging>=22', then build again.\n"
+        )
+
+
+check_build_requirements(setuptools.__version__)
+versions = load_private("_compat.versions")
+archs = load_private("_compat.archs")
+buildinfo = load_private("_compat.buildinfo")
+settings = load_private("_build.settings")
+toolkit = load_private("_build.toolkit")
+config = load_private("_build.config")
+plan = load_private("_build.plan")
+commands = load_private("_build.commands")
 
 from _mamba_ssm_setup_bypath._build.commands import (  # noqa: E402,F401
     add_install_id,
+    build_note,
     make_build_ext,
     make_cmdclass,
     make_extension,
@@ -70,17 +103,18 @@ from _mamba_ssm_setup_bypath._build.commands import (  # noqa: E402,F401
 from _mamba_ssm_setup_bypath._build.config import (  # noqa: E402,F401
     LIMITED_API_HEX,
     BuildConfig,
-    TorchInfo,
+    BuildTorch,
     git_commit,
     limited_api_tag,
     list_sources,
     probe_torch,
     resolve_config,
 )
-from _mamba_ssm_setup_bypath._build.errors import PreflightError  # noqa: E402,F401
+from _mamba_ssm_setup_bypath._build.errors import PreflightError  # noqa: E402
 from _mamba_ssm_setup_bypath._build.plan import (  # noqa: E402,F401
     BOTH_FLAGS_WARNING,
-    Plan,
+    BuildMode,
+    BuildPlan,
     load_setup_hook,
     plan_build,
     record_decision,
@@ -90,9 +124,10 @@ from _mamba_ssm_setup_bypath._build.settings import (  # noqa: E402,F401
     CSRC,
     EXT_NAME,
     FALLBACKS,
-    INSTALL_ID_FILE,
     PACKAGE,
     TRUE_VALUES,
+    CommandKind,
+    Fallback,
     Settings,
     classify_commands,
     default_max_jobs,
@@ -117,9 +152,9 @@ from _mamba_ssm_setup_bypath._build.toolkit import (  # noqa: E402,F401
 )
 
 
-def main(argv: Optional[List[str]] = None) -> None:
-    """Classify the command line, plan the build (the preflight for a source build) and run
-    ``setuptools.setup``; a ``PreflightError`` exits with its message and nothing is built."""
+def main(argv: list[str] | None = None) -> None:
+    """Classify the command line, plan the build (the preflight for a source build)
+    and run ``setuptools.setup``; a ``PreflightError`` exits with its message and nothing is built."""
     argv = sys.argv[1:] if argv is None else argv
     os.chdir(ROOT)  # sources and packages are given relative to the project root
     kind = classify_commands(argv)

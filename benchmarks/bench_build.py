@@ -108,7 +108,7 @@ def machine() -> str:
             mem = f"{int(f.readline().split()[1]) / 1024 / 1024:.0f} GiB"
     except OSError:
         pass
-    import torch  # noqa: PLC0415 - the build needs it anyway
+    import torch
 
     nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
     nvcc_line = [
@@ -163,9 +163,9 @@ def main(argv=None) -> int:
         load_after = os.getloadavg()[0]
         so = os.path.join(proj, "mamba_ssm", "_C.abi3.so")
         size_mb = os.path.getsize(so) / 1e6
-        n_tu = len(re.findall(r"^\[\d+/\d+\]", clean["log"], flags=re.M))
+        n_tu = len(re.findall(r"^\[\d+/\d+\]", clean["log"], flags=re.MULTILINE))
         sys.path.insert(0, REPO)
-        from mamba_ssm._compat.buildinfo import read_build_info  # noqa: PLC0415
+        from mamba_ssm._compat.buildinfo import read_build_info
 
         info = read_build_info(so)
         incr = timed_build(proj, env)

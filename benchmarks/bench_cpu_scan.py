@@ -49,7 +49,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _docsection import replace_section  # noqa: E402 (benchmarks/ beside this script)
+from _docsection import replace_section
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:

@@ -251,7 +251,7 @@ def main(argv=None):
         )
         text = open(DOC).read() if os.path.exists(DOC) else "# Benchmarks\n"
         if BEGIN in text and END in text:
-            text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, text, flags=re.S)
+            text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, text, flags=re.DOTALL)
         else:
             text = text.rstrip("\n") + "\n\n" + section + "\n"
         os.makedirs(os.path.dirname(DOC), exist_ok=True)

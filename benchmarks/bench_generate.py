@@ -169,7 +169,7 @@ def _write(header, table, argv):
         f"`{cmd.strip()}`; {header}.\n\n{table}\n{END}"
     )
     if BEGIN in doc:
-        doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: body, doc, flags=re.S)
+        doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: body, doc, flags=re.DOTALL)
     else:
         doc = doc.rstrip("\n") + "\n\n" + body + "\n"
     with open(DOC, "w", encoding="utf-8") as f:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import importlib.util
 import os
 import platform
 import shutil
@@ -156,11 +155,8 @@ def main(argv=None):
                 results[label] = times
 
             # 2. the resolver's overhead beyond one torch import
-            spec = importlib.util.spec_from_file_location(
-                "bench_setup_hook", os.path.join(REPO, "mamba_ssm", "_install", "setup_hook.py")
-            )
-            hook = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(hook)
+            from mamba_ssm._install import setup_hook as hook
+
             torch_times, resolve_times, import_times = [], [], []
             for i in range(args.repeat):  # interleaved, so that load from other jobs hits all alike
                 torch_times.append(run([sys.executable, "-c", "import torch"])[0])

@@ -37,7 +37,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _docsection import replace_section  # noqa: E402 (benchmarks/ beside this script)
+from _docsection import replace_section
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
@@ -57,10 +57,10 @@ def load_backends():
             f"mamba_ssm._C is not loaded: {result.reason}. Build it first: "
             "MAMBA_FORCE_BUILD=TRUE python setup.py build_ext --inplace"
         )
-    import mamba_ssm.ops.backends.compiled as compiled
+    from mamba_ssm.ops.backends import compiled
 
     try:
-        import mamba_ssm.ops.backends.torch_scan as torch_scan
+        from mamba_ssm.ops.backends import torch_scan
     except Exception as exc:  # noqa: BLE001 - the fallback is another part's module
         print(f"[bench] PyTorch fallback unavailable ({exc}); its columns are left out", file=sys.stderr)
         torch_scan = None
@@ -126,7 +126,7 @@ def copy_bandwidth_gbs(device, nbytes=2 << 30, repeats=10):
     """Device-to-device copy: (read + write bytes) / time, GB/s (10^9 bytes)."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    ms = time_cuda(lambda: dst.copy_(src), repeats)
+    ms = time_cuda(lambda: dst.copy_(src), repeats)  # noqa: F821 - run before the del below
     del src, dst
     return 2 * nbytes / (ms * 1e-3) / 1e9
 

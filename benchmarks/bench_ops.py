@@ -50,7 +50,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _docsection import replace_section  # noqa: E402 (benchmarks/ beside this script)
+from _docsection import replace_section
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
@@ -496,7 +496,7 @@ def copy_bandwidth_gbs(repeats=10, nbytes=1 << 30) -> float:
 
     src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
     dst = torch.empty_like(src)
-    ((wall, _),) = measure([Impl("copy", lambda: dst.copy_(src))], repeats, cuda=True)
+    ((wall, _),) = measure([Impl("copy", lambda: dst.copy_(src))], repeats, cuda=True)  # noqa: F821 - run before the del below
     del src, dst
     return 2 * nbytes / (wall * 1e-3) / 1e9
 
@@ -510,9 +510,9 @@ def _skip_reason(entry: Entry, device: str) -> Optional[str]:
     from mamba_ssm import _dispatch
 
     with _backend("auto"):
-        plan = _dispatch.plan(entry.op, device)
-    if plan["backend"] != entry.kernel:
-        return f"the {entry.kernel} kernel does not run here: {plan['reason'] or plan['backend']}"
+        choice = _dispatch.plan(entry.op, device)
+    if choice.backend != entry.kernel:
+        return f"the {entry.kernel} kernel does not run here: {choice.reason or choice.backend}"
     return None
 
 

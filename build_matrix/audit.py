@@ -27,6 +27,7 @@ lists every problem.  The checks:
 
 from __future__ import annotations
 
+import argparse
 import base64
 import csv
 import glob
@@ -44,13 +45,18 @@ import zipfile
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion, Version
 
+from mamba_ssm._compat import archs as compat_archs
+from mamba_ssm._compat import buildinfo, variant, versions
+
 from . import matrix as mx
-from ._compat_loader import load_compat
 from .layout import CELLS_HOME, EXCLUDE_PATTERNS
+
+#: Where the audit says what it does (the CLI prints it; the build passes its log).
+Say = Callable[[str], None]
 
 SO_NAME = "mamba_ssm/_C.abi3.so"
 
@@ -61,7 +67,7 @@ class AuditReport:
     cell: Optional[str]
     findings: List[str] = field(default_factory=list)  # what is wrong (empty: passed)
     passed: List[str] = field(default_factory=list)  # names of the checks that passed
-    facts: dict = field(default_factory=dict)  # what was measured (archs, size, tag ...)
+    facts: Dict[str, Any] = field(default_factory=dict)  # what was measured (archs, size, tag ...)
 
     @property
     def ok(self) -> bool:
@@ -73,7 +79,7 @@ class AuditReport:
         else:
             self.passed.append(name)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {
             "wheel": self.wheel,
             "cell": self.cell,
@@ -107,7 +113,8 @@ def find_cuobjdump(torch_from: Optional[Path] = None) -> Optional[str]:
 def archs_by_cuobjdump(so: Path, cuobjdump: str) -> Tuple[List[str], List[str]]:
     """(SASS, PTX) listed by cuobjdump, e.g. (["sm_90"], ["compute_90"]).  A file without any
     device code gives ([], []); other failures raise RuntimeError with cuobjdump's message."""
-    sass, ptx = set(), set()
+    sass: set[str] = set()
+    ptx: set[str] = set()
     for flag, out_set, prefix in (("--list-elf", sass, "sm_"), ("--list-ptx", ptx, "compute_")):
         proc = subprocess.run([cuobjdump, flag, str(so)], capture_output=True, text=True)
         text = proc.stdout + proc.stderr
@@ -120,7 +127,7 @@ def archs_by_cuobjdump(so: Path, cuobjdump: str) -> Tuple[List[str], List[str]]:
     return sorted(sass, key=_arch_key), sorted(ptx, key=_arch_key)
 
 
-def _arch_key(name: str):
+def _arch_key(name: str) -> Tuple[int, str]:
     m = re.search(r"(\d+)", name)
     return (int(m.group(1)) if m else 0, name)
 
@@ -184,29 +191,29 @@ def _record_problems(zf: zipfile.ZipFile, dist_info: str) -> List[str]:
         rows = list(csv.reader(io.StringIO(zf.read(f"{dist_info}/RECORD").decode())))
     except KeyError:
         return [f"{dist_info}/RECORD is missing"]
-    listed = {}
+    listed: Dict[str, List[str]] = {}
     for row in rows:
         if row:
             listed[row[0]] = row
     for name in zf.namelist():
         if name.endswith("/"):
             continue
-        row = listed.get(name)
-        if row is None:
+        entry = listed.get(name)
+        if entry is None:
             problems.append(f"{name} is in the wheel but not in RECORD")
             continue
         if name == f"{dist_info}/RECORD":
             continue
-        algo, _, digest = row[1].partition("=")
+        algo, _, digest = entry[1].partition("=")
         data = zf.read(name)
         if algo != "sha256":
-            problems.append(f"RECORD entry of {name} has no sha256 ({row[1]!r})")
+            problems.append(f"RECORD entry of {name} has no sha256 ({entry[1]!r})")
             continue
         actual = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         if actual != digest:
             problems.append(f"{name}: sha256 in RECORD ({digest}) != the file's ({actual})")
-        if row[2] and int(row[2]) != len(data):
-            problems.append(f"{name}: size in RECORD ({row[2]}) != the file's ({len(data)})")
+        if entry[2] and int(entry[2]) != len(data):
+            problems.append(f"{name}: size in RECORD ({entry[2]}) != the file's ({len(data)})")
     for name in listed:
         if name not in zf.namelist():
             problems.append(f"RECORD lists {name}, which is not in the wheel")
@@ -224,7 +231,7 @@ def _metadata_field(text: str, name: str) -> List[str]:
 # ------------------------------------------------------------------------------------------ audit
 def cell_for_wheel(plan: mx.Plan, wheel: Path) -> mx.Cell:
     """The cell a wheel belongs to, from its local version label and platform tag."""
-    key = load_compat("variant").VariantKey.from_wheel_filename(wheel.name)
+    key = variant.VariantKey.from_wheel_filename(wheel.name)
     arch = "aarch64" if key.platform_tag.endswith("aarch64") else "x86_64"
     return plan.cell(f"{key.local_label}-{arch}")
 
@@ -240,10 +247,6 @@ def audit_wheel(
     """Run every check (module docstring) and return the report; never raises for a bad wheel."""
     wheel = Path(wheel).resolve()
     rep = AuditReport(wheel=str(wheel), cell=cell.id)
-    variant = load_compat("variant")
-    archs_mod = load_compat("archs")
-    buildinfo = load_compat("buildinfo")
-    versions = load_compat("versions")
     say = log or (lambda _t: None)
 
     # 1. file name
@@ -349,8 +352,8 @@ def audit_wheel(
                 ],
             )
             if so is not None:
-                _check_device_code(rep, so, cell, archs, archs_mod, torch_from, say)
-                _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versions, archs_mod)
+                _check_device_code(rep, so, cell, archs, torch_from, say)
+                _check_build_info(rep, so, cell, archs, key, fname_version)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -363,17 +366,19 @@ def audit_wheel(
     return rep
 
 
-def _expected_archs(cell: mx.Cell, archs: Optional[str], archs_mod) -> Tuple[List[str], List[str]]:
+def _expected_archs(cell: mx.Cell, archs: Optional[str]) -> Tuple[List[str], List[str]]:
     if cell.toolkit_kind != "cuda":
         return [], []
     if archs:
-        spec = archs_mod.parse_arch_list(archs)
+        spec = compat_archs.parse_arch_list(archs)
         return list(spec.sass), list(spec.ptx)
     return list(cell.sass), list(cell.ptx)
 
 
-def _check_device_code(rep, so, cell, archs, archs_mod, torch_from, say) -> None:
-    want_sass, want_ptx = _expected_archs(cell, archs, archs_mod)
+def _check_device_code(
+    rep: AuditReport, so: Path, cell: mx.Cell, archs: Optional[str], torch_from: Optional[Path], say: Say
+) -> None:
+    want_sass, want_ptx = _expected_archs(cell, archs)
     problems = []
     cuobjdump = find_cuobjdump(torch_from)
     try:
@@ -394,7 +399,14 @@ def _check_device_code(rep, so, cell, archs, archs_mod, torch_from, say) -> None
     rep.check("device code", problems)
 
 
-def _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versions, archs_mod) -> None:
+def _check_build_info(
+    rep: AuditReport,
+    so: Path,
+    cell: mx.Cell,
+    archs: Optional[str],
+    key: variant.VariantKey,
+    fname_version: str,
+) -> None:
     problems = []
     try:
         info = buildinfo.read_build_info(so)
@@ -407,7 +419,7 @@ def _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versi
         problems.append(f"built against torch {info.torch_version}, the cell says {want_torch}")
     if bool(info.cxx11_abi) != cell.cxx11abi:
         problems.append(f"cxx11_abi {info.cxx11_abi} != the cell's {cell.cxx11abi}")
-    want_sass, want_ptx = _expected_archs(cell, archs, archs_mod)
+    want_sass, want_ptx = _expected_archs(cell, archs)
     if sorted(info.sass_archs) != sorted(want_sass) or sorted(info.ptx_archs) != sorted(want_ptx):
         problems.append(
             f"build info archs {info.sass_archs + info.ptx_archs} != the plan's {want_sass + want_ptx}"
@@ -424,17 +436,15 @@ def _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versi
             problems.append(f"package_version {info.package_version!r} != the wheel's {fname_version!r}")
     except InvalidVersion:
         problems.append(f"package_version {info.package_version!r} is not PEP 440")
-    if cell.toolkit_kind == "cuda":
-        if not info.nvcc_version or not info.nvcc_version.startswith(
-            cell.toolkit_version.split(".")[0] + "."
-        ):
-            problems.append(
-                f"nvcc_version {info.nvcc_version!r} is not from toolkit {cell.toolkit} "
-                f"({cell.toolkit_version})"
-            )
+    if cell.toolkit_kind == "cuda" and (
+        not info.nvcc_version or not info.nvcc_version.startswith(cell.toolkit_version.split(".")[0] + ".")
+    ):
+        problems.append(
+            f"nvcc_version {info.nvcc_version!r} is not from toolkit {cell.toolkit} ({cell.toolkit_version})"
+        )
     # THE compatibility rule accepts every torch build the cell serves.
     for acc in cell.serves:
-        av = mx.accelerator_version(acc)
+        av = mx.accelerator_version(acc) or (0, 0)
         cuda = f"{av[0]}.{av[1]}" if acc.startswith("cu") else None
         hip = f"{av[0]}.{av[1]}.0" if acc.startswith("rocm") else None
         runtime = versions.TorchBuild(f"{cell.torch_version}+{acc}", cuda, hip, cell.cxx11abi)
@@ -443,7 +453,7 @@ def _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versi
     rep.check("build info", problems)
 
 
-def _check_auditwheel_show(rep, wheel, key) -> None:
+def _check_auditwheel_show(rep: AuditReport, wheel: Path, key: variant.VariantKey) -> None:
     """``auditwheel show --json``: the glibc symbol versions allow the file name's manylinux tag, and
     every external library is one torch provides at run time (the exclusion list), nothing else."""
     proc = subprocess.run(
@@ -472,7 +482,7 @@ def _check_auditwheel_show(rep, wheel, key) -> None:
     rep.check("auditwheel show", problems)
 
 
-def _check_abi3audit(rep, wheel, key) -> None:
+def _check_abi3audit(rep: AuditReport, wheel: Path, key: variant.VariantKey) -> None:
     """``abi3audit --report --strict``: every shared object of an abi3 wheel uses only stable-ABI
     symbols, none newer than the tag's Python (``cp310-abi3``: 3.10). Local files only (no network)."""
     if key.abi_tag != "abi3":
@@ -523,94 +533,13 @@ def _check_abi3audit(rep, wheel, key) -> None:
 
 
 # ------------------------------------------------------------------------------------ runtime check
-RUNTIME_SCRIPT = r"""
-import json, math, os, subprocess, sys
-out = {}
-doc = subprocess.run([sys.executable, "-m", "mamba_ssm", "doctor", "--json"], capture_output=True, text=True)
-try:
-    report = json.loads(doc.stdout)
-except ValueError:
-    print(json.dumps({"error": "doctor --json printed no JSON: " + (doc.stdout + doc.stderr)[-800:]}))
-    sys.exit(0)
-cm = report.get("compiled_module") or {}
-out["doctor_loaded"] = bool(cm.get("loaded"))
-out["doctor_reason"] = cm.get("reason")
-out["doctor_path"] = cm.get("path")
-import torch
-import mamba_ssm
-out["package_path"] = os.path.dirname(mamba_ssm.__file__)
-from mamba_ssm import selective_scan_fn
-g = torch.Generator().manual_seed(1234)
-Bn, Dn, Nn, Ln = 2, 3, 4, 37
-u = torch.randn(Bn, Dn, Ln, generator=g)
-delta = torch.rand(Bn, Dn, Ln, generator=g) * 0.8 - 0.4
-A = -torch.rand(Dn, Nn, generator=g) - 0.1
-Bm = torch.randn(Bn, Nn, Ln, generator=g)
-Cm = torch.randn(Bn, Nn, Ln, generator=g)
-Dv = torch.randn(Dn, generator=g)
-z = torch.randn(Bn, Dn, Ln, generator=g)
-bias = torch.randn(Dn, generator=g) * 0.2
-try:
-    y = selective_scan_fn(u, delta, A, Bm, Cm, D=Dv, z=z, delta_bias=bias, delta_softplus=True,
-                          return_last_state=False)
-except Exception as exc:
-    out["error"] = "selective_scan_fn with MAMBA_SSM_BACKEND=compiled failed: %s: %s" % (type(exc).__name__, exc)
-    print(json.dumps(out)); sys.exit(0)
-# float64 sequential reference (Mamba, Gu & Dao 2023, Algorithm 2 / eq. 2a-2b, Euler B):
-# dt = softplus(delta + bias); x_t = exp(dt*A) x_{t-1} + dt*B_t*u_t; y_t = C_t.x_t + D*u_t; y *= silu(z)
-worst = 0.0
-for b in range(Bn):
-    for d in range(Dn):
-        x = [0.0] * Nn
-        for t in range(Ln):
-            v = float(delta[b, d, t]) + float(bias[d])
-            dt = math.log1p(math.exp(v)) if v < 20 else v
-            acc = 0.0
-            for n in range(Nn):
-                x[n] = math.exp(dt * float(A[d, n])) * x[n] + dt * float(Bm[b, n, t]) * float(u[b, d, t])
-                acc += float(Cm[b, n, t]) * x[n]
-            ref = acc + float(Dv[d]) * float(u[b, d, t])
-            zz = float(z[b, d, t])
-            ref *= zz / (1.0 + math.exp(-zz))
-            worst = max(worst, abs(float(y[b, d, t]) - ref) / (1.0 + abs(ref)))
-out["max_rel_err"] = worst
-# The causal conv1d kernel (issue 10): width 4, bias, SiLU, against a float64 direct sum
-# out[t] = silu(bias + sum_k w[k] x[t - 3 + k]) with x = 0 before the start (Mamba's Figure 3, "Conv").
-try:
-    from mamba_ssm.ops import causal_conv1d as cc
-    xc, wc, bc = torch.randn(2, 3, 11, generator=g), torch.randn(3, 4, generator=g), torch.randn(3, generator=g)
-    yc = cc.causal_conv1d_fn(xc, wc, bc, activation="silu")
-    out["conv_backend"] = cc.implementation("cpu")
-except Exception as exc:
-    out["error"] = "causal_conv1d_fn with MAMBA_SSM_BACKEND=compiled failed: %s: %s" % (type(exc).__name__, exc)
-    print(json.dumps(out)); sys.exit(0)
-worst = 0.0
-for b in range(2):
-    for d in range(3):
-        for t in range(11):
-            acc = float(bc[d]) + sum(float(wc[d, k]) * float(xc[b, d, t - 3 + k]) for k in range(4) if t - 3 + k >= 0)
-            ref = acc / (1.0 + math.exp(-acc))
-            worst = max(worst, abs(float(yc[b, d, t]) - ref) / (1.0 + abs(ref)))
-out["conv_max_rel_err"] = worst
-try:
-    from mamba_ssm import _dispatch
-    out["backend"] = _dispatch.backend_for("selective_scan", torch.device("cpu"))
-except Exception as exc:
-    out["backend"] = "unknown (%s)" % exc
-print(json.dumps(out))
-"""
+#: Run by path in the fresh venv (and, with ``--site-dirs``, by the base interpreter).
+RUNTIME_CHECK = Path(__file__).resolve().with_name("runtime_check.py")
 
 
-# Run by the base interpreter: its site directories in sys.path order (its own site-packages and the
-# ones its .pth files add), and whether pip imports there.
-BASE_SITE_PROBE = r"""
-import json, os, site, sys, importlib.util
-dirs = [p for p in sys.path if p and os.path.isdir(p) and os.path.basename(p) in ("site-packages", "dist-packages")]
-print(json.dumps({"dirs": list(dict.fromkeys(dirs)), "pip": importlib.util.find_spec("pip") is not None}))
-"""
-
-
-def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], say) -> None:
+def _check_runtime(
+    rep: AuditReport, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], say: Say
+) -> None:
     """Fresh venv + .pth to torch_from's site-packages; install the wheel; doctor + one CPU call."""
     base = Path(torch_from) if torch_from else Path(sys.prefix)
     base_py = base / "bin" / "python"
@@ -626,27 +555,32 @@ def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], 
         ).stdout.strip() or str(base_py)
         subprocess.run([real, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
         vpy = venv / "bin" / "python"
-        site = lambda py: subprocess.run(
-            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        purelib = subprocess.run(
+            [str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
             capture_output=True,
             text=True,
+            check=False,
         ).stdout.strip()
         # The base's site directories as its interpreter sees them, not just its own purelib: a cell venv
         # made by `build --host` has no packages of its own, only a .pth naming the shared dev venv, and
         # Python does not follow a .pth found in a directory that a .pth added.
-        probe = subprocess.run([str(base_py), "-c", BASE_SITE_PROBE], capture_output=True, text=True)
+        probe = subprocess.run(
+            [str(base_py), str(RUNTIME_CHECK), "--site-dirs"], capture_output=True, text=True, check=False
+        )
         try:
             base_site = json.loads(probe.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
             rep.check(
                 "runtime",
                 [
-                    f"could not list the site directories of {base_py}: "
-                    f"{(probe.stdout + probe.stderr).strip()[-400:]}"
+                    (
+                        f"could not list the site directories of {base_py}: "
+                        f"{(probe.stdout + probe.stderr).strip()[-400:]}"
+                    )
                 ],
             )
             return
-        Path(site(vpy), "_shared_torch.pth").write_text("".join(d + "\n" for d in base_site["dirs"]))
+        Path(purelib, "_shared_torch.pth").write_text("".join(d + "\n" for d in base_site["dirs"]))
         # pip from the base when it has one (also through its .pth), else this interpreter's pip installs
         # into the fresh venv (`pip --python`, pip >= 22.3).
         pip = (
@@ -669,7 +603,7 @@ def _check_runtime(rep, wheel: Path, cell: mx.Cell, torch_from: Optional[Path], 
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MAMBA_SSM_", "PYTHONPATH"))}
         env.update(MAMBA_SSM_BACKEND="compiled", CUDA_VISIBLE_DEVICES="")
         proc = subprocess.run(
-            [str(vpy), "-c", RUNTIME_SCRIPT], capture_output=True, text=True, cwd=tmp, env=env, timeout=600
+            [str(vpy), str(RUNTIME_CHECK)], capture_output=True, text=True, cwd=tmp, env=env, timeout=600
         )
         try:
             res = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -716,7 +650,7 @@ def default_torch_venv(cell: mx.Cell) -> Optional[Path]:
     return venvs[0].parent.parent if venvs else None
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     plan = mx.load_plan(args.matrix, args.data, args.pyproject)
     wheel = Path(args.wheel)
     if not wheel.is_file():

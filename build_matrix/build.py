@@ -24,6 +24,7 @@ reason (exit 2).
 
 from __future__ import annotations
 
+import argparse
 import glob
 import hashlib
 import json
@@ -37,15 +38,17 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from packaging.specifiers import SpecifierSet
 
+from mamba_ssm._compat import archs as compat_archs
+from mamba_ssm._compat import variant, versions
+
 from . import matrix as mx
-from ._compat_loader import REPO_ROOT, load_compat
 
 # shared with audit.py, which never imports this module (build runs audit: one direction only)
-from .layout import CELLS_HOME, DEV_HOME, EXCLUDE_LIBS, EXCLUDE_PATTERNS, SHARED_TORCH_VENV  # noqa: F401
+from .layout import CELLS_HOME, DEV_HOME, EXCLUDE_LIBS, EXCLUDE_PATTERNS, REPO_ROOT, SHARED_TORCH_VENV  # noqa: F401
 
 
 class Refused(Exception):
@@ -65,13 +68,12 @@ class Host:
     hipcc: Optional[str] = None
 
 
-def _run(cmd, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+def _run(cmd: Sequence[str | Path], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, check=False, **kw)
 
 
 def detect_host() -> Host:
     """The machine's platform and the CUDA toolkits found under /usr/local/cuda-* and CUDA_HOME."""
-    versions = load_compat("versions")
     host = Host(machine=_platform.machine())
     roots = set(glob.glob("/usr/local/cuda-*")) | (
         {os.environ["CUDA_HOME"]} if os.environ.get("CUDA_HOME") else set()
@@ -99,12 +101,11 @@ PYPI_TOOLKIT_PACKAGES = (
 )
 
 
-def pypi_cuda_home(version: str, log: "Log") -> Path:
+def pypi_cuda_home(version: str, log: Log) -> Path:
     """A CUDA >= 13 toolkit assembled from PyPI wheels (nvcc, nvvm, crt, cccl, runtime all install
     into ``nvidia/cu13``), under ``$MAMBA_DEV_HOME/toolkits/cuda-<version>-pypi`` (shared by cells,
     installed once, renamed into place when complete).  Returns the CUDA_HOME (``.../nvidia/cu13``)."""
-    versions = load_compat("versions")
-    major = int(version.split(".")[0])
+    major = int(version.split(".", maxsplit=1)[0])
     target = DEV_HOME / "toolkits" / f"cuda-{version}-pypi"
     home = target / "nvidia" / f"cu{major}"
     if not (home / "bin" / "nvcc").exists():
@@ -112,7 +113,7 @@ def pypi_cuda_home(version: str, log: "Log") -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         log.run(
             f"CUDA {version} toolkit from PyPI ({', '.join(PYPI_TOOLKIT_PACKAGES)})",
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", tmp]
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp)]
             + [f"{p}=={version}.*" for p in PYPI_TOOLKIT_PACKAGES],
         )
         shutil.rmtree(target, ignore_errors=True)
@@ -147,7 +148,7 @@ def find_python(minor: str) -> Path:
     )
 
 
-def torch_info(python: Path) -> Optional[dict]:
+def torch_info(python: Path) -> Optional[Dict[str, Any]]:
     """torch's version / CUDA / HIP / C++ ABI as seen by ``python`` (None when torch is absent)."""
     code = (
         "import json, torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
@@ -156,7 +157,8 @@ def torch_info(python: Path) -> Optional[dict]:
     out = _run([str(python), "-c", code], cwd=tempfile.gettempdir())
     if out.returncode != 0:
         return None
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    info: Dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return info
 
 
 def host_cell_id(plan: mx.Plan, venv: Path = SHARED_TORCH_VENV) -> str:
@@ -164,8 +166,8 @@ def host_cell_id(plan: mx.Plan, venv: Path = SHARED_TORCH_VENV) -> str:
     info = torch_info(venv / "bin" / "python")
     if info is None:
         raise Refused(f"no torch in {venv}: create it with `source ci/env.sh`")
-    TorchBuild = load_compat("versions").TorchBuild
-    key = load_compat("variant").VariantKey.from_torch(
+    TorchBuild = versions.TorchBuild
+    key = variant.VariantKey.from_torch(
         TorchBuild(info["version"], info["cuda"], info["hip"], info["cxx11_abi"])
     )
     return f"{key.local_label}-{_platform.machine()}"
@@ -196,7 +198,7 @@ def torch_pip_args(cell: mx.Cell) -> List[str]:
     return ["--extra-index-url", f"{base}/{cell.build_against}"] if base else []
 
 
-def torch_source(cell: mx.Cell, py_minor: str, data: dict) -> str:
+def torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> str:
     """The pip requirement that gives this cell's torch here, or Refused with the reason.
 
     PyPI carries only each release's default build (``pypi_default`` in data/torch_builds.toml) for
@@ -267,7 +269,7 @@ class Log:
     def __init__(self, path: Path, cell_id: str):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.fh = open(path, "a")
+        self.fh = open(path, "a")  # noqa: SIM115 - the log stays open for the cell's whole build
         self.cell_id = cell_id
         self.t0 = time.monotonic()
         self.fh.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} build {cell_id}\n")
@@ -281,16 +283,22 @@ class Log:
     def run(
         self,
         what: str,
-        cmd: List[str],
-        env: Optional[dict] = None,
+        cmd: Sequence[str | Path],
+        env: Optional[Dict[str, str]] = None,
         cwd: Optional[Path] = None,
         timeout: Optional[float] = None,
-    ) -> subprocess.CompletedProcess:
+    ) -> subprocess.CompletedProcess[bytes]:
         self.step(what)
         self.fh.write("$ " + " ".join(map(str, cmd)) + "\n")
         self.fh.flush()
         proc = subprocess.run(
-            list(map(str, cmd)), stdout=self.fh, stderr=subprocess.STDOUT, env=env, cwd=cwd, timeout=timeout
+            list(map(str, cmd)),
+            stdout=self.fh,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            timeout=timeout,
+            check=False,
         )
         if proc.returncode != 0:
             self.fh.flush()
@@ -326,7 +334,9 @@ def _copy_sources(files: List[str], dest: Path) -> None:
 def _make_venv(python: Path, venv: Path, torch_from: Optional[Path], log: Log) -> Path:
     vpy = venv / "bin" / "python"
     if not vpy.exists():
-        cmd = [python, "-m", "venv", "--without-pip", venv] if torch_from else [python, "-m", "venv", venv]
+        cmd: List[str | Path] = (
+            [python, "-m", "venv", "--without-pip", venv] if torch_from else [python, "-m", "venv", venv]
+        )
         log.run(f"venv {venv} ({python})", cmd)
     if torch_from:
         site = _run(
@@ -343,9 +353,8 @@ def _make_venv(python: Path, venv: Path, torch_from: Optional[Path], log: Log) -
     return vpy
 
 
-def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
+def build_cell(cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], host: Host) -> Path:
     """Build, repair and audit ``cell``; returns the audited wheel (Refused / BuildFailed otherwise)."""
-    archs_mod = load_compat("archs")
     # ---- refuse early, with the reason
     if cell.platform != host.machine:
         raise Refused(f"cell {cell.id} is for {cell.platform}; this machine is {host.machine}")
@@ -408,10 +417,10 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
         requirement = torch_source(cell, py_minor, data)
 
     if args.archs:
-        spec = archs_mod.parse_arch_list(args.archs)
+        spec = compat_archs.parse_arch_list(args.archs)
     else:
-        spec = archs_mod.ArchSpec(sass=tuple(cell.sass), ptx=tuple(cell.ptx))
-    archs_text = archs_mod.to_torch_arch_list(spec) if cell.toolkit_kind == "cuda" else ""
+        spec = compat_archs.ArchSpec(sass=tuple(cell.sass), ptx=tuple(cell.ptx))
+    archs_text = compat_archs.to_torch_arch_list(spec) if cell.toolkit_kind == "cuda" else ""
 
     work = CELLS_HOME / (f"{cell.id}-py{py_minor.replace('.', '')}" + ("-pypi-nvcc" if pypi_toolkit else ""))
     log = Log(work / "build.log", cell.id)
@@ -437,7 +446,7 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     done = work / "done.json"
     if done.exists() and not args.force:
         record = json.loads(done.read_text())
-        wheel = out_dir / record["wheel"]
+        wheel = out_dir / str(record["wheel"])
         if record.get("key") == key and wheel.exists():
             log.step(f"up to date: {wheel} (same sources, cell, archs and torch; --force rebuilds)")
             return wheel
@@ -542,7 +551,7 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     # ---- repair
     repaired = work / "repaired"
     shutil.rmtree(repaired, ignore_errors=True)
-    cmd = [sys.executable, "-m", "auditwheel", "repair", "-w", repaired]
+    cmd: List[str | Path] = [sys.executable, "-m", "auditwheel", "repair", "-w", repaired]
     for pat in EXCLUDE_PATTERNS:
         cmd += ["--exclude", pat]
     log.run("auditwheel repair (torch / CUDA / ROCm runtime libraries excluded)", cmd + [built[0]], env=env)
@@ -586,7 +595,7 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     return final
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     plan = mx.load_plan(args.matrix, args.data, args.pyproject)
     data = mx.load_toml(args.data)
     matrix = mx.load_toml(args.matrix)

@@ -11,9 +11,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from . import matrix as mx
+from .layout import REPO_ROOT
 
 
 def _add_matrix_args(p: argparse.ArgumentParser) -> None:
@@ -24,7 +25,7 @@ def _add_matrix_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pyproject", type=Path, default=mx.PYPROJECT_PATH, help=argparse.SUPPRESS)
 
 
-def _load(args) -> mx.Plan:
+def _load(args: argparse.Namespace) -> mx.Plan:
     return mx.load_plan(args.matrix, args.data, args.pyproject)
 
 
@@ -54,7 +55,7 @@ def format_table(plan: mx.Plan, cells: List[mx.Cell], filters: Optional[List[str
         lines.append(f"error: {e}")
     for w in plan.warnings:
         lines.append(f"warning: {w}")
-    counts: dict = {}
+    counts: Dict[str, int] = {}
     for c in cells:
         counts[f"{c.python_tag}-{c.abi_tag}"] = counts.get(f"{c.python_tag}-{c.abi_tag}", 0) + 1
     tags = ", ".join(
@@ -69,7 +70,7 @@ def format_table(plan: mx.Plan, cells: List[mx.Cell], filters: Optional[List[str
     return "\n".join(lines)
 
 
-def github_matrix(cells: List[mx.Cell]) -> dict:
+def github_matrix(cells: List[mx.Cell]) -> Dict[str, Any]:
     """The ``strategy.matrix`` object for GitHub Actions: ``{"include": [{id, image, runner}, ...]}``."""
     return {
         "include": [
@@ -85,7 +86,7 @@ def github_matrix(cells: List[mx.Cell]) -> dict:
     }
 
 
-def cmd_plan(args) -> int:
+def cmd_plan(args: argparse.Namespace) -> int:
     plan = _load(args)
     cells = plan.filtered(args.filter or [])
     skipped, excluded = plan.filtered_notes(args.filter or [])
@@ -115,25 +116,25 @@ def cmd_plan(args) -> int:
 
 
 # --------------------------------------------------------------------------------- other commands
-def cmd_build(args) -> int:
+def cmd_build(args: argparse.Namespace) -> int:
     from . import build
 
     return build.main(args)
 
 
-def cmd_audit(args) -> int:
+def cmd_audit(args: argparse.Namespace) -> int:
     from . import audit
 
     return audit.main(args)
 
 
-def cmd_emit(args) -> int:
+def cmd_emit(args: argparse.Namespace) -> int:
     from . import emit
 
     return emit.main(args)
 
 
-def cmd_sdist_check(args) -> int:
+def cmd_sdist_check(args: argparse.Namespace) -> int:
     from . import sdist_check
 
     return sdist_check.main(args)
@@ -211,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         "emit", help="generate the release and builder-images workflows and docker/ from the matrix"
     )
     _add_matrix_args(p)
-    p.add_argument("--out", type=Path, default=mx.REPO_ROOT, help="repository root to write into")
+    p.add_argument("--out", type=Path, default=REPO_ROOT, help="repository root to write into")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 when the files drifted")
     p.add_argument(
         "--cibuildwheel",

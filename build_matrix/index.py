@@ -23,7 +23,7 @@ import json
 import os
 import shutil
 import urllib.parse
-from typing import Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from packaging.utils import parse_wheel_filename
 
@@ -31,10 +31,10 @@ from mamba_ssm._compat.variant import VariantError, VariantKey
 from mamba_ssm._install.manifest import PROJECT, Manifest, WheelEntry
 from mamba_ssm._install.wheelmeta import disagreements, read_wheel_meta
 
-__all__ = ["IndexError_", "wheel_entry", "build_index", "write_index", "write_pins"]
+__all__ = ["IndexError_", "build_index", "wheel_entry", "write_index", "write_pins"]
 
 
-class IndexError_(ValueError):
+class IndexError_(ValueError):  # noqa: N801 - the builtin IndexError is another thing
     """A wheel that cannot go into the index; names the file and the reason."""
 
 
@@ -46,7 +46,9 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def wheel_entry(path: str, meta_out: Optional[dict] = None, allow_unrepaired: bool = False) -> WheelEntry:
+def wheel_entry(
+    path: str, meta_out: Optional[Dict[str, Any]] = None, allow_unrepaired: bool = False
+) -> WheelEntry:
     """The manifest entry of one wheel file. Raises IndexError_ naming the file when its name is
     not a variant wheel of mamba_ssm, when its contents disagree with the name (METADATA name and
     version, WHEEL tags, the ``_C`` build info's version and architecture, a Requires-Python that is
@@ -182,7 +184,7 @@ def build_index(
     entries: Dict[str, WheelEntry] = {}
     rp: Dict[str, str] = {}
     for path, inside in found:
-        meta: dict = {}
+        meta: Dict[str, Any] = {}
         entry = wheel_entry(path, meta, allow_unrepaired=allow_unrepaired)
         dest = os.path.join(root, entry.variant, PROJECT, entry.filename)
         if os.path.abspath(path) != dest:

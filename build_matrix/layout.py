@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+#: The source tree build_matrix belongs to (a checkout or an unpacked sdist).
+REPO_ROOT = Path(__file__).resolve().parent.parent
 DEV_HOME = Path(os.environ.get("MAMBA_DEV_HOME", Path.home() / ".cache" / "mamba-ssm-dev"))
 SHARED_TORCH_VENV = Path(os.environ.get("MAMBA_DEV_TORCH_VENV", DEV_HOME / "torch-2.14.1-cp311"))
 CELLS_HOME = DEV_HOME / "cells"

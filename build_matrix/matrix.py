@@ -23,12 +23,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 try:
     import tomllib
 except ModuleNotFoundError:  # Python < 3.11
-    import tomli as tomllib  # type: ignore[no-redef]
+    import tomli as tomllib  # type: ignore[no-redef,unused-ignore]
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from ._compat_loader import REPO_ROOT, load_compat
+from mamba_ssm._compat import archs
+from mamba_ssm._compat.variant import VariantKey
+
+from .layout import REPO_ROOT
 
 MATRIX_PATH = Path(__file__).resolve().parent / "matrix.toml"
 DATA_PATH = Path(__file__).resolve().parent / "data" / "torch_builds.toml"
@@ -142,9 +145,8 @@ class Cell:
     def platform_tag(self) -> str:
         return f"{self.manylinux}_{self.platform}"
 
-    def variant_key(self, platform_tag: Optional[str] = None):
+    def variant_key(self, platform_tag: Optional[str] = None) -> VariantKey:
         """The VariantKey of this cell's wheel (platform tag: the manylinux one unless given)."""
-        VariantKey = load_compat("variant").VariantKey
         return VariantKey(
             torch=self.series,
             accelerator=self.family,
@@ -180,7 +182,7 @@ class Rejection:
                 key = flt.split("=", 1)[0].strip()
                 if not hasattr(ns, {"kind": "toolkit_kind", "abi": "cxx11abi"}.get(key, key)):
                     return False
-            if not _matches(ns, flt):
+            if not _matches(ns, flt):  # type: ignore[arg-type]  # the fields a cell would have had
                 return False
         return True
 
@@ -202,7 +204,7 @@ def _note_fields(series: str, acc: str, abi: Any, platform: str, fam: Optional[s
         "toolkit_kind": kind,
     }
     if isinstance(abi, bool):
-        label = load_compat("variant").VariantKey(torch=series, accelerator=fam, cxx11abi=abi).local_label
+        label = VariantKey(torch=series, accelerator=fam, cxx11abi=abi).local_label
         fields["id"] = f"{label}-{platform}"
     return fields
 
@@ -311,12 +313,12 @@ def validate_toolkit_archs(tk: Toolkit, known_bad_rules: Sequence[Dict[str, Any]
     (``archs.nvcc_supported_archs``), each PTX ``compute_XY`` likewise, and no pair may be known bad
     (``archs.known_bad`` and matrix.toml's ``[[known_bad]]``).  gfx targets must parse.
     """
-    archs = load_compat("archs")
     problems: List[str] = []
-    if tk.kind == "cuda":
+    if tk.kind == "cuda" and tk.nvcc is not None:
+        nvcc = tk.nvcc
         if not tk.sass:
             problems.append(f"toolkit {tk.id}: no SASS archs")
-        supported = set(archs.nvcc_supported_archs(tk.nvcc, variants=True))
+        supported = set(archs.nvcc_supported_archs(nvcc, variants=True))
         for name in tk.sass + tk.ptx:
             try:
                 a = archs.parse_arch(name)
@@ -326,11 +328,11 @@ def validate_toolkit_archs(tk: Toolkit, known_bad_rules: Sequence[Dict[str, Any]
             if a.sass not in supported:
                 problems.append(
                     f"toolkit {tk.id}: {name} is not supported by nvcc {tk.version} "
-                    f"(it targets {', '.join(archs.nvcc_supported_archs(tk.nvcc))})"
+                    f"(it targets {', '.join(archs.nvcc_supported_archs(nvcc))})"
                 )
                 continue
             if name.startswith("sm_"):
-                reason = archs.known_bad(a.sass, tk.nvcc)
+                reason = archs.known_bad(a.sass, nvcc)
                 if reason:
                     problems.append(f"toolkit {tk.id}: known-bad pair: {reason}")
                 for rule in known_bad_rules:
@@ -368,7 +370,7 @@ def validate_python(versions: Sequence[str], requires_python: str, wheel_python_
                 f"Python {v[0]}.{v[1]} is listed in matrix.toml but pyproject.toml requires-python is "
                 f"{requires_python!r}: drop it from [python] versions or widen requires-python"
             )
-    allowed = [(3, m) for m in range(0, listed[-1][1] + 1) if f"3.{m}" in spec]
+    allowed = [(3, m) for m in range(listed[-1][1] + 1) if f"3.{m}" in spec]
     for v in allowed:
         if v not in listed:
             problems.append(
@@ -403,7 +405,7 @@ def cell_python_tag(series: str, release: Dict[str, Any], wheel_python_tag: str)
     return f"cp3{max(floor, int(low.group(1)) if low else floor)}"
 
 
-def validate_cell_python(cell: "Cell", versions: Sequence[str], requires_python: str) -> List[str]:
+def validate_cell_python(cell: Cell, versions: Sequence[str], requires_python: str) -> List[str]:
     """The cell's abi3 tag vs the package: its Python must be tested ([python] versions) and allowed
     by requires-python (else the wheel's tag promises an interpreter the metadata refuses)."""
     dotted = f"{cell.python_tag[2]}.{cell.python_tag[3:]}"
@@ -424,7 +426,7 @@ def validate_cell_python(cell: "Cell", versions: Sequence[str], requires_python:
 def read_requires_python(pyproject: Path = PYPROJECT_PATH) -> str:
     data = load_toml(pyproject)
     try:
-        return data["project"]["requires-python"]
+        return str(data["project"]["requires-python"])
     except KeyError:
         raise MatrixError(f"{pyproject} has no [project] requires-python") from None
 
@@ -485,30 +487,29 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
 
     excludes = matrix.get("exclude", [])
     for (series, fam, abi, platform), g in groups.items():
-        VariantKey = load_compat("variant").VariantKey
         label = VariantKey(torch=series, accelerator=fam, cxx11abi=abi).local_label
         cell_id = f"{label}-{platform}"
         ex = _excluded(excludes, series, fam, abi, platform)
         if ex is not None:
             plan.excluded.append(Rejection(cell_id, ex, _note_fields(series, "", abi, platform, fam)))
             continue
-        tks = {serves[a][0].id: serves[a][0] for a in g["builds"]}
-        if len(tks) != 1:
+        by_id = {serves[a][0].id: serves[a][0] for a in g["builds"]}
+        if len(by_id) != 1:
             plan.rejected.append(
                 Rejection(
                     cell_id,
                     f"its builds {', '.join(g['builds'])} need different toolkits "
-                    f"({', '.join(sorted(tks))}); one wheel is built by one toolkit",
+                    f"({', '.join(sorted(by_id))}); one wheel is built by one toolkit",
                 )
             )
             continue
-        tk = next(iter(tks.values()))
+        tk = next(iter(by_id.values()))
         rel = g["release"]
         default = rel.get("pypi_default")
         against = (
             default
             if default in g["builds"]
-            else sorted(g["builds"], key=lambda a: accelerator_version(a) or ())[0]
+            else min(g["builds"], key=lambda a: accelerator_version(a) or ())
         )
         kind = tk.kind
         plat = platforms[platform]
@@ -545,7 +546,15 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
 
 
 def _reject_reason(
-    series, version, acc, abi, platform, rel, platforms, serves, check_toolkit: bool = True
+    series: str,
+    version: str,
+    acc: str,
+    abi: object,
+    platform: str,
+    rel: Optional[Dict[str, Any]],
+    platforms: Sequence[str],
+    serves: Dict[str, List[Toolkit]],
+    check_toolkit: bool = True,
 ) -> Optional[str]:
     """Why this (torch build, platform) cannot be a cell, or None."""
     if not isinstance(abi, bool):
@@ -593,12 +602,14 @@ def _reject_reason(
     return None
 
 
-def _excluded(excludes, series, fam, abi, platform) -> Optional[str]:
+def _excluded(
+    excludes: Sequence[Dict[str, Any]], series: str, fam: str, abi: bool, platform: str
+) -> Optional[str]:
     for ex in excludes:
         fields = {"series": series, "family": fam, "cxx11abi": abi, "platform": platform}
         keys = [k for k in ex if k in fields]
         if keys and all(fnmatch.fnmatchcase(str(fields[k]).lower(), str(ex[k]).lower()) for k in keys):
-            return ex.get("reason", "excluded")
+            return str(ex.get("reason", "excluded"))
     return None
 
 
@@ -607,11 +618,12 @@ def _coverage_warnings(cell: Cell, data: Dict[str, Any], policy: Dict[str, Any])
     this cell's SASS/PTX would not run on."""
     if cell.toolkit_kind != "cuda":
         return []
-    archs = load_compat("archs")
     floor = archs.parse_capability(str(policy.get("min_compute_capability", "0.0")))
     out = []
     for acc in cell.serves:
         v = accelerator_version(acc)
+        if v is None:
+            continue
         torch_archs = data.get("torch_archs", {}).get(f"{v[0]}.{v[1]}")
         for a in torch_archs or []:
             if not a.startswith("sm_"):

@@ -33,11 +33,10 @@ URL/pypi/simple/ mamba-ssm``.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import html
-import io
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -48,9 +47,9 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
-from ._compat_loader import REPO_ROOT
+from .layout import REPO_ROOT
 
 INDEX_ASSET = "mamba-ssm-index.tar.gz"
 RELEASE_FILE = "release.json"  # inside an index tree: version, URLs
@@ -126,7 +125,7 @@ def write_release_index(version: str, wheels: List[Path], wheels_url: str, out: 
     tree.mkdir(parents=True)
     entries, requires = [], {}
     for w in sorted(wheels):
-        meta: dict = {}
+        meta: Dict[str, Any] = {}
         entry = wheel_entry(str(w), meta)
         if Version(entry.version).public != Version(version).public:
             raise ReleaseError(f"{w.name} is version {entry.version}, the release is {version}")
@@ -162,7 +161,10 @@ def _read_index_tar(tarball: Path) -> Dict[str, bytes]:
             parts = Path(m.name).parts
             if not m.isfile() or m.name.startswith("/") or ".." in parts:
                 raise ReleaseError(f"{tarball}: unsafe member {m.name!r}")
-            files[m.name] = tf.extractfile(m).read()
+            member = tf.extractfile(m)
+            if member is None:
+                raise ReleaseError(f"{tarball}: {m.name!r} cannot be read")
+            files[m.name] = member.read()
     for need in ("manifest.json", RELEASE_FILE):
         if need not in files:
             raise ReleaseError(f"{tarball}: no {need} (not a {INDEX_ASSET})")
@@ -235,8 +237,9 @@ def build_release_sdist(index_tar: Path, index_url: str, out: Path, version: Opt
 def _sdist_member(sdist: Path, rel: str) -> bytes:
     with tarfile.open(sdist, "r:gz") as tf:
         for m in tf.getmembers():
-            if m.isfile() and m.name.split("/", 1)[-1] == rel:
-                return tf.extractfile(m).read()
+            member = tf.extractfile(m) if m.isfile() and m.name.split("/", 1)[-1] == rel else None
+            if member is not None:
+                return member.read()
     raise ReleaseError(f"{sdist} has no {rel}: it was not built by `release sdist`")
 
 
@@ -254,7 +257,7 @@ def verify_pin(sdist: Path, index_url: str, retries: int = 0, delay: float = 15.
     url = index_url + "manifest.json"
     for attempt in range(retries + 1):
         try:
-            with urllib.request.urlopen(url, timeout=30) as resp:
+            with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 - an http(s) or file index
                 raw = resp.read()
         except OSError as exc:
             why = f"{url}: {exc}"
@@ -305,7 +308,7 @@ def dry_run(
     version: Optional[str] = None,
     archs: str = "90",
     wheel: Optional[Path] = None,
-    say=print,
+    say: Callable[[str], None] = print,
 ) -> Dict[str, str]:
     """Every release step that does not need GitHub, for the host cell, into ``out`` (module
     docstring). ``wheel``: use this audited host wheel instead of building (its version must match)."""
@@ -357,7 +360,7 @@ def dry_run(
 
 
 # ------------------------------------------------------------------------------------------- CLI
-def register(sub) -> None:
+def register(sub: Any) -> None:
     p = sub.add_parser(
         "release",
         help="the release's publishing steps (urls, index, site, sdist, verify-pin) "
@@ -396,7 +399,7 @@ def register(sub) -> None:
     p.set_defaults(func=main)
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     try:
         if args.dry_run:
             if args.step or not args.out:

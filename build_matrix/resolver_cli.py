@@ -23,9 +23,12 @@ import os
 import shlex
 import shutil
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
-__all__ = ["register", "main"]
+if TYPE_CHECKING:
+    from mamba_ssm._install.environment import Environment
+
+__all__ = ["main", "register"]
 
 EXIT = {"prebuilt": 0, "no-candidate": 1, "error": 2, "deferred": 3}
 
@@ -36,7 +39,7 @@ def _sdist_version() -> str:
     return __version__
 
 
-def _load_env(path: Optional[str]):
+def _load_env(path: Optional[str]) -> Environment:
     from mamba_ssm._install.environment import Environment, detect
 
     if not path:
@@ -45,7 +48,7 @@ def _load_env(path: Optional[str]):
         with open(path) as fh:
             env = Environment.from_json(fh.read())
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"--env-json {path}: {exc}")
+        raise SystemExit(f"--env-json {path}: {exc}") from None
     # A file written by ``--print-env`` carries how *that* run found its interpreter; here the target
     # is the one the file declares.
     env.target_source = f"declared, from {path}"
@@ -98,34 +101,35 @@ def cmd_resolve(args: argparse.Namespace) -> int:
             "wheel": res.entry.filename if res.entry else None,
             "wheel_path": res.wheel_path,
             "environment": res.env.to_dict() if res.env else None,
-            "decision": res.decision.to_dict() if res.decision else None,
+            "decision": res.selection.summary().to_dict() if res.selection else None,
         }
         print(json.dumps(out, indent=1, sort_keys=True))
     else:
         # stdout carries only the result (WHEEL=$(python -m build_matrix resolve)); the message and
         # the --explain listing are diagnostics, on stderr.
         if res.status == "prebuilt":
-            print(res.entry.filename if not res.wheel_path else res.wheel_path)
+            print(res.wheel_path or (res.entry.filename if res.entry else ""))
         if args.explain or res.status != "prebuilt":
             err = sys.stderr
             print(res.message, file=err)
-            if args.explain and res.decision:
-                for c in res.decision.candidates:
+            if args.explain and res.selection:
+                for c in res.selection.candidates:
                     print(f"  candidate: {c.filename}", file=err)
-                for f, r in res.decision.rejected:
+                for f, r in res.selection.rejected:
                     print(f"  rejected:  {f}: {r}", file=err)
-                if res.decision.served:
+                if res.selection.served:
                     print("the index's wheels serve:", file=err)
-                    for line in res.decision.served:
+                    for line in res.selection.served:
                         print(f"  serves:    {line}", file=err)
-    return EXIT.get(res.status, 2)
+    return EXIT.get(str(res.status), 2)
 
 
 def cmd_mirror(args: argparse.Namespace) -> int:
     from build_matrix.index import write_index
+    from mamba_ssm._advice import requirement
     from mamba_ssm._install.fetch import FetchError, fetch_wheel
-    from mamba_ssm._install.fixes import requirement
-    from mamba_ssm._install.resolve import resolve, wheel_url
+    from mamba_ssm._install.index import wheel_url
+    from mamba_ssm._install.resolve import resolve
 
     env = _load_env(args.for_env)
     res = resolve(
@@ -137,12 +141,15 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     )
     if res.status != "prebuilt":
         print(res.message, file=sys.stderr)
-        return EXIT.get(res.status, 2)
-    wanted = res.decision.candidates if args.all else [res.decision.chosen]
+        return EXIT.get(str(res.status), 2)
+    if res.selection is None or res.selection.chosen is None:
+        print(res.message, file=sys.stderr)
+        return EXIT.get(str(res.status), 2)
+    wanted = list(res.selection.candidates) if args.all else [res.selection.chosen]
     root = os.path.abspath(args.to)
     for entry in wanted:
         try:
-            path = fetch_wheel(wheel_url(res.index, entry), entry.filename, entry.sha256, entry.size)
+            path = fetch_wheel(wheel_url(res.index or "", entry), entry.filename, entry.sha256, entry.size)
         except (FetchError, OSError, TimeoutError) as exc:
             print(f"mirror: could not download {entry.filename}: {exc}", file=sys.stderr)
             return 2
@@ -164,7 +171,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers) -> None:
+def register(subparsers: Any) -> None:
     """Add ``index``, ``resolve`` and ``mirror`` to ``python -m build_matrix``'s subparsers."""
     p = subparsers.add_parser(
         "index", help="write the PEP 503 wheel index and manifest.json for a folder of wheels"
@@ -235,7 +242,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m build_matrix")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    return args.func(args)
+    code: int = args.func(args)
+    return code
 
 
 if __name__ == "__main__":

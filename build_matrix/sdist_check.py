@@ -16,6 +16,7 @@ Exit 0 when all holds, 1 otherwise (each problem printed).
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -26,8 +27,10 @@ import zipfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ._compat_loader import REPO_ROOT, load_compat
+from mamba_ssm._compat.buildinfo import read_build_info
+
 from .build import source_files
+from .layout import REPO_ROOT
 
 REQUIRED_GLOBS = (
     "csrc/*",
@@ -52,7 +55,7 @@ def required_files(root: Path = REPO_ROOT) -> List[str]:
     return sorted(out)
 
 
-def _check_run(proc: subprocess.CompletedProcess, what: str) -> None:
+def _check_run(proc: subprocess.CompletedProcess[str], what: str) -> None:
     """RuntimeError with the output's last 2000 characters when the build step `what` failed."""
     if proc.returncode != 0:
         raise RuntimeError(f"{what} failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
@@ -94,7 +97,8 @@ def unpack(sdist: Path, dest: Path) -> Path:
         for m in tf.getmembers():
             if m.name.startswith("/") or ".." in Path(m.name).parts:
                 raise RuntimeError(f"{sdist}: unsafe member {m.name!r}")
-        tf.extractall(dest, filter="data") if sys.version_info >= (3, 12) else tf.extractall(dest)
+        # every member was checked above
+        tf.extractall(dest, filter="data") if sys.version_info >= (3, 12) else tf.extractall(dest)  # noqa: S202
     roots = [p for p in dest.iterdir() if p.is_dir()]
     if len(roots) != 1:
         raise RuntimeError(f"{sdist}: expected one top-level folder, found {[p.name for p in roots]}")
@@ -135,7 +139,7 @@ def build_from(unpacked: Path, out: Path, archs: str) -> Path:
     return _only_file(out, "*.whl", "wheel")
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="mamba-sdist-check-"))
     if args.out and work.exists():
         if any(work.iterdir()) and not (work / "sdist-build").exists():
@@ -165,7 +169,7 @@ def main(args) -> int:
                     problems.append(f"{wheel.name} built from the sdist has no mamba_ssm/_C.abi3.so")
                 else:
                     zf.extract("mamba_ssm/_C.abi3.so", work / "so")
-                    info = load_compat("buildinfo").read_build_info(work / "so" / "mamba_ssm" / "_C.abi3.so")
+                    info = read_build_info(work / "so" / "mamba_ssm" / "_C.abi3.so")
                     print(
                         f"built from the sdist alone: {wheel.name} (torch {info.torch_version}, "
                         f"{info.sass_archs + info.ptx_archs})"

@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# The test command (README.md, .ci/run): set up the shared venv, build mamba_ssm._C in place for a
-# reduced arch set, run the test suite.
+# The test command (README.md, .ci/run): set up the shared venv, check lint, format and types, build
+# mamba_ssm._C in place for a reduced arch set, run the test suite: the fast tier, then the slow one.
 #
 # The in-place build is incremental (ninja): only what changed recompiles. It is the one real build CI
 # does (CPU kernel + sm_90); tests/build/test_real_build.py checks the library it leaves behind.
-# Set MAMBA_CI_SKIP_BUILD=1 to run the tests against whatever is there.
+# Set MAMBA_CI_SKIP_BUILD=1 to run the tests against whatever is there, MAMBA_CI_SKIP_LINT=1 to skip
+# the checks (a targeted run while editing).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$REPO_ROOT"
+if [ "${MAMBA_CI_SKIP_LINT:-0}" != "1" ]; then
+  # Seconds: a finding stops the run before the build and the tests. Config: pyproject.toml.
+  echo "[test] ruff check, ruff format --check, mypy"
+  python -m ruff check . || { echo "[test] ruff check failed: fix the findings (many: ruff check --fix .)"; exit 1; }
+  python -m ruff format --check . || { echo "[test] ruff format would change files: run ruff format ."; exit 1; }
+  python -m mypy || { echo "[test] mypy failed: fix the type errors above (files: pyproject.toml [tool.mypy])"; exit 1; }
+fi
 # One arch in CI (the tests check the build used exactly this list).
 export MAMBA_CUDA_ARCHS="${MAMBA_CUDA_ARCHS:-90}"
 if [ "${MAMBA_CI_SKIP_BUILD:-0}" != "1" ]; then
@@ -27,6 +35,13 @@ if [ "${MAMBA_CI_SKIP_BUILD:-0}" != "1" ]; then
     echo "[test] csrc/ has no .cpp sources yet: no in-place build"
   fi
 fi
-# Arguments replace the default test path: `bash ci/test.sh tests/build -x`.
-if [ "$#" -eq 0 ]; then set -- tests; fi
-python -m pytest -q -ra "$@"
+# Arguments replace the default run: `bash ci/test.sh tests/build -x`.
+if [ "$#" -gt 0 ]; then
+  exec python -m pytest -q -ra "$@"
+fi
+# Two tiers, each named: the fast one (`pytest -m "not slow"`, the inner loop of CONTRIBUTING.md),
+# then the end-to-end builds and installs.
+echo "[test] fast tier: pytest -m 'not slow'"
+python -m pytest -q -ra -m "not slow" tests
+echo "[test] slow tier: pytest -m slow"
+python -m pytest -q -ra -m slow tests

@@ -32,7 +32,7 @@ _LAZY = {
     "get_backend": ("mamba_ssm._dispatch", "get_backend"),
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", *_LAZY]  # noqa: PLE0604 - _LAZY's keys are the lazily resolved names
 
 # Names upstream mamba-ssm exports (or documents) that this version does not have, with what to use.
 _NOT_YET = {

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import List, Optional
 
 _USAGE = """usage: {prog} [--version] {{doctor,install-kernels}} ...
 
@@ -28,7 +27,7 @@ _USAGE = """usage: {prog} [--version] {{doctor,install-kernels}} ...
 """
 
 
-def program_name(argv0: Optional[str] = None) -> str:
+def program_name(argv0: str | None = None) -> str:
     """The command the user typed: ``mamba-ssm`` for the console script, ``python -m mamba_ssm`` when
     run as a module (``sys.argv[0]`` is then this file's path)."""
     argv0 = sys.argv[0] if argv0 is None else argv0
@@ -38,15 +37,7 @@ def program_name(argv0: Optional[str] = None) -> str:
     return base
 
 
-def _reinstall_command() -> str:
-    """The pinned, torch-safe reinstall (mamba_ssm._install.fixes has the same; it may be the part
-    of the install that is missing here)."""
-    from mamba_ssm._version import __version__
-
-    return f"python -m pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=={__version__.split('+')[0]}"
-
-
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status (1, quietly, when the reader closed stdout early,
     as in ``mamba-ssm doctor --json | head -1``).
 
@@ -55,10 +46,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     """
     from mamba_ssm._cli_io import quiet_on_broken_pipe
 
-    return quiet_on_broken_pipe(_main, argv)
+    return quiet_on_broken_pipe(_main, argv)  # its own status, or EXIT_BROKEN_PIPE
 
 
-def _main(argv: Optional[List[str]]) -> int:
+def _main(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     prog = program_name()
     usage = _USAGE.format(prog=prog)
@@ -79,9 +70,11 @@ def _main(argv: Optional[List[str]]) -> int:
         try:
             from mamba_ssm._install import install_kernels
         except ImportError as exc:
+            from mamba_ssm._advice import reinstall_command
+
             sys.stderr.write(
                 f"{prog} install-kernels: the install-time resolver is not part of this install ({exc}); "
-                f"reinstall with `{_reinstall_command()}`\n"
+                f"reinstall with `{reinstall_command()}`\n"
             )
             return 2
         result = install_kernels.main(rest, prog=f"{prog} install-kernels")

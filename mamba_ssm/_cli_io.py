@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from typing import Callable, TypeVar
+
+_R = TypeVar("_R")
 
 #: The exit status after stdout was closed by the reader (``... | head -1``): Python's own convention for
 #: EPIPE (see the note on SIGPIPE in the ``signal`` module's documentation).
 EXIT_BROKEN_PIPE = 1
 
 
-def quiet_on_broken_pipe(main: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def quiet_on_broken_pipe(main: Callable[..., _R], *args: object, **kwargs: object) -> _R | int:
     """Run ``main(*args, **kwargs)`` and flush stdout; when the reader has closed stdout (a
     :class:`BrokenPipeError`, e.g. ``mamba-ssm doctor --json | head -1``) return
     :data:`EXIT_BROKEN_PIPE` without a traceback instead.

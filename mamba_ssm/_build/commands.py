@@ -3,15 +3,14 @@ install id added) or builds one, torch's ``BuildExtension`` writing the build-in
 ``mamba_ssm._C`` Extension, and the arguments to ``setuptools.setup``. torch is imported only for a
 source build (``make_build_ext`` / ``make_extension``).
 """
+
 from __future__ import annotations
 
 import glob
-import json
 import os
 import shutil
 import time
-import uuid
-from typing import Dict
+from typing import Any, Dict
 
 from setuptools import find_packages
 
@@ -21,10 +20,11 @@ except ImportError:  # pragma: no cover - older setuptools with the wheel packag
     from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
 
 from .._compat import buildinfo
+from .._install.record import INSTALL_ID_FILE, BuildNote, InstallMode, install_id_file_bytes, new_install_id
 from .config import BuildConfig, git_commit
 from .errors import PreflightError
-from .plan import Plan, record_decision
-from .settings import CSRC, EXT_NAME, INSTALL_ID_FILE, PACKAGE, ROOT
+from .plan import BuildMode, BuildPlan, record_decision
+from .settings import CSRC, EXT_NAME, PACKAGE, ROOT
 
 
 def write_if_changed(path: str, text: str) -> bool:
@@ -51,13 +51,16 @@ def add_install_id(src: str, dest: str, install_id: str) -> str:
     import hashlib
     import zipfile
 
-    data = (json.dumps({"install_id": install_id}, sort_keys=True) + "\n").encode("utf-8")
+    data = install_id_file_bytes(install_id)
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     tmp = dest + ".part"
     try:
         with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, "w") as zout:
-            records = [i.filename for i in zin.infolist() if i.filename.count("/") == 1
-                       and i.filename.endswith(".dist-info/RECORD")]
+            records = [
+                i.filename
+                for i in zin.infolist()
+                if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/RECORD")
+            ]
             if len(records) != 1:
                 raise PreflightError(f"the prebuilt wheel {src} has no single <name>.dist-info/RECORD")
             dist_info = records[0].rsplit("/", 1)[0]
@@ -67,10 +70,17 @@ def add_install_id(src: str, dest: str, install_id: str) -> str:
                     continue
                 payload = zin.read(info.filename)
                 if info.filename == records[0]:
-                    lines = [l for l in payload.decode("utf-8").splitlines()
-                             if l and not l.startswith(new_name + ",")]
-                    lines.insert(max(0, len(lines) - 1) if lines and lines[-1].startswith(records[0] + ",")
-                                 else len(lines), f"{new_name},sha256={digest},{len(data)}")
+                    lines = [
+                        l
+                        for l in payload.decode("utf-8").splitlines()
+                        if l and not l.startswith(new_name + ",")
+                    ]
+                    lines.insert(
+                        max(0, len(lines) - 1)
+                        if lines and lines[-1].startswith(records[0] + ",")
+                        else len(lines),
+                        f"{new_name},sha256={digest},{len(data)}",
+                    )
                     payload = ("\n".join(lines) + "\n").encode("utf-8")
                     extra = zipfile.ZipInfo(new_name, info.date_time)
                     extra.compress_type, extra.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
@@ -83,30 +93,35 @@ def add_install_id(src: str, dest: str, install_id: str) -> str:
     return dest
 
 
-def make_cmdclass(plan: Plan) -> Dict[str, type]:
+def make_cmdclass(plan: BuildPlan) -> Dict[str, type]:
     """The setuptools command classes for ``plan``."""
     cmdclass: Dict[str, type] = {}
 
-    class bdist_wheel(_bdist_wheel):
-        def finalize_options(self):
-            if plan.mode == "source":
+    class bdist_wheel(_bdist_wheel):  # noqa: N801 - a setuptools command class carries the command's name
+        # Every wheel built with the resolver hook present carries a fresh install id, written into
+        # its dist-info and into the install record (doctor matches the two).
+        install_id = ""
+
+        def finalize_options(self) -> None:
+            if plan.mode is BuildMode.SOURCE and plan.config is not None:
                 self.py_limited_api = plan.config.python_tag
             super().finalize_options()
 
-        def write_wheelfile(self, distinfo_path, *args, **kwargs):
+        def write_wheelfile(self, distinfo_path: str, *args: Any, **kwargs: Any) -> None:
             super().write_wheelfile(distinfo_path, *args, **kwargs)
-            if plan.install_id:  # RECORD is written afterwards, from the folder's files
-                with open(os.path.join(distinfo_path, INSTALL_ID_FILE), "w") as fh:
-                    fh.write(json.dumps({"install_id": plan.install_id}, sort_keys=True) + "\n")
+            if self.install_id:  # RECORD is written afterwards, from the folder's files
+                with open(os.path.join(distinfo_path, INSTALL_ID_FILE), "wb") as fh:
+                    fh.write(install_id_file_bytes(self.install_id))
 
-        def run(self):
-            if plan.hook is not None and not plan.install_id:
-                plan.install_id = uuid.uuid4().hex
-            if plan.mode == "prebuilt":
+        def run(self) -> None:
+            if plan.hook is not None:
+                self.install_id = new_install_id()
+            note = None
+            if plan.mode is BuildMode.PREBUILT and plan.prebuilt_wheel is not None:
                 os.makedirs(self.dist_dir, exist_ok=True)
                 dest = os.path.join(self.dist_dir, os.path.basename(plan.prebuilt_wheel))
-                if plan.install_id:
-                    add_install_id(plan.prebuilt_wheel, dest, plan.install_id)
+                if self.install_id:
+                    add_install_id(plan.prebuilt_wheel, dest, self.install_id)
                 else:
                     tmp = dest + ".part"
                     shutil.copyfile(plan.prebuilt_wheel, tmp)
@@ -118,43 +133,47 @@ def make_cmdclass(plan: Plan) -> Dict[str, type]:
                     super().run()
                 except BaseException:
                     if plan.hook is not None:  # doctor shows why the install has no kernels
-                        _note_build(plan, time.monotonic() - start, failed=True)
-                        record_decision(plan.hook, plan.outcome, "error")
+                        failed = build_note(plan, time.monotonic() - start, failed=True)
+                        record_decision(plan.hook, plan.outcome, InstallMode.ERROR, build=failed)
                     raise
-                _note_build(plan, time.monotonic() - start)
-            if plan.hook is not None:
-                record_decision(plan.hook, plan.outcome, plan.final_mode, plan.install_id)
+                note = build_note(plan, time.monotonic() - start)
+            mode = plan.final_mode
+            if plan.hook is not None and mode is not None:
+                record_decision(plan.hook, plan.outcome, mode, self.install_id, build=note)
 
     cmdclass["bdist_wheel"] = bdist_wheel
-    if plan.mode == "source":
+    if plan.mode is BuildMode.SOURCE and plan.config is not None:
         cmdclass["build_ext"] = make_build_ext(plan.config)
     return cmdclass
 
 
-def _note_build(plan: Plan, seconds: float, failed: bool = False) -> None:
-    """Put what this wheel is (source / pure Python), why and how long it took into the decision record
+def build_note(plan: BuildPlan, seconds: float, failed: bool = False) -> BuildNote:
+    """What this wheel is (source / pure Python), why and how long it took, for the install record
     (``build``), which doctor and the first fallback warning show (pip hides build output)."""
-    details = getattr(plan.outcome, "details", None)
-    record = details.get("record") if isinstance(details, dict) else None
-    if isinstance(record, dict):
-        record["build"] = {"mode": plan.mode, "reason": plan.reason, "seconds": round(seconds, 1),
-                           "kernels": list(plan.config.kernels) if plan.config is not None else [],
-                           "failed": failed}
+    return BuildNote(
+        mode=str(plan.mode),
+        reason=plan.reason,
+        seconds=round(seconds, 1),
+        kernels=tuple(plan.config.kernels) if plan.config is not None else (),
+        failed=failed,
+    )
 
 
 def make_build_ext(cfg: BuildConfig) -> type:
     """torch's BuildExtension, writing the build-info header first and honouring the forced ABI."""
     from torch.utils.cpp_extension import BuildExtension
 
-    class build_ext(BuildExtension):
-        def __init__(self, *args, **kwargs):
+    class build_ext(BuildExtension):  # noqa: N801 - the setuptools command's name
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs.setdefault("use_ninja", True)
             ninja_dir = os.path.dirname(cfg.ninja) if cfg.ninja else None
-            if ninja_dir and shutil.which("ninja") is None:  # e.g. the target env's ninja under build isolation
+            if (
+                ninja_dir and shutil.which("ninja") is None
+            ):  # e.g. the target env's ninja under build isolation
                 os.environ["PATH"] = ninja_dir + os.pathsep + os.environ.get("PATH", "")
             super().__init__(*args, **kwargs)
 
-        def build_extensions(self):
+        def build_extensions(self) -> None:
             os.environ["MAX_JOBS"] = str(cfg.max_jobs)  # read by torch's ninja driver
             include = os.path.join(os.path.abspath(self.build_temp), "include")
             header = os.path.join(include, "mamba_ssm_build_info.h")
@@ -167,8 +186,12 @@ def make_build_ext(cfg: BuildConfig) -> type:
                     ext.depends.append(header)
             print(
                 f"mamba-ssm: building {EXT_NAME} ({'+'.join(cfg.kernels)}) against torch {cfg.torch.version}"
-                + (f", nvcc {cfg.nvcc[0]}.{cfg.nvcc[1]}, SASS {','.join(cfg.arch_spec.sass) or '-'}, "
-                   f"PTX {','.join(cfg.arch_spec.ptx) or '-'} ({cfg.arch_source})" if cfg.arch_spec else "")
+                + (
+                    f", nvcc {cfg.nvcc[0]}.{cfg.nvcc[1]}, SASS {','.join(cfg.arch_spec.sass) or '-'}, "
+                    f"PTX {','.join(cfg.arch_spec.ptx) or '-'} ({cfg.arch_source})"
+                    if cfg.arch_spec and cfg.nvcc
+                    else ""
+                )
                 + (f", gfx {','.join(cfg.gfx_archs)} ({cfg.gfx_source})" if cfg.gfx_archs else "")
                 + f", MAX_JOBS={cfg.max_jobs}, cxx11 ABI={int(cfg.cxx11_abi)}"
             )
@@ -176,33 +199,34 @@ def make_build_ext(cfg: BuildConfig) -> type:
                 print(f"mamba-ssm: {note}")
             super().build_extensions()
 
-        def _add_gnu_cpp_abi_flag(self, extension):  # older torch adds torch's ABI; forced ABI wins
+        def _add_gnu_cpp_abi_flag(self, extension: Any) -> None:  # older torch adds torch's ABI; forced wins
             parent = getattr(super(), "_add_gnu_cpp_abi_flag", None)
             if parent is not None:
                 parent(extension)
             if cfg.force_cxx11_abi:
                 args = extension.extra_compile_args
-                for key in (("cxx", "nvcc") if isinstance(args, dict) else (None,)):
+                for key in ("cxx", "nvcc") if isinstance(args, dict) else (None,):
                     flags = args[key] if key else args
                     flags[:] = [f for f in flags if "_GLIBCXX_USE_CXX11_ABI=0" not in f]
 
     return build_ext
 
 
-def make_extension(cfg: BuildConfig):
+def make_extension(cfg: BuildConfig) -> Any:
     """The ``mamba_ssm._C`` Extension (py_limited_api, sources, flags) for ``cfg``."""
     from torch.utils import cpp_extension
 
-    kwargs = dict(
+    macros = list(cfg.define_macros)
+    if not cfg.torch_defines_limited_api:  # torch >= 2.7 passes -DPy_LIMITED_API itself
+        macros.append(("Py_LIMITED_API", cfg.limited_api))
+    kwargs: dict[str, Any] = dict(
         name=EXT_NAME,
         sources=cfg.sources,
         include_dirs=[os.path.join(ROOT, CSRC)],
-        define_macros=list(cfg.define_macros),
+        define_macros=macros,
         py_limited_api=True,
         depends=sorted(glob.glob(os.path.join(CSRC, "*.h")) + glob.glob(os.path.join(CSRC, "*.cuh"))),
     )
-    if not cfg.torch_defines_limited_api:  # torch >= 2.7 passes -DPy_LIMITED_API itself
-        kwargs["define_macros"].append(("Py_LIMITED_API", cfg.limited_api))
     if cfg.gpu:
         return cpp_extension.CUDAExtension(
             extra_compile_args={"cxx": list(cfg.cxx_flags), "nvcc": list(cfg.gpu_flags)}, **kwargs
@@ -210,9 +234,9 @@ def make_extension(cfg: BuildConfig):
     return cpp_extension.CppExtension(extra_compile_args={"cxx": list(cfg.cxx_flags)}, **kwargs)
 
 
-def setup_kwargs(plan: Plan, version: str) -> dict:
+def setup_kwargs(plan: BuildPlan, version: str) -> dict[str, Any]:
     """Arguments to ``setuptools.setup`` for ``plan``."""
-    kw = dict(
+    kw: dict[str, Any] = dict(
         version=version,
         packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
         package_data={PACKAGE: ["_install/*.json", "py.typed"]},
@@ -220,7 +244,7 @@ def setup_kwargs(plan: Plan, version: str) -> dict:
         zip_safe=False,
         cmdclass=make_cmdclass(plan),
     )
-    if plan.mode == "source":
+    if plan.mode is BuildMode.SOURCE and plan.config is not None:
         kw["ext_modules"] = [make_extension(plan.config)]
         kw["options"] = {"bdist_wheel": {"py_limited_api": plan.config.python_tag}}
     return kw

@@ -1,14 +1,15 @@
 """The preflight of a source build as a whole: ``resolve_config`` turns the environment (``Settings``)
-and what torch says about itself (``TorchInfo``) into the one ``BuildConfig`` the build uses: kernels,
+and what torch says about itself (``BuildTorch``) into the one ``BuildConfig`` the build uses: kernels,
 sources, flags, toolkit, GPU targets. torch is imported only by ``probe_torch``.
 """
+
 from __future__ import annotations
 
 import os
 import re
 import sysconfig
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 from .._compat import archs, buildinfo, versions
 from . import toolkit
@@ -37,15 +38,17 @@ def limited_api_tag(hex_text: str) -> str:
     if value < 0 or major != 3:
         raise PreflightError(
             f"Py_LIMITED_API={hex_text!r} is not a CPython 3 version (expected e.g. 0x030A0000 for 3.10): "
-            "torch.utils.cpp_extension.min_supported_cpython is unreadable; upgrade or reinstall torch")
+            "torch.utils.cpp_extension.min_supported_cpython is unreadable; upgrade or reinstall torch"
+        )
     return f"cp{major}{minor}"
 
 
 @dataclass
-class TorchInfo:
-    """What the build needs from torch (filled by ``probe_torch``; tests pass their own)."""
+class BuildTorch:
+    """What the build needs from the torch it compiles against (filled by ``probe_torch``; tests pass
+    their own)."""
 
-    build: "versions.TorchBuild"
+    build: versions.TorchBuild
     arch_list: List[str] = field(default_factory=list)
     cuda_home: Optional[str] = None
     rocm_home: Optional[str] = None
@@ -54,27 +57,29 @@ class TorchInfo:
 
 
 def _no_isolation_fix() -> str:
-    """The pinned, torch-safe command (mamba_ssm/_install/fixes.py) for this source tree's version."""
-    from .._install import fixes
-    from .settings import BASE_VERSION
+    """The pinned, torch-safe command (:mod:`mamba_ssm._advice`) for this source tree's version."""
+    from .._advice import no_isolation_command
+    from .._version import __version__
 
-    return fixes.no_isolation_command(BASE_VERSION)
+    return no_isolation_command(__version__)
 
 
-def _broken_torch(need: str, exc: BaseException, torch=None) -> str:
+def _broken_torch(need: str, exc: BaseException, torch: Any = None) -> str:
     where = getattr(torch, "__file__", None) or "the environment"
     version = getattr(torch, "__version__", None)
-    return (f"{need} needs a working torch, but the torch in {where}"
-            + (f" ({version})" if version else "")
-            + f" is broken or incomplete ({type(exc).__name__}: {exc}). Fix: reinstall the torch you use "
-            "(same version and index) until `python -c \"import torch.utils.cpp_extension\"` works.")
+    return (
+        f"{need} needs a working torch, but the torch in {where}"
+        + (f" ({version})" if version else "")
+        + f" is broken or incomplete ({type(exc).__name__}: {exc}). Fix: reinstall the torch you use "
+        '(same version and index) until `python -c "import torch.utils.cpp_extension"` works.'
+    )
 
 
-def probe_torch(need: str) -> TorchInfo:
+def probe_torch(need: str) -> BuildTorch:
     """Import torch (never initialising CUDA). ``PreflightError`` when torch is absent, with the
     build-isolation fix; ``need`` names what asked for it."""
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError as e:
         if getattr(e, "name", None) not in (None, "torch"):  # torch is there but one of its imports fails
             raise PreflightError(_broken_torch(need, e)) from None
@@ -87,7 +92,7 @@ def probe_torch(need: str) -> TorchInfo:
     except Exception as e:  # noqa: BLE001 - a torch that fails while importing (a missing library, ...)
         raise PreflightError(_broken_torch(need, e)) from None
     try:
-        import torch.utils.cpp_extension as cpp_extension
+        from torch.utils import cpp_extension
 
         build = versions.TorchBuild.from_torch(torch)
     except Exception as e:  # noqa: BLE001 - no torch.utils, no torch.version, an odd version string
@@ -96,9 +101,9 @@ def probe_torch(need: str) -> TorchInfo:
     if build.cuda:
         try:
             arch_list = list(torch.cuda.get_arch_list()) or torch._C._cuda_getArchFlags().split()
-        except Exception:
+        except Exception:  # noqa: BLE001
             arch_list = []
-    return TorchInfo(
+    return BuildTorch(
         build=build,
         arch_list=arch_list,
         cuda_home=getattr(cpp_extension, "CUDA_HOME", None),
@@ -113,7 +118,7 @@ class BuildConfig:
     """Everything a source build of ``mamba_ssm._C`` uses, resolved from the environment."""
 
     version: str
-    torch: "versions.TorchBuild"
+    torch: versions.TorchBuild
     kernels: Tuple[str, ...]  # ("cpu",), ("cpu", "cuda") or ("cpu", "hip")
     cxx11_abi: bool
     force_cxx11_abi: bool
@@ -124,7 +129,7 @@ class BuildConfig:
     gpu_flags: List[str]
     cuda_home: Optional[str] = None
     nvcc: Optional[Tuple[int, int]] = None
-    arch_spec: Optional["archs.ArchSpec"] = None
+    arch_spec: Optional[archs.ArchSpec] = None
     arch_source: Optional[str] = None
     nvcc_threads: Optional[int] = None
     rocm_home: Optional[str] = None
@@ -145,7 +150,9 @@ class BuildConfig:
     def gpu(self) -> Optional[str]:
         return "cuda" if "cuda" in self.kernels else ("hip" if "hip" in self.kernels else None)
 
-    def build_info(self, git_commit: Optional[str] = None, platform: Optional[str] = None):
+    def build_info(
+        self, git_commit: Optional[str] = None, platform: Optional[str] = None
+    ) -> buildinfo.BuildInfo:
         """The ``BuildInfo`` this configuration writes into ``mamba_ssm_build_info.h``."""
         return buildinfo.BuildInfo(
             package_version=self.version,
@@ -172,8 +179,12 @@ def list_sources(root: str = ROOT, gpu: bool = False) -> List[str]:
     return [f"{CSRC}/{n}" for n in names if n.endswith(exts)]
 
 
-def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str = ROOT,
-                   cpu_only: bool = False) -> BuildConfig:
+def resolve_config(
+    env: Optional[Mapping[str, str]] = None,
+    torch_info: Optional[BuildTorch] = None,
+    root: str = ROOT,
+    cpu_only: bool = False,
+) -> BuildConfig:
     """Run the preflight and resolve the source-build configuration from ``env`` (default
     ``os.environ``). Raises ``PreflightError`` (one paragraph: the value and the fix) on the first
     problem, before anything is compiled. ``cpu_only``: the CPU kernel alone, whatever torch's
@@ -224,9 +235,18 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
     if force_abi:
         cxx_flags.append("-D_GLIBCXX_USE_CXX11_ABI=1")
     cfg = BuildConfig(
-        version=version, torch=t, kernels=("cpu",), cxx11_abi=bool(cxx11_abi), force_cxx11_abi=force_abi,
-        max_jobs=max_jobs, sources=list_sources(root, gpu=False), define_macros=define_macros,
-        cxx_flags=cxx_flags, gpu_flags=gpu_flags, ninja=ninja, notes=notes,
+        version=version,
+        torch=t,
+        kernels=("cpu",),
+        cxx11_abi=bool(cxx11_abi),
+        force_cxx11_abi=force_abi,
+        max_jobs=max_jobs,
+        sources=list_sources(root, gpu=False),
+        define_macros=define_macros,
+        cxx_flags=cxx_flags,
+        gpu_flags=gpu_flags,
+        ninja=ninja,
+        notes=notes,
         limited_api=torch_info.limited_api or LIMITED_API_HEX,
         torch_defines_limited_api=bool(torch_info.limited_api),
     )
@@ -235,7 +255,7 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
     if gpu == "cuda":
         home, nvcc_path = toolkit.locate_cuda(torch_info.cuda_home, env)
         nvcc, _ = toolkit.nvcc_version_of(nvcc_path)
-        toolkit.check_nvcc_matches_torch(nvcc, t.cuda, nvcc_path)
+        toolkit.check_nvcc_matches_torch(nvcc, t.cuda or "", nvcc_path)
         toolkit.check_host_compiler(home, nvcc, env)
         spec, source = toolkit.resolve_cuda_archs(env, torch_info.arch_list, nvcc)
         threads = s.nvcc_threads_or(max(1, min(4, len(spec.sass) + len(spec.ptx))))
@@ -251,11 +271,17 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
             gpu_flags.append("-Xcompiler=-D_GLIBCXX_USE_CXX11_ABI=1")
         define_macros.append(("MAMBA_SSM_WITH_CUDA", None))
         cfg.kernels = ("cpu", "cuda")
-        cfg.cuda_home, cfg.nvcc, cfg.arch_spec, cfg.arch_source, cfg.nvcc_threads = home, nvcc, spec, source, threads
+        cfg.cuda_home, cfg.nvcc, cfg.arch_spec, cfg.arch_source, cfg.nvcc_threads = (
+            home,
+            nvcc,
+            spec,
+            source,
+            threads,
+        )
         cfg.sources = list_sources(root, gpu=True)
     elif gpu == "hip":
         try:
-            rocm = versions.parse_rocm_version(t.hip)
+            rocm = versions.parse_rocm_version(t.hip or "")
         except ValueError as e:
             raise PreflightError(f"torch.version.hip: {e}") from None
         rocm_home, hipcc_path = toolkit.locate_rocm(env, torch_info.rocm_home)
@@ -265,7 +291,9 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
         except ValueError as e:
             raise PreflightError(f"{hipcc_path} --version (exit {rc}): {e}") from None
         if hipcc[:2] != rocm[:2]:
-            notes.append(f"hipcc is ROCm {hipcc[0]}.{hipcc[1]} but torch was built with ROCm {rocm[0]}.{rocm[1]}.")
+            notes.append(
+                f"hipcc is ROCm {hipcc[0]}.{hipcc[1]} but torch was built with ROCm {rocm[0]}.{rocm[1]}."
+            )
         toolkit.check_rocm_bf16_header(rocm_home, hipcc)
         gfx, source = toolkit.resolve_gfx_archs(env, rocm)
         gpu_flags += [f"--offload-arch={g}" for g in gfx]

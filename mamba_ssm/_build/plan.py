@@ -3,8 +3,10 @@
 (``mamba_ssm/_install/setup_hook.py``) finds: a prebuilt wheel, else ``MAMBA_FALLBACK``. The hook's
 ``record`` keeps the decision for ``mamba-ssm doctor``.
 """
+
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -12,16 +14,65 @@ import os
 import sys
 import types
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Mapping
 
+from .._compat.textenum import TextEnum
+from .._install.record import BuildNote, InstallMode
 from .config import BuildConfig, probe_torch, resolve_config
 from .errors import PreflightError
-from .settings import PACKAGE, ROOT, Settings, package_version
+from .settings import PACKAGE, ROOT, CommandKind, Fallback, Settings, package_version
+
+if TYPE_CHECKING:
+    from .._install.setup_hook import HookOutcome, Target
+
+__all__ = [
+    "BOTH_FLAGS_WARNING",
+    "BuildMode",
+    "BuildPlan",
+    "auto_targets",
+    "load_hook_file",
+    "load_setup_hook",
+    "plan_build",
+    "record_decision",
+    "use_target_torch",
+]
 
 
-def load_file(path: str, name: str) -> types.ModuleType:
-    """Import the Python file ``path`` as module ``name`` (registered in ``sys.modules`` first, so
-    dataclasses and pickling see it; removed again when it fails). Raises what the file raises."""
+class BuildMode(TextEnum):
+    """What a setup.py run builds."""
+
+    PREBUILT = "prebuilt"  # hands over the resolver's verified wheel
+    SOURCE = "source"  # compiles mamba_ssm._C
+    PYTHON = "python"  # the pure-Python wheel
+    METADATA = "metadata"  # nothing (egg_info, sdist, --version, ...)
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """What this setup.py run builds, why, and what the resolver hook said.
+
+    ``final_mode`` is what the install record gets: the mode's own unless given (``deferred`` for a
+    pure-Python wheel built because torch was not there yet; None for a metadata run). ``hook`` records the
+    decision (None: nothing is recorded).
+    """
+
+    mode: BuildMode
+    config: BuildConfig | None = None
+    prebuilt_wheel: str | None = None
+    outcome: HookOutcome | None = None
+    hook: types.ModuleType | None = None
+    reason: str = ""
+    final_mode: InstallMode | None = None
+
+    def __post_init__(self) -> None:
+        if self.final_mode is None:  # the mode's own (a frozen dataclass sets its derived field so)
+            object.__setattr__(self, "final_mode", InstallMode.lookup(str(self.mode)))
+
+
+def load_hook_file(path: str, name: str) -> types.ModuleType:
+    """Import the Python file ``path`` (a ``MAMBA_SETUP_HOOK``) as module ``name``, registered in
+    ``sys.modules`` first so its dataclasses resolve, removed again when it fails. Raises what the file
+    raises."""
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
@@ -35,52 +86,23 @@ def load_file(path: str, name: str) -> types.ModuleType:
     return mod
 
 
-def load_setup_hook(env) -> Optional[types.ModuleType]:
-    """``mamba_ssm/_install/setup_hook.py`` (or the file ``MAMBA_SETUP_HOOK`` names), loaded without
-    ``mamba_ssm/__init__.py``; None when absent. ``PreflightError`` when the override does not exist."""
+def load_setup_hook(env: Mapping[str, str]) -> types.ModuleType | None:
+    """The resolver hook: ``mamba_ssm/_install/setup_hook.py`` of this tree, or the file
+    ``MAMBA_SETUP_HOOK`` names; None when the tree has none. ``PreflightError`` when the override does
+    not exist."""
     override = Settings.from_env(env).setup_hook
     if override:
         if not os.path.isfile(override):
-            raise PreflightError(f"MAMBA_SETUP_HOOK={override!r} does not exist; unset it or point it at a file")
-        return load_file(override, "_mamba_ssm_setup_hook_override")
+            raise PreflightError(
+                f"MAMBA_SETUP_HOOK={override!r} does not exist; unset it or point it at a file"
+            )
+        return load_hook_file(override, "_mamba_ssm_setup_hook_override")
     if not os.path.isfile(os.path.join(ROOT, PACKAGE, "_install", "setup_hook.py")):
         return None
     return importlib.import_module(".._install.setup_hook", __package__)
 
 
-@dataclass
-class Plan:
-    """What this setup.py run builds: ``mode`` is ``prebuilt``, ``source``, ``python`` or ``metadata``."""
-
-    mode: str
-    config: Optional[BuildConfig] = None
-    prebuilt_wheel: Optional[str] = None
-    outcome: object = None
-    hook: Optional[types.ModuleType] = None
-    reason: str = ""
-    final_mode: str = ""  # what the resolver records: prebuilt | deferred | source | python | error
-    install_id: str = ""  # written into the wheel's dist-info and the record (doctor matches them)
-
-    def __post_init__(self):
-        self.final_mode = self.final_mode or self.mode
-
-
-def _gpu_unservable(outcome) -> list:
-    """The resolver's word that no build for the target's torch can run on its GPU (see
-    ``mamba_ssm/_install/fixes.gpu_unservable``), from the hook's Outcome; [] when absent."""
-    details = getattr(outcome, "details", None)
-    record = details.get("record") if isinstance(details, dict) else None
-    found = record.get("gpu_unservable") if isinstance(record, dict) else None
-    return [str(x) for x in found] if isinstance(found, list) else []
-
-
-def _target_of(outcome) -> Optional[dict]:
-    details = getattr(outcome, "details", None)
-    target = details.get("target") if isinstance(details, dict) else None
-    return target if isinstance(target, dict) else None
-
-
-def use_target_torch(target: Optional[dict]) -> str:
+def use_target_torch(target: Target | None) -> str:
     """Make the target environment's torch the one this build imports: under pip's build isolation
     this interpreter sees no torch (or one pip put into the build env, never the user's). The target's
     site-packages is appended to ``sys.path`` (prepended when another torch would win), so the build
@@ -88,22 +110,24 @@ def use_target_torch(target: Optional[dict]) -> str:
 
     Raises ``PreflightError`` when the target's torch cannot be imported here (another Python version).
     """
-    if not target or not target.get("torch_path"):
+    if target is None or not target.torch_path:
         return ""
-    wanted = os.path.realpath(str(target["torch_path"]))
+    wanted = os.path.realpath(target.torch_path)
     site = os.path.dirname(wanted)
-    version = str(target.get("python_version") or "")
+    version = target.python_version
     if tuple(int(x) for x in version.split(".")[:2] if x.isdigit()) != tuple(sys.version_info[:2]):
         raise PreflightError(
             f"the target's Python {version or '?'} is not this build's {sys.version.split()[0]}, so its torch "
             f"({wanted}) cannot be built against here. Fix: install from the target with "
-            f"--no-build-isolation (torch, setuptools and packaging installed there)")
+            f"--no-build-isolation (torch, setuptools and packaging installed there)"
+        )
     loaded = sys.modules.get("torch")
     if loaded is not None:
         here = os.path.realpath(os.path.dirname(getattr(loaded, "__file__", "") or ""))
         if here != wanted:
-            raise PreflightError(f"this build process already imported the torch at {here}, not the target's "
-                                 f"({wanted})")
+            raise PreflightError(
+                f"this build process already imported the torch at {here}, not the target's ({wanted})"
+            )
         return ""
     spec = importlib.util.find_spec("torch")
     current = os.path.realpath(os.path.dirname(spec.origin)) if spec is not None and spec.origin else None
@@ -114,64 +138,90 @@ def use_target_torch(target: Optional[dict]) -> str:
     else:
         sys.path.append(site)
     importlib.invalidate_caches()
-    named = " ".join(x for x in ("torch", target.get("torch_version")) if x)
+    named = " ".join(x for x in ("torch", target.torch_version) if x)
     return f"against the target's {named} ({site}), not the build env's"
 
 
-def auto_targets(env, target: Optional[dict]):
+_ARCH_VARIABLES = ("MAMBA_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST", "PYTORCH_ROCM_ARCH", "HIP_ARCHITECTURES")
+
+
+def auto_targets(env: Mapping[str, str], target: Target | None) -> tuple[Mapping[str, str], bool, str]:
     """``(env, cpu_only, note)`` for the auto fallback: pip hides the build's output, so build only for
     the visible GPUs' archs (``MAMBA_CUDA_ARCHS`` / ``PYTORCH_ROCM_ARCH`` set for them), the CPU kernel
     alone where none is visible; archs the user set are kept."""
     if target is None:
         return env, False, ""
-    if any(str(env.get(k, "")).strip() for k in ("MAMBA_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST", "PYTORCH_ROCM_ARCH",
-                                                 "HIP_ARCHITECTURES")):
+    if any(str(env.get(k, "")).strip() for k in _ARCH_VARIABLES):
         return env, False, "archs as set in the environment"
-    gpus = [g for g in target.get("gpus") or [] if isinstance(g, dict)]
-    caps = sorted({str(g["capability"]) for g in gpus if g.get("vendor") == "nvidia" and g.get("capability")})
-    gfx = sorted({str(g["gfx"]) for g in gpus if g.get("vendor") == "amd" and g.get("gfx")})
+    caps = sorted({g.capability for g in target.gpus if g.vendor == "nvidia" and g.capability})
+    gfx = sorted({g.gfx for g in target.gpus if g.vendor == "amd" and g.gfx})
     if caps:
-        return dict(env, MAMBA_CUDA_ARCHS=";".join(caps)), False, f"for the visible GPU arch(s) only: {', '.join(caps)}"
+        note = f"for the visible GPU arch(s) only: {', '.join(caps)}"
+        return dict(env, MAMBA_CUDA_ARCHS=";".join(caps)), False, note
     if gfx:
-        return dict(env, PYTORCH_ROCM_ARCH=";".join(gfx)), False, f"for the visible GPU arch(s) only: {', '.join(gfx)}"
+        note = f"for the visible GPU arch(s) only: {', '.join(gfx)}"
+        return dict(env, PYTORCH_ROCM_ARCH=";".join(gfx)), False, note
     return env, True, "the CPU kernel alone (no GPU visible)"
 
 
-def _fallback(env, outcome_msg: str, root: str = ROOT, outcome=None) -> Plan:
+def _fallback(
+    env: Mapping[str, str], outcome_msg: str, root: str = ROOT, outcome: HookOutcome | None = None
+) -> BuildPlan:
     choice = Settings.from_env(env).fallback_choice()
-    if choice == "error":
+    if choice is Fallback.ERROR:
         raise PreflightError(
             (outcome_msg + " " if outcome_msg else "")
             + "MAMBA_FALLBACK=error: no prebuilt kernel wheel and no fallback allowed. Fix: set "
             "MAMBA_FALLBACK=source (build from source) or MAMBA_FALLBACK=python (pure-Python package)."
         )
-    if choice == "python":
-        return Plan("python", reason="MAMBA_FALLBACK=python")
-    unservable = _gpu_unservable(outcome)
-    if choice == "auto" and unservable:  # a long build of kernels the GPU cannot run: pure Python, with why
-        return Plan("python", reason="MAMBA_FALLBACK=auto: no source build, " + " ".join(unservable))
-    target = _target_of(outcome)
+    if choice is Fallback.PYTHON:
+        return BuildPlan(BuildMode.PYTHON, reason="MAMBA_FALLBACK=python")
+    from .._install.setup_hook import Outcome  # the resolver only when it was asked
+
+    ours = outcome if isinstance(outcome, Outcome) else None  # an override hook's outcome says no more
+    unservable = list(ours.record.gpu_unservable) if ours else []
+    if (
+        choice is Fallback.AUTO and unservable
+    ):  # a long build of kernels the GPU cannot run: pure Python, with why
+        return BuildPlan(
+            BuildMode.PYTHON, reason="MAMBA_FALLBACK=auto: no source build, " + " ".join(unservable)
+        )
+    target = ours.target if ours else None
     try:
         against = use_target_torch(target)
     except PreflightError as e:
-        if choice == "source":
+        if choice is Fallback.SOURCE:
             raise
-        return Plan("python", reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: {e}")
-    if choice == "source":  # asked for: built (its CPU kernel still serves CPU tensors), with the warning
+        return BuildPlan(
+            BuildMode.PYTHON, reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: {e}"
+        )
+    if (
+        choice is Fallback.SOURCE
+    ):  # asked for: built (its CPU kernel still serves CPU tensors), with the warning
         warning = (" (warning: " + " ".join(unservable) + ")") if unservable else ""
-        notes = "; ".join(x for x in (against,) if x)
-        return Plan("source", config=resolve_config(env, root=root),
-                    reason="MAMBA_FALLBACK=source" + (f": {notes}" if notes else "") + warning)
+        return BuildPlan(
+            BuildMode.SOURCE,
+            config=resolve_config(env, root=root),
+            reason="MAMBA_FALLBACK=source" + (f": {against}" if against else "") + warning,
+        )
     build_env, cpu_only, archs_note = auto_targets(env, target)
+    notes = "; ".join(x for x in ("preflight passed", against, archs_note) if x)
     try:
-        notes = "; ".join(x for x in ("preflight passed", against, archs_note) if x)
-        return Plan("source", config=resolve_config(build_env, root=root, cpu_only=cpu_only),
-                    reason=f"MAMBA_FALLBACK=auto: {notes}")
+        return BuildPlan(
+            BuildMode.SOURCE,
+            config=resolve_config(build_env, root=root, cpu_only=cpu_only),
+            reason=f"MAMBA_FALLBACK=auto: {notes}",
+        )
     except PreflightError as e:
-        return Plan("python", reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: {e}")
+        return BuildPlan(
+            BuildMode.PYTHON, reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: {e}"
+        )
     except Exception as e:  # noqa: BLE001 - auto never fails the install over its own probing
-        return Plan("python", reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: probing it failed "
-                                     f"({type(e).__name__}: {e})")
+        return BuildPlan(
+            BuildMode.PYTHON,
+            reason=f"MAMBA_FALLBACK=auto: the source build cannot run here: probing it failed "
+            f"({type(e).__name__}: {e})",
+        )
 
 
 BOTH_FLAGS_WARNING = (
@@ -181,84 +231,96 @@ BOTH_FLAGS_WARNING = (
 )
 
 
-def plan_build(kind: str, env=None, root: str = ROOT) -> Plan:
-    """Decide what to build for a command ``kind`` (``classify_commands``). Raises ``PreflightError``."""
+def plan_build(kind: CommandKind | str, env: Mapping[str, str] | None = None, root: str = ROOT) -> BuildPlan:
+    """Decide what to build for a command ``kind`` (:func:`.settings.classify_commands`).
+
+    Raises:
+        PreflightError: the build cannot proceed (the message names the value and the fix).
+    """
     env = os.environ if env is None else env
-    if kind == "metadata":
-        return Plan("metadata")
+    kind = CommandKind.parse(str(kind), "setup.py command kind")
+    if kind is CommandKind.METADATA:
+        return BuildPlan(BuildMode.METADATA)
     s = Settings.from_env(env)
     if s.skip_cuda_build:
         reason = "MAMBA_SKIP_CUDA_BUILD=TRUE"
         if s.force_build:
             reason += " (" + BOTH_FLAGS_WARNING + ")"
             print(f"mamba-ssm: warning: {BOTH_FLAGS_WARNING}", file=sys.stderr, flush=True)
-        return _requested(Plan("python", reason=reason), kind, env)
+        return _requested(BuildPlan(BuildMode.PYTHON, reason=reason), kind, env)
     if s.force_build:
-        plan = _requested(Plan("source", reason="MAMBA_FORCE_BUILD=TRUE"), kind, env)
+        plan = _requested(BuildPlan(BuildMode.SOURCE, reason="MAMBA_FORCE_BUILD=TRUE"), kind, env)
         try:
             probe_torch("MAMBA_FORCE_BUILD=TRUE")  # fail at once under build isolation
-            plan.config = resolve_config(env, root=root)
+            return dataclasses.replace(plan, config=resolve_config(env, root=root))
         except PreflightError as e:
-            details = getattr(plan.outcome, "details", None)
-            if isinstance(details, dict) and isinstance(details.get("record"), dict):
-                details["record"]["message"] = f"{details['record'].get('message', '')} The build failed: {e}"
-            record_decision(plan.hook, plan.outcome, "error")
+            message = f"{plan.outcome.message} The build failed: {e}" if plan.outcome is not None else None
+            record_decision(plan.hook, plan.outcome, InstallMode.ERROR, message=message)
             raise
-        return plan
-    if kind == "source":
-        return Plan("source", config=resolve_config(env, root=root), reason=f"setup.py {kind} command")
-    if kind == "editable":
+    if kind is CommandKind.SOURCE:
+        return BuildPlan(
+            BuildMode.SOURCE, config=resolve_config(env, root=root), reason=f"setup.py {kind} command"
+        )
+    if kind is CommandKind.EDITABLE:
         return _fallback(env, "", root)
     hook = load_setup_hook(env)
     if hook is None:
         plan = _fallback(env, "", root)
-        plan.reason += " (no resolver hook in this checkout)"
-        return plan
-    outcome = hook.resolve_prebuilt(package_version(env))
-    wheel = getattr(outcome, "wheel_path", None)
-    if wheel:
-        if not os.path.isfile(wheel):
-            raise PreflightError(f"the resolver returned {wheel!r}, which does not exist")
-        plan = Plan("prebuilt", prebuilt_wheel=os.fspath(wheel), reason="prebuilt wheel found")
-    elif getattr(outcome, "deferred", False):
-        plan = Plan("python", reason="deferred: torch is being installed by the same command",
-                    final_mode="deferred")
+        return dataclasses.replace(plan, reason=plan.reason + " (no resolver hook in this checkout)")
+    outcome: HookOutcome = hook.resolve_prebuilt(package_version(env))
+    if outcome.wheel_path:
+        if not os.path.isfile(outcome.wheel_path):
+            raise PreflightError(f"the resolver returned {outcome.wheel_path!r}, which does not exist")
+        plan = BuildPlan(
+            BuildMode.PREBUILT, prebuilt_wheel=os.fspath(outcome.wheel_path), reason="prebuilt wheel found"
+        )
+    elif outcome.deferred:
+        plan = BuildPlan(
+            BuildMode.PYTHON,
+            reason="deferred: torch is being installed by the same command",
+            final_mode=InstallMode.DEFERRED,
+        )
     else:
         try:
-            plan = _fallback(env, str(getattr(outcome, "message", "") or ""), root, outcome)
+            plan = _fallback(env, outcome.message or "", root, outcome)
         except PreflightError:
-            record_decision(hook, outcome, "error")
+            record_decision(hook, outcome, InstallMode.ERROR)
             raise
-    plan.outcome, plan.hook = outcome, hook
-    return plan
+    return dataclasses.replace(plan, outcome=outcome, hook=hook)
 
 
-def _requested(plan: Plan, kind: str, env) -> Plan:
+def _requested(plan: BuildPlan, kind: CommandKind, env: Mapping[str, str]) -> BuildPlan:
     """A wheel whose mode the user asked for (SKIP / FORCE) is recorded too, through the hook's
     ``requested`` Outcome (doctor must not show an earlier install's decision for it)."""
-    if kind != "wheel":
+    if kind is not CommandKind.WHEEL:
         return plan
     try:
         hook = load_setup_hook(env)
     except PreflightError:
         return plan
-    make = getattr(hook, "requested", None) if hook is not None else None
-    if make is not None:
-        plan.hook, plan.outcome = hook, make(package_version(env), plan.mode, plan.reason)
-    return plan
+    make = getattr(hook, "requested", None) if hook is not None else None  # an override may lack it
+    if make is None:
+        return plan
+    return dataclasses.replace(plan, hook=hook, outcome=make(package_version(env), plan.reason))
 
 
-def record_decision(hook, outcome, final_mode: str, install_id: str = "") -> None:
-    """``hook.record(outcome, final_mode[, install_id=])`` when the hook has ``record`` (older hooks
-    take no install id); nothing otherwise."""
-    record = getattr(hook, "record", None) if hook is not None else None
-    if record is None:
+def record_decision(
+    hook: types.ModuleType | None,
+    outcome: HookOutcome | None,
+    final_mode: InstallMode,
+    install_id: str = "",
+    build: BuildNote | None = None,
+    message: str | None = None,
+) -> None:
+    """``hook.record(outcome, final_mode, ...)`` when the hook has ``record``; the install id, the build
+    note and the message go to a ``record`` that takes them (an override hook may take only the first
+    two arguments)."""
+    record = getattr(hook, "record", None) if hook is not None else None  # an override may lack it
+    if record is None or outcome is None:
         return
     try:
-        takes_id = "install_id" in inspect.signature(record).parameters
+        takes = set(inspect.signature(record).parameters)
     except (TypeError, ValueError):
-        takes_id = False
-    if takes_id:
-        record(outcome, final_mode, install_id=install_id or None)
-    else:
-        record(outcome, final_mode)
+        takes = set()
+    extra = {"install_id": install_id or None, "build": build, "message": message}
+    record(outcome, final_mode, **{k: v for k, v in extra.items() if k in takes and v is not None})

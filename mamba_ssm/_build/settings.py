@@ -5,12 +5,14 @@ Every variable is documented in ``docs/build.md``. Reading never fails: values a
 are used (``Settings.max_jobs_or`` / ``nvcc_threads_or``, ``package_version``, ``fallback_choice``), so a
 metadata command with a bad ``MAX_JOBS`` still succeeds, as it always has.
 """
+
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from typing import List, Mapping, Optional
 
+from .._compat.textenum import TextEnum
 from .._version import __version__ as BASE_VERSION
 from .errors import PreflightError
 
@@ -18,9 +20,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PACKAGE = "mamba_ssm"
 EXT_NAME = "mamba_ssm._C"
 CSRC = "csrc"
-INSTALL_ID_FILE = "mamba_ssm_install.json"  # = mamba_ssm._install.decision.INSTALL_ID_FILE
 TRUE_VALUES = ("1", "TRUE", "YES", "ON")
-FALLBACKS = ("auto", "source", "python", "error")
+
+
+class Fallback(TextEnum):
+    """``MAMBA_FALLBACK``: what a wheel build does when no prebuilt wheel fits."""
+
+    AUTO = "auto"  # a source build when its preflight passes, else the pure-Python wheel
+    SOURCE = "source"
+    PYTHON = "python"
+    ERROR = "error"
+
+
+FALLBACKS = Fallback.choices()
+
+
+class CommandKind(TextEnum):
+    """What a setup.py command line asks for."""
+
+    WHEEL = "wheel"  # bdist_wheel: the resolver, then MAMBA_FALLBACK
+    EDITABLE = "editable"  # editable_wheel: MAMBA_FALLBACK without the resolver
+    SOURCE = "source"  # build_ext, develop, ...: a source build
+    METADATA = "metadata"  # egg_info, sdist, --version, ...: nothing is built
 
 
 def env_flag(env: Mapping[str, str], name: str) -> bool:
@@ -57,23 +78,23 @@ class Settings:
     discovery in ``toolkit`` reads them, as torch's cpp_extension does.
     """
 
-    skip_cuda_build: bool = False      # MAMBA_SKIP_CUDA_BUILD: the pure-Python wheel
-    force_build: bool = False          # MAMBA_FORCE_BUILD: a source build, no resolver
-    fallback: str = "auto"             # MAMBA_FALLBACK (lower case; checked by fallback_choice)
-    local_version: str = ""            # MAMBA_LOCAL_VERSION, without a leading "+"
-    cuda_archs: str = ""               # MAMBA_CUDA_ARCHS
-    torch_cuda_arch_list: str = ""     # TORCH_CUDA_ARCH_LIST
-    hip_build: bool = False            # HIP_BUILD
-    force_cxx11_abi: bool = False      # MAMBA_FORCE_CXX11_ABI
-    debug_build: bool = False          # MAMBA_DEBUG_BUILD: -g / -lineinfo
-    keep_cuda_build: bool = False      # MAMBA_KEEP_CUDA_BUILD: accepted, no effect
-    max_jobs: str = ""                 # MAX_JOBS (checked by max_jobs_or)
-    nvcc_threads: str = ""             # NVCC_THREADS (checked by nvcc_threads_or)
-    setup_hook: str = ""               # MAMBA_SETUP_HOOK: a file replacing the resolver hook
-    git_commit: str = ""               # MAMBA_GIT_COMMIT: the commit recorded in the build info
+    skip_cuda_build: bool = False  # MAMBA_SKIP_CUDA_BUILD: the pure-Python wheel
+    force_build: bool = False  # MAMBA_FORCE_BUILD: a source build, no resolver
+    fallback: str = "auto"  # MAMBA_FALLBACK (lower case; checked by fallback_choice)
+    local_version: str = ""  # MAMBA_LOCAL_VERSION, without a leading "+"
+    cuda_archs: str = ""  # MAMBA_CUDA_ARCHS
+    torch_cuda_arch_list: str = ""  # TORCH_CUDA_ARCH_LIST
+    hip_build: bool = False  # HIP_BUILD
+    force_cxx11_abi: bool = False  # MAMBA_FORCE_CXX11_ABI
+    debug_build: bool = False  # MAMBA_DEBUG_BUILD: -g / -lineinfo
+    keep_cuda_build: bool = False  # MAMBA_KEEP_CUDA_BUILD: accepted, no effect
+    max_jobs: str = ""  # MAX_JOBS (checked by max_jobs_or)
+    nvcc_threads: str = ""  # NVCC_THREADS (checked by nvcc_threads_or)
+    setup_hook: str = ""  # MAMBA_SETUP_HOOK: a file replacing the resolver hook
+    git_commit: str = ""  # MAMBA_GIT_COMMIT: the commit recorded in the build info
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Settings":
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> Settings:
         """Read ``env`` (default ``os.environ``). Never raises."""
         env = os.environ if env is None else env
         return cls(
@@ -101,11 +122,12 @@ class Settings:
         """``NVCC_THREADS`` as a positive integer, else ``default``; ``PreflightError`` when malformed."""
         return positive_int("NVCC_THREADS", self.nvcc_threads, default)
 
-    def fallback_choice(self) -> str:
-        """``MAMBA_FALLBACK``: one of ``FALLBACKS``; ``PreflightError`` naming the value otherwise."""
-        if self.fallback not in FALLBACKS:
-            raise PreflightError(f"MAMBA_FALLBACK={self.fallback!r} is not one of {', '.join(FALLBACKS)}")
-        return self.fallback
+    def fallback_choice(self) -> Fallback:
+        """``MAMBA_FALLBACK`` (:class:`Fallback`); ``PreflightError`` naming the value otherwise."""
+        try:
+            return Fallback.parse(self.fallback, "MAMBA_FALLBACK")
+        except ValueError as e:
+            raise PreflightError(str(e)) from None
 
 
 def package_version(env: Optional[Mapping[str, str]] = None) -> str:
@@ -134,21 +156,22 @@ SOURCE_COMMANDS = {"build_ext", "build", "develop", "install", "bdist_egg"}
 EDITABLE_COMMANDS = {"editable_wheel"}
 
 
-def classify_commands(argv: List[str]) -> str:
-    """``"wheel"``, ``"editable"``, ``"source"`` or ``"metadata"`` for a setup.py command line
-    (options are ignored; a wheel command wins over the others)."""
+def classify_commands(argv: List[str]) -> CommandKind:
+    """What a setup.py command line asks for (options are ignored; a wheel command wins over the
+    others)."""
     cmds = {a for a in argv if not a.startswith("-") or a in METADATA_COMMANDS}
     if cmds & WHEEL_COMMANDS:
-        return "wheel"
+        return CommandKind.WHEEL
     if cmds & EDITABLE_COMMANDS:
-        return "editable"
+        return CommandKind.EDITABLE
     if cmds & SOURCE_COMMANDS:
-        return "source"
-    return "metadata"
+        return CommandKind.SOURCE
+    return CommandKind.METADATA
 
 
-def default_max_jobs(cpu_count: Optional[int] = None, mem_available_gib: Optional[float] = None,
-                     gib_per_job: float = 2.5) -> int:
+def default_max_jobs(
+    cpu_count: Optional[int] = None, mem_available_gib: Optional[float] = None, gib_per_job: float = 2.5
+) -> int:
     """Parallel compile jobs: the usable cores, capped so each job has ``gib_per_job`` of the memory
     available (nvcc on the kernel translation units peaks at about 1-2 GiB). At least 1."""
     if cpu_count is None:

@@ -5,6 +5,7 @@ targets (``MAMBA_CUDA_ARCHS`` / ``TORCH_CUDA_ARCH_LIST`` / ``PYTORCH_ROCM_ARCH``
 Every check takes the environment as a mapping (tests give their own) and raises ``PreflightError``
 with one paragraph naming the value and the fix. The tools are run, never imported; torch is not used.
 """
+
 from __future__ import annotations
 
 import glob
@@ -12,10 +13,13 @@ import os
 import re
 import shutil
 import subprocess
-from typing import List, Optional, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from .._compat import archs, versions
 from .errors import PreflightError
+
+#: The environment a check reads (os.environ, or the mapping a test gives).
+Env = Mapping[str, str]
 
 
 def run_tool(cmd: List[str], timeout: float = 60) -> Tuple[int, str]:
@@ -27,23 +31,23 @@ def run_tool(cmd: List[str], timeout: float = 60) -> Tuple[int, str]:
     return p.returncode, p.stdout
 
 
-def find_ninja(env) -> Optional[str]:
+def find_ninja(env: Env) -> Optional[str]:
     """The ninja executable torch's BuildExtension will use, or None."""
     path = shutil.which("ninja", path=env.get("PATH"))
     if path:
         return path
     try:  # the ninja wheel puts its binary next to the interpreter's scripts
-        import ninja  # type: ignore
+        import ninja  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
         cand = os.path.join(ninja.BIN_DIR, "ninja")
         if os.access(cand, os.X_OK):
             return cand
-    except Exception:
+    except Exception:  # noqa: BLE001, S110
         pass
     return None
 
 
-def check_ninja(env) -> str:
+def check_ninja(env: Env) -> str:
     """The ninja path; ``PreflightError`` when missing."""
     path = find_ninja(env)
     if not path:
@@ -87,7 +91,9 @@ def _is_toolkit_root(home: str) -> bool:
     return has_header and has_lib
 
 
-def locate_cuda(torch_cuda_home: Optional[str], env, search_roots=("/usr/local",)) -> Tuple[str, str]:
+def locate_cuda(
+    torch_cuda_home: Optional[str], env: Env, search_roots: Sequence[str] = ("/usr/local",)
+) -> Tuple[str, str]:
     """Validate the CUDA toolkit torch's cpp_extension will use. Returns ``(cuda_home, nvcc_path)``.
 
     ``torch_cuda_home`` is ``torch.utils.cpp_extension.CUDA_HOME`` (from ``CUDA_HOME``/``CUDA_PATH``,
@@ -100,17 +106,25 @@ def locate_cuda(torch_cuda_home: Optional[str], env, search_roots=("/usr/local",
     def suggestion(exclude: Optional[str] = None) -> str:
         found = []
         if on_path:
-            target = _script_target_home(on_path) if _is_script(on_path) else \
-                os.path.dirname(os.path.dirname(os.path.realpath(on_path)))
+            target = (
+                _script_target_home(on_path)
+                if _is_script(on_path)
+                else os.path.dirname(os.path.dirname(os.path.realpath(on_path)))
+            )
             found.append(target)
         for root in search_roots:
             versioned = glob.glob(os.path.join(root, "cuda-[0-9]*"))
-            versioned.sort(key=lambda p: [int(x) for x in re.findall(r"\d+", os.path.basename(p))],
-                           reverse=True)
+            versioned.sort(
+                key=lambda p: [int(x) for x in re.findall(r"\d+", os.path.basename(p))], reverse=True
+            )
             found += versioned + [os.path.join(root, "cuda")]
         for cand in found:
-            if cand and cand != exclude and os.path.isfile(os.path.join(cand, "bin", "nvcc")) \
-                    and _is_toolkit_root(cand):
+            if (
+                cand
+                and cand != exclude
+                and os.path.isfile(os.path.join(cand, "bin", "nvcc"))
+                and _is_toolkit_root(cand)
+            ):
                 return f"CUDA_HOME={cand} (found here)"
         return "CUDA_HOME=/usr/local/cuda-X.Y (the toolkit root that holds bin/nvcc, include/, lib64/)"
 
@@ -130,7 +144,11 @@ def locate_cuda(torch_cuda_home: Optional[str], env, search_roots=("/usr/local",
     where = f"{set_by}={home}" if set_by else f"CUDA_HOME guessed by torch as {home}"
     if not set_by and on_path and _is_script(on_path) and not _is_toolkit_root(home):
         target = _script_target_home(on_path)
-        hint = f"CUDA_HOME={target}" if target else "CUDA_HOME=<the toolkit root that holds bin/nvcc, include/, lib64/>"
+        hint = (
+            f"CUDA_HOME={target}"
+            if target
+            else "CUDA_HOME=<the toolkit root that holds bin/nvcc, include/, lib64/>"
+        )
         raise PreflightError(
             f"the nvcc on PATH ({on_path}) is a wrapper script, so torch guessed CUDA_HOME={home}, which "
             "is not a CUDA toolkit root (no include/cuda_runtime.h or libcudart there): the link would "
@@ -166,7 +184,7 @@ def nvcc_version_of(nvcc: str) -> Tuple[Tuple[int, int], str]:
 
 def check_nvcc_matches_torch(nvcc: Tuple[int, int], torch_cuda: str, nvcc_path: str = "nvcc") -> None:
     """nvcc's CUDA major must equal torch's (``torch.version.cuda``)."""
-    t_major, t_minor = versions.parse_cuda_version(torch_cuda)
+    t_major, _ = versions.parse_cuda_version(torch_cuda)
     if nvcc[0] != t_major:
         raise PreflightError(
             f"nvcc {nvcc[0]}.{nvcc[1]} ({nvcc_path}) does not match torch's CUDA {torch_cuda}: the CUDA "
@@ -178,8 +196,10 @@ def check_nvcc_matches_torch(nvcc: Tuple[int, int], torch_cuda: str, nvcc_path: 
 def max_gcc_for_nvcc(cuda_home: str, nvcc: Tuple[int, int]) -> Optional[int]:
     """The newest GCC major nvcc accepts: read from ``include/crt/host_config.h`` (``#if __GNUC__ > N``),
     else from the CUDA release notes' table."""
-    for path in (os.path.join(cuda_home, "include", "crt", "host_config.h"),
-                 *glob.glob(os.path.join(cuda_home, "targets", "*", "include", "crt", "host_config.h"))):
+    for path in (
+        os.path.join(cuda_home, "include", "crt", "host_config.h"),
+        *glob.glob(os.path.join(cuda_home, "targets", "*", "include", "crt", "host_config.h")),
+    ):
         try:
             with open(path, errors="replace") as f:
                 m = re.search(r"#if\s+__GNUC__\s*>\s*(\d+)", f.read())
@@ -194,7 +214,7 @@ def max_gcc_for_nvcc(cuda_home: str, nvcc: Tuple[int, int]) -> Optional[int]:
     return None
 
 
-def host_compiler(env) -> str:
+def host_compiler(env: Env) -> str:
     """The host compiler nvcc will use: ``NVCC_CCBIN``, else ``CC`` (torch passes it as -ccbin), else gcc."""
     return env.get("NVCC_CCBIN") or env.get("CC") or "gcc"
 
@@ -209,7 +229,7 @@ def gcc_major(compiler: str) -> Optional[Tuple[str, int]]:
     return (compiler, int(m.group(1))) if m else None
 
 
-def check_host_compiler(cuda_home: str, nvcc: Tuple[int, int], env) -> None:
+def check_host_compiler(cuda_home: str, nvcc: Tuple[int, int], env: Env) -> None:
     """GCC newer than nvcc supports fails inside nvcc's host_config.h; say so before compiling."""
     flags = " ".join(str(env.get(k, "")) for k in ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS"))
     if "allow-unsupported-compiler" in flags:
@@ -227,7 +247,9 @@ def check_host_compiler(cuda_home: str, nvcc: Tuple[int, int], env) -> None:
         )
 
 
-def resolve_cuda_archs(env, torch_arch_list: List[str], nvcc: Tuple[int, int]) -> Tuple["archs.ArchSpec", str]:
+def resolve_cuda_archs(
+    env: Env, torch_arch_list: List[str], nvcc: Tuple[int, int]
+) -> Tuple[archs.ArchSpec, str]:
     """The CUDA targets: ``MAMBA_CUDA_ARCHS`` > ``TORCH_CUDA_ARCH_LIST`` > default (torch's archs that
     this nvcc supports, minus known-bad pairs, plus PTX for the newest). Returns ``(spec, source)``.
     Raises ``PreflightError`` for unparsable lists and archs this nvcc cannot build."""
@@ -249,7 +271,7 @@ def resolve_cuda_archs(env, torch_arch_list: List[str], nvcc: Tuple[int, int]) -
 
 
 # ----------------------------------------------------------------------------- ROCm
-def locate_rocm(env, torch_rocm_home: Optional[str]) -> Tuple[str, str]:
+def locate_rocm(env: Env, torch_rocm_home: Optional[str]) -> Tuple[str, str]:
     """``(rocm_home, hipcc_path)`` from ``ROCM_PATH``/``ROCM_HOME``, torch's guess, or /opt/rocm;
     ``PreflightError`` naming what was tried when hipcc is missing."""
     tried = []
@@ -303,7 +325,7 @@ def check_rocm_bf16_header(rocm_home: str, rocm: Tuple[int, int]) -> None:
         )
 
 
-def resolve_gfx_archs(env, rocm: Optional[Tuple[int, int]]) -> Tuple[Tuple[str, ...], str]:
+def resolve_gfx_archs(env: Env, rocm: Optional[Tuple[int, int]]) -> Tuple[Tuple[str, ...], str]:
     """``PYTORCH_ROCM_ARCH`` > ``HIP_ARCHITECTURES`` > a default list (never "native")."""
     for name in ("PYTORCH_ROCM_ARCH", "HIP_ARCHITECTURES"):
         text = str(env.get(name, "")).strip()

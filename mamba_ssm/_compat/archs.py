@@ -21,21 +21,21 @@ from dataclasses import dataclass
 from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 __all__ = [
-    "ArchSpec",
+    "KNOWN_BAD",
     "Arch",
+    "ArchSpec",
+    "coverage",
+    "default_arch_spec",
+    "default_gfx_archs",
+    "gencode_flags",
+    "known_bad",
+    "nvcc_supported_archs",
     "parse_arch",
     "parse_arch_list",
     "parse_capability",
-    "nvcc_supported_archs",
-    "known_bad",
-    "KNOWN_BAD",
-    "default_arch_spec",
-    "unsupported_archs",
-    "gencode_flags",
-    "coverage",
-    "to_torch_arch_list",
     "parse_gfx_list",
-    "default_gfx_archs",
+    "to_torch_arch_list",
+    "unsupported_archs",
 ]
 
 
@@ -126,7 +126,7 @@ def parse_arch(token: str) -> Arch:
     return Arch(major, minor, (suffix or "").lower())
 
 
-def parse_capability(text) -> Tuple[int, int]:
+def parse_capability(text: object) -> Tuple[int, int]:
     """``"9.0"`` / ``"90"`` / ``"sm_90"`` / ``(9, 0)`` -> ``(9, 0)``. ``ValueError`` naming bad input."""
     if isinstance(text, (tuple, list)) and len(text) == 2:
         return int(text[0]), int(text[1])
@@ -147,7 +147,8 @@ def parse_arch_list(text: str) -> ArchSpec:
     if text is None or not str(text).strip():
         raise ValueError("empty CUDA arch list: give e.g. '9.0', '80;90' or '8.0;9.0+PTX'")
     tokens = [t for t in re.split(r"[;,\s]+", str(text).strip()) if t]
-    sass, ptx = set(), set()
+    sass: set[str] = set()
+    ptx: set[str] = set()
     for tok in tokens:
         low = tok.lower()
         if low in ("native", "all", "all-major") or low.startswith("all"):
@@ -160,12 +161,10 @@ def parse_arch_list(text: str) -> ArchSpec:
             sass.update(sub.sass)
             ptx.update(sub.ptx)
             continue
-        with_ptx = False
-        if low.endswith("+ptx"):
-            with_ptx = True
-            tok = tok[: -len("+ptx")]
-        kind = "compute" if tok.lower().startswith("compute_") else "sm"
-        arch = parse_arch(tok)
+        with_ptx = low.endswith("+ptx")
+        name = tok[: -len("+ptx")] if with_ptx else tok
+        kind = "compute" if name.lower().startswith("compute_") else "sm"
+        arch = parse_arch(name)
         if kind == "compute":
             ptx.add(arch.ptx)
         else:
@@ -282,7 +281,7 @@ def unsupported_archs(spec: ArchSpec, nvcc: Tuple[int, int]) -> List[str]:
     for name in list(spec.sass) + list(spec.ptx):
         a = parse_arch(name)
         if a.sass not in supported:
-            plain = [s for s in nvcc_supported_archs(nvcc)]
+            plain = list(nvcc_supported_archs(nvcc))
             problems.append(
                 f"{name} is not supported by nvcc {nvcc[0]}.{nvcc[1]} (it targets {plain[0]} ... {plain[-1]}); "
                 "drop it from MAMBA_CUDA_ARCHS / TORCH_CUDA_ARCH_LIST or use another CUDA toolkit"
@@ -343,7 +342,7 @@ def _runs_on(target: Arch, cap: Tuple[int, int], jit: bool) -> bool:
     return major == target.major and minor >= target.minor
 
 
-def coverage(capability, sass: Sequence[str], ptx: Sequence[str]) -> Optional[str]:
+def coverage(capability: object, sass: Sequence[str], ptx: Sequence[str]) -> Optional[str]:
     """Whether a binary with these SASS and PTX targets runs on a GPU of ``capability``.
 
     Args:
@@ -352,7 +351,8 @@ def coverage(capability, sass: Sequence[str], ptx: Sequence[str]) -> Optional[st
         ptx: e.g. ``["compute_90"]``.
 
     Returns None when some target runs there (SASS of the same major with minor <= the GPU's, or PTX
-    the driver can JIT-compile: any capability >= its own), else the reason in one sentence.
+    the driver can JIT-compile: any capability >= its own), else the reason in one sentence (the fix
+    depends on the torch the GPU would run with: :func:`mamba_ssm._advice.coverage_fix`).
     """
     cap = parse_capability(capability)
     for s in sass:
@@ -364,7 +364,7 @@ def coverage(capability, sass: Sequence[str], ptx: Sequence[str]) -> Optional[st
     have = ", ".join(list(sass) + list(ptx)) or "no GPU code"
     return (
         f"a GPU of compute capability {cap[0]}.{cap[1]} (sm_{cap[0]}{cap[1]}) is not covered by this build "
-        f"({have}): build with MAMBA_CUDA_ARCHS='{cap[0]}{cap[1]}' or install a wheel that includes it"
+        f"({have})"
     )
 
 

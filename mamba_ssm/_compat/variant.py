@@ -1,11 +1,11 @@
-"""The wheel variant key: which torch build, accelerator and C++ ABI a compiled wheel serves.
+r"""The wheel variant key: which torch build, accelerator and C++ ABI a compiled wheel serves.
 
 A wheel of ``mamba_ssm`` with the compiled module ``_C`` only works with the torch build it was
 compiled against, so each wheel carries its variant in the PEP 440 *local version label* of its
 version, in the file name and in METADATA alike (setup.py appends ``MAMBA_LOCAL_VERSION``)::
 
     mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_28_x86_64.whl
-                    \\__/\\_______/\\____________/ \\__/ \\__/ \\____________________/
+                    \__/\_______/\____________/ \__/ \__/ \____________________/
                     accel torch    C++ ABI       python abi platform tag (what auditwheel grants)
 
 Label grammar (ours; upstream's CUDA labels ``cu12torch2.6cxx11abiTRUE`` have the same shape)::
@@ -30,22 +30,23 @@ Pure Python: imports neither torch nor ``mamba_ssm/__init__``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-__all__ = ["VariantKey", "VariantError", "DIST_NAME", "split_wheel_filename"]
+__all__ = ["DIST_NAME", "VariantError", "VariantKey", "split_wheel_filename"]
 
 DIST_NAME = "mamba_ssm"
 
 _ACCEL_RE = re.compile(r"^(?:cu(?P<cu>\d+)|rocm(?P<rocm>\d+\.\d+)|(?P<cpu>cpu))$")
 _OURS_RE = re.compile(
-    r"^(?P<accel>cu\d+|rocm\d+\.\d+|cpu)torch(?P<torch>.+)cxx11abi(?P<abi>true|false)$", re.I
+    r"^(?P<accel>cu\d+|rocm\d+\.\d+|cpu)torch(?P<torch>.+)cxx11abi(?P<abi>true|false)$", re.IGNORECASE
 )
-_HIP_RE = re.compile(r"^hip(?P<major>\d)(?P<minor>\d+)$", re.I)
+_HIP_RE = re.compile(r"^hip(?P<major>\d)(?P<minor>\d+)$", re.IGNORECASE)
 _MAJOR_MINOR_RE = re.compile(r"^\d+\.\d+$")
 _LOCAL_SEP = ".local."
 
@@ -158,7 +159,7 @@ class VariantKey:
         return int(self.accelerator[2:]) if self.accelerator.startswith("cu") else None
 
     @property
-    def rocm(self) -> Optional[tuple]:
+    def rocm(self) -> Optional[Tuple[int, int]]:
         if not self.accelerator.startswith("rocm"):
             return None
         major, minor = self.accelerator[4:].split(".")
@@ -170,7 +171,7 @@ class VariantKey:
         if self.upstream_label is not None:
             return self.upstream_label
         abi = "TRUE" if self.cxx11abi else "FALSE"
-        return f"{self.accelerator}torch{_encode_torch(self.torch)}cxx11abi{abi}"
+        return f"{self.accelerator}torch{_encode_torch(self.torch or '')}cxx11abi{abi}"
 
     @property
     def normalized_label(self) -> str:
@@ -181,23 +182,20 @@ class VariantKey:
     def tags(self) -> str:
         return f"{self.python_tag}-{self.abi_tag}-{self.platform_tag}"
 
-    def with_tags(self, **tags: str) -> "VariantKey":
+    def with_tags(
+        self, python_tag: str | None = None, abi_tag: str | None = None, platform_tag: str | None = None
+    ) -> VariantKey:
         """A copy with other python_tag / abi_tag / platform_tag."""
-        fields = dict(
-            torch=self.torch,
-            accelerator=self.accelerator,
-            cxx11abi=self.cxx11abi,
-            python_tag=self.python_tag,
-            abi_tag=self.abi_tag,
-            platform_tag=self.platform_tag,
-            upstream_label=self.upstream_label,
+        return dataclasses.replace(
+            self,
+            python_tag=python_tag or self.python_tag,
+            abi_tag=abi_tag or self.abi_tag,
+            platform_tag=platform_tag or self.platform_tag,
         )
-        fields.update(tags)
-        return VariantKey(**fields)
 
     # -- parsing -------------------------------------------------------------------------------
     @classmethod
-    def from_local_label(cls, label: str, **tags: Any) -> "VariantKey":
+    def from_local_label(cls, label: str, **tags: Any) -> VariantKey:
         """Parse a local version label (ours or upstream's; case-insensitive, '+' optional).
 
         ``tags`` sets python_tag / abi_tag / platform_tag.  Raises VariantError naming the label.
@@ -231,7 +229,7 @@ class VariantKey:
         )
 
     @classmethod
-    def from_wheel_filename(cls, name: str) -> "VariantKey":
+    def from_wheel_filename(cls, name: str) -> VariantKey:
         """The key of a wheel file name (ours or upstream's).  Raises VariantError naming it."""
         _dist, version, python_tag, abi_tag, platform_tag = split_wheel_filename(name)
         local = Version(version).local
@@ -245,7 +243,7 @@ class VariantKey:
     @classmethod
     def from_torch(
         cls, build: Any, python_tag: str = "cp39", abi_tag: str = "abi3", platform_tag: str = "linux_x86_64"
-    ) -> "VariantKey":
+    ) -> VariantKey:
         """The key a given torch needs.
 
         ``build`` is a ``mamba_ssm._compat.versions.TorchBuild`` (or anything with ``version``,
@@ -308,7 +306,7 @@ class VariantKey:
         return f"{self.local_label} ({self.tags})"
 
 
-def split_wheel_filename(name: str) -> tuple:
+def split_wheel_filename(name: str) -> Tuple[str, str, str, str, str]:
     """Split a wheel file name into (distribution, version, python_tag, abi_tag, platform_tag).
 
     Accepts a path (the directory part is ignored).  Raises VariantError naming the file when it is

@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
 __all__ = [
     "TorchBuild",
-    "parse_rocm_version",
-    "parse_nvcc_version",
-    "parse_hipcc_version",
-    "parse_cuda_version",
     "cuda_from_local_label",
+    "parse_cuda_version",
+    "parse_hipcc_version",
+    "parse_nvcc_version",
+    "parse_rocm_version",
     "rocm_from_local_label",
 ]
 
@@ -71,7 +71,7 @@ def parse_rocm_version(text: str) -> Tuple[int, int]:
 
 
 def parse_hipcc_version(text: str) -> Tuple[int, int]:
-    """Parse the output of ``hipcc --version`` (``"HIP version: 5.2.21153-0\\n..."``) -> ``(5, 2)``.
+    r"""Parse the output of ``hipcc --version`` (``"HIP version: 5.2.21153-0\n..."``) -> ``(5, 2)``.
 
     Raises ``ValueError`` naming the text when it carries no ``HIP version:`` line.
     """
@@ -243,13 +243,15 @@ class TorchBuild:
         return "cpu"
 
     @classmethod
-    def from_torch(cls, torch_module=None) -> "TorchBuild":
+    def from_torch(cls, torch_module: Any = None) -> TorchBuild:
         """The build of the torch in this process (imports torch lazily; never initialises CUDA).
 
         Raises ``ImportError`` when torch is not installed.
         """
         if torch_module is None:
-            import torch as torch_module  # noqa: PLC0415 - lazy on purpose
+            import torch  # only when asked about the torch of this process
+
+            torch_module = torch
         version = getattr(torch_module, "version", None)
         abi = getattr(getattr(torch_module, "_C", None), "_GLIBCXX_USE_CXX11_ABI", None)
         return cls(

@@ -38,7 +38,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, TypeVar
+
+from .._compat.textenum import TextEnum
 
 __all__ = [
     "FetchError",
@@ -53,19 +55,43 @@ __all__ = [
     "sha256_file",
 ]
 
+_T = TypeVar("_T")
 CHUNK = 1 << 20
 USER_AGENT = "mamba-ssm-resolver/1"
 
 
+class FetchErrorKind(TextEnum):
+    """Why a download failed for good (the resolver records it in ``error_kind``)."""
+
+    NOT_FOUND = "not-found"  # HTTP 404/410, no such file
+    HTTP = "http"  # another HTTP error status
+    NETWORK = "network"  # the connection failed or broke
+    TIMEOUT = "timeout"  # no data within the read timeout
+    DEADLINE = "deadline"  # the whole download took longer than its deadline
+    TRUNCATED = "truncated"  # the body ended early
+    INVALID = "invalid"  # a body the caller could not use
+    TLS = "tls"  # certificate verification or another TLS failure
+    DNS = "dns"  # the host name does not resolve
+    SIZE = "size"  # more bytes than expected or allowed
+    HASH = "hash"  # the sha256 differs from the expected one
+    URL = "url"  # a malformed URL or an unsafe file name
+    LOCAL = "local"  # writing the cache failed
+    OS = "os"  # another OS error while fetching (recorded by the resolver)
+    METADATA = "metadata"  # the file's contents disagree with its name (recorded by the resolver)
+
+
 class FetchError(RuntimeError):
-    """A download failed for good. ``kind``: ``not-found``, ``http``, ``network``, ``timeout``,
-    ``deadline``, ``truncated``, ``invalid`` (a body the caller could not parse), ``tls``, ``dns``,
-    ``size``, ``hash``, ``url``, ``local`` (writing the cache failed); the message names the URL.
+    """A download failed for good: ``kind`` says why; the message names the URL.
     ``retry_after``: the seconds an HTTP 429/503 asked to wait, or None."""
 
     def __init__(
-        self, kind: str, url: str, message: str, transient: bool = False, retry_after: Optional[float] = None
-    ):
+        self,
+        kind: FetchErrorKind,
+        url: str,
+        message: str,
+        transient: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(f"{url}: {message}")
         self.kind, self.url, self.transient, self.retry_after = kind, url, transient, retry_after
 
@@ -90,7 +116,7 @@ class HttpSettings:
         return self.connect_timeout + self.read_timeout + size / self.min_rate
 
     @classmethod
-    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "HttpSettings":
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> HttpSettings:
         """Read ``MAMBA_HTTP_*``; a value that is not a number raises ValueError naming it."""
         environ = os.environ if environ is None else environ
         out = cls()
@@ -172,35 +198,39 @@ def _classify(exc: BaseException, url: str) -> FetchError:
         )
         with contextlib.suppress(Exception):
             exc.close()  # the error holds the connection open
-        if code == 404 or code == 410:
-            return FetchError("not-found", url, f"HTTP {code} (not on the index)")
+        if code in (404, 410):
+            return FetchError(FetchErrorKind.NOT_FOUND, url, f"HTTP {code} (not on the index)")
         transient = code >= 500 or code in (408, 429)
-        return FetchError("http", url, f"HTTP {code} {exc.reason}", transient, retry_after=retry_after)
-    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-    if isinstance(reason, ssl.SSLCertVerificationError) or isinstance(reason, ssl.SSLError):
         return FetchError(
-            "tls",
+            FetchErrorKind.HTTP, url, f"HTTP {code} {exc.reason}", transient, retry_after=retry_after
+        )
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, ssl.SSLError):  # SSLCertVerificationError included
+        return FetchError(
+            FetchErrorKind.TLS,
             url,
             f"TLS failure ({reason}); if a proxy or private CA re-signs traffic, point SSL_CERT_FILE or "
             f"PIP_CERT at its CA bundle",
         )
     if isinstance(reason, FileNotFoundError):
-        return FetchError("not-found", url, f"no such file ({reason.strerror})")
+        return FetchError(FetchErrorKind.NOT_FOUND, url, f"no such file ({reason.strerror})")
     if isinstance(reason, socket.gaierror):
         return FetchError(
-            "dns",
+            FetchErrorKind.DNS,
             url,
             f"cannot resolve the host ({reason}); offline? set MAMBA_WHEEL_INDEX "
             f"to a local mirror (`python -m build_matrix mirror`, from the sdist or a "
             f"checkout; the resolver's message says how)",
         )
     if isinstance(reason, (socket.timeout, TimeoutError)):
-        return FetchError("timeout", url, f"timed out ({reason or 'no data'})", True)
+        return FetchError(FetchErrorKind.TIMEOUT, url, f"timed out ({reason or 'no data'})", True)
     if isinstance(reason, http.client.IncompleteRead):
-        return FetchError("truncated", url, f"the body ended early ({len(reason.partial)} bytes read)", True)
+        return FetchError(
+            FetchErrorKind.TRUNCATED, url, f"the body ended early ({len(reason.partial)} bytes read)", True
+        )
     if isinstance(reason, (ConnectionError, http.client.HTTPException, OSError)):
-        return FetchError("network", url, f"{type(reason).__name__}: {reason}", True)
-    return FetchError("network", url, f"{type(reason).__name__}: {reason}", False)
+        return FetchError(FetchErrorKind.NETWORK, url, f"{type(reason).__name__}: {reason}", True)
+    return FetchError(FetchErrorKind.NETWORK, url, f"{type(reason).__name__}: {reason}", False)
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:
@@ -216,8 +246,6 @@ def _retry_after(value: Optional[str]) -> Optional[float]:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
-    if when is None:
-        return None
     import datetime
 
     if when.tzinfo is None:
@@ -225,14 +253,16 @@ def _retry_after(value: Optional[str]) -> Optional[float]:
     return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
 
 
-def _socket_of(resp):
+def _socket_of(resp: Any) -> Any:
+    """The socket under an HTTP response (None for a file:// one): its read timeout is set per read."""
     with contextlib.suppress(AttributeError):
         return resp.fp.raw._sock
     return None
 
 
-def _open(url: str, settings: HttpSettings, environ: Mapping[str, str]):
-    req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+def _open(url: str, settings: HttpSettings, environ: Mapping[str, str]) -> Any:
+    # http(s) or file only: index_url() refuses any other scheme
+    req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})  # noqa: S310
     resp = _opener(environ, url).open(req, timeout=settings.connect_timeout)
     sock = _socket_of(resp)
     with contextlib.suppress(AttributeError, OSError):  # reads get their own timeout
@@ -262,10 +292,14 @@ def _stream(
             length = resp.headers.get("Content-Length") if hasattr(resp, "headers") else None
             announced = int(length) if length is not None and length.strip().isdigit() else None
             if announced is not None and exact is not None and announced != exact:
-                raise FetchError("size", url, f"the server announces {length} bytes, the index says {exact}")
+                raise FetchError(
+                    FetchErrorKind.SIZE, url, f"the server announces {length} bytes, the index says {exact}"
+                )
             if announced is not None and announced > max_bytes:
                 raise FetchError(
-                    "size", url, f"the server announces {announced} bytes, over the {max_bytes} limit"
+                    FetchErrorKind.SIZE,
+                    url,
+                    f"the server announces {announced} bytes, over the {max_bytes} limit",
                 )
             expected = exact if exact is not None else announced
             budget = settings.deadline_for(expected if expected is not None else max_bytes)
@@ -287,14 +321,14 @@ def _stream(
                 total += len(chunk)
                 if total > max_bytes:
                     raise FetchError(
-                        "size", url, f"more than {max_bytes} bytes (the expected size): refusing"
+                        FetchErrorKind.SIZE, url, f"more than {max_bytes} bytes (the expected size): refusing"
                     )
                 sink(chunk)
     except FetchError:
         raise
     except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
         if isinstance(exc, ValueError) and not isinstance(exc, urllib.error.URLError):
-            raise FetchError("url", url, f"bad URL ({exc})") from None
+            raise FetchError(FetchErrorKind.URL, url, f"bad URL ({exc})") from None
         timed_out = isinstance(exc, (socket.timeout, TimeoutError)) or isinstance(
             getattr(exc, "reason", None), (socket.timeout, TimeoutError)
         )
@@ -302,16 +336,19 @@ def _stream(
             raise _past_deadline(url, budget, total, expected, settings) from None
         raise _classify(exc, url) from None
     if expected is not None and total < expected:
-        raise FetchError("truncated", url, f"the body ended after {total} of {expected} bytes", True)
+        raise FetchError(
+            FetchErrorKind.TRUNCATED, url, f"the body ended after {total} of {expected} bytes", True
+        )
     return total
 
 
 def _past_deadline(
-    url: str, budget: float, total: int, expected: Optional[int], settings: HttpSettings
+    url: str, budget: float | None, total: int, expected: Optional[int], settings: HttpSettings
 ) -> FetchError:
     of = f" of {expected}" if expected is not None else ""
+    budget = budget or 0.0  # called only with a deadline
     return FetchError(
-        "deadline",
+        FetchErrorKind.DEADLINE,
         url,
         f"still downloading after {budget:.0f} s ({total}{of} bytes received; the deadline is "
         f"MAMBA_HTTP_CONNECT_TIMEOUT={settings.connect_timeout:g} s + MAMBA_HTTP_READ_TIMEOUT="
@@ -330,7 +367,7 @@ def local_error(exc: OSError, folder: str) -> FetchError:
     except OSError:
         free = "free space unknown"
     return FetchError(
-        "local",
+        FetchErrorKind.LOCAL,
         folder,
         f"could not write the download into the cache ({exc.strerror or exc}; {free}): free space, or set "
         f"MAMBA_SSM_CACHE_DIR to a writable folder with room for the wheel",
@@ -339,11 +376,11 @@ def local_error(exc: OSError, folder: str) -> FetchError:
 
 def _with_retries(
     url: str,
-    attempt: Callable[[], object],
+    attempt: Callable[[], _T],
     settings: HttpSettings,
     sleep: Callable[[float], None],
     log: Optional[Callable[[str], None]],
-):
+) -> _T:
     for n in range(settings.retries + 1):
         try:
             return attempt()
@@ -397,7 +434,9 @@ def fetch_bytes(
             try:
                 check(bytes(buf))
             except ValueError as exc:
-                raise FetchError("invalid", url, f"the body cannot be used ({exc})", True) from None
+                raise FetchError(
+                    FetchErrorKind.INVALID, url, f"the body cannot be used ({exc})", True
+                ) from None
         return bytes(buf)
 
     return _with_retries(url, attempt, settings, sleep, log)
@@ -474,7 +513,7 @@ def fetch_wheel(
     environ = os.environ if environ is None else environ
     settings = settings or HttpSettings.from_env(environ)
     if "/" in filename or "\\" in filename or filename.startswith("."):
-        raise FetchError("url", url, f"unsafe file name {filename!r}")
+        raise FetchError(FetchErrorKind.URL, url, f"unsafe file name {filename!r}")
     folder = os.path.join(cache or cache_dir(environ), "wheels", sha256.lower())
     try:
         os.makedirs(folder, exist_ok=True)
@@ -522,7 +561,7 @@ def fetch_wheel(
                 got = h.hexdigest()
                 if got != sha256.lower():
                     raise FetchError(
-                        "hash",
+                        FetchErrorKind.HASH,
                         url,
                         f"sha256 {got} does not match the expected {sha256.lower()}: the file was discarded",
                     )

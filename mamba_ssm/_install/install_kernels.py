@@ -17,53 +17,66 @@ Air-gapped machines: ``python -m mamba_ssm install-kernels --print-env > env.jso
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
 import sys
-from typing import List, Optional
+from typing import Callable
 
-from .decision import dist_info_identity, read_decision, record_belongs_to_install, write_decision
+from .._advice import recorded_index
 from .environment import DetectionError, detect
-from .fixes import recorded_index
+from .record import (
+    InstallMode,
+    RecordError,
+    ResolutionStatus,
+    dist_info_identity,
+    ownership,
+    read_record,
+    write_record,
+)
 from .resolve import resolve
 
 __all__ = ["main"]
 
+EXIT_INSTALLED = 0
+EXIT_NO_CANDIDATE = 1
+EXIT_ERROR = 2
+
 
 def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
     try:
-        from importlib.metadata import version
-
-        from packaging.version import Version
-
         return Version(version("mamba-ssm")).public
-    except Exception:
+    except PackageNotFoundError:  # a source checkout
         from .._version import __version__
 
         return __version__
 
 
-def _recorded_index(prefix: Optional[str]) -> Optional[str]:
-    """The wheel index the recorded decision of this install used, when it was not the release index
-    and MAMBA_WHEEL_INDEX does not name one now (None: the resolver's default applies)."""
+def _recorded_index(prefix: str | None) -> str | None:
+    """The wheel index the record of this install used, when it was not the release index and
+    MAMBA_WHEEL_INDEX does not name one now (None: the resolver's default applies)."""
     if os.environ.get("MAMBA_WHEEL_INDEX"):
         return None
     try:
-        rec = read_decision(prefix)
-        if not rec or not record_belongs_to_install(rec)[0]:
-            return None
-    except Exception:  # an unreadable record gives no index
+        rec = read_record(prefix)
+    except RecordError:  # an unreadable record gives no index
+        return None
+    if rec is None or not ownership(rec).current:
         return None
     return recorded_index(rec)
 
 
-def _pip_command(wheel: str) -> List[str]:
+def _pip_command(wheel: str) -> list[str]:
     args = ["install", "--no-deps", "--force-reinstall", "--no-cache-dir", wheel]
-    probe = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True)
+    probe = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, check=False)
     if probe.returncode == 0:
-        return [sys.executable, "-m", "pip"] + args
+        return [sys.executable, "-m", "pip", *args]
     uv = shutil.which("uv")
     if uv:
         return [
@@ -80,9 +93,13 @@ def _pip_command(wheel: str) -> List[str]:
     raise RuntimeError(f"neither pip nor uv is available to install {wheel}; install it with your installer")
 
 
-def main(argv: Optional[List[str]] = None, prog: str = "python -m mamba_ssm install-kernels") -> int:
+def _log(text: str) -> None:
+    print(f"[install-kernels] {text}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m mamba_ssm install-kernels") -> int:
     """Entry point (``python -m mamba_ssm install-kernels [--index URL] [--dry-run] [--json]``)."""
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
         "--index",
         help="wheel index URL or path (default: MAMBA_WHEEL_INDEX, else the index this install "
@@ -101,14 +118,14 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m mamba_ssm inst
     version = args.version or _installed_version()
     try:
         env = detect(python=sys.executable)
-        env.target_source = "install-kernels: this interpreter"
     except DetectionError as exc:
         print(f"install-kernels: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
+    env.target_source = "install-kernels: this interpreter"
     if args.print_env:
         print(env.to_json())
-        return 0
-    log = (lambda t: print(f"[install-kernels] {t}", file=sys.stderr)) if not args.json else None
+        return EXIT_INSTALLED
+    log: Callable[[str], None] | None = None if args.json else _log
     index = args.index or _recorded_index(env.prefix)
     if index and log:
         log(
@@ -116,49 +133,50 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m mamba_ssm inst
             f"choose another"
         )
     res = resolve(version, index=index, env=env, log=log)
-    code = 0
-    final = "install-kernels"
-    if res.status == "prebuilt" and not args.dry_run:
+    code = EXIT_INSTALLED
+    message = res.message
+    final: InstallMode | None = InstallMode.INSTALL_KERNELS
+    if res.status is ResolutionStatus.PREBUILT and res.wheel_path and not args.dry_run:
         try:
             cmd = _pip_command(res.wheel_path)
-            print(f"[install-kernels] {' '.join(cmd)}", file=sys.stderr)
-            proc = subprocess.run(cmd)
+            _log(" ".join(cmd))
+            proc = subprocess.run(cmd, check=False)
             if proc.returncode != 0:
-                res.message += f" Installing it failed (exit {proc.returncode})."
-                code, final = 2, "error"
+                message += f" Installing it failed (exit {proc.returncode})."
+                code, final = EXIT_ERROR, InstallMode.ERROR
         except RuntimeError as exc:
-            res.message += f" {exc}"
-            code, final = 2, "error"
-    elif res.status == "prebuilt":
-        final = "dry-run"
-    elif res.status == "no-candidate":
-        code = 1
+            message += f" {exc}"
+            code, final = EXIT_ERROR, InstallMode.ERROR
+    elif res.status is ResolutionStatus.PREBUILT:
+        final = None  # a dry run records nothing
+    elif res.status is ResolutionStatus.NO_CANDIDATE:
+        code, final = EXIT_NO_CANDIDATE, InstallMode.NO_CANDIDATE
     else:
-        code = 2
-    if final != "dry-run":
-        rec = res.record()
-        rec["final_mode"] = final if res.status == "prebuilt" else res.status
-        ident = dist_info_identity()  # the install as pip left it: doctor checks the record against it
-        if ident:
-            rec["install"] = ident
+        code = EXIT_ERROR
+        final = InstallMode.DEFERRED if res.status is ResolutionStatus.DEFERRED else InstallMode.ERROR
+    if final is not None:
+        # the install as pip left it: doctor checks the record against it
+        rec = dataclasses.replace(
+            res.record(), final_mode=final, message=message, install=dist_info_identity()
+        )
         try:
-            write_decision(rec, env.prefix)
+            write_record(rec, env.prefix)
         except OSError as exc:
-            print(f"[install-kernels] could not record the decision: {exc}", file=sys.stderr)
+            _log(f"could not record the decision: {exc}")
     if args.json:
         print(
             json.dumps(
                 {
-                    "status": res.status,
+                    "status": str(res.status),
                     "wheel": res.wheel_path,
-                    "message": res.message,
-                    "decision": res.decision.to_dict() if res.decision else None,
+                    "message": message,
+                    "decision": res.selection.summary().to_dict() if res.selection else None,
                 },
                 indent=1,
             )
         )
     else:
-        print(res.message)
+        print(message)
     return code
 
 

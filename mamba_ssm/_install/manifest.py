@@ -33,16 +33,20 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
+from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from .._compat.buildinfo import BuildInfo
+
 __all__ = [
-    "ManifestError",
-    "WheelEntry",
-    "Manifest",
-    "PINNED_HASHES_FILE",
-    "load_pinned_hashes",
     "MAX_MANIFEST_BYTES",
+    "PINNED_HASHES_FILE",
     "SCHEMA",
+    "Manifest",
+    "ManifestError",
+    "Pin",
+    "WheelEntry",
+    "load_pinned_hashes",
 ]
 
 SCHEMA = 1
@@ -91,15 +95,26 @@ class WheelEntry:
         return f"{self.variant}/{PROJECT}/{self.filename}"
 
     @property
-    def tags(self):
+    def tags(self) -> frozenset[Tag]:
         """The wheel's tags (a frozenset of ``packaging.tags.Tag``)."""
         return parse_wheel_filename(self.filename)[3]
 
     def to_dict(self) -> Dict[str, Any]:
+        """The manifest entry's JSON object."""
         return asdict(self)
 
+    def build(self) -> BuildInfo | None:
+        """The wheel's build info, typed (None for a pure-Python wheel).
+
+        Raises:
+            BuildInfoError: the recorded build info is not a valid record.
+        """
+        if self.build_info is None:
+            return None
+        return BuildInfo.from_json(json.dumps(self.build_info))
+
     @classmethod
-    def from_dict(cls, data: Any, where: str = "entry") -> "WheelEntry":
+    def from_dict(cls, data: Any, where: str = "entry") -> WheelEntry:
         """Validate one manifest entry. Raises ManifestError naming ``where`` and the field."""
         if not isinstance(data, Mapping):
             raise ManifestError(f"{where}: expected an object, got {type(data).__name__}")
@@ -174,7 +189,7 @@ class Manifest:
         )
 
     @classmethod
-    def from_json(cls, text: Any, source: str = "manifest") -> "Manifest":
+    def from_json(cls, text: Any, source: str = "manifest") -> Manifest:
         """Parse and validate (bytes or str). Raises ManifestError naming ``source`` and the fault."""
         if isinstance(text, (bytes, bytearray)):
             if len(text) > MAX_MANIFEST_BYTES:
@@ -204,9 +219,18 @@ class Manifest:
         return cls(wheels=entries, schema=schema, project=data.get("project", PROJECT))
 
 
-def load_pinned_hashes(path: Optional[str] = None) -> Optional[Dict[str, Dict[str, Any]]]:
-    """The hashes pinned into the sdist at release: ``{filename: {"sha256": hex, "size": bytes}}``,
-    or None when the file is absent (a development checkout: the manifest's own hashes are used).
+@dataclass(frozen=True)
+class Pin:
+    """A wheel's sha256 (lower-case hex) and size in bytes (None: not recorded), pinned into the sdist."""
+
+    sha256: str
+    size: int | None = None
+
+
+def load_pinned_hashes(path: str | None = None) -> dict[str, Pin] | None:
+    """The hashes pinned into the sdist at release (``pinned_hashes.json``: ``{"wheels": {filename:
+    {"sha256": hex, "size": bytes}}}``) by file name, or None when the file is absent (a development
+    checkout: the manifest's own hashes are used).
 
     Raises ManifestError when the file exists but is malformed (a broken sdist must not silently
     disable the check).
@@ -229,5 +253,6 @@ def load_pinned_hashes(path: Optional[str] = None) -> Optional[Dict[str, Dict[st
         _safe_component(name, f"{path}: filename")
         if not isinstance(rec, dict) or not _SHA256.match(str(rec.get("sha256", "")).lower()):
             raise ManifestError(f"{path}: {name}: sha256 missing or not 64 hex digits")
-        out[name] = {"sha256": rec["sha256"].lower(), "size": rec.get("size")}
+        size = rec.get("size")
+        out[name] = Pin(rec["sha256"].lower(), size if isinstance(size, int) else None)
     return out

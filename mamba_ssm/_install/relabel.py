@@ -35,7 +35,7 @@ from typing import Optional
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-__all__ = ["relabel_wheel", "VARIANT_FILE"]
+__all__ = ["VARIANT_FILE", "relabel_wheel"]
 
 VARIANT_FILE = "mamba_ssm_variant.json"
 
@@ -51,7 +51,7 @@ def relabel_wheel(src: str, version: str, out_dir: str, sha256: Optional[str] = 
     Raises ValueError naming the wheel when it has no METADATA/RECORD or a malformed name.
     """
     name = os.path.basename(src)
-    dist, old, build, _tags = parse_wheel_filename(name)
+    _dist, old, build, _tags = parse_wheel_filename(name)
     new = Version(version)
     if new == old and str(new) == str(old):
         return src

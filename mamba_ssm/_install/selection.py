@@ -1,6 +1,6 @@
 """Selection: which wheel of a manifest serves a target environment; a pure function.
 
-``select(env, manifest, sdist_version)`` checks every wheel and returns a :class:`Decision`: the
+``select(env, manifest, sdist_version)`` checks every wheel and returns a :class:`Selection`: the
 chosen wheel, the ranked compatible candidates, and each rejected wheel with its reasons. Rules:
 
 * the wheel's version equals the sdist's (local version label ignored);
@@ -15,43 +15,47 @@ chosen wheel, the ranked compatible candidates, and each rejected wheel with its
 * every visible GPU is covered (``mamba_ssm._compat.archs.coverage``; ROCm: its gfx target is built);
 * with hashes pinned into the sdist, the wheel is one of them with the same sha256.
 
-No wheel passing is a result of its own (``Decision.chosen is None``, ``status == "no-candidate"``);
-what to do then (source build / pure-Python package / error) is the caller's business.
+No wheel passing is a result of its own (``Selection.chosen is None``, status ``no-candidate``); what
+to do then (source build / pure-Python package / error) is the caller's business.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
 
-from packaging.tags import Tag
 from packaging.version import InvalidVersion, Version
 
+from .._advice import gpu_unservable
 from .._compat.archs import coverage
 from .._compat.buildinfo import BuildInfo, BuildInfoError, incompatibilities
 from .environment import Environment
-from .manifest import Manifest, WheelEntry
+from .manifest import Manifest, Pin, WheelEntry
+from .record import Rejection, SelectionStatus, SelectionSummary
 from .wheelmeta import requires_python_problem
 
+if TYPE_CHECKING:
+    from .._compat.versions import TorchBuild
+
 __all__ = [
-    "served_by",
-    "Decision",
-    "select",
     "CUDA_MAJOR_MIN_DRIVER",
     "TOOLKIT_DRIVER",
+    "Selection",
     "min_driver_for_toolkit",
     "parse_driver_version",
+    "select",
+    "served_by",
 ]
 
 #: Minimum Linux driver for any toolkit of a CUDA major (CUDA minor-version compatibility), from
 #: NVIDIA's CUDA Toolkit release notes ("CUDA Toolkit and Minimum Required Driver Version for CUDA
 #: Minor Version Compatibility").
-CUDA_MAJOR_MIN_DRIVER: Dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "580"}
+CUDA_MAJOR_MIN_DRIVER: dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "580"}
 
 #: Linux driver shipped with each toolkit (the same release notes, "CUDA Toolkit and Corresponding
 #: Driver Versions"): PTX from that toolkit needs at least this driver to JIT-compile.
-TOOLKIT_DRIVER: Dict[Tuple[int, int], str] = {
+TOOLKIT_DRIVER: dict[tuple[int, int], str] = {
     (11, 0): "450.36.06",
     (11, 1): "455.23",
     (11, 2): "460.27.03",
@@ -76,7 +80,7 @@ TOOLKIT_DRIVER: Dict[Tuple[int, int], str] = {
 _ARCH_RE = re.compile(r"(x86_64|aarch64|i686|ppc64le|s390x|armv7l|riscv64|arm64|universal2)$")
 
 
-def parse_driver_version(text: str) -> Tuple[int, ...]:
+def parse_driver_version(text: str) -> tuple[int, ...]:
     """``"580.65.06"`` -> ``(580, 65, 6)``. Raises ValueError naming the text."""
     m = re.match(r"^\s*(\d+(?:\.\d+)*)", str(text))
     if not m:
@@ -84,7 +88,7 @@ def parse_driver_version(text: str) -> Tuple[int, ...]:
     return tuple(int(x) for x in m.group(1).split("."))
 
 
-def min_driver_for_toolkit(toolkit: Tuple[int, int]) -> Tuple[str, bool]:
+def min_driver_for_toolkit(toolkit: tuple[int, int]) -> tuple[str, bool]:
     """(the driver PTX of ``toolkit`` (major, minor) needs, exact?) — an unknown minor takes the
     nearest older known toolkit of the same major (exact False); an unknown major the newest known."""
     if toolkit in TOOLKIT_DRIVER:
@@ -95,53 +99,51 @@ def min_driver_for_toolkit(toolkit: Tuple[int, int]) -> Tuple[str, bool]:
     return TOOLKIT_DRIVER[max(TOOLKIT_DRIVER)], False
 
 
-@dataclass
-class Decision:
+@dataclass(frozen=True)
+class Selection:
     """The result of :func:`select`.
 
-    ``status``: ``"chosen"``, ``"no-candidate"`` (no wheel fits: see ``rejected``) or ``"no-torch"``
-    (torch is not in the target, nothing to match). ``candidates`` are the compatible wheels, best
-    first (``chosen`` is ``candidates[0]``); ``rejected`` is ``[(filename, reason)]``, nearest first;
-    ``looked_for`` says what a fitting wheel would be.
+    ``candidates`` are the compatible wheels, best first (``chosen`` is ``candidates[0]``); ``rejected``
+    the others with their reasons, nearest first; ``looked_for`` says what a fitting wheel would be;
+    ``served`` what the index's wheels serve, one line per distinct target (:func:`served_by`);
+    ``gpu_unservable`` each visible GPU that no build for the target's torch can run on (older than
+    every arch its CUDA's toolkit targets): why, and the real fix (:func:`mamba_ssm._advice.gpu_unservable`).
     """
 
-    status: str
-    chosen: Optional[WheelEntry]
-    candidates: List[WheelEntry]
-    rejected: List[Tuple[str, str]]
+    status: SelectionStatus
+    chosen: WheelEntry | None
+    candidates: tuple[WheelEntry, ...]
+    rejected: tuple[Rejection, ...]
     looked_for: str
-    notes: List[str] = field(default_factory=list)
-    #: what the index's wheels serve, one line per distinct target (``served_by`` of each wheel):
-    #: the torches, accelerators, ABIs and tags a fitting install needs.
-    served: List[str] = field(default_factory=list)
-    #: for each visible GPU that no build for the target's torch can run on (older than every arch its
-    #: CUDA's toolkit targets): why, and the real fix (``fixes.gpu_unservable``)
-    gpu_unservable: List[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
+    served: tuple[str, ...] = ()
+    gpu_unservable: tuple[str, ...] = ()
 
-    def to_dict(self) -> Dict[str, Any]:
-        return {
-            "served": list(self.served),
-            "gpu_unservable": list(self.gpu_unservable),
-            "status": self.status,
-            "chosen": self.chosen.filename if self.chosen else None,
-            "candidates": [c.filename for c in self.candidates],
-            "rejected": [{"filename": f, "reason": r} for f, r in self.rejected],
-            "looked_for": self.looked_for,
-            "notes": list(self.notes),
-        }
+    def summary(self) -> SelectionSummary:
+        """What the install record keeps of it (file names instead of entries)."""
+        return SelectionSummary(
+            status=self.status,
+            chosen=self.chosen.filename if self.chosen else None,
+            candidates=tuple(c.filename for c in self.candidates),
+            rejected=self.rejected,
+            looked_for=self.looked_for,
+            notes=self.notes,
+            served=self.served,
+            gpu_unservable=self.gpu_unservable,
+        )
 
     def explain(self, limit: int = 3) -> str:
         """One paragraph: what was looked for, the outcome, the nearest rejected wheels and why."""
-        if self.status == "chosen":
+        if self.status is SelectionStatus.CHOSEN and self.chosen is not None:
             text = f"Looked for {self.looked_for}; chose {self.chosen.filename}"
             if len(self.candidates) > 1:
                 text += f" (best of {len(self.candidates)} compatible wheels)"
             text += "."
-        elif self.status == "no-torch":
+        elif self.status is SelectionStatus.NO_TORCH:
             text = f"Looked for {self.looked_for}: torch is not installed in the target environment."
         else:
             text = f"Looked for {self.looked_for}; no wheel of the index fits."
-        if self.rejected and self.status != "chosen":
+        if self.rejected and self.status is not SelectionStatus.CHOSEN:
             near = "; ".join(f"{f}: {r}" for f, r in self.rejected[:limit])
             more = len(self.rejected) - limit
             text += f" Nearest: {near}" + (f" (and {more} more rejected)." if more > 0 else ".")
@@ -150,12 +152,12 @@ class Decision:
         return text
 
 
-def _arch_of(platform_tag: str) -> Optional[str]:
+def _arch_of(platform_tag: str) -> str | None:
     m = _ARCH_RE.search(platform_tag)
     return m.group(1) if m else None
 
 
-def _tag_reason(entry: WheelEntry, env: Environment) -> Optional[str]:
+def _tag_reason(entry: WheelEntry, env: Environment) -> str | None:
     wheel_tags = entry.tags
     env_tags = set(env.tags)
     env_plats = env.platform_tags
@@ -167,7 +169,7 @@ def _tag_reason(entry: WheelEntry, env: Environment) -> Optional[str]:
     if any(str(t) in env_tags for t in wheel_tags) and not unrepaired_on_musl:
         return None
     env_arch = _arch_of(env_plats[0]) if env_plats else env.machine
-    wheel_arch = {_arch_of(p) for p in wheel_plats} - {None}
+    wheel_arch = {a for a in (_arch_of(p) for p in wheel_plats) if a}
     if wheel_arch and env_arch and env_arch not in wheel_arch:
         return (
             f"built for {', '.join(sorted(wheel_arch))} ({', '.join(wheel_plats)}) but the target is "
@@ -203,7 +205,7 @@ def _tag_rank(entry: WheelEntry, env: Environment) -> int:
     return min((order[str(t)] for t in entry.tags if str(t) in order), default=len(order))
 
 
-def _toolkit(info: BuildInfo) -> Optional[Tuple[int, int]]:
+def _toolkit(info: BuildInfo) -> tuple[int, int] | None:
     source = info.nvcc_version or info.torch_cuda
     if not source:
         return None
@@ -216,16 +218,14 @@ def _gfx_base(name: str) -> str:
 
 
 def _looked_for(env: Environment) -> str:
-    plat = next((p for p in env.platform_tags if not p.startswith("linux_")), None)
-    plat = plat or (env.platform_tags[0] if env.platform_tags else env.platform)
-    if env.torch is None or not env.torch.version:
+    plat = env.display_platform
+    if env.torch is None or not env.has_torch:
         return f"a wheel for Python {env.python_version} on {plat}"
-    label = None
     try:
-        from .._compat.variant import VariantKey
+        from .._compat.variant import VariantKey  # only to name the variant looked for
 
         label = VariantKey.from_torch(env.torch.build()).local_label
-    except Exception:  # unknown ABI or an odd version: describe it in words
+    except (ValueError, TypeError):  # unknown ABI or an odd version: describe it in words
         label = f"torch {env.torch.version}"
     gpus = ", ".join(
         f"sm_{g.capability.replace('.', '')}" if g.capability else (g.gfx or g.vendor) for g in env.gpus
@@ -238,15 +238,27 @@ def _looked_for(env: Environment) -> str:
     return text
 
 
+@dataclass
+class _Check:
+    """Why one wheel does not fit (``reasons``, empty when it does) and what ranks it."""
+
+    reasons: list[str] = field(default_factory=list)
+    jit: bool = False  # a visible GPU runs it only through PTX JIT
+    exact_torch: bool = False  # built with exactly the target's torch
+    gpu_only: bool = False  # every reason is about the driver or a GPU
+    notes: list[str] = field(default_factory=list)
+
+
 def _check(
-    entry: WheelEntry, env: Environment, sdist: Version, runtime, pinned
-) -> Tuple[List[str], Dict[str, Any]]:
-    reasons: List[str] = []
-    facts: Dict[str, Any] = {"jit": False, "exact_torch": False}
+    entry: WheelEntry, env: Environment, sdist: Version, runtime: TorchBuild, pinned: Mapping[str, Pin] | None
+) -> _Check:
+    out = _Check()
+    reasons = out.reasons
     try:
         wheel_version = Version(entry.version)
     except InvalidVersion:
-        return [f"version {entry.version!r} is not PEP 440"], facts
+        reasons.append(f"version {entry.version!r} is not PEP 440")
+        return out
     if wheel_version.public != sdist.public:
         reasons.append(f"version {wheel_version.public} is not this sdist's {sdist.public}")
     tag = _tag_reason(entry, env)
@@ -259,61 +271,27 @@ def _check(
         pin = pinned.get(entry.filename)
         if pin is None:
             reasons.append("not among the wheels whose sha256 is pinned in this sdist")
-        elif pin["sha256"] != entry.sha256:
+        elif pin.sha256 != entry.sha256:
             reasons.append(
                 f"the index's sha256 {entry.sha256[:12]}... differs from the one pinned in this sdist "
-                f"({pin['sha256'][:12]}...): refusing it"
+                f"({pin.sha256[:12]}...): refusing it"
             )
-    if entry.build_info is None:
-        reasons.append("carries no compiled module (pure-Python wheel)")
-        return reasons, facts
     try:
-        import json as _json
-
-        info = BuildInfo.from_json(_json.dumps(entry.build_info))
+        info = entry.build()
     except BuildInfoError as exc:
         reasons.append(f"unreadable build info ({exc})")
-        return reasons, facts
-    facts["exact_torch"] = info.torch_version == runtime.version
-    # The shared rule's sentences end in the generic fix; the decision's paragraph gives the fix once.
+        return out
+    if info is None:
+        reasons.append("carries no compiled module (pure-Python wheel)")
+        return out
+    out.exact_torch = info.torch_version == runtime.version
+    # The shared rule's sentences end in the generic fix; the selection's paragraph gives the fix once.
     reasons.extend(r.split(": install the mamba-ssm wheel", 1)[0] for r in incompatibilities(info, runtime))
     if reasons:
-        return reasons, facts
-    facts["gpu_only"] = True  # every reason from here on is about the driver or a GPU
-    # NVIDIA: driver and coverage.
+        return out
+    out.gpu_only = True  # every reason from here on is about the driver or a GPU
     if info.torch_cuda:
-        nv = [g for g in env.gpus if g.vendor == "nvidia" and g.capability]
-        toolkit = _toolkit(info)
-        driver = None
-        if env.driver_version:
-            try:
-                driver = parse_driver_version(env.driver_version)
-            except ValueError:
-                facts.setdefault("notes", []).append(f"driver version {env.driver_version!r} unreadable")
-        if driver is not None and toolkit is not None:
-            need = CUDA_MAJOR_MIN_DRIVER.get(toolkit[0])
-            if need and driver < parse_driver_version(need):
-                reasons.append(
-                    f"the NVIDIA driver {env.driver_version} is older than {need}, the minimum for CUDA "
-                    f"{toolkit[0]}.x (update the driver, or use a torch built for an older CUDA)"
-                )
-        sass = entry.sass_archs or info.sass_archs
-        ptx = entry.ptx_archs or info.ptx_archs
-        for gpu in nv:
-            cap = gpu.capability_tuple
-            why = coverage(cap, sass, ptx)
-            if why:
-                reasons.append(f"{gpu.name or 'GPU'}: {why}")
-                continue
-            if coverage(cap, sass, []) is not None:  # runs only through PTX JIT
-                facts["jit"] = True
-                if driver is not None and toolkit is not None:
-                    need, exact = min_driver_for_toolkit(toolkit)
-                    if driver < parse_driver_version(need):
-                        reasons.append(
-                            f"{gpu.name or 'GPU'} (sm_{cap[0]}{cap[1]}) needs PTX JIT, and PTX from CUDA "
-                            f"{toolkit[0]}.{toolkit[1]} needs driver >= {need}, not {env.driver_version}"
-                        )
+        _check_nvidia(entry, info, env, out)
     if info.torch_hip:
         built = {_gfx_base(g) for g in (entry.gfx_archs or info.gfx_archs)}
         for gpu in env.gpus:
@@ -322,7 +300,44 @@ def _check(
                     f"{gpu.name or 'GPU'} ({gpu.gfx}) is not among the wheel's targets "
                     f"({', '.join(sorted(built)) or 'none'})"
                 )
-    return reasons, facts
+    return out
+
+
+def _check_nvidia(entry: WheelEntry, info: BuildInfo, env: Environment, out: _Check) -> None:
+    """The NVIDIA driver against the wheel's CUDA, and every visible NVIDIA GPU against its archs."""
+    toolkit = _toolkit(info)
+    driver = None
+    if env.driver_version:
+        try:
+            driver = parse_driver_version(env.driver_version)
+        except ValueError:
+            out.notes.append(f"driver version {env.driver_version!r} unreadable")
+    if driver is not None and toolkit is not None:
+        need = CUDA_MAJOR_MIN_DRIVER.get(toolkit[0])
+        if need and driver < parse_driver_version(need):
+            out.reasons.append(
+                f"the NVIDIA driver {env.driver_version} is older than {need}, the minimum for CUDA "
+                f"{toolkit[0]}.x (update the driver, or use a torch built for an older CUDA)"
+            )
+    sass = entry.sass_archs or info.sass_archs
+    ptx = entry.ptx_archs or info.ptx_archs
+    for gpu in env.gpus:
+        cap = gpu.capability_tuple
+        if gpu.vendor != "nvidia" or cap is None:
+            continue
+        why = coverage(cap, sass, ptx)
+        if why:
+            out.reasons.append(f"{gpu.name or 'GPU'}: {why}")
+            continue
+        if coverage(cap, sass, []) is not None:  # runs only through PTX JIT
+            out.jit = True
+            if driver is not None and toolkit is not None:
+                need, _exact = min_driver_for_toolkit(toolkit)
+                if driver < parse_driver_version(need):
+                    out.reasons.append(
+                        f"{gpu.name or 'GPU'} (sm_{cap[0]}{cap[1]}) needs PTX JIT, and PTX from CUDA "
+                        f"{toolkit[0]}.{toolkit[1]} needs driver >= {need}, not {env.driver_version}"
+                    )
 
 
 def served_by(entry: WheelEntry) -> str:
@@ -339,14 +354,13 @@ def served_by(entry: WheelEntry) -> str:
         return f"any torch (pure-Python wheel, no compiled kernels); {where}"
     tv = str(info.get("torch_version") or "?")
     mm = ".".join(re.split(r"[.+]", tv)[:2])
-    accel = (
-        f"CUDA {info['torch_cuda']}"
-        if info.get("torch_cuda")
-        else f"ROCm/HIP {info['torch_hip']}"
-        if info.get("torch_hip")
-        else "CPU only"
-    )
-    abi = {True: "TRUE", False: "FALSE"}.get(info.get("cxx11_abi"), "?")
+    if info.get("torch_cuda"):
+        accel = f"CUDA {info['torch_cuda']}"
+    elif info.get("torch_hip"):
+        accel = f"ROCm/HIP {info['torch_hip']}"
+    else:
+        accel = "CPU only"
+    abi = {True: "TRUE", False: "FALSE"}.get(bool(info["cxx11_abi"]), "?") if "cxx11_abi" in info else "?"
     return f"torch {mm} (built with {tv}), {accel}, cxx11abi {abi}; {where}"
 
 
@@ -354,32 +368,34 @@ def select(
     env: Environment,
     manifest: Manifest,
     sdist_version: str,
-    pinned: Optional[Mapping[str, Mapping[str, Any]]] = None,
-) -> Decision:
+    pinned: Mapping[str, Pin] | None = None,
+) -> Selection:
     """Rank the manifest's wheels for ``env``; see the module docstring for the rules.
 
     Args:
         env: the target (``environment.detect()`` or a declared ``--env-json``).
         manifest: the index's wheels.
         sdist_version: the version being installed (e.g. ``"2.4.0.dev0"``; a local label is ignored).
-        pinned: ``{filename: {"sha256": hex}}`` pinned into the sdist, or None (no pin check).
+        pinned: the hashes pinned into the sdist by file name, or None (no pin check).
 
-    Returns a Decision (never raises for an incompatible wheel; raises ValueError naming
-    ``sdist_version`` when it is not PEP 440).
+    Returns a Selection (never raises for an incompatible wheel).
+
+    Raises:
+        ValueError: ``sdist_version`` is not PEP 440 (the message names it).
     """
     try:
         sdist = Version(sdist_version)
     except InvalidVersion:
         raise ValueError(f"sdist version {sdist_version!r} is not a PEP 440 version") from None
     looked_for = _looked_for(env)
-    notes: List[str] = []
-    served = sorted({served_by(w) for w in manifest.wheels})
-    if env.torch is None or not env.torch.version:
-        return Decision(
-            "no-torch",
+    notes: list[str] = []
+    served = tuple(sorted({served_by(w) for w in manifest.wheels}))
+    if env.torch is None or not env.has_torch:
+        return Selection(
+            SelectionStatus.NO_TORCH,
             None,
-            [],
-            [(w.filename, "torch is not installed in the target") for w in manifest.wheels],
+            (),
+            tuple(Rejection(w.filename, "torch is not installed in the target") for w in manifest.wheels),
             looked_for,
             served=served,
         )
@@ -390,48 +406,49 @@ def select(
     try:
         runtime = env.torch.build()
     except ValueError as exc:
-        return Decision(
-            "no-candidate",
+        return Selection(
+            SelectionStatus.NO_CANDIDATE,
             None,
-            [],
-            [(w.filename, str(exc)) for w in manifest.wheels],
+            (),
+            tuple(Rejection(w.filename, str(exc)) for w in manifest.wheels),
             looked_for,
             served=served,
         )
     if not env.gpus and (runtime.cuda_major is not None):
         notes.append("no NVIDIA GPU is visible, so GPU coverage and the driver were not checked")
-    good: List[Tuple[Tuple, WheelEntry]] = []
-    bad: List[Tuple[Tuple, str, str]] = []
+    good: list[tuple[tuple[bool, bool, int, str], WheelEntry]] = []
+    bad: list[tuple[tuple[bool, int], Rejection]] = []
     for entry in manifest.wheels:
-        reasons, facts = _check(entry, env, sdist, runtime, pinned)
-        notes.extend(n for n in facts.get("notes", []) if n not in notes)
-        if reasons:
+        check = _check(entry, env, sdist, runtime, pinned)
+        notes.extend(n for n in check.notes if n not in notes)
+        if check.reasons:
             # nearest first: a wheel that fails only for the GPU (driver, archs) matches everything
             # else; then by how many rules it fails; the name only breaks ties
-            bad.append(((not facts.get("gpu_only"), len(reasons)), entry.filename, "; ".join(reasons)))
+            bad.append(
+                (
+                    (not check.gpu_only, len(check.reasons)),
+                    Rejection(entry.filename, "; ".join(check.reasons)),
+                )
+            )
         else:
-            rank = (not facts["exact_torch"], facts["jit"], _tag_rank(entry, env), entry.filename)
+            rank = (not check.exact_torch, check.jit, _tag_rank(entry, env), entry.filename)
             good.append((rank, entry))
     good.sort(key=lambda x: x[0])
-    bad.sort(key=lambda x: (x[0], x[1]))
-    candidates = [e for _, e in good]
-    rejected = [(f, r) for _, f, r in bad]
-    status = "chosen" if candidates else "no-candidate"
+    bad.sort(key=lambda x: (x[0], x[1].filename))
+    candidates = tuple(e for _, e in good)
     unservable = []
     if runtime.cuda_major is not None:
-        from .fixes import gpu_unservable
-
         for gpu in env.gpus:
             why = gpu_unservable(gpu.capability, env.torch.cuda) if gpu.vendor == "nvidia" else None
             if why:
                 unservable.append(f"{gpu.name or 'GPU'}: {why}")
-    return Decision(
-        status,
+    return Selection(
+        SelectionStatus.CHOSEN if candidates else SelectionStatus.NO_CANDIDATE,
         candidates[0] if candidates else None,
         candidates,
-        rejected,
+        tuple(r for _, r in bad),
         looked_for,
-        notes,
+        tuple(notes),
         served,
-        unservable,
+        tuple(unservable),
     )

@@ -1,91 +1,102 @@
 """setup.py's entry into the resolver (docs/architecture.md, "setup.py and the resolver").
 
-setup.py loads this file by path (it never imports ``mamba_ssm``: no torch in an isolated build)::
+setup.py imports this module from the source tree without running ``mamba_ssm/__init__.py`` (its
+``load_private``; no torch is imported in the build process)::
 
-    spec = importlib.util.spec_from_file_location("mamba_setup_hook", "mamba_ssm/_install/setup_hook.py")
-    hook = importlib.util.module_from_spec(spec); spec.loader.exec_module(hook)
-    outcome = hook.resolve_prebuilt(version)        # Outcome(wheel_path, deferred, message)
+    outcome = hook.resolve_prebuilt(version)   # Outcome(wheel_path, deferred, message, status, record, ...)
     ...
-    hook.record(outcome, final_mode, install_id=id) # "prebuilt" | "deferred" | "source" | "python" | "error"
+    hook.record(outcome, final_mode, install_id=id, build=note)
 
-When MAMBA_SKIP_CUDA_BUILD / MAMBA_FORCE_BUILD bypass the resolver, ``hook.requested(version, mode,
-reason)`` gives the Outcome to record instead. ``install_id`` is the id setup.py also writes into the
-wheel's dist-info (``decision.INSTALL_ID_FILE``), so doctor can tell this install's record from an
-earlier one's.
+When MAMBA_SKIP_CUDA_BUILD / MAMBA_FORCE_BUILD bypass the resolver, ``hook.requested(version, reason)``
+gives the Outcome to record instead. ``install_id`` is the id setup.py also writes into the wheel's
+dist-info (``record.INSTALL_ID_FILE``), so doctor can tell this install's record from an earlier one's.
 
-Loaded that way, the rest of ``mamba_ssm/_install`` and ``mamba_ssm/_compat`` are imported under a
-private package name whose ``__path__`` is this checkout's ``mamba_ssm`` folder, so
-``mamba_ssm/__init__.py`` (and torch) is never executed.
+A file named by ``MAMBA_SETUP_HOOK`` replaces this module (tests); it provides ``resolve_prebuilt`` and
+``record`` with the same meaning, and its outcomes need only ``wheel_path``, ``deferred`` and ``message``
+(:class:`HookOutcome`).
 """
 
-# No ``from __future__ import annotations`` here: setup.py may exec this file without registering it
-# in sys.modules, and dataclasses then cannot resolve string annotations.
-import importlib
+from __future__ import annotations
+
+import dataclasses
 import os
 import sys
-import types
-from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["Outcome", "resolve_prebuilt", "requested", "record"]
+from .._gpus import Gpu
+from .environment import Environment
+from .record import BuildNote, InstallIdentity, InstallMode, InstallRecord, ResolutionStatus, write_record
+from .relabel import relabel_wheel
+from .resolve import resolve
 
-_BYPATH = "_mamba_ssm_install_bypath"
-
-
-def _install_pkg() -> types.ModuleType:
-    """The ``_install`` package: the real one when imported normally, else a by-path copy."""
-    if __package__:
-        return importlib.import_module(__package__)
-    if _BYPATH not in sys.modules:
-        root = types.ModuleType(_BYPATH)
-        root.__path__ = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
-        sys.modules[_BYPATH] = root
-    return importlib.import_module(_BYPATH + "._install")
+__all__ = ["HookOutcome", "Outcome", "Target", "record", "requested", "resolve_prebuilt"]
 
 
-def _mod(name: str) -> types.ModuleType:
-    return importlib.import_module(f"{_install_pkg().__name__}.{name}")
+class HookOutcome(Protocol):
+    """What setup.py needs of any hook's outcome (this module's :class:`Outcome`, or an override's)."""
+
+    @property
+    def wheel_path(self) -> str | None: ...  # a verified wheel to hand to pip unchanged, or None
+
+    @property
+    def deferred(self) -> bool: ...  # torch is absent from the target: the pure-Python wheel
+
+    @property
+    def message(self) -> str: ...  # one paragraph for humans
 
 
-@dataclass
+@dataclass(frozen=True)
+class Target:
+    """What setup.py's source fallback needs of the target (it builds against the target's torch, for
+    its visible GPUs): its Python, torch folder and version, and the visible GPUs."""
+
+    python_version: str
+    executable: str | None = None
+    prefix: str | None = None
+    torch_path: str | None = None
+    torch_version: str | None = None
+    gpus: tuple[Gpu, ...] = ()
+
+    @classmethod
+    def of(cls, env: Environment) -> Target:
+        """The target of a detected environment."""
+        torch = env.torch
+        return cls(
+            python_version=env.python_version,
+            executable=env.executable,
+            prefix=env.prefix,
+            torch_path=torch.path if torch else None,
+            torch_version=torch.version if torch else None,
+            gpus=tuple(env.gpus),
+        )
+
+
+@dataclass(frozen=True)
 class Outcome:
     """What setup.py does next.
 
     ``wheel_path``: a verified wheel in the resolver's cache to hand to pip unchanged, or None. Its
     package files are the index wheel's; its version is the sdist's (``relabel.py`` says why pip needs
-    that; ``MAMBA_PREBUILT_LABEL=keep`` keeps the index wheel's local label instead). ``deferred``: torch is absent from the target
-    (installed by the same command): build the pure-Python wheel, kernels deferred. ``message``: one
-    paragraph (what was looked for, the nearest candidates and why they were rejected, what to do).
-    ``status``: ``prebuilt`` | ``deferred`` | ``no-candidate`` | ``error``.
+    that; ``MAMBA_PREBUILT_LABEL=keep`` keeps the index wheel's local label instead). ``deferred``: torch
+    is absent from the target (installed by the same command): build the pure-Python wheel, kernels
+    deferred. ``message``: one paragraph (what was looked for, the nearest candidates and why they were
+    rejected, what to do). ``record``: the install record so far (``final_mode`` is added by
+    :func:`record`); ``prefix``: the target's ``sys.prefix``, which keys the record; ``target``: the
+    target for a source build (None when detection failed).
     """
 
-    wheel_path: Optional[str]
+    wheel_path: str | None
     deferred: bool
     message: str
-    status: str = "error"
-    details: Dict[str, Any] = field(default_factory=dict, repr=False)
+    status: ResolutionStatus
+    record: InstallRecord
+    prefix: str | None = None
+    target: Target | None = None
 
 
 def _say(text: str) -> None:
     print(f"[mamba-ssm resolver] {text}", file=sys.stderr, flush=True)
-
-
-def _target(env: Any) -> Optional[Dict[str, Any]]:
-    """What setup.py's source fallback needs of the target (it builds against the target's torch, for
-    its visible GPUs): its Python, torch folder and version, and the visible GPUs."""
-    if env is None:
-        return None
-    torch = getattr(env, "torch", None)
-    return {
-        "python_version": env.python_version,
-        "executable": env.executable,
-        "prefix": env.prefix,
-        "torch_path": getattr(torch, "path", None) if torch else None,
-        "torch_version": getattr(torch, "version", None) if torch else None,
-        "gpus": [
-            {"vendor": g.vendor, "capability": g.capability, "gfx": g.gfx, "name": g.name} for g in env.gpus
-        ],
-    }
 
 
 def resolve_prebuilt(version: str) -> Outcome:
@@ -95,77 +106,80 @@ def resolve_prebuilt(version: str) -> Outcome:
     wheel whose message says what happened and what to do.
     """
     try:
-        res = _mod("resolve").resolve(version, log=_say)
-    except Exception as exc:  # the install must go on to its fallback, with the reason
+        res = resolve(version, log=_say)
+    except Exception as exc:  # noqa: BLE001 - the install must go on to its fallback, with the reason
         msg = f"The prebuilt-wheel resolver failed unexpectedly ({type(exc).__name__}: {exc})."
         _say(msg)
-        return Outcome(
-            None,
-            False,
-            msg,
-            "error",
-            {"record": {"package_version": version, "status": "error", "message": msg}, "prefix": None},
-        )
+        rec = InstallRecord(package_version=version, status=ResolutionStatus.ERROR, message=msg)
+        return Outcome(None, False, msg, ResolutionStatus.ERROR, rec)
     _say(res.message)
-    details = {
-        "record": res.record(),
-        "prefix": res.env.prefix if res.env else None,
-        "target": _target(res.env),
-    }
+    rec = res.record()
+    prefix = res.env.prefix if res.env else None
+    target = Target.of(res.env) if res.env else None
     wheel = res.wheel_path
-    if wheel and os.environ.get("MAMBA_PREBUILT_LABEL", "sdist").strip().lower() != "keep":
+    if wheel and res.entry and os.environ.get("MAMBA_PREBUILT_LABEL", "sdist").strip().lower() != "keep":
         # pip refuses a cached wheel whose version differs from the sdist's (see relabel.py)
         try:
-            wheel = _mod("relabel").relabel_wheel(
+            wheel = relabel_wheel(
                 wheel, version, os.path.join(os.path.dirname(wheel), "as-" + version), res.entry.sha256
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - no wheel then, with the reason
             msg = f"{res.message} Could not give the wheel the sdist's version ({type(exc).__name__}: {exc})."
             _say(msg)
-            details["record"]["message"] = msg
-            return Outcome(None, False, msg, "error", details)
+            failed = dataclasses.replace(rec, message=msg)
+            return Outcome(None, False, msg, ResolutionStatus.ERROR, failed, prefix, target)
         if wheel != res.wheel_path:
             _say(
                 f"handing pip {os.path.basename(wheel)}: the index wheel with the sdist's version {version} "
                 f"(package files unchanged; MAMBA_PREBUILT_LABEL=keep hands over the index wheel as is)"
             )
-        details["record"]["installed_wheel"] = os.path.basename(wheel)
-    return Outcome(wheel, res.status == "deferred", res.message, res.status, details)
+        rec = dataclasses.replace(rec, installed_wheel=os.path.basename(wheel))
+    return Outcome(
+        wheel, res.status is ResolutionStatus.DEFERRED, res.message, res.status, rec, prefix, target
+    )
 
 
-def requested(version: str, final_mode: str, reason: str) -> Outcome:
-    """The Outcome for a build whose mode the user asked for (``MAMBA_SKIP_CUDA_BUILD=TRUE`` ->
-    ``python``, ``MAMBA_FORCE_BUILD=TRUE`` -> ``source``): the resolver did not run. ``reason`` names
-    the variable(s); it becomes the record's message. Never raises."""
+def requested(version: str, reason: str) -> Outcome:
+    """The Outcome for a build whose mode the user asked for (``MAMBA_SKIP_CUDA_BUILD=TRUE``: the
+    pure-Python wheel, ``MAMBA_FORCE_BUILD=TRUE``: a source build): the resolver did not run. ``reason``
+    names the variable(s); it becomes the record's message. Never raises."""
     message = f"{reason}: the resolver was not asked (no prebuilt wheel looked for)."
-    rec = {
-        "package_version": version,
-        "status": "requested",
-        "wheel": None,
-        "requested": reason,
-        "message": message,
-    }
-    return Outcome(None, False, message, "requested", {"record": rec, "prefix": None})
+    rec = InstallRecord(
+        package_version=version, status=ResolutionStatus.REQUESTED, requested=reason, message=message
+    )
+    return Outcome(None, False, message, ResolutionStatus.REQUESTED, rec)
 
 
-def record(outcome: Outcome, final_mode: str, install_id: Optional[str] = None) -> Optional[str]:
-    """Store the decision (with what setup.py finally did: ``prebuilt``, ``deferred``, ``source``,
-    ``python`` or ``error``) where doctor finds it. ``install_id``: the id setup.py writes into the
-    wheel's dist-info (doctor matches the two). Returns the path, or None when it could not be
-    written (never raises: a read-only home must not fail the install)."""
+def record(
+    outcome: Outcome,
+    final_mode: InstallMode,
+    install_id: str | None = None,
+    build: BuildNote | None = None,
+    message: str | None = None,
+) -> str | None:
+    """Store the install record with what setup.py finally did (``final_mode``) where doctor finds it.
+
+    Args:
+        outcome: what :func:`resolve_prebuilt` or :func:`requested` gave.
+        final_mode: ``prebuilt``, ``deferred``, ``source``, ``python`` or ``error``.
+        install_id: the id setup.py writes into the wheel's dist-info (doctor matches the two).
+        build: what setup.py built when no prebuilt wheel was used.
+        message: replaces the outcome's message (e.g. with why the build failed).
+
+    Returns the path, or None when it could not be written (never raises: a read-only home must not
+    fail the install).
+    """
     try:
-        details = getattr(outcome, "details", None) or {}
-        rec = dict(
-            details.get("record")
-            or {"message": getattr(outcome, "message", ""), "status": getattr(outcome, "status", None)}
+        rec = dataclasses.replace(
+            outcome.record,
+            final_mode=final_mode,
+            install=InstallIdentity(install_id=install_id) if install_id else outcome.record.install,
+            build=build or outcome.record.build,
+            message=outcome.record.message if message is None else message,
         )
-        rec["final_mode"] = final_mode
-        rec.setdefault("message", getattr(outcome, "message", ""))
-        if install_id:
-            rec["install"] = {"install_id": install_id}
-        path = _mod("decision").write_decision(rec, details.get("prefix"))
-        _say(f"decision recorded in {path} (shown by python -m mamba_ssm doctor)")
-        return path
-    except Exception as exc:
+        path = write_record(rec, outcome.prefix)
+    except Exception as exc:  # noqa: BLE001 - the install goes on without a record
         _say(f"could not record the decision ({type(exc).__name__}: {exc})")
         return None
+    _say(f"decision recorded in {path} (shown by python -m mamba_ssm doctor)")
+    return path

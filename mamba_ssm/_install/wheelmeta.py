@@ -29,11 +29,11 @@ from packaging.version import InvalidVersion, Version
 
 __all__ = [
     "WheelMeta",
-    "read_wheel_meta",
     "disagreements",
-    "target_problems",
     "platform_arch",
+    "read_wheel_meta",
     "requires_python_problem",
+    "target_problems",
 ]
 
 _ARCH_RE = re.compile(r"(x86_64|aarch64|i686|ppc64le|s390x|armv7l|riscv64|arm64|universal2)$")
@@ -131,7 +131,7 @@ def disagreements(meta: WheelMeta, filename: str) -> List[str]:
     info = meta.build_info
     if info:
         built_arch = platform_arch(str(info.get("platform") or ""))
-        name_archs = {platform_arch(t.platform) for t in tags} - {None}
+        name_archs = {a for a in (platform_arch(t.platform) for t in tags) if a}
         if built_arch and name_archs and built_arch not in name_archs:
             problems.append(
                 f"the compiled module was built for {info.get('platform')} ({built_arch}), the file name "

@@ -24,18 +24,18 @@ import torch
 import torch.distributed as dist
 
 __all__ = [
-    "all_gather_raw",
-    "reduce_scatter_raw",
-    "all_reduce_raw",
-    "all_gather",
-    "reduce_scatter",
-    "all_reduce",
     "AllGatherFunc",
-    "ReduceScatterFunc",
     "AllReduceFunc",
-    "sync_shared_params",
+    "ReduceScatterFunc",
+    "all_gather",
+    "all_gather_raw",
+    "all_reduce",
+    "all_reduce_raw",
     "allreduce_sequence_parallel_grad",
     "get_dim_for_local_rank",
+    "reduce_scatter",
+    "reduce_scatter_raw",
+    "sync_shared_params",
 ]
 
 
@@ -101,12 +101,12 @@ class AllGatherFunc(torch.autograd.Function):
     """All-gather along dim 0 whose backward is a reduce-scatter."""
 
     @staticmethod
-    def forward(ctx, input_, process_group):  # noqa: D102
+    def forward(ctx, input_, process_group):
         ctx.process_group = process_group
         return all_gather_raw(input_, process_group)[0]
 
     @staticmethod
-    def backward(ctx, grad_output):  # noqa: D102
+    def backward(ctx, grad_output):
         return reduce_scatter_raw(grad_output, ctx.process_group)[0], None
 
 
@@ -114,12 +114,12 @@ class ReduceScatterFunc(torch.autograd.Function):
     """Reduce-scatter along dim 0 whose backward is an all-gather."""
 
     @staticmethod
-    def forward(ctx, input_, process_group):  # noqa: D102
+    def forward(ctx, input_, process_group):
         ctx.process_group = process_group
         return reduce_scatter_raw(input_, process_group)[0]
 
     @staticmethod
-    def backward(ctx, grad_output):  # noqa: D102
+    def backward(ctx, grad_output):
         return all_gather_raw(grad_output, ctx.process_group)[0], None
 
 
@@ -127,11 +127,11 @@ class AllReduceFunc(torch.autograd.Function):
     """All-reduce whose backward is the identity."""
 
     @staticmethod
-    def forward(ctx, input_, process_group):  # noqa: D102
+    def forward(ctx, input_, process_group):
         return all_reduce_raw(input_, process_group)[0]
 
     @staticmethod
-    def backward(ctx, grad_output):  # noqa: D102
+    def backward(ctx, grad_output):
         return grad_output, None
 
 
@@ -140,12 +140,12 @@ class _CopyToParallelFunc(torch.autograd.Function):
     the sum of the ranks' partial gradients."""
 
     @staticmethod
-    def forward(ctx, input_, process_group):  # noqa: D102
+    def forward(ctx, input_, process_group):
         ctx.process_group = process_group
         return input_.view_as(input_)
 
     @staticmethod
-    def backward(ctx, grad_output):  # noqa: D102
+    def backward(ctx, grad_output):
         return all_reduce_raw(grad_output, ctx.process_group)[0], None
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from mamba_ssm.distributed.distributed_utils import (
     all_gather,
@@ -30,11 +30,11 @@ from mamba_ssm.distributed.distributed_utils import (
 )
 
 __all__ = [
+    "ColumnParallelEmbedding",
     "ColumnParallelLinear",
+    "ParallelEmbeddings",
     "RowParallelLinear",
     "VocabParallelEmbedding",
-    "ColumnParallelEmbedding",
-    "ParallelEmbeddings",
 ]
 
 
@@ -82,7 +82,7 @@ class ColumnParallelLinear(nn.Linear):
         self.process_group = process_group
         self.sequence_parallel = sequence_parallel
 
-    def forward(self, x):  # noqa: D102
+    def forward(self, x):
         if self.sequence_parallel:
             x = all_gather(x, self.process_group)
         else:
@@ -123,7 +123,7 @@ class RowParallelLinear(nn.Linear):
         self.process_group = process_group
         self.sequence_parallel = sequence_parallel
 
-    def forward(self, x):  # noqa: D102
+    def forward(self, x):
         out = F.linear(x, self.weight, self.bias)
         return (reduce_scatter if self.sequence_parallel else all_reduce)(out, self.process_group)
 
@@ -157,7 +157,7 @@ class VocabParallelEmbedding(nn.Embedding):
             )
         super().__init__(local, *args, padding_idx=padding_idx, **kwargs)
 
-    def forward(self, input):  # noqa: A002, D102
+    def forward(self, input):  # noqa: A002
         if self.process_group is None or dist.get_world_size(self.process_group) == 1:
             return super().forward(input)
         outside = (input < self.vocab_start_index) | (input >= self.vocab_end_index)
@@ -171,7 +171,7 @@ class ColumnParallelEmbedding(nn.Embedding):
 
     def __init__(self, num_embeddings, embedding_dim, *args, process_group=None, **kwargs):
         self.process_group = process_group
-        world_size, rank = (
+        world_size, _rank = (
             (1, 0) if process_group is None else _group(process_group, "ColumnParallelEmbedding")
         )
         if embedding_dim % world_size:
@@ -219,7 +219,7 @@ class ParallelEmbeddings(nn.Module):
                 max_position_embeddings, embed_dim, process_group=process_group, **factory_kwargs
             )
 
-    def forward(self, input_ids, position_ids=None, combine_batch_seqlen_dim=False):  # noqa: D102
+    def forward(self, input_ids, position_ids=None, combine_batch_seqlen_dim=False):
         batch, seqlen = input_ids.shape
         world_size = 1 if self.process_group is None else dist.get_world_size(self.process_group)
         embeddings = self.word_embeddings(input_ids)

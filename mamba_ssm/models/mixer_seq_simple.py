@@ -26,7 +26,7 @@ from collections import namedtuple
 from functools import partial
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 from mamba_ssm.models.config_mamba import MambaConfig
 from mamba_ssm.modules.block import Block, add_and_norm
@@ -43,16 +43,16 @@ from mamba_ssm.utils.hf import (
     load_state_dict_hf,
 )
 
-__all__ = ["create_block", "MixerModel", "MambaLMHeadModel", "CausalLMOutput"]
+__all__ = ["CausalLMOutput", "MambaLMHeadModel", "MixerModel", "create_block"]
 
-CausalLMOutput = namedtuple("CausalLMOutput", ["logits"])
+CausalLMOutput = namedtuple("CausalLMOutput", ["logits"])  # noqa: PYI024 - upstream's public type, as it is
 
 SSM_LAYERS = ("Mamba1", "Mamba2")
 
 
 def _mamba2_cls():
     try:
-        from mamba_ssm.modules.mamba2 import Mamba2  # noqa: PLC0415
+        from mamba_ssm.modules.mamba2 import Mamba2
     except ModuleNotFoundError as exc:
         if exc.name == "mamba_ssm.modules.mamba2":
             raise ImportError(
@@ -134,7 +134,7 @@ def _init_weights(
             if name == "weight" and isinstance(module, nn.Linear) and getattr(module, "_residual_out", False):
                 nn.init.kaiming_uniform_(p, a=math.sqrt(5))
                 with torch.no_grad():
-                    p /= math.sqrt(n_residuals_per_layer * n_layer)
+                    p /= math.sqrt(n_residuals_per_layer * n_layer)  # noqa: PLW2901 - in place
 
 
 def _as_dtype(dtype):
@@ -142,11 +142,7 @@ def _as_dtype(dtype):
     "torch.float16" is looked up in torch. Raises TypeError naming the value otherwise."""
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
-    found = (
-        getattr(torch, dtype[len("torch.") :] if dtype.startswith("torch.") else dtype, None)
-        if isinstance(dtype, str)
-        else None
-    )
+    found = getattr(torch, dtype.removeprefix("torch."), None) if isinstance(dtype, str) else None
     if not isinstance(found, torch.dtype) or not found.is_floating_point:
         raise TypeError(
             f"dtype={dtype!r} is not a floating torch dtype; pass e.g. torch.bfloat16, torch.float16, "
@@ -399,7 +395,7 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
         torch.save(state_dict, os.path.join(save_directory, WEIGHTS_NAME))
         if safe_serialization:
             try:
-                from safetensors.torch import save_file  # noqa: PLC0415
+                from safetensors.torch import save_file
             except ImportError:
                 raise ImportError(
                     "save_pretrained(safe_serialization=True) needs the safetensors package: "

@@ -20,7 +20,7 @@ call (same math).
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 from mamba_ssm.ops.triton.layer_norm import RMSNorm, layer_norm_fn
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from mamba_ssm.modules._common import check_positive_sizes, check_sequence_input, inverse_softplus_dt
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update, causal_conv1d_varlen_states
@@ -179,7 +179,7 @@ class Mamba2(nn.Module):
         if process_group is None:
             self.in_proj = nn.Linear(self.d_model, d_in_proj, bias=bias, **factory_kwargs)
         else:
-            from mamba_ssm.distributed.tensor_parallel import ColumnParallelLinear  # noqa: PLC0415
+            from mamba_ssm.distributed.tensor_parallel import ColumnParallelLinear
 
             self.in_proj = ColumnParallelLinear(
                 self.d_model,
@@ -229,7 +229,7 @@ class Mamba2(nn.Module):
         if process_group is None:
             self.out_proj = nn.Linear(self.d_inner, self.d_model, bias=bias, **factory_kwargs)
         else:
-            from mamba_ssm.distributed.tensor_parallel import RowParallelLinear  # noqa: PLC0415
+            from mamba_ssm.distributed.tensor_parallel import RowParallelLinear
 
             self.out_proj = RowParallelLinear(
                 self.d_inner * self.world_size,
@@ -348,7 +348,7 @@ class Mamba2(nn.Module):
             if seqlen_og is not None:
                 out = out.reshape(-1, out.shape[-1])
             if self.process_group is not None:
-                from mamba_ssm.distributed.distributed_utils import all_reduce, reduce_scatter  # noqa: PLC0415
+                from mamba_ssm.distributed.distributed_utils import all_reduce, reduce_scatter
 
                 out = (reduce_scatter if self.sequence_parallel else all_reduce)(out, self.process_group)
             return out

@@ -11,7 +11,7 @@ The recurrence is :class:`mamba_ssm.modules.mamba2.Mamba2`'s.
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 from mamba_ssm.modules._common import check_sequence_input, inverse_softplus_dt
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn

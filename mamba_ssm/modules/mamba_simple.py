@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from mamba_ssm.modules._common import check_positive_sizes, check_sequence_input, inverse_softplus_dt
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
@@ -198,9 +198,8 @@ class Mamba(nn.Module):
 
     def _continue(self, hidden_states, conv_state, ssm_state):
         """A piece of several tokens after earlier ones: conv and scan continue from the caches."""
-        from mamba_ssm.ops.backends.torch_scan import selective_scan_with_state  # noqa: PLC0415
+        from mamba_ssm.ops.backends.torch_scan import selective_scan_with_state
 
-        seqlen = hidden_states.shape[1]
         x, z = self._xz(hidden_states).chunk(2, dim=1)
         init = conv_state[..., 1:].to(x.dtype).clone()  # the last d_conv - 1 inputs (a copy)
         full = torch.cat([conv_state.to(x.dtype), x], dim=-1)

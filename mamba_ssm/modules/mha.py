@@ -25,8 +25,8 @@ import importlib.util
 import math
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
 
@@ -92,7 +92,7 @@ def _flash_attn_func():
     if importlib.util.find_spec("flash_attn") is None:
         return None
     try:
-        from flash_attn import flash_attn_func  # noqa: PLC0415
+        from flash_attn import flash_attn_func
     except Exception:  # noqa: BLE001  (a broken flash-attn install: use SDPA)
         return None
     return flash_attn_func

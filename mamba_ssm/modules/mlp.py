@@ -11,8 +11,8 @@ Parameters (upstream's names and shapes): ``fc1.weight`` (2 * hidden_features, i
 
 from __future__ import annotations
 
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 __all__ = ["GatedMLP"]
 

@@ -20,46 +20,34 @@ Computation is in float32 (float64 for float64 inputs); outputs have x's dtype.
 
 from __future__ import annotations
 
-import os
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 
 __all__ = [
     "causal_conv1d_fn",
+    "causal_conv1d_ref",
     "causal_conv1d_update",
     "causal_conv1d_varlen_states",
-    "causal_conv1d_ref",
+    "conv1d_preference",
+    "explain",
     "external_package",
     "implementation",
-    "explain",
-    "conv1d_preference",
 ]
 
 _ACTIVATIONS = (None, "silu", "swish")
-_external = None  # (fn, update) or False once looked up
 
 
 def external_package():
     """``(causal_conv1d_fn, causal_conv1d_update)`` of the ``causal_conv1d`` package, or None."""
-    global _external
-    if _external is None:
-        try:
-            from causal_conv1d import causal_conv1d_fn as fn  # noqa: PLC0415
-            from causal_conv1d import causal_conv1d_update as upd
-
-            _external = (fn, upd)
-        except Exception:  # noqa: BLE001 (absent, or built for another torch)
-            _external = False
-    return _external or None
+    if _dispatch is None:
+        return None
+    return _dispatch.causal_conv1d_package()
 
 
-#: What :func:`implementation` answers.
+#: What :func:`implementation` answers (the dispatch's backend names).
 COMPILED, PACKAGE, TORCH = "compiled", "causal-conv1d", "torch"
 #: Set to ``causal_conv1d`` to prefer the causal-conv1d package's kernels on CUDA over mamba_ssm._C's.
 ENV_CONV1D = "MAMBA_SSM_CONV1D"
-_CONV1D_CHOICES = ("auto", "causal_conv1d")
 
 
 def conv1d_preference() -> str:
@@ -68,16 +56,9 @@ def conv1d_preference() -> str:
     Raises:
         ValueError: the variable holds another value (the message names it and the choices).
     """
-    raw = os.environ.get(ENV_CONV1D, "")
-    value = raw.strip().lower().replace("-", "_")
-    if value in ("", "auto"):
-        return "auto"
-    if value == "causal_conv1d":
-        return value
-    raise ValueError(
-        f"{ENV_CONV1D}={raw!r} is not a choice; use auto (mamba_ssm's compiled kernels first) or "
-        f"causal_conv1d (the causal-conv1d package's CUDA kernels first), or unset it"
-    )
+    from mamba_ssm._dispatch.config import conv1d_preference as preference
+
+    return str(preference())
 
 
 def implementation(device) -> str:
@@ -92,112 +73,45 @@ def implementation(device) -> str:
 
 
 def explain(device):
-    """``(implementation, reason)``: :func:`implementation`'s answer and why, in one sentence."""
-    return _decide(_device_key(device))
-
-
-def _device_key(device) -> str:
-    dev = torch.device(device)
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
-    return str(dev)
-
-
-def _decide(device: str):
+    """``(implementation, reason)``: :func:`implementation`'s answer and why, in one sentence (the
+    dispatch's choice for ``causal_conv1d``; a forced backend that cannot run reports ``torch``, and its
+    calls raise)."""
     if _dispatch is None:
         return TORCH, "mamba_ssm's dispatcher is missing (a partial install)"
-    preference = conv1d_preference()
-    plan = _dispatch.plan("causal_conv1d", device)
-    requested = plan["requested"]
-    package = (
-        torch.device(device).type == "cuda"
-        and requested in ("auto", "compiled")
-        and external_package() is not None
-    )
-    if package and preference == "causal_conv1d":
-        return PACKAGE, f"the causal-conv1d package's kernels ({ENV_CONV1D}=causal_conv1d)"
-    if plan["backend"] == COMPILED:
-        why = "mamba_ssm._C's causal conv1d kernels"
-        if package:
-            why += f" (preferred over the installed causal-conv1d package; {ENV_CONV1D}=causal_conv1d selects it)"
-        return COMPILED, why
-    if package and requested == "auto":
-        return (
-            PACKAGE,
-            f"the causal-conv1d package's kernels, as mamba_ssm._C cannot run here: {plan['reason']}",
-        )
-    if plan["reason"]:
-        return TORCH, plan["reason"]
-    return TORCH, f"the {requested} backend was asked for ({plan['source']}); the PyTorch implementation runs"
+    choice = _dispatch.plan("causal_conv1d", device)
+    return str(choice.backend or TORCH), choice.reason or f"the {choice.requested} backend was asked for"
 
 
-# Under torch.compile the choice is made eagerly at trace time and baked in as a constant (as
-# mamba_ssm._dispatch.backend_for does): finding and loading _C touches the file system.
-_decide._dynamo_marked_constant = True  # type: ignore[attr-defined]
-
-
-_call_cache: dict = {}
-_kernels = None  # mamba_ssm.ops.backends.compiled_conv1d once a call used it
 try:
-    from mamba_ssm import _dispatch, _loader
+    from mamba_ssm import _dispatch
 except ImportError:  # a partial install without the dispatcher: the PyTorch implementation only
-    _dispatch = _loader = None
+    _dispatch = None
 
 
-def _impl_for_call(device: str) -> str:
-    """:func:`implementation` for the ops' hot path: remembered per device and everything the answer
-    depends on (the backend asked for, MAMBA_SSM_CONV1D, the package lookup, the loaded _C), which
-    keeps a decode step's dispatch to a dictionary lookup."""
+def _route(op, x, weight, *others):
+    """``(kernels, package)``: the compiled_conv1d module when this call runs on mamba_ssm._C's kernels,
+    or the causal-conv1d package's functions when it runs on them, else ``(None, None)``: the PyTorch
+    code (after the dispatch's warning, or its error when the compiled backend was forced and cannot
+    run). ``weight`` and ``others`` go to ``compiled_conv1d.supports`` (``weight=None``: the varlen
+    copy, ``supports_varlen(x, *others)``)."""
     if _dispatch is None:
-        return _decide(device)[0]
-    environ = os.environ
-    key = (
-        device,
-        _dispatch._override,
-        environ.get(_dispatch.ENV_BACKEND),
-        environ.get(ENV_CONV1D),
-        _external,
-        id(_loader.peek()),
-    )
-    impl = _call_cache.get(key)
-    if impl is None:
-        impl = _decide(device)[0]
-        if len(_call_cache) > 64:
-            _call_cache.clear()
-        _call_cache[key] = impl
-    return impl
+        return None, None
+    backend = _dispatch.backend_for(op, x.device)
+    if backend == PACKAGE:
+        return None, _dispatch.causal_conv1d_package()
+    if backend != COMPILED:
+        return None, None
+    from mamba_ssm.ops.backends import compiled_conv1d  # imported by the dispatch
 
-
-_impl_for_call._dynamo_marked_constant = True  # type: ignore[attr-defined]
-
-
-def _compiled_for(op, x, weight, *others):
-    """The compiled_conv1d module when this call runs on mamba_ssm._C's kernels, else None (after the
-    dispatcher's warning, or its error when the compiled backend was forced and cannot run). ``weight``
-    and ``others`` go to ``compiled_conv1d.supports`` (``weight=None``: the varlen copy,
-    ``supports_varlen(x, *others)``)."""
-    global _kernels
-    impl = _impl_for_call(str(x.device) if x.is_cuda else "cpu")
-    if impl == PACKAGE:
-        return None
-    if impl == TORCH:
-        if _dispatch is not None:
-            _dispatch.backend_for(op, x.device)  # warns once (auto) or raises (compiled forced), as the scan
-        return None
-    if _kernels is None:
-        from mamba_ssm.ops.backends import compiled_conv1d  # noqa: PLC0415 (imported by the dispatcher)
-
-        _kernels = compiled_conv1d
-    compiled_conv1d = _kernels
     why = (
         compiled_conv1d.supports(x, weight, *others)
         if weight is not None
         else compiled_conv1d.supports_varlen(x, *others)
     )
     if why is None:
-        return compiled_conv1d
+        return compiled_conv1d, None
     _dispatch.fallback_for_call(op, x.device, why)
-    return None
+    return None, None
 
 
 def _check_activation(activation):
@@ -275,7 +189,7 @@ def causal_conv1d_fn(
     _check_x_weight("causal_conv1d_fn", x, weight, bias)
     if x.dim() != 3:
         raise ValueError(f"causal_conv1d_fn: x must have shape (batch, dim, seqlen), got {tuple(x.shape)}")
-    kernels = _compiled_for("causal_conv1d", x, weight, bias, seq_idx, initial_states)
+    kernels, ext = _route("causal_conv1d", x, weight, bias, seq_idx, initial_states)
     if kernels is not None:
         _check_conv_extras(x, weight, seq_idx, initial_states)
         out, final = kernels.conv1d(x, weight, bias, seq_idx, initial_states, activation is not None)
@@ -285,7 +199,6 @@ def causal_conv1d_fn(
             final_states_out.copy_(final)
             final = final_states_out
         return out, final
-    ext = external_package() if x.is_cuda and implementation(x.device) == PACKAGE else None
     if ext is not None:
         kwargs = {}
         if seq_idx is not None:
@@ -409,7 +322,7 @@ def causal_conv1d_update(
     _check_activation(activation)
     _check_x_weight("causal_conv1d_update", x, weight, bias)
     _check_update_args(x, conv_state, weight, cache_seqlens, conv_state_indices)
-    kernels = _compiled_for(
+    kernels, package = _route(
         "causal_conv1d_update", x, weight, conv_state, bias, cache_seqlens, conv_state_indices
     )
     if kernels is not None:  # (the kernels take x of (batch, dim) as one step)
@@ -419,7 +332,7 @@ def causal_conv1d_update(
     squeeze = x.dim() == 2
     xs = x.unsqueeze(-1) if squeeze else x
     padded = conv_state_indices is not None and bool((conv_state_indices < 0).any())
-    ext = external_package() if x.is_cuda and implementation(x.device) == PACKAGE and not padded else None
+    ext = None if padded else package
     if ext is not None:
         kwargs = {}
         if cache_seqlens is not None:
@@ -502,7 +415,7 @@ def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
             f"causal_conv1d_varlen_states: cu_seqlens must be non-decreasing cumulative lengths "
             f"from 0 to x's {x.shape[0]} tokens, got {cu_seqlens.tolist()}"
         )
-    kernels = _compiled_for("causal_conv1d", x, None, cu_seqlens)
+    kernels, _ = _route("causal_conv1d", x, None, cu_seqlens)
     if kernels is not None:
         return kernels.varlen_states(x, cu_seqlens, state_len)
     starts, ends = cu[:-1], cu[1:]

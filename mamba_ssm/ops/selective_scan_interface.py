@@ -18,18 +18,16 @@ Each call picks a backend through :func:`mamba_ssm._dispatch.backend_for`: the c
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 
 __all__ = [
-    "selective_scan_fn",
-    "selective_scan_ref",
+    "MambaInnerFn",
+    "SelectiveScanFn",
     "mamba_inner_fn",
     "mamba_inner_ref",
-    "SelectiveScanFn",
-    "MambaInnerFn",
+    "selective_scan_fn",
+    "selective_scan_ref",
 ]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -206,30 +204,22 @@ def validate_selective_scan(
 # ----------------------------------------------------------------------------------------------------
 
 
-def _backend_for(op: str, device) -> str:
-    try:
-        from mamba_ssm import _dispatch  # noqa: PLC0415
-    except ImportError:  # a partial install without the dispatcher: PyTorch always works
-        return "torch"
-    return _dispatch.backend_for(op, device)
-
-
 def _run_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
-    name = _backend_for("selective_scan", u.device)
-    if name == "compiled":
-        from mamba_ssm.ops.backends import compiled  # noqa: PLC0415
+    from mamba_ssm import _dispatch
+
+    name = _dispatch.backend_for("selective_scan", u.device)
+    if name == _dispatch.Backend.COMPILED:
+        from mamba_ssm.ops.backends import compiled
 
         reason = compiled.supports(u, delta, A, B, C, D, z, delta_bias)
         if reason is None:
             return compiled.selective_scan(
                 u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
             )
-        from mamba_ssm import _dispatch  # noqa: PLC0415
-
         name = _dispatch.fallback_for_call("selective_scan", u.device, reason)
-    if name == "ref":
+    if name == _dispatch.Backend.REF:
         return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-    from mamba_ssm.ops.backends import torch_scan  # noqa: PLC0415
+    from mamba_ssm.ops.backends import torch_scan
 
     return torch_scan.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
 
@@ -396,7 +386,7 @@ def _mamba_inner(
         delta_proj_weight = delta_proj_weight.to(adt)
         out_proj_weight = out_proj_weight.to(adt)
         out_proj_bias = out_proj_bias.to(adt) if out_proj_bias is not None else None
-    from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_ref  # noqa: PLC0415
+    from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_ref
 
     x, z = xz.chunk(2, dim=1)
     conv = causal_conv1d_ref if ref else causal_conv1d_fn

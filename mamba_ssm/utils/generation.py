@@ -29,17 +29,17 @@ from typing import Optional
 import torch
 
 __all__ = [
-    "InferenceParams",
+    "DecodingCGCache",
     "GenerationMixin",
+    "GreedySearchDecoderOnlyOutput",
+    "InferenceParams",
+    "SampleDecoderOnlyOutput",
     "decode",
-    "sample",
+    "modify_logit_for_repetition_penalty",
+    "modify_logits_for_min_p_filtering",
     "modify_logits_for_top_k_filtering",
     "modify_logits_for_top_p_filtering",
-    "modify_logits_for_min_p_filtering",
-    "modify_logit_for_repetition_penalty",
-    "GreedySearchDecoderOnlyOutput",
-    "SampleDecoderOnlyOutput",
-    "DecodingCGCache",
+    "sample",
 ]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-__all__ = ["load_config_hf", "load_state_dict_hf", "CONFIG_NAME", "WEIGHTS_NAME", "SAFE_WEIGHTS_NAME"]
+__all__ = ["CONFIG_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "load_config_hf", "load_state_dict_hf"]
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "pytorch_model.bin"
@@ -24,8 +24,8 @@ def _hub_file(model_name, filename, required=True):
     """The local path of ``filename`` of hub repo ``model_name`` (downloaded or from the cache), or None
     when it does not exist there and ``required`` is False."""
     try:
-        from huggingface_hub import hf_hub_download  # noqa: PLC0415
-        from huggingface_hub.utils import EntryNotFoundError, LocalEntryNotFoundError  # noqa: PLC0415
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.utils import EntryNotFoundError, LocalEntryNotFoundError
     except ImportError:
         raise FileNotFoundError(
             f"{model_name!r} is not a local directory, and reading it from the Hugging Face Hub needs the "
@@ -91,11 +91,11 @@ def load_config_hf(model_name):
 
 
 def _load_weights(path, safe):
-    import torch  # noqa: PLC0415
+    import torch
 
     if safe:
         try:
-            from safetensors.torch import load_file  # noqa: PLC0415
+            from safetensors.torch import load_file
         except ImportError:
             raise FileNotFoundError(
                 f"reading {path} needs the safetensors package: pip install safetensors"

@@ -1,4 +1,5 @@
 """Scratch copies of this project for packaging tests (never build inside the shared checkout)."""
+
 import os
 import shutil
 import subprocess
@@ -7,18 +8,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # A stand-in for csrc/ when a test is about the packaging machinery, not the kernels: one translation
 # unit that embeds the build info the way the binding does and has a std::string in its ABI.
-TINY_CPP = r'''#include <string>
+TINY_CPP = r"""#include <string>
 #include "mamba_ssm_build_info.h"
 extern "C" __attribute__((used)) const char mamba_ssm_build_info_blob[] =
     "MAMBA_SSM_BUILD_INFO_BEGIN" MAMBA_SSM_BUILD_INFO_JSON "MAMBA_SSM_BUILD_INFO_END";
 std::string mamba_tiny_name(const std::string& prefix) { return prefix + mamba_ssm_build_info_blob; }
-'''
+"""
 
 
 def project_files(repo=REPO):
     """Tracked and untracked-but-not-ignored files of the checkout (what a clean clone would have)."""
-    out = subprocess.run(["git", "-C", repo, "ls-files", "-co", "--exclude-standard", "-z"],
-                         capture_output=True, check=True).stdout.decode()
+    out = subprocess.run(
+        ["git", "-C", repo, "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True, check=True
+    ).stdout.decode()
     return sorted(p for p in out.split("\0") if p and os.path.isfile(os.path.join(repo, p)))
 
 

@@ -1,4 +1,5 @@
 """Load the repository's setup.py as a module (``__name__`` is not ``__main__``, so setup() does not run)."""
+
 import importlib.util
 import os
 import sys

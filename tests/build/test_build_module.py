@@ -5,6 +5,7 @@ modules import each other without a cycle.
 Values are checked against what the environment says (the strings set here), against hashlib/zipfile
 for the wheel's RECORD, and against the import graph read with ast.
 """
+
 import ast
 import base64
 import hashlib
@@ -14,23 +15,43 @@ import sys
 import zipfile
 
 import pytest
-
 from _setup_loader import REPO, load_setup
 
 S = load_setup()
 
 
 def test_settings_from_env_reads_every_knob():
-    env = {"MAMBA_SKIP_CUDA_BUILD": "yes", "MAMBA_FORCE_BUILD": "On", "MAMBA_FALLBACK": " Source ",
-           "MAMBA_LOCAL_VERSION": "+cu13torch2.14", "MAMBA_CUDA_ARCHS": " 80;90 ", "TORCH_CUDA_ARCH_LIST": "9.0",
-           "HIP_BUILD": "0", "MAMBA_FORCE_CXX11_ABI": "1", "MAMBA_DEBUG_BUILD": "true",
-           "MAMBA_KEEP_CUDA_BUILD": "no", "MAX_JOBS": " 3", "NVCC_THREADS": "2",
-           "MAMBA_SETUP_HOOK": "/x/hook.py", "MAMBA_GIT_COMMIT": "abc"}
+    env = {
+        "MAMBA_SKIP_CUDA_BUILD": "yes",
+        "MAMBA_FORCE_BUILD": "On",
+        "MAMBA_FALLBACK": " Source ",
+        "MAMBA_LOCAL_VERSION": "+cu13torch2.14",
+        "MAMBA_CUDA_ARCHS": " 80;90 ",
+        "TORCH_CUDA_ARCH_LIST": "9.0",
+        "HIP_BUILD": "0",
+        "MAMBA_FORCE_CXX11_ABI": "1",
+        "MAMBA_DEBUG_BUILD": "true",
+        "MAMBA_KEEP_CUDA_BUILD": "no",
+        "MAX_JOBS": " 3",
+        "NVCC_THREADS": "2",
+        "MAMBA_SETUP_HOOK": "/x/hook.py",
+        "MAMBA_GIT_COMMIT": "abc",
+    }
     s = S.Settings.from_env(env)
-    assert (s.skip_cuda_build, s.force_build, s.hip_build, s.force_cxx11_abi, s.debug_build,
-            s.keep_cuda_build) == (True, True, False, True, True, False)
-    assert (s.fallback, s.local_version, s.cuda_archs, s.torch_cuda_arch_list) == \
-        ("source", "cu13torch2.14", "80;90", "9.0")
+    assert (
+        s.skip_cuda_build,
+        s.force_build,
+        s.hip_build,
+        s.force_cxx11_abi,
+        s.debug_build,
+        s.keep_cuda_build,
+    ) == (True, True, False, True, True, False)
+    assert (s.fallback, s.local_version, s.cuda_archs, s.torch_cuda_arch_list) == (
+        "source",
+        "cu13torch2.14",
+        "80;90",
+        "9.0",
+    )
     assert (s.max_jobs_or(7), s.nvcc_threads_or(7), s.setup_hook, s.git_commit) == (3, 2, "/x/hook.py", "abc")
     empty = S.Settings.from_env({})
     assert empty == S.Settings() and empty.fallback == "auto" and empty.max_jobs_or(5) == 5
@@ -66,8 +87,11 @@ def test_sources_are_globbed(tmp_path):
     for name in ("binding.cpp", "conv1d_fwd.cu", "conv1d_fwd_cpu.cpp", "scan.cuh", "notes.txt"):
         (csrc / name).write_text("")
     assert S.list_sources(str(tmp_path)) == ["csrc/binding.cpp", "csrc/conv1d_fwd_cpu.cpp"]
-    assert S.list_sources(str(tmp_path), gpu=True) == \
-        ["csrc/binding.cpp", "csrc/conv1d_fwd.cu", "csrc/conv1d_fwd_cpu.cpp"]
+    assert S.list_sources(str(tmp_path), gpu=True) == [
+        "csrc/binding.cpp",
+        "csrc/conv1d_fwd.cu",
+        "csrc/conv1d_fwd_cpu.cpp",
+    ]
 
 
 def test_add_install_id_keeps_record_valid(tmp_path):
@@ -76,9 +100,11 @@ def test_add_install_id_keeps_record_valid(tmp_path):
     with zipfile.ZipFile(src, "w") as z:
         z.writestr("mamba_ssm/__init__.py", payload)
         z.writestr("mamba_ssm-1.0.dist-info/METADATA", "Name: mamba-ssm\n")
-        z.writestr("mamba_ssm-1.0.dist-info/RECORD",
-                   "mamba_ssm/__init__.py,sha256=x,12\nmamba_ssm-1.0.dist-info/METADATA,sha256=y,16\n"
-                   "mamba_ssm-1.0.dist-info/RECORD,,\n")
+        z.writestr(
+            "mamba_ssm-1.0.dist-info/RECORD",
+            "mamba_ssm/__init__.py,sha256=x,12\nmamba_ssm-1.0.dist-info/METADATA,sha256=y,16\n"
+            "mamba_ssm-1.0.dist-info/RECORD,,\n",
+        )
     dest = S.add_install_id(str(src), str(tmp_path / "out.whl"), "0123abcd")
     with zipfile.ZipFile(dest) as z:
         data = z.read("mamba_ssm-1.0.dist-info/mamba_ssm_install.json")
@@ -132,7 +158,7 @@ def test_no_import_cycle(package):
 
     def visit(m, stack):
         if m in stack:
-            raise AssertionError(f"import cycle in {package}: {' -> '.join(stack[stack.index(m):] + [m])}")
+            raise AssertionError(f"import cycle in {package}: {' -> '.join(stack[stack.index(m) :] + [m])}")
         for n in sorted(graph[m]):
             visit(n, stack + [m])
 
@@ -140,8 +166,10 @@ def test_no_import_cycle(package):
         visit(m, [])
 
 
-@pytest.mark.parametrize("hex_text,tag", [("0x030A0000", "cp310"), ("0x03090000", "cp39"),
-                                          ("0x030D00F0", "cp313"), (str(0x030B0000), "cp311")])
+@pytest.mark.parametrize(
+    "hex_text,tag",
+    [("0x030A0000", "cp310"), ("0x03090000", "cp39"), ("0x030D00F0", "cp313"), (str(0x030B0000), "cp311")],
+)
 def test_limited_api_tag(hex_text, tag):
     assert S.limited_api_tag(hex_text) == tag
 
@@ -156,8 +184,8 @@ def test_wheel_tag_follows_torchs_limited_api(monkeypatch):
     """torch >= 2.7 names its Py_LIMITED_API (torch 2.14: 0x030A0000): the wheel is cp310-abi3 and
     setup.py defines no second value; older torch: setup.py's 0x03090000 and cp39."""
     env = {"PATH": os.environ.get("PATH", "")}
-    new = S.TorchInfo(build=S.versions.TorchBuild("2.14.1+cpu", cxx11_abi=True), limited_api="0x030A0000")
-    old = S.TorchInfo(build=S.versions.TorchBuild("2.6.0+cpu", cxx11_abi=False))
+    new = S.BuildTorch(build=S.versions.TorchBuild("2.14.1+cpu", cxx11_abi=True), limited_api="0x030A0000")
+    old = S.BuildTorch(build=S.versions.TorchBuild("2.6.0+cpu", cxx11_abi=False))
     cfg_new, cfg_old = S.resolve_config(env, new), S.resolve_config(env, old)
     assert (cfg_new.python_tag, cfg_new.build_info().python_tag) == ("cp310", "cp310-abi3")
     assert (cfg_old.python_tag, cfg_old.build_info().python_tag) == ("cp39", "cp39-abi3")
@@ -165,5 +193,5 @@ def test_wheel_tag_follows_torchs_limited_api(monkeypatch):
     macros_new = dict(S.make_extension(cfg_new).define_macros)
     macros_old = dict(S.make_extension(cfg_old).define_macros)
     assert "Py_LIMITED_API" not in macros_new and macros_old["Py_LIMITED_API"] == "0x03090000"
-    kw = S.setup_kwargs(S.Plan("source", config=cfg_new), "1.0")
+    kw = S.setup_kwargs(S.BuildPlan(S.BuildMode.SOURCE, config=cfg_new), "1.0")
     assert kw["options"] == {"bdist_wheel": {"py_limited_api": "cp310"}}

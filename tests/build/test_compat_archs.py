@@ -1,4 +1,5 @@
 """mamba_ssm._compat.archs: arch-list syntax, nvcc tables, gencode flags, GPU coverage."""
+
 import os
 import shutil
 import subprocess
@@ -214,9 +215,16 @@ def _cuobjdump():
     import sys
 
     cand = os.path.join(
-        os.path.dirname(sys.executable), "..", "lib",
-        f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages",
-        "triton", "backends", "nvidia", "bin", "cuobjdump",
+        os.path.dirname(sys.executable),
+        "..",
+        "lib",
+        f"python{sys.version_info[0]}.{sys.version_info[1]}",
+        "site-packages",
+        "triton",
+        "backends",
+        "nvidia",
+        "bin",
+        "cuobjdump",
     )
     if os.access(cand, os.X_OK):
         return os.path.abspath(cand)

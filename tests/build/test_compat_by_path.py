@@ -1,4 +1,6 @@
-"""The shared rules load by file path, without torch or the mamba_ssm package (what setup.py does)."""
+"""The shared rules load from the source tree without torch or the mamba_ssm package: setup.py's
+``load_private``, the one way the project does that."""
+
 import os
 import subprocess
 import sys
@@ -8,14 +10,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = r"""
 import importlib.util, os, sys
 repo = sys.argv[1]
-mods = {}
-for name in ("versions", "archs", "buildinfo"):
-    spec = importlib.util.spec_from_file_location(
-        "_by_path_" + name, os.path.join(repo, "mamba_ssm", "_compat", name + ".py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    mods[name] = mod
+spec = importlib.util.spec_from_file_location("setup_under_test", os.path.join(repo, "setup.py"))
+setup = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = setup
+spec.loader.exec_module(setup)
+mods = {name: setup.load_private("_compat." + name) for name in ("versions", "archs", "buildinfo")}
 b = mods["buildinfo"]
 info = b.BuildInfo(package_version="2.4.0.dev0", torch_version="2.6.0+cu124", torch_cuda="12.4")
 rt = mods["versions"].TorchBuild("2.6.0+cu118", cuda="11.8")
@@ -28,7 +27,6 @@ print("loaded", bad)
 
 def test_compat_modules_load_by_path_without_torch_or_package():
     # -I: isolated mode, so the repository is not on sys.path and `import mamba_ssm` cannot happen.
-    out = subprocess.run([sys.executable, "-I", "-c", SCRIPT, REPO], capture_output=True, text=True,
-                         cwd="/")
+    out = subprocess.run([sys.executable, "-I", "-c", SCRIPT, REPO], capture_output=True, text=True, cwd="/")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "loaded []"

@@ -1,4 +1,5 @@
 """mamba_ssm._compat.versions against public version strings (pytorch.org wheels, NGC, ROCm, nvcc)."""
+
 import pytest
 
 from mamba_ssm._compat.versions import (
@@ -30,9 +31,7 @@ Build cuda_13.0.r13.0/compiler.36424714_0
 """
 
 
-@pytest.mark.parametrize(
-    "text,expected", [(NVCC_11_8, (11, 8)), (NVCC_12_4, (12, 4)), (NVCC_13_0, (13, 0))]
-)
+@pytest.mark.parametrize("text,expected", [(NVCC_11_8, (11, 8)), (NVCC_12_4, (12, 4)), (NVCC_13_0, (13, 0))])
 def test_parse_nvcc_version(text, expected):
     assert parse_nvcc_version(text) == expected
 

@@ -9,6 +9,7 @@
   its file name, METADATA and build info agree;
 * MAMBA_FORCE_CXX11_ABI wins over a -D_GLIBCXX_USE_CXX11_ABI=0 in CFLAGS (nm shows __cxx11).
 """
+
 import base64
 import email
 import hashlib
@@ -23,16 +24,28 @@ import tempfile
 import zipfile
 
 import pytest
-
 from _project import REPO, copy_project, sentinel_bin, sentinel_torch
+
 from mamba_ssm._compat.buildinfo import read_build_info
 
 sys.path.insert(0, REPO)
-BASE_VERSION = re.search(r'__version__ = "([^"]+)"', open(os.path.join(REPO, "mamba_ssm", "_version.py")).read()).group(1)
+BASE_VERSION = re.search(
+    r'__version__ = "([^"]+)"', open(os.path.join(REPO, "mamba_ssm", "_version.py")).read()
+).group(1)
 CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda-13.0")
-CLEAN = ("MAMBA_SKIP_CUDA_BUILD", "MAMBA_FORCE_BUILD", "MAMBA_FALLBACK", "MAMBA_LOCAL_VERSION",
-         "MAMBA_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST", "MAMBA_FORCE_CXX11_ABI", "MAMBA_SETUP_HOOK",
-         "HIP_BUILD", "CFLAGS", "CXXFLAGS")
+CLEAN = (
+    "MAMBA_SKIP_CUDA_BUILD",
+    "MAMBA_FORCE_BUILD",
+    "MAMBA_FALLBACK",
+    "MAMBA_LOCAL_VERSION",
+    "MAMBA_CUDA_ARCHS",
+    "TORCH_CUDA_ARCH_LIST",
+    "MAMBA_FORCE_CXX11_ABI",
+    "MAMBA_SETUP_HOOK",
+    "HIP_BUILD",
+    "CFLAGS",
+    "CXXFLAGS",
+)
 
 
 # setup.py records every wheel build's decision; keep the records of these builds out of ~/.cache.
@@ -72,8 +85,10 @@ def test_metadata_needs_no_torch_nvcc(tmp_path, sentinels):
     (tmp_path / "di").mkdir()
     run([sys.executable, "setup.py", "-q", "dist_info", "--output-dir", str(tmp_path / "di")], proj, env)
     (dist_info,) = list((tmp_path / "di").glob("*.dist-info"))
-    assert email.message_from_string((dist_info / "METADATA").read_text())["Version"] == \
-        f"{BASE_VERSION}+cu13torch2.14cxx11abitrue"
+    assert (
+        email.message_from_string((dist_info / "METADATA").read_text())["Version"]
+        == f"{BASE_VERSION}+cu13torch2.14cxx11abitrue"
+    )
     pkg_info = email.message_from_string((tmp_path / "mamba_ssm.egg-info" / "PKG-INFO").read_text())
     assert pkg_info["Version"] == f"{BASE_VERSION}+cu13torch2.14cxx11abitrue"
     assert pkg_info["Name"] == "mamba-ssm"
@@ -85,8 +100,22 @@ def test_pep517_metadata_in_isolation(tmp_path, sentinels):
     proj = copy_project(str(tmp_path / "proj"))
     env, log = sentinels
     report = tmp_path / "report.json"
-    run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed",
-         "--report", str(report), proj], str(tmp_path), {"PATH": env["PATH"], "CUDA_HOME": "/nonexistent"})
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-deps",
+            "--ignore-installed",
+            "--report",
+            str(report),
+            proj,
+        ],
+        str(tmp_path),
+        {"PATH": env["PATH"], "CUDA_HOME": "/nonexistent"},
+    )
     meta = json.loads(report.read_text())["install"][0]["metadata"]
     assert meta["name"] == "mamba-ssm" and meta["version"] == BASE_VERSION
     assert not log.exists()
@@ -100,7 +129,9 @@ def test_sdist_holds_everything_the_build_compiles(tmp_path, sentinels):
     (sdist,) = list((tmp_path / "dist").glob("*.tar.gz"))
     with tarfile.open(sdist) as tf:
         names = {m.name.split("/", 1)[1] for m in tf.getmembers() if m.isfile()}
-        tf.extractall(tmp_path / "x", filter="data") if sys.version_info >= (3, 12) else tf.extractall(tmp_path / "x")
+        tf.extractall(tmp_path / "x", filter="data") if sys.version_info >= (3, 12) else tf.extractall(
+            tmp_path / "x"
+        )
     in_tree = [os.path.relpath(os.path.join(d, f), proj) for d, _, fs in os.walk(proj) for f in fs]
     expected = {p for p in in_tree if p.startswith(("csrc/", "build_matrix/")) and "__pycache__" not in p}
     expected |= {p for p in in_tree if p.startswith("mamba_ssm/") and p.endswith((".py", ".json"))}
@@ -124,12 +155,28 @@ def skip_wheel(tmp_path_factory):
     with open(os.path.join(proj, "mamba_ssm", "_C.abi3.so"), "wb") as f:
         f.write(b"\x7fELF stale in-place build")
     log = tmp / "sentinel.log"
-    env = {"MAMBA_SKIP_CUDA_BUILD": "TRUE", "MAMBA_LOCAL_VERSION": "cu13torch2.14cxx11abiTRUE",
-           "MAMBA_SSM_DECISION_DIR": str(tmp / "decisions"),
-           "PATH": f"{sentinel_bin(str(tmp / 'sbin'), str(log))}:{os.environ['PATH']}",
-           "CUDA_HOME": "/nonexistent"}
-    run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp / "out"), proj],
-        str(tmp), env)
+    env = {
+        "MAMBA_SKIP_CUDA_BUILD": "TRUE",
+        "MAMBA_LOCAL_VERSION": "cu13torch2.14cxx11abiTRUE",
+        "MAMBA_SSM_DECISION_DIR": str(tmp / "decisions"),
+        "PATH": f"{sentinel_bin(str(tmp / 'sbin'), str(log))}:{os.environ['PATH']}",
+        "CUDA_HOME": "/nonexistent",
+    }
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            str(tmp / "out"),
+            proj,
+        ],
+        str(tmp),
+        env,
+    )
     (whl,) = list((tmp / "out").glob("*.whl"))
     return whl, log
 
@@ -145,7 +192,7 @@ def test_skip_cuda_build_is_pure_python(skip_wheel):
     assert not log.exists()  # no compiler run
 
 
-HOOK = '''
+HOOK = """
 import json, os
 from dataclasses import dataclass
 @dataclass
@@ -158,7 +205,7 @@ def resolve_prebuilt(version):
 def record(outcome, final_mode):
     with open(os.environ["FAKE_LOG"], "a") as f:
         f.write(final_mode + "\\n")
-'''
+"""
 
 
 def test_prebuilt_wheel_handed_over_unchanged(tmp_path, skip_wheel):
@@ -167,10 +214,27 @@ def test_prebuilt_wheel_handed_over_unchanged(tmp_path, skip_wheel):
     shutil.copy(skip_wheel[0], prebuilt)
     proj = copy_project(str(tmp_path / "proj"))
     (tmp_path / "hook.py").write_text(HOOK)
-    env = {"MAMBA_SETUP_HOOK": str(tmp_path / "hook.py"), "FAKE_WHEEL": str(prebuilt),
-           "FAKE_LOG": str(tmp_path / "record.log"), "CUDA_HOME": "/nonexistent"}
-    run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp_path / "out"),
-         proj], str(tmp_path), env)
+    env = {
+        "MAMBA_SETUP_HOOK": str(tmp_path / "hook.py"),
+        "FAKE_WHEEL": str(prebuilt),
+        "FAKE_LOG": str(tmp_path / "record.log"),
+        "CUDA_HOME": "/nonexistent",
+    }
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            str(tmp_path / "out"),
+            proj,
+        ],
+        str(tmp_path),
+        env,
+    )
     (out,) = list((tmp_path / "out").glob("*.whl"))
     assert out.name == prebuilt.name
     with zipfile.ZipFile(prebuilt) as a, zipfile.ZipFile(out) as b:
@@ -187,8 +251,11 @@ def test_prebuilt_wheel_handed_over_unchanged(tmp_path, skip_wheel):
         data = b.read(added)
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         assert f"{added},sha256={digest},{len(data)}" in rows and rows[-1].endswith("/RECORD,,")
-        old_rows = {r for r in a.read(added.rsplit("/", 1)[0] + "/RECORD").decode().splitlines()
-                    if not r.startswith(added + ",")}
+        old_rows = {
+            r
+            for r in a.read(added.rsplit("/", 1)[0] + "/RECORD").decode().splitlines()
+            if not r.startswith(added + ",")
+        }
         assert old_rows < set(rows) and len(rows) == len(old_rows) + 1
         assert len(json.loads(data)["install_id"]) == 32
     assert (tmp_path / "record.log").read_text() == "prebuilt\n"
@@ -198,22 +265,31 @@ def test_skip_and_force_builds_record_their_decision(tmp_path, skip_wheel):
     """MAMBA_SKIP_CUDA_BUILD / MAMBA_FORCE_BUILD bypass the resolver, yet the decision is recorded
     with the install id the wheel carries (so doctor can tell this install's record from an older one)."""
     whl, _ = skip_wheel
-    from mamba_ssm._install.decision import read_decision
+    from mamba_ssm._install.record import read_record
 
-    rec = read_decision(sys.prefix, {"MAMBA_SSM_DECISION_DIR": str(skip_wheel[0].parent.parent / "decisions")})
+    rec = read_record(sys.prefix, {"MAMBA_SSM_DECISION_DIR": str(skip_wheel[0].parent.parent / "decisions")})
     assert rec is not None, "the MAMBA_SKIP_CUDA_BUILD wheel build recorded nothing"
-    assert rec["final_mode"] == "python" and rec["status"] == "requested"
-    assert "MAMBA_SKIP_CUDA_BUILD=TRUE" in rec["message"]
+    assert rec.final_mode == "python" and rec.status == "requested"
+    assert "MAMBA_SKIP_CUDA_BUILD=TRUE" in rec.message
     with zipfile.ZipFile(whl) as z:
         (name,) = [n for n in z.namelist() if n.endswith(".dist-info/mamba_ssm_install.json")]
-        assert json.loads(z.read(name)) == rec["install"]
-        assert any(r.startswith(name + ",sha256=") for r in z.read(name.rsplit("/", 1)[0] + "/RECORD").decode().splitlines())
+        assert json.loads(z.read(name)) == rec.install.to_dict()
+        assert any(
+            r.startswith(name + ",sha256=")
+            for r in z.read(name.rsplit("/", 1)[0] + "/RECORD").decode().splitlines()
+        )
 
     decisions = tmp_path / "force-decisions"
     proj = copy_project(str(tmp_path / "proj"), tiny_csrc=True)
-    p = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path / "out"), proj], str(tmp_path),
-            {"MAMBA_FORCE_BUILD": "TRUE", "MAMBA_SSM_DECISION_DIR": str(decisions)}, check=False)
-    assert p.returncode != 0  # torch is absent under build isolation: the build fails, and says so in the record
+    p = run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path / "out"), proj],
+        str(tmp_path),
+        {"MAMBA_FORCE_BUILD": "TRUE", "MAMBA_SSM_DECISION_DIR": str(decisions)},
+        check=False,
+    )
+    assert (
+        p.returncode != 0
+    )  # torch is absent under build isolation: the build fails, and says so in the record
     (path,) = list(decisions.glob("*.json"))
     rec = json.loads(path.read_text())
     assert rec["final_mode"] == "error" and "MAMBA_FORCE_BUILD=TRUE" in rec["message"]
@@ -221,8 +297,12 @@ def test_skip_and_force_builds_record_their_decision(tmp_path, skip_wheel):
 
 def test_force_build_under_isolation_fails_at_once(tmp_path):
     proj = copy_project(str(tmp_path / "proj"), tiny_csrc=True)
-    p = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path / "out"), proj], str(tmp_path),
-            {"MAMBA_FORCE_BUILD": "TRUE"}, check=False)
+    p = run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path / "out"), proj],
+        str(tmp_path),
+        {"MAMBA_FORCE_BUILD": "TRUE"},
+        check=False,
+    )
     assert p.returncode != 0
     out = p.stdout + p.stderr
     assert "MAMBA_FORCE_BUILD=TRUE needs torch" in out and "--no-build-isolation" in out
@@ -254,11 +334,29 @@ def test_source_wheel_after_resolver_found_nothing(tmp_path):
 
     proj = copy_project(str(tmp_path / "proj"), tiny_csrc=True)
     (tmp_path / "hook.py").write_text(HOOK)
-    env = {"MAMBA_SETUP_HOOK": str(tmp_path / "hook.py"), "FAKE_LOG": str(tmp_path / "record.log"),
-           "MAMBA_LOCAL_VERSION": "cu13torch2.14", "MAMBA_CUDA_ARCHS": "90", "CUDA_HOME": CUDA_HOME,
-           "MAX_JOBS": "1"}
-    run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp_path / "out"),
-         proj], str(tmp_path), env)
+    env = {
+        "MAMBA_SETUP_HOOK": str(tmp_path / "hook.py"),
+        "FAKE_LOG": str(tmp_path / "record.log"),
+        "MAMBA_LOCAL_VERSION": "cu13torch2.14",
+        "MAMBA_CUDA_ARCHS": "90",
+        "CUDA_HOME": CUDA_HOME,
+        "MAX_JOBS": "1",
+    }
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            str(tmp_path / "out"),
+            proj,
+        ],
+        str(tmp_path),
+        env,
+    )
     (whl,) = list((tmp_path / "out").glob("*.whl"))
     assert whl.name.startswith(f"mamba_ssm-{BASE_VERSION}+cu13torch2.14-{tag}-abi3-")
     meta, names = wheel_metadata(whl)
@@ -286,8 +384,12 @@ def test_force_cxx11_abi_in_symbols(tmp_path):
     results = {}
     for forced in (False, True):
         proj = copy_project(str(tmp_path / f"proj{int(forced)}"), tiny_csrc=True)
-        env = {"MAMBA_CUDA_ARCHS": "90", "CUDA_HOME": CUDA_HOME, "MAX_JOBS": "1",
-               "CFLAGS": "-D_GLIBCXX_USE_CXX11_ABI=0"}
+        env = {
+            "MAMBA_CUDA_ARCHS": "90",
+            "CUDA_HOME": CUDA_HOME,
+            "MAX_JOBS": "1",
+            "CFLAGS": "-D_GLIBCXX_USE_CXX11_ABI=0",
+        }
         if forced:
             env["MAMBA_FORCE_CXX11_ABI"] = "TRUE"
         run([sys.executable, "setup.py", "build_ext", "--inplace"], proj, env)
@@ -300,12 +402,17 @@ def test_force_cxx11_abi_in_symbols(tmp_path):
 
 def _cpu_torch_python():
     """A Python with a CPU-only torch (MAMBA_TEST_CPU_TORCH_PYTHON, or the dev cache's torch 2.13 CPU venv)."""
-    cands = [os.environ.get("MAMBA_TEST_CPU_TORCH_PYTHON"),
-             os.path.expanduser("~/.cache/mamba-ssm-dev/torch-2.13.0-cpu-cp311/bin/python")]
+    cands = [
+        os.environ.get("MAMBA_TEST_CPU_TORCH_PYTHON"),
+        os.path.expanduser("~/.cache/mamba-ssm-dev/torch-2.13.0-cpu-cp311/bin/python"),
+    ]
     for py in cands:
         if py and os.access(py, os.X_OK):
-            p = subprocess.run([py, "-c", "import torch, setuptools, packaging; print(torch.version.cuda)"],
-                               capture_output=True, text=True)
+            p = subprocess.run(
+                [py, "-c", "import torch, setuptools, packaging; print(torch.version.cuda)"],
+                capture_output=True,
+                text=True,
+            )
             if p.returncode == 0 and p.stdout.strip().endswith("None"):
                 return py
     return None
@@ -320,12 +427,17 @@ def test_cpu_only_torch_builds_cpu_kernel_alone(tmp_path):
     log = tmp_path / "sentinel.log"
     sbin = sentinel_bin(str(tmp_path / "sbin"), str(log))
     # ninja may come from this venv's bin/ (the ninja package) when the CPU venv lacks it
-    env = {"PATH": f"{sbin}:{os.path.dirname(py)}:{os.environ['PATH']}", "CUDA_HOME": "/nonexistent",
-           "MAX_JOBS": "1", "MAMBA_FORCE_BUILD": "TRUE"}
+    env = {
+        "PATH": f"{sbin}:{os.path.dirname(py)}:{os.environ['PATH']}",
+        "CUDA_HOME": "/nonexistent",
+        "MAX_JOBS": "1",
+        "MAMBA_FORCE_BUILD": "TRUE",
+    }
     run([py, "setup.py", "build_ext", "--inplace"], proj, env)
     info = read_build_info(os.path.join(proj, "mamba_ssm", "_C.abi3.so"))
-    torch_version = subprocess.run([py, "-c", "import torch; print(torch.__version__)"], capture_output=True,
-                                   text=True).stdout.strip()
+    torch_version = subprocess.run(
+        [py, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
+    ).stdout.strip()
     assert info.kernels == ["cpu"] and info.torch_cuda is None and info.nvcc_version is None
     assert info.sass_archs == [] and info.torch_version == torch_version
     assert not log.exists()  # nvcc never run

@@ -4,6 +4,7 @@ CPU kernel + MAMBA_CUDA_ARCHS, default 90, against the torch of this environment
 What the build resolved (its embedded build info) is checked against what the toolchain produced:
 cuobjdump's list of SASS/PTX, nm's C++ symbols, and a real torch.ops.load_library in a subprocess.
 """
+
 import importlib.metadata
 import os
 import re
@@ -21,14 +22,24 @@ SO = os.path.join(REPO, "mamba_ssm", "_C.abi3.so")
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not os.path.isfile(SO), reason=f"{SO} not built: run `bash ci/test.sh` (it builds in place)"),
+    pytest.mark.skipif(
+        not os.path.isfile(SO), reason=f"{SO} not built: run `bash ci/test.sh` (it builds in place)"
+    ),
 ]
 
 
 def cuobjdump():
-    cand = os.path.join(os.path.dirname(os.path.dirname(sys.executable)), "lib",
-                        f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages", "triton",
-                        "backends", "nvidia", "bin", "cuobjdump")
+    cand = os.path.join(
+        os.path.dirname(os.path.dirname(sys.executable)),
+        "lib",
+        f"python{sys.version_info[0]}.{sys.version_info[1]}",
+        "site-packages",
+        "triton",
+        "backends",
+        "nvidia",
+        "bin",
+        "cuobjdump",
+    )
     if os.access(cand, os.X_OK):
         return cand
     return shutil.which("cuobjdump")

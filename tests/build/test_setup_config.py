@@ -1,9 +1,10 @@
 """setup.py's preflight and the BuildConfig it resolves from the environment.
 
-torch is described by a TorchInfo (its version fields and arch list) so that every torch flavour can be
+torch is described by a BuildTorch (its version fields and arch list) so that every torch flavour can be
 tried here; the tools (nvcc, hipcc, gcc, ninja) are real programs: fake toolkits are shell scripts in
 a temporary folder, the host compiler is this machine's gcc.
 """
+
 import os
 import re
 import shutil
@@ -11,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from _setup_loader import fake_toolkit, load_setup
 
 S = load_setup()
@@ -25,14 +25,15 @@ def gcc_version():
 
 
 def cuda_torch(cuda="13.0", abi=True, home=None, version=None):
-    return S.TorchInfo(
+    return S.BuildTorch(
         build=TorchBuild(version or f"2.14.1+cu{cuda.replace('.', '')}", cuda=cuda, cxx11_abi=abi),
-        arch_list=list(ARCH_214), cuda_home=home,
+        arch_list=list(ARCH_214),
+        cuda_home=home,
     )
 
 
 def cpu_torch(abi=True):
-    return S.TorchInfo(build=TorchBuild("2.13.0+cpu", cxx11_abi=abi))
+    return S.BuildTorch(build=TorchBuild("2.13.0+cpu", cxx11_abi=abi))
 
 
 @pytest.fixture
@@ -88,9 +89,10 @@ def test_mamba_archs_win_over_torch_list(env, toolkit):
     assert cfg.arch_spec.sass == ("sm_90",) and cfg.arch_source == "MAMBA_CUDA_ARCHS"
 
 
-@pytest.mark.parametrize("value,match", [("70", "sm_70 is not supported by nvcc 13.0"),
-                                         ("103", "sm_103 with nvcc 13.0"),
-                                         ("native", "native")])
+@pytest.mark.parametrize(
+    "value,match",
+    [("70", "sm_70 is not supported by nvcc 13.0"), ("103", "sm_103 with nvcc 13.0"), ("native", "native")],
+)
 def test_arch_env_rejected(env, toolkit, value, match):
     env["MAMBA_CUDA_ARCHS"] = value
     with pytest.raises(S.PreflightError, match=match) as e:
@@ -243,8 +245,9 @@ def test_max_gcc_from_real_toolkit():
     if not os.path.isfile(os.path.join(home, "include", "crt", "host_config.h")):
         pytest.skip(f"no CUDA toolkit at {home}")
     # CUDA 13.0's host_config.h rejects GCC > 15 (CUDA 13.0 installation guide: GCC up to 15)
-    nvcc_out = subprocess.run([os.path.join(home, "bin", "nvcc"), "--version"], capture_output=True,
-                              text=True).stdout
+    nvcc_out = subprocess.run(
+        [os.path.join(home, "bin", "nvcc"), "--version"], capture_output=True, text=True
+    ).stdout
     if "release 13.0" in nvcc_out:
         assert S.max_gcc_for_nvcc(home, (13, 0)) == 15
 
@@ -274,7 +277,7 @@ def fake_rocm(root, hip_version="6.2.41133-dd7f95766", bf16_header=None):
 
 
 def rocm_torch(hip="6.2.41133-dd7f95766", version="2.5.1+rocm6.2"):
-    return S.TorchInfo(build=TorchBuild(version, hip=hip, cxx11_abi=False))
+    return S.BuildTorch(build=TorchBuild(version, hip=hip, cxx11_abi=False))
 
 
 def test_hip_build_requested_with_cuda_torch(env, toolkit):
@@ -345,7 +348,10 @@ def test_rocm60_bf16_header_needs_patch(tmp_path):
 def test_bf16_check_only_on_rocm60(tmp_path):
     root = fake_rocm(str(tmp_path / "rocm"), hip_version="6.1.40091-a8dbc0c19", bf16_header=BF16_60)
     env = {"PATH": os.environ["PATH"], "ROCM_PATH": root}
-    assert S.resolve_config(env, rocm_torch(hip="6.1.40091-a8dbc0c19", version="2.4.0+rocm6.1")).hipcc == (6, 1)
+    assert S.resolve_config(env, rocm_torch(hip="6.1.40091-a8dbc0c19", version="2.4.0+rocm6.1")).hipcc == (
+        6,
+        1,
+    )
 
 
 def test_no_sources(tmp_path, env, toolkit):
@@ -407,8 +413,11 @@ def test_cuda_home_fixes_name_the_toolkit_found(tmp_path):
         assert "cuda-12.4" not in msg
     # nothing installed: a placeholder, not an invented version
     with pytest.raises(S.PreflightError) as e:
-        S.locate_cuda("/nonexistent", {"PATH": "/nonexistent", "CUDA_HOME": "/nonexistent"},
-                      search_roots=(str(tmp_path / "empty"),))
+        S.locate_cuda(
+            "/nonexistent",
+            {"PATH": "/nonexistent", "CUDA_HOME": "/nonexistent"},
+            search_roots=(str(tmp_path / "empty"),),
+        )
     assert "CUDA_HOME=/usr/local/cuda-X.Y (the toolkit root" in str(e.value)
     # a wrapper nvcc on PATH points at the toolkit in use: that one is named first
     other = fake_toolkit(str(tmp_path / "opt" / "cuda"), release=(12, 8))
@@ -417,8 +426,11 @@ def test_cuda_home_fixes_name_the_toolkit_found(tmp_path):
     wrapper.write_text(f'#!/bin/sh\nexec {other}/bin/nvcc "$@"\n')
     wrapper.chmod(0o755)
     with pytest.raises(S.PreflightError) as e:
-        S.locate_cuda("/nonexistent", {"PATH": str(tmp_path / "bin"), "CUDA_HOME": "/nonexistent"},
-                      search_roots=(str(roots),))
+        S.locate_cuda(
+            "/nonexistent",
+            {"PATH": str(tmp_path / "bin"), "CUDA_HOME": "/nonexistent"},
+            search_roots=(str(roots),),
+        )
     assert f"CUDA_HOME={other} (found here)" in str(e.value)
     # CUDA_HOME at a folder with bin/nvcc but no runtime: the fix names another, complete toolkit
     broken = fake_toolkit(str(tmp_path / "broken"), release=(13, 0))

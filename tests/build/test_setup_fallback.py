@@ -5,6 +5,7 @@ own dependency is missing) made setup.py raise ModuleNotFoundError. Now ``auto``
 package with the reason, and ``source`` a PreflightError (setup.py's one-paragraph exit) naming it.
 Each case runs in a fresh interpreter with the fake torch first on sys.path.
 """
+
 from __future__ import annotations
 
 import glob
@@ -20,8 +21,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 FAKES = {
     # no torch.utils (the finding)
-    "no-utils": {"__init__.py": "__version__ = '2.14.1+cu130'\n",
-                 "version.py": "__version__ = '2.14.1+cu130'\ncuda = '13.0'\nhip = None\n"},
+    "no-utils": {
+        "__init__.py": "__version__ = '2.14.1+cu130'\n",
+        "version.py": "__version__ = '2.14.1+cu130'\ncuda = '13.0'\nhip = None\n",
+    },
     # importing torch fails inside it (a shared library that is gone)
     "raises": {"__init__.py": "raise OSError('libtorch_cuda.so: cannot open shared object file')\n"},
     # one of torch's own imports is missing (ImportError for another module than torch)
@@ -57,15 +60,23 @@ def fake_torch(root, kind):
     return str(root)
 
 
-@pytest.mark.parametrize("kind,needle", [
-    ("no-utils", "No module named 'torch.utils'"),
-    ("raises", "OSError: libtorch_cuda.so: cannot open shared object file"),
-    ("dependency", "No module named 'sympy_that_is_not_installed'"),
-])
+@pytest.mark.parametrize(
+    "kind,needle",
+    [
+        ("no-utils", "No module named 'torch.utils'"),
+        ("raises", "OSError: libtorch_cuda.so: cannot open shared object file"),
+        ("dependency", "No module named 'sympy_that_is_not_installed'"),
+    ],
+)
 def test_a_broken_torch_falls_back_with_the_reason(tmp_path, kind, needle):
     path = fake_torch(tmp_path / "site", kind)
-    proc = subprocess.run([sys.executable, "-c", PROBE, path, REPO], capture_output=True, text=True, timeout=120,
-                          cwd=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, path, REPO],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     mode, reason = out["auto"]
@@ -79,14 +90,38 @@ def test_a_broken_torch_falls_back_with_the_reason(tmp_path, kind, needle):
 def test_pip_wheel_with_a_broken_torch_builds_the_pure_python_package(tmp_path):
     """End to end through pip (no build isolation, so the broken torch is the one setup.py sees)."""
     path = fake_torch(tmp_path / "site", "no-utils")
-    env = dict(os.environ, PYTHONPATH=path, MAMBA_FALLBACK="auto", MAMBA_WHEEL_INDEX=str(tmp_path / "no-index"),
-               MAMBA_SSM_CACHE_DIR=str(tmp_path / "cache"), MAMBA_SSM_NO_NVML="1", PIP_NO_CACHE_DIR="1")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w",
-                           str(tmp_path / "out"), REPO], env=env, capture_output=True, text=True, timeout=900)
+    env = dict(
+        os.environ,
+        PYTHONPATH=path,
+        MAMBA_FALLBACK="auto",
+        MAMBA_WHEEL_INDEX=str(tmp_path / "no-index"),
+        MAMBA_SSM_CACHE_DIR=str(tmp_path / "cache"),
+        MAMBA_SSM_NO_NVML="1",
+        PIP_NO_CACHE_DIR="1",
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            str(tmp_path / "out"),
+            REPO,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     log = proc.stdout + proc.stderr
     assert "No module named 'torch.utils'" in log and "ModuleNotFoundError:" not in log.replace(
-        "(ModuleNotFoundError:", "")
+        "(ModuleNotFoundError:", ""
+    )
     wheels = glob.glob(str(tmp_path / "out" / "mamba_ssm-*.whl"))
     assert len(wheels) == 1
     with zipfile.ZipFile(wheels[0]) as zf:
@@ -103,7 +138,8 @@ spec = importlib.util.spec_from_file_location("setup_under_test", sys.argv[2] + 
 setup = importlib.util.module_from_spec(spec); spec.loader.exec_module(setup)
 from _mamba_ssm_setup_bypath._build import plan as P
 before = importlib.util.find_spec("torch") is not None
-note = P.use_target_torch(json.loads(sys.argv[3]))
+from _mamba_ssm_setup_bypath._install.setup_hook import Target
+note = P.use_target_torch(Target(**json.loads(sys.argv[3])))
 from _mamba_ssm_setup_bypath._build.config import probe_torch
 info = probe_torch("test")
 import torch
@@ -125,10 +161,18 @@ def _isolated_site(tmp_path):
 
 def test_the_source_fallback_imports_the_target_torch_under_isolation(tmp_path):
     torch = pytest.importorskip("torch")
-    target = {"torch_path": os.path.dirname(torch.__file__), "torch_version": torch.__version__,
-              "python_version": "%d.%d.%d" % sys.version_info[:3], "gpus": []}
-    proc = subprocess.run([sys.executable, "-S", "-c", ISOLATED, _isolated_site(tmp_path), REPO, json.dumps(target)],
-                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    target = {
+        "torch_path": os.path.dirname(torch.__file__),
+        "torch_version": torch.__version__,
+        "python_version": "%d.%d.%d" % sys.version_info[:3],
+    }
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", ISOLATED, _isolated_site(tmp_path), REPO, json.dumps(target)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["before"] is False  # no torch in the "build env"
@@ -138,24 +182,38 @@ def test_the_source_fallback_imports_the_target_torch_under_isolation(tmp_path):
 
 def test_another_python_version_cannot_use_the_target_torch(tmp_path):
     from mamba_ssm._build import plan as P
+    from mamba_ssm._install.setup_hook import Target
 
     other = "3.%d.0" % (sys.version_info[1] + 1)
     with pytest.raises(P.PreflightError, match=f"the target's Python {other} is not this build's"):
-        P.use_target_torch({"torch_path": str(tmp_path / "site" / "torch"), "python_version": other})
-    assert P.use_target_torch(None) == "" and P.use_target_torch({"torch_path": None}) == ""
+        P.use_target_torch(Target(torch_path=str(tmp_path / "site" / "torch"), python_version=other))
+    assert P.use_target_torch(None) == "" and P.use_target_torch(Target(python_version=other)) == ""
 
 
-@pytest.mark.parametrize("gpus,user,expect", [
-    ([{"vendor": "nvidia", "capability": "8.0"}, {"vendor": "nvidia", "capability": "8.6"}], {},
-     ({"MAMBA_CUDA_ARCHS": "8.0;8.6"}, False)),
-    ([{"vendor": "amd", "gfx": "gfx90a"}], {}, ({"PYTORCH_ROCM_ARCH": "gfx90a"}, False)),
-    ([], {}, ({}, True)),                                               # the CPU kernel alone
-    ([{"vendor": "nvidia", "capability": "8.0"}], {"TORCH_CUDA_ARCH_LIST": "9.0"}, ({}, False)),  # the user's
-])
+@pytest.mark.parametrize(
+    "gpus,user,expect",
+    [
+        (
+            [{"vendor": "nvidia", "capability": "8.0"}, {"vendor": "nvidia", "capability": "8.6"}],
+            {},
+            ({"MAMBA_CUDA_ARCHS": "8.0;8.6"}, False),
+        ),
+        ([{"vendor": "amd", "gfx": "gfx90a"}], {}, ({"PYTORCH_ROCM_ARCH": "gfx90a"}, False)),
+        ([], {}, ({}, True)),  # the CPU kernel alone
+        (
+            [{"vendor": "nvidia", "capability": "8.0"}],
+            {"TORCH_CUDA_ARCH_LIST": "9.0"},
+            ({}, False),
+        ),  # the user's
+    ],
+)
 def test_auto_builds_only_for_the_visible_gpu(gpus, user, expect):
     from mamba_ssm._build import plan as P
+    from mamba_ssm._gpus import Gpu
+    from mamba_ssm._install.setup_hook import Target
 
-    env, cpu_only, note = P.auto_targets(dict(user), {"gpus": gpus})
+    target = Target(python_version="3.11.7", gpus=tuple(Gpu(**g) for g in gpus))
+    env, cpu_only, note = P.auto_targets(dict(user), target)
     added = {k: v for k, v in env.items() if k not in user}
     assert (added, cpu_only) == expect, note
     assert P.auto_targets({}, None) == ({}, False, "")
@@ -177,19 +235,26 @@ def test_cpu_only_config_with_a_cuda_torch_needs_no_nvcc():
 def test_the_install_time_build_is_recorded_and_shown():
     from mamba_ssm import _doctor
     from mamba_ssm._build import commands as C
-    from mamba_ssm._build.plan import Plan
+    from mamba_ssm._build.plan import BuildMode, BuildPlan
+    from mamba_ssm._install.record import InstallMode, InstallRecord
 
-    class Outcome:
-        details = {"record": {"final_mode": "python", "message": "no wheel"}}
-
-    plan = Plan("python", reason="MAMBA_FALLBACK=auto: the source build cannot run here: no C++ compiler")
-    plan.outcome = Outcome()
-    C._note_build(plan, 2.04)
-    rec = Outcome.details["record"]
-    assert rec["build"] == {"mode": "python", "reason": plan.reason, "seconds": 2.0, "kernels": [], "failed": False}
-    lines = _doctor._render_decision(rec)
-    assert any(line.startswith("  install-time build: python (kernels: none; 2.0 s): MAMBA_FALLBACK=auto")
-               for line in lines), lines
+    plan = BuildPlan(
+        BuildMode.PYTHON, reason="MAMBA_FALLBACK=auto: the source build cannot run here: no C++ compiler"
+    )
+    note = C.build_note(plan, 2.04)
+    rec = InstallRecord(final_mode=InstallMode.PYTHON, message="no wheel", build=note)
+    assert rec.to_dict()["build"] == {
+        "mode": "python",
+        "reason": plan.reason,
+        "seconds": 2.0,
+        "kernels": [],
+        "failed": False,
+    }
+    lines = _doctor.render_record(rec)
+    assert any(
+        line.startswith("  install-time build: python (kernels: none; 2.0 s): MAMBA_FALLBACK=auto")
+        for line in lines
+    ), lines
 
 
 @pytest.mark.slow
@@ -201,30 +266,60 @@ def test_pip_with_build_isolation_builds_the_cpu_kernel_against_the_target_torch
 
     torch = pytest.importorskip("torch")
     sdist_dir = tmp_path / "sdist"
-    subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(sdist_dir), REPO],
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(sdist_dir), REPO],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     sdist = glob.glob(str(sdist_dir / "mamba_ssm-*.tar.gz"))[0]
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
     py = str(venv / "bin" / "python")
-    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:
         fh.write(sysconfig.get_paths()["purelib"] + "\n")
-    env = dict(os.environ, MAMBA_FALLBACK="auto", MAMBA_WHEEL_INDEX=str(tmp_path / "no-index"),
-               MAMBA_SSM_CACHE_DIR=str(tmp_path / "cache"), MAMBA_SSM_NO_NVML="1", PIP_NO_CACHE_DIR="1",
-               CUDA_HOME="/nonexistent", MAX_JOBS="1", PATH=os.path.dirname(sys.executable) + os.pathsep
-               + os.environ["PATH"])
+    env = dict(
+        os.environ,
+        MAMBA_FALLBACK="auto",
+        MAMBA_WHEEL_INDEX=str(tmp_path / "no-index"),
+        MAMBA_SSM_CACHE_DIR=str(tmp_path / "cache"),
+        MAMBA_SSM_NO_NVML="1",
+        PIP_NO_CACHE_DIR="1",
+        CUDA_HOME="/nonexistent",
+        MAX_JOBS="1",
+        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
+    )
     for k in ("VIRTUAL_ENV", "PYTHONPATH", "MAMBA_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST"):
         env.pop(k, None)
-    proc = subprocess.run([py, "-m", "pip", "install", "-v", "--no-deps", sdist], env=env, capture_output=True,
-                          text=True, timeout=1800, cwd=str(tmp_path))
+    proc = subprocess.run(
+        [py, "-m", "pip", "install", "-v", "--no-deps", sdist],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=str(tmp_path),
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "against the target's torch" in log and "the CPU kernel alone" in log, log[-4000:]
     assert glob.glob(os.path.join(site, "mamba_ssm", "_C*.so"))
-    rec = json.loads(subprocess.run([py, "-c", "import json; from mamba_ssm._install.decision import read_decision;"
-                                     " print(json.dumps(read_decision()))"], env=env, capture_output=True, text=True,
-                                    check=True, cwd=str(tmp_path)).stdout)
-    assert rec["final_mode"] == "source" and rec["build"]["kernels"] == ["cpu"] and rec["build"]["seconds"] > 0
+    rec = json.loads(
+        subprocess.run(
+            [py, "-c", "from mamba_ssm._install.record import read_record; print(read_record().to_json())"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=str(tmp_path),
+        ).stdout
+    )
+    assert (
+        rec["final_mode"] == "source" and rec["build"]["kernels"] == ["cpu"] and rec["build"]["seconds"] > 0
+    )
     assert torch.__version__ in rec["build"]["reason"]

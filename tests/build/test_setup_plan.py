@@ -5,19 +5,19 @@ tests/resolver); it is reached through MAMBA_SETUP_HOOK, the way setup.py finds 
 the CUDA toolkit are the real ones of this machine; the project root is a scratch folder with one tiny
 C++ source, so "preflight passes" does not depend on the kernels.
 """
+
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-
 from _setup_loader import load_setup
 
 S = load_setup()
 CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda-13.0")
 
-HOOK = '''
+HOOK = """
 import json, os
 from dataclasses import dataclass
 
@@ -36,7 +36,7 @@ def resolve_prebuilt(version):
 def record(outcome, final_mode):
     with open(os.environ["FAKE_LOG"], "a") as f:
         f.write(json.dumps({"call": "record", "final_mode": final_mode}) + "\\n")
-'''
+"""
 
 
 @pytest.fixture
@@ -68,16 +68,26 @@ class Env(dict):
 def env(tmp_path, monkeypatch):
     hook = tmp_path / "hook.py"
     hook.write_text(HOOK)
-    for var in ("MAMBA_SKIP_CUDA_BUILD", "MAMBA_FORCE_BUILD", "MAMBA_FALLBACK", "MAMBA_LOCAL_VERSION",
-                "FAKE_WHEEL", "FAKE_DEFERRED", "TORCH_CUDA_ARCH_LIST"):
+    for var in (
+        "MAMBA_SKIP_CUDA_BUILD",
+        "MAMBA_FORCE_BUILD",
+        "MAMBA_FALLBACK",
+        "MAMBA_LOCAL_VERSION",
+        "FAKE_WHEEL",
+        "FAKE_DEFERRED",
+        "TORCH_CUDA_ARCH_LIST",
+    ):
         monkeypatch.delenv(var, raising=False)
-    return Env(monkeypatch, {
-        "PATH": os.environ["PATH"],
-        "CUDA_HOME": CUDA_HOME,
-        "MAMBA_SETUP_HOOK": str(hook),
-        "FAKE_LOG": str(tmp_path / "log.jsonl"),
-        "MAMBA_CUDA_ARCHS": "90",
-    })
+    return Env(
+        monkeypatch,
+        {
+            "PATH": os.environ["PATH"],
+            "CUDA_HOME": CUDA_HOME,
+            "MAMBA_SETUP_HOOK": str(hook),
+            "FAKE_LOG": str(tmp_path / "log.jsonl"),
+            "MAMBA_CUDA_ARCHS": "90",
+        },
+    )
 
 
 def calls(env):
@@ -199,7 +209,8 @@ def test_editable_never_downloads(env, project):
 
 
 def test_real_hook_is_loaded_by_path():
-    """The repository's own setup_hook.py loads without importing mamba_ssm (no torch)."""
+    """The repository's own setup_hook.py loads (through setup.py's load_private) without importing
+    mamba_ssm (no torch)."""
     path = os.path.join(S.ROOT, "mamba_ssm", "_install", "setup_hook.py")
     if not os.path.isfile(path):
         pytest.skip("mamba_ssm/_install/setup_hook.py not in this checkout yet")

@@ -3,7 +3,7 @@
 import itertools
 
 import torch
-from reference import selective_scan_ref64
+from oracles import selective_scan as selective_scan_ref64
 
 BC_KINDS = ("constant", "variable", "grouped1", "grouped2")
 

@@ -1,6 +1,6 @@
 """The GPU kernel checks without pytest (for a GPU machine that has torch but no pytest and no network).
 
-Runs the cases of test_gpu_kernel.py through the same helpers (cases.py, reference.py) and prints one
+Runs the cases of test_gpu_kernel.py through the same helpers (cases.py, tests/oracles.py) and prints one
 line per case; exit status 1 when any case fails, 0 when all pass, 2 when no GPU kernel can run.
 
     python tests/kernels/gpu_runner.py
@@ -12,7 +12,7 @@ import sys
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
+sys.path[:0] = [HERE, os.path.dirname(HERE), os.path.dirname(os.path.dirname(HERE))]  # + tests/ (oracles)
 
 import torch  # noqa: E402
 from cases import BC_KINDS, make_inputs, run_and_check  # noqa: E402

@@ -4,7 +4,7 @@ sequential reference (tests/kernels/reference.py): forward, last state and every
 import pytest
 import torch
 from cases import BC_KINDS, assert_close, forward_grid, make_inputs, run_and_check
-from reference import selective_scan_ref64
+from oracles import selective_scan as selective_scan_ref64
 
 #: The builds of the CPU kernel (csrc/scan_cpu*.cpp), narrowest first.
 ISAS = ("generic", "avx2", "avx512")

@@ -121,7 +121,7 @@ def _cases():
 CASES = _cases()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def inputs_of(name):
     c = next(x for x in CASES if x["name"] == name)
     seed = CASES.index(c)

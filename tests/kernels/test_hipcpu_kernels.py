@@ -1,5 +1,5 @@
 """csrc's CUDA/HIP selective-scan kernels executed on the CPU through HIP-CPU, against the float64
-sequential reference (tests/kernels/reference.py).
+sequential reference (tests/oracles.py).
 
 HIP-CPU (ROCm's header-only HIP runtime for the CPU: a block's threads run as fibers) compiles the csrc
 translation units unchanged with g++ (tests/kernels/hipcpu/hipcpu_build.py); the test-only shims it needs
@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "hipcpu"))
 import hipcpu_build  # noqa: E402
 from cases import assert_close, make_inputs  # noqa: E402
 from hipcpu_runner import GUARD_BYTES, SENTINEL  # noqa: E402
-from reference import selective_scan_ref64  # noqa: E402
+from oracles import selective_scan as selective_scan_ref64  # noqa: E402
 
 RUNNER = os.path.join(HERE, "hipcpu", "hipcpu_runner.py")
 LAYOUTS = list(hipcpu_build.LAYOUTS)
@@ -122,7 +122,7 @@ def _cases():
 CASES = _cases()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def inputs_of(name):
     """The case's tensors (deterministic: seeded by the case's position)."""
     c = next(x for x in CASES if x["name"] == name)
@@ -158,7 +158,7 @@ def inputs_of(name):
     return dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=bias, dout=dout, dlast_state=dlast)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference_of(name):
     """float64 forward (out, last_state) and gradients through autograd of the sequential reference."""
     c = next(x for x in CASES if x["name"] == name)

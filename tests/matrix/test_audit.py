@@ -6,7 +6,6 @@ real-build test (test_build_slow.py)."""
 import base64
 import dataclasses
 import hashlib
-import io
 import json
 import shutil
 import subprocess
@@ -18,9 +17,8 @@ import pytest
 
 from build_matrix import audit, build
 from build_matrix import matrix as mx
-from build_matrix._compat_loader import load_compat
+from mamba_ssm._compat import buildinfo, variant
 
-buildinfo = load_compat("buildinfo")
 NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")
 LABEL = "cu13torch2.14cxx11abiTRUE"
 CELL_ID = f"{LABEL}-x86_64"
@@ -366,7 +364,7 @@ def test_abi3audit_catches_what_the_tag_does_not_allow(tmp_path, monkeypatch):
     )
     wheel = make_wheel(tmp_path / "w", so, platform_tag="linux_x86_64", python_tag="cp39")
     rep = audit.AuditReport(wheel=str(wheel), cell=CELL_ID)
-    key = load_compat("variant").VariantKey.from_wheel_filename(wheel.name)
+    key = variant.VariantKey.from_wheel_filename(wheel.name)
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
         monkeypatch.setenv(var, "http://127.0.0.1:9")
     audit._check_abi3audit(rep, wheel, key)

@@ -2,7 +2,6 @@
 archs reduced to sm_90, built by `python -m build_matrix build --host` and audited (including the
 fresh-venv doctor and compiled CPU kernel check).  A re-run with unchanged sources reuses the wheel."""
 
-import json
 import os
 import subprocess
 import sys

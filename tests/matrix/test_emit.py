@@ -16,7 +16,7 @@ import tomllib
 
 from build_matrix import build, emit
 from build_matrix import matrix as mx
-from build_matrix._compat_loader import load_compat
+from mamba_ssm._compat import archs as compat_archs
 
 ROOT = mx.REPO_ROOT
 NPM_PREFIX = Path(os.environ.get("MAMBA_DEV_HOME", Path.home() / ".cache" / "mamba-ssm-dev")) / "npm"
@@ -189,7 +189,7 @@ def test_dockerfiles_per_toolkit():
 
 
 def test_cibuildwheel_config_is_the_cells_plan():
-    archs = load_compat("archs")
+    archs = compat_archs
     for c in mx.load_plan().cells:
         cfg = tomllib.loads(emit.cibuildwheel_toml(c, "Some-Org", "/host/ccache"))["tool"]["cibuildwheel"]
         assert cfg["build"] == f"{c.python_tag}-manylinux_{c.platform}" and cfg["archs"] == [c.platform]

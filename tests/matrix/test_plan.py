@@ -288,9 +288,9 @@ def test_plan_table_columns_line_up_on_every_row():
                 cell.image,
             ),
         ):
-            assert (
-                row[start - 2 : start] == "  " and row[start:].startswith(value + " ") or row[start:] == value
-            ), (row, value)
+            assert (row[start - 2 : start] == "  " and row[start:].startswith(value + " ")) or row[
+                start:
+            ] == value, (row, value)
 
 
 def test_plan_skipped_and_excluded_lines_follow_the_filter():

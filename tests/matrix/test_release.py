@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "resolver"))
-from helpers import build_info, make_wheel, serving  # noqa: E402
+from helpers import build_info, make_wheel, serving
 
-from build_matrix import release  # noqa: E402
-from mamba_ssm._install import resolve  # noqa: E402
-from mamba_ssm._install.manifest import WheelEntry  # noqa: E402
+from build_matrix import release
+from mamba_ssm._install import index
+from mamba_ssm._install.manifest import WheelEntry
 
 LABEL = "cu13torch2.14cxx11abiTRUE"
 
@@ -164,11 +164,11 @@ def test_resolver_uses_the_recorded_release_index(tmp_path, monkeypatch):
             }
         )
     )
-    monkeypatch.setattr(resolve, "RELEASE_INDEX_FILE", str(rec))
-    assert resolve.default_index("2.4.0", {}) == "https://o.github.io/r/v2.4.0/"
-    assert resolve.default_index("2.4.0", {"MAMBA_WHEEL_INDEX": "http://mirror/x"}) == "http://mirror/x/"
+    monkeypatch.setattr(index, "RELEASE_INDEX_FILE", str(rec))
+    assert index.default_index("2.4.0", {}) == "https://o.github.io/r/v2.4.0/"
+    assert index.default_index("2.4.0", {"MAMBA_WHEEL_INDEX": "http://mirror/x"}) == "http://mirror/x/"
     # another version than the record's (an sdist built from a later checkout): the default pattern
-    assert resolve.default_index("2.5.0", {}) == resolve.RELEASE_INDEX_URL.format(version="2.5.0")
+    assert index.default_index("2.5.0", {}) == index.RELEASE_INDEX_URL.format(version="2.5.0")
     entry = WheelEntry(
         filename=f"mamba_ssm-2.4.0+{LABEL.lower()}-cp310-abi3-linux_x86_64.whl",
         sha256="0" * 64,
@@ -177,13 +177,13 @@ def test_resolver_uses_the_recorded_release_index(tmp_path, monkeypatch):
         version=f"2.4.0+{LABEL.lower()}",
     )
     assert (
-        resolve.wheel_url("https://o.github.io/r/v2.4.0/", entry)
+        index.wheel_url("https://o.github.io/r/v2.4.0/", entry)
         == "https://github.com/o/r/releases/download/v2.4.0/mamba_ssm-2.4.0%2Bcu13torch2.14cxx11abitrue-cp310-abi3-linux_x86_64.whl"
     )
     assert (
-        resolve.wheel_url("http://mirror/x/", entry)
+        index.wheel_url("http://mirror/x/", entry)
         == f"http://mirror/x/{LABEL}/mamba-ssm/{entry.filename.replace('+', '%2B')}"
     )
     rec.write_text("{not json")
     with pytest.raises(ValueError, match="not a release index record"):
-        resolve.release_index()
+        index.release_index()

@@ -27,7 +27,7 @@ from test_e2e_install import (
     _torch_label_ok,
     decision,
     doctor,
-    installed_record,  # noqa: E402
+    installed_record,
     path_without_nvcc,
     run,
     split_record,

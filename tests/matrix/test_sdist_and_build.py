@@ -1,11 +1,7 @@
 """sdist-check (contents; the full rebuild from the sdist is the slow path) and build's refusals."""
 
-import json
-import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -10,9 +10,8 @@ from typing import Optional
 import pytest
 from packaging.version import Version
 
-from build_matrix._compat_loader import load_compat
+from mamba_ssm._compat import variant
 
-variant = load_compat("variant")
 VariantKey = variant.VariantKey
 VariantError = variant.VariantError
 

@@ -43,7 +43,6 @@ class _BlockMambaSsm(importlib.abc.MetaPathFinder):
         if name == "mamba_ssm" or name.startswith("mamba_ssm."):
             self.refused.append(name)
             raise ModuleNotFoundError(f"No module named {name!r} (blocked for the reference run)", name=name)
-        return None
 
 
 # WITH_MAMBA_SSM_ENV=1 leaves mamba_ssm importable: transformers then binds our kernel functions (the

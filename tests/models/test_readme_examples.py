@@ -14,7 +14,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _blocks():
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        return re.findall(r"^```python\n(.*?)^```", f.read(), flags=re.S | re.M)
+        return re.findall(r"^```python\n(.*?)^```", f.read(), flags=re.DOTALL | re.MULTILINE)
 
 
 def test_readme_has_the_model_examples():

@@ -7,7 +7,6 @@ import base64
 import contextlib
 import hashlib
 import http.server
-import io
 import json
 import os
 import socket
@@ -198,7 +197,7 @@ class FaultServer:
                     self.send_header("Retry-After", server.retry_after)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
-                    return
+                    return None
                 from urllib.parse import unquote
 
                 rel = path.split("://", 1)[1].split("/", 1)[1] if "://" in path else path  # proxy requests
@@ -218,7 +217,7 @@ class FaultServer:
                     sock = self.connection
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                     sock.close()
-                    return
+                    return None
                 if fault == "slow":
                     time.sleep(1.0)
                 if fault == "half":
@@ -234,7 +233,7 @@ class FaultServer:
                             time.sleep(server.drip_s)
                     except OSError:  # the client gave up
                         pass
-                    return
+                    return None
                 if fault == "corrupt":
                     data = bytes(b ^ 0xFF for b in data)
                 self.send_response(200)
@@ -244,12 +243,12 @@ class FaultServer:
                     self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()
                     self.close_connection = True
-                    return
+                    return None
                 if fault == "stall":
                     self.wfile.write(data[:10])
                     self.wfile.flush()
                     time.sleep(server.stall_s)
-                    return
+                    return None
                 self.wfile.write(data)
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -264,7 +263,7 @@ class FaultServer:
         host, port = self.httpd.server_address[:2]
         return f"{self.scheme}://127.0.0.1:{port}/"
 
-    def __enter__(self) -> "FaultServer":
+    def __enter__(self) -> FaultServer:
         self.thread.start()
         return self
 

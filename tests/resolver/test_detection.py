@@ -13,14 +13,8 @@ import textwrap
 
 import pytest
 
-from mamba_ssm._install.environment import (
-    detect,
-    detect_gpus,
-    find_target_python,
-    parse_nvidia_smi,
-    parse_rocminfo,
-    probe_environ,
-)
+from mamba_ssm._gpus import detect_gpus, parse_nvidia_smi, parse_rocminfo
+from mamba_ssm._install.environment import detect, find_target_python, probe_environ
 
 SMI = "NVIDIA H200, 9.0, 580.95.05, GPU-1111aaaa-0000\nNVIDIA GeForce GTX 1080, 6.1, 580.95.05, GPU-2222bbbb-0000\n"
 

@@ -20,17 +20,17 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import cache_files, env_dict, one_wheel_index, serving  # noqa: E402
+from helpers import cache_files, env_dict, one_wheel_index, serving
 
-from mamba_ssm._install.environment import Environment  # noqa: E402
-from mamba_ssm._install.fetch import FetchError, HttpSettings, fetch_bytes, fetch_wheel  # noqa: E402
-from mamba_ssm._install.resolve import resolve  # noqa: E402
+from mamba_ssm._install.environment import Environment
+from mamba_ssm._install.fetch import FetchError, HttpSettings, fetch_bytes, fetch_wheel
+from mamba_ssm._install.resolve import resolve
 
 V = "2.4.0.dev0"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture()
+@pytest.fixture
 def index(tmp_path):
     return one_wheel_index(tmp_path / "index", noise=300_000)  # 300 kB that deflate cannot shrink
 
@@ -179,7 +179,7 @@ def test_a_manifest_always_broken_is_an_error_after_the_retries(index, tmp_path,
 
 
 # ----------------------------------------------------------------------------- local errors
-@pytest.fixture()
+@pytest.fixture
 def small_tmpfs(tmp_path):
     """A 64 KiB tmpfs (root and mount permission needed; skipped otherwise)."""
     mnt = tmp_path / "small"

@@ -23,9 +23,9 @@ import zipfile
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import serving  # noqa: E402
+from helpers import serving
 
-from build_matrix.index import build_index, pin_sdist  # noqa: E402
+from build_matrix.index import build_index, pin_sdist
 
 pytestmark = pytest.mark.slow
 
@@ -210,7 +210,7 @@ def decision(py, env, cwd):
         [
             py,
             "-c",
-            "import json; from mamba_ssm._install.decision import read_decision; print(json.dumps(read_decision()))",
+            "from mamba_ssm._install.record import read_record; print(read_record().to_json())",
         ],
         env=env,
         cwd=cwd,

@@ -25,14 +25,14 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import build_info, env_dict, make_wheel  # noqa: E402
+from helpers import build_info, env_dict, make_wheel
 
-from build_matrix.index import build_index  # noqa: E402
-from mamba_ssm._install.environment import Environment  # noqa: E402
-from mamba_ssm._install.resolve import resolve  # noqa: E402
+from build_matrix.index import build_index
+from mamba_ssm._install.environment import Environment
+from mamba_ssm._install.resolve import resolve
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HOOK = os.path.join(REPO, "mamba_ssm", "_install", "setup_hook.py")
+SETUP = os.path.join(REPO, "setup.py")  # the hook is loaded the way setup.py loads it
 RUNS = 20
 RUN_TIMEOUT_S = 60
 PATH_BUDGET_S = 240
@@ -42,11 +42,13 @@ BIG_CA_PATHS = ("deferred", "detection-error")
 
 SCRIPT = r"""
 import importlib.util, sys
-spec = importlib.util.spec_from_file_location("hook_under_test", sys.argv[1])
-hook = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(hook)
+spec = importlib.util.spec_from_file_location("setup_under_test", sys.argv[1])
+setup = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = setup
+spec.loader.exec_module(setup)
+hook = setup.load_private("_install.setup_hook")
 out = hook.resolve_prebuilt("2.4.0.dev0")
-hook.record(out, sys.argv[2])
+hook.record(out, hook.InstallMode(sys.argv[2]))
 print("STATUS=%s DEFERRED=%s" % (out.status, out.deferred))
 """
 
@@ -138,7 +140,7 @@ def test_the_hook_exits_cleanly_every_time(world, tmp_path, path):
         if time.monotonic() > deadline:
             break
         proc = subprocess.run(
-            [sys.executable, "-c", SCRIPT, HOOK, "python"],
+            [sys.executable, "-c", SCRIPT, SETUP, "python"],
             env=env,
             cwd=str(tmp_path),
             capture_output=True,

@@ -15,18 +15,18 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import cache_files, env_dict, one_wheel_index, serving  # noqa: E402
+from helpers import cache_files, env_dict, one_wheel_index, serving
 
-from mamba_ssm._install.environment import Environment  # noqa: E402
-from mamba_ssm._install.fetch import FetchError, HttpSettings, fetch_bytes, fetch_wheel  # noqa: E402
-from mamba_ssm._install.resolve import resolve  # noqa: E402
+from mamba_ssm._install.environment import Environment
+from mamba_ssm._install.fetch import FetchError, HttpSettings, fetch_bytes, fetch_wheel
+from mamba_ssm._install.resolve import resolve
 
 V = "2.4.0.dev0"
 FAST = HttpSettings(connect_timeout=2.0, read_timeout=0.5, retries=2, backoff=0.01)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture()
+@pytest.fixture
 def index(tmp_path):
     return one_wheel_index(tmp_path / "index", padding=300_000)
 
@@ -96,17 +96,16 @@ def test_transient_500_once_then_success(index, tmp_path):
 
 def test_size_over_the_manifest_is_refused(index, tmp_path):
     root, entry = index
-    with serving(str(root)) as srv:
-        with pytest.raises(FetchError) as err:
-            fetch_wheel(
-                srv.url + entry.relpath.replace("+", "%2B"),
-                entry.filename,
-                entry.sha256,
-                entry.size - 1,
-                cache=str(tmp_path / "c"),
-                settings=FAST,
-                sleep=lambda s: None,
-            )
+    with serving(str(root)) as srv, pytest.raises(FetchError) as err:
+        fetch_wheel(
+            srv.url + entry.relpath.replace("+", "%2B"),
+            entry.filename,
+            entry.sha256,
+            entry.size - 1,
+            cache=str(tmp_path / "c"),
+            settings=FAST,
+            sleep=lambda s: None,
+        )
     assert err.value.kind == "size" and cache_files(tmp_path / "c") == []
 
 
@@ -293,9 +292,8 @@ def test_lock_without_filelock_uses_fcntl_and_times_out(tmp_path, monkeypatch):
     t = threading.Thread(target=holder)
     t.start()
     assert held.wait(10)
-    with pytest.raises(TimeoutError, match="x.lock"):
-        with file_lock(lock, timeout=0.3):
-            pass
+    with pytest.raises(TimeoutError, match="x.lock"), file_lock(lock, timeout=0.3):
+        pass
     release.set()
     t.join(10)
     with file_lock(lock, timeout=2):  # free again

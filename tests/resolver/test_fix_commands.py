@@ -31,7 +31,7 @@ import threading
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import build_info, make_wheel  # noqa: E402
+from helpers import build_info, make_wheel
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED_SITE = sysconfig.get_paths()["purelib"]
@@ -40,13 +40,13 @@ CUSTOM_INDEX = "https://wheels.example.invalid/mamba/"
 
 COLLECT = r"""
 import json, os, sys
-from mamba_ssm import _loader, __main__ as cli
-from mamba_ssm._install import decision as D, resolve as R
-out = {"incompatible": _loader.load().fix, "main": cli._reinstall_command(),
-       "no_candidate_msg": R.fix_no_candidate(sys.argv[1])}
+from mamba_ssm import _advice, _loader
+from mamba_ssm._install import record as D
+out = {"incompatible": _loader.load().fix, "main": _advice.reinstall_command(),
+       "no_candidate_msg": _advice.resolver_no_candidate_fix(sys.argv[1])}
 ident = D.dist_info_identity()
 base = {"package_version": sys.argv[1], "wheel": None, "environment": "torch 2.14.1+cu130, x86_64",
-        "message": "m", "install": ident}
+        "message": "m", "install": ident.to_dict() if ident else None}
 scenarios = {
     "prebuilt_custom_index": dict(base, status="prebuilt", final_mode="prebuilt", index=sys.argv[2]),
     "no_candidate": dict(base, status="no-candidate", final_mode="python", index=sys.argv[2]),
@@ -56,10 +56,11 @@ scenarios = {
                            message="MAMBA_SKIP_CUDA_BUILD=TRUE: the resolver was not asked"),
 }
 for name, rec in scenarios.items():
-    D.write_decision(rec)
-    out[name + ":missing"] = _loader._fix_for_missing()
-    out[name + ":mismatch"] = _loader._fix_for_mismatch()
-    out[name + ":FIX_REINSTALL"] = _loader.FIX_REINSTALL
+    D.write_record(D.InstallRecord.from_dict(rec))
+    current = _loader.install_record()
+    out[name + ":missing"] = _advice.missing_kernels_fix(current)
+    out[name + ":mismatch"] = _advice.mismatch_fix(current)
+    out[name + ":FIX_REINSTALL"] = _advice.reinstall_command(index=_advice.recorded_index(current))
 print(json.dumps(out))
 """
 
@@ -150,7 +151,7 @@ def world(tmp_path_factory):
     )
     blob = (
         b"\x7fELF-fake"
-        + b"MAMBA_SSM_BUILD_INFO_BEGIN"
+        b"MAMBA_SSM_BUILD_INFO_BEGIN"
         + json.dumps(build_info(torch="2.13.0+cu126", cuda="12.6", nvcc="12.6", version=VERSION)).encode()
         + b"MAMBA_SSM_BUILD_INFO_END"
     )
@@ -284,9 +285,9 @@ def test_install_kernels_uses_the_index_the_install_used(world, tmp_path):
 
     build_index(str(root))
     script = (
-        "import sys; from mamba_ssm._install import decision as D; "
-        "D.write_decision({'package_version': sys.argv[1], 'status': 'prebuilt', 'final_mode': 'prebuilt', "
-        "'index': sys.argv[2], 'install': D.dist_info_identity()})"
+        "import sys; from mamba_ssm._install import record as D; "
+        "D.write_record(D.InstallRecord.from_dict({'package_version': sys.argv[1], 'status': 'prebuilt', "
+        "'final_mode': 'prebuilt', 'index': sys.argv[2], 'install': D.dist_info_identity().to_dict()}))"
     )
     index = root.as_uri() + "/"
     _run([world["py"], "-c", script, VERSION, index], world["env"], cwd=str(tmp_path))

@@ -13,12 +13,12 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import build_info, env_dict  # noqa: E402
+from helpers import build_info, env_dict
 
-from mamba_ssm._install.environment import Environment  # noqa: E402
-from mamba_ssm._install.fixes import gpu_unservable  # noqa: E402
-from mamba_ssm._install.manifest import Manifest, WheelEntry  # noqa: E402
-from mamba_ssm._install.selection import select  # noqa: E402
+from mamba_ssm._advice import gpu_unservable
+from mamba_ssm._install.environment import Environment
+from mamba_ssm._install.manifest import Manifest, WheelEntry
+from mamba_ssm._install.selection import select
 
 V = "2.4.0.dev0"
 
@@ -86,10 +86,10 @@ def test_no_candidate_for_an_old_gpu_says_what_runs_and_the_real_fix():
     d = select(gpu_env("6.0", "Tesla P100-PCIE-16GB"), Manifest(wheels=[wheel]), V)
     assert d.status == "no-candidate" and len(d.gpu_unservable) == 1
     assert d.gpu_unservable[0].startswith("Tesla P100-PCIE-16GB: the GPU (sm_60) is older")
-    assert d.to_dict()["gpu_unservable"] == d.gpu_unservable
+    assert d.summary().gpu_unservable == d.gpu_unservable
     # resolve()'s paragraph for this decision: no source-build command, the backend and the real fix
-    res = R.Resolution("no-candidate", "", V, decision=d)
-    assert res.record()["gpu_unservable"] == d.gpu_unservable
+    res = R.Resolution(R.ResolutionStatus.NO_CANDIDATE, "", V, selection=d)
+    assert res.record().gpu_unservable == d.gpu_unservable
     msg = _resolve_message(d)
     assert "MAMBA_FORCE_BUILD" not in msg and "PyTorch fallback" in msg and "torch built for CUDA 12" in msg
 
@@ -121,7 +121,7 @@ def _resolve_message(decision):
             cache=os.path.join(root, "cache"),
         )
     assert res.status == "no-candidate", res.message
-    assert json.dumps(res.record()["gpu_unservable"]) == json.dumps(decision.gpu_unservable)
+    assert json.dumps(res.record().to_dict()["gpu_unservable"]) == json.dumps(list(decision.gpu_unservable))
     return res.message
 
 
@@ -139,29 +139,36 @@ def test_nearest_lists_the_wheel_rejected_only_for_the_gpu_first():
     assert d.explain().index(gpu_only.filename) < d.explain().index(one_rule.filename)
 
 
-class _Outcome:
-    def __init__(self, unservable):
-        self.details = {"record": {"gpu_unservable": unservable}}
+def _outcome(unservable):
+    from mamba_ssm._install.record import InstallRecord, ResolutionStatus
+    from mamba_ssm._install.setup_hook import Outcome
+
+    rec = InstallRecord(status=ResolutionStatus.NO_CANDIDATE, gpu_unservable=tuple(unservable))
+    return Outcome(None, False, "no wheel fits", ResolutionStatus.NO_CANDIDATE, rec)
 
 
 def test_setup_auto_fallback_plans_no_build_the_gpu_cannot_run():
     from mamba_ssm._build import plan
 
     text = gpu_unservable("6.0", "13.0")
-    p = plan._fallback({"MAMBA_FALLBACK": "auto"}, "no wheel fits", outcome=_Outcome([f"Tesla P100: {text}"]))
+    p = plan._fallback({"MAMBA_FALLBACK": "auto"}, "no wheel fits", outcome=_outcome([f"Tesla P100: {text}"]))
     assert p.mode == "python" and "no source build" in p.reason and "PyTorch fallback" in p.reason
-    assert plan._gpu_unservable(_Outcome("not a list")) == [] and plan._gpu_unservable(None) == []
+    # an outcome that names no such GPU, or none at all, plans the usual auto fallback
+    for other in (_outcome([]), None):
+        q = plan._fallback({"MAMBA_FALLBACK": "auto", "CUDA_HOME": "/nonexistent"}, "", outcome=other)
+        assert "no source build" not in q.reason
 
 
 def test_the_runtime_fix_for_an_old_gpu_is_not_a_build_it_cannot_run(monkeypatch):
     torch = pytest.importorskip("torch")
     if not (torch.version.cuda or "").startswith("13."):
         pytest.skip("needs a CUDA 13 torch (the dev venv's)")
-    from mamba_ssm import _dispatch, _loader
+    from mamba_ssm import _devices
+    from mamba_ssm._dispatch import backends
 
-    monkeypatch.setattr(_loader, "device_key", lambda device: ("cuda", 0))
-    monkeypatch.setattr(_loader, "device_arch", lambda device: "6.0")
-    fix = _dispatch._coverage_fix("cuda:0")
+    gpu = _devices.DeviceKey("cuda", 0)
+    monkeypatch.setattr(_devices, "device_arch", lambda device: "6.0")
+    fix = backends._coverage_fix(gpu)
     assert "TORCH_CUDA_ARCH_LIST" not in fix and "PyTorch fallback" in fix and "CUDA 12" in fix
-    monkeypatch.setattr(_loader, "device_arch", lambda device: "8.0")
-    assert "TORCH_CUDA_ARCH_LIST=8.0" in _dispatch._coverage_fix("cuda:0")
+    monkeypatch.setattr(_devices, "device_arch", lambda device: "8.0")
+    assert "TORCH_CUDA_ARCH_LIST=8.0" in backends._coverage_fix(gpu)

@@ -18,12 +18,12 @@ import zipfile
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import build_info, env_dict, make_wheel  # noqa: E402
+from helpers import build_info, env_dict, make_wheel
 
-from build_matrix.index import IndexError_, build_index, pin_sdist  # noqa: E402
-from build_matrix.resolver_cli import main as cli  # noqa: E402
-from mamba_ssm._install.manifest import load_pinned_hashes  # noqa: E402
-from mamba_ssm._install.relabel import relabel_wheel  # noqa: E402
+from build_matrix.index import IndexError_, build_index, pin_sdist
+from build_matrix.resolver_cli import main as cli
+from mamba_ssm._install.manifest import load_pinned_hashes
+from mamba_ssm._install.relabel import relabel_wheel
 
 LABEL = "cu13torch2.14cxx11abiTRUE"
 CPU = "cputorch2.13cxx11abiTRUE"
@@ -34,7 +34,7 @@ def sha(path):
         return hashlib.sha256(fh.read()).hexdigest()
 
 
-@pytest.fixture()
+@pytest.fixture
 def index(tmp_path):
     root = tmp_path / "idx"
     a = make_wheel(
@@ -72,7 +72,7 @@ def test_index_layout_pages_manifest_and_pins(index):
     assert cu["sass_archs"] == ["sm_80", "sm_90"] and cu["ptx_archs"] == ["compute_90"]
     assert cu["build_info"]["torch_version"] == "2.14.1+cu130"
     pins = load_pinned_hashes(str(tmp / "pins.json"))
-    assert {k: v["sha256"] for k, v in pins.items()} == expected
+    assert {k: v.sha256 for k, v in pins.items()} == expected
 
 
 def test_pip_installs_from_a_variant_root_by_hand(index):

@@ -5,14 +5,15 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import env_dict  # noqa: E402
+from helpers import env_dict
 
-from mamba_ssm._install import fixes, resolve  # noqa: E402
-from mamba_ssm._install.environment import Environment  # noqa: E402
+from mamba_ssm import _advice
+from mamba_ssm._install import resolve
+from mamba_ssm._install.environment import Environment
 
 
 def test_hint_pins_the_version_and_never_touches_torch():
-    hint = fixes.mirror_hint("2.4.0+cu13torch2.14cxx11abitrue")
+    hint = _advice.mirror_hint("2.4.0+cu13torch2.14cxx11abitrue")
     assert "mamba-ssm==2.4.0 " in hint or hint.endswith("mamba-ssm==2.4.0`") or "mamba-ssm==2.4.0`" in hint, (
         hint
     )

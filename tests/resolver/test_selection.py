@@ -9,11 +9,11 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import build_info, env_dict  # noqa: E402
+from helpers import build_info, env_dict
 
-from mamba_ssm._install.environment import Environment  # noqa: E402
-from mamba_ssm._install.manifest import Manifest, WheelEntry  # noqa: E402
-from mamba_ssm._install.selection import select  # noqa: E402
+from mamba_ssm._install.environment import Environment
+from mamba_ssm._install.manifest import Manifest, Pin, WheelEntry
+from mamba_ssm._install.selection import select
 
 V = "2.4.0.dev0"
 
@@ -282,9 +282,9 @@ def test_python_tag_must_be_supported():
 def test_pinned_hash_mismatch_and_unpinned_wheels_are_rejected():
     env = Environment.from_dict(env_dict())
     target = fname("cu13torch2.14cxx11abiTRUE")
-    d = select(env, MANIFEST, V, pinned={target: {"sha256": "cd" * 32}})
+    d = select(env, MANIFEST, V, pinned={target: Pin("cd" * 32)})
     assert d.status == "no-candidate" and "pinned" in rejected(d, target)
-    d = select(env, MANIFEST, V, pinned={target: {"sha256": "ab" * 32}})
+    d = select(env, MANIFEST, V, pinned={target: Pin("ab" * 32)})
     assert d.chosen.filename == target
     d = select(env, MANIFEST, V, pinned={})
     assert "not among the wheels" in rejected(d, target)
@@ -292,7 +292,7 @@ def test_pinned_hash_mismatch_and_unpinned_wheels_are_rejected():
 
 def test_no_torch_is_its_own_status():
     d = run(torch=None)
-    assert d.status == "no-torch" and d.chosen is None and d.candidates == []
+    assert d.status == "no-torch" and d.chosen is None and d.candidates == ()
 
 
 def test_ranking_prefers_the_exact_torch_build_then_the_best_tag():

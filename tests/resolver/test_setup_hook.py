@@ -1,6 +1,7 @@
-"""setup.py's contract with the resolver: ``setup_hook.py`` loaded by file path (no ``import
-mamba_ssm``, no torch in the build process), ``resolve_prebuilt(version) -> Outcome`` never raising,
-``record(outcome, final_mode)`` writing where ``read_decision`` (doctor) finds it."""
+"""setup.py's contract with the resolver: ``setup_hook.py`` loaded from the source tree the way setup.py
+loads it (``load_private``: no ``import mamba_ssm``, no torch in the build process),
+``resolve_prebuilt(version) -> Outcome`` never raising, ``record(outcome, final_mode)`` writing where
+``read_record`` (doctor) finds it."""
 
 from __future__ import annotations
 
@@ -13,21 +14,23 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import build_info, make_wheel  # noqa: E402
+from helpers import build_info, make_wheel
 
-from build_matrix.index import build_index  # noqa: E402
-from mamba_ssm._install.decision import read_decision  # noqa: E402
+from build_matrix.index import build_index
+from mamba_ssm._install.record import read_record
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LABEL = "cu13torch2.14cxx11abiTRUE"
 
 SCRIPT = r"""
 import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("hook_under_test", sys.argv[1])
-hook = importlib.util.module_from_spec(spec)   # not registered in sys.modules, as a plain exec would
-spec.loader.exec_module(hook)
+spec = importlib.util.spec_from_file_location("setup_under_test", sys.argv[1])
+setup = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = setup
+spec.loader.exec_module(setup)
+hook = setup.load_private("_install.setup_hook")
 out = hook.resolve_prebuilt("2.4.0.dev0")
-path = hook.record(out, sys.argv[2])
+path = hook.record(out, hook.InstallMode(sys.argv[2]))
 print(json.dumps({"wheel_path": out.wheel_path, "deferred": out.deferred, "message": out.message,
                   "status": out.status, "record": path, "torch_imported": "torch" in sys.modules,
                   "mamba_ssm_imported": "mamba_ssm" in sys.modules}))
@@ -41,7 +44,7 @@ def call_hook(tmp_path, final_mode, **env):
             sys.executable,
             "-c",
             SCRIPT,
-            os.path.join(REPO, "mamba_ssm", "_install", "setup_hook.py"),
+            os.path.join(REPO, "setup.py"),
             final_mode,
         ],
         env=full,
@@ -62,9 +65,9 @@ def test_prebuilt_by_path_without_torch_in_the_build_process(tmp_path):
     assert out["status"] == "prebuilt" and out["deferred"] is False
     assert os.path.basename(out["wheel_path"]) == "mamba_ssm-2.4.0.dev0-cp39-abi3-manylinux_2_28_x86_64.whl"
     assert out["torch_imported"] is False and out["mamba_ssm_imported"] is False
-    rec = read_decision(sys.prefix)
-    assert rec["path"] == out["record"] and rec["final_mode"] == "prebuilt"
-    assert rec["wheel"] == f"mamba_ssm-2.4.0.dev0+{LABEL.lower()}-cp39-abi3-manylinux_2_28_x86_64.whl"
+    rec = read_record(sys.prefix)
+    assert rec.path == out["record"] and rec.final_mode == "prebuilt"
+    assert rec.wheel == f"mamba_ssm-2.4.0.dev0+{LABEL.lower()}-cp39-abi3-manylinux_2_28_x86_64.whl"
     assert "[mamba-ssm resolver]" in log
 
 
@@ -83,8 +86,8 @@ def test_unreachable_index_is_an_outcome_not_an_exception(tmp_path):
     out, _ = call_hook(tmp_path, "python", MAMBA_WHEEL_INDEX=str(tmp_path / "nowhere"))
     assert out["wheel_path"] is None and out["deferred"] is False and out["status"] == "error"
     assert "MAMBA_WHEEL_INDEX" in out["message"]
-    rec = read_decision(sys.prefix)
-    assert rec["final_mode"] == "python" and rec["error_kind"] == "index-not-found"
+    rec = read_record(sys.prefix)
+    assert rec.final_mode == "python" and rec.error_kind == "index-not-found"
 
 
 def test_no_torch_in_the_target_defers_the_kernels(tmp_path):
@@ -98,4 +101,4 @@ def test_no_torch_in_the_target_defers_the_kernels(tmp_path):
     prefix = subprocess.run(
         [pythons[0], "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True
     ).stdout.strip()
-    assert read_decision(prefix)["final_mode"] == "deferred"
+    assert read_record(prefix).final_mode == "deferred"

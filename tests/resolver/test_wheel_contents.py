@@ -19,13 +19,13 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import build_info, env_dict, make_wheel  # noqa: E402
+from helpers import build_info, env_dict, make_wheel
 
-from build_matrix.index import IndexError_, build_index  # noqa: E402
-from mamba_ssm._install.environment import Environment  # noqa: E402
-from mamba_ssm._install.manifest import Manifest  # noqa: E402
-from mamba_ssm._install.resolve import resolve  # noqa: E402
-from mamba_ssm._install.selection import select  # noqa: E402
+from build_matrix.index import IndexError_, build_index
+from mamba_ssm._install.environment import Environment
+from mamba_ssm._install.manifest import Manifest
+from mamba_ssm._install.resolve import resolve
+from mamba_ssm._install.selection import select
 
 V = "2.4.0.dev0"
 LABEL = "cu13torch2.14cxx11abiTRUE"

@@ -1,7 +1,7 @@
-"""Float64 sequential references for the runtime tests, written independently of ``mamba_ssm``.
+"""Float64 references and test utilities for the runtime tests, written independently of ``mamba_ssm``.
 
-Each follows the recurrences as stated in the papers, one timestep and one channel group at a time in
-numpy float64, so they share no code (and no vectorisation tricks) with the implementations under test.
+The selective scan and the SSD are the shared oracles of ``tests/oracles.py``, handed back as numpy
+arrays; the norm and the causal conv1d follow their formulas one position at a time in numpy float64.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import oracles
+import torch
 
 
 def _np(t):
@@ -28,76 +30,18 @@ def _silu(x):
 def selective_scan(
     u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, initial_state=None
 ):
-    """Mamba's S6 scan (arXiv:2312.00752, Algorithm 2) in float64, one timestep at a time.
-
-    u, delta (batch, dim, L); A (dim, N); B, C (dim, N) | (batch, N, L) | (batch, G, N, L).
-    Returns (out (batch, dim, L), last state (batch, dim, N)) as numpy float64 arrays.
-    """
-    u, delta, A, B, C = _np(u), _np(delta), _np(A), _np(B), _np(C)
-    D, z, delta_bias = _np(D), _np(z), _np(delta_bias)
-    batch, dim, L = u.shape
-    N = A.shape[1]
-
-    def per_channel(X):  # -> (dim, N) or (batch, dim, N, L)
-        if X.ndim == 2:
-            return X
-        if X.ndim == 3:
-            return np.broadcast_to(X[:, None], (batch, dim, N, L))
-        groups = X.shape[1]
-        return np.stack([X[:, d // (dim // groups)] for d in range(dim)], axis=1)
-
-    Bd, Cd = per_channel(B), per_channel(C)
-    dt = delta + (delta_bias[None, :, None] if delta_bias is not None else 0.0)
-    if delta_softplus:
-        dt = _softplus(dt)
-    h = np.zeros((batch, dim, N)) if initial_state is None else _np(initial_state).copy()
-    out = np.zeros((batch, dim, L))
-    for t in range(L):
-        Bt = Bd if Bd.ndim == 2 else Bd[..., t]
-        Ct = Cd if Cd.ndim == 2 else Cd[..., t]
-        h = np.exp(dt[:, :, t, None] * A[None]) * h + (dt[:, :, t] * u[:, :, t])[..., None] * Bt
-        out[:, :, t] = (h * Ct).sum(-1)
-    if D is not None:
-        out = out + D[None, :, None] * u
-    if z is not None:
-        out = out * _silu(z)
-    return out, h
+    """Mamba's S6 scan (:func:`oracles.selective_scan`) as numpy float64 arrays: (out (batch, dim, L),
+    last state (batch, dim, N))."""
+    with torch.no_grad():
+        out, last = oracles.selective_scan(
+            u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state=initial_state
+        )
+    return out.cpu().numpy(), last.cpu().numpy()
 
 
 def selective_scan_torch(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
-    """The same recurrence in torch float64, one timestep at a time: differentiable by autograd, the
-    gradient oracle of the tests. Returns (out, last state) as float64 tensors."""
-    import torch  # noqa: PLC0415
-
-    f = lambda t: None if t is None else t.double()  # noqa: E731
-    u, delta, A, B, C, D, z, delta_bias = map(f, (u, delta, A, B, C, D, z, delta_bias))
-    batch, dim, L = u.shape
-    N = A.shape[1]
-
-    def per_channel(X):
-        if X.dim() == 2:
-            return X
-        if X.dim() == 3:
-            return X.unsqueeze(1).expand(batch, dim, N, L)
-        return X.repeat_interleave(dim // X.shape[1], dim=1)
-
-    Bd, Cd = per_channel(B), per_channel(C)
-    dt = delta + (delta_bias[None, :, None] if delta_bias is not None else 0.0)
-    if delta_softplus:
-        dt = torch.nn.functional.softplus(dt)
-    h = u.new_zeros(batch, dim, N)
-    ys = []
-    for t in range(L):
-        Bt = Bd if Bd.dim() == 2 else Bd[..., t]
-        Ct = Cd if Cd.dim() == 2 else Cd[..., t]
-        h = torch.exp(dt[:, :, t, None] * A) * h + (dt[:, :, t] * u[:, :, t])[..., None] * Bt
-        ys.append((h * Ct).sum(-1))
-    out = torch.stack(ys, -1)
-    if D is not None:
-        out = out + D[None, :, None] * u
-    if z is not None:
-        out = out * z * torch.sigmoid(z)
-    return out, h
+    """:func:`oracles.selective_scan` (float64 tensors, differentiable: the gradient oracle)."""
+    return oracles.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
 
 
 def ssd(
@@ -114,41 +58,13 @@ def ssd(
     seq_idx=None,
     dt_limit=(0.0, float("inf")),
 ):
-    """Mamba-2's SSD recurrence (arXiv:2405.21060, eq. (1) with scalar A per head) in float64.
-
-    x (b, l, h, p); dt (b, l, h); A (h,); B, C (b, l, g, n). seq_idx: the state restarts from zero
-    where it changes. Returns (out (b, l, h, p), final state (b, h, p, n), states after every step
-    (b, l, h, p, n)).
-    """
-    x, dt, A, B, C = _np(x), _np(dt), _np(A), _np(B), _np(C)
-    D, z, dt_bias = _np(D), _np(z), _np(dt_bias)
-    b_, l_, h_, p_ = x.shape
-    g_, n_ = B.shape[2], B.shape[3]
-    out = np.zeros_like(x)
-    states = np.zeros((b_, l_, h_, p_, n_))
-    final = np.zeros((b_, h_, p_, n_))
-    for b in range(b_):
-        for hh in range(h_):
-            grp = hh // (h_ // g_)
-            s = np.zeros((p_, n_)) if initial_states is None else _np(initial_states)[b, hh].copy()
-            for t in range(l_):
-                if seq_idx is not None and t > 0 and int(seq_idx[b, t]) != int(seq_idx[b, t - 1]):
-                    s = np.zeros((p_, n_))
-                d = dt[b, t, hh] + (dt_bias[hh] if dt_bias is not None else 0.0)
-                if dt_softplus:
-                    d = float(_softplus(np.array(d)))
-                if tuple(dt_limit) != (0.0, float("inf")):  # the default means no clamp
-                    d = min(max(d, dt_limit[0]), dt_limit[1])
-                s = np.exp(d * A[hh]) * s + d * np.outer(x[b, t, hh], B[b, t, grp])
-                y = s @ C[b, t, grp]
-                if D is not None:
-                    y = y + (D[hh] if D.ndim == 2 else D[hh] * np.ones(p_)) * x[b, t, hh]
-                if z is not None:
-                    y = y * _silu(z[b, t, hh])
-                out[b, t, hh] = y
-                states[b, t, hh] = s
-            final[b, hh] = s
-    return out, final, states
+    """Mamba-2's SSD recurrence (:func:`oracles.ssd`) as numpy float64 arrays: (out (b, l, h, p), final
+    state (b, h, p, n), the states after every step (b, l, h, p, n))."""
+    with torch.no_grad():
+        out, final, states = oracles.ssd(
+            x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states, seq_idx, dt_limit
+        )
+    return out.cpu().numpy(), final.cpu().numpy(), states.cpu().numpy()
 
 
 def rms_norm(x, weight, eps):
@@ -176,7 +92,6 @@ def causal_conv1d(x, weight, bias=None, silu=False):
 # ----------------------------------------------------------------------------------------------------
 # Test utilities (no reference math below): covering design, tolerances, input factories
 # ----------------------------------------------------------------------------------------------------
-import torch  # noqa: E402
 
 
 def pairwise(factors):
@@ -240,7 +155,7 @@ def make_scan_inputs(
     """Random selective-scan inputs. ``bc``: 'constant', 'variable', 'grouped1', 'grouped2' or
     'mixed' (B variable, C constant). u, delta, B, C, z in ``dtype``; A, D, delta_bias float32."""
     g = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    r = lambda *s: torch.randn(*s, generator=g)
     u = r(batch, dim, seqlen).to(dtype)
     if softplus:
         delta = (0.5 * r(batch, dim, seqlen) - 1.0).to(dtype)
@@ -272,7 +187,7 @@ def full_and_in_pieces(m, x, bounds):
     """Without grad: the layer ``m`` on x (batch, seqlen, d_model) in one pass, and on x[:, s:e] for
     consecutive (s, e) of ``bounds`` through one InferenceParams (seqlen_offset advanced by each
     piece's length), concatenated over seqlen. Returns (full, pieces, the InferenceParams)."""
-    from mamba_ssm.utils.generation import InferenceParams  # noqa: PLC0415
+    from mamba_ssm.utils.generation import InferenceParams
 
     with torch.no_grad():
         full = m(x)

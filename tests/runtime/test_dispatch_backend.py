@@ -259,7 +259,7 @@ open(os.environ["MAMBA_SSM_TEST_COMPILED_IMPORTED"], "w").write("imported")
 COVERAGE = r"""
 import json, sys
 import torch
-from mamba_ssm import _loader, _dispatch
+from mamba_ssm import _devices, _dispatch, _loader
 caps = {0: (8, 0), 1: (8, 6), 2: (7, 5), 3: (12, 0)}
 calls = []
 def fake_capability(i):   # no GPU here: declare four, and count the queries
@@ -268,8 +268,8 @@ def fake_capability(i):   # no GPU here: declare four, and count the queries
 torch.cuda.get_device_capability = fake_capability
 out = {"load": _loader.load().to_dict(), "cuda_initialized": torch.cuda.is_initialized()}
 devices = ["cpu", "cuda:0", "cuda:1", "cuda:2", "cuda:3"]
-out["coverage"] = {d: _loader.device_coverage(d) for d in devices}
-out["plans"] = {d: _dispatch.plan("selective_scan", d)["backend"] for d in devices}
+out["coverage"] = {d: _devices.device_coverage(d) for d in devices}
+out["plans"] = {d: _dispatch.plan("selective_scan", d).backend for d in devices}
 out["calls"] = calls
 print(json.dumps(out))
 """
@@ -344,9 +344,9 @@ torch.version.hip = "6.2.41133-dd7f95766"
 props = {0: types.SimpleNamespace(name="AMD Instinct MI250X", gcnArchName="gfx90a:sramecc+:xnack-"),
          1: types.SimpleNamespace(name="AMD Radeon RX 7900 XTX", gcnArchName="gfx1100")}
 torch.cuda.get_device_properties = lambda i: props[i]
-from mamba_ssm import _loader
+from mamba_ssm import _devices, _loader
 out = {"load": _loader.load().to_dict()}
-out["coverage"] = {d: _loader.device_coverage(d) for d in ["cpu", "cuda:0", "cuda:1"]}
+out["coverage"] = {d: _devices.device_coverage(d) for d in ["cpu", "cuda:0", "cuda:1"]}
 print(json.dumps(out))
 """
 

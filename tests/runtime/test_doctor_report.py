@@ -131,7 +131,7 @@ def test_text_report(missing_root):
     assert "Compiled module mamba_ssm._C:" in out and "found: no" in out and "loaded: no" in out
     assert "Status: FALLBACK" in out and "(exit 1)" in out
     assert "fix: run `python -m mamba_ssm install-kernels`" in out
-    assert re.search(r"^\s+selective_scan\s+torch$", out, re.M), out
+    assert re.search(r"^\s+selective_scan\s+torch$", out, re.MULTILINE), out
 
 
 def test_bad_backend_env_is_broken(missing_root):
@@ -211,11 +211,11 @@ def test_cpu_without_cpu_kernel_is_fallback(tmp_path):
 
 
 def _root_with_recorded_decision(tmp_path, record_script):
-    """A package copy (skipped while the resolver's mamba_ssm._install.decision is absent), its child
+    """A package copy (skipped while the resolver's mamba_ssm._install.record is absent), its child
     environment, and the path of the decision that record_script (run there) wrote and printed last."""
     root = S.make_package(tmp_path)
-    if not (root / "mamba_ssm" / "_install" / "decision.py").exists():
-        pytest.skip("the resolver's mamba_ssm._install.decision is not in the tree yet")
+    if not (root / "mamba_ssm" / "_install" / "record.py").exists():
+        pytest.skip("the resolver's mamba_ssm._install.record is not in the tree yet")
     env = S.child_env(root)
     proc = S.run_python(root, record_script, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -226,7 +226,7 @@ def _root_with_recorded_decision(tmp_path, record_script):
 # setup.py writes into every wheel it builds (doctor shows only a record that matches it).
 MARK_INSTALL = r"""
 import os as _os
-import mamba_ssm._install.decision as _d
+import mamba_ssm._install.record as _d
 _di = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.abspath(_d.__file__))), "..",
                     "mamba_ssm-2.4.0.dev0.dist-info")
 _os.makedirs(_di, exist_ok=True)
@@ -238,10 +238,10 @@ INSTALL = {"install_id": "feedc0de" * 4}
 RECORD_DEFERRED = (
     MARK_INSTALL
     + r"""
-from mamba_ssm._install.decision import write_decision
-print(write_decision({"package_version": "2.4.0.dev0", "final_mode": "deferred", "status": "deferred",
-                      "install": INSTALL,
-                      "wheel": None, "message": "torch was being installed by the same command"}))
+from mamba_ssm._install.record import InstallRecord, write_record
+print(write_record(InstallRecord.from_dict({"package_version": "2.4.0.dev0", "final_mode": "deferred",
+                                            "status": "deferred", "install": INSTALL, "wheel": None,
+                                            "message": "torch was being installed by the same command"})))
 """
 )
 
@@ -280,8 +280,8 @@ def test_deferred_install_decision_is_shown_and_hinted(tmp_path):
 RECORD_PREBUILT = (
     MARK_INSTALL
     + r"""
-from mamba_ssm._install.decision import write_decision
-print(write_decision({
+from mamba_ssm._install.record import InstallRecord, write_record
+print(write_record(InstallRecord.from_dict({
     "package_version": "2.4.0", "final_mode": "prebuilt", "status": "chosen", "install": INSTALL,
     "wheel": "mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl",
     "sha256": "ab" * 32, "index": "https://example.invalid/whl", "time": "2026-11-29T12:34:56Z",
@@ -295,7 +295,7 @@ print(write_decision({
                               {"filename": "mamba_ssm-2.4.0+cu13torch2.13cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl",
                                "reason": "built for torch 2.13, torch is 2.14.1+cu130"}],
                  "looked_for": "cu13torch2.14cxx11abiTRUE", "notes": []},
-    "message": "Chose the cu13 wheel."}))
+    "message": "Chose the cu13 wheel."})))
 """
 )
 
@@ -422,7 +422,7 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     y = selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus=True)
 torch.save({"inputs": (u, delta, A, B, C, D, z, delta_bias), "y": y}, sys.argv[1])
-print(json.dumps({"plan": _dispatch.plan("selective_scan", "cpu")["backend"],
+print(json.dumps({"plan": _dispatch.plan("selective_scan", "cpu").backend,
                   "warnings": [str(w.message) for w in caught if w.category.__name__ == "MambaFallbackWarning"]}))
 """
 

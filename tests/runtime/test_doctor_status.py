@@ -3,28 +3,29 @@ decision record that belongs to an earlier install."""
 
 import json
 import os
-import zipfile
 
 import pytest
 
 from mamba_ssm import _dispatch, _doctor
+from mamba_ssm._doctor.report import GpuReport
 
 
 def _report(monkeypatch, **env):
-    monkeypatch.setattr(_doctor, "_gpu_info", lambda torch_ok: {"count": 0, "devices": [], "error": None})
+    """doctor's report (typed) on this machine's CPU, no GPU listed."""
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    return _doctor.collect()
+    return _doctor.collect(gpus=GpuReport())
 
 
 def test_ok_status_names_the_ops_with_compiled_kernels(monkeypatch):
     monkeypatch.delenv("MAMBA_SSM_BACKEND", raising=False)
-    report = _report(monkeypatch)
+    typed = _report(monkeypatch)
+    report = typed.to_dict()
     if report["status"] != "ok":
         pytest.skip(
             "the compiled module is not loadable here: " + str(report["compiled_module"].get("reason"))
         )
-    text = _doctor.render_text(report)
+    text = _doctor.render_text(typed)
     (line,) = [l for l in text.splitlines() if l.startswith("Status:")]
     ops = report["devices"][0]["ops"]
     compiled = [op for op, o in ops.items() if o["backend"] == "compiled"]
@@ -48,43 +49,50 @@ def test_ok_status_names_the_ops_with_compiled_kernels(monkeypatch):
 @pytest.fixture
 def site(tmp_path, monkeypatch):
     """A stand-in site-packages for the installed distribution, and an empty decision folder."""
-    from mamba_ssm._install import decision
+    from mamba_ssm._install import record
 
     site = tmp_path / "site"
     site.mkdir()
-    monkeypatch.setattr(decision, "_site_dir", lambda: str(site))
+    monkeypatch.setattr(record, "_site_dir", lambda: str(site))
     monkeypatch.setenv("MAMBA_SSM_DECISION_DIR", str(tmp_path / "decisions"))
     return site
 
 
 def _install(site, install_id=None, version="2.4.0.dev0"):
     """What pip leaves: a dist-info with RECORD (and, for wheels setup.py built, the install id)."""
-    from mamba_ssm._install import decision
+    from mamba_ssm._install import record
 
     di = site / f"mamba_ssm-{version}.dist-info"
     di.mkdir()
     (di / "RECORD").write_text("mamba_ssm/__init__.py,,\n")
     if install_id:
-        (di / decision.INSTALL_ID_FILE).write_bytes(decision.install_id_file_bytes(install_id))
+        (di / record.INSTALL_ID_FILE).write_bytes(record.install_id_file_bytes(install_id))
     return di
 
 
+def _write(data):
+    """Write the install record whose JSON object is ``data``."""
+    from mamba_ssm._install import record
+
+    record.write_record(record.InstallRecord.from_dict(data))
+
+
 def _text_and_decision(monkeypatch):
-    report = _report(monkeypatch)
-    return _doctor.render_text(report), report["install_decision"]
+    typed = _report(monkeypatch)
+    return _doctor.render_text(typed), typed.to_dict()["install_decision"]
 
 
 def test_install_kernels_record_goes_stale_after_a_reinstall(site, monkeypatch):
-    from mamba_ssm._install import decision
+    from mamba_ssm._install import record
 
     di = _install(site)
-    decision.write_decision(
+    _write(
         {
             "final_mode": "install-kernels",
             "status": "prebuilt",
             "time": "2026-11-29T10:00:00Z",
             "message": "Downloaded and verified",
-            "install": decision.dist_info_identity(),
+            "install": record.dist_info_identity().to_dict(),
         }
     )
     text, dec = _text_and_decision(monkeypatch)
@@ -107,10 +115,8 @@ def test_install_kernels_record_goes_stale_after_a_reinstall(site, monkeypatch):
 
 @pytest.mark.parametrize("later", ["other-id", "no-id", "no-install"])
 def test_setup_record_is_current_only_for_the_wheel_it_was_written_for(site, monkeypatch, later):
-    from mamba_ssm._install import decision
-
     di = _install(site, "a" * 32)
-    decision.write_decision(
+    _write(
         {
             "final_mode": "deferred",
             "status": "deferred",
@@ -135,10 +141,8 @@ def test_setup_record_is_current_only_for_the_wheel_it_was_written_for(site, mon
 
 
 def test_record_without_install_identity_is_not_presented_as_current(site, monkeypatch):
-    from mamba_ssm._install import decision
-
     _install(site, "a" * 32)
-    decision.write_decision({"final_mode": "prebuilt", "status": "prebuilt", "time": "2026-01-01T00:00:00Z"})
+    _write({"final_mode": "prebuilt", "status": "prebuilt", "time": "2026-01-01T00:00:00Z"})
     text, dec = _text_and_decision(monkeypatch)
     assert dec["current"] is False and "older mamba-ssm" in dec["stale_reason"]
     assert "belongs to an earlier install (recorded 2026-01-01T00:00:00Z" in text
@@ -183,7 +187,10 @@ def test_fix_follows_the_recorded_cause(tmp_path, cause):
         PYTHONPATH=str(root), MAMBA_SSM_DECISION_DIR=str(tmp_path / "decisions"), PYTHONDONTWRITEBYTECODE="1"
     )
     rec = dict(_RECORDS[cause], install={"install_id": "c" * 32})
-    code = f"from mamba_ssm._install.decision import write_decision; write_decision({rec!r})"
+    code = (
+        "from mamba_ssm._install.record import InstallRecord, write_record; "
+        f"write_record(InstallRecord.from_dict({rec!r}))"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=str(root), env=env, check=True, timeout=120)
     p = subprocess.run(
         [sys.executable, "-m", "mamba_ssm", "doctor"],

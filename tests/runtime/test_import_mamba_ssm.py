@@ -3,7 +3,6 @@ public names resolve lazily to the objects of their modules. Subprocesses agains
 the package (no ``_C``), with the real torch here and with a broken one."""
 
 import importlib.util
-import json
 import os
 
 import pytest

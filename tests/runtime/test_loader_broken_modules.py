@@ -26,7 +26,8 @@ out["cuda_initialized_after_import"] = torch.cuda.is_initialized()
 from mamba_ssm import _loader, _dispatch
 r = _loader.load()
 out["load"] = r.to_dict()
-out["plan"] = _dispatch.plan("selective_scan", "cpu")
+_choice = _dispatch.plan("selective_scan", "cpu")
+out["plan"] = {"backend": _choice.backend, "reason": _choice.reason}
 try:
     from mamba_ssm import selective_scan_fn
 except ImportError as e:

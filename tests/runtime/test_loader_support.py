@@ -199,33 +199,10 @@ def last_json(stdout):
 
 
 def selective_scan_reference(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
-    """Sequential float64 selective scan (Mamba, Gu & Dao 2023, Algorithm 2 with ZOH for A:
-    x_t = exp(dt_t A) x_{t-1} + dt_t B_t u_t, y_t = C_t . x_t + D u_t, y *= silu(z)).
+    """The float64 selective scan of ``tests/oracles.py``: y (batch, dim, seqlen) in float64."""
+    import oracles
 
-    u, delta: (batch, dim, seqlen); A: (dim, d_state); B, C: (batch, d_state, seqlen); D, delta_bias:
-    (dim,); z: (batch, dim, seqlen). Returns y (batch, dim, seqlen) in float64.
-    """
-    import torch
-
-    u, delta, A, B, C = (t.double() for t in (u, delta, A, B, C))
-    if delta_bias is not None:
-        delta = delta + delta_bias.double()[:, None]
-    if delta_softplus:
-        delta = torch.log1p(torch.exp(delta))
-    batch, dim, seqlen = u.shape
-    x = torch.zeros(batch, dim, A.shape[1], dtype=torch.float64)
-    ys = []
-    for t in range(seqlen):
-        dt = delta[:, :, t, None]
-        x = torch.exp(dt * A) * x + dt * B[:, None, :, t] * u[:, :, t, None]
-        ys.append((x * C[:, None, :, t]).sum(-1))
-    y = torch.stack(ys, dim=-1)
-    if D is not None:
-        y = y + D.double()[:, None] * u
-    if z is not None:
-        zz = z.double()
-        y = y * zz * torch.sigmoid(zz)
-    return y
+    return oracles.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus)[0]
 
 
 def load_support():

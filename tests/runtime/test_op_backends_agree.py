@@ -20,7 +20,9 @@ import pytest
 import torch
 
 import mamba_ssm
-from mamba_ssm import _doctor
+from mamba_ssm import _dispatch, _doctor
+from mamba_ssm._dispatch import backends
+from mamba_ssm._doctor.report import GpuEntry, GpuReport
 from mamba_ssm.ops import causal_conv1d as cc
 
 CONV_OPS = ("causal_conv1d", "causal_conv1d_update")
@@ -35,7 +37,7 @@ def fake_package(monkeypatch):
     mod.causal_conv1d_fn = lambda *a, **k: calls.append("fn")
     mod.causal_conv1d_update = lambda *a, **k: calls.append("update")
     monkeypatch.setitem(sys.modules, "causal_conv1d", mod)
-    monkeypatch.setattr(cc, "_external", None)  # look the package up again
+    monkeypatch.setattr(backends, "_package", None)  # look the package up again
     return calls
 
 
@@ -48,18 +50,18 @@ def _restore_backend():
 
 def _doctor_ops(monkeypatch, device="cuda:0"):
     """doctor's per-op report for ``device`` (a stand-in GPU when it is a CUDA device)."""
+    gpus = GpuReport()
     if device.startswith("cuda"):
-        gpu = {
-            "device": device,
-            "name": "stand-in",
-            "compute_capability": "9.0",
-            "arch": "sm_90",
-            "total_memory_mib": 1,
-        }
-        monkeypatch.setattr(
-            _doctor, "_gpu_info", lambda torch_ok: {"count": 1, "devices": [gpu], "error": None}
+        gpu = GpuEntry(
+            index=0,
+            device=device,
+            name="stand-in",
+            compute_capability="9.0",
+            arch="sm_90",
+            total_memory_mib=1,
         )
-    report = _doctor.collect()
+        gpus = GpuReport(available=True, count=1, devices=(gpu,))
+    report = _doctor.collect(gpus=gpus).to_dict()
     (entry,) = [e for e in report["devices"] if e["device"] == device]
     return entry["ops"]
 
@@ -79,12 +81,12 @@ def _compiled_loaded():
 @pytest.fixture
 def covered_gpu(monkeypatch):
     """cuda:0 counts as covered by the loaded _C (a stand-in for a GPU the build has kernels for)."""
-    from mamba_ssm import _loader
+    from mamba_ssm import _devices
 
     _compiled_loaded()
-    real = _loader.device_coverage
+    real = _devices.device_coverage
     monkeypatch.setattr(
-        _loader, "device_coverage", lambda device: None if str(device).startswith("cuda") else real(device)
+        _devices, "device_coverage", lambda device: None if str(device).startswith("cuda") else real(device)
     )
     monkeypatch.setattr("mamba_ssm.ops.backends.compiled_conv1d._has_cuda_kernel", lambda: True)
 
@@ -114,7 +116,7 @@ def test_env_asks_for_the_package_on_cuda(monkeypatch, fake_package, covered_gpu
     ops = _doctor_ops(monkeypatch)
     assert [ops[op]["backend"] for op in CONV_OPS] == ["causal-conv1d", "causal-conv1d"]
     assert "MAMBA_SSM_CONV1D=causal_conv1d" in ops["causal_conv1d"]["reason"]
-    assert cc._impl_for_call("cuda:0") == "causal-conv1d"  # the ops' (cached) answer agrees
+    assert _dispatch.backend_for("causal_conv1d", "cuda:0") == "causal-conv1d"  # the ops' (cached) answer
 
 
 def test_bad_conv1d_choice_is_an_error_naming_it(monkeypatch):
@@ -127,10 +129,10 @@ def test_bad_conv1d_choice_is_an_error_naming_it(monkeypatch):
 
 def test_package_runs_when_the_compiled_kernels_cannot(monkeypatch, fake_package):
     """auto on a GPU the loaded _C does not cover (here: none present): the package's kernels, with why."""
-    from mamba_ssm import _loader
+    from mamba_ssm import _devices
 
     monkeypatch.setattr(
-        _loader, "device_coverage", lambda device: "no such GPU" if str(device).startswith("cuda") else None
+        _devices, "device_coverage", lambda device: "no such GPU" if str(device).startswith("cuda") else None
     )
     impl, why = cc.explain("cuda:0")
     assert impl == "causal-conv1d" and "cannot run here" in why
@@ -140,12 +142,12 @@ def test_package_runs_when_the_compiled_kernels_cannot(monkeypatch, fake_package
 
 def test_conv_ops_without_the_package_are_compiled_or_torch(monkeypatch):
     monkeypatch.setitem(sys.modules, "causal_conv1d", None)  # import fails
-    monkeypatch.setattr(cc, "_external", None)
+    monkeypatch.setattr(backends, "_package", None)
     _compiled_loaded()
-    from mamba_ssm import _loader
+    from mamba_ssm import _devices
 
     monkeypatch.setattr(
-        _loader, "device_coverage", lambda device: "no such GPU" if str(device).startswith("cuda") else None
+        _devices, "device_coverage", lambda device: "no such GPU" if str(device).startswith("cuda") else None
     )
     assert cc.implementation("cuda:0") == "torch" and cc.implementation("cpu") == "compiled"
     ops = _doctor_ops(monkeypatch)

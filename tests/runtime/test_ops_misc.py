@@ -182,7 +182,7 @@ def test_gated_rmsnorm_formula():
 
 def _ssd_inputs(b=2, l=37, h=4, p=3, g=2, n=5, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    r = lambda *s: torch.randn(*s, generator=gen)
     return dict(
         x=r(b, l, h, p),
         dt=torch.rand(b, l, h, generator=gen) * 0.5 + 0.01,

@@ -51,7 +51,7 @@ def test_selective_state_update_padded_slot_outputs_zero_and_touches_no_state():
         state, x, dt, A, B, C, D, z, dt_bias, dt_softplus=True, state_batch_indices=idx
     )
     # Expected, in float64 numpy: one step of h = exp(dt A) h + dt B x, y = C h + D x, * silu(z).
-    npf = lambda t: t.double().numpy()  # noqa: E731
+    npf = lambda t: t.double().numpy()
     s, xn, dtn, An, Bn, Cn, Dn, zn, bn = map(npf, (before, x, dt, A, B, C, D, z, dt_bias))
     exp_state = s.copy()
     exp_out = np.zeros((b, h, p))
@@ -197,7 +197,7 @@ def test_causal_conv1d_varlen_states_are_each_sequences_last_inputs(conv_backend
 
 
 def test_selective_scan_fn_and_mamba_inner_fn_classes_apply():
-    from mamba_ssm.ops.selective_scan_interface import MambaInnerFn, SelectiveScanFn  # noqa: PLC0415
+    from mamba_ssm.ops.selective_scan_interface import MambaInnerFn, SelectiveScanFn
 
     torch.manual_seed(3)
     b, d, n, L = 2, 4, 3, 9
@@ -354,7 +354,7 @@ def test_from_import_of_a_missing_name_explains_and_mamba2_is_exported():
         [sys.executable, "-c", IMPORTS], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
-    import json  # noqa: PLC0415
+    import json
 
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["torch_after_import"] is False
@@ -400,7 +400,7 @@ def test_upstream_mamba3_module_paths_explain_like_the_top_level_name():
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    import json  # noqa: PLC0415
+    import json
 
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     why = "Mamba-3 (upstream's mamba_ssm.modules.mamba3) is not in this package yet; use Mamba2"

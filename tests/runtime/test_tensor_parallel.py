@@ -26,7 +26,7 @@ def _free_port() -> int:
 
 def test_two_gloo_ranks_match_the_unsharded_layers():
     pytest.importorskip("torch.distributed")
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("this torch build has no gloo backend")
@@ -69,7 +69,7 @@ def test_two_gloo_ranks_match_the_unsharded_layers():
 
 
 def test_get_dim_for_local_rank_splits_in_units():
-    from mamba_ssm.distributed.distributed_utils import get_dim_for_local_rank  # noqa: PLC0415
+    from mamba_ssm.distributed.distributed_utils import get_dim_for_local_rank
 
     # 10 units of 8 over 4 ranks: 3, 3, 2, 2 units.
     assert [get_dim_for_local_rank(80, 4, r, multiple_of=8) for r in range(4)] == [24, 24, 16, 16]

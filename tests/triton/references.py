@@ -1,8 +1,8 @@
 """Float64 references for the Triton kernel tests, written from the formulas (independent of the code
-under test): the SSD as a per-timestep recurrence, the decode step, and the norms."""
+under test): the SSD as a per-timestep recurrence (the shared oracle), the decode step, and the norms."""
 
+import oracles
 import torch
-import torch.nn.functional as F
 
 
 def ssd_recurrence(
@@ -20,45 +20,15 @@ def ssd_recurrence(
     dt_limit=(0.0, float("inf")),
     states_at=None,
 ):
-    """Mamba-2's scan one timestep at a time (arXiv:2405.21060, eq. (1) with scalar A per head):
-    h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t, y *= silu(z); a new sequence of
-    seq_idx starts from a zero state (initial_states belongs to the first one). Differentiable.
-    Returns (y (b, l, h, p), final state (b, h, p, n)); with ``states_at`` (timesteps) also the states
-    of batch entry 0 after those steps (k, h, p, n)."""
-    x, dt, A, B, C = (t.double() for t in (x, dt, A, B, C))
-    b, l, h, p = x.shape
-    g, n = B.shape[2], B.shape[3]
-    dtp = dt + (dt_bias.double() if dt_bias is not None else 0.0)
-    if dt_softplus:
-        dtp = F.softplus(dtp)
-    if tuple(dt_limit) != (0.0, float("inf")):
-        dtp = dtp.clamp(dt_limit[0], dt_limit[1])
-    Bh = B.repeat_interleave(h // g, dim=2)
-    Ch = C.repeat_interleave(h // g, dim=2)
-    state = (
-        initial_states.double()
-        if initial_states is not None
-        else torch.zeros(b, h, p, n, dtype=torch.float64)
+    """Mamba-2's scan one timestep at a time (:func:`oracles.ssd`). Differentiable. Returns (y (b, l, h,
+    p), final state (b, h, p, n)); with ``states_at`` (timesteps) also the states of batch entry 0
+    after those steps (k, h, p, n)."""
+    y, final, states = oracles.ssd(
+        x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states, seq_idx, dt_limit
     )
-    ys, picked = [], {}
-    for t in range(l):
-        if seq_idx is not None and t > 0:
-            same = (seq_idx[:, t] == seq_idx[:, t - 1]).double().view(b, 1, 1, 1)
-            state = state * same
-        decay = torch.exp(dtp[:, t] * A).view(b, h, 1, 1)
-        state = decay * state + (dtp[:, t].view(b, h, 1, 1) * x[:, t].unsqueeze(-1) * Bh[:, t].unsqueeze(2))
-        ys.append((state * Ch[:, t].unsqueeze(2)).sum(-1))
-        picked[t] = state[0]
-    y = torch.stack(ys, dim=1)
-    if D is not None:
-        Dd = D.double()
-        y = y + x * (Dd if Dd.dim() == 2 else Dd[:, None])
-    if z is not None:
-        zd = z.double()
-        y = y * zd * torch.sigmoid(zd)
     if states_at is not None:
-        return y, state, torch.stack([picked[int(t)] for t in states_at])
-    return y, state
+        return y, final, torch.stack([states[0, int(t)] for t in states_at])
+    return y, final
 
 
 def state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, indices=None):

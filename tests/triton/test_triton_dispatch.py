@@ -7,13 +7,14 @@ on the CPU (``triton_unavailable`` patched) so that the hooks run the interprete
 
 import sys
 import types
-import warnings
 
 import pytest
 import references as R
 import torch
 
-from mamba_ssm import _dispatch, _doctor, _loader
+from mamba_ssm import _devices, _dispatch, _doctor, _loader
+from mamba_ssm._dispatch import backends
+from mamba_ssm._doctor.report import GpuEntry, GpuReport
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ def clean_dispatch(monkeypatch):
 @pytest.fixture
 def triton_on_cpu(interpreted, clean_dispatch):
     """The dispatcher believes Triton runs on the CPU (the kernels are interpreted); spies count calls."""
-    clean_dispatch.setattr(_dispatch, "triton_unavailable", lambda device: None)
+    clean_dispatch.setattr(backends, "triton_unavailable", lambda device: None)
     calls = {}
 
     def spy(module, name):
@@ -145,60 +146,59 @@ def test_plan_cpu_and_cuda(clean_dispatch):
     pytest.importorskip("triton")
     for op in sorted(_dispatch.TRITON_OPS):
         p = _dispatch.plan(op, "cpu")
-        assert p["backend"] == "torch" and p["fix"] is None and "CUDA/ROCm devices only" in p["reason"]
-        assert _dispatch.plan(op, "cuda:0")["backend"] == "triton"
+        assert p.backend == "torch" and p.fix is None and "CUDA/ROCm devices only" in p.reason
+        assert _dispatch.plan(op, "cuda:0").backend == "triton"
     clean_dispatch.setenv("MAMBA_SSM_BACKEND", "triton")
-    assert _dispatch.plan("ssd_chunk_scan", "cpu")["backend"] == "torch"  # never an error on a CPU
-    assert _dispatch.plan("causal_conv1d", "cuda:0")["backend"] == "torch"
+    assert _dispatch.plan("ssd_chunk_scan", "cpu").backend == "torch"  # never an error on a CPU
+    assert _dispatch.plan("causal_conv1d", "cuda:0").backend == "torch"
     clean_dispatch.setenv("MAMBA_SSM_BACKEND", "ref")
-    assert _dispatch.plan("rms_norm", "cuda:0")["backend"] == "torch"
+    assert _dispatch.plan("rms_norm", "cuda:0").backend == "torch"
     clean_dispatch.delenv("MAMBA_SSM_BACKEND")
-    clean_dispatch.setattr(_loader, "device_arch", lambda device: "6.1")  # a Pascal GPU
+    clean_dispatch.setattr(_devices, "device_arch", lambda device: "6.1")  # a Pascal GPU
     p = _dispatch.plan("ssd_chunk_scan", "cuda:0")
-    assert p["backend"] == "torch" and "compute capability 6.1" in p["reason"]
+    assert p.backend == "torch" and "compute capability 6.1" in p.reason
 
 
 def test_old_or_missing_triton_names_the_reason_and_a_pinned_fix(clean_dispatch):
     clean_dispatch.setitem(sys.modules, "triton", types.SimpleNamespace(__version__="2.3.1"))
     p = _dispatch.plan("ssd_chunk_scan", "cuda:0")
-    assert p["backend"] == "torch" and "triton 2.3.1 is older than 3.0" in p["reason"] and p["fix"]
+    assert p.backend == "torch" and "triton 2.3.1 is older than 3.0" in p.reason and p.fix
     _dispatch._reset_for_tests()
     clean_dispatch.setitem(sys.modules, "triton", None)  # import triton -> ImportError
     p = _dispatch.plan("selective_state_update", "cuda:0")
-    assert p["backend"] == "torch" and "triton cannot be imported" in p["reason"]
+    assert p.backend == "torch" and "triton cannot be imported" in p.reason
     from importlib import metadata
 
     pins = [r.split(";")[0].strip() for r in (metadata.requires("torch") or []) if r.startswith("triton==")]
     if pins:
-        assert f"pip install '{pins[0]}'" in p["fix"]
+        assert f"pip install '{pins[0]}'" in p.fix
     clean_dispatch.setenv("MAMBA_SSM_BACKEND", "triton")
     with pytest.raises(RuntimeError, match="triton backend was forced.*triton cannot be imported"):
         _dispatch.backend_for("selective_state_update", "cuda:0")
 
 
-FAKE_GPU = {
-    "available": True,
-    "count": 1,
-    "error": None,
-    "devices": [
-        {
-            "index": 0,
-            "device": "cuda:0",
-            "name": "Fake H200",
-            "compute_capability": "9.0",
-            "arch": "sm_90",
-            "total_memory_mib": 1024,
-        }
-    ],
-}
+FAKE_GPU = GpuReport(
+    available=True,
+    count=1,
+    devices=(
+        GpuEntry(
+            index=0,
+            device="cuda:0",
+            name="Fake H200",
+            compute_capability="9.0",
+            arch="sm_90",
+            total_memory_mib=1024,
+        ),
+    ),
+)
 
 
 def _doctor_with_fake_gpu(monkeypatch):
-    monkeypatch.setattr(_doctor, "_gpu_info", lambda torch_ok: FAKE_GPU)
-    real = _loader.device_coverage
-    monkeypatch.setattr(_loader, "device_coverage", lambda d: None if str(d).startswith("cuda") else real(d))
-    report = _doctor.collect()
-    return report, {d["device"]: d for d in report["devices"]}, _doctor.render_text(report)
+    real = _devices.device_coverage
+    monkeypatch.setattr(_devices, "device_coverage", lambda d: None if str(d).startswith("cuda") else real(d))
+    typed = _doctor.collect(gpus=FAKE_GPU)
+    report = typed.to_dict()
+    return report, {d["device"]: d for d in report["devices"]}, _doctor.render_text(typed)
 
 
 def test_doctor_lists_a_gpu_backend_for_every_op_on_a_fake_cuda_device(clean_dispatch):

@@ -57,7 +57,7 @@ def test_ssd_gpu_vs_recurrence(gpu_kernels, dtype, chunk):
     gy, gf = torch.randn(yr.shape, dtype=torch.float64), torch.randn(fr.shape, dtype=torch.float64)
     ((y.double() * gy.cuda()).sum() + (f.double() * gf.cuda()).sum()).backward()
     ((yr * gy).sum() + (fr * gf).sum()).backward()
-    for name, a, r in zip("x dt A B C D z dt_bias h0".split(), dev, ref):
+    for name, a, r in zip(["x", "dt", "A", "B", "C", "D", "z", "dt_bias", "h0"], dev, ref):
         assert _err(a.grad, r.grad) < TOL[dtype], name
 
 
@@ -161,4 +161,4 @@ def test_every_triton_op_dispatches_to_triton_on_this_gpu(gpu_kernels):
 
     for op in sorted(_dispatch.TRITON_OPS):
         p = _dispatch.plan(op, "cuda")
-        assert p["backend"] == "triton", (op, p)
+        assert p.backend == "triton", (op, p)

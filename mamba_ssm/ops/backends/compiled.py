@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["supports", "selective_scan", "GPU_MAX_D_STATE"]
+__all__ = ["GPU_MAX_D_STATE", "selective_scan", "supports"]
 
 #: The largest d_state the GPU kernels take (their state lives in shared memory).
 GPU_MAX_D_STATE = 256

@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["available", "supports", "supports_varlen", "conv1d", "update", "varlen_states", "WIDTHS"]
+__all__ = ["WIDTHS", "available", "conv1d", "supports", "supports_varlen", "update", "varlen_states"]
 
 _NS = "mamba_ssm"
 _FWD = f"{_NS}::causal_conv1d_fwd"

@@ -49,7 +49,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-__all__ = ["selective_scan", "selective_scan_with_state", "plan_chunks", "DEFAULT_MEMORY_BUDGET"]
+__all__ = ["DEFAULT_MEMORY_BUDGET", "plan_chunks", "selective_scan", "selective_scan_with_state"]
 
 #: Working-set budget of one segment, in bytes, per device type (override with MAMBA_SSM_SCAN_MEMORY_MB).
 #: On CPU: _CPU_BUDGET_STEPS timesteps' worth, clamped to [DEFAULT_MEMORY_BUDGET, _CPU_BUDGET_MAX]
@@ -106,7 +106,7 @@ def plan_chunks(
     budget = _budget(device_type, per_step) if budget is None else budget
     segment = max(_MIN_CHUNK * _MIN_CHUNK, budget // per_step)
     segment = min(segment, max(seqlen, 1))
-    chunk = 2 ** int(round(math.log2(max(1.0, math.sqrt(segment)))))
+    chunk = 2 ** round(math.log2(max(1.0, math.sqrt(segment))))
     chunk = max(_MIN_CHUNK, min(_MAX_CHUNK, chunk))
     if segment >= chunk:
         segment = (segment // chunk) * chunk
@@ -119,7 +119,7 @@ def _segments(seqlen: int, segment: int, chunk: int) -> List[Tuple[int, int, int
     start = 0
     if segment >= chunk:
         segment = (segment // chunk) * chunk
-    while seqlen - start >= segment and segment >= chunk:
+    while seqlen - start >= segment >= chunk:
         out.append((start, start + segment, chunk))
         start += segment
     rest = seqlen - start
@@ -264,7 +264,7 @@ class _ScanCore(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, u, dt, A, B, C, h0, segment, chunk):  # noqa: D401
+    def forward(ctx, u, dt, A, B, C, h0, segment, chunk):
         segs = _segments(u.shape[-1], segment, chunk)
         y, cur, starts = _scan_forward(u, dt, A, B, C, h0, segs)
         ctx.save_for_backward(u, dt, A, B, C, *starts)
@@ -427,7 +427,7 @@ def _fresh(x: torch.Tensor, *inputs) -> torch.Tensor:
 
 
 def _define_core_op():
-    from torch.library import custom_op, register_fake  # noqa: PLC0415
+    from torch.library import custom_op, register_fake
 
     ns = "mamba_ssm_torch_scan"
 
@@ -628,7 +628,7 @@ def selective_scan(
     return (out, last) if return_last_state else out
 
 
-class _nullcontext:
+class _nullcontext:  # noqa: N801 - contextlib.nullcontext's name
     def __enter__(self):
         return None
 

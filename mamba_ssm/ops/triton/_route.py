@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 from mamba_ssm import _dispatch
 
-__all__ = ["use_triton", "kernels"]
+__all__ = ["kernels", "use_triton"]
 
 
 def use_triton(op: str, tensor, why_not: Callable[[], Optional[str]]) -> bool:
@@ -18,7 +18,7 @@ def use_triton(op: str, tensor, why_not: Callable[[], Optional[str]]) -> bool:
     (float64, dropout, ...), which sends this call to the PyTorch path through
     ``_dispatch.fallback_for_call`` (a warning once per op; RuntimeError when ``triton`` was forced).
     """
-    if _dispatch.backend_for(op, tensor.device) != "triton":
+    if _dispatch.backend_for(op, tensor.device) != _dispatch.Backend.TRITON:
         return False
     reason = why_not()
     if reason is not None:
@@ -29,6 +29,6 @@ def use_triton(op: str, tensor, why_not: Callable[[], Optional[str]]) -> bool:
 
 def kernels():
     """The package mamba_ssm.ops.triton._kernels (imports triton; call only on the Triton path)."""
-    import mamba_ssm.ops.triton._kernels as package  # noqa: PLC0415
+    import mamba_ssm.ops.triton._kernels as package
 
     return package

@@ -13,12 +13,12 @@ The fused pre-norm residual used by Mamba's blocks: ``x' = dropout(x * rowscale)
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from mamba_ssm.ops.triton import _route
 
-__all__ = ["layer_norm_fn", "rms_norm_fn", "layer_norm_ref", "rms_norm_ref", "RMSNorm", "LayerNorm"]
+__all__ = ["LayerNorm", "RMSNorm", "layer_norm_fn", "layer_norm_ref", "rms_norm_fn", "rms_norm_ref"]
 
 
 def _norm(x, weight, bias, eps, is_rms_norm):
@@ -236,7 +236,7 @@ class LayerNorm(nn.LayerNorm):
     """LayerNorm whose ``forward(x, residual=None, prenorm=False, residual_in_fp32=False)`` calls
     :func:`layer_norm_fn`."""
 
-    def forward(self, x, residual=None, prenorm=False, residual_in_fp32=False):  # noqa: D102
+    def forward(self, x, residual=None, prenorm=False, residual_in_fp32=False):
         return layer_norm_fn(
             x,
             self.weight,

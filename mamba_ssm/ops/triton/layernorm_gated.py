@@ -11,12 +11,12 @@ On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs (``mamba_ssm.ops.tr
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from mamba_ssm.ops.triton import _route
 
-__all__ = ["rmsnorm_fn", "layernorm_fn", "rms_norm_ref", "RMSNorm", "LayerNorm"]
+__all__ = ["LayerNorm", "RMSNorm", "layernorm_fn", "rms_norm_ref", "rmsnorm_fn"]
 
 
 def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm, upcast=True):
@@ -36,7 +36,7 @@ def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_no
         return _route.kernels().norms.gated_norm(
             x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm
         )
-    if upcast:
+    if upcast:  # noqa: SIM108 - the nested conditional reads worse
         cdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     else:
         cdtype = x.dtype

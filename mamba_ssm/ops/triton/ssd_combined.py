@@ -290,8 +290,8 @@ def mamba_split_conv1d_scan_combined(
     Returns:
         out (batch, seqlen, d_model or dim), and the final states with ``return_final_states``.
     """
-    from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn  # noqa: PLC0415
-    from mamba_ssm.ops.triton.layernorm_gated import rmsnorm_fn  # noqa: PLC0415
+    from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn
+    from mamba_ssm.ops.triton.layernorm_gated import rmsnorm_fn
 
     if zxbcdt.dim() != 3:
         raise ValueError(

@@ -22,4 +22,4 @@ import triton  # noqa: F401  (the dispatcher's check: this package imports only 
 from . import norms, ssd, state_update
 from ._common import KERNEL_DTYPES
 
-__all__ = ["norms", "ssd", "state_update", "KERNEL_DTYPES"]
+__all__ = ["KERNEL_DTYPES", "norms", "ssd", "state_update"]

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ._common import pow2, unsupported_dtype, warps_for
 
-__all__ = ["layer_norm", "gated_norm", "unsupported_layer_norm", "unsupported_gated_norm", "MAX_ROW"]
+__all__ = ["MAX_ROW", "gated_norm", "layer_norm", "unsupported_gated_norm", "unsupported_layer_norm"]
 
 #: The longest normalised row (or group) one program holds in registers.
 MAX_ROW = 65536

@@ -49,7 +49,7 @@ import triton.language as tl
 
 from ._common import pow2, unsupported_dtype
 
-__all__ = ["chunk_scan_combined", "unsupported", "check_chunk_size", "CHUNK_SIZES"]
+__all__ = ["CHUNK_SIZES", "check_chunk_size", "chunk_scan_combined", "unsupported"]
 
 #: The chunk sizes the kernels take.
 CHUNK_SIZES = (16, 32, 64, 128, 256)
@@ -104,7 +104,7 @@ _EMULATE_BF16_DOT = tl.constexpr(os.environ.get("TRITON_INTERPRET", "") == "1")
 def _dot(a, b, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
     if IEEE:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    elif _EMULATE_BF16_DOT and DOT_DT == tl.bfloat16:
+    elif _EMULATE_BF16_DOT and tl.bfloat16 == DOT_DT:
         return tl.dot(a.to(DOT_DT).to(tl.float32), b.to(DOT_DT).to(tl.float32), input_precision="ieee")
     else:
         return tl.dot(a.to(DOT_DT), b.to(DOT_DT))

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from ._common import pow2, unsupported_dtype
 
-__all__ = ["selective_state_update", "unsupported", "MAX_DSTATE"]
+__all__ = ["MAX_DSTATE", "selective_state_update", "unsupported"]
 
 #: The largest d_state one program holds.
 MAX_DSTATE = 1024

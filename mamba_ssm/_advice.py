@@ -1,0 +1,404 @@
+"""Every fix the package tells a user: the commands to paste and the advice around them.
+
+The loader, the dispatch, doctor, the resolver, ``install-kernels`` and setup.py all take their fix
+text from here, so they say the same thing. Every command is safe to paste:
+
+* it pins this install's version, ``mamba-ssm==<installed public version>``: an unpinned name fetches
+  whatever the user's index has (PyPI's upstream release, another project's build);
+* it can never change torch: a pip command that reinstalls carries ``--no-deps`` (``--force-reinstall``
+  alone reinstalls every dependency, torch and its CUDA wheels included), or the fix is
+  ``python -m mamba_ssm install-kernels``, which installs our wheel with ``--no-deps``;
+* it uses the wheel index the install used when that was not the release index
+  (``MAMBA_WHEEL_INDEX=<index>`` / ``--index <index>``), taken from the install record;
+* it can work: a source build is never proposed for a GPU that no toolkit of the running torch's CUDA
+  can target (:func:`gpu_unservable` names what can).
+
+``python -m pip`` rather than ``pip``: the ``pip`` first on PATH may belong to another environment.
+Standard library only (the install record's types and the release index are imported where needed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import TYPE_CHECKING
+
+from ._compat import archs
+
+if TYPE_CHECKING:
+    from ._install.record import InstallRecord
+
+__all__ = [
+    "MIRROR_HINT",
+    "REPAIR_TORCH",
+    "backend_choice_fix",
+    "check_failed_fix",
+    "coverage_fix",
+    "gpu_unservable",
+    "install_kernels_command",
+    "install_notes",
+    "installed_version",
+    "mirror_hint",
+    "mismatch_fix",
+    "missing_kernels_fix",
+    "no_candidate_fix",
+    "no_isolation_command",
+    "reinstall_command",
+    "reinstall_fix",
+    "requirement",
+    "resolver_index_fix",
+    "resolver_no_candidate_fix",
+    "source_build_command",
+    "triton_install_command",
+    "unforce_fix",
+]
+
+_DIST_INFO = re.compile(r"^mamba_ssm-([^-]+)\.dist-info$")
+
+#: What to do when torch itself does not import.
+REPAIR_TORCH = (
+    'repair torch until `python -c "import torch"` works (reinstall the torch build you use, same version '
+    "and index), then run `python -m mamba_ssm doctor` again"
+)
+
+#: How to make a local wheel mirror for an offline machine. ``build_matrix`` ships in the sdist and the
+#: repository, not in the installed wheel, so the hint says where to run it.
+MIRROR_HINT = (
+    "`python -m mamba_ssm install-kernels --print-env > ENV.json` here, then on a connected machine, in an "
+    "unpacked sdist or a checkout of this version (`python -m pip download --no-deps --no-binary :all: "
+    "mamba-ssm==VERSION`): `python -m build_matrix mirror --for ENV.json --to DIR`; copy DIR here"
+)
+
+#: The last minor release of each older CUDA major (its nvcc's arch table, ``_compat.archs``).
+_LAST_MINOR = {12: 9, 11: 8}
+
+
+# ----------------------------------------------------------------------------- the commands
+def _public(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def installed_version(package_dir: str | None = None) -> str:
+    """The public version of this install (``2.4.0.dev0``): from the ``mamba_ssm-<v>.dist-info``
+    next to the package (what pip installed), else ``mamba_ssm/_version.py`` (a source checkout)."""
+    package_dir = package_dir or os.path.dirname(os.path.abspath(__file__))
+    site = os.path.dirname(package_dir)
+    try:
+        found = sorted(m.group(1) for m in map(_DIST_INFO.match, os.listdir(site)) if m)
+    except OSError:
+        found = []
+    if len(found) == 1:
+        return _public(found[0])
+    with open(os.path.join(package_dir, "_version.py")) as fh:
+        match = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", fh.read(), re.MULTILINE)
+    if match is None:
+        raise ValueError(f"{package_dir}/_version.py defines no __version__")
+    return _public(match.group(1))
+
+
+def requirement(version: str | None = None) -> str:
+    """``mamba-ssm==<version>`` (default: this install's public version)."""
+    return f"mamba-ssm=={_public(version or installed_version())}"
+
+
+def mirror_hint(version: str | None = None) -> str:
+    """:data:`MIRROR_HINT` with this install's version (or ``version``) filled in."""
+    try:
+        v = _public(version or installed_version())
+    except (OSError, ValueError):  # a hint must never fail: keep the placeholder
+        v = "VERSION"
+    return MIRROR_HINT.replace("VERSION", v)
+
+
+def install_kernels_command(index: str | None = None) -> str:
+    """``python -m mamba_ssm install-kernels`` (with ``--index <index>`` when given)."""
+    cmd = "python -m mamba_ssm install-kernels"
+    return f"{cmd} --index {shlex.quote(index)}" if index else cmd
+
+
+def _with_index(cmd: str, index: str | None) -> str:
+    return f"MAMBA_WHEEL_INDEX={shlex.quote(index)} {cmd}" if index else cmd
+
+
+def reinstall_command(version: str | None = None, index: str | None = None) -> str:
+    """Rebuild this version from its sdist (the resolver runs again for the torch now installed),
+    bypassing pip's wheel cache, never touching any other package."""
+    return _with_index(
+        f"python -m pip install --no-cache-dir --force-reinstall --no-deps {requirement(version)}", index
+    )
+
+
+def source_build_command(version: str | None = None, env_prefix: str = "") -> str:
+    """A source build of this version against the torch installed (``env_prefix``: more variables,
+    e.g. ``"TORCH_CUDA_ARCH_LIST=8.0 "``)."""
+    return (
+        f"{env_prefix}MAMBA_FORCE_BUILD=TRUE python -m pip install --no-build-isolation --no-cache-dir "
+        f"--force-reinstall --no-deps {requirement(version)}"
+    )
+
+
+def no_isolation_command(version: str | None = None) -> str:
+    """Install this version built against the torch already installed (no build isolation)."""
+    return f"python -m pip install --no-build-isolation --no-deps {requirement(version)}"
+
+
+def triton_install_command() -> str | None:
+    """A safe command that installs the Triton this torch wheel was built with (its pinned requirement,
+    so pip leaves torch alone), or None when torch's metadata names no Triton requirement."""
+    from importlib import metadata  # read only when a Triton fix is needed
+
+    try:
+        requires = metadata.requires("torch") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for req in requires:
+        name = req.split(";")[0].strip()
+        for dist in ("pytorch-triton-rocm", "pytorch-triton", "triton"):
+            if name.startswith(dist + "==") and "extra ==" not in req:
+                return f"pip install '{name}' (the Triton your torch was built with)"
+    return None
+
+
+# ----------------------------------------------------------------------------- the install record
+def recorded_index(record: InstallRecord | None) -> str | None:
+    """The wheel index a record's install used, when it was not the release index of its version
+    (None otherwise: the default needs no flag)."""
+    if record is None or not record.index:
+        return None
+    version = _public(record.package_version or "")
+    default = ""
+    if version:
+        from ._install.index import RELEASE_INDEX_URL, default_index  # only with an index
+
+        try:  # the release index of that version: a released sdist's recorded one, else RELEASE_INDEX_URL
+            default = default_index(version, environ={})
+        except ValueError:
+            default = RELEASE_INDEX_URL.format(version=version)
+    return None if record.index.rstrip("/") == default.rstrip("/") else record.index
+
+
+def _unreachable_index(record: InstallRecord | None) -> str | None:
+    """The recorded resolver error when it was the wheel index or the download that failed (no
+    network, a DNS failure, a bad index): ``"index-dns"`` etc., else None."""
+    if record is None or record.error_kind is None:
+        return None
+    from ._install.record import ResolutionStatus  # present whenever a record is
+
+    if record.status is not ResolutionStatus.ERROR:
+        return None
+    return str(record.error_kind) if record.error_kind.index_unreachable else None
+
+
+def _no_candidate(record: InstallRecord | None) -> bool:
+    if record is None:
+        return False
+    from ._install.record import ResolutionStatus  # present whenever a record is
+
+    return record.status is ResolutionStatus.NO_CANDIDATE
+
+
+def _skip_requested(record: InstallRecord | None) -> bool:
+    if record is None:
+        return False
+    from ._install.record import InstallMode  # present whenever a record is
+
+    return record.final_mode is InstallMode.PYTHON and "MAMBA_SKIP_CUDA_BUILD" in (
+        record.requested or record.message or ""
+    )
+
+
+def no_candidate_fix(record: InstallRecord) -> str:
+    """When the record says no prebuilt wheel fitted: install-kernels fails the same way until torch
+    changes, so a source build or another torch."""
+    where = record.environment or "this environment"
+    return (
+        f"at install time no prebuilt wheel on the index fitted {where}, so "
+        f"`{install_kernels_command(recorded_index(record))}` fails the same way until torch "
+        f"changes: build from source with `{source_build_command()}` (needs a C++ compiler, and nvcc for GPU "
+        "kernels), or move to a torch a prebuilt wheel serves (`python -m mamba_ssm install-kernels --dry-run` "
+        "then names the wheel it would take) and run install-kernels"
+    )
+
+
+def missing_kernels_fix(record: InstallRecord | None) -> str:
+    """What to do when no ``mamba_ssm._C`` is installed, following the cause the record names."""
+    index = recorded_index(record)
+    kernels, source = install_kernels_command(index), source_build_command()
+    unreachable = _unreachable_index(record)
+    if unreachable and record is not None:
+        return (
+            f"at install time the wheel index could not be used ({unreachable}; index "
+            f"{record.index or 'the default'}), so `{install_kernels_command()}` alone fails the "
+            "same way: point MAMBA_WHEEL_INDEX at a reachable index or a local mirror (to make one: "
+            f"{mirror_hint()}) or restore the network, then run "
+            f"`{install_kernels_command()}`; or build from source with `{source}`"
+        )
+    if record is not None and _no_candidate(record):
+        return no_candidate_fix(record)
+    if _skip_requested(record):
+        return (
+            "the pure-Python package was requested at install time (MAMBA_SKIP_CUDA_BUILD=TRUE), so no "
+            f"kernels were installed; to get them run `{kernels}`, or reinstall without "
+            f"MAMBA_SKIP_CUDA_BUILD (`{reinstall_command(index=index)}`), or build from "
+            f"source with `{source}`"
+        )
+    if record is not None and record.kernels_deferred:
+        return (
+            "the kernels were deferred at install time because torch was being installed by the same "
+            f"command: run `{kernels}` now that torch is present (or build from source "
+            f"with `{source}`)"
+        )
+    return (
+        f"run `{kernels}` to fetch the prebuilt kernels matching this torch, or build them "
+        f"from source with `{source}` (needs a C++ compiler, and nvcc for GPU kernels)"
+    )
+
+
+def mismatch_fix(record: InstallRecord | None) -> str:
+    """What to do when the installed ``mamba_ssm._C`` was built for another torch (or fails to load)."""
+    if record is not None and _no_candidate(record):
+        return no_candidate_fix(record)
+    index = recorded_index(record)
+    return (
+        f"run `{install_kernels_command(index)}` to fetch the kernels built for this torch (it replaces "
+        f"only mamba-ssm's own files), or rebuild without pip's wheel cache, which can hand back a wheel built "
+        f"for another torch: `{reinstall_command(index=index)}`, or build from source with "
+        f"`{source_build_command()}`"
+    )
+
+
+def reinstall_fix(record: InstallRecord | None = None) -> str:
+    """Reinstall the package (a broken or partial install)."""
+    return f"reinstall the package: `{reinstall_command(index=recorded_index(record))}`"
+
+
+def install_notes(record: InstallRecord | None, message: str) -> str:
+    """Added to a fallback warning ``message``: the kernels were deferred at install time (unless the
+    message already names install-kernels), or no kernels were built and why ("" when neither)."""
+    if record is None:
+        return ""
+    text = ""
+    if record.kernels_deferred and install_kernels_command() not in message:
+        text += (
+            " The kernels were deferred at install time (torch was being installed by the same "
+            f"command): run `{install_kernels_command(recorded_index(record))}`."
+        )
+    if record.build is not None and record.build.mode == "python" and record.build.reason:
+        text += f" At install time no kernels were built: {record.build.reason.rstrip('.')}."
+    return text
+
+
+# ----------------------------------------------------------------------------- the resolver
+def resolver_no_candidate_fix(version: str) -> str:
+    """What to do when no wheel fits (the commands pin ``version`` and never change torch)."""
+    return (
+        "What to do: install a torch that a prebuilt wheel serves (`python -m mamba_ssm install-kernels "
+        "--dry-run` lists them once installed), point MAMBA_WHEEL_INDEX at an index that has your variant, or "
+        f"build from source against the torch installed (`{source_build_command(version)}`; a CPU torch needs "
+        "a C++ compiler, a CUDA torch nvcc as well)."
+    )
+
+
+def resolver_index_fix(version: str) -> str:
+    """What to do when the wheel index cannot be used (the mirror command pins ``version``)."""
+    return (
+        "What to do: check the network/proxy (HTTPS_PROXY, NO_PROXY, SSL_CERT_FILE or PIP_CERT), or set "
+        f"MAMBA_WHEEL_INDEX to a reachable copy (to make one: {mirror_hint(version)}), or build from "
+        "source (MAMBA_FORCE_BUILD=TRUE)."
+    )
+
+
+# ----------------------------------------------------------------------------- GPUs
+def gpu_unservable(capability: str | None, torch_cuda: str | None) -> str | None:
+    """Why no mamba-ssm kernels for a torch built with CUDA ``torch_cuda`` (``"13.0"``) can run on a GPU of
+    compute capability ``capability`` (``"6.0"``), prebuilt or built from source, and the real fix; None
+    when they can (or either value is unknown).
+
+    A GPU runs SASS of its own major not newer than it, or PTX not newer than it, so a GPU older than
+    the oldest architecture the toolkit of that CUDA can target (CUDA 13: sm_75; 12: sm_50; 11: sm_35,
+    NVIDIA's release notes, ``mamba_ssm._compat.archs``) runs none of it: its GPU ops use the PyTorch
+    fallback. The fix is a torch built for the newest older CUDA whose toolkit still targets it, and
+    our wheel for that torch.
+    """
+    if capability is None or torch_cuda is None:
+        return None
+    try:
+        cap = archs.parse_capability(capability)
+        cuda = tuple(int(x) for x in str(torch_cuda).split(".")[:2])
+        oldest = archs.parse_arch(archs.nvcc_supported_archs((cuda[0], cuda[1]))[0])
+    except (TypeError, ValueError, IndexError):
+        return None
+    if cap >= oldest.capability:
+        return None
+    sm = f"sm_{cap[0]}{cap[1]}"
+    older = [
+        m
+        for m in sorted(_LAST_MINOR, reverse=True)
+        if m < cuda[0]
+        and cap >= archs.parse_arch(archs.nvcc_supported_archs((m, _LAST_MINOR[m]))[0]).capability
+    ]
+    text = (
+        f"the GPU ({sm}) is older than every architecture CUDA {cuda[0]}.{cuda[1]} can build for (oldest "
+        f"{oldest.sass}), so no mamba-ssm kernels for this torch can run on it, prebuilt or built from source: "
+        f"its GPU ops run on the PyTorch fallback (slower)"
+    )
+    if older:
+        text += (
+            f". The real fix: a torch built for CUDA {older[0]} whose arch list still has {sm} "
+            f"(torch.cuda.get_arch_list()), then `{install_kernels_command()}` takes the mamba-ssm "
+            f"cu{older[0]} wheel for it"
+        )
+    else:
+        text += ". No CUDA toolkit that torch 2.x supports targets it any more"
+    return text
+
+
+def coverage_fix(device_type: str, arch: str | None, torch_cuda: str | None, index: str | None = None) -> str:
+    """What to do when the loaded build has no kernel for a device (``""`` when nothing can be done).
+
+    Args:
+        device_type: ``"cpu"`` or ``"cuda"`` (CUDA and ROCm devices).
+        arch: the device's compute capability (``"7.5"``) or gfx arch (``"gfx1100"``), None if unknown.
+        torch_cuda: ``torch.version.cuda`` of the running torch.
+        index: the wheel index the install used, when it was not the release index.
+    """
+    kernels = install_kernels_command(index)
+    if device_type == "cpu":
+        return (
+            f"install the build for this torch, which carries the CPU kernel: `{kernels}`, "
+            f"or build from source: `{source_build_command()}`"
+        )
+    if device_type != "cuda":
+        return ""
+    if arch and arch.startswith("gfx"):
+        return (
+            f"install a wheel built for {arch} (`{kernels}` picks one), or build "
+            f"from source for it: `HIP_BUILD=1 PYTORCH_ROCM_ARCH={arch} {source_build_command()}`"
+        )
+    unservable = gpu_unservable(arch, torch_cuda)
+    if unservable:  # a GPU older than everything this torch's CUDA can build for: no build helps
+        return unservable
+    capability = arch or "<compute capability>"
+    return (
+        f"install a wheel whose kernels cover compute capability {capability} "
+        f"(`{kernels}` picks one), or build from source for it: "
+        f"`TORCH_CUDA_ARCH_LIST={capability} {source_build_command()}`"
+    )
+
+
+# ----------------------------------------------------------------------------- backend choice
+def backend_choice_fix(choices: tuple[str, ...]) -> str:
+    """``MAMBA_SSM_BACKEND`` holds a value that is not a backend."""
+    return "set MAMBA_SSM_BACKEND to one of " + ", ".join(choices) + " or unset it"
+
+
+def unforce_fix(gpu_kernels: bool) -> str:
+    """A backend other than ``auto`` keeps an op off its kernels: how to use them again."""
+    kernels = "the GPU kernels" if gpu_kernels else "the compiled kernels"
+    return f"unset MAMBA_SSM_BACKEND (or call mamba_ssm.set_backend('auto')) to use {kernels}"
+
+
+def check_failed_fix() -> str:
+    """doctor --check found a backend whose result disagrees with the float64 reference."""
+    return "run on the PyTorch fallback meanwhile (MAMBA_SSM_BACKEND=torch) and report this output"
