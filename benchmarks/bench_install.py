@@ -31,7 +31,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.join(REPO, "tests", "resolver"))
+sys.path.insert(0, os.path.join(REPO, "tests", "install"))
 
 from helpers import serving  # noqa: E402  (the loopback server of the tests)
 

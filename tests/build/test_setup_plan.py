@@ -1,7 +1,7 @@
 """setup.py's decision for a wheel build: SKIP / FORCE, the resolver hook's outcome, MAMBA_FALLBACK.
 
 The hook is a small module written here (the real one is mamba_ssm/_install/setup_hook.py, tested by
-tests/resolver); it is reached through MAMBA_SETUP_HOOK, the way setup.py finds an override. torch and
+tests/install); it is reached through MAMBA_SETUP_HOOK, the way setup.py finds an override. torch and
 the CUDA toolkit are the real ones of this machine; the project root is a scratch folder with one tiny
 C++ source, so "preflight passes" does not depend on the kernels.
 """

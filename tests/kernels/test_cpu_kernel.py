@@ -299,7 +299,7 @@ def test_cpu_isa_choice(compiled, monkeypatch):
         assert widest == "generic"
     from mamba_ssm import _doctor
 
-    assert _doctor.collect()["compiled_module"]["cpu_isa"] == widest
+    assert _doctor.collect().to_dict()["compiled_module"]["cpu_isa"] == widest
     monkeypatch.setenv("MAMBA_SSM_CPU_ISA", "generic")
     assert torch.ops.mamba_ssm.cpu_isa() == "generic"
     monkeypatch.setenv("MAMBA_SSM_CPU_ISA", "sse9")

@@ -6,7 +6,7 @@ Importing this package imports ``triton``: it is imported only by the dispatcher
 never at ``import mamba_ssm``. Written for Triton >= 3.0 (what torch 2.4 brings; the language features
 used: ``tl.dot(..., input_precision=...)``, ``tl.cumsum``, masked loads/stores, runtime-bounded loops);
 no autotuning: block sizes and warp counts come from the shapes, so a first call compiles each kernel
-once in seconds. ``tests/triton/compile_check.py`` compiles every launch for sm_80 / sm_90 / gfx942
+once in seconds. ``tests/ops/triton/compile_check.py`` compiles every launch for sm_80 / sm_90 / gfx942
 without a GPU; it passes with triton 3.0.0 and 3.8.0. (The kernel modules do not use
 ``from __future__ import annotations``: triton 3.0's interpreter would not see ``tl.constexpr`` then.) Every kernel accumulates in float32 whatever the input dtype (float16, bfloat16,
 float32; float64 inputs take the PyTorch path).

@@ -28,5 +28,5 @@ def pow2(n: int, floor: int = 1) -> int:
 
 def warps_for(block_elems: int) -> int:
     """A warp count for a row-wise program holding ``block_elems`` elements per array (1..16: about 8 per
-    thread; tests/triton/compile_check.py shows no register spills that way at rows of 4096)."""
+    thread; tests/ops/triton/compile_check.py shows no register spills that way at rows of 4096)."""
     return int(min(16, max(1, block_elems // 256)))

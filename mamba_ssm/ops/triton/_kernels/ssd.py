@@ -92,7 +92,7 @@ def unsupported(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=Non
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 # Tile edge of the forward kernels and of the backward's chunk-state product: exact float32 products
-# hold twice the registers of half-precision ones (tests/triton/compile_check.py: no spills this way).
+# hold twice the registers of half-precision ones (tests/ops/triton/compile_check.py: no spills this way).
 _TILE = {torch.float32: 32, torch.float16: 64, torch.bfloat16: 64}
 
 # Triton's interpreter (3.8) computes tl.dot of bfloat16 operands wrongly; there the operands are

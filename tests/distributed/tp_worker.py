@@ -1,4 +1,4 @@
-"""One rank of the tensor-parallel test (tests/runtime/test_tensor_parallel.py starts two of these on
+"""One rank of the tensor-parallel test (tests/distributed/test_tensor_parallel.py starts two of these on
 the gloo backend): sharded layers == the unsharded layer, outputs and gradients.
 
 Usage: python tp_worker.py RANK WORLD_SIZE PORT. Exits 0 when every check passed; a failed check

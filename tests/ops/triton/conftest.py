@@ -65,8 +65,8 @@ def interpreted():
     if not INTERPRETING:
         pytest.skip(
             "Triton's interpreter is off in this process (triton was imported before "
-            "tests/triton/conftest.py could set TRITON_INTERPRET=1, or MAMBA_TRITON_GPU_TESTS=1): "
-            "run `pytest tests/triton` in a process of its own"
+            "tests/ops/triton/conftest.py could set TRITON_INTERPRET=1, or MAMBA_TRITON_GPU_TESTS=1): "
+            "run `pytest tests/ops/triton` in a process of its own"
         )
     return _kernel_modules(interpret=True)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "resolver"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "install"))
 from test_e2e_install import (
     _torch_label_ok,
     decision,
@@ -52,7 +52,7 @@ def released(tmp_path_factory):
     work = tmp_path_factory.mktemp("release")
     out = work / "served"
     out.mkdir()
-    # SimpleHTTPRequestHandler, not tests/resolver's FaultServer: pip needs a text/html Content-Type
+    # SimpleHTTPRequestHandler, not tests/install's FaultServer: pip needs a text/html Content-Type
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
     handler.log_message = lambda *a: None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)

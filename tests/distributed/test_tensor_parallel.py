@@ -1,6 +1,6 @@
 """Tensor parallelism on 2 gloo processes (CPU, loopback): Mamba2 with ``process_group`` (fused and
 unfused paths, with and without sequence parallelism), the parallel linears, embeddings and autograd
-collectives give the unsharded outputs and gradients. The ranks (tests/runtime/tp_worker.py) are
+collectives give the unsharded outputs and gradients. The ranks (tests/distributed/tp_worker.py) are
 started here and killed if they run past the time limit."""
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ mamba_inner_fn under autocast casting consistently before the scan."""
 
 from __future__ import annotations
 
-import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 import pytest
+import reference as ref  # (tests/reference.py)
 import torch
 
 import mamba_ssm

@@ -9,9 +9,9 @@ import os
 import subprocess
 import sys
 
-import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 import numpy as np
 import pytest
+import reference as ref  # (tests/reference.py)
 import torch
 
 from mamba_ssm.modules.ssd_minimal import segsum, ssd_minimal_discrete

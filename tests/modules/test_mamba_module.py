@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 import pytest
+import reference as ref  # (tests/reference.py)
 import torch
 
 from mamba_ssm.modules.mamba_simple import Mamba

@@ -7,8 +7,8 @@ from __future__ import annotations
 import inspect
 import math
 
-import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 import pytest
+import reference as ref  # (tests/reference.py)
 import torch
 import torch.nn.functional as F
 

@@ -26,7 +26,7 @@ from mamba_ssm._doctor.report import GpuEntry, GpuReport
 from mamba_ssm.ops import causal_conv1d as cc
 
 CONV_OPS = ("causal_conv1d", "causal_conv1d_update")
-# These have a Triton kernel for CUDA/ROCm devices (tests/triton); on a CPU their PyTorch implementation runs.
+# These have a Triton kernel for CUDA/ROCm devices (tests/ops/triton); on a CPU their PyTorch implementation runs.
 TRITON_OPS = ("selective_state_update", "ssd_chunk_scan", "rms_norm", "layer_norm")
 
 

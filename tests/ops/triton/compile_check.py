@@ -8,10 +8,10 @@ count are recorded, then compiled with ``triton.compile(ASTSource(...), target=G
 This catches what the interpreter cannot (type and layout errors of the GPU compiler, shared memory
 over the limit) and prints registers / spill stack per kernel (from cuobjdump).
 
-    python tests/triton/compile_check.py [--targets cuda:90,cuda:80,hip:gfx942]
+    python tests/ops/triton/compile_check.py [--targets cuda:90,cuda:80,hip:gfx942]
 
 Exit status 0 when every kernel compiled for every target. Must run without TRITON_INTERPRET
-(tests/triton/test_triton_compile.py starts it in a subprocess).
+(tests/ops/triton/test_triton_compile.py starts it in a subprocess).
 """
 
 import argparse

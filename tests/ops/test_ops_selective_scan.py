@@ -1,4 +1,4 @@
-"""selective_scan_fn against the float64 sequential reference (tests/runtime/reference.py).
+"""selective_scan_fn against the float64 sequential reference (tests/reference.py).
 
 * The full product of seqlen {1, 2, 3, 127, 128, 129} x batch {1, 2} x B/C {constant, variable,
   grouped 1, grouped 2} x D x z x delta_bias x softplus x return_last_state x {fp32, bf16} on the
@@ -21,7 +21,7 @@ import torch
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
-import mamba_runtime_reference as ref  # noqa: E402  (tests/runtime/reference.py, registered by conftest.py)
+import reference as ref  # noqa: E402  (tests/reference.py)
 
 from mamba_ssm.ops import selective_scan_interface as ssi  # noqa: E402
 from mamba_ssm.ops.backends import torch_scan  # noqa: E402

@@ -3,9 +3,9 @@ LayerNorm (the formula), Mamba-2's SSD ops (their own float64 sequential referen
 
 from __future__ import annotations
 
-import mamba_runtime_reference as ref  # (tests/runtime/reference.py, registered by conftest.py)
 import numpy as np
 import pytest
+import reference as ref  # (tests/reference.py)
 import torch
 import torch.nn.functional as F
 

@@ -1,6 +1,6 @@
 """build_matrix release's steps without GitHub: the URLs, one release's index (links to the Release
 assets), the Pages site carrying every release, the pin check against a served manifest; and the
-resolver taking a released sdist's recorded index. Fabricated wheels (tests/resolver/helpers.py);
+resolver taking a released sdist's recorded index. Fabricated wheels (tests/install/helpers.py);
 hashes checked with hashlib; a real HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "resolver"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "install"))
 from helpers import build_info, make_wheel, serving
 
 from build_matrix import release
