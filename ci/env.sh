@@ -2,7 +2,7 @@
 # Sourced by ci/test.sh and ci/main_job.sh: makes (once) and activates the shared development venv.
 #
 # One CUDA torch venv is 5.4 GiB, so every test venv shares this one torch install: tests that need a
-# fresh venv create it with a .pth file pointing at this venv's site-packages (tests/_venvs.py).
+# fresh venv create it with a .pth file pointing at this venv's site-packages (tests/venvs.py).
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export REPO_ROOT

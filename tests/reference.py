@@ -44,26 +44,11 @@ def selective_scan_torch(u, delta, A, B, C, D=None, z=None, delta_bias=None, del
     return oracles.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
 
 
-def ssd(
-    x,
-    dt,
-    A,
-    B,
-    C,
-    D=None,
-    z=None,
-    dt_bias=None,
-    dt_softplus=False,
-    initial_states=None,
-    seq_idx=None,
-    dt_limit=(0.0, float("inf")),
-):
+def ssd(*args, **kwargs):
     """Mamba-2's SSD recurrence (:func:`oracles.ssd`) as numpy float64 arrays: (out (b, l, h, p), final
     state (b, h, p, n), the states after every step (b, l, h, p, n))."""
     with torch.no_grad():
-        out, final, states = oracles.ssd(
-            x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states, seq_idx, dt_limit
-        )
+        out, final, states = oracles.ssd(*args, **kwargs)
     return out.cpu().numpy(), final.cpu().numpy(), states.cpu().numpy()
 
 

@@ -16,6 +16,7 @@ import sys
 import zipfile
 
 import pytest
+from venvs import fresh_venv
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -262,8 +263,6 @@ def test_pip_with_build_isolation_builds_the_cpu_kernel_against_the_target_torch
     """The finding: under pip's default build isolation MAMBA_FALLBACK=auto never built (no torch in the
     isolated env). A venv with torch (shared through a .pth file), no GPU, no index: pip builds the
     sdist in isolation; the kernels are compiled against the venv's torch (CPU kernel alone)."""
-    import sysconfig
-
     torch = pytest.importorskip("torch")
     sdist_dir = tmp_path / "sdist"
     subprocess.run(
@@ -273,17 +272,7 @@ def test_pip_with_build_isolation_builds_the_cpu_kernel_against_the_target_torch
         timeout=600,
     )
     sdist = glob.glob(str(sdist_dir / "mamba_ssm-*.tar.gz"))[0]
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
-    py = str(venv / "bin" / "python")
-    site = subprocess.run(
-        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:
-        fh.write(sysconfig.get_paths()["purelib"] + "\n")
+    py, site = fresh_venv(tmp_path / "venv")
     env = dict(
         os.environ,
         MAMBA_FALLBACK="auto",

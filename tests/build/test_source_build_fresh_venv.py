@@ -24,12 +24,11 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 
 import pytest
+from venvs import fresh_venv
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SHARED_SITE = sysconfig.get_paths()["purelib"]
 CI_ARCHS = "90"  # ci/test.sh's MAMBA_CUDA_ARCHS default: the in-place build's objects are reused
 
 pytestmark = pytest.mark.slow
@@ -61,21 +60,6 @@ def for_here(line: str, home: str) -> str:
     line, n_archs = re.subn(r'MAMBA_CUDA_ARCHS=("[^"]*"|\S+)', f'MAMBA_CUDA_ARCHS="{CI_ARCHS}"', line)
     assert n_home == 1 and n_archs == 1, f"README's build command changed: {line}"
     return line
-
-
-def make_venv(base_python: str, path: str, share_torch: bool) -> tuple[str, str]:
-    subprocess.run([base_python, "-m", "venv", path], check=True, capture_output=True, timeout=600)
-    py = os.path.join(path, "bin", "python")
-    site = subprocess.run(
-        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    if share_torch:
-        with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:
-            fh.write(SHARED_SITE + "\n")
-    return py, site
 
 
 def venv_env(venv: str, tmp_path) -> dict[str, str]:
@@ -121,7 +105,7 @@ def test_readme_source_build_in_a_fresh_venv_of_this_python(tmp_path):
     home = cuda_home()
     build = for_here(build, home)
     venv = str(tmp_path / "venv")
-    py, site = make_venv(sys.executable, venv, share_torch=True)
+    py, site = fresh_venv(venv)
     env = venv_env(venv, tmp_path)
 
     old = venv_setuptools(py)
@@ -184,7 +168,7 @@ def test_readme_source_build_gets_past_metadata_on_every_python(base_python, tmp
     requirements, build = readme_commands()
     build = for_here(build, os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     venv = str(tmp_path / "venv")
-    py, _ = make_venv(base_python, venv, share_torch=False)
+    py, _ = fresh_venv(venv, base_python, shared=False)
     # README installs torch first; there is none for this Python here, and pip would download its
     # gigabytes to resolve the dependency, so pip skips dependencies (metadata and build run as written).
     env = dict(venv_env(venv, tmp_path), PIP_NO_DEPS="1")

@@ -17,10 +17,10 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 
 import pytest
+from venvs import SHARED_SITE, fresh_venv
 
 sys.path.insert(0, os.path.dirname(__file__))
 from helpers import serving
@@ -31,7 +31,6 @@ pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LABEL = "cu13torch2.14cxx11abiTRUE"
-SHARED_SITE = sysconfig.get_paths()["purelib"]  # the dev venv's site-packages (torch 2.14.1+cu130)
 CPU_TORCH_WHEEL = sorted(glob.glob("/opt/wheels/torch-2.13.0+cpu-cp311-*.whl"))
 
 
@@ -119,13 +118,7 @@ def server(work, host_wheel, sdist):
 
 
 def venv(path, share_torch=True):
-    run([sys.executable, "-m", "venv", str(path)], timeout=300)
-    py = os.path.join(path, "bin", "python")
-    site = run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
-    if share_torch:
-        with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:
-            fh.write(SHARED_SITE + "\n")
-    return py, site
+    return fresh_venv(path, shared=share_torch)
 
 
 def path_without_nvcc(work):

@@ -1,0 +1,51 @@
+"""Fresh venvs for the tests that install something: one CUDA torch is gigabytes, so a fresh venv
+shares this interpreter's torch (and everything else installed beside it) through a .pth file naming
+this interpreter's site-packages. A package installed into the venv comes first on its sys.path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+
+#: This interpreter's site-packages (the dev venv's: torch 2.14.1+cu130), which a shared venv reaches.
+SHARED_SITE = sysconfig.get_paths()["purelib"]
+PTH_NAME = "_shared_torch.pth"
+
+
+def site_packages(python: str) -> str:
+    """The purelib folder of the interpreter ``python``."""
+    return subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout.strip()
+
+
+def share_torch(site: str) -> None:
+    """Make the venv whose site-packages is ``site`` see :data:`SHARED_SITE`."""
+    with open(os.path.join(site, PTH_NAME), "w") as fh:
+        fh.write(SHARED_SITE + "\n")
+
+
+def fresh_venv(
+    path: str | os.PathLike[str],
+    base_python: str = sys.executable,
+    shared: bool = True,
+    with_pip: bool = True,
+) -> tuple[str, str]:
+    """Create a venv at ``path`` from ``base_python``; with ``shared``, torch comes from this interpreter.
+
+    Returns:
+        (the venv's python, its site-packages folder).
+    """
+    argv = [base_python, "-m", "venv", os.fspath(path)] + ([] if with_pip else ["--without-pip"])
+    subprocess.run(argv, check=True, capture_output=True, timeout=600)
+    python = os.path.join(os.fspath(path), "bin", "python")
+    site = site_packages(python)
+    if shared:
+        share_torch(site)
+    return python, site
