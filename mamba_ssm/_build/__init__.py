@@ -9,6 +9,7 @@
 * ``commands``: the setuptools command classes and the ``mamba_ssm._C`` Extension (setuptools and, for
   a source build, torch are imported there and only there).
 
-setup.py loads this package by file path (like ``mamba_ssm._compat``), never through ``import
-mamba_ssm``, which needs torch. Nothing here imports torch at module level.
+setup.py reaches this package through its ``load_private`` (a private package over this tree's
+``mamba_ssm`` folder), never through ``import mamba_ssm``: a build must not run ``mamba_ssm/__init__.py``
+or pick up an installed copy. Nothing here imports torch at module level.
 """
