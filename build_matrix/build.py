@@ -160,10 +160,15 @@ def torch_info(python: Path) -> Optional[dict]:
 
 
 def host_cell_id(plan: mx.Plan, venv: Path = SHARED_TORCH_VENV) -> str:
-    """The cell of the torch in the shared dev venv (e.g. cu13torch2.14cxx11abiTRUE-x86_64)."""
+    """The cell built with the torch in the shared dev venv: the stable-ABI cell compiled against it
+    (e.g. cu13torch2.10stable-x86_64), else its classic cell (e.g. cu13torch2.14cxx11abiTRUE-x86_64)."""
     info = torch_info(venv / "bin" / "python")
     if info is None:
         raise Refused(f"no torch in {venv}: create it with `source ci/env.sh`")
+    for cell in plan.cells:
+        if (cell.torch_abi == "stable" and cell.platform == _platform.machine()
+                and f"{cell.torch_version}+{cell.build_against}" == info["version"]):
+            return cell.id
     TorchBuild = load_compat("versions").TorchBuild
     key = load_compat("variant").VariantKey.from_torch(
         TorchBuild(info["version"], info["cuda"], info["hip"], info["cxx11_abi"])
@@ -498,6 +503,7 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     env.update(
         MAMBA_FORCE_BUILD="TRUE",
         MAMBA_LOCAL_VERSION=cell.label,
+        MAMBA_TORCH_STABLE_ABI=cell.torch_abi_env,
         MAX_JOBS=env.get("MAX_JOBS", "1"),
         PIP_NO_BUILD_ISOLATION="0",
     )

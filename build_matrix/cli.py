@@ -66,6 +66,13 @@ def format_table(plan: mx.Plan, cells: List[mx.Cell], filters: Optional[List[str
         + f", {len(plan.rejected)} rejected, {len(skipped)} skipped, {len(excluded)} excluded; "
         f"wheels are {tags or '-'}, sdist/tests on Python {', '.join(plan.python_versions)}"
     )
+    stable = [c for c in cells if c.torch_abi == "stable"]
+    if stable:
+        floors = sorted({c.torch_abi_floor for c in stable})
+        lines.append(
+            f"{len(stable)} stable-ABI cells serve every torch >= {', '.join(floors)} (one per accelerator family "
+            f"and platform); {len(cells) - len(stable)} classic cells, one per torch series"
+        )
     return "\n".join(lines)
 
 

@@ -269,6 +269,7 @@ def cibuildwheel_options(
     env = {
         "MAMBA_FORCE_BUILD": "TRUE",
         "MAMBA_LOCAL_VERSION": cell.label,
+        "MAMBA_TORCH_STABLE_ABI": cell.torch_abi_env,
         "MAX_JOBS": str(max_jobs),
         "CCACHE_DIR": CCACHE_MOUNT,
         "PATH": "/opt/ccache-bin:$PATH",
