@@ -60,12 +60,6 @@ def format_table(plan: mx.Plan, cells: List[mx.Cell], filters: Optional[List[str
     tags = ", ".join(
         f"{t} ({n})" for t, n in sorted(counts.items(), key=lambda kv: int(kv[0][3:].split("-")[0]))
     )
-    lines.append(
-        f"{len(cells)} cells"
-        + (f" (of {len(plan.cells)})" if len(cells) != len(plan.cells) else "")
-        + f", {len(plan.rejected)} rejected, {len(skipped)} skipped, {len(excluded)} excluded; "
-        f"wheels are {tags or '-'}, sdist/tests on Python {', '.join(plan.python_versions)}"
-    )
     stable = [c for c in cells if c.torch_abi == "stable"]
     if stable:
         floors = sorted({c.torch_abi_floor for c in stable})
@@ -73,6 +67,12 @@ def format_table(plan: mx.Plan, cells: List[mx.Cell], filters: Optional[List[str
             f"{len(stable)} stable-ABI cells serve every torch >= {', '.join(floors)} (one per accelerator family "
             f"and platform); {len(cells) - len(stable)} classic cells, one per torch series"
         )
+    lines.append(
+        f"{len(cells)} cells"
+        + (f" (of {len(plan.cells)})" if len(cells) != len(plan.cells) else "")
+        + f", {len(plan.rejected)} rejected, {len(skipped)} skipped, {len(excluded)} excluded; "
+        f"wheels are {tags or '-'}, sdist/tests on Python {', '.join(plan.python_versions)}"
+    )
     return "\n".join(lines)
 
 

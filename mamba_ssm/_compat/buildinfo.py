@@ -50,6 +50,7 @@ __all__ = [
     "STABLE_ABI_MIN_FLOOR",
     "TORCH_ABIS",
     "parse_floor",
+    "describe_torch_abi",
 ]
 
 SCHEMA = 1
@@ -174,15 +175,22 @@ class BuildInfo:
         return self.torch_abi == "stable"
 
     def describe_abi(self) -> str:
-        """The torch ABI in words: ``stable ABI, torch >= 2.10 (built with 2.13.0)`` or ``classic ABI,
-        torch 2.14 only (built with 2.14.1+cu130, cxx11abi TRUE)``."""
-        if self.is_stable_abi:
-            return f"stable ABI, torch >= {self.torch_abi_floor} (built with {self.torch_build.parsed.public})"
-        abi = "TRUE" if self.cxx11_abi else "FALSE"
-        return (
-            f"classic ABI, torch {self.torch_build.major_minor} only (built with {self.torch_version}, "
-            f"cxx11abi {abi})"
-        )
+        """The torch ABI in words (``describe_torch_abi``)."""
+        return describe_torch_abi(self.torch_abi, self.torch_abi_floor, self.torch_version, self.cxx11_abi)
+
+
+def describe_torch_abi(torch_abi, floor, torch_version, cxx11_abi) -> str:
+    """A build's torch ABI in words: ``stable ABI, torch >= 2.10 (built with 2.13.0)`` or ``classic ABI,
+    torch 2.14 only (built with 2.14.1+cu130, cxx11abi TRUE)`` (the build-info values; doctor passes
+    them from the JSON). An unreadable torch version is shown as it is."""
+    try:
+        public, major_minor = Version(str(torch_version)).public, TorchBuild(str(torch_version)).major_minor
+    except (InvalidVersion, ValueError):
+        public = major_minor = str(torch_version)
+    if torch_abi == "stable":
+        return f"stable ABI, torch >= {floor} (built with {public})"
+    abi = {True: "TRUE", False: "FALSE"}.get(cxx11_abi, "?")
+    return f"classic ABI, torch {major_minor} only (built with {torch_version}, cxx11abi {abi})"
 
 
 def find_build_info(data) -> Optional[bytes]:

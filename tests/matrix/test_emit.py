@@ -254,7 +254,7 @@ def test_emit_cibuildwheel_cli():
             "build_matrix",
             "emit",
             "--cibuildwheel",
-            "cu13torch2.14cxx11abiTRUE-x86_64",
+            "cu13torch2.10stable-x86_64",
             "--owner",
             "Some-Org",
         ],
@@ -265,6 +265,7 @@ def test_emit_cibuildwheel_cli():
     assert out.returncode == 0, out.stderr
     cfg = tomllib.loads(out.stdout)["tool"]["cibuildwheel"]
     assert cfg["build"] == "cp310-manylinux_x86_64"  # torch 2.14: Py_LIMITED_API 3.10
+    assert cfg["environment"]["MAMBA_TORCH_STABLE_ABI"] == "2.10"  # the stable cell's floor
     out = subprocess.run(
         [
             sys.executable,
@@ -272,7 +273,7 @@ def test_emit_cibuildwheel_cli():
             "build_matrix",
             "emit",
             "--cibuildwheel",
-            "cu13torch2.14cxx11abiTRUE-x86_64",
+            "cu13torch2.10stable-x86_64",
             "--owner",
             "a/b",
         ],
