@@ -451,7 +451,9 @@ def _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versi
             hip = f"{av[0]}.{av[1]}.0" if acc.startswith("rocm") else None
             runtime = versions.TorchBuild(f"{release}+{acc}", cuda, hip, cell.cxx11abi)
             for why in buildinfo.incompatibilities(info, runtime):
-                problems.append(f"the cell serves torch {runtime.version} but the compatibility rule says: {why}")
+                problems.append(
+                    f"the cell serves torch {runtime.version} but the compatibility rule says: {why}"
+                )
     rep.check("build info", problems)
 
 

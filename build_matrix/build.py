@@ -166,8 +166,11 @@ def host_cell_id(plan: mx.Plan, venv: Path = SHARED_TORCH_VENV) -> str:
     if info is None:
         raise Refused(f"no torch in {venv}: create it with `source ci/env.sh`")
     for cell in plan.cells:
-        if (cell.torch_abi == "stable" and cell.platform == _platform.machine()
-                and f"{cell.torch_version}+{cell.build_against}" == info["version"]):
+        if (
+            cell.torch_abi == "stable"
+            and cell.platform == _platform.machine()
+            and f"{cell.torch_version}+{cell.build_against}" == info["version"]
+        ):
             return cell.id
     TorchBuild = load_compat("versions").TorchBuild
     key = load_compat("variant").VariantKey.from_torch(

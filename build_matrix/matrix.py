@@ -559,14 +559,27 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
         plan.cells.append(cell)
         plan.warnings += _coverage_warnings(cell, data, matrix.get("policy", {}))
     for (fam, platform), builds in stable_groups.items():
-        cell = _stable_cell(fam, platform, builds, stable_cfg["floor"], serves, platforms, budgets, images, matrix,
-                            excludes, plan)
+        cell = _stable_cell(
+            fam,
+            platform,
+            builds,
+            stable_cfg["floor"],
+            serves,
+            platforms,
+            budgets,
+            images,
+            matrix,
+            excludes,
+            plan,
+        )
         if cell is None:
             continue
         plan.errors += validate_cell_python(cell, plan.python_versions, requires_python)
         plan.cells.append(cell)
         plan.warnings += _coverage_warnings(cell, data, matrix.get("policy", {}))
-    plan.cells.sort(key=lambda c: (c.torch_abi == "stable", Version(c.series), c.family, c.cxx11abi, c.platform))
+    plan.cells.sort(
+        key=lambda c: (c.torch_abi == "stable", Version(c.series), c.family, c.cxx11abi, c.platform)
+    )
     return plan
 
 
@@ -601,8 +614,9 @@ def _stable_eligible(series: str, kind: str, cfg: Dict[str, Any]) -> bool:
     return Version(series) >= Version(cfg["floor"]) and kind in cfg["kinds"]
 
 
-def _stable_cell(fam, platform, builds, floor, serves, platforms, budgets, images, matrix, excludes,
-                 plan: "Plan") -> Optional[Cell]:
+def _stable_cell(
+    fam, platform, builds, floor, serves, platforms, budgets, images, matrix, excludes, plan: Plan
+) -> Optional[Cell]:
     """The stable-ABI cell of (family, platform) from its (series, version, accelerator, release)
     builds, or None (then an exclusion or a rejection says why)."""
     VariantKey = load_compat("variant").VariantKey
@@ -628,7 +642,9 @@ def _stable_cell(fam, platform, builds, floor, serves, platforms, budgets, image
     version, rel = next((b[1], b[3]) for b in builds if b[0] == newest)
     in_newest = [b[2] for b in builds if b[0] == newest]
     default = rel.get("pypi_default")
-    against = default if default in in_newest else sorted(in_newest, key=lambda a: accelerator_version(a) or ())[0]
+    against = (
+        default if default in in_newest else min(in_newest, key=lambda a: accelerator_version(a) or ())
+    )
     plat = platforms[platform]
     return Cell(
         id=cell_id,

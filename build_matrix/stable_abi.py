@@ -26,8 +26,8 @@ import shutil
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Set
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "stable_abi_symbols.json"
 
@@ -39,10 +39,10 @@ _SHIM_RE = re.compile(r"^(?:aoti_torch_|torch_)")
 SHIM_LIBS = ("libtorch_cpu.so", "libtorch_cuda.so", "libtorch_hip.so")
 
 
-def _dynsym(path: Path, undefined: bool) -> Set[str]:
+def _dynsym(path: Path, undefined: bool) -> set[str]:
     from elftools.elf.elffile import ELFFile  # pyelftools (auditwheel's dependency)
 
-    names: Set[str] = set()
+    names: set[str] = set()
     with open(path, "rb") as fh:
         sec = ELFFile(fh).get_section_by_name(".dynsym")
         if sec is None:
@@ -56,27 +56,27 @@ def _dynsym(path: Path, undefined: bool) -> Set[str]:
     return names
 
 
-def undefined_symbols(so: Path) -> Set[str]:
+def undefined_symbols(so: Path) -> set[str]:
     """The symbols ``so`` imports (undefined in its ``.dynsym``)."""
     return _dynsym(Path(so), undefined=True)
 
 
-def exported_symbols(lib: Path) -> Set[str]:
+def exported_symbols(lib: Path) -> set[str]:
     """The global / weak symbols ``lib`` defines in its ``.dynsym``."""
     return _dynsym(Path(lib), undefined=False)
 
 
-def torch_cpp_imports(names: Iterable[str]) -> List[str]:
+def torch_cpp_imports(names: Iterable[str]) -> list[str]:
     """The mangled C++ symbols of libtorch's namespaces among ``names``."""
     return sorted(n for n in names if _TORCH_CPP_RE.match(n))
 
 
-def shim_imports(names: Iterable[str]) -> List[str]:
+def shim_imports(names: Iterable[str]) -> list[str]:
     """The C shim functions (``aoti_torch_*``, ``torch_*``) among ``names``."""
     return sorted(n for n in names if _SHIM_RE.match(n))
 
 
-def load_recorded(path: Path = DATA_PATH) -> Dict[str, dict]:
+def load_recorded(path: Path = DATA_PATH) -> dict[str, dict]:
     """``{floor: {"torch": version, "source": ..., "symbols": [...]}}`` from the data file ({} if absent)."""
     try:
         return json.loads(Path(path).read_text())["floors"]
@@ -84,7 +84,7 @@ def load_recorded(path: Path = DATA_PATH) -> Dict[str, dict]:
         return {}
 
 
-def check(so: Path, floor: str, recorded: Optional[Dict[str, dict]] = None) -> List[str]:
+def check(so: Path, floor: str, recorded: dict[str, dict] | None = None) -> list[str]:
     """Why the stable-ABI library ``so`` breaks its promise to load into every torch >= ``floor``
     (empty when it keeps it). Each entry names the symbols and the fix."""
     undefined = undefined_symbols(so)
@@ -114,14 +114,14 @@ def check(so: Path, floor: str, recorded: Optional[Dict[str, dict]] = None) -> L
     return problems
 
 
-def _shim_exports_of(paths: Iterable[Path]) -> Set[str]:
-    out: Set[str] = set()
+def _shim_exports_of(paths: Iterable[Path]) -> set[str]:
+    out: set[str] = set()
     for p in paths:
         out |= {n for n in exported_symbols(p) if _SHIM_RE.match(n)}
     return out
 
 
-def record(source: Path, floor: str, path: Path = DATA_PATH) -> Dict[str, dict]:
+def record(source: Path, floor: str, path: Path = DATA_PATH) -> dict[str, dict]:
     """Record the C shim exports of a torch wheel (or a ``torch/lib`` folder) as ``floor``'s in ``path``;
     returns the new table. The wheel's libraries are read from the zip, nothing is installed."""
     source = Path(source)
@@ -166,8 +166,10 @@ def record(source: Path, floor: str, path: Path = DATA_PATH) -> Dict[str, dict]:
     return table
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m build_matrix.stable_abi", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m build_matrix.stable_abi", description=__doc__.split("\n\n")[0]
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("record", help="record a torch wheel's C shim exports as a floor's")
     r.add_argument("source", type=Path, help="a torch wheel (.whl) or a torch/lib folder")
@@ -178,8 +180,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "record":
         table = record(args.source, args.floor)
-        print(f"recorded {len(table[args.floor]['symbols'])} C shim exports of torch {table[args.floor]['torch']} "
-              f"as floor {args.floor} in {DATA_PATH}")
+        print(
+            f"recorded {len(table[args.floor]['symbols'])} C shim exports of torch {table[args.floor]['torch']} "
+            f"as floor {args.floor} in {DATA_PATH}"
+        )
         return 0
     problems = check(args.so, args.floor)
     for p in problems:

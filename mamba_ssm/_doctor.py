@@ -755,7 +755,10 @@ def render_text(report: Dict[str, Any]) -> str:
         add(
             "  torch ABI: "
             + _buildinfo.describe_torch_abi(
-                bi.get("torch_abi", "classic"), bi.get("torch_abi_floor"), bi.get("torch_version"), bi.get("cxx11_abi")
+                bi.get("torch_abi", "classic"),
+                bi.get("torch_abi_floor"),
+                bi.get("torch_version"),
+                bi.get("cxx11_abi"),
             )
         )
         add(

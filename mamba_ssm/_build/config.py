@@ -2,6 +2,7 @@
 and what torch says about itself (``TorchInfo``) into the one ``BuildConfig`` the build uses: kernels,
 sources, flags, toolkit, GPU targets. torch is imported only by ``probe_torch``.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,8 @@ def limited_api_tag(hex_text: str) -> str:
     if value < 0 or major != 3:
         raise PreflightError(
             f"Py_LIMITED_API={hex_text!r} is not a CPython 3 version (expected e.g. 0x030A0000 for 3.10): "
-            "torch.utils.cpp_extension.min_supported_cpython is unreadable; upgrade or reinstall torch")
+            "torch.utils.cpp_extension.min_supported_cpython is unreadable; upgrade or reinstall torch"
+        )
     return f"cp{major}{minor}"
 
 
@@ -64,10 +66,12 @@ def _no_isolation_fix() -> str:
 def _broken_torch(need: str, exc: BaseException, torch=None) -> str:
     where = getattr(torch, "__file__", None) or "the environment"
     version = getattr(torch, "__version__", None)
-    return (f"{need} needs a working torch, but the torch in {where}"
-            + (f" ({version})" if version else "")
-            + f" is broken or incomplete ({type(exc).__name__}: {exc}). Fix: reinstall the torch you use "
-            "(same version and index) until `python -c \"import torch.utils.cpp_extension\"` works.")
+    return (
+        f"{need} needs a working torch, but the torch in {where}"
+        + (f" ({version})" if version else "")
+        + f" is broken or incomplete ({type(exc).__name__}: {exc}). Fix: reinstall the torch you use "
+        '(same version and index) until `python -c "import torch.utils.cpp_extension"` works.'
+    )
 
 
 def probe_torch(need: str) -> TorchInfo:
@@ -118,7 +122,9 @@ def stable_abi_hex(floor: str) -> str:
     return f"0x{major:02x}{minor:02x}000000000000"
 
 
-def resolve_torch_abi(raw: str, torch: "versions.TorchBuild", gpu: Optional[str]) -> Tuple[str, Optional[str], str]:
+def resolve_torch_abi(
+    raw: str, torch: versions.TorchBuild, gpu: Optional[str]
+) -> Tuple[str, Optional[str], str]:
     """``MAMBA_TORCH_STABLE_ABI`` (``raw``) -> (``"stable"`` | ``"classic"``, the floor or None, why).
 
     Unset: the stable-ABI binding with floor ``buildinfo.STABLE_ABI_MIN_FLOOR`` (2.10) when the build
@@ -165,7 +171,7 @@ def resolve_torch_abi(raw: str, torch: "versions.TorchBuild", gpu: Optional[str]
     return "stable", floor, f"MAMBA_TORCH_STABLE_ABI={value}"
 
 
-def torch_requirement(cfg: "BuildConfig") -> str:
+def torch_requirement(cfg: BuildConfig) -> str:
     """The wheel's requirement on torch: ``torch>=2.10`` for a stable-ABI build (every torch from its
     floor on), ``torch==2.14.*`` for a classic one (its torch minor), or ``torch==<public version>`` for a
     classic build against a pre-release / nightly / NGC / source torch (only that build fits)."""
@@ -245,8 +251,9 @@ def list_sources(root: str = ROOT, gpu: bool = False) -> List[str]:
     return [f"{CSRC}/{n}" for n in names if n.endswith(exts)]
 
 
-def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str = ROOT,
-                   cpu_only: bool = False) -> BuildConfig:
+def resolve_config(
+    env=None, torch_info: Optional[TorchInfo] = None, root: str = ROOT, cpu_only: bool = False
+) -> BuildConfig:
     """Run the preflight and resolve the source-build configuration from ``env`` (default
     ``os.environ``). Raises ``PreflightError`` (one paragraph: the value and the fix) on the first
     problem, before anything is compiled. ``cpu_only``: the CPU kernel alone, whatever torch's
@@ -297,9 +304,18 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
     if force_abi:
         cxx_flags.append("-D_GLIBCXX_USE_CXX11_ABI=1")
     cfg = BuildConfig(
-        version=version, torch=t, kernels=("cpu",), cxx11_abi=bool(cxx11_abi), force_cxx11_abi=force_abi,
-        max_jobs=max_jobs, sources=list_sources(root, gpu=False), define_macros=define_macros,
-        cxx_flags=cxx_flags, gpu_flags=gpu_flags, ninja=ninja, notes=notes,
+        version=version,
+        torch=t,
+        kernels=("cpu",),
+        cxx11_abi=bool(cxx11_abi),
+        force_cxx11_abi=force_abi,
+        max_jobs=max_jobs,
+        sources=list_sources(root, gpu=False),
+        define_macros=define_macros,
+        cxx_flags=cxx_flags,
+        gpu_flags=gpu_flags,
+        ninja=ninja,
+        notes=notes,
         limited_api=torch_info.limited_api or LIMITED_API_HEX,
         torch_defines_limited_api=bool(torch_info.limited_api),
     )
@@ -307,7 +323,10 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
     cfg.torch_abi, cfg.torch_abi_floor, why = resolve_torch_abi(s.torch_stable_abi, t, gpu)
     if cfg.torch_abi == "stable":
         # Only stable torch headers compile (any other #errors), and only the floor's API is visible.
-        define_macros += [("MAMBA_SSM_STABLE_ABI", None), ("TORCH_TARGET_VERSION", stable_abi_hex(cfg.torch_abi_floor))]
+        define_macros += [
+            ("MAMBA_SSM_STABLE_ABI", None),
+            ("TORCH_TARGET_VERSION", stable_abi_hex(cfg.torch_abi_floor)),
+        ]
         cxx_flags.append("-fvisibility=hidden")  # torch::stable types are hidden; ours hold them
         notes.append(f"stable-ABI binding for torch >= {cfg.torch_abi_floor} ({why})")
     else:
@@ -332,7 +351,13 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
             gpu_flags.append("-Xcompiler=-D_GLIBCXX_USE_CXX11_ABI=1")
         define_macros.append(("MAMBA_SSM_WITH_CUDA", None))
         cfg.kernels = ("cpu", "cuda")
-        cfg.cuda_home, cfg.nvcc, cfg.arch_spec, cfg.arch_source, cfg.nvcc_threads = home, nvcc, spec, source, threads
+        cfg.cuda_home, cfg.nvcc, cfg.arch_spec, cfg.arch_source, cfg.nvcc_threads = (
+            home,
+            nvcc,
+            spec,
+            source,
+            threads,
+        )
         cfg.sources = list_sources(root, gpu=True)
     elif gpu == "hip":
         try:
@@ -346,7 +371,9 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
         except ValueError as e:
             raise PreflightError(f"{hipcc_path} --version (exit {rc}): {e}") from None
         if hipcc[:2] != rocm[:2]:
-            notes.append(f"hipcc is ROCm {hipcc[0]}.{hipcc[1]} but torch was built with ROCm {rocm[0]}.{rocm[1]}.")
+            notes.append(
+                f"hipcc is ROCm {hipcc[0]}.{hipcc[1]} but torch was built with ROCm {rocm[0]}.{rocm[1]}."
+            )
         toolkit.check_rocm_bf16_header(rocm_home, hipcc)
         gfx, source = toolkit.resolve_gfx_archs(env, rocm)
         gpu_flags += [f"--offload-arch={g}" for g in gfx]

@@ -148,14 +148,18 @@ class BuildInfo:
             raise BuildInfoError(f"build info 'cxx11_abi' must be true/false, got {data['cxx11_abi']!r}")
         abi, floor = data.get("torch_abi", "classic"), data.get("torch_abi_floor")
         if abi not in TORCH_ABIS:
-            raise BuildInfoError(f"build info 'torch_abi' must be one of {', '.join(TORCH_ABIS)}, got {abi!r}")
+            raise BuildInfoError(
+                f"build info 'torch_abi' must be one of {', '.join(TORCH_ABIS)}, got {abi!r}"
+            )
         if abi == "stable":
             try:
                 parse_floor(floor)
             except ValueError as e:
                 raise BuildInfoError(f"build info of a stable-ABI build: 'torch_abi_floor' {e}") from None
         elif floor is not None:
-            raise BuildInfoError(f"build info 'torch_abi_floor' is {floor!r} but torch_abi is classic (expected null)")
+            raise BuildInfoError(
+                f"build info 'torch_abi_floor' is {floor!r} but torch_abi is classic (expected null)"
+            )
         try:
             Version(data["torch_version"])
         except InvalidVersion:

@@ -232,8 +232,13 @@ class VariantKey:
         m = _STABLE_RE.match(text)
         if m:
             try:
-                return cls(torch=m.group("floor"), accelerator=m.group("accel"), cxx11abi=None,
-                           torch_abi="stable", **tags)
+                return cls(
+                    torch=m.group("floor"),
+                    accelerator=m.group("accel"),
+                    cxx11abi=None,
+                    torch_abi="stable",
+                    **tags,
+                )
             except VariantError as exc:
                 raise VariantError(f"local version label {label!r}: {exc}") from exc
         m = _OURS_RE.match(text)

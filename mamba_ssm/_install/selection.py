@@ -260,7 +260,11 @@ def _stable_label(env: Environment) -> Optional[str]:
         if tuple(build.release[:2]) < parse_floor(STABLE_ABI_MIN_FLOOR):
             return None
         label = VariantKey(STABLE_ABI_MIN_FLOOR, build.accelerator, None, torch_abi="stable").local_label
-        return label if build.major_minor == STABLE_ABI_MIN_FLOOR else f"{label} (or a floor up to {build.major_minor})"
+        return (
+            label
+            if build.major_minor == STABLE_ABI_MIN_FLOOR
+            else f"{label} (or a floor up to {build.major_minor})"
+        )
     except Exception:  # noqa: BLE001 - an odd version: the classic label (or words) says enough
         return None
 

@@ -1,4 +1,5 @@
 """mamba_ssm._compat.buildinfo: the JSON record, reading it from a compiled object, the rule."""
+
 import json
 import re
 import shutil
@@ -37,9 +38,23 @@ def test_json_roundtrip_and_keys():
     info = _info()
     data = json.loads(info.to_json())
     assert set(data) == {
-        "package_version", "torch_version", "torch_cuda", "torch_hip", "nvcc_version",
-        "hipcc_version", "cxx11_abi", "sass_archs", "ptx_archs", "gfx_archs", "python_tag",
-        "platform", "git_commit", "kernels", "schema", "torch_abi", "torch_abi_floor",
+        "package_version",
+        "torch_version",
+        "torch_cuda",
+        "torch_hip",
+        "nvcc_version",
+        "hipcc_version",
+        "cxx11_abi",
+        "sass_archs",
+        "ptx_archs",
+        "gfx_archs",
+        "python_tag",
+        "platform",
+        "git_commit",
+        "kernels",
+        "schema",
+        "torch_abi",
+        "torch_abi_floor",
     }
     assert data["schema"] == 1 and data["python_tag"] == "cp39-abi3"
     assert BuildInfo.from_json(info.to_json()) == info
@@ -69,8 +84,12 @@ def test_from_json_rejects(text, match):
 
 def test_read_from_raw_bytes(tmp_path):
     info = _info()
-    blob = b"\x7fELF junk MAMBA_SSM_BUILD_INFO_BEGIN not-json " + b"MAMBA_SSM_BUILD_INFO_BEGIN" + \
-        info.to_json().encode() + b"MAMBA_SSM_BUILD_INFO_END\x00 tail"
+    blob = (
+        b"\x7fELF junk MAMBA_SSM_BUILD_INFO_BEGIN not-json "
+        + b"MAMBA_SSM_BUILD_INFO_BEGIN"
+        + info.to_json().encode()
+        + b"MAMBA_SSM_BUILD_INFO_END\x00 tail"
+    )
     p = tmp_path / "_C.abi3.so"
     p.write_bytes(blob)
     assert read_build_info(p) == info
@@ -91,7 +110,7 @@ def test_read_absent_names_path(tmp_path):
 
 def test_read_corrupt_names_path(tmp_path):
     p = tmp_path / "bad.so"
-    p.write_bytes(b"MAMBA_SSM_BUILD_INFO_BEGIN{\"package_version\": MAMBA_SSM_BUILD_INFO_END")
+    p.write_bytes(b'MAMBA_SSM_BUILD_INFO_BEGIN{"package_version": MAMBA_SSM_BUILD_INFO_END')
     with pytest.raises(BuildInfoError, match="bad.so.*corrupt"):
         read_build_info(p)
 
@@ -109,8 +128,7 @@ def test_header_compiles_into_object_and_reads_back(tmp_path):
         '"MAMBA_SSM_BUILD_INFO_END";\n'
     )
     so = tmp_path / "b.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(tmp_path / "b.c")], check=True,
-                   cwd=tmp_path)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(tmp_path / "b.c")], check=True, cwd=tmp_path)
     assert read_build_info(so) == info
 
 
@@ -152,8 +170,7 @@ def test_cuda_major_mismatch():
 
 
 def test_cpu_vs_cuda():
-    cpu = _info(torch_version="2.13.0+cpu", torch_cuda=None, sass_archs=[], ptx_archs=[],
-                kernels=["cpu"])
+    cpu = _info(torch_version="2.13.0+cpu", torch_cuda=None, sass_archs=[], ptx_archs=[], kernels=["cpu"])
     assert incompatibilities(cpu, TorchBuild("2.13.0+cpu", cxx11_abi=True)) == []
     (msg,) = incompatibilities(cpu, TorchBuild("2.13.0+cu126", cuda="12.6", cxx11_abi=True))
     assert "without CUDA" in msg and "12.6" in msg
@@ -161,10 +178,10 @@ def test_cpu_vs_cuda():
 
 def test_rocm_minor_mismatch():
     info = _info(torch_version="2.4.0+rocm6.1", torch_cuda=None, torch_hip="6.1.40091-a8dbc0c19")
-    assert incompatibilities(info, TorchBuild("2.4.1+rocm6.1", hip="6.1.40093-bd86f1708",
-                                              cxx11_abi=True)) == []
-    (msg,) = incompatibilities(info, TorchBuild("2.4.0+rocm6.2", hip="6.2.41133-dd7f95766",
-                                                cxx11_abi=True))
+    assert (
+        incompatibilities(info, TorchBuild("2.4.1+rocm6.1", hip="6.1.40093-bd86f1708", cxx11_abi=True)) == []
+    )
+    (msg,) = incompatibilities(info, TorchBuild("2.4.0+rocm6.2", hip="6.2.41133-dd7f95766", cxx11_abi=True))
     assert "6.1" in msg and "6.2" in msg
 
 
@@ -172,8 +189,7 @@ def test_nightly_needs_exact_version():
     info = _info(torch_version="2.3.0.dev20240304+cu118", torch_cuda="11.8")
     same = TorchBuild("2.3.0.dev20240304+cu118", cuda="11.8", cxx11_abi=True)
     assert incompatibilities(info, same) == []
-    (msg,) = incompatibilities(info, TorchBuild("2.3.0.dev20240305+cu118", cuda="11.8",
-                                                cxx11_abi=True))
+    (msg,) = incompatibilities(info, TorchBuild("2.3.0.dev20240305+cu118", cuda="11.8", cxx11_abi=True))
     assert "2.3.0.dev20240304+cu118" in msg and "2.3.0.dev20240305+cu118" in msg
 
 
@@ -189,8 +205,7 @@ def test_ngc_needs_exact_version_both_ways():
 
 
 def test_several_reasons_listed():
-    probs = incompatibilities(_info(cxx11_abi=False),
-                              TorchBuild("2.6.0+cu124", cuda="12.4", cxx11_abi=True))
+    probs = incompatibilities(_info(cxx11_abi=False), TorchBuild("2.6.0+cu124", cuda="12.4", cxx11_abi=True))
     assert len(probs) == 3
 
 
@@ -210,9 +225,15 @@ def test_older_build_info_is_classic():
     "patch,match",
     [
         ({"torch_abi": "stabel"}, "'torch_abi' must be one of classic, stable, got 'stabel'"),
-        ({"torch_abi": "stable", "torch_abi_floor": None}, "stable-ABI build: 'torch_abi_floor' stable-ABI floor None"),
+        (
+            {"torch_abi": "stable", "torch_abi_floor": None},
+            "stable-ABI build: 'torch_abi_floor' stable-ABI floor None",
+        ),
         ({"torch_abi": "stable", "torch_abi_floor": "2.10.0"}, "'2.10.0' is not MAJOR.MINOR"),
-        ({"torch_abi": "classic", "torch_abi_floor": "2.10"}, "'torch_abi_floor' is '2.10' but torch_abi is classic"),
+        (
+            {"torch_abi": "classic", "torch_abi_floor": "2.10"},
+            "'torch_abi_floor' is '2.10' but torch_abi is classic",
+        ),
     ],
 )
 def test_from_json_rejects_bad_abi(patch, match):
@@ -222,8 +243,17 @@ def test_from_json_rejects_bad_abi(patch, match):
         BuildInfo.from_json(json.dumps(data))
 
 
-@pytest.mark.parametrize("runtime", ["2.10.0+cu130", "2.12.0+cu130", "2.14.1+cu132", "2.15.0+cu130",
-                                     "2.16.0.dev20260301+cu130", "3.0.0+cu131"])
+@pytest.mark.parametrize(
+    "runtime",
+    [
+        "2.10.0+cu130",
+        "2.12.0+cu130",
+        "2.14.1+cu132",
+        "2.15.0+cu130",
+        "2.16.0.dev20260301+cu130",
+        "3.0.0+cu131",
+    ],
+)
 def test_stable_serves_every_torch_from_floor_with_same_cuda_major(runtime):
     cuda = "13." + runtime.split("+cu13")[1][0]
     assert incompatibilities(_stable(), TorchBuild(runtime, cuda, None, True)) == []
@@ -233,37 +263,63 @@ def test_stable_serves_every_torch_from_floor_with_same_cuda_major(runtime):
 def test_stable_below_floor_refused():
     probs = incompatibilities(_stable(), TorchBuild("2.9.1+cu130", "13.0", None, True))
     assert len(probs) == 1 and "torch >= 2.10" in probs[0] and "2.9.1" in probs[0]
-    probs = incompatibilities(_info(torch_abi="stable", torch_abi_floor="2.12"), TorchBuild("2.11.0+cu130", "13.0"))
+    probs = incompatibilities(
+        _info(torch_abi="stable", torch_abi_floor="2.12"), TorchBuild("2.11.0+cu130", "13.0")
+    )
     assert len(probs) == 1 and "older than that floor" in probs[0]
 
 
 def test_stable_cuda_major_must_match():
     probs = incompatibilities(_stable(), TorchBuild("2.15.0+cu128", "12.8", None, True))
-    assert len(probs) == 1 and "CUDA 13.0" in probs[0] and "CUDA 12.8" in probs[0] and "same CUDA major" in probs[0]
+    assert (
+        len(probs) == 1
+        and "CUDA 13.0" in probs[0]
+        and "CUDA 12.8" in probs[0]
+        and "same CUDA major" in probs[0]
+    )
     probs = incompatibilities(_stable(), TorchBuild("2.14.1+cpu", None, None, True))
     assert len(probs) == 1 and "without CUDA" in probs[0]
 
 
 def test_stable_cpu_only_build_runs_under_any_torch():
-    cpu = _stable(torch_version="2.13.0+cpu", torch_cuda=None, nvcc_version=None, sass_archs=[], ptx_archs=[],
-                  kernels=["cpu"])
-    for rt in (TorchBuild("2.14.1+cu130", "13.0"), TorchBuild("2.12.0+cu126", "12.6"), TorchBuild("2.13.0+cpu"),
-               TorchBuild("2.13.0+rocm7.2", hip="7.2.0-x")):
+    cpu = _stable(
+        torch_version="2.13.0+cpu",
+        torch_cuda=None,
+        nvcc_version=None,
+        sass_archs=[],
+        ptx_archs=[],
+        kernels=["cpu"],
+    )
+    for rt in (
+        TorchBuild("2.14.1+cu130", "13.0"),
+        TorchBuild("2.12.0+cu126", "12.6"),
+        TorchBuild("2.13.0+cpu"),
+        TorchBuild("2.13.0+rocm7.2", hip="7.2.0-x"),
+    ):
         assert incompatibilities(cpu, rt) == [], rt
     assert incompatibilities(cpu, TorchBuild("2.9.1+cpu")) != []
     # the classic rule is unchanged: a CPU build of another minor, or under a CUDA torch, is refused
     classic = _info(torch_version="2.13.0+cpu", torch_cuda=None, kernels=["cpu"])
-    assert incompatibilities(classic, TorchBuild("2.14.1+cpu")) and incompatibilities(classic, TorchBuild("2.13.0+cu130", "13.0"))
+    assert incompatibilities(classic, TorchBuild("2.14.1+cpu")) and incompatibilities(
+        classic, TorchBuild("2.13.0+cu130", "13.0")
+    )
 
 
 def test_stable_hip_needs_same_rocm_minor():
-    hip = _stable(torch_version="2.13.0+rocm7.2", torch_cuda=None, torch_hip="7.2.1-x", kernels=["cpu", "hip"])
+    hip = _stable(
+        torch_version="2.13.0+rocm7.2", torch_cuda=None, torch_hip="7.2.1-x", kernels=["cpu", "hip"]
+    )
     assert incompatibilities(hip, TorchBuild("2.14.0+rocm7.2", hip="7.2.0-y")) == []
     probs = incompatibilities(hip, TorchBuild("2.14.0+rocm7.3", hip="7.3.0-y"))
     assert len(probs) == 1 and "ROCm 7.2" in probs[0] and "ROCm 7.3" in probs[0]
 
 
 def test_describe_torch_abi():
-    assert _stable(torch_version="2.13.0+cpu").describe_abi() == "stable ABI, torch >= 2.10 (built with 2.13.0)"
+    assert (
+        _stable(torch_version="2.13.0+cpu").describe_abi() == "stable ABI, torch >= 2.10 (built with 2.13.0)"
+    )
     assert _info().describe_abi() == "classic ABI, torch 2.14 only (built with 2.14.1+cu130, cxx11abi TRUE)"
-    assert describe_torch_abi("stable", "2.12", "2.14.1+cu130", None) == "stable ABI, torch >= 2.12 (built with 2.14.1)"
+    assert (
+        describe_torch_abi("stable", "2.12", "2.14.1+cu130", None)
+        == "stable ABI, torch >= 2.12 (built with 2.14.1)"
+    )

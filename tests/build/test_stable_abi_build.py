@@ -10,9 +10,8 @@ import os
 import re
 
 import pytest
-from packaging.requirements import Requirement
-
 from _setup_loader import REPO, fake_toolkit, load_setup
+from packaging.requirements import Requirement
 
 S = load_setup()
 TorchBuild = S.versions.TorchBuild
@@ -20,7 +19,9 @@ config = S.config
 
 
 def cuda_torch(version="2.14.1+cu130", cuda="13.0", home=None):
-    return S.TorchInfo(build=TorchBuild(version, cuda=cuda, cxx11_abi=True), arch_list=["sm_90"], cuda_home=home)
+    return S.TorchInfo(
+        build=TorchBuild(version, cuda=cuda, cxx11_abi=True), arch_list=["sm_90"], cuda_home=home
+    )
 
 
 def cpu_torch(version="2.13.0+cpu"):
@@ -71,7 +72,9 @@ def test_rocm_builds_stay_classic():
     rocm = TorchBuild("2.13.0+rocm7.2", hip="7.2.1-abc")
     assert config.resolve_torch_abi("", rocm, "hip")[:2] == ("classic", None)
     assert config.resolve_torch_abi("", rocm, None)[:2] == ("stable", "2.10")  # a CPU-only build of it
-    with pytest.raises(S.PreflightError, match="MAMBA_TORCH_STABLE_ABI='2.10' asks for the stable-ABI binding"):
+    with pytest.raises(
+        S.PreflightError, match="MAMBA_TORCH_STABLE_ABI='2.10' asks for the stable-ABI binding"
+    ):
         config.resolve_torch_abi("2.10", rocm, "hip")
 
 
@@ -81,9 +84,13 @@ def test_target_version_matches_torch_header():
     header = os.path.join(os.path.dirname(torch.__file__), "include", "torch", "csrc", "stable", "version.h")
     if not os.path.isfile(header):
         pytest.skip(f"{header} is not in this torch (older than 2.10)")
-    text = open(header).read()
+    with open(header) as fh:
+        text = fh.read()
     for major, minor in ((2, 10), (2, 13)):
-        m = re.search(rf"#define TORCH_VERSION_{major}_{minor}_0 \(\(\(0ULL \+ (\d+)\) << (\d+)\) \| \(\(0ULL \+ (\d+)\) << (\d+)\)\)", text)
+        m = re.search(
+            rf"#define TORCH_VERSION_{major}_{minor}_0 \(\(\(0ULL \+ (\d+)\) << (\d+)\) \| \(\(0ULL \+ (\d+)\) << (\d+)\)\)",
+            text,
+        )
         assert m, f"TORCH_VERSION_{major}_{minor}_0 not found in {header}"
         value = (int(m.group(1)) << int(m.group(2))) | (int(m.group(3)) << int(m.group(4)))
         assert int(config.stable_abi_hex(f"{major}.{minor}"), 16) == value
@@ -140,8 +147,10 @@ def test_wheel_requires_the_torches_it_serves(torch, raw, admits, refuses):
 
 
 def test_exact_torch_build_requires_that_build():
-    cfg = S.resolve_config({"PATH": os.environ.get("PATH", ""), "MAMBA_TORCH_STABLE_ABI": "0"},
-                           cpu_torch("2.6.0a0+ecf3bae40a.nv25.01"))
+    cfg = S.resolve_config(
+        {"PATH": os.environ.get("PATH", ""), "MAMBA_TORCH_STABLE_ABI": "0"},
+        cpu_torch("2.6.0a0+ecf3bae40a.nv25.01"),
+    )
     req = Requirement(config.torch_requirement(cfg))
     assert req.specifier.contains("2.6.0a0", prereleases=True) and not req.specifier.contains("2.6.0")
 

@@ -267,8 +267,12 @@ def test_cpu_cell(tmp_path, plan):
 
 
 def _stable_info(**over):
-    fields = dict(package_version="2.4.0.dev0+cu13torch2.10stable", torch_version="2.14.1+cu130",
-                  torch_abi="stable", torch_abi_floor="2.10")
+    fields = dict(
+        package_version="2.4.0.dev0+cu13torch2.10stable",
+        torch_version="2.14.1+cu130",
+        torch_abi="stable",
+        torch_abi_floor="2.10",
+    )
     fields.update(over)
     return _info(**fields)
 
@@ -283,11 +287,19 @@ def test_stable_cell_good_wheel_passes(tmp_path, plan):
 
 
 def test_classic_build_in_stable_cell_fails(tmp_path, plan):
-    so = compile_so(tmp_path / "so", _stable_info(torch_abi="classic", torch_abi_floor=None),
-                    ["arch=compute_90,code=sm_90"])
-    rep = run_audit(make_wheel(tmp_path, so, version="2.4.0.dev0+cu13torch2.10stable"), plan.cell(STABLE_CELL_ID))
+    so = compile_so(
+        tmp_path / "so",
+        _stable_info(torch_abi="classic", torch_abi_floor=None),
+        ["arch=compute_90,code=sm_90"],
+    )
+    rep = run_audit(
+        make_wheel(tmp_path, so, version="2.4.0.dev0+cu13torch2.10stable"), plan.cell(STABLE_CELL_ID)
+    )
     text = "\n".join(rep.findings)
-    assert "torch_abi classic (floor None) != the cell's stable (floor 2.10): build with MAMBA_TORCH_STABLE_ABI=2.10" in text
+    assert (
+        "torch_abi classic (floor None) != the cell's stable (floor 2.10): build with MAMBA_TORCH_STABLE_ABI=2.10"
+        in text
+    )
     # a classic 2.14 build does not serve the 2.10-2.13 torches the stable cell promises
     assert "the cell serves torch 2.10.0+cu130 but the compatibility rule says" in text
 
@@ -312,9 +324,14 @@ def test_stable_symbol_check_names_cpp_and_unknown_shim_imports(tmp_path):
     assert stable_abi.shim_imports(undefined) == ["aoti_torch_get_dim", "torch_made_up_call_for_this_test"]
     problems = stable_abi.check(so, "2.10")
     assert len(problems) == 2, problems
-    assert "imports 1 C++ symbol(s) of libtorch" in problems[0] and "_ZN3c1020deleter_of_some_kindEi" in problems[0]
+    assert (
+        "imports 1 C++ symbol(s) of libtorch" in problems[0]
+        and "_ZN3c1020deleter_of_some_kindEi" in problems[0]
+    )
     assert "torch 2.10.0 (the floor 2.10) does not export: torch_made_up_call_for_this_test" in problems[1]
-    assert stable_abi.check(so, "2.99", recorded={})[-1].startswith("no recorded C shim exports for torch 2.99")
+    assert stable_abi.check(so, "2.99", recorded={})[-1].startswith(
+        "no recorded C shim exports for torch 2.99"
+    )
 
 
 def test_recorded_floor_exports_are_torch_210s():
@@ -325,8 +342,13 @@ def test_recorded_floor_exports_are_torch_210s():
     entry = stable_abi.load_recorded()["2.10"]
     assert entry["torch"] == "2.10.0" and "libtorch_cuda.so" in entry["source"]
     names = set(entry["symbols"])
-    assert {"torch_call_dispatcher", "torch_library_impl", "aoti_torch_get_current_cuda_stream",
-            "torch_get_mutable_data_ptr", "aoti_torch_library_def"} <= names
+    assert {
+        "torch_call_dispatcher",
+        "torch_library_impl",
+        "aoti_torch_get_current_cuda_stream",
+        "torch_get_mutable_data_ptr",
+        "aoti_torch_library_def",
+    } <= names
     assert "torch_stream_native_handle" not in names
 
 

@@ -354,9 +354,14 @@ def test_stable_cells_replace_per_series_cells_from_the_floor():
             for platform in b.get("platforms", ["x86_64"]):
                 ids = served.get((t["series"], b["accelerator"], platform))
                 assert ids and len(ids) == 1, (t["series"], b, platform, ids)
-                stable = mx.Version(t["series"]) >= mx.Version(floor) and not b["accelerator"].startswith("rocm")
-                assert ids[0].endswith(("stable-" + platform) if stable else ("cxx11abiTRUE-" + platform,
-                                                                               "cxx11abiFALSE-" + platform)), ids
+                stable = mx.Version(t["series"]) >= mx.Version(floor) and not b["accelerator"].startswith(
+                    "rocm"
+                )
+                assert ids[0].endswith(
+                    ("stable-" + platform)
+                    if stable
+                    else ("cxx11abiTRUE-" + platform, "cxx11abiFALSE-" + platform)
+                ), ids
                 if stable:
                     fam = mx.accelerator_family(b["accelerator"])
                     assert ids[0] == f"{fam}torch{floor}stable-{platform}"
@@ -368,8 +373,11 @@ def test_stable_cells_replace_per_series_cells_from_the_floor():
     for c in stable:
         assert c.series == c.serves_series[-1] and c.torch_abi_floor == floor
         assert c.serves_series[0] == floor
-    assert not [c for c in plan.cells if c.torch_abi == "classic" and c.toolkit_kind != "rocm"
-                and mx.Version(c.series) >= mx.Version(floor)]
+    assert not [
+        c
+        for c in plan.cells
+        if c.torch_abi == "classic" and c.toolkit_kind != "rocm" and mx.Version(c.series) >= mx.Version(floor)
+    ]
 
 
 def test_without_stable_section_every_series_has_its_cells():
@@ -384,8 +392,14 @@ def test_without_stable_section_every_series_has_its_cells():
     assert len(classic.cells) - len(above) == len(plan.cells) - len(kept)
 
 
-@pytest.mark.parametrize("section,needle", [({"floor": "2.9"}, "below 2.10"), ({"floor": "two"}, "is not MAJOR.MINOR"),
-                                            ({"floor": "2.10", "kinds": ["tpu"]}, "kinds ['tpu']")])
+@pytest.mark.parametrize(
+    "section,needle",
+    [
+        ({"floor": "2.9"}, "below 2.10"),
+        ({"floor": "two"}, "is not MAJOR.MINOR"),
+        ({"floor": "2.10", "kinds": ["tpu"]}, "kinds ['tpu']"),
+    ],
+)
 def test_bad_stable_section(section, needle):
     plan = plan_of(lambda m: m.__setitem__("stable_abi", section))
     assert any(needle in e for e in plan.errors), plan.errors

@@ -198,13 +198,24 @@ def test_exactness_and_properties():
 
 
 # ------------------------------------------------------------------------------------ stable ABI
-@pytest.mark.parametrize("label,accel,floor", [("cu13torch2.10stable", "cu13", "2.10"),
-                                               ("cu12torch2.10stable", "cu12", "2.10"),
-                                               ("cputorch2.12stable", "cpu", "2.12"),
-                                               ("ROCM7.2TORCH2.11STABLE", "rocm7.2", "2.11")])
+@pytest.mark.parametrize(
+    "label,accel,floor",
+    [
+        ("cu13torch2.10stable", "cu13", "2.10"),
+        ("cu12torch2.10stable", "cu12", "2.10"),
+        ("cputorch2.12stable", "cpu", "2.12"),
+        ("ROCM7.2TORCH2.11STABLE", "rocm7.2", "2.11"),
+    ],
+)
 def test_stable_label_round_trip(label, accel, floor):
     key = VariantKey.from_local_label(label)
-    assert (key.accelerator, key.torch, key.cxx11abi, key.torch_abi, key.stable) == (accel, floor, None, "stable", True)
+    assert (key.accelerator, key.torch, key.cxx11abi, key.torch_abi, key.stable) == (
+        accel,
+        floor,
+        None,
+        "stable",
+        True,
+    )
     assert key.complete and not key.exact_torch
     assert key.local_label == label.lower()  # the label is lower case already: PEP 440 leaves it alone
     assert VariantKey.from_local_label(key.local_label) == key
