@@ -521,39 +521,22 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
             )
             continue
         tk = next(iter(tks.values()))
-        rel = g["release"]
-        default = rel.get("pypi_default")
-        against = (
-            default
-            if default in g["builds"]
-            else sorted(g["builds"], key=lambda a: accelerator_version(a) or ())[0]
-        )
-        kind = tk.kind
-        plat = platforms[platform]
-        cell = Cell(
-            id=cell_id,
-            label=label,
-            series=series,
-            torch_version=g["version"],
-            build_against=against,
-            serves=tuple(g["builds"]),
-            family=fam,
-            cxx11abi=abi,
-            platform=platform,
-            toolkit=tk.id,
-            toolkit_kind=kind,
-            toolkit_version=tk.version,
-            sass=tk.sass,
-            ptx=tk.ptx,
-            gfx=tk.gfx,
-            image=f"{images.get('registry', 'ghcr.io')}/{OWNER_PLACEHOLDER}/{images.get('name', 'builder')}:"
-            f"{tk.id}-{platform}",
-            runner=plat.get("runner", "ubuntu-24.04"),
-            manylinux=plat.get("manylinux", "manylinux_2_28"),
-            size_budget_mib=float(budgets.get(kind, 100)),
-            experimental=tk.experimental,
-            python_tag=cell_python_tag(series, rel, matrix.get("wheel_python_tag", "cp39")),
-            abi_tag=matrix.get("wheel_abi_tag", "abi3"),
+        cell = _make_cell(
+            cell_id,
+            label,
+            series,
+            g["version"],
+            g["release"],
+            g["builds"],
+            tuple(g["builds"]),
+            fam,
+            abi,
+            platform,
+            tk,
+            platforms,
+            budgets,
+            images,
+            matrix,
         )
         plan.errors += validate_cell_python(cell, plan.python_versions, requires_python)
         plan.cells.append(cell)
@@ -640,21 +623,64 @@ def _stable_cell(
         return None
     tk = next(iter(tks.values()))
     version, rel = next((b[1], b[3]) for b in builds if b[0] == newest)
-    in_newest = [b[2] for b in builds if b[0] == newest]
+    # cxx11abi: the build torch's (TRUE for every series >= 2.7); a stable-ABI _C does not depend on it
+    return _make_cell(
+        cell_id,
+        label,
+        newest,
+        version,
+        rel,
+        [b[2] for b in builds if b[0] == newest],
+        tuple(accs),
+        fam,
+        True,
+        platform,
+        tk,
+        platforms,
+        budgets,
+        images,
+        matrix,
+        torch_abi="stable",
+        torch_abi_floor=floor,
+        serves_series=tuple(sorted({b[0] for b in builds}, key=Version)),
+    )
+
+
+def _make_cell(
+    cell_id,
+    label,
+    series,
+    version,
+    rel,
+    candidates,
+    serves,
+    fam,
+    abi,
+    platform,
+    tk,
+    platforms,
+    budgets,
+    images,
+    matrix,
+    **extra,
+) -> Cell:
+    """The cell ``cell_id`` built by toolkit ``tk`` against torch ``version`` of ``series`` (release data
+    ``rel``): against its PyPI default build when that is among ``candidates``, else the oldest of them.
+    ``extra``: the stable-ABI fields."""
     default = rel.get("pypi_default")
     against = (
-        default if default in in_newest else min(in_newest, key=lambda a: accelerator_version(a) or ())
+        default if default in candidates else min(candidates, key=lambda a: accelerator_version(a) or ())
     )
     plat = platforms[platform]
     return Cell(
         id=cell_id,
         label=label,
-        series=newest,
+        series=series,
         torch_version=version,
         build_against=against,
-        serves=tuple(accs),
+        serves=serves,
         family=fam,
-        cxx11abi=True,  # the build torch's (every series >= 2.7); a stable-ABI _C does not depend on it
+        cxx11abi=abi,
         platform=platform,
         toolkit=tk.id,
         toolkit_kind=tk.kind,
@@ -668,11 +694,9 @@ def _stable_cell(
         manylinux=plat.get("manylinux", "manylinux_2_28"),
         size_budget_mib=float(budgets.get(tk.kind, 100)),
         experimental=tk.experimental,
-        python_tag=cell_python_tag(newest, rel, matrix.get("wheel_python_tag", "cp39")),
+        python_tag=cell_python_tag(series, rel, matrix.get("wheel_python_tag", "cp39")),
         abi_tag=matrix.get("wheel_abi_tag", "abi3"),
-        torch_abi="stable",
-        torch_abi_floor=floor,
-        serves_series=tuple(sorted({b[0] for b in builds}, key=Version)),
+        **extra,
     )
 
 

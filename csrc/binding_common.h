@@ -81,6 +81,14 @@ typename A::Tensor in_dtype(const typename A::Tensor& t, DType dt) {
   return A::dtype(t) == dt ? t : A::to(t, dt);
 }
 
+// Calls the GPU entry point for dtype dt (fp32, fp16, else bf16) with (p, stream); returns its error text
+// or nullptr.
+template <class P>
+const char* gpu_launch(DType dt, const char* (*fp32)(const P&, void*), const char* (*fp16)(const P&, void*),
+                       const char* (*bf16)(const P&, void*), const P& p, void* stream) {
+  return dt == DType::kFloat32 ? fp32(p, stream) : dt == DType::kFloat16 ? fp16(p, stream) : bf16(p, stream);
+}
+
 // ------------------------------------------------------------------------------- selective scan
 // Inputs after checks and conversion: contiguous, in the dtypes the kernels read.
 template <class A>

@@ -168,13 +168,7 @@ ConvFwdResult<A> causal_conv1d_fwd_cuda(const typename A::Tensor& x, const typen
   auto fin = A::empty({r.batch, r.dim, r.width - 1}, dt, r.x);
   p.out = A::template data<void>(out);
   p.final_states = A::template data<void>(fin);
-  void* stream = A::stream(x);
-  const char* err = nullptr;
-  switch (dt) {
-    case DType::kFloat32: err = conv1d_fwd_gpu_fp32(p, stream); break;
-    case DType::kFloat16: err = conv1d_fwd_gpu_fp16(p, stream); break;
-    default: err = conv1d_fwd_gpu_bf16(p, stream); break;
-  }
+  const char* err = gpu_launch(dt, conv1d_fwd_gpu_fp32, conv1d_fwd_gpu_fp16, conv1d_fwd_gpu_bf16, p, A::stream(x));
   MAMBA_CHECK(err == nullptr, "mamba_ssm: causal_conv1d_fwd kernel failed: ", err);
   if (r.seqlen == 0) {  // no thread ran: the final states are the initial ones (or zeros)
     if (r.init) A::copy_(fin, *r.init);
@@ -209,13 +203,7 @@ ConvBwdResult<A> causal_conv1d_bwd_cuda(const typename A::Tensor& x, const typen
   p.dbias = A::template data<float>(db);
   p.dinitial_states = dinit ? A::template data<float>(*dinit) : nullptr;
   p.workspace = A::template data<float>(ws);
-  void* stream = A::stream(x);
-  const char* err = nullptr;
-  switch (dt) {
-    case DType::kFloat32: err = conv1d_bwd_gpu_fp32(p, stream); break;
-    case DType::kFloat16: err = conv1d_bwd_gpu_fp16(p, stream); break;
-    default: err = conv1d_bwd_gpu_bf16(p, stream); break;
-  }
+  const char* err = gpu_launch(dt, conv1d_bwd_gpu_fp32, conv1d_bwd_gpu_fp16, conv1d_bwd_gpu_bf16, p, A::stream(x));
   MAMBA_CHECK(err == nullptr, "mamba_ssm: causal_conv1d_bwd kernel failed: ", err);
   if (dinit && r.seqlen == 0 && dfin) A::copy_(*dinit, *dfin);
   return {dx, A::contiguous(A::view(in_dtype<A>(dw, A::dtype(weight)), A::shape(weight).v)),
@@ -246,13 +234,8 @@ typename A::Tensor causal_conv1d_update_cuda(const typename A::Tensor& x_in, typ
   Conv1dUpdateParams p;
   const T xc = A::contiguous(x);  // out (contiguous) shares its strides
   conv_fill_update<A>(xc, state, out, w, b, cache, idx, silu, p);
-  void* stream = A::stream(x);
-  const char* err = nullptr;
-  switch (dt) {
-    case DType::kFloat32: err = conv1d_update_gpu_fp32(p, stream); break;
-    case DType::kFloat16: err = conv1d_update_gpu_fp16(p, stream); break;
-    default: err = conv1d_update_gpu_bf16(p, stream); break;
-  }
+  const char* err =
+      gpu_launch(dt, conv1d_update_gpu_fp32, conv1d_update_gpu_fp16, conv1d_update_gpu_bf16, p, A::stream(x));
   MAMBA_CHECK(err == nullptr, "mamba_ssm: causal_conv1d_update kernel failed: ", err);
   if (!in_place) A::copy_(conv_state, state);
   return out;

@@ -138,13 +138,8 @@ FwdResult<A> selective_scan_fwd_cuda(const typename A::Tensor& u, const typename
   auto last = A::empty({r.batch, r.dim, r.dstate}, DType::kFloat32, r.u);
   p.out = A::template data<void>(out);
   p.last_state = A::template data<float>(last);
-  void* stream = A::stream(u);
-  const char* err = nullptr;
-  switch (A::dtype(u)) {
-    case DType::kFloat32: err = scan_fwd_gpu_fp32(p, stream); break;
-    case DType::kFloat16: err = scan_fwd_gpu_fp16(p, stream); break;
-    default: err = scan_fwd_gpu_bf16(p, stream); break;
-  }
+  const char* err =
+      gpu_launch(A::dtype(u), scan_fwd_gpu_fp32, scan_fwd_gpu_fp16, scan_fwd_gpu_bf16, p, A::stream(u));
   MAMBA_CHECK(err == nullptr, "mamba_ssm: selective_scan_fwd kernel failed: ", err);
   if (r.batch * r.dim == 0) A::zero_(last);
   return {out, last};
@@ -183,13 +178,7 @@ BwdResult<A> selective_scan_bwd_cuda(const typename A::Tensor& u, const typename
   auto ws = A::empty({std::max<int64_t>(1, r.batch * r.dim * gpu_num_chunks(r.seqlen) * r.dstate)}, f32, r.u);
   bind_bwd_buffers(g, dout_c, dlast, p);
   p.workspace = A::template data<float>(ws);
-  void* stream = A::stream(u);
-  const char* err = nullptr;
-  switch (dt) {
-    case DType::kFloat32: err = scan_bwd_gpu_fp32(p, stream); break;
-    case DType::kFloat16: err = scan_bwd_gpu_fp16(p, stream); break;
-    default: err = scan_bwd_gpu_bf16(p, stream); break;
-  }
+  const char* err = gpu_launch(dt, scan_bwd_gpu_fp32, scan_bwd_gpu_fp16, scan_bwd_gpu_bf16, p, A::stream(u));
   MAMBA_CHECK(err == nullptr, "mamba_ssm: selective_scan_bwd kernel failed: ", err);
   // Variable dB/dC were accumulated in place (no task split to sum over).
   return finish_bwd<A>(g, r, /*sum_variable_bc=*/false, u, delta, Am, B, C, D, z, delta_bias);

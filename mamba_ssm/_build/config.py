@@ -320,15 +320,16 @@ def resolve_config(
         torch_defines_limited_api=bool(torch_info.limited_api),
     )
     limited_api_tag(cfg.limited_api)  # an unreadable value fails here, before compiling
-    cfg.torch_abi, cfg.torch_abi_floor, why = resolve_torch_abi(s.torch_stable_abi, t, gpu)
-    if cfg.torch_abi == "stable":
+    cfg.torch_abi, floor, why = resolve_torch_abi(s.torch_stable_abi, t, gpu)
+    cfg.torch_abi_floor = floor
+    if floor is not None:
         # Only stable torch headers compile (any other #errors), and only the floor's API is visible.
         define_macros += [
             ("MAMBA_SSM_STABLE_ABI", None),
-            ("TORCH_TARGET_VERSION", stable_abi_hex(cfg.torch_abi_floor)),
+            ("TORCH_TARGET_VERSION", stable_abi_hex(floor)),
         ]
         cxx_flags.append("-fvisibility=hidden")  # torch::stable types are hidden; ours hold them
-        notes.append(f"stable-ABI binding for torch >= {cfg.torch_abi_floor} ({why})")
+        notes.append(f"stable-ABI binding for torch >= {floor} ({why})")
     else:
         notes.append(f"classic binding for torch {t.major_minor} ({why})")
 

@@ -255,6 +255,8 @@ def _stable_label(env: Environment) -> Optional[str]:
     from .._compat.buildinfo import STABLE_ABI_MIN_FLOOR, parse_floor
     from .._compat.variant import VariantKey
 
+    if env.torch is None:
+        return None
     try:
         build = env.torch.build()
         if tuple(build.release[:2]) < parse_floor(STABLE_ABI_MIN_FLOOR):
