@@ -4,6 +4,11 @@ the float64 references), torch.library.opcheck and torch.compile(fullgraph=True)
 and the reverse: a CPU-only stable module built with torch 2.14.1's headers passes the same tests under
 torch 2.13.0+cpu.
 
+Opt-in (not run by default, as it needs PyPI's torch, gigabytes with its CUDA libraries):
+MAMBA_TEST_PYPI_TORCH_PYTHONS="/venv210/bin/python /venv212/bin/python" also runs the module built with
+2.13.0+cpu under each of those Pythons' torch (e.g. PyPI's 2.10.0, the floor, and 2.12.0, a CUDA 13 torch
+other than 2.14; the result recorded in docs/benchmarks.md).
+
 torch 2.13.0+cpu comes from this machine's disk (pip's configured find-links, --no-index: nothing is
 downloaded). It is installed once into $MAMBA_DEV_HOME/torch-2.13.0-cpu-cp311 (--no-deps; its pure-Python
 dependencies, pytest and the build tools come from this environment through a .pth file, after the
@@ -24,12 +29,21 @@ pytestmark = pytest.mark.slow
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEV_HOME = os.environ.get("MAMBA_DEV_HOME", os.path.join(os.path.expanduser("~"), ".cache", "mamba-ssm-dev"))
 OTHER_TORCH = "2.13.0"
-# The CPU kernel tests, and the binding's contract (every op and schema, opcheck, torch.compile of a block).
+# The CPU kernel tests (every op against the float64 references: the forward grid, gradients at one
+# sequence length that spans chunk boundaries, the dtypes and ISAs, conv1d forward / backward / update /
+# varlen), and the binding's contract (every op and schema, opcheck, torch.compile of a Mamba block). Left
+# out: the other gradient lengths, long sequences and the generic-ISA rerun of the conv suite, which test
+# the kernels, not the binding.
 KERNEL_TESTS = [
     "tests/kernels/test_cpu_kernel.py",
     "tests/kernels/test_conv1d_cpu.py",
     "tests/kernels/test_binding_contract.py",
 ]
+FORWARD_SELECTION = (
+    "(not test_gradients or -65-) and not test_long_sequences and not test_generic_isa_build_matches"
+)
+# The reverse direction: the binding (its contract, opcheck, the decode-step ops) and the forward grid.
+REVERSE_SELECTION = "test_binding_contract or test_forward_full_grid or opcheck or update or varlen"
 
 
 def _run(cmd, cwd, env=None, timeout=3000):
@@ -120,7 +134,7 @@ print(json.dumps({"torch": torch.__version__, "loaded": r.loaded, "reason": r.re
 """
 
 
-def _kernel_tests_under(python, proj, runtime):
+def _kernel_tests_under(python, proj, runtime, selection):
     loaded = _run([python, "-c", LOAD], proj)
     state = json.loads(loaded.stdout.strip().splitlines()[-1])
     assert state["loaded"] and state["torch"] == runtime, (state, loaded.stderr[-2000:])
@@ -135,7 +149,8 @@ def _kernel_tests_under(python, proj, runtime):
         "cpu_isa",
     } <= set(state["ops"])
     env = dict(os.environ, MAMBA_SSM_BACKEND="auto")
-    tests = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *KERNEL_TESTS], proj, env)
+    cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "-k", selection, *KERNEL_TESTS]
+    tests = _run(cmd, proj, env)
     summary = tests.stdout.strip().splitlines()[-1] if tests.stdout.strip() else ""
     assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
     assert " passed" in summary and "skipped" not in summary, tests.stdout[-3000:]
@@ -147,7 +162,7 @@ def test_built_with_213_runs_under_214(tmp_path, other_python):
     proj = copy_project(str(tmp_path / "proj"))
     so = _build_cpu_stable(other_python, proj)
     _check_module(so, f"{OTHER_TORCH}+cpu")
-    state, summary = _kernel_tests_under(sys.executable, proj, torch.__version__)
+    state, summary = _kernel_tests_under(sys.executable, proj, torch.__version__, FORWARD_SELECTION)
     assert state["abi"] == f"stable ABI, torch >= 2.10 (built with {OTHER_TORCH})"
     print(f"\nbuilt with torch {OTHER_TORCH}+cpu, run under {torch.__version__}: {summary}")
 
@@ -159,3 +174,19 @@ def test_built_with_214_runs_under_213(tmp_path, other_python):
     _check_module(so, torch.__version__)
     _state, summary = _kernel_tests_under(other_python, proj, f"{OTHER_TORCH}+cpu")
     print(f"\nbuilt with torch {torch.__version__} (CPU kernels), run under {OTHER_TORCH}+cpu: {summary}")
+
+
+PYPI_PYTHONS = os.environ.get("MAMBA_TEST_PYPI_TORCH_PYTHONS", "").split()
+
+
+@pytest.mark.skipif(
+    not PYPI_PYTHONS, reason="opt-in: MAMBA_TEST_PYPI_TORCH_PYTHONS names the Pythons of PyPI torches"
+)
+@pytest.mark.parametrize("python", PYPI_PYTHONS or ["-"])
+def test_built_with_213_runs_under_pypi_torch(tmp_path, other_python, python):
+    proj = copy_project(str(tmp_path / "proj"))
+    so = _build_cpu_stable(other_python, proj)
+    _check_module(so, f"{OTHER_TORCH}+cpu")
+    runtime = _run([python, "-c", "import torch; print(torch.__version__)"], "/").stdout.strip()
+    _, summary = _kernel_tests_under(python, proj, runtime, FORWARD_SELECTION)
+    print(f"\nbuilt with torch {OTHER_TORCH}+cpu, run under {runtime} ({python}): {summary}")
