@@ -10,7 +10,7 @@ MAMBA_TEST_PYPI_TORCH_PYTHONS="/venv210/bin/python /venv212/bin/python" also run
 other than 2.14; the result recorded in docs/benchmarks.md).
 
 torch 2.13.0+cpu comes from this machine's disk (pip's configured find-links, --no-index: nothing is
-downloaded). It is installed once into $MAMBA_DEV_HOME/torch-2.13.0-cpu-cp311 (--no-deps; its pure-Python
+downloaded). It is installed once into $MAMBA_DEV_HOME/torch-2.13.0-cpu-nodeps-cp311 (--no-deps; its pure-Python
 dependencies, pytest and the build tools come from this environment through a .pth file, after the
 venv's own site-packages, so the venv's torch wins). Each module is built from a copy of the checkout.
 """
@@ -54,7 +54,8 @@ def _run(cmd, cwd, env=None, timeout=3000):
 def other_python():
     """The Python of a venv holding torch 2.13.0+cpu from local disk (made once, then reused)."""
     major, minor = sys.version_info[:2]
-    venv = os.path.join(DEV_HOME, f"torch-{OTHER_TORCH}-cpu-cp{major}{minor}")
+    # not tests/resolver/test_e2e_install.py's torch-2.13.0-cpu-cp311 (that one carries its dependencies)
+    venv = os.path.join(DEV_HOME, f"torch-{OTHER_TORCH}-cpu-nodeps-cp{major}{minor}")
     py = os.path.join(venv, "bin", "python")
     probe = "import torch; print(torch.__version__)"
     if not os.path.exists(py) or _run([py, "-c", probe], "/").stdout.strip() != f"{OTHER_TORCH}+cpu":
@@ -172,7 +173,7 @@ def test_built_with_214_runs_under_213(tmp_path, other_python):
     proj = copy_project(str(tmp_path / "proj"))
     so = _build_cpu_stable(sys.executable, proj)  # torch 2.14.1's headers (a CUDA torch; CPU kernels only)
     _check_module(so, torch.__version__)
-    _state, summary = _kernel_tests_under(other_python, proj, f"{OTHER_TORCH}+cpu")
+    _, summary = _kernel_tests_under(other_python, proj, f"{OTHER_TORCH}+cpu", REVERSE_SELECTION)
     print(f"\nbuilt with torch {torch.__version__} (CPU kernels), run under {OTHER_TORCH}+cpu: {summary}")
 
 
