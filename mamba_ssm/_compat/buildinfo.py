@@ -332,13 +332,13 @@ def _stable_incompatibilities(build: BuildInfo, runtime: TorchBuild, fix: str) -
     if "cuda" in build.kernels and built.cuda_major != runtime.cuda_major:
         r = f"CUDA {runtime.cuda_version}" if runtime.cuda_major is not None else "without CUDA"
         problems.append(
-            f"built with CUDA kernels for CUDA {built.cuda_version} but torch runs {r} (a stable-ABI build "
-            f"still needs the same CUDA major): {fix}"
+            f"built with CUDA kernels for CUDA {built.cuda_version} but torch {runtime.version} runs {r} (a "
+            f"stable-ABI build still needs the same CUDA major): {fix}"
         )
     if "hip" in build.kernels and built.rocm_version != runtime.rocm_version:
         r = f"ROCm {runtime.rocm_version}" if runtime.rocm_version else "without ROCm"
         problems.append(
-            f"built with HIP kernels for ROCm {built.rocm_version} but torch runs {r} (a stable-ABI build "
-            f"still needs the same ROCm major.minor): {fix}"
+            f"built with HIP kernels for ROCm {built.rocm_version} but torch {runtime.version} runs {r} (a "
+            f"stable-ABI build still needs the same ROCm major.minor): {fix}"
         )
     return problems
