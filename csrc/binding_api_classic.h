@@ -78,7 +78,6 @@ struct ClassicApi {
   static Tensor sum(const Tensor& t, int64_t d) { return t.sum(d); }
   static Tensor view(const Tensor& t, const std::vector<int64_t>& sizes) { return t.view(sizes); }
   static Tensor transpose(const Tensor& t, int64_t a, int64_t b) { return t.transpose(a, b); }
-  static Tensor unsqueeze(const Tensor& t, int64_t d) { return t.unsqueeze(d); }
   static void zero_(Tensor& t) { t.zero_(); }
   static void copy_(Tensor& dst, const Tensor& src) { dst.copy_(src); }
   // t in dtype d on like's device.

@@ -2,7 +2,7 @@
 // floor on): the calls the shared checks and ops (binding_common.h) make, mapped onto
 // torch::stable::Tensor. Compiled with -DTORCH_TARGET_VERSION=<floor>: a header or function newer than
 // the floor, or any non-stable torch header, fails the build. What each call needs (torch 2.14 headers):
-// Tensor metadata, unsqueeze, transpose, zero_, copy_, DeviceGuard: 2.9; empty / new_empty / new_zeros
+// Tensor metadata, transpose, zero_, copy_, DeviceGuard: 2.9; empty / new_empty / new_zeros
 // with dtype, to, contiguous, view, sum, typed data pointers, get_num_threads: 2.10.
 #pragma once
 #include <torch/csrc/stable/accelerator.h>
@@ -98,7 +98,6 @@ struct StableApi {
   }
   static Tensor view(const Tensor& t, const std::vector<int64_t>& sizes) { return torch::stable::view(t, sizes); }
   static Tensor transpose(const Tensor& t, int64_t a, int64_t b) { return torch::stable::transpose(t, a, b); }
-  static Tensor unsqueeze(const Tensor& t, int64_t d) { return torch::stable::unsqueeze(t, d); }
   static void zero_(Tensor& t) { torch::stable::zero_(t); }
   static void copy_(Tensor& dst, const Tensor& src) { torch::stable::copy_(dst, src); }
   // t in dtype d on like's device.

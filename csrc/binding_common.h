@@ -6,7 +6,7 @@
 // A tensor API provides (all static): `Tensor`; metadata `defined, dim, size, stride, numel,
 // element_size, is_contiguous, dtype (-> DType), dtype_name, shape (-> Shape), device_name,
 // same_device, data<T>`; dispatcher calls `to (dtype), contiguous, empty, zeros (on a tensor's device),
-// sum (over one dim), view, transpose, unsqueeze, zero_, copy_, to_device_of`; `cpu_threads()` (the
+// sum (over one dim), view, transpose, zero_, copy_, to_device_of`; `cpu_threads()` (the
 // intra-op thread count, 1 inside a parallel region where torch says so). GPU bindings also use
 // `DeviceGuard` (constructed from a tensor) and `stream(t)` (the current cudaStream_t / hipStream_t of
 // t's device).
@@ -105,10 +105,13 @@ bool is_variable(const typename A::Tensor& t) {
   return A::dim(t) >= 3;
 }
 
-// (batch, d_state, seqlen) is (batch, 1, d_state, seqlen).
+// The (batch, groups, d_state, seqlen) sizes of a variable B/C: a (batch, d_state, seqlen) one is 1 group.
+// No 4-D view is made (a dispatcher call): the kernels read the same memory either way.
 template <class A>
-typename A::Tensor as_grouped(const typename A::Tensor& t) {
-  return A::dim(t) == 3 ? A::unsqueeze(t, 1) : t;
+std::vector<int64_t> grouped_sizes(const typename A::Tensor& t) {
+  std::vector<int64_t> s = A::shape(t).v;
+  if (s.size() == 3) s.insert(s.begin() + 1, 1);
+  return s;
 }
 
 // compute_dtype: the dtype u, delta, z are read in (u's dtype on GPUs). std::nullopt (the CPU) keeps u,
@@ -141,12 +144,12 @@ Prepared<A> prepare(const typename A::Tensor& u, const typename A::Tensor& delta
                   " must be (dim, d_state) = (", r.dim, ", ", r.dstate, ") or variable, got ", A::shape(t));
       return 0;
     }
-    const T g = as_grouped<A>(t);
-    MAMBA_CHECK(A::dim(g) == 4 && A::size(g, 0) == r.batch && A::size(g, 2) == r.dstate &&
-                    A::size(g, 3) == r.seqlen && A::size(g, 1) >= 1 && r.dim % A::size(g, 1) == 0,
+    const std::vector<int64_t> g = grouped_sizes<A>(t);
+    MAMBA_CHECK(g.size() == 4 && g[0] == r.batch && g[2] == r.dstate && g[3] == r.seqlen && g[1] >= 1 &&
+                    r.dim % g[1] == 0,
                 "mamba_ssm: ", name, " must be (batch, d_state, seqlen) or (batch, groups, d_state, seqlen)"
                 " with groups dividing dim = ", r.dim, ", got ", A::shape(t));
-    return A::size(g, 1);
+    return g[1];
   };
   const int64_t gb = check_bc(B, "B"), gc = check_bc(C, "C");
   MAMBA_CHECK(gb == 0 || gc == 0 || gb == gc, "mamba_ssm: B and C must have the same number of groups");
@@ -158,12 +161,11 @@ Prepared<A> prepare(const typename A::Tensor& u, const typename A::Tensor& delta
   r.u = as_contiguous<A>(u, stream_dtype(u));
   r.delta = as_contiguous<A>(delta, stream_dtype(delta));
   r.A_ = as_contiguous<A>(Am, DType::kFloat32);
-  auto conv_bc = [&](const T& t) {
+  auto conv_bc = [&](const T& t) {  // variable: contiguous (batch, [groups,] d_state, seqlen)
     if (!is_variable<A>(t)) return as_contiguous<A>(t, DType::kFloat32);
-    const T g = as_grouped<A>(t);
-    const DType dt = A::dtype(g);
+    const DType dt = A::dtype(t);
     const bool ok = dt == DType::kFloat32 || (!keep && dt == *compute_dtype) || (keep && is_stream_dtype(dt));
-    return as_contiguous<A>(g, ok ? dt : DType::kFloat32);
+    return as_contiguous<A>(t, ok ? dt : DType::kFloat32);
   };
   r.B = conv_bc(B);
   r.C = conv_bc(C);

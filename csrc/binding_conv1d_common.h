@@ -132,16 +132,36 @@ std::optional<typename A::Tensor> conv_prepare_dfinal(const ConvPrepared<A>& r, 
   return as_contiguous<A>(*dfinal, DType::kFloat32);
 }
 
-// Checks of causal_conv1d_update's arguments (x is (batch, dim, seqlen); the ops view a 2-D x, one
-// step, as seqlen 1); returns the width.
+// x of causal_conv1d_update as (batch, dim, seqlen) with its strides: a 2-D x (one step, (batch, dim)) is
+// seqlen 1, read without making a 3-D view (a dispatcher call, and the stable ABI's cost more).
+struct UpdateX {
+  int64_t batch = 0, dim = 0, seqlen = 0, sb = 0, sd = 0, sl = 1;
+};
+
+template <class A>
+UpdateX update_x(const typename A::Tensor& x) {
+  const int64_t nd = A::dim(x);
+  MAMBA_CHECK(nd == 2 || nd == 3, "mamba_ssm causal_conv1d_update: x must be (batch, dim, seqlen) or (batch, dim), "
+              "got ", A::shape(x));
+  UpdateX g;
+  g.batch = A::size(x, 0);
+  g.dim = A::size(x, 1);
+  g.seqlen = nd == 3 ? A::size(x, 2) : 1;
+  g.sb = A::stride(x, 0);
+  g.sd = A::stride(x, 1);
+  g.sl = nd == 3 ? A::stride(x, 2) : 1;
+  return g;
+}
+
+// Checks of causal_conv1d_update's arguments (x: see update_x); returns the width.
 template <class A>
 int64_t conv_check_update(const typename A::Tensor& x, const typename A::Tensor& conv_state,
                           const typename A::Tensor& weight, const Opt<A>& bias, const Opt<A>& cache_seqlens,
                           const Opt<A>& conv_state_indices) {
-  MAMBA_CHECK(A::dim(x) == 3, "mamba_ssm causal_conv1d_update: x must be (batch, dim, seqlen), got ", A::shape(x));
+  const UpdateX g = update_x<A>(x);
   check_conv_dtype<A>(x, "x");
   check_conv_dtype<A>(conv_state, "conv_state");
-  const int64_t batch = A::size(x, 0), dim = A::size(x, 1);
+  const int64_t batch = g.batch, dim = g.dim;
   const int64_t width = check_conv_weight<A>(weight, bias, dim);
   MAMBA_CHECK(A::dim(conv_state) == 3 && A::size(conv_state, 1) == dim && A::size(conv_state, 2) >= width - 1,
               "mamba_ssm causal_conv1d_update: conv_state must be (batch, dim, state_len >= width - 1) with dim = ",
@@ -161,20 +181,22 @@ int64_t conv_check_update(const typename A::Tensor& x, const typename A::Tensor&
   return width;
 }
 
+// x (contiguous; update_x's geometry), out sharing its strides.
 template <class A>
 void conv_fill_update(const typename A::Tensor& x, const typename A::Tensor& state, const typename A::Tensor& out,
                       const typename A::Tensor& weight, const std::optional<typename A::Tensor>& bias,
                       const std::optional<typename A::Tensor>& cache, const std::optional<typename A::Tensor>& indices,
                       bool silu, Conv1dUpdateParams& p) {
-  p.batch = A::size(x, 0);
-  p.dim = A::size(x, 1);
-  p.seqlen = A::size(x, 2);
+  const UpdateX g = update_x<A>(x);
+  p.batch = g.batch;
+  p.dim = g.dim;
+  p.seqlen = g.seqlen;
   p.width = A::size(weight, 1);
   p.state_len = A::size(state, 2);
   p.n_states = A::size(state, 0);
-  p.x_sb = A::stride(x, 0);
-  p.x_sd = A::stride(x, 1);
-  p.x_sl = A::stride(x, 2);
+  p.x_sb = g.sb;
+  p.x_sd = g.sd;
+  p.x_sl = g.sl;
   p.s_sb = A::stride(state, 0);
   p.s_sd = A::stride(state, 1);
   p.s_sl = A::stride(state, 2);

@@ -84,10 +84,10 @@ typename A::Tensor causal_conv1d_update_cpu(const typename A::Tensor& x_in, type
                                             const typename A::Tensor& weight, const Opt<A>& bias, bool silu,
                                             const Opt<A>& cache_seqlens, const Opt<A>& conv_state_indices) {
   using T = typename A::Tensor;
-  const T x = A::dim(x_in) == 2 ? A::unsqueeze(x_in, -1) : x_in;  // one step: (batch, dim)
+  const T& x = x_in;  // (batch, dim, seqlen), or (batch, dim): one step
   conv_check_update<A>(x, conv_state, weight, bias, cache_seqlens, conv_state_indices);
   const DType f32 = DType::kFloat32;
-  const T xf = as_contiguous<A>(x, f32);  // out (contiguous) shares its strides
+  const T xf = as_contiguous<A>(x, f32);  // out (contiguous, x's shape) shares its strides
   const T w = as_contiguous<A>(weight, f32);
   std::optional<T> b, cache, idx;
   if (has<A>(bias)) b = as_contiguous<A>(*bias, f32);
@@ -217,7 +217,7 @@ typename A::Tensor causal_conv1d_update_cuda(const typename A::Tensor& x_in, typ
                                              const Opt<A>& cache_seqlens, const Opt<A>& conv_state_indices) {
   using T = typename A::Tensor;
   const typename A::DeviceGuard guard(x_in);
-  const T x = A::dim(x_in) == 2 ? A::unsqueeze(x_in, -1) : x_in;  // one step: (batch, dim)
+  const T& x = x_in;  // (batch, dim, seqlen), or (batch, dim): one step
   conv_check_update<A>(x, conv_state, weight, bias, cache_seqlens, conv_state_indices);
   MAMBA_CHECK(A::same_device(conv_state, x), "mamba_ssm causal_conv1d_update: conv_state is on ",
               A::device_name(conv_state), " but x is on ", A::device_name(x));
