@@ -210,6 +210,19 @@ void conv_fill_update(const typename A::Tensor& x, const typename A::Tensor& sta
   p.silu = silu;
 }
 
+// Points the backward's parameters at dout, dfinal_states (may be absent) and the gradient buffers.
+template <class A>
+void conv_bind_bwd(const typename A::Tensor& dout_c, const std::optional<typename A::Tensor>& dfin,
+                   const typename A::Tensor& dx, const typename A::Tensor& dw, const typename A::Tensor& db,
+                   const std::optional<typename A::Tensor>& dinit, Conv1dBwdParams& p) {
+  p.dout = A::template data<void>(dout_c);
+  p.dfinal_states = fptr<A>(dfin);
+  p.dx = A::template data<void>(dx);
+  p.dweight = A::template data<float>(dw);
+  p.dbias = A::template data<float>(db);
+  p.dinitial_states = dinit ? A::template data<float>(*dinit) : nullptr;
+}
+
 // Checks of causal_conv1d_varlen_states's arguments.
 template <class A>
 void conv_check_varlen(const typename A::Tensor& x, const typename A::Tensor& cu_seqlens, int64_t state_len) {

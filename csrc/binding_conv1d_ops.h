@@ -64,12 +64,7 @@ ConvBwdResult<A> causal_conv1d_bwd_cpu(const typename A::Tensor& x, const typena
   auto db = A::empty({r.batch, r.dim}, f32, r.x);
   std::optional<typename A::Tensor> dinit;
   if (r.init) dinit = A::empty({r.batch, r.dim, r.width - 1}, f32, r.x);
-  p.dout = A::template data<void>(dout_c);
-  p.dfinal_states = fptr<A>(dfin);
-  p.dx = A::template data<void>(dx);
-  p.dweight = A::template data<float>(dw);
-  p.dbias = A::template data<float>(db);
-  p.dinitial_states = dinit ? A::template data<float>(*dinit) : nullptr;
+  conv_bind_bwd<A>(dout_c, dfin, dx, dw, db, dinit, p);
   conv_run<A>(r.batch * conv_cpu_blocks(r.dim), r.batch * r.dim * r.seqlen,
               [&](int64_t begin, int64_t end) { conv1d_bwd_cpu(p, begin, end); });
   const bool cl = conv_channel_last<A>(x);
@@ -196,12 +191,7 @@ ConvBwdResult<A> causal_conv1d_bwd_cuda(const typename A::Tensor& x, const typen
   auto db = A::zeros({r.dim}, f32, r.x);
   std::optional<typename A::Tensor> dinit;
   if (r.init) dinit = A::zeros({r.batch, r.dim, r.width - 1}, f32, r.x);
-  p.dout = A::template data<void>(dout_c);
-  p.dfinal_states = fptr<A>(dfin);
-  p.dx = A::template data<void>(dx);
-  p.dweight = A::template data<float>(dw);
-  p.dbias = A::template data<float>(db);
-  p.dinitial_states = dinit ? A::template data<float>(*dinit) : nullptr;
+  conv_bind_bwd<A>(dout_c, dfin, dx, dw, db, dinit, p);
   p.workspace = A::template data<float>(ws);
   const char* err = gpu_launch(dt, conv1d_bwd_gpu_fp32, conv1d_bwd_gpu_fp16, conv1d_bwd_gpu_bf16, p, A::stream(x));
   MAMBA_CHECK(err == nullptr, "mamba_ssm: causal_conv1d_bwd kernel failed: ", err);
