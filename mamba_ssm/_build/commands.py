@@ -3,7 +3,6 @@ install id added) or builds one, torch's ``BuildExtension`` writing the build-in
 ``mamba_ssm._C`` Extension, and the arguments to ``setuptools.setup``. torch is imported only for a
 source build (``make_build_ext`` / ``make_extension``).
 """
-
 from __future__ import annotations
 
 import glob
@@ -57,11 +56,8 @@ def add_install_id(src: str, dest: str, install_id: str) -> str:
     tmp = dest + ".part"
     try:
         with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, "w") as zout:
-            records = [
-                i.filename
-                for i in zin.infolist()
-                if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/RECORD")
-            ]
+            records = [i.filename for i in zin.infolist() if i.filename.count("/") == 1
+                       and i.filename.endswith(".dist-info/RECORD")]
             if len(records) != 1:
                 raise PreflightError(f"the prebuilt wheel {src} has no single <name>.dist-info/RECORD")
             dist_info = records[0].rsplit("/", 1)[0]
@@ -71,17 +67,10 @@ def add_install_id(src: str, dest: str, install_id: str) -> str:
                     continue
                 payload = zin.read(info.filename)
                 if info.filename == records[0]:
-                    lines = [
-                        l
-                        for l in payload.decode("utf-8").splitlines()
-                        if l and not l.startswith(new_name + ",")
-                    ]
-                    lines.insert(
-                        max(0, len(lines) - 1)
-                        if lines and lines[-1].startswith(records[0] + ",")
-                        else len(lines),
-                        f"{new_name},sha256={digest},{len(data)}",
-                    )
+                    lines = [l for l in payload.decode("utf-8").splitlines()
+                             if l and not l.startswith(new_name + ",")]
+                    lines.insert(max(0, len(lines) - 1) if lines and lines[-1].startswith(records[0] + ",")
+                                 else len(lines), f"{new_name},sha256={digest},{len(data)}")
                     payload = ("\n".join(lines) + "\n").encode("utf-8")
                     extra = zipfile.ZipInfo(new_name, info.date_time)
                     extra.compress_type, extra.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
@@ -148,13 +137,9 @@ def _note_build(plan: Plan, seconds: float, failed: bool = False) -> None:
     details = getattr(plan.outcome, "details", None)
     record = details.get("record") if isinstance(details, dict) else None
     if isinstance(record, dict):
-        record["build"] = {
-            "mode": plan.mode,
-            "reason": plan.reason,
-            "seconds": round(seconds, 1),
-            "kernels": list(plan.config.kernels) if plan.config is not None else [],
-            "failed": failed,
-        }
+        record["build"] = {"mode": plan.mode, "reason": plan.reason, "seconds": round(seconds, 1),
+                           "kernels": list(plan.config.kernels) if plan.config is not None else [],
+                           "failed": failed}
 
 
 def make_build_ext(cfg: BuildConfig) -> type:
@@ -165,9 +150,7 @@ def make_build_ext(cfg: BuildConfig) -> type:
         def __init__(self, *args, **kwargs):
             kwargs.setdefault("use_ninja", True)
             ninja_dir = os.path.dirname(cfg.ninja) if cfg.ninja else None
-            if (
-                ninja_dir and shutil.which("ninja") is None
-            ):  # e.g. the target env's ninja under build isolation
+            if ninja_dir and shutil.which("ninja") is None:  # e.g. the target env's ninja under build isolation
                 os.environ["PATH"] = ninja_dir + os.pathsep + os.environ.get("PATH", "")
             super().__init__(*args, **kwargs)
 
@@ -184,19 +167,11 @@ def make_build_ext(cfg: BuildConfig) -> type:
                     ext.depends.append(header)
             print(
                 f"mamba-ssm: building {EXT_NAME} ({'+'.join(cfg.kernels)}) against torch {cfg.torch.version}"
-                + (
-                    f", nvcc {cfg.nvcc[0]}.{cfg.nvcc[1]}, SASS {','.join(cfg.arch_spec.sass) or '-'}, "
-                    f"PTX {','.join(cfg.arch_spec.ptx) or '-'} ({cfg.arch_source})"
-                    if cfg.arch_spec
-                    else ""
-                )
+                + (f", nvcc {cfg.nvcc[0]}.{cfg.nvcc[1]}, SASS {','.join(cfg.arch_spec.sass) or '-'}, "
+                   f"PTX {','.join(cfg.arch_spec.ptx) or '-'} ({cfg.arch_source})" if cfg.arch_spec else "")
                 + (f", gfx {','.join(cfg.gfx_archs)} ({cfg.gfx_source})" if cfg.gfx_archs else "")
                 + f", MAX_JOBS={cfg.max_jobs}, cxx11 ABI={int(cfg.cxx11_abi)}"
-                + (
-                    f", stable ABI (torch >= {cfg.torch_abi_floor})"
-                    if cfg.torch_abi == "stable"
-                    else ", classic ABI"
-                )
+                + (f", stable ABI (torch >= {cfg.torch_abi_floor})" if cfg.torch_abi == "stable" else ", classic ABI")
             )
             for note in cfg.notes:
                 print(f"mamba-ssm: {note}")
@@ -208,7 +183,7 @@ def make_build_ext(cfg: BuildConfig) -> type:
                 parent(extension)
             if cfg.force_cxx11_abi:
                 args = extension.extra_compile_args
-                for key in ("cxx", "nvcc") if isinstance(args, dict) else (None,):
+                for key in (("cxx", "nvcc") if isinstance(args, dict) else (None,)):
                     flags = args[key] if key else args
                     flags[:] = [f for f in flags if "_GLIBCXX_USE_CXX11_ABI=0" not in f]
 

@@ -2,7 +2,6 @@
 and what torch says about itself (``TorchInfo``) into the one ``BuildConfig`` the build uses: kernels,
 sources, flags, toolkit, GPU targets. torch is imported only by ``probe_torch``.
 """
-
 from __future__ import annotations
 
 import os
@@ -38,8 +37,7 @@ def limited_api_tag(hex_text: str) -> str:
     if value < 0 or major != 3:
         raise PreflightError(
             f"Py_LIMITED_API={hex_text!r} is not a CPython 3 version (expected e.g. 0x030A0000 for 3.10): "
-            "torch.utils.cpp_extension.min_supported_cpython is unreadable; upgrade or reinstall torch"
-        )
+            "torch.utils.cpp_extension.min_supported_cpython is unreadable; upgrade or reinstall torch")
     return f"cp{major}{minor}"
 
 
@@ -66,12 +64,10 @@ def _no_isolation_fix() -> str:
 def _broken_torch(need: str, exc: BaseException, torch=None) -> str:
     where = getattr(torch, "__file__", None) or "the environment"
     version = getattr(torch, "__version__", None)
-    return (
-        f"{need} needs a working torch, but the torch in {where}"
-        + (f" ({version})" if version else "")
-        + f" is broken or incomplete ({type(exc).__name__}: {exc}). Fix: reinstall the torch you use "
-        '(same version and index) until `python -c "import torch.utils.cpp_extension"` works.'
-    )
+    return (f"{need} needs a working torch, but the torch in {where}"
+            + (f" ({version})" if version else "")
+            + f" is broken or incomplete ({type(exc).__name__}: {exc}). Fix: reinstall the torch you use "
+            "(same version and index) until `python -c \"import torch.utils.cpp_extension\"` works.")
 
 
 def probe_torch(need: str) -> TorchInfo:
@@ -251,9 +247,8 @@ def list_sources(root: str = ROOT, gpu: bool = False) -> List[str]:
     return [f"{CSRC}/{n}" for n in names if n.endswith(exts)]
 
 
-def resolve_config(
-    env=None, torch_info: Optional[TorchInfo] = None, root: str = ROOT, cpu_only: bool = False
-) -> BuildConfig:
+def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str = ROOT,
+                   cpu_only: bool = False) -> BuildConfig:
     """Run the preflight and resolve the source-build configuration from ``env`` (default
     ``os.environ``). Raises ``PreflightError`` (one paragraph: the value and the fix) on the first
     problem, before anything is compiled. ``cpu_only``: the CPU kernel alone, whatever torch's
@@ -304,18 +299,9 @@ def resolve_config(
     if force_abi:
         cxx_flags.append("-D_GLIBCXX_USE_CXX11_ABI=1")
     cfg = BuildConfig(
-        version=version,
-        torch=t,
-        kernels=("cpu",),
-        cxx11_abi=bool(cxx11_abi),
-        force_cxx11_abi=force_abi,
-        max_jobs=max_jobs,
-        sources=list_sources(root, gpu=False),
-        define_macros=define_macros,
-        cxx_flags=cxx_flags,
-        gpu_flags=gpu_flags,
-        ninja=ninja,
-        notes=notes,
+        version=version, torch=t, kernels=("cpu",), cxx11_abi=bool(cxx11_abi), force_cxx11_abi=force_abi,
+        max_jobs=max_jobs, sources=list_sources(root, gpu=False), define_macros=define_macros,
+        cxx_flags=cxx_flags, gpu_flags=gpu_flags, ninja=ninja, notes=notes,
         limited_api=torch_info.limited_api or LIMITED_API_HEX,
         torch_defines_limited_api=bool(torch_info.limited_api),
     )
@@ -332,6 +318,7 @@ def resolve_config(
         notes.append(f"stable-ABI binding for torch >= {floor} ({why})")
     else:
         notes.append(f"classic binding for torch {t.major_minor} ({why})")
+
 
     if gpu == "cuda":
         home, nvcc_path = toolkit.locate_cuda(torch_info.cuda_home, env)
@@ -352,13 +339,7 @@ def resolve_config(
             gpu_flags.append("-Xcompiler=-D_GLIBCXX_USE_CXX11_ABI=1")
         define_macros.append(("MAMBA_SSM_WITH_CUDA", None))
         cfg.kernels = ("cpu", "cuda")
-        cfg.cuda_home, cfg.nvcc, cfg.arch_spec, cfg.arch_source, cfg.nvcc_threads = (
-            home,
-            nvcc,
-            spec,
-            source,
-            threads,
-        )
+        cfg.cuda_home, cfg.nvcc, cfg.arch_spec, cfg.arch_source, cfg.nvcc_threads = home, nvcc, spec, source, threads
         cfg.sources = list_sources(root, gpu=True)
     elif gpu == "hip":
         try:
@@ -372,9 +353,7 @@ def resolve_config(
         except ValueError as e:
             raise PreflightError(f"{hipcc_path} --version (exit {rc}): {e}") from None
         if hipcc[:2] != rocm[:2]:
-            notes.append(
-                f"hipcc is ROCm {hipcc[0]}.{hipcc[1]} but torch was built with ROCm {rocm[0]}.{rocm[1]}."
-            )
+            notes.append(f"hipcc is ROCm {hipcc[0]}.{hipcc[1]} but torch was built with ROCm {rocm[0]}.{rocm[1]}.")
         toolkit.check_rocm_bf16_header(rocm_home, hipcc)
         gfx, source = toolkit.resolve_gfx_archs(env, rocm)
         gpu_flags += [f"--offload-arch={g}" for g in gfx]

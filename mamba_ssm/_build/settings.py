@@ -5,7 +5,6 @@ Every variable is documented in ``docs/build.md``. Reading never fails: values a
 are used (``Settings.max_jobs_or`` / ``nvcc_threads_or``, ``package_version``, ``fallback_choice``), so a
 metadata command with a bad ``MAX_JOBS`` still succeeds, as it always has.
 """
-
 from __future__ import annotations
 
 import os
@@ -58,21 +57,21 @@ class Settings:
     discovery in ``toolkit`` reads them, as torch's cpp_extension does.
     """
 
-    skip_cuda_build: bool = False  # MAMBA_SKIP_CUDA_BUILD: the pure-Python wheel
-    force_build: bool = False  # MAMBA_FORCE_BUILD: a source build, no resolver
-    fallback: str = "auto"  # MAMBA_FALLBACK (lower case; checked by fallback_choice)
-    local_version: str = ""  # MAMBA_LOCAL_VERSION, without a leading "+"
-    cuda_archs: str = ""  # MAMBA_CUDA_ARCHS
-    torch_cuda_arch_list: str = ""  # TORCH_CUDA_ARCH_LIST
-    hip_build: bool = False  # HIP_BUILD
-    force_cxx11_abi: bool = False  # MAMBA_FORCE_CXX11_ABI
-    debug_build: bool = False  # MAMBA_DEBUG_BUILD: -g / -lineinfo
-    keep_cuda_build: bool = False  # MAMBA_KEEP_CUDA_BUILD: accepted, no effect
-    max_jobs: str = ""  # MAX_JOBS (checked by max_jobs_or)
-    nvcc_threads: str = ""  # NVCC_THREADS (checked by nvcc_threads_or)
-    setup_hook: str = ""  # MAMBA_SETUP_HOOK: a file replacing the resolver hook
-    git_commit: str = ""  # MAMBA_GIT_COMMIT: the commit recorded in the build info
-    torch_stable_abi: str = ""  # MAMBA_TORCH_STABLE_ABI (checked by config.resolve_torch_abi)
+    skip_cuda_build: bool = False      # MAMBA_SKIP_CUDA_BUILD: the pure-Python wheel
+    force_build: bool = False          # MAMBA_FORCE_BUILD: a source build, no resolver
+    fallback: str = "auto"             # MAMBA_FALLBACK (lower case; checked by fallback_choice)
+    local_version: str = ""            # MAMBA_LOCAL_VERSION, without a leading "+"
+    cuda_archs: str = ""               # MAMBA_CUDA_ARCHS
+    torch_cuda_arch_list: str = ""     # TORCH_CUDA_ARCH_LIST
+    hip_build: bool = False            # HIP_BUILD
+    force_cxx11_abi: bool = False      # MAMBA_FORCE_CXX11_ABI
+    debug_build: bool = False          # MAMBA_DEBUG_BUILD: -g / -lineinfo
+    keep_cuda_build: bool = False      # MAMBA_KEEP_CUDA_BUILD: accepted, no effect
+    max_jobs: str = ""                 # MAX_JOBS (checked by max_jobs_or)
+    nvcc_threads: str = ""             # NVCC_THREADS (checked by nvcc_threads_or)
+    setup_hook: str = ""               # MAMBA_SETUP_HOOK: a file replacing the resolver hook
+    git_commit: str = ""               # MAMBA_GIT_COMMIT: the commit recorded in the build info
+    torch_stable_abi: str = ""         # MAMBA_TORCH_STABLE_ABI (checked by config.resolve_torch_abi)
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Settings":
@@ -150,9 +149,8 @@ def classify_commands(argv: List[str]) -> str:
     return "metadata"
 
 
-def default_max_jobs(
-    cpu_count: Optional[int] = None, mem_available_gib: Optional[float] = None, gib_per_job: float = 2.5
-) -> int:
+def default_max_jobs(cpu_count: Optional[int] = None, mem_available_gib: Optional[float] = None,
+                     gib_per_job: float = 2.5) -> int:
     """Parallel compile jobs: the usable cores, capped so each job has ``gib_per_job`` of the memory
     available (nvcc on the kernel translation units peaks at about 1-2 GiB). At least 1."""
     if cpu_count is None:

@@ -1,5 +1,4 @@
 """mamba_ssm._compat.buildinfo: the JSON record, reading it from a compiled object, the rule."""
-
 import json
 import re
 import shutil
@@ -38,23 +37,9 @@ def test_json_roundtrip_and_keys():
     info = _info()
     data = json.loads(info.to_json())
     assert set(data) == {
-        "package_version",
-        "torch_version",
-        "torch_cuda",
-        "torch_hip",
-        "nvcc_version",
-        "hipcc_version",
-        "cxx11_abi",
-        "sass_archs",
-        "ptx_archs",
-        "gfx_archs",
-        "python_tag",
-        "platform",
-        "git_commit",
-        "kernels",
-        "schema",
-        "torch_abi",
-        "torch_abi_floor",
+        "package_version", "torch_version", "torch_cuda", "torch_hip", "nvcc_version",
+        "hipcc_version", "cxx11_abi", "sass_archs", "ptx_archs", "gfx_archs", "python_tag",
+        "platform", "git_commit", "kernels", "schema", "torch_abi", "torch_abi_floor",
     }
     assert data["schema"] == 1 and data["python_tag"] == "cp39-abi3"
     assert BuildInfo.from_json(info.to_json()) == info
@@ -84,12 +69,8 @@ def test_from_json_rejects(text, match):
 
 def test_read_from_raw_bytes(tmp_path):
     info = _info()
-    blob = (
-        b"\x7fELF junk MAMBA_SSM_BUILD_INFO_BEGIN not-json "
-        + b"MAMBA_SSM_BUILD_INFO_BEGIN"
-        + info.to_json().encode()
-        + b"MAMBA_SSM_BUILD_INFO_END\x00 tail"
-    )
+    blob = b"\x7fELF junk MAMBA_SSM_BUILD_INFO_BEGIN not-json " + b"MAMBA_SSM_BUILD_INFO_BEGIN" + \
+        info.to_json().encode() + b"MAMBA_SSM_BUILD_INFO_END\x00 tail"
     p = tmp_path / "_C.abi3.so"
     p.write_bytes(blob)
     assert read_build_info(p) == info
@@ -110,7 +91,7 @@ def test_read_absent_names_path(tmp_path):
 
 def test_read_corrupt_names_path(tmp_path):
     p = tmp_path / "bad.so"
-    p.write_bytes(b'MAMBA_SSM_BUILD_INFO_BEGIN{"package_version": MAMBA_SSM_BUILD_INFO_END')
+    p.write_bytes(b"MAMBA_SSM_BUILD_INFO_BEGIN{\"package_version\": MAMBA_SSM_BUILD_INFO_END")
     with pytest.raises(BuildInfoError, match="bad.so.*corrupt"):
         read_build_info(p)
 
@@ -128,7 +109,8 @@ def test_header_compiles_into_object_and_reads_back(tmp_path):
         '"MAMBA_SSM_BUILD_INFO_END";\n'
     )
     so = tmp_path / "b.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(tmp_path / "b.c")], check=True, cwd=tmp_path)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(tmp_path / "b.c")], check=True,
+                   cwd=tmp_path)
     assert read_build_info(so) == info
 
 
@@ -170,7 +152,8 @@ def test_cuda_major_mismatch():
 
 
 def test_cpu_vs_cuda():
-    cpu = _info(torch_version="2.13.0+cpu", torch_cuda=None, sass_archs=[], ptx_archs=[], kernels=["cpu"])
+    cpu = _info(torch_version="2.13.0+cpu", torch_cuda=None, sass_archs=[], ptx_archs=[],
+                kernels=["cpu"])
     assert incompatibilities(cpu, TorchBuild("2.13.0+cpu", cxx11_abi=True)) == []
     (msg,) = incompatibilities(cpu, TorchBuild("2.13.0+cu126", cuda="12.6", cxx11_abi=True))
     assert "without CUDA" in msg and "12.6" in msg
@@ -178,10 +161,10 @@ def test_cpu_vs_cuda():
 
 def test_rocm_minor_mismatch():
     info = _info(torch_version="2.4.0+rocm6.1", torch_cuda=None, torch_hip="6.1.40091-a8dbc0c19")
-    assert (
-        incompatibilities(info, TorchBuild("2.4.1+rocm6.1", hip="6.1.40093-bd86f1708", cxx11_abi=True)) == []
-    )
-    (msg,) = incompatibilities(info, TorchBuild("2.4.0+rocm6.2", hip="6.2.41133-dd7f95766", cxx11_abi=True))
+    assert incompatibilities(info, TorchBuild("2.4.1+rocm6.1", hip="6.1.40093-bd86f1708",
+                                              cxx11_abi=True)) == []
+    (msg,) = incompatibilities(info, TorchBuild("2.4.0+rocm6.2", hip="6.2.41133-dd7f95766",
+                                                cxx11_abi=True))
     assert "6.1" in msg and "6.2" in msg
 
 
@@ -189,7 +172,8 @@ def test_nightly_needs_exact_version():
     info = _info(torch_version="2.3.0.dev20240304+cu118", torch_cuda="11.8")
     same = TorchBuild("2.3.0.dev20240304+cu118", cuda="11.8", cxx11_abi=True)
     assert incompatibilities(info, same) == []
-    (msg,) = incompatibilities(info, TorchBuild("2.3.0.dev20240305+cu118", cuda="11.8", cxx11_abi=True))
+    (msg,) = incompatibilities(info, TorchBuild("2.3.0.dev20240305+cu118", cuda="11.8",
+                                                cxx11_abi=True))
     assert "2.3.0.dev20240304+cu118" in msg and "2.3.0.dev20240305+cu118" in msg
 
 
@@ -205,7 +189,8 @@ def test_ngc_needs_exact_version_both_ways():
 
 
 def test_several_reasons_listed():
-    probs = incompatibilities(_info(cxx11_abi=False), TorchBuild("2.6.0+cu124", cuda="12.4", cxx11_abi=True))
+    probs = incompatibilities(_info(cxx11_abi=False),
+                              TorchBuild("2.6.0+cu124", cuda="12.4", cxx11_abi=True))
     assert len(probs) == 3
 
 
