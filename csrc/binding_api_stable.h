@@ -2,8 +2,9 @@
 // floor on): the calls the shared checks and ops (binding_common.h) make, mapped onto
 // torch::stable::Tensor. Compiled with -DTORCH_TARGET_VERSION=<floor>: a header or function newer than
 // the floor, or any non-stable torch header, fails the build. What each call needs (torch 2.14 headers):
-// Tensor metadata, transpose, zero_, copy_, DeviceGuard: 2.9; empty / new_empty / new_zeros
-// with dtype, to, contiguous, view, sum, typed data pointers, get_num_threads: 2.10.
+// Tensor metadata, transpose, zero_, copy_, DeviceGuard: 2.9; to, contiguous, view, sum, typed data
+// pointers, get_num_threads: 2.10; the C shim's aoti_torch_empty_strided / aoti_torch_zero_ (allocation
+// without a boxed dispatcher call) are exported by every torch from 2.10 (the audit checks the floor's).
 #pragma once
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
@@ -86,11 +87,29 @@ struct StableApi {
 
   static Tensor to(const Tensor& t, DType d) { return torch::stable::to(t, scalar(d)); }
   static Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : torch::stable::contiguous(t); }
+  // A contiguous tensor on like's device through the C shim's aoti_torch_empty_strided (torch 2.10 exports
+  // it): a direct call, not a boxed dispatcher call (new_empty's), which costs about a microsecond more.
   static Tensor empty(const std::vector<int64_t>& sizes, DType d, const Tensor& like) {
-    return torch::stable::new_empty(like, sizes, scalar(d));
+    std::vector<int64_t> strides(sizes.size());
+    int64_t stride = 1;
+    for (size_t i = sizes.size(); i-- > 0;) {
+      strides[i] = stride;
+      stride *= sizes[i] > 1 ? sizes[i] : 1;
+    }
+    int32_t device_type = 0, device_index = 0;
+    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
+    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(like.get(), &device_index));
+    const int32_t dtype = torch::stable::detail::to<int32_t>(torch::stable::detail::from(scalar(d)));
+    AtenTensorHandle handle = nullptr;
+    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(static_cast<int64_t>(sizes.size()), sizes.data(),
+                                                           strides.data(), dtype, device_type, device_index,
+                                                           &handle));
+    return Tensor(handle);
   }
   static Tensor zeros(const std::vector<int64_t>& sizes, DType d, const Tensor& like) {
-    return torch::stable::new_zeros(like, sizes, scalar(d));
+    Tensor t = empty(sizes, d, like);
+    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_zero_(t.get()));
+    return t;
   }
   static Tensor sum(const Tensor& t, int64_t d) {
     const std::vector<int64_t> dims{d};
