@@ -19,8 +19,7 @@ chosen wheel, the ranked compatible candidates, and each rejected wheel with its
 
 Ranking of the wheels that pass (:func:`rank_key`): a stable-ABI wheel before a classic one for the
 same target (it keeps working when torch is upgraded, for about 0.1-0.6 us more per op call:
-docs/benchmarks.md),
-the highest floor first among stable ones; then a classic wheel built against the exact torch build;
+docs/benchmarks.md), the highest floor first among stable ones; then a classic wheel built against the exact torch build;
 then SASS over PTX JIT; then the most specific wheel tag.
 
 No wheel passing is a result of its own (``Decision.chosen is None``, ``status == "no-candidate"``);
