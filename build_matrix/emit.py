@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -64,6 +66,7 @@ CCACHE_MOUNT = "/ccache"
 PAGES_INDEX_VAR = "MAMBA_WHEEL_INDEX_BASE"  # repository variable: the index base URL (default: Pages)
 INDEX_ASSET = "mamba-ssm-index.tar.gz"  # = release.INDEX_ASSET: one release's index, a Release asset
 BUILD_STEP_TIMEOUT_MIN = 150
+TEMPLATES_DIR = "templates"  # build_matrix/templates/: the workflow templates (@KEY@ placeholders)
 
 
 # -------------------------------------------------------------------------------------- dockerfiles
@@ -187,9 +190,33 @@ def _q(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-OWNER_STEP = """      - name: The repository owner, lowercased (registry paths are lower case)
-        id: owner
-        run: echo "owner=${GITHUB_REPOSITORY_OWNER,,}" >> "$GITHUB_OUTPUT\""""
+_PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
+
+
+def template(name: str) -> str:
+    """The text of ``build_matrix/templates/<name>``."""
+    return (resources.files(__package__) / TEMPLATES_DIR / name).read_text(encoding="utf-8")
+
+
+def fill(name: str, **values: str) -> str:
+    """Template ``name`` with every ``@KEY@`` replaced by ``values[KEY]`` (one pass: a value is never
+    scanned again). ValueError naming the keys when the template has a placeholder without a value or
+    a value has no placeholder (a renamed placeholder must fail, not vanish)."""
+    text = template(name)
+    found = set(_PLACEHOLDER.findall(text))
+    missing, unused = sorted(found - values.keys()), sorted(values.keys() - found)
+    if missing or unused:
+        raise ValueError(
+            f"template {TEMPLATES_DIR}/{name}: placeholders without a value {missing}, values without a "
+            f"placeholder {unused}; make emit.py and the template agree"
+        )
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+
+
+def _owner_step() -> str:
+    """The step (YAML, job-step indentation) giving ``steps.owner.outputs.owner``: the repository owner
+    lowercased, as registry paths need."""
+    return template("owner-step.yml.tmpl").rstrip("\n")
 
 
 def builder_workflow(plan: mx.Plan) -> str:
@@ -198,60 +225,7 @@ def builder_workflow(plan: mx.Plan) -> str:
     include = "\n".join(
         f"          - {{ platform: {_q(p)}, runner: {_q(runners[p])} }}" for p in sorted(runners)
     )
-    return f"""# {HEADER}
-# Builds the builder images (docker/, one per toolkit and platform, each on a native runner) with
-# docker buildx bake and pushes them to ghcr.io/<repository owner, lowercased>, where the release's
-# wheel jobs pull them. Runs when docker/ or the matrix change, weekly (fresh base images and
-# toolkit patches), and by hand.
-name: builder-images
-
-on:
-  push:
-    branches: [main]
-    paths: ["docker/**", "build_matrix/matrix.toml"]
-  schedule:
-    - cron: "23 4 * * 1"
-  workflow_dispatch:
-
-permissions:
-  contents: read
-
-concurrency:
-  group: builder-images
-  cancel-in-progress: false
-
-jobs:
-  bake:
-    name: images ${{{{ matrix.platform }}}}
-    runs-on: ${{{{ matrix.runner }}}}
-    timeout-minutes: 180
-    permissions:
-      contents: read
-      packages: write
-    strategy:
-      fail-fast: false
-      matrix:
-        include:
-{include}
-    steps:
-      - uses: actions/checkout@v4
-{OWNER_STEP}
-      - uses: docker/setup-buildx-action@v3
-      - uses: docker/login-action@v3
-        with:
-          registry: ghcr.io
-          username: ${{{{ github.actor }}}}
-          password: ${{{{ secrets.GITHUB_TOKEN }}}}
-      - name: Bake and push the ${{{{ matrix.platform }}}} images
-        uses: docker/bake-action@v6
-        env:
-          OWNER: ${{{{ steps.owner.outputs.owner }}}}
-        with:
-          source: .
-          files: docker/docker-bake.hcl
-          targets: ${{{{ matrix.platform }}}}
-          push: true
-"""
+    return fill("builder-images.yml.tmpl", HEADER=HEADER, INCLUDE=include, OWNER_STEP=_owner_step())
 
 
 def cibuildwheel_options(
@@ -326,295 +300,25 @@ def cibuildwheel_toml(cell: mx.Cell, owner: str, ccache_dir: Optional[str] = Non
     return "\n".join(lines) + "\n"
 
 
-RELEASE_TEMPLATE = """# @HEADER@
-# @NCELLS@ cells, each built by cibuildwheel in its builder image (ghcr.io/<owner>/...; the
-# builder-images workflow pushes them) with the options `python -m build_matrix emit --cibuildwheel`
-# gives, repaired, audited, attested. Publishing runs in this order, each step gated on the previous:
-# Release assets -> GitHub Pages index -> sdist pinned to the deployed manifest -> pin check -> PyPI.
-name: release
-
-on:
-  push:
-    tags: ["v*"]
-  workflow_dispatch:
-
-permissions:
-  contents: read
-
-concurrency:
-  group: release-${{ github.ref }}
-  cancel-in-progress: false
-
-env:
-  PIP_DISABLE_PIP_VERSION_CHECK: "1"
-
-jobs:
-  plan:
-    runs-on: ubuntu-24.04
-    outputs:
-      owner: ${{ steps.owner.outputs.owner }}
-      version: ${{ steps.urls.outputs.version }}
-      tag: ${{ steps.urls.outputs.tag }}
-      index_url: ${{ steps.urls.outputs.index_url }}
-      wheels_url: ${{ steps.urls.outputs.wheels_url }}
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-@OWNER_STEP@
-      - name: Validate the matrix; check the generated files are current
-        run: |
-          python -m pip install "packaging>=24"
-          python -m build_matrix plan
-          python -m build_matrix emit --check
-      - name: The release's URLs (the index base is one setting, vars.@INDEX_VAR@; default the Pages URL)
-        id: urls
-        env:
-          INDEX_BASE: ${{ vars.@INDEX_VAR@ }}
-          REPOSITORY: ${{ github.repository }}
-          SERVER_URL: ${{ github.server_url }}
-        run: |
-          python -m build_matrix release urls --repository "$REPOSITORY" --server-url "$SERVER_URL" \\
-            --index-base "$INDEX_BASE" --ref "$GITHUB_REF" >> "$GITHUB_OUTPUT"
-
-  sdist-test:
-    needs: plan
-    runs-on: ubuntu-24.04
-    strategy:
-      fail-fast: false
-      matrix:
-        python: [@PYTHONS@]
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: ${{ matrix.python }}
-      - name: The sdist carries every compiled source; it installs without kernels and imports
-        env:
-          MAMBA_SKIP_CUDA_BUILD: "TRUE"
-        run: |
-          python -m pip install build "packaging>=24" "setuptools>=70" wheel
-          python -m build_matrix sdist-check --no-build --out dist/sdist-check
-          python -m pip install --extra-index-url https://download.pytorch.org/whl/cpu torch
-          python -m pip install dist/sdist-check/*.tar.gz
-          python -c "import mamba_ssm"
-
-  wheel:
-    needs: plan
-    name: wheel ${{ matrix.id }}
-    runs-on: ${{ matrix.runner }}
-    timeout-minutes: @JOB_TIMEOUT@
-    continue-on-error: ${{ matrix.experimental }}
-    permissions:
-      contents: read
-      packages: read
-      id-token: write
-      attestations: write
-    strategy:
-      fail-fast: false
-      matrix:
-        include:
-@INCLUDE@
-    env:
-      CELL: ${{ matrix.id }}
-      OWNER: ${{ needs.plan.outputs.owner }}
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-      - name: The cell's cibuildwheel options, from matrix.toml
-        run: |
-          python -m pip install "packaging>=24"
-          mkdir -p .ccache
-          python -m build_matrix emit --cibuildwheel "$CELL" --owner "$OWNER" \\
-            --ccache-dir "$GITHUB_WORKSPACE/.ccache" > cibuildwheel.toml
-          cat cibuildwheel.toml
-      - name: Log in to ghcr.io to pull the builder image (packages start private)
-        uses: docker/login-action@v3
-        with:
-          registry: ghcr.io
-          username: ${{ github.actor }}
-          password: ${{ secrets.GITHUB_TOKEN }}
-      - name: Restore the compiler cache
-        uses: actions/cache/restore@v4
-        with:
-          path: .ccache
-          key: ccache-${{ matrix.id }}-${{ github.sha }}
-          restore-keys: |
-            ccache-${{ matrix.id }}-
-      - name: Build, repair and audit the cell (cibuildwheel)
-        timeout-minutes: @STEP_TIMEOUT@
-        uses: @CIBUILDWHEEL@
-        with:
-          config-file: cibuildwheel.toml
-          output-dir: dist/cells
-      - name: Save the compiler cache (also after a failed or timed-out build)
-        if: always()
-        uses: actions/cache/save@v4
-        with:
-          path: .ccache
-          key: ccache-${{ matrix.id }}-${{ github.sha }}-${{ github.run_attempt }}
-      - name: Build provenance of the wheel
-        uses: actions/attest-build-provenance@v2
-        with:
-          subject-path: dist/cells/*.whl
-      - uses: actions/upload-artifact@v4
-        with:
-          name: wheel-${{ matrix.id }}
-          path: dist/cells/*.whl
-          if-no-files-found: error
-
-  release-assets:
-    needs: [plan, sdist-test, wheel]
-    if: startsWith(github.ref, 'refs/tags/v')
-    runs-on: ubuntu-24.04
-    permissions:
-      contents: write
-    env:
-      GH_TOKEN: ${{ github.token }}
-      TAG: ${{ needs.plan.outputs.tag }}
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-      - uses: actions/download-artifact@v4
-        with:
-          pattern: wheel-*
-          path: dist/wheels
-          merge-multiple: true
-      - name: This release's variant index (PEP 503 roots linking to the Release assets, manifest.json)
-        env:
-          VERSION: ${{ needs.plan.outputs.version }}
-          WHEELS_URL: ${{ needs.plan.outputs.wheels_url }}
-        run: |
-          python -m pip install "packaging>=24" filelock
-          python -m build_matrix release index --version "$VERSION" --wheels dist/wheels \\
-            --wheels-url "$WHEELS_URL" --out dist/release
-      - name: The wheels and the index as assets of the tag's GitHub Release
-        run: |
-          gh release view "$TAG" >/dev/null 2>&1 || gh release create "$TAG" --verify-tag --title "$TAG" \\
-            --notes "Prebuilt mamba-ssm wheels; pip install mamba-ssm picks the one for your torch."
-          gh release upload "$TAG" dist/wheels/*.whl dist/release/@INDEX_ASSET@ --clobber
-
-  pages:
-    needs: [plan, release-assets]
-    runs-on: ubuntu-24.04
-    permissions:
-      contents: read
-      pages: write
-      id-token: write
-    environment:
-      name: github-pages
-      url: ${{ steps.deploy.outputs.page_url }}
-    env:
-      GH_TOKEN: ${{ github.token }}
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-      - name: Every release's index (a Pages deploy replaces the whole site)
-        run: |
-          python -m pip install "packaging>=24"
-          mkdir -p dist/indexes
-          gh release list --limit 1000 --json tagName --jq '.[].tagName' | while read -r tag; do
-            gh release download "$tag" --pattern @INDEX_ASSET@ --dir "dist/indexes/$tag" \\
-              || echo "$tag has no @INDEX_ASSET@ (a release without wheels)"
-          done
-          python -m build_matrix release site dist/indexes --out dist/site
-      - uses: actions/upload-pages-artifact@v3
-        with:
-          path: dist/site
-      - id: deploy
-        uses: actions/deploy-pages@v4
-
-  sdist:
-    needs: [plan, pages]
-    runs-on: ubuntu-24.04
-    env:
-      GH_TOKEN: ${{ github.token }}
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-      - name: The sdist, built after the index, with the manifest's sha256 and the index URLs in it
-        env:
-          TAG: ${{ needs.plan.outputs.tag }}
-          INDEX_URL: ${{ needs.plan.outputs.index_url }}
-          WHEELS_URL: ${{ needs.plan.outputs.wheels_url }}
-        run: |
-          python -m pip install build "packaging>=24" "setuptools>=70" wheel
-          gh release download "$TAG" --pattern @INDEX_ASSET@ --dir dist/index
-          python -m build_matrix release sdist --index dist/index/@INDEX_ASSET@ --index-url "$INDEX_URL" \\
-            --wheels-url "$WHEELS_URL" --out dist/sdist
-      - uses: actions/upload-artifact@v4
-        with:
-          name: sdist
-          path: dist/sdist/*.tar.gz
-          if-no-files-found: error
-
-  check-pin:
-    needs: [plan, sdist]
-    runs-on: ubuntu-24.04
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-      - uses: actions/download-artifact@v4
-        with:
-          name: sdist
-          path: dist
-      - name: The deployed manifest is the one pinned into the sdist
-        env:
-          INDEX_URL: ${{ needs.plan.outputs.index_url }}
-        run: |
-          python -m pip install "packaging>=24"
-          python -m build_matrix release verify-pin dist/*.tar.gz --index-url "$INDEX_URL" --retries 10
-
-  publish:
-    needs: [plan, check-pin]
-    if: startsWith(github.ref, 'refs/tags/v')
-    runs-on: ubuntu-24.04
-    environment: pypi
-    permissions:
-      id-token: write
-    steps:
-      - uses: actions/download-artifact@v4
-        with:
-          name: sdist
-          path: dist
-      - name: Publish the sdist (trusted publishing; PEP 740 attestations)
-        uses: pypa/gh-action-pypi-publish@release/v1
-"""
-
-
 def workflow(plan: mx.Plan) -> str:
     """.github/workflows/release.yml (see the module docstring)."""
     include = "\n".join(
         f"          - {{ id: {_q(c.id)}, runner: {_q(c.runner)}, experimental: {str(c.experimental).lower()} }}"
         for c in plan.cells
     )
-    values = {
-        "@HEADER@": HEADER,
-        "@NCELLS@": str(len(plan.cells)),
-        "@OWNER_STEP@": OWNER_STEP,
-        "@INDEX_VAR@": PAGES_INDEX_VAR,
-        "@PYTHONS@": ", ".join(_q(v) for v in plan.python_versions),
-        "@JOB_TIMEOUT@": str(JOB_TIMEOUT_MIN),
-        "@STEP_TIMEOUT@": str(BUILD_STEP_TIMEOUT_MIN),
-        "@INCLUDE@": include,
-        "@CIBUILDWHEEL@": CIBUILDWHEEL,
-        "@INDEX_ASSET@": INDEX_ASSET,
-    }
-    text = RELEASE_TEMPLATE
-    for k, v in values.items():
-        text = text.replace(k, v)
-    return text
+    return fill(
+        "release.yml.tmpl",
+        HEADER=HEADER,
+        NCELLS=str(len(plan.cells)),
+        OWNER_STEP=_owner_step(),
+        INDEX_VAR=PAGES_INDEX_VAR,
+        PYTHONS=", ".join(_q(v) for v in plan.python_versions),
+        JOB_TIMEOUT=str(JOB_TIMEOUT_MIN),
+        STEP_TIMEOUT=str(BUILD_STEP_TIMEOUT_MIN),
+        INCLUDE=include,
+        CIBUILDWHEEL=CIBUILDWHEEL,
+        INDEX_ASSET=INDEX_ASSET,
+    )
 
 
 def actionlint_config(plan: mx.Plan) -> str:
