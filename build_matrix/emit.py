@@ -3,16 +3,23 @@
 Writes (relative to the repository root):
 
 * ``.github/workflows/release.yml``: plan -> one cibuildwheel job per cell (the cell's builder image as
-  the manylinux image, its options from ``emit --cibuildwheel CELL``; every wheel attested with
-  actions/attest-build-provenance) -> publishing, each step gated on the previous: the wheels and the
-  variant index as assets of the tag's GitHub Release -> GitHub Pages carrying every release's PEP 503
-  roots + manifest.json -> the sdist built after that, with the manifest's sha256 pinned -> a job
-  that fetches the deployed manifest and checks the pin -> trusted publishing of the sdist to PyPI.
+  the manylinux image, its options from ``emit --cibuildwheel CELL``) -> one job attesting every
+  wheel (actions/attest; the build jobs hold no OIDC token) -> publishing, each step gated on the
+  previous: the wheels and the variant index as assets of the tag's GitHub Release -> GitHub Pages
+  carrying every release's PEP 503 roots + manifest.json -> the sdist built after that, with the
+  manifest's sha256 pinned -> a job that fetches the deployed manifest and checks the pin -> the sdist
+  signed (PEP 740) and published to PyPI by trusted publishing.
 * ``.github/workflows/builder-images.yml``: ``docker buildx bake`` of docker/ pushed to
   ``ghcr.io/<repository owner, lowercased>`` on changes to docker/ or matrix.toml and weekly.
+* ``.github/actionlint.yaml`` (the runner labels) and ``.github/dependabot.yml`` (bumps of the pinned
+  actions).
 * ``docker/<toolkit>.Dockerfile`` (manylinux_2_28 + one CUDA toolkit / ROCm / nothing, + ccache)
   and ``docker/docker-bake.hcl`` (one target per toolkit and platform, tagged as the cells' images,
   the owner a bake variable).
+
+The texts are templates in ``build_matrix/templates/`` (``@KEY@`` placeholders, filled by
+:func:`fill`); every action a workflow uses is written as ``@PIN owner/repo@`` and comes from
+``templates/action-pins/action.yml``, where each is pinned to the commit of its release tag.
 
 ``--cibuildwheel CELL --owner OWNER`` prints one cell's cibuildwheel configuration instead (what the
 release's wheel job runs with). No organisation name is written anywhere: the workflows read it.
@@ -28,7 +35,7 @@ import re
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from . import matrix as mx
 from ._compat_loader import load_compat
@@ -74,127 +81,7 @@ ACTION_PINS = "action-pins/action.yml"
 PUBLISH_REQUIREMENTS = ".github/publish-requirements.txt"
 
 
-# -------------------------------------------------------------------------------------- dockerfiles
-def dockerfile(tk: mx.Toolkit) -> str:
-    """The builder image of one toolkit (the platform comes from the bake file's BASE_IMAGE/ARCH)."""
-    lines = [
-        f"# {HEADER}",
-        f"# Builder image for toolkit {tk.id} ({tk.kind} {tk.version}): manylinux_2_28 (AlmaLinux 8,",
-        "# glibc 2.28), so auditwheel can grant the manylinux_2_28 platform tag; ccache for re-runs.",
-        "ARG BASE_IMAGE=" + tk.base_image.format(arch="x86_64"),
-        "FROM ${BASE_IMAGE}",
-        "ARG ARCH=x86_64",
-        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]',
-    ]
-    pkgs = " ".join(tk.packages)
-    if tk.kind == "cuda":
-        dotted = tk.version
-        lines += [
-            "# NVIDIA's RHEL 8 repository (x86_64 or sbsa); the toolkit's compiler, runtime headers and",
-            "# CCCL only (the libraries come from torch's own wheels at run time).",
-            "# hadolint ignore=DL3041",
-            'RUN REPO_ARCH=$([ "$ARCH" = aarch64 ] && echo sbsa || echo x86_64) \\',
-            "    && dnf config-manager --add-repo "
-            '"https://developer.download.nvidia.com/compute/cuda/repos/rhel8/${REPO_ARCH}/cuda-rhel8.repo" \\',
-            "    && dnf install -y epel-release \\",
-            f"    && dnf install -y {pkgs} ccache \\",
-            "    && dnf clean all",
-            f"ENV CUDA_HOME=/usr/local/cuda-{dotted}",
-            f"ENV PATH={BUILD_PYTHON_DIR}:/usr/local/cuda-{dotted}/bin:${{PATH}}",
-        ]
-    elif tk.kind == "rocm":
-        lines += [
-            "# AMD's RHEL 8 ROCm repository (experimental: ROCm wheels are unverified on AMD hardware).",
-            "# hadolint ignore=DL3041",
-            "RUN printf '[rocm]\\nname=ROCm\\nbaseurl=https://repo.radeon.com/rocm/rhel8/"
-            f"{tk.version}/main\\nenabled=1\\ngpgcheck=1\\n"
-            "gpgkey=https://repo.radeon.com/rocm/rocm.gpg.key\\n' > /etc/yum.repos.d/rocm.repo \\",
-            "    && dnf install -y epel-release \\",
-            f"    && dnf install -y {pkgs} ccache \\",
-            "    && dnf clean all",
-            "ENV ROCM_PATH=/opt/rocm HIP_BUILD=1",
-            f"ENV PATH={BUILD_PYTHON_DIR}:/opt/rocm/bin:${{PATH}}",
-        ]
-    else:
-        lines += [
-            "# CPU-only builds: the devtoolset compiler of manylinux_2_28 and ccache.",
-            "# hadolint ignore=DL3041",
-            "RUN dnf install -y epel-release \\",
-            "    && dnf install -y ccache \\",
-            "    && dnf clean all",
-            f"ENV PATH={BUILD_PYTHON_DIR}:${{PATH}}",
-        ]
-    lines += [
-        "ENV CCACHE_DIR=/ccache CCACHE_MAXSIZE=2G",
-        "# The release tooling's own dependencies (the cell's torch is installed by the build).",
-        "RUN python -m pip install --no-cache-dir " + " ".join(TOOL_PINS),
-        "WORKDIR /work",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _bake_name(toolkit: str, platform: str) -> str:
-    return f"{toolkit}-{platform}".replace(".", "_")
-
-
-def bake_file(plan: mx.Plan, toolkits: List[mx.Toolkit]) -> str:
-    """docker/docker-bake.hcl: one target per (toolkit, platform) a cell uses, tagged
-    ``ghcr.io/${OWNER}/...`` (``OWNER``: the repository owner, lowercased, set by the builder-images
-    workflow); groups per platform (each built on a native runner) and "default" (all)."""
-    used = sorted({(c.toolkit, c.platform) for c in plan.cells})
-    by_id = {t.id: t for t in toolkits}
-    image_of = {(c.toolkit, c.platform): c.image for c in plan.cells}
-    lines = [
-        f"# {HEADER}",
-        "",
-        "# The GitHub repository owner, lowercased (the workflow sets it: no owner is written here).",
-        'variable "OWNER" {',
-        '  default = ""',
-        "}",
-        "",
-    ]
-    groups: Dict[str, List[str]] = {}
-    for tid, platform in used:
-        tk = by_id[tid]
-        name = _bake_name(tid, platform)
-        groups.setdefault(platform, []).append(name)
-        tag = image_of[(tid, platform)].replace(mx.OWNER_PLACEHOLDER, "${OWNER}")
-        lines += [
-            f'target "{name}" {{',
-            '  context    = "docker"',
-            f'  dockerfile = "{tid}.Dockerfile"',
-            f'  platforms  = ["linux/{"amd64" if platform == "x86_64" else "arm64"}"]',
-            "  args = {",
-            f'    BASE_IMAGE = "{tk.base_image.format(arch=platform)}"',
-            f'    ARCH       = "{platform}"',
-            "  }",
-            f'  tags = ["{tag}"]',
-            "}",
-            "",
-        ]
-    for platform in sorted(groups):
-        lines += [
-            f'group "{platform}" {{',
-            "  targets = [" + ", ".join(f'"{n}"' for n in groups[platform]) + "]",
-            "}",
-            "",
-        ]
-    lines += [
-        'group "default" {',
-        "  targets = [" + ", ".join(f'"{p}"' for p in sorted(groups)) + "]",
-        "}",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------------------- workflows
-def _q(s: str) -> str:
-    """A YAML double-quoted scalar."""
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
+# -------------------------------------------------------------------------------------- templates
 _PLACEHOLDER = re.compile(r"@(PIN [^@\s]+|[A-Z][A-Z0-9_]*)@")
 # One pinned action: `- uses: owner/repo[/path]@<40 hex> # vX[.Y[.Z]]` (a step of the pins file).
 _PIN_LINE = re.compile(
@@ -208,12 +95,12 @@ def template(name: str) -> str:
     return (resources.files(__package__) / TEMPLATES_DIR / name).read_text(encoding="utf-8")
 
 
-def action_pins(text: Optional[str] = None) -> Dict[str, str]:
+def action_pins(text: str | None = None) -> dict[str, str]:
     """{action: ``action@<commit sha> # <tag>``} from the pins file (``templates/action-pins/action.yml``,
     or ``text``). ValueError naming the line for a ``uses:`` that is not a full 40-hex commit SHA with
     its release tag in a trailing comment, and for an action pinned twice."""
     text = template(ACTION_PINS) if text is None else text
-    pins: Dict[str, str] = {}
+    pins: dict[str, str] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if not re.match(r"^\s*-?\s*uses:", line):
             continue
@@ -249,6 +136,63 @@ def fill(name: str, **values: str) -> str:
     return _PLACEHOLDER.sub(lambda m: pins[m[1][4:]] if m[1].startswith("PIN ") else values[m[1]], text)
 
 
+# -------------------------------------------------------------------------------------- dockerfiles
+def dockerfile(tk: mx.Toolkit) -> str:
+    """The builder image of one toolkit (the platform comes from the bake file's BASE_IMAGE/ARCH): the
+    toolkit's layers (``Dockerfile-cuda`` / ``-rocm`` / ``-cpu``) on manylinux_2_28, then our tooling."""
+    # the kind is cuda, rocm or cpu (matrix.py refuses any other); a CPU image installs no toolkit
+    toolkit = {} if tk.kind == "cpu" else {"PACKAGES": " ".join(tk.packages), "VERSION": tk.version}
+    layers = fill(f"Dockerfile-{tk.kind}.tmpl", PYTHON_DIR=BUILD_PYTHON_DIR, **toolkit)
+    return fill(
+        "Dockerfile.tmpl",
+        HEADER=HEADER,
+        TOOLKIT=tk.id,
+        KIND=tk.kind,
+        VERSION=tk.version,
+        BASE_IMAGE=tk.base_image.format(arch="x86_64"),
+        TOOLKIT_LAYERS=layers.rstrip("\n"),
+        TOOL_PINS=" ".join(TOOL_PINS),
+    )
+
+
+def _bake_name(toolkit: str, platform: str) -> str:
+    return f"{toolkit}-{platform}".replace(".", "_")
+
+
+def bake_file(plan: mx.Plan, toolkits: list[mx.Toolkit]) -> str:
+    """docker/docker-bake.hcl: one target per (toolkit, platform) a cell uses, tagged
+    ``ghcr.io/${OWNER}/...`` (``OWNER``: the repository owner, lowercased, set by the builder-images
+    workflow); groups per platform (each built on a native runner) and "default" (all)."""
+    used = sorted({(c.toolkit, c.platform) for c in plan.cells})
+    by_id = {t.id: t for t in toolkits}
+    image_of = {(c.toolkit, c.platform): c.image for c in plan.cells}
+    blocks: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for tid, platform in used:
+        name = _bake_name(tid, platform)
+        groups.setdefault(platform, []).append(name)
+        blocks.append(
+            fill(
+                "bake-target.hcl.tmpl",
+                NAME=name,
+                TOOLKIT=tid,
+                DOCKER_ARCH="amd64" if platform == "x86_64" else "arm64",
+                BASE_IMAGE=by_id[tid].base_image.format(arch=platform),
+                PLATFORM=platform,
+                TAG=image_of[(tid, platform)].replace(mx.OWNER_PLACEHOLDER, "${OWNER}"),
+            )
+        )
+    for group, targets in [*sorted(groups.items()), ("default", sorted(groups))]:
+        blocks.append(fill("bake-group.hcl.tmpl", NAME=group, TARGETS=", ".join(f'"{t}"' for t in targets)))
+    return fill("docker-bake.hcl.tmpl", HEADER=HEADER, BLOCKS="\n".join(blocks).rstrip("\n"))
+
+
+# --------------------------------------------------------------------------------------- workflows
+def _q(s: str) -> str:
+    """A YAML double-quoted scalar."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def _owner_step() -> str:
     """The step (YAML, job-step indentation) giving ``steps.owner.outputs.owner``: the repository owner
     lowercased, as registry paths need."""
@@ -271,8 +215,8 @@ def builder_workflow(plan: mx.Plan) -> str:
 
 
 def cibuildwheel_options(
-    cell: mx.Cell, owner: str, ccache_dir: Optional[str] = None, max_jobs: int = 4
-) -> Dict[str, Any]:
+    cell: mx.Cell, owner: str, ccache_dir: str | None = None, max_jobs: int = 4
+) -> dict[str, Any]:
     """cibuildwheel's options for one cell (``[tool.cibuildwheel]`` of its config file).
 
     One build identifier (the cell's CPython: the wheel is abi3), the cell's builder image as the
@@ -295,7 +239,7 @@ def cibuildwheel_options(
         )
     elif cell.toolkit_kind == "rocm":
         env["PYTORCH_ROCM_ARCH"] = ";".join(cell.gfx)
-    opts: Dict[str, Any] = {
+    opts: dict[str, Any] = {
         "build": cell.cibuildwheel_identifier,
         "archs": [cell.platform],
         "build-frontend": {"name": "pip", "args": ["--no-build-isolation"]},
@@ -332,7 +276,7 @@ def _toml_value(v: Any) -> str:
     raise TypeError(f"no TOML form for {type(v).__name__}")
 
 
-def cibuildwheel_toml(cell: mx.Cell, owner: str, ccache_dir: Optional[str] = None) -> str:
+def cibuildwheel_toml(cell: mx.Cell, owner: str, ccache_dir: str | None = None) -> str:
     """The config file ``cibuildwheel --config-file`` reads for ``cell``."""
     lines = [
         f"# Generated by `python -m build_matrix emit --cibuildwheel {cell.id}` from build_matrix/matrix.toml.",
@@ -383,9 +327,9 @@ def dependabot_config() -> str:
 
 
 # ------------------------------------------------------------------------------------------- emit
-def render(plan: mx.Plan, matrix: Dict) -> Dict[str, str]:
+def render(plan: mx.Plan, matrix: dict) -> dict[str, str]:
     """{relative path: content} of every generated file."""
-    errors: List[str] = []
+    errors: list[str] = []
     toolkits = mx._toolkits(matrix, errors)
     used = {c.toolkit for c in plan.cells}
     files = {
@@ -403,7 +347,7 @@ def render(plan: mx.Plan, matrix: Dict) -> Dict[str, str]:
 
 def generated_files(
     matrix_path: Path = mx.MATRIX_PATH, data_path: Path = mx.DATA_PATH, pyproject: Path = mx.PYPROJECT_PATH
-) -> Dict[str, str]:
+) -> dict[str, str]:
     plan = mx.load_plan(matrix_path, data_path, pyproject)
     if not plan.ok:
         raise mx.MatrixError(
