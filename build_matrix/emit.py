@@ -11,8 +11,7 @@ Writes (relative to the repository root):
   signed (PEP 740) and published to PyPI by trusted publishing.
 * ``.github/workflows/builder-images.yml``: ``docker buildx bake`` of docker/ pushed to
   ``ghcr.io/<repository owner, lowercased>`` on changes to docker/ or matrix.toml and weekly.
-* ``.github/actionlint.yaml`` (the runner labels) and ``.github/dependabot.yml`` (bumps of the pinned
-  actions).
+* ``.github/dependabot.yml``: Dependabot's bumps of the pinned actions.
 * ``docker/<toolkit>.Dockerfile`` (manylinux_2_28 + one CUDA toolkit / ROCm / nothing, + ccache)
   and ``docker/docker-bake.hcl`` (one target per toolkit and platform, tagged as the cells' images,
   the owner a bake variable).
@@ -308,13 +307,6 @@ def workflow(plan: mx.Plan) -> str:
     )
 
 
-def actionlint_config(plan: mx.Plan) -> str:
-    """.github/actionlint.yaml: the runner labels the workflows use, declared so that actionlint accepts
-    them whatever GitHub-hosted labels its release knows."""
-    labels = sorted({c.runner for c in plan.cells} | {"ubuntu-24.04"})
-    return f"# {HEADER}\nself-hosted-runner:\n  labels:\n" + "".join(f"    - {l}\n" for l in labels)
-
-
 def dependabot_config() -> str:
     """.github/dependabot.yml: Dependabot's github-actions ecosystem over the pins file only (a bump of a
     generated workflow would be undone by the next emit): one grouped pull request a week, for
@@ -335,7 +327,6 @@ def render(plan: mx.Plan, matrix: dict) -> dict[str, str]:
     files = {
         ".github/workflows/release.yml": workflow(plan),
         ".github/workflows/builder-images.yml": builder_workflow(plan),
-        ".github/actionlint.yaml": actionlint_config(plan),
         ".github/dependabot.yml": dependabot_config(),
     }
     for tk in toolkits:
