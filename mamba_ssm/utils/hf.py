@@ -205,23 +205,21 @@ def _hub_present(model_name):
     return [n for n in WEIGHTS_LAYOUTS if n in names]
 
 
-def _shard_names(index_path, weight_map):
-    """The shard file names of an index's weight_map, in first-seen order; ValueError for a malformed
-    map or a name that leaves the checkpoint's folder."""
+def _weight_map(index_path, index) -> dict[str, str]:
+    """The {tensor name: shard file name} of an index file's JSON; ValueError for a malformed map or a
+    name that leaves the checkpoint's folder."""
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise ValueError(
             f"{index_path} has no weight_map (a JSON object {{tensor name: shard file}}): re-save the "
             f"checkpoint (huggingface_hub.save_torch_state_dict or transformers' save_pretrained write it)"
         )
-    shards = []
     for key, name in weight_map.items():
         if not isinstance(name, str) or not name or os.path.isabs(name) or ".." in name.split("/"):
             raise ValueError(
                 f"{index_path}: weight_map[{key!r}] = {name!r} is not a shard file name next to the index"
             )
-        if name not in shards:
-            shards.append(name)
-    return shards
+    return weight_map
 
 
 def find_weights(model_name, warn=True) -> WeightFiles:
@@ -261,9 +259,9 @@ def find_weights(model_name, warn=True) -> WeightFiles:
     if layout in (SAFE_WEIGHTS_NAME, WEIGHTS_NAME):
         return WeightFiles(str(model_name), layout, [path], None, ignored)
     index = _read_json(path, "huggingface_hub.save_torch_state_dict or save_pretrained writes it")
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    local_paths = {}
-    for name in _shard_names(path, weight_map):
+    weight_map = _weight_map(path, index)
+    local_paths: dict[str, str] = {}
+    for name in dict.fromkeys(weight_map.values()):  # the shards, in first-seen order
         if local:
             shard = os.path.join(model_name, name)
             if not os.path.isfile(shard):
