@@ -27,6 +27,9 @@ def test_sdist_carries_every_compiled_source(tmp_path):
     csrc = sorted(p.name for p in (ROOT / "csrc").iterdir() if p.is_file())
     assert csrc and sorted(p.name for p in (unpacked / "csrc").iterdir()) == csrc
     assert (unpacked / "setup.py").is_file() and (unpacked / "mamba_ssm/_compat/variant.py").is_file()
+    # build_matrix emit runs from an unpacked sdist too: its templates and action pins are inside
+    templates = [p.relative_to(ROOT) for p in (ROOT / "build_matrix/templates").rglob("*") if p.is_file()]
+    assert templates and [t for t in templates if not (unpacked / t).is_file()] == []
 
 
 def test_missing_source_is_named(tmp_path):
