@@ -7,6 +7,7 @@
 # Set MAMBA_CI_SKIP_BUILD=1 to run the tests against whatever is there, MAMBA_CI_SKIP_LINT=1 to skip
 # the checks (a targeted run while editing).
 set -euo pipefail
+# shellcheck source=ci/env.sh
 source "$(dirname "$0")/env.sh"
 cd "$REPO_ROOT"
 if [ "${MAMBA_CI_SKIP_LINT:-0}" != "1" ]; then

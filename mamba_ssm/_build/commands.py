@@ -21,7 +21,7 @@ except ImportError:  # pragma: no cover - older setuptools with the wheel packag
 
 from .._compat import buildinfo
 from .._install.record import INSTALL_ID_FILE, BuildNote, InstallMode, install_id_file_bytes, new_install_id
-from .config import BuildConfig, git_commit
+from .config import BuildConfig, git_commit, torch_requirement
 from .errors import PreflightError
 from .plan import BuildMode, BuildPlan, record_decision
 from .settings import CSRC, EXT_NAME, PACKAGE, ROOT
@@ -194,6 +194,11 @@ def make_build_ext(cfg: BuildConfig) -> type:
                 )
                 + (f", gfx {','.join(cfg.gfx_archs)} ({cfg.gfx_source})" if cfg.gfx_archs else "")
                 + f", MAX_JOBS={cfg.max_jobs}, cxx11 ABI={int(cfg.cxx11_abi)}"
+                + (
+                    f", stable ABI (torch >= {cfg.torch_abi_floor})"
+                    if cfg.torch_abi == "stable"
+                    else ", classic ABI"
+                )
             )
             for note in cfg.notes:
                 print(f"mamba-ssm: {note}")
@@ -243,8 +248,10 @@ def setup_kwargs(plan: BuildPlan, version: str) -> dict[str, Any]:
         include_package_data=False,
         zip_safe=False,
         cmdclass=make_cmdclass(plan),
+        install_requires=["torch", "packaging"],  # pyproject.toml: dependencies are dynamic
     )
     if plan.mode is BuildMode.SOURCE and plan.config is not None:
+        kw["install_requires"] = [torch_requirement(plan.config), "packaging"]
         kw["ext_modules"] = [make_extension(plan.config)]
         kw["options"] = {"bdist_wheel": {"py_limited_api": plan.config.python_tag}}
     return kw

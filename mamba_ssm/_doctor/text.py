@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from .._compat.buildinfo import describe_torch_abi
 from .._dispatch import TRITON_OPS, Backend
 from .report import Report, Status
 
@@ -164,6 +165,10 @@ def _compiled_lines(report: Report) -> list[str]:
         add(
             f"  built for: torch {bi.torch_version}, CUDA {bi.torch_cuda or '-'}, HIP {bi.torch_hip or '-'}, "
             f"cxx11abi {bi.cxx11_abi}, {bi.python_tag}, {bi.platform}"
+        )
+        add(
+            "  torch ABI: "
+            + describe_torch_abi(bi.torch_abi, bi.torch_abi_floor, bi.torch_version, bi.cxx11_abi)
         )
         add(
             f"  kernels: {', '.join(bi.kernels) or '-'}; SASS {', '.join(bi.sass_archs) or '-'}; "
