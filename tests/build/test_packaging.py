@@ -135,12 +135,14 @@ def test_sdist_holds_everything_the_build_compiles(tmp_path, sentinels):
     in_tree = [os.path.relpath(os.path.join(d, f), proj) for d, _, fs in os.walk(proj) for f in fs]
     expected = {p for p in in_tree if p.startswith(("csrc/", "build_matrix/")) and "__pycache__" not in p}
     expected |= {p for p in in_tree if p.startswith("mamba_ssm/") and p.endswith((".py", ".json"))}
-    expected |= {"setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "mamba_ssm/_version.py"}
+    expected |= {"setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE", "mamba_ssm/_version.py"}
     missing = sorted(expected - names)
     assert not missing, f"missing from the sdist: {missing}"
+    (root,) = list((tmp_path / "x").iterdir())
+    pkg_info = email.message_from_string((root / "PKG-INFO").read_text())
+    assert pkg_info["License-Expression"] == "Apache-2.0" and pkg_info.get_all("License-File") == ["LICENSE"]
     assert not [n for n in names if n.endswith((".so", ".o", ".pyc"))]
     # every local header a compiled source includes is there (the build-info header is generated)
-    (root,) = list((tmp_path / "x").iterdir())
     for src in (root / "csrc").iterdir():
         for inc in re.findall(r'#\s*include\s+"([^"]+)"', src.read_text(errors="replace")):
             if inc != "mamba_ssm_build_info.h":
@@ -188,8 +190,37 @@ def test_skip_cuda_build_is_pure_python(skip_wheel):
     assert meta["Version"] == f"{BASE_VERSION}+cu13torch2.14cxx11abitrue"  # file name and METADATA agree
     assert not [n for n in names if n.endswith((".so", ".pyd"))]
     assert "mamba_ssm/__init__.py" in names and "mamba_ssm/_compat/buildinfo.py" in names
+    # PEP 639: the license expression in METADATA, the LICENSE file under dist-info/licenses/
+    assert meta["License-Expression"] == "Apache-2.0" and meta.get_all("License-File") == ["LICENSE"]
+    with zipfile.ZipFile(whl) as z:
+        (lic,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert z.read(lic) == open(os.path.join(REPO, "LICENSE"), "rb").read()
     assert not [n for n in names if n.startswith(("build_matrix/", "tests/"))]
     assert not log.exists()  # no compiler run
+
+
+def _license_terms(text):
+    """The terms of an Apache License 2.0 text, whitespace-normalised (the appendix, which is how to
+    apply the license and not part of it, left out)."""
+    body = text.split("END OF TERMS AND CONDITIONS")[0]
+    return " ".join(body.split())
+
+
+def test_license_is_the_apache_2_0_text():
+    """LICENSE holds Apache-2.0 (pyproject's license), word for word as another Apache-2.0 project
+    ships it: packaging's LICENSE.APACHE (a test-only, independent copy of the text)."""
+    import glob
+
+    import packaging
+
+    site = os.path.dirname(os.path.dirname(packaging.__file__))
+    found = glob.glob(os.path.join(site, "packaging-*.dist-info", "licenses", "LICENSE.APACHE"))
+    if not found:
+        pytest.skip("this packaging's dist-info carries no LICENSE.APACHE")
+    ours = open(os.path.join(REPO, "LICENSE")).read()
+    assert ours.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
+    assert _license_terms(ours) == _license_terms(open(found[0]).read())
+    assert 'license = "Apache-2.0"' in open(os.path.join(REPO, "pyproject.toml")).read()
 
 
 HOOK = """
