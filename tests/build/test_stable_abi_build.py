@@ -19,13 +19,13 @@ config = S.config
 
 
 def cuda_torch(version="2.14.1+cu130", cuda="13.0", home=None):
-    return S.TorchInfo(
+    return S.BuildTorch(
         build=TorchBuild(version, cuda=cuda, cxx11_abi=True), arch_list=["sm_90"], cuda_home=home
     )
 
 
 def cpu_torch(version="2.13.0+cpu"):
-    return S.TorchInfo(build=TorchBuild(version, cxx11_abi=True))
+    return S.BuildTorch(build=TorchBuild(version, cxx11_abi=True))
 
 
 @pytest.fixture
@@ -156,10 +156,10 @@ def test_exact_torch_build_requires_that_build():
 
 
 def test_setup_kwargs_requirement():
-    plan = S.Plan("source", config=S.resolve_config({"PATH": os.environ.get("PATH", "")}, cpu_torch()))
+    plan = S.BuildPlan(S.BuildMode.SOURCE, config=S.resolve_config({"PATH": os.environ.get("PATH", "")}, cpu_torch()))
     kw = S.setup_kwargs(plan, "2.4.0")
     assert kw["install_requires"] == ["torch>=2.10", "packaging"]
-    assert S.setup_kwargs(S.Plan("python"), "2.4.0")["install_requires"] == ["torch", "packaging"]
+    assert S.setup_kwargs(S.BuildPlan(S.BuildMode.PYTHON), "2.4.0")["install_requires"] == ["torch", "packaging"]
 
 
 def test_pyproject_declares_dependencies_dynamic():

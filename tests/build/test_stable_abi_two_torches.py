@@ -97,7 +97,7 @@ sys.argv = ["setup.py", "build_ext", "--inplace"]
 import setup as S
 from setuptools import setup
 cfg = S.resolve_config(cpu_only=True)  # the CPU kernels alone, whatever torch's accelerator
-setup(**S.setup_kwargs(S.Plan("source", config=cfg), S.package_version()))
+setup(**S.setup_kwargs(S.BuildPlan(S.BuildMode.SOURCE, config=cfg), S.package_version()))
 """
 
 
