@@ -156,10 +156,15 @@ def test_exact_torch_build_requires_that_build():
 
 
 def test_setup_kwargs_requirement():
-    plan = S.BuildPlan(S.BuildMode.SOURCE, config=S.resolve_config({"PATH": os.environ.get("PATH", "")}, cpu_torch()))
+    plan = S.BuildPlan(
+        S.BuildMode.SOURCE, config=S.resolve_config({"PATH": os.environ.get("PATH", "")}, cpu_torch())
+    )
     kw = S.setup_kwargs(plan, "2.4.0")
     assert kw["install_requires"] == ["torch>=2.10", "packaging"]
-    assert S.setup_kwargs(S.BuildPlan(S.BuildMode.PYTHON), "2.4.0")["install_requires"] == ["torch", "packaging"]
+    assert S.setup_kwargs(S.BuildPlan(S.BuildMode.PYTHON), "2.4.0")["install_requires"] == [
+        "torch",
+        "packaging",
+    ]
 
 
 def test_pyproject_declares_dependencies_dynamic():
