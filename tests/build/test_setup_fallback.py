@@ -154,9 +154,16 @@ def _isolated_site(tmp_path):
 
     site = tmp_path / "isolated"
     site.mkdir()
+    import importlib.metadata
+
     for name in ("packaging", "setuptools", "_distutils_hack"):
         mod = importlib.import_module(name)
         os.symlink(os.path.dirname(mod.__file__), site / name)
+    for dist in ("packaging", "setuptools"):  # their dist-info too: setuptools reads its version there
+        info = importlib.metadata.distribution(dist).locate_file(
+            f"{dist}-{importlib.metadata.version(dist)}.dist-info"
+        )
+        os.symlink(str(info), site / os.path.basename(str(info)))
     return str(site)
 
 
