@@ -21,7 +21,12 @@ import torch.nn.functional as F
 
 from mamba_ssm.ops.triton import _route
 
-__all__ = ["mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined", "ssd_chunk_scan"]
+__all__ = [
+    "mamba_chunk_scan_combined",
+    "mamba_split_conv1d_scan_combined",
+    "ssd_chunk_scan",
+    "ssd_chunk_scan_weighted",
+]
 
 
 def _check(name, t, shape):
@@ -40,6 +45,26 @@ def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None
 
     Returns (y (b, l, h, p), final state (b, h, p, n), states at ``positions`` (k, h, p, n) or None).
     """
+    return ssd_chunk_scan_weighted(
+        x, dt * A.view(1, 1, -1), dt, B, C, chunk_size, initial_states, seq_idx, positions
+    )
+
+
+def ssd_chunk_scan_weighted(
+    x, log_decay, weight, B, C, chunk_size, initial_states=None, seq_idx=None, positions=None
+):
+    """The SSD core with the decay and the input weight given separately:
+
+        h_t = exp(log_decay_t) h_{t-1} + weight_t x_t B_t^T,    y_t = h_t C_t
+
+    (Mamba-2's scan is log_decay = dt A, weight = dt; Mamba-3's exponential-trapezoidal scan uses its
+    own weight). x (b, l, h, p), log_decay and weight (b, l, h) (log_decay <= 0), B, C (b, l, h, n),
+    initial_states (b, h, p, n) or None, seq_idx (b, l) or None (nothing crosses from one id to the
+    next); ``positions``: optional list of timesteps whose states to return (batch 1). Computed in the
+    inputs' dtype; memory O(b l h chunk_size) beyond the inputs.
+
+    Returns (y (b, l, h, p), final state (b, h, p, n), states at ``positions`` (k, h, p, n) or None).
+    """
     b, l, h, p = x.shape
     n = B.shape[-1]
     q = max(
@@ -48,7 +73,8 @@ def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None
     pad = (-l) % q
     if pad:
         x = F.pad(x, (0, 0, 0, 0, 0, pad))
-        dt = F.pad(dt, (0, 0, 0, pad))
+        log_decay = F.pad(log_decay, (0, 0, 0, pad))
+        weight = F.pad(weight, (0, 0, 0, pad))
         B = F.pad(B, (0, 0, 0, 0, 0, pad))
         C = F.pad(C, (0, 0, 0, 0, 0, pad))
         if seq_idx is not None:
@@ -57,8 +83,8 @@ def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None
     xc = x.reshape(b, nc, q, h, p)
     Bc = B.reshape(b, nc, q, h, n)
     Cc = C.reshape(b, nc, q, h, n)
-    dtc = dt.reshape(b, nc, q, h).permute(0, 3, 1, 2)  # (b, h, c, q)
-    cs = torch.cumsum(dtc * A.view(1, h, 1, 1), dim=-1)  # (b, h, c, q)
+    wc = weight.reshape(b, nc, q, h).permute(0, 3, 1, 2)  # (b, h, c, q)
+    cs = torch.cumsum(log_decay.reshape(b, nc, q, h).permute(0, 3, 1, 2), dim=-1)  # (b, h, c, q)
     causal = torch.ones(q, q, dtype=torch.bool, device=x.device).tril()
     mask = causal.view(1, 1, 1, q, q)
     if seq_idx is not None:
@@ -66,7 +92,7 @@ def ssd_chunk_scan(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None
         mask = mask & (sc.unsqueeze(-1) == sc.unsqueeze(-2)).unsqueeze(1)  # (b, 1, c, q, q)
     seg = cs.unsqueeze(-1) - cs.unsqueeze(-2)  # (b, h, c, i, j)
     Lmat = torch.exp(torch.where(mask, seg, torch.full_like(seg, float("-inf"))))
-    xdt = xc * dtc.permute(0, 2, 3, 1).unsqueeze(-1)  # (b, c, q, h, p)
+    xdt = xc * wc.permute(0, 2, 3, 1).unsqueeze(-1)  # (b, c, q, h, p)
     scores = torch.einsum("bcihn,bcjhn->bhcij", Cc, Bc) * Lmat
     y = torch.einsum("bhcij,bcjhp->bcihp", scores, xdt)
     # Each chunk's end state from its own inputs.
