@@ -42,6 +42,7 @@ __all__ = [
     "COMPILED_OPS",
     "TRITON_OPS",
     "TRITON_MIN_VERSION",
+    "MAMBA3_OPS",
     "triton_unavailable",
     "CONV1D_OPS",
     "MambaFallbackWarning",
@@ -61,6 +62,10 @@ BACKENDS = ("compiled", "triton", "torch", "ref")
 CHOICES = ("auto", "compiled", "cuda", "triton", "torch", "ref")
 _ALIASES = {"cuda": "compiled"}
 
+#: Mamba-3's ops (mamba_ssm.ops.triton.mamba3, mamba_ssm.ops.tilelang.mamba3): a PyTorch implementation
+#: only, on every device, until Triton kernels plug in at mamba_ssm.ops.triton.mamba3._triton_hook (then
+#: they join TRITON_OPS).
+MAMBA3_OPS = ("mamba3_siso", "mamba3_mimo", "mamba3_step")
 #: The ops the dispatcher knows, and which of them mamba_ssm._C has kernels for. The others have one
 #: implementation (PyTorch): backend_for answers "torch" for them whatever is asked for. The causal
 #: conv1d ops have compiled kernels and one PyTorch implementation, which is also their reference ("ref"
@@ -74,6 +79,7 @@ OPS = (
     "ssd_chunk_scan",
     "rms_norm",
     "layer_norm",
+    *MAMBA3_OPS,
 )
 COMPILED_OPS = frozenset({"selective_scan", "mamba_inner", "causal_conv1d", "causal_conv1d_update"})
 #: The compiled ops whose implementation mamba_ssm.ops.causal_conv1d.implementation() names (it may pick

@@ -155,7 +155,12 @@ def recurrence(
         keys = [(row, int(seq_idx[row, -1]) if seq_idx is not None else 0) for row in range(b)]
     zeros = tuple(s[0] for s in zero_state(1))
     states = tuple(
-        torch.stack([finals.get(key, start_state(key[0], key[1]) if cu_seqlens is not None else zeros)[i] for key in keys])
+        torch.stack(
+            [
+                finals.get(key, start_state(key[0], key[1]) if cu_seqlens is not None else zeros)[i]
+                for key in keys
+            ]
+        )
         for i in range(4)
     )
     return y, states
