@@ -16,16 +16,20 @@ from mamba_ssm import Mamba3
 from mamba_ssm.utils.generation import InferenceParams
 
 D_MODEL = 16
-SMALL = dict(d_state=8, headdim=4, chunk_size=4)
+SMALL = {"d_state": 8, "headdim": 4, "chunk_size": 4}
 VARIANTS = {
     "siso": {},
-    "siso-outproj-norm": dict(is_outproj_norm=True),
-    "siso-rope1.0-groups": dict(rope_fraction=1.0, ngroups=2),
-    "mimo": dict(is_mimo=True, mimo_rank=2),
-    "mimo-fused-norm": dict(is_mimo=True, mimo_rank=2, is_outproj_norm=True),
-    "mimo-unfused-norm-rope1.0": dict(
-        is_mimo=True, mimo_rank=3, is_outproj_norm=True, fuse_pregate_headwise_norm=False, rope_fraction=1.0
-    ),
+    "siso-outproj-norm": {"is_outproj_norm": True},
+    "siso-rope1.0-groups": {"rope_fraction": 1.0, "ngroups": 2},
+    "mimo": {"is_mimo": True, "mimo_rank": 2},
+    "mimo-fused-norm": {"is_mimo": True, "mimo_rank": 2, "is_outproj_norm": True},
+    "mimo-unfused-norm-rope1.0": {
+        "is_mimo": True,
+        "mimo_rank": 3,
+        "is_outproj_norm": True,
+        "fuse_pregate_headwise_norm": False,
+        "rope_fraction": 1.0,
+    },
 }
 
 
@@ -39,16 +43,16 @@ def _layer(variant, dtype=torch.float64, seed=0, **extra):
 
 
 def _cfg(m):
-    return dict(
-        d_state=m.d_state,
-        headdim=m.headdim,
-        ngroups=m.ngroups,
-        mimo_rank=m.mimo_rank,
-        is_mimo=m.is_mimo,
-        num_rope_angles=m.num_rope_angles,
-        is_outproj_norm=m.is_outproj_norm,
-        A_floor=m.A_floor,
-    )
+    return {
+        "d_state": m.d_state,
+        "headdim": m.headdim,
+        "ngroups": m.ngroups,
+        "mimo_rank": m.mimo_rank,
+        "is_mimo": m.is_mimo,
+        "num_rope_angles": m.num_rope_angles,
+        "is_outproj_norm": m.is_outproj_norm,
+        "A_floor": m.A_floor,
+    }
 
 
 def _close(got, want, tol, what):
@@ -61,12 +65,27 @@ def _close(got, want, tol, what):
 def test_upstream_constructor_defaults_and_state_dict():
     sig = inspect.signature(Mamba3.__init__).parameters
     defaults = {k: v.default for k, v in sig.items() if v.default is not inspect.Parameter.empty}
-    assert defaults == dict(
-        d_state=128, expand=2, headdim=64, ngroups=1, rope_fraction=0.5, dt_min=0.001, dt_max=0.1,
-        dt_init_floor=1e-4, A_floor=1e-4, is_outproj_norm=False, is_mimo=False, mimo_rank=4,
-        fuse_pregate_headwise_norm=True, chunk_size=64, dropout=0.0, layer_idx=None, n_layer=None,
-        device=None, dtype=None,
-    )  # fmt: skip
+    assert defaults == {
+        "d_state": 128,
+        "expand": 2,
+        "headdim": 64,
+        "ngroups": 1,
+        "rope_fraction": 0.5,
+        "dt_min": 0.001,
+        "dt_max": 0.1,
+        "dt_init_floor": 1e-4,
+        "A_floor": 1e-4,
+        "is_outproj_norm": False,
+        "is_mimo": False,
+        "mimo_rank": 4,
+        "fuse_pregate_headwise_norm": True,
+        "chunk_size": 64,
+        "dropout": 0.0,
+        "layer_idx": None,
+        "n_layer": None,
+        "device": None,
+        "dtype": None,
+    }
     d, N, P, G, R = 64, 16, 8, 2, 4
     d_inner, H = 2 * d, 2 * d // P
     A = (N // 2) // 2  # rope_fraction 0.5: half of d_state rotates, one angle per pair
@@ -102,8 +121,15 @@ def test_upstream_constructor_defaults_and_state_dict():
     assert bool(((dt >= 1e-3 * 0.999) & (dt <= 0.1 * 1.001)).all())
     siso = Mamba3(d, d_state=N, headdim=P)
     assert set(siso.state_dict()) == {
-        "in_proj.weight", "dt_bias", "B_bias", "C_bias", "B_norm.weight", "C_norm.weight", "D", "out_proj.weight"
-    }  # fmt: skip
+        "in_proj.weight",
+        "dt_bias",
+        "B_bias",
+        "C_bias",
+        "B_norm.weight",
+        "C_norm.weight",
+        "D",
+        "out_proj.weight",
+    }
     assert siso.in_proj.weight.shape == (2 * d_inner + 2 * N + 3 * H + A, d) and siso.B_bias.shape == (
         H,
         1,
@@ -223,7 +249,7 @@ def test_step_accepts_two_and_three_dims_and_updates_in_place():
     assert [c.dtype for c in cache] == [torch.float64] * 4
     u = torch.randn(2, D_MODEL, dtype=torch.float64)
     with torch.no_grad():
-        out2, *states = m.step(u, *[c.clone() for c in cache])
+        out2, *_states = m.step(u, *[c.clone() for c in cache])
         out3, *states3 = m.step(u.unsqueeze(1), *cache)
     assert out2.shape == (2, D_MODEL) and out3.shape == (2, 1, D_MODEL)
     _close(out3[:, 0], out2, 0, "same step")

@@ -184,10 +184,13 @@ def check_against_reference(case, dtype, states_rows=0, seq_idx=None, cu_seqlens
     got_in, ref_in = leaves(base, dtype), leaves({k: v for k, v in base.items()}, torch.float64)
     # the reference reads the same (rounded) values the op reads
     ref_in = {
-        k: (tuple(x.detach().to(dtype).double().requires_grad_(True) for x in v) if isinstance(v, tuple)
-            else v.detach().to(dtype).double().requires_grad_(True))
+        k: (
+            tuple(x.detach().to(dtype).double().requires_grad_(True) for x in v)
+            if isinstance(v, tuple)
+            else v.detach().to(dtype).double().requires_grad_(True)
+        )
         for k, v in ref_in.items()
-    }  # fmt: skip
+    }
     want_states = states_rows > 0 or cu_seqlens is not None
     out, states = run_op(case, got_in, seq_idx=seq_idx, cu_seqlens=cu_seqlens, states=want_states)
     rout, rstates = run_ref(case, ref_in, seq_idx=seq_idx, cu_seqlens=cu_seqlens)
@@ -277,16 +280,23 @@ def test_step_matches_the_recurrence(case):
     states = t["init"]
     outs = []
     for i in range(t["q"].shape[1]):
-        kwargs = dict(D=t["D"], Z=t["z"][:, i])
+        kwargs = {"D": t["D"], "Z": t["z"][:, i]}
         if rank:
             kwargs.update(
                 MIMO_V=t["mimo_x"], MIMO_Z=t["mimo_z"], MIMO_Out=t["mimo_o"], rotary_pairing="halves"
             )
             kwargs["outproj_norm_weight"] = t.get("norm_weight")
         args = (
-            t["q"][:, i], t["k"][:, i], t["v"][:, i], t["adt"][..., i], t["dt"][..., i], t["trap"][..., i],
-            t["q_bias"], t["k_bias"], t["angles"][:, i],
-        )  # fmt: skip
+            t["q"][:, i],
+            t["k"][:, i],
+            t["v"][:, i],
+            t["adt"][..., i],
+            t["dt"][..., i],
+            t["trap"][..., i],
+            t["q_bias"],
+            t["k_bias"],
+            t["angles"][:, i],
+        )
         if rank is None and i % 2:  # upstream's SISO step signature on every other token
             siso = (args[0][:, 0], args[1][:, 0], *args[2:6], args[6][:, 0], args[7][:, 0], args[8])
             out, new = mamba3_siso_step(
@@ -314,9 +324,17 @@ def test_siso_step_without_states_starts_from_zero():
         D=t["D"],
     )
     out, states = mamba3_siso_step(
-        t["q"][:, 0, 0], t["k"][:, 0, 0], t["v"][:, 0], t["adt"][..., 0], t["dt"][..., 0], t["trap"][..., 0],
-        t["q_bias"][:, 0], t["k_bias"][:, 0], t["angles"][:, 0], D=t["D"],
-    )  # fmt: skip
+        t["q"][:, 0, 0],
+        t["k"][:, 0, 0],
+        t["v"][:, 0],
+        t["adt"][..., 0],
+        t["dt"][..., 0],
+        t["trap"][..., 0],
+        t["q_bias"][:, 0],
+        t["k_bias"][:, 0],
+        t["angles"][:, 0],
+        D=t["D"],
+    )
     _close(out, rout[:, 0, 0], torch.float64, "first step")  # (batch, token 0, rank 0)
     assert [tuple(s.shape) for s in states] == [(2, 2, 2), (2, 2, HEADDIM, 8), (2, 2, 8), (2, 2, HEADDIM)]
 
@@ -333,10 +351,17 @@ def test_bfloat16_inputs_compute_in_float32():
 
 def test_bad_arguments_are_named():
     t = make_inputs("siso-rope0.5")
-    good = dict(
-        Q=t["q"][:, :, 0], K=t["k"][:, :, 0], V=t["v"], ADT=t["adt"], DT=t["dt"], Trap=t["trap"],
-        Q_bias=t["q_bias"][:, 0], K_bias=t["k_bias"][:, 0], Angles=t["angles"],
-    )  # fmt: skip
+    good = {
+        "Q": t["q"][:, :, 0],
+        "K": t["k"][:, :, 0],
+        "V": t["v"],
+        "ADT": t["adt"],
+        "DT": t["dt"],
+        "Trap": t["trap"],
+        "Q_bias": t["q_bias"][:, 0],
+        "K_bias": t["k_bias"][:, 0],
+        "Angles": t["angles"],
+    }
     with pytest.raises(
         ValueError, match=r"mamba3_siso_combined: DT must have shape \(batch=2, nheads=2, seqlen=13\)"
     ):
@@ -365,10 +390,19 @@ def test_bad_arguments_are_named():
             zip(("Q", "K", "V", "ADT", "DT", "Trap"), (m[k] for k in ("q", "k", "v", "adt", "dt", "trap")))
         )
         mamba3_mimo(
-            **run, Q_bias=m["q_bias"], K_bias=m["k_bias"], MIMO_V=m["mimo_x"], MIMO_Z=m["mimo_z"],
-            MIMO_Out=m["mimo_o"], Angles=m["angles"], D=m["D"], Z=m["z"], chunk_size=4, rotary_dim_divisor=3,
+            **run,
+            Q_bias=m["q_bias"],
+            K_bias=m["k_bias"],
+            MIMO_V=m["mimo_x"],
+            MIMO_Z=m["mimo_z"],
+            MIMO_Out=m["mimo_o"],
+            Angles=m["angles"],
+            D=m["D"],
+            Z=m["z"],
+            chunk_size=4,
+            rotary_dim_divisor=3,
             dtype=torch.float64,
-        )  # fmt: skip
+        )
 
 
 def test_the_dispatcher_knows_the_ops_and_runs_pytorch_everywhere():
