@@ -51,7 +51,6 @@ __all__ = [
     "mamba3_chunk_scan_torch",
     "mamba3_step_torch",
     "rotate",
-    "seq_idx_from_cu_seqlens",
 ]
 
 #: How the rotation pairs d_state entries: SISO's adjacent pairs, MIMO's halves.
@@ -76,27 +75,10 @@ def compute_dtype(t):
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def seq_idx_from_cu_seqlens(cu_seqlens, total):
-    """(1, total) int64 sequence ids of packed sequences with boundaries ``cu_seqlens`` ((num_seqs + 1,)
-    non-decreasing, from 0 to ``total``).
-
-    Raises:
-        ValueError: cu_seqlens is not non-decreasing from 0 to ``total``.
-    """
-    cu = cu_seqlens.to(torch.long)
-    if (
-        cu.dim() != 1
-        or cu.numel() < 2
-        or int(cu[0]) != 0
-        or int(cu[-1]) != total
-        or bool((cu.diff() < 0).any())
-    ):
-        raise ValueError(
-            f"cu_seqlens must be non-decreasing cumulative lengths from 0 to the packed length {total}, "
-            f"got {cu_seqlens.tolist()}"
-        )
-    ids = torch.repeat_interleave(torch.arange(cu.numel() - 1, device=cu.device), cu.diff())
-    return ids.unsqueeze(0)
+def _seq_idx(cu_seqlens, device):
+    """(1, total) sequence ids of the packed sequences of ``cu_seqlens`` (checked by the ops)."""
+    lengths = cu_seqlens.to(device=device, dtype=torch.long).diff()
+    return torch.repeat_interleave(torch.arange(lengths.numel(), device=device), lengths).unsqueeze(0)
 
 
 def angle_cumsum(angles, dt, chunk_size, initial=None, seq_idx=None):
@@ -233,7 +215,7 @@ def mamba3_chunk_scan_torch(
     b, l, R, _, n = q.shape
     h, p = v.shape[2], v.shape[3]
     if cu_seqlens is not None and seq_idx is None:
-        seq_idx = seq_idx_from_cu_seqlens(cu_seqlens, l).to(v.device)
+        seq_idx = _seq_idx(cu_seqlens, v.device)
     dtf = dt.to(cdtype).transpose(1, 2)  # (b, l, h)
     lam = torch.sigmoid(trap.to(cdtype)).transpose(1, 2)
     gamma = lam * dtf
