@@ -10,6 +10,22 @@ the ops with a PyTorch implementation only (:data:`mamba_ssm._dispatch.OPS`, not
 2. make :func:`unsupported` return None for the calls they take (a reason string for the others: those
    run the PyTorch path, warned once per op);
 3. add the three op names to ``TRITON_OPS`` in :mod:`mamba_ssm._dispatch`.
+
+The arguments (keywords, already checked by the public ops; the canonical layout, SISO with R = 1):
+
+    chunked (mamba3_siso_combined, mamba3_mimo): q, k (b, l, R, g, n); v (b, l, h, p); adt, dt, trap
+        (b, h, l) (trap before the sigmoid); q_bias, k_bias (h, R, n); angles (b, l, h, a) before tanh;
+        pairing "adjacent" (SISO) or "halves" (MIMO); chunk_size; D (h,) | None; z (b, l, h, p) | None;
+        mimo_x, mimo_z, mimo_o (h, R, p) | None; norm_weight (h, p) | None, norm_eps; initial_states
+        Mamba3States(angle (S, h, a), ssm (S, h, p, n), k (S, R, h, n), v (S, h, p)) | None; seq_idx
+        (b, l) | None; cu_seqlens (S + 1,) | None (batch 1); return_final_states.
+        Returns out ((b, l, h, p) with mimo_o, else (b, l, R, h, p)) in v's dtype, and with
+        return_final_states also Mamba3States (angle, ssm, k in float32, v in v's dtype); differentiable
+        with respect to every float input (a torch.autograd.Function).
+    step (mamba3_step): q, k (b, R, g, n); v (b, h, p); adt, dt, trap (b, h); q_bias, k_bias (h, R, n);
+        angles (b, h, a); states Mamba3States (S = b); pairing, D, z (b, h, p), mimo_x/z/o, norm_weight,
+        norm_eps as above. Returns (out ((b, h, p) with mimo_o, else (b, R, h, p)), Mamba3States); pure
+        (the module copies the states into its cache).
 """
 
 from __future__ import annotations
