@@ -855,6 +855,288 @@ def _blocks(q, hdim, dstate):
     return dict(BLOCK_M=min(q, rows), BLOCK_J=min(q, rows), BLOCK_P=bp, BLOCK_N=bn)
 
 
+def core_forward(
+    x, B, C, dtp, cs, chunk_size, seq_idx=None, initial_states=None, D=None, z=None, out_dtype=None
+):
+    """Steps 2-4 of the SSD algorithm (chunk states, state passing, chunk outputs) on a processed weight
+    and decay: h_t = exp(log_decay_t) h_{t-1} + dtp_t x_t B_t^T, y_t = h_t C_t (+ D x_t, * silu(z_t)),
+    with ``cs`` the in-chunk cumulative sum of log_decay (every position of every chunk, padding
+    included).
+
+    x (batch, seqlen, nheads, headdim); B, C (batch, seqlen, ngroups, dstate) (any strides); dtp, cs
+    (batch, nheads, nchunks * chunk_size) float32, contiguous, dtp 0 past seqlen; seq_idx (batch,
+    seqlen) int or None; initial_states (batch, nheads, headdim, dstate) or None; D (nheads, headdim) or
+    None; z x's shape or None; out_dtype: the output's dtype (x's by default).
+
+    Returns (out (batch, seqlen, nheads, headdim), final state (batch, nheads, headdim, dstate) float32,
+    hin (batch, nchunks, nheads, headdim, dstate) float32: the state entering each chunk, ypre: out
+    before the z gate (None without z)).
+    """
+    batch, seqlen, nheads, hdim = x.shape
+    ngroups, dstate = B.shape[2], B.shape[3]
+    q = chunk_size
+    nc = triton.cdiv(seqlen, q)
+    T = nc * q
+    dev = x.device
+    f32 = {"dtype": torch.float32, "device": dev}
+    dot_dt = _TL_DTYPES[x.dtype]
+    ieee = x.dtype == torch.float32
+    seq = seq_idx if seq_idx is not None else dtp
+    s_strides = seq_idx.stride() if seq_idx is not None else (0, 0)
+    hpg = nheads // ngroups
+    size = hdim * dstate
+    states = torch.empty((batch, nc, nheads, hdim, dstate), **f32)
+    tile = _TILE[x.dtype]
+    bp_s, bn_s = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
+    tiles = triton.cdiv(hdim, bp_s) * triton.cdiv(dstate, bn_s)
+    _chunk_state[(batch * nheads, nc, tiles)](
+        x,
+        B,
+        dtp,
+        cs,
+        seq,
+        states,
+        seqlen,
+        T,
+        nheads,
+        hpg,
+        hdim,
+        dstate,
+        *x.stride(),
+        *B.stride(),
+        *s_strides,
+        MODE=0,
+        HAS_SEQ=seq_idx is not None,
+        Q=q,
+        BLOCK_P=bp_s,
+        BLOCK_N=bn_s,
+        BLOCK_K=min(q, tile),
+        DOT_DT=dot_dt,
+        IEEE=ieee,
+        num_warps=8,
+    )
+    hin = torch.empty_like(states)
+    final = torch.empty((batch, nheads, hdim, dstate), **f32)
+    h0 = initial_states.contiguous() if initial_states is not None else None
+    block = min(pow2(size), 1024)
+    _state_pass_fwd[(batch * nheads, triton.cdiv(size, block))](
+        states,
+        cs,
+        seq,
+        h0 if h0 is not None else states,
+        hin,
+        final,
+        seqlen,
+        T,
+        nheads,
+        size,
+        nc,
+        *s_strides,
+        HAS_SEQ=seq_idx is not None,
+        HAS_H0=h0 is not None,
+        Q=q,
+        BLOCK=block,
+        num_warps=4,
+    )
+    out = torch.empty((batch, seqlen, nheads, hdim), dtype=out_dtype or x.dtype, device=dev)
+    ypre = torch.empty_like(out) if z is not None else None
+    bm = min(q, tile)
+    bpo = min(pow2(hdim, 16), tile)
+    bno = min(pow2(dstate, 16), tile)
+    _chunk_scan_fwd[(batch * nheads, nc, triton.cdiv(q, bm) * triton.cdiv(hdim, bpo))](
+        x,
+        B,
+        C,
+        dtp,
+        cs,
+        seq,
+        hin,
+        D if D is not None else dtp,
+        z if z is not None else x,
+        out,
+        ypre if ypre is not None else out,
+        seqlen,
+        T,
+        nheads,
+        hpg,
+        hdim,
+        dstate,
+        *x.stride(),
+        *B.stride(),
+        *C.stride(),
+        *(z.stride() if z is not None else (0, 0, 0, 0)),
+        *out.stride(),
+        *s_strides,
+        *(D.stride() if D is not None else (0, 0)),
+        HAS_SEQ=seq_idx is not None,
+        HAS_D=D is not None,
+        HAS_Z=z is not None,
+        Q=q,
+        BLOCK_M=bm,
+        BLOCK_J=bm,
+        BLOCK_P=bpo,
+        BLOCK_N=bno,
+        DOT_DT=dot_dt,
+        IEEE=ieee,
+        num_warps=8,
+    )
+    return out, final, hin, ypre
+
+
+def core_backward(x, B, C, dtp, cs, chunk_size, seq_idx, hin, dy, dfinal=None):
+    """The adjoint of :func:`core_forward` without D and z: ``dy`` (batch, seqlen, nheads, headdim)
+    float32 contiguous is the gradient of y_t = h_t C_t, ``dfinal`` (batch, nheads, headdim, dstate)
+    float32 contiguous or None that of the final state; the other arguments are core_forward's (hin
+    its result).
+
+    Returns (dx (batch, seqlen, nheads, headdim), dB and dC per head (batch, seqlen, nheads, dstate),
+    d dtp and d cs (batch, nheads, nchunks * chunk_size), d initial_states (batch, nheads, headdim,
+    dstate)), all float32; the gradient of log_decay is the reverse in-chunk cumulative sum of d cs.
+    """
+    batch, seqlen, nheads, hdim = x.shape
+    ngroups, dstate = B.shape[2], B.shape[3]
+    q = chunk_size
+    nc = hin.shape[1]
+    T = nc * q
+    f32 = {"dtype": torch.float32, "device": x.device}
+    hpg = nheads // ngroups
+    size = hdim * dstate
+    dot_dt = _TL_DTYPES[x.dtype]
+    ieee = x.dtype == torch.float32
+    seq = seq_idx if seq_idx is not None else dtp
+    s_strides = seq_idx.stride() if seq_idx is not None else (0, 0)
+    has_seq = seq_idx is not None
+    # Reverse state passing needs sum_i exp(cs_i) dy_i C_i^T per chunk (MODE 1 of _chunk_state).
+    dinter = torch.empty((batch, nc, nheads, hdim, dstate), **f32)
+    tile = _TILE[x.dtype]
+    bp_s, bn_s = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
+    tiles = triton.cdiv(hdim, bp_s) * triton.cdiv(dstate, bn_s)
+    _chunk_state[(batch * nheads, nc, tiles)](
+        dy,
+        C,
+        dtp,
+        cs,
+        seq,
+        dinter,
+        seqlen,
+        T,
+        nheads,
+        hpg,
+        hdim,
+        dstate,
+        *dy.stride(),
+        *C.stride(),
+        *s_strides,
+        MODE=1,
+        HAS_SEQ=has_seq,
+        Q=q,
+        BLOCK_P=bp_s,
+        BLOCK_N=bn_s,
+        BLOCK_K=min(q, tile),
+        DOT_DT=dot_dt,
+        IEEE=ieee,
+        num_warps=8,
+    )
+    block = min(pow2(size), 1024)
+    ntiles = triton.cdiv(size, block)
+    ds = torch.empty_like(dinter)
+    dh0 = torch.empty((batch, nheads, hdim, dstate), **f32)
+    ddecay = torch.empty((batch, nheads, nc, ntiles), **f32)
+    _state_pass_bwd[(batch * nheads, ntiles)](
+        hin,
+        dinter,
+        cs,
+        seq,
+        dfinal if dfinal is not None else dinter,
+        ds,
+        dh0,
+        ddecay,
+        seqlen,
+        T,
+        nheads,
+        size,
+        nc,
+        ntiles,
+        *s_strides,
+        HAS_SEQ=has_seq,
+        HAS_DFIN=dfinal is not None,
+        Q=q,
+        BLOCK=block,
+        num_warps=4,
+    )
+    blk = _blocks(q, hdim, dstate)
+    dc_h = torch.empty((batch, seqlen, nheads, dstate), **f32)
+    db_h = torch.empty((batch, seqlen, nheads, dstate), **f32)
+    dx = torch.empty((batch, seqlen, nheads, hdim), **f32)
+    dcs_row = torch.empty((batch, nheads, T), **f32)
+    dcs_col = torch.empty((batch, nheads, T), **f32)
+    ddtp = torch.empty((batch, nheads, T), **f32)
+    rj = torch.empty((batch, nheads, T), **f32)
+    warps = 4 if blk["BLOCK_P"] * blk["BLOCK_N"] <= 4096 else 8
+    _chunk_scan_bwd_dc[(batch * nheads, nc, triton.cdiv(q, blk["BLOCK_M"]))](
+        x,
+        B,
+        C,
+        dtp,
+        cs,
+        seq,
+        hin,
+        dy,
+        dc_h,
+        dcs_row,
+        seqlen,
+        T,
+        nheads,
+        hpg,
+        hdim,
+        dstate,
+        *x.stride(),
+        *B.stride(),
+        *C.stride(),
+        *s_strides,
+        HAS_SEQ=has_seq,
+        Q=q,
+        DOT_DT=dot_dt,
+        IEEE=ieee,
+        num_warps=warps,
+        **blk,
+    )
+    _chunk_scan_bwd_dbx[(batch * nheads, nc, triton.cdiv(q, blk["BLOCK_J"]))](
+        x,
+        B,
+        C,
+        dtp,
+        cs,
+        seq,
+        ds,
+        dy,
+        db_h,
+        dx,
+        ddtp,
+        dcs_col,
+        rj,
+        seqlen,
+        T,
+        nheads,
+        hpg,
+        hdim,
+        dstate,
+        *x.stride(),
+        *B.stride(),
+        *C.stride(),
+        *s_strides,
+        HAS_SEQ=has_seq,
+        Q=q,
+        DOT_DT=dot_dt,
+        IEEE=ieee,
+        num_warps=warps,
+        **blk,
+    )
+    dcs = (dcs_row + dcs_col).view(batch, nheads, nc, q)
+    dcs[..., -1] += rj.view(batch, nheads, nc, q).sum(-1) + ddecay.sum(-1)
+    return dx, db_h, dc_h, ddtp, dcs.view(batch, nheads, T), dh0
+
+
 class _SSDFn(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -882,7 +1164,7 @@ class _SSDFn(torch.autograd.Function):
         nc = triton.cdiv(seqlen, q)
         T = nc * q
         dev = x.device
-        f32 = dict(dtype=torch.float32, device=dev)
+        f32 = {"dtype": torch.float32, "device": dev}
         lo, hi = float(dt_limit[0]), float(dt_limit[1])
         has_limit = (lo, hi) != (0.0, math.inf)
         dtp = torch.empty((batch, nheads, T), **f32)
@@ -905,112 +1187,15 @@ class _SSDFn(torch.autograd.Function):
             Q=q,
             num_warps=1,
         )
-        dot_dt = _TL_DTYPES[x.dtype]
-        ieee = x.dtype == torch.float32
-        seq = seq_idx if seq_idx is not None else dtp
-        s_strides = seq_idx.stride() if seq_idx is not None else (0, 0)
-        hpg = nheads // ngroups
-        size = hdim * dstate
-        states = torch.empty((batch, nc, nheads, hdim, dstate), **f32)
-        tile = _TILE[x.dtype]
-        bp_s, bn_s = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
-        tiles = triton.cdiv(hdim, bp_s) * triton.cdiv(dstate, bn_s)
-        _chunk_state[(batch * nheads, nc, tiles)](
-            x,
-            B,
-            dtp,
-            cs,
-            seq,
-            states,
-            seqlen,
-            T,
-            nheads,
-            hpg,
-            hdim,
-            dstate,
-            *x.stride(),
-            *B.stride(),
-            *s_strides,
-            MODE=0,
-            HAS_SEQ=seq_idx is not None,
-            Q=q,
-            BLOCK_P=bp_s,
-            BLOCK_N=bn_s,
-            BLOCK_K=min(q, tile),
-            DOT_DT=dot_dt,
-            IEEE=ieee,
-            num_warps=8,
-        )
-        hin = torch.empty_like(states)
-        final = torch.empty((batch, nheads, hdim, dstate), **f32)
-        h0 = initial_states.contiguous() if initial_states is not None else None
-        block = min(pow2(size), 1024)
-        _state_pass_fwd[(batch * nheads, triton.cdiv(size, block))](
-            states,
-            cs,
-            seq,
-            h0 if h0 is not None else states,
-            hin,
-            final,
-            seqlen,
-            T,
-            nheads,
-            size,
-            nc,
-            *s_strides,
-            HAS_SEQ=seq_idx is not None,
-            HAS_H0=h0 is not None,
-            Q=q,
-            BLOCK=block,
-            num_warps=4,
-        )
-        out = torch.empty((batch, seqlen, nheads, hdim), dtype=x.dtype, device=dev)
-        ypre = torch.empty_like(out) if z is not None else None
-        bm = min(q, tile)
-        bpo = min(pow2(hdim, 16), tile)
-        bno = min(pow2(dstate, 16), tile)
         Dv = None
         if D is not None:
             Dv = D if D.dim() == 2 else D.unsqueeze(-1).expand(nheads, hdim)
-        _chunk_scan_fwd[(batch * nheads, nc, triton.cdiv(q, bm) * triton.cdiv(hdim, bpo))](
-            x,
-            B,
-            C,
-            dtp,
-            cs,
-            seq,
-            hin,
-            Dv if Dv is not None else A,
-            z if z is not None else x,
-            out,
-            ypre if ypre is not None else out,
-            seqlen,
-            T,
-            nheads,
-            hpg,
-            hdim,
-            dstate,
-            *x.stride(),
-            *B.stride(),
-            *C.stride(),
-            *(z.stride() if z is not None else (0, 0, 0, 0)),
-            *out.stride(),
-            *s_strides,
-            *(Dv.stride() if Dv is not None else (0, 0)),
-            HAS_SEQ=seq_idx is not None,
-            HAS_D=Dv is not None,
-            HAS_Z=z is not None,
-            Q=q,
-            BLOCK_M=bm,
-            BLOCK_J=bm,
-            BLOCK_P=bpo,
-            BLOCK_N=bno,
-            DOT_DT=dot_dt,
-            IEEE=ieee,
-            num_warps=8,
-        )
+        out, final, hin, ypre = core_forward(x, B, C, dtp, cs, q, seq_idx, initial_states, Dv, z)
         varlen = None
         if cu_seqlens is not None:
+            tile = _TILE[x.dtype]
+            bp_s, bn_s = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
+            tiles = triton.cdiv(hdim, bp_s) * triton.cdiv(dstate, bn_s)
             nseq = cu_seqlens.numel() - 1
             varlen = torch.empty((nseq, nheads, hdim, dstate), **f32)
             _varlen_states[(nseq, nheads, tiles)](
@@ -1025,7 +1210,7 @@ class _SSDFn(torch.autograd.Function):
                 seqlen,
                 T,
                 nheads,
-                hpg,
+                nheads // ngroups,
                 hdim,
                 dstate,
                 nc,
@@ -1036,8 +1221,8 @@ class _SSDFn(torch.autograd.Function):
                 BLOCK_P=bp_s,
                 BLOCK_N=bn_s,
                 BLOCK_K=min(q, tile),
-                DOT_DT=dot_dt,
-                IEEE=ieee,
+                DOT_DT=_TL_DTYPES[x.dtype],
+                IEEE=x.dtype == torch.float32,
                 num_warps=8,
             )
             ctx.mark_non_differentiable(varlen)
@@ -1057,19 +1242,12 @@ class _SSDFn(torch.autograd.Function):
     def backward(ctx, dout, dfinal, dvarlen=None):
         x, dt, A, B, C, D, z, dt_bias, seq_idx, dtp, cs, hin, ypre = ctx.saved_tensors
         q, softplus, lo, hi, has_limit, has_h0, h0_dtype = ctx.meta
-        batch, seqlen, nheads, hdim = x.shape
+        batch, seqlen, nheads, _ = x.shape
         ngroups, dstate = B.shape[2], B.shape[3]
         nc = hin.shape[1]
         T = nc * q
-        dev = x.device
-        f32 = dict(dtype=torch.float32, device=dev)
+        f32 = {"dtype": torch.float32, "device": x.device}
         hpg = nheads // ngroups
-        size = hdim * dstate
-        dot_dt = _TL_DTYPES[x.dtype]
-        ieee = x.dtype == torch.float32
-        seq = seq_idx if seq_idx is not None else dtp
-        s_strides = seq_idx.stride() if seq_idx is not None else (0, 0)
-        has_seq = seq_idx is not None
         # D and z (element-wise, torch).
         dout = dout.float() if dout is not None else torch.zeros(x.shape, **f32)
         dz = None
@@ -1081,135 +1259,8 @@ class _SSDFn(torch.autograd.Function):
         else:
             dy = dout
         dy = dy.contiguous()
-        # Reverse state passing needs sum_i exp(cs_i) dy_i C_i^T per chunk (MODE 1 of _chunk_state).
-        dinter = torch.empty((batch, nc, nheads, hdim, dstate), **f32)
-        tile = _TILE[x.dtype]
-        bp_s, bn_s = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
-        tiles = triton.cdiv(hdim, bp_s) * triton.cdiv(dstate, bn_s)
-        _chunk_state[(batch * nheads, nc, tiles)](
-            dy,
-            C,
-            dtp,
-            cs,
-            seq,
-            dinter,
-            seqlen,
-            T,
-            nheads,
-            hpg,
-            hdim,
-            dstate,
-            *dy.stride(),
-            *C.stride(),
-            *s_strides,
-            MODE=1,
-            HAS_SEQ=has_seq,
-            Q=q,
-            BLOCK_P=bp_s,
-            BLOCK_N=bn_s,
-            BLOCK_K=min(q, tile),
-            DOT_DT=dot_dt,
-            IEEE=ieee,
-            num_warps=8,
-        )
-        block = min(pow2(size), 1024)
-        ntiles = triton.cdiv(size, block)
-        ds = torch.empty_like(dinter)
-        dh0 = torch.empty((batch, nheads, hdim, dstate), **f32)
-        ddecay = torch.empty((batch, nheads, nc, ntiles), **f32)
         dfin = dfinal.float().contiguous() if dfinal is not None else None
-        _state_pass_bwd[(batch * nheads, ntiles)](
-            hin,
-            dinter,
-            cs,
-            seq,
-            dfin if dfin is not None else dinter,
-            ds,
-            dh0,
-            ddecay,
-            seqlen,
-            T,
-            nheads,
-            size,
-            nc,
-            ntiles,
-            *s_strides,
-            HAS_SEQ=has_seq,
-            HAS_DFIN=dfin is not None,
-            Q=q,
-            BLOCK=block,
-            num_warps=4,
-        )
-        blk = _blocks(q, hdim, dstate)
-        dc_h = torch.empty((batch, seqlen, nheads, dstate), **f32)
-        db_h = torch.empty((batch, seqlen, nheads, dstate), **f32)
-        dx = torch.empty((batch, seqlen, nheads, hdim), **f32)
-        dcs_row = torch.empty((batch, nheads, T), **f32)
-        dcs_col = torch.empty((batch, nheads, T), **f32)
-        ddtp = torch.empty((batch, nheads, T), **f32)
-        rj = torch.empty((batch, nheads, T), **f32)
-        warps = 4 if blk["BLOCK_P"] * blk["BLOCK_N"] <= 4096 else 8
-        _chunk_scan_bwd_dc[(batch * nheads, nc, triton.cdiv(q, blk["BLOCK_M"]))](
-            x,
-            B,
-            C,
-            dtp,
-            cs,
-            seq,
-            hin,
-            dy,
-            dc_h,
-            dcs_row,
-            seqlen,
-            T,
-            nheads,
-            hpg,
-            hdim,
-            dstate,
-            *x.stride(),
-            *B.stride(),
-            *C.stride(),
-            *s_strides,
-            HAS_SEQ=has_seq,
-            Q=q,
-            DOT_DT=dot_dt,
-            IEEE=ieee,
-            num_warps=warps,
-            **blk,
-        )
-        _chunk_scan_bwd_dbx[(batch * nheads, nc, triton.cdiv(q, blk["BLOCK_J"]))](
-            x,
-            B,
-            C,
-            dtp,
-            cs,
-            seq,
-            ds,
-            dy,
-            db_h,
-            dx,
-            ddtp,
-            dcs_col,
-            rj,
-            seqlen,
-            T,
-            nheads,
-            hpg,
-            hdim,
-            dstate,
-            *x.stride(),
-            *B.stride(),
-            *C.stride(),
-            *s_strides,
-            HAS_SEQ=has_seq,
-            Q=q,
-            DOT_DT=dot_dt,
-            IEEE=ieee,
-            num_warps=warps,
-            **blk,
-        )
-        dcs = (dcs_row + dcs_col).view(batch, nheads, nc, q)
-        dcs[..., -1] += rj.view(batch, nheads, nc, q).sum(-1) + ddecay.sum(-1)
+        dx, db_h, dc_h, ddtp, dcs, dh0 = core_backward(x, B, C, dtp, cs, q, seq_idx, hin, dy, dfin)
         ddt = torch.empty((batch, seqlen, nheads), **f32)
         da_part = torch.empty((batch, nheads, nc), **f32)
         ddtb_part = torch.empty((batch, nheads, nc), **f32)
