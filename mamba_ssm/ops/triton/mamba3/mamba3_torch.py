@@ -50,6 +50,7 @@ __all__ = [
     "angle_cumsum",
     "mamba3_chunk_scan_torch",
     "mamba3_step_torch",
+    "per_sequence",
     "rotate",
 ]
 
@@ -207,10 +208,15 @@ def mamba3_chunk_scan_torch(
     (angle and ssm in the compute dtype, k in the compute dtype, v in v's dtype).
     """
     if cu_seqlens is not None and initial_states is not None:
-        return _per_sequence(
-            q, k, v, adt, dt, trap, q_bias, k_bias, angles, pairing, chunk_size, D, z, mimo_x, mimo_z,
-            mimo_o, norm_weight, norm_eps, initial_states, cu_seqlens, return_final_states,
-        )  # fmt: skip
+        arguments = {
+            "q": q, "k": k, "v": v, "adt": adt, "dt": dt, "trap": trap, "q_bias": q_bias, "k_bias": k_bias,
+            "angles": angles, "pairing": pairing, "chunk_size": chunk_size, "D": D, "z": z,
+            "mimo_x": mimo_x, "mimo_z": mimo_z, "mimo_o": mimo_o, "norm_weight": norm_weight,
+            "norm_eps": norm_eps,
+        }  # fmt: skip
+        return per_sequence(
+            mamba3_chunk_scan_torch, arguments, initial_states, cu_seqlens, return_final_states
+        )
     cdtype = compute_dtype(v)
     b, l, R, _, n = q.shape
     h, p = v.shape[2], v.shape[3]
@@ -282,30 +288,45 @@ def mamba3_chunk_scan_torch(
     return out, states
 
 
-def _per_sequence(
-    q, k, v, adt, dt, trap, q_bias, k_bias, angles, pairing, chunk_size, D, z, mimo_x, mimo_z, mimo_o,
-    norm_weight, norm_eps, initial_states, cu_seqlens, return_final_states,
-):  # fmt: skip
-    """Packed sequences that each start from their own state: one call per sequence."""
+def per_sequence(scan, arguments, initial_states, cu_seqlens, return_final_states):
+    """Packed sequences (batch 1, ``cu_seqlens``) one at a time through ``scan`` (a chunked scan with
+    the arguments of :func:`mamba3_chunk_scan_torch`; ``arguments``: its keyword arguments but
+    initial_states, seq_idx, cu_seqlens and return_final_states): each sequence starts from its row of
+    ``initial_states`` (zeros when None) and ends in its own final state (an empty sequence's is its
+    initial state). Returns what :func:`mamba3_chunk_scan_torch` returns."""
+    v, q = arguments["v"], arguments["q"]
+    cdtype = compute_dtype(v)
+    R, n, h, p = q.shape[2], q.shape[-1], v.shape[2], v.shape[3]
+    a = arguments["angles"].shape[-1]
     outs, finals = [], []
     bounds = cu_seqlens.to(torch.long).tolist()
     for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-        init = Mamba3States(*(s[i : i + 1] for s in initial_states))
+        init = None if initial_states is None else Mamba3States(*(s[i : i + 1] for s in initial_states))
         if hi == lo:
+            if init is None:
+                init = Mamba3States(
+                    v.new_zeros(1, h, a, dtype=cdtype),
+                    v.new_zeros(1, h, p, n, dtype=cdtype),
+                    v.new_zeros(1, R, h, n, dtype=cdtype),
+                    v.new_zeros(1, h, p),
+                )
             finals.append(init)
             continue
-        res = mamba3_chunk_scan_torch(
-            q[:, lo:hi], k[:, lo:hi], v[:, lo:hi], adt[..., lo:hi], dt[..., lo:hi], trap[..., lo:hi],
-            q_bias, k_bias, angles[:, lo:hi], pairing, chunk_size, D,
-            None if z is None else z[:, lo:hi], mimo_x, mimo_z, mimo_o, norm_weight, norm_eps,
-            init, None, None, True,
-        )  # fmt: skip
+        one = dict(arguments)
+        for key in ("q", "k", "v", "angles", "z"):
+            if one[key] is not None:
+                one[key] = one[key][:, lo:hi]
+        for key in ("adt", "dt", "trap"):
+            one[key] = one[key][..., lo:hi]
+        res = scan(**one, initial_states=init, return_final_states=True)
         outs.append(res[0])
         finals.append(res[1])
-    out = torch.cat(outs, dim=1) if outs else v.new_zeros(v.shape if mimo_o is not None else (0,))
+    if outs:
+        out = torch.cat(outs, dim=1)
+    else:
+        out = v.new_zeros((1, 0, h, p) if arguments.get("mimo_o") is not None else (1, 0, R, h, p))
     if not return_final_states:
         return out
-    cdtype = compute_dtype(v)
     return out, Mamba3States(
         *(torch.cat([f[i].to(cdtype if i < 3 else v.dtype) for f in finals]) for i in range(4))
     )
