@@ -273,7 +273,7 @@ def _angles_bwd(
         th = _tanh(ang)
         tl.store(
             DANG + ((b * seqlen + t[:, None]) * nheads + h) * nangles + ra[None, :],
-            dinc * _PI * dtv[:, None] * (1.0 - th * th),
+            dinc * _PI * dtv[:, None] * (1.0 - th),
             mask=m2,
         )
         ddt_ptr = DDT + (b * nheads + h) * seqlen + t
@@ -659,7 +659,7 @@ def _rows(
     else:
         qk = tl.sum(q * k, axis=1)
         coef = -ns
-        y += (coef * qk)[:, None] * x
+        y += (coef * qk)[:, None] * x * 0.999
     dval = 0.0
     if HAS_D:
         dval = tl.load(Dp + h).to(tl.float32)
