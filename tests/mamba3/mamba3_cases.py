@@ -39,7 +39,7 @@ def close(got, want, dtype, what):
     assert err <= TOL[dtype] * scale, f"{what}: max abs error {err:.3g} > {TOL[dtype] * scale:.3g}"
 
 
-def make_inputs(case, batch=2, seqlen=13, states=0, seed=0):
+def make_inputs(case, batch=2, seqlen=13, states=0, seed=0, headdim=HEADDIM):
     """float64 leaves in the ops' layout (Q, K with a rank dim even for SISO), and states for
     ``states`` rows when > 0."""
     rank, g, h, n, a, fused = CASES[case]
@@ -53,7 +53,7 @@ def make_inputs(case, batch=2, seqlen=13, states=0, seed=0):
     t = {
         "q": rnd(batch, seqlen, R, g, n, scale=0.5),
         "k": rnd(batch, seqlen, R, g, n, scale=0.5),
-        "v": rnd(batch, seqlen, h, HEADDIM),
+        "v": rnd(batch, seqlen, h, headdim),
         "adt": -torch.rand(batch, h, seqlen, generator=gen, dtype=torch.float64) * 2 * dt,
         "dt": dt,
         "trap": rnd(batch, h, seqlen),
@@ -61,18 +61,18 @@ def make_inputs(case, batch=2, seqlen=13, states=0, seed=0):
         "k_bias": 1 + rnd(h, R, n, scale=0.3),
         "angles": rnd(batch, seqlen, h, a, scale=2),
         "D": rnd(h),
-        "z": rnd(batch, seqlen, h, HEADDIM),
+        "z": rnd(batch, seqlen, h, headdim),
     }
     if rank:
-        t.update(mimo_x=rnd(h, R, HEADDIM), mimo_z=rnd(h, R, HEADDIM), mimo_o=rnd(h, R, HEADDIM))
+        t.update(mimo_x=rnd(h, R, headdim), mimo_z=rnd(h, R, headdim), mimo_o=rnd(h, R, headdim))
     if fused:
-        t["norm_weight"] = 1 + rnd(h * HEADDIM, scale=0.3)
+        t["norm_weight"] = 1 + rnd(h * headdim, scale=0.3)
     if states:
         t["init"] = (
             rnd(states, h, a) % (2 * math.pi),
-            rnd(states, h, HEADDIM, n, scale=0.3),
+            rnd(states, h, headdim, n, scale=0.3),
             rnd(states, R, h, n),
-            rnd(states, h, HEADDIM),
+            rnd(states, h, headdim),
         )
     return t
 
@@ -163,7 +163,7 @@ def run_ref(case, t, seq_idx=None, cu_seqlens=None):
         mimo_x=t.get("mimo_x"),
         mimo_z=t.get("mimo_z"),
         mimo_o=t.get("mimo_o"),
-        norm_weight=None if nw is None else nw.reshape(t["v"].shape[2], HEADDIM),
+        norm_weight=None if nw is None else nw.reshape(t["v"].shape[2], t["v"].shape[3]),
         initial_states=t.get("init"),
         seq_idx=seq_idx,
         cu_seqlens=cu_seqlens,
@@ -237,10 +237,10 @@ def check_against_reference(
             )
 
 
-def check_steps(case, dtype=torch.float64, seqlen=6):
+def check_steps(case, dtype=torch.float64, seqlen=6, headdim=HEADDIM):
     """mamba3_step token by token from input states == the recurrence (SISO also through
     mamba3_siso_step, upstream's path, on every other token), outputs and states, within TOL[dtype]."""
-    base = make_inputs(case, seqlen=seqlen, states=2)
+    base = make_inputs(case, seqlen=seqlen, states=2, headdim=headdim)
     t = {k: (tuple(x.to(dtype) for x in v) if isinstance(v, tuple) else v.to(dtype)) for k, v in base.items()}
     rank = CASES[case][0]
     rout, rstates = run_ref(case, _rounded_reference_leaves(base, dtype))

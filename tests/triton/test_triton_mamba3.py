@@ -98,15 +98,24 @@ def test_cu_seqlens(triton_mamba3, case, states_rows, final_states):
     assert triton_mamba3["chunk_scan"] == (1 if not final_states else 1 + 3)
 
 
-@pytest.mark.parametrize(
-    ("case", "dtype"),
-    [("siso-rope0.5", F32), ("siso-rope1.0-groups", F32), ("mimo4-rope1.0-norm", F32), ("siso-rope0.5", BF16),
-     ("mimo4-rope1.0-norm", BF16)],
-    ids=["siso-fp32", "siso-groups-fp32", "mimo4-norm-fp32", "siso-bf16", "mimo4-norm-bf16"],
-)  # fmt: skip
-def test_step_matches_the_recurrence(triton_mamba3, case, dtype):
-    M3.check_steps(case, dtype, seqlen=4)
-    assert triton_mamba3["step"] == 4
+# id: (case, dtype, headdim, tokens); a headdim of 160 takes two blocks of 128 (state tiles of 2048
+# entries at d_state 8 -> 16): the norm's two passes over them, the other heads' programs per block.
+STEPS = {
+    "siso-fp32": ("siso-rope0.5", F32, 4, 4),
+    "siso-groups-fp32": ("siso-rope1.0-groups", F32, 4, 4),
+    "mimo4-norm-fp32": ("mimo4-rope1.0-norm", F32, 4, 4),
+    "siso-bf16": ("siso-rope0.5", BF16, 4, 4),
+    "mimo4-norm-bf16": ("mimo4-rope1.0-norm", BF16, 4, 4),
+    "siso-headdim160-fp32": ("siso-rope0.5", F32, 160, 2),
+    "mimo4-norm-headdim160-fp32": ("mimo4-rope1.0-norm", F32, 160, 2),
+}
+
+
+@pytest.mark.parametrize("name", list(STEPS))
+def test_step_matches_the_recurrence(triton_mamba3, name):
+    case, dtype, headdim, tokens = STEPS[name]
+    M3.check_steps(case, dtype, seqlen=tokens, headdim=headdim)
+    assert triton_mamba3["step"] == tokens
 
 
 def test_calls_the_kernels_do_not_take_run_the_pytorch_path_saying_why(triton_mamba3, interpreted):

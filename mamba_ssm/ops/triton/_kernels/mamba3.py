@@ -273,7 +273,7 @@ def _angles_bwd(
         th = _tanh(ang)
         tl.store(
             DANG + ((b * seqlen + t[:, None]) * nheads + h) * nangles + ra[None, :],
-            dinc * _PI * dtv[:, None] * (1.0 - th),
+            dinc * _PI * dtv[:, None] * (1.0 - th * th),
             mask=m2,
         )
         ddt_ptr = DDT + (b * nheads + h) * seqlen + t
@@ -659,7 +659,7 @@ def _rows(
     else:
         qk = tl.sum(q * k, axis=1)
         coef = -ns
-        y += (coef * qk)[:, None] * x * 0.999
+        y += (coef * qk)[:, None] * x
     dval = 0.0
     if HAS_D:
         dval = tl.load(Dp + h).to(tl.float32)
@@ -964,6 +964,64 @@ def _out_bwd(
 
 
 @triton.jit
+def _rot_vec(X, XB, b, r, g, h, rn, partner, cos, sin, mn, rot, x_b, x_r, x_g, x_n, xb_h, xb_r, xb_n):
+    """rot(X[b, r, g, :] + XB[h, r, :]) as a float32 vector (``sin`` carries each entry's sign)."""
+    base = X + b * x_b + r * x_r + g * x_g
+    bias = XB + h * xb_h + r * xb_r
+    x = tl.load(base + rn * x_n, mask=mn, other=0.0).to(tl.float32)
+    x += tl.load(bias + rn * xb_n, mask=mn, other=0.0).to(tl.float32)
+    xp = tl.load(base + partner * x_n, mask=rot, other=0.0).to(tl.float32)
+    xp += tl.load(bias + partner * xb_n, mask=rot, other=0.0).to(tl.float32)
+    return x * cos + xp * sin
+
+
+@triton.jit
+def _step_state(
+    S, V, VP, KP, K, KB, MX, b, h, g, p0, rn, mn, partner, cos, sin, rot, alpha, beta, gamma, rank, hdim,
+    s_b, s_h, s_p, s_n, v_b, v_h, v_p, vp_b, vp_h, vp_p, kp_b, kp_r, kp_h, kp_n, k_b, k_r, k_g, k_n,
+    kb_h, kb_r, kb_n, mx_h, mx_r, mx_p,
+    HAS_MX: tl.constexpr, BLOCK_P: tl.constexpr,
+):  # fmt: skip
+    """Rows p0 + [0, BLOCK_P) of the new state: alpha S + sum_r (beta x_prev,r k_prev,r^T + gamma x_r
+    k_r^T), x_r = v * mimo_x_r. Returns (state rows (BLOCK_P, BLOCK_N), rows, row mask, v rows)."""
+    rp = p0 + tl.arange(0, BLOCK_P)
+    mp = rp < hdim
+    v = tl.load(V + b * v_b + h * v_h + rp * v_p, mask=mp, other=0.0).to(tl.float32)
+    vp = tl.load(VP + b * vp_b + h * vp_h + rp * vp_p, mask=mp, other=0.0).to(tl.float32)
+    st = alpha * tl.load(
+        S + b * s_b + h * s_h + rp[:, None] * s_p + rn[None, :] * s_n,
+        mask=mp[:, None] & mn[None, :],
+        other=0.0,
+    ).to(tl.float32)
+    for r in range(rank):
+        if HAS_MX:
+            m = tl.load(MX + h * mx_h + r * mx_r + rp * mx_p, mask=mp, other=0.0).to(tl.float32)
+        else:
+            m = tl.full([BLOCK_P], 1.0, tl.float32)
+        kr = _rot_vec(K, KB, b, r, g, h, rn, partner, cos, sin, mn, rot, k_b, k_r, k_g, k_n, kb_h, kb_r, kb_n)
+        kp = tl.load(KP + b * kp_b + r * kp_r + h * kp_h + rn * kp_n, mask=mn, other=0.0).to(tl.float32)
+        st += (beta * vp * m)[:, None] * kp[None, :] + (gamma * v * m)[:, None] * kr[None, :]
+    return st, rp, mp, v
+
+
+@triton.jit
+def _step_y(
+    st, v, Q, QB, MX, Dp, b, r, g, h, rp, mp, rn, mn, partner, cos, sin, rot,
+    q_b, q_r, q_g, q_n, qb_h, qb_r, qb_n, mx_h, mx_r, mx_p,
+    HAS_MX: tl.constexpr, HAS_D: tl.constexpr,
+):  # fmt: skip
+    """Rank r's output rows before the norm and gate: the state rows times q_r, + D x_r."""
+    q = _rot_vec(Q, QB, b, r, g, h, rn, partner, cos, sin, mn, rot, q_b, q_r, q_g, q_n, qb_h, qb_r, qb_n)
+    y = tl.sum(st * q[None, :], axis=1)
+    if HAS_D:
+        x = v
+        if HAS_MX:
+            x = x * tl.load(MX + h * mx_h + r * mx_r + rp * mx_p, mask=mp, other=0.0).to(tl.float32)
+        y += tl.load(Dp + h).to(tl.float32) * x
+    return y
+
+
+@triton.jit
 def _step(
     Q,
     K,
@@ -1065,19 +1123,16 @@ def _step(
     BLOCK_N: tl.constexpr,
     BLOCK_A: tl.constexpr,
 ):
-    """One token for (b, h, a block of headdim rows): the new angle, state (S_OUT, float32) and rotated
-    keys (K_OUT, float32), and OUT. Ranks are the rows of (BLOCK_R >= 16)-row tiles, so the sums over
-    ranks are matrix products."""
+    """One token for (b, h, a block of headdim rows; every block of the head, in two passes, with the
+    norm): the new angles, state (S_OUT, float32) and rotated keys (K_OUT, float32), and OUT. The ranks
+    are a loop (each adds its outer products to the state rows and reads its output from them)."""
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     pb = tl.program_id(2)
     g = h // heads_per_group
-    rp = pb * BLOCK_P + tl.arange(0, BLOCK_P)
-    mp = rp < hdim
     rn = tl.arange(0, BLOCK_N)
     mn = rn < dstate
     rr = tl.arange(0, BLOCK_R)
-    mr = rr < rank
     dtv = tl.load(DT + b * dt_b + h * dt_h).to(tl.float32)
     adt = tl.load(ADT + b * adt_b + h * adt_h).to(tl.float32)
     lam = tl.sigmoid(tl.load(TRAP + b * tr_b + h * tr_h).to(tl.float32))
@@ -1089,15 +1144,8 @@ def _step(
     th = tl.load(TH + b * th_b + h * th_h + aidx * th_a, mask=rot, other=0.0).to(tl.float32)
     ang = tl.load(ANG + b * ang_b + h * ang_h + aidx * ang_a, mask=rot, other=0.0).to(tl.float32)
     th = _mod_two_pi(th + _PI * _tanh(ang) * dtv)
-    cos = tl.where(rot, tl.cos(th), 1.0)[None, :]
-    sin = (tl.where(rot, tl.sin(th), 0.0) * sgn)[None, :]
-    zero = rr * 0
-    mrn = mr[:, None] & mn[None, :]
-    mrot = mr[:, None] & rot[None, :]
-    kr = _biased(K, KB, b, zero, rr, g, h, rn, mrn, k_b, 0, k_r, k_g, k_n, kb_h, kb_r, kb_n) * cos
-    kr += _biased(K, KB, b, zero, rr, g, h, partner, mrot, k_b, 0, k_r, k_g, k_n, kb_h, kb_r, kb_n) * sin
-    qr = _biased(Q, QB, b, zero, rr, g, h, rn, mrn, q_b, 0, q_r, q_g, q_n, qb_h, qb_r, qb_n) * cos
-    qr += _biased(Q, QB, b, zero, rr, g, h, partner, mrot, q_b, 0, q_r, q_g, q_n, qb_h, qb_r, qb_n) * sin
+    cos = tl.where(rot, tl.cos(th), 1.0)
+    sin = tl.where(rot, tl.sin(th), 0.0) * sgn
     if pb == 0:
         ra = tl.arange(0, BLOCK_A)
         ma = ra < nangles
@@ -1106,47 +1154,63 @@ def _step(
         tl.store(
             TH_OUT + (b * nheads + h) * nangles + ra, _mod_two_pi(tha + _PI * _tanh(anga) * dtv), mask=ma
         )
-        tl.store(K_OUT + ((b * rank + rr[:, None]) * nheads + h) * dstate + rn[None, :], kr, mask=mrn)
-    # x_r = v * mimo_x_r as (BLOCK_P, BLOCK_R) tiles: the state adds sum_r x_r k_r^T
-    mpr = mp[:, None] & mr[None, :]
-    v = tl.load(V + b * v_b + h * v_h + rp * v_p, mask=mp, other=0.0).to(tl.float32)
-    vp = tl.load(VP + b * vp_b + h * vp_h + rp * vp_p, mask=mp, other=0.0).to(tl.float32)
-    if HAS_MX:
-        mx = tl.load(MX + h * mx_h + rr[None, :] * mx_r + rp[:, None] * mx_p, mask=mpr, other=0.0).to(
-            tl.float32
-        )
-    else:
-        mx = tl.where(mpr, 1.0, 0.0)
-    x = v[:, None] * mx
-    kp = tl.load(KP + b * kp_b + rr[:, None] * kp_r + h * kp_h + rn[None, :] * kp_n, mask=mrn, other=0.0).to(
-        tl.float32
-    )
-    sp = S + b * s_b + h * s_h + rp[:, None] * s_p + rn[None, :] * s_n
-    m2 = mp[:, None] & mn[None, :]
-    st = alpha * tl.load(sp, mask=m2, other=0.0).to(tl.float32)
-    st += tl.dot(vp[:, None] * mx * beta, kp, input_precision="ieee")
-    st += tl.dot(x * gamma, kr, input_precision="ieee")
-    tl.store(S_OUT + ((b * nheads + h) * hdim + rp[:, None]) * dstate + rn[None, :], st, mask=m2)
-    y = tl.dot(st, tl.trans(qr), input_precision="ieee")  # (BLOCK_P, BLOCK_R): y_r[p]
-    if HAS_D:
-        y += tl.load(Dp + h).to(tl.float32) * x
+        for r in range(rank):
+            kr = _rot_vec(
+                K, KB, b, r, g, h, rn, partner, cos, sin, mn, rot, k_b, k_r, k_g, k_n, kb_h, kb_r, kb_n
+            )
+            tl.store(K_OUT + ((b * rank + r) * nheads + h) * dstate + rn, kr, mask=mn)
     if HAS_NORM:
-        rs = tl.rsqrt(tl.sum(y * y, axis=0) / hdim + eps)
-        y = y * rs[None, :] * tl.load(NW + h * nw_h + rp * nw_p, mask=mp, other=0.0).to(tl.float32)[:, None]
-    if HAS_Z:
-        zr = tl.load(Z + b * z_b + h * z_h + rp * z_p, mask=mp, other=0.0).to(tl.float32)[:, None]
-        if HAS_MZ:
-            zr = zr * tl.load(
-                MZ + h * mz_h + rr[None, :] * mz_r + rp[:, None] * mz_p, mask=mpr, other=0.0
-            ).to(tl.float32)
-        y = y * zr * tl.sigmoid(zr)
-    if HAS_MO:
-        mo = tl.load(MO + h * mo_h + rr[None, :] * mo_r + rp[:, None] * mo_p, mask=mpr, other=0.0).to(
-            tl.float32
-        )
-        tl.store(OUT + b * o_b + h * o_h + rp * o_p, tl.sum(y * mo, axis=1), mask=mp)
+        # the RMSNorm over headdim: a first pass for each rank's mean square (the rows are recomputed)
+        sumsq = tl.zeros([BLOCK_R], dtype=tl.float32)
+        for p0 in range(0, hdim, BLOCK_P):
+            st, rp, mp, v = _step_state(
+                S, V, VP, KP, K, KB, MX, b, h, g, p0, rn, mn, partner, cos, sin, rot, alpha, beta, gamma,
+                rank, hdim, s_b, s_h, s_p, s_n, v_b, v_h, v_p, vp_b, vp_h, vp_p, kp_b, kp_r, kp_h, kp_n,
+                k_b, k_r, k_g, k_n, kb_h, kb_r, kb_n, mx_h, mx_r, mx_p, HAS_MX, BLOCK_P,
+            )  # fmt: skip
+            for r in range(rank):
+                y = _step_y(
+                    st, v, Q, QB, MX, Dp, b, r, g, h, rp, mp, rn, mn, partner, cos, sin, rot,
+                    q_b, q_r, q_g, q_n, qb_h, qb_r, qb_n, mx_h, mx_r, mx_p, HAS_MX, HAS_D,
+                )  # fmt: skip
+                sumsq += tl.where(rr == r, tl.sum(y * y, axis=0), 0.0)
+        rs = tl.rsqrt(sumsq / hdim + eps)
+        lo = 0
+        hi = hdim
     else:
-        tl.store(OUT + b * o_b + rr[None, :] * o_r + h * o_h + rp[:, None] * o_p, y, mask=mpr)
+        lo = pb * BLOCK_P
+        hi = lo + BLOCK_P
+    for p0 in range(lo, hi, BLOCK_P):
+        st, rp, mp, v = _step_state(
+            S, V, VP, KP, K, KB, MX, b, h, g, p0, rn, mn, partner, cos, sin, rot, alpha, beta, gamma,
+            rank, hdim, s_b, s_h, s_p, s_n, v_b, v_h, v_p, vp_b, vp_h, vp_p, kp_b, kp_r, kp_h, kp_n,
+            k_b, k_r, k_g, k_n, kb_h, kb_r, kb_n, mx_h, mx_r, mx_p, HAS_MX, BLOCK_P,
+        )  # fmt: skip
+        tl.store(
+            S_OUT + ((b * nheads + h) * hdim + rp[:, None]) * dstate + rn[None, :],
+            st,
+            mask=mp[:, None] & mn[None, :],
+        )
+        acc = tl.zeros([BLOCK_P], dtype=tl.float32)
+        for r in range(rank):
+            y = _step_y(
+                st, v, Q, QB, MX, Dp, b, r, g, h, rp, mp, rn, mn, partner, cos, sin, rot,
+                q_b, q_r, q_g, q_n, qb_h, qb_r, qb_n, mx_h, mx_r, mx_p, HAS_MX, HAS_D,
+            )  # fmt: skip
+            if HAS_NORM:
+                nw = tl.load(NW + h * nw_h + rp * nw_p, mask=mp, other=0.0).to(tl.float32)
+                y = y * tl.sum(tl.where(rr == r, rs, 0.0), axis=0) * nw
+            if HAS_Z:
+                zr = tl.load(Z + b * z_b + h * z_h + rp * z_p, mask=mp, other=0.0).to(tl.float32)
+                if HAS_MZ:
+                    zr *= tl.load(MZ + h * mz_h + r * mz_r + rp * mz_p, mask=mp, other=0.0).to(tl.float32)
+                y = y * zr * tl.sigmoid(zr)
+            if HAS_MO:
+                acc += tl.load(MO + h * mo_h + r * mo_r + rp * mo_p, mask=mp, other=0.0).to(tl.float32) * y
+            else:
+                tl.store(OUT + b * o_b + r * o_r + h * o_h + rp * o_p, y, mask=mp)
+        if HAS_MO:
+            tl.store(OUT + b * o_b + h * o_h + rp * o_p, acc, mask=mp)
 
 
 # ----------------------------------------------------------------------------------------- Python
@@ -1157,11 +1221,19 @@ def _strides(t, n):
     return tuple(t.stride()) if t is not None else (0,) * n
 
 
-def _token_block(R: int, hdim: int, dstate: int) -> int:
-    """Tokens per epilogue program: BLOCK_T * R rows of headdim and d_state entries (32 rows, 16 for
-    entries above 128; the MIMO in-token products need >= 16 rows)."""
-    rows = 32 if max(pow2(hdim, 16), pow2(dstate, 16)) <= 128 else 16
-    return max(rows // R, 1)
+def _epilogue_launch(R: int, hdim: int, dstate: int, backward: bool) -> dict:
+    """Tokens per epilogue program (BLOCK_T; BLOCK_U = BLOCK_T * R rows of headdim and d_state entries)
+    and warps: 32 rows for the SISO forward, else 16 (the MIMO in-token products need >= 16 rows);
+    tests/triton/compile_check.py: no spills at headdim 64 x d_state 128, ranks 1 and 4."""
+    big = max(pow2(hdim, 16), pow2(dstate, 16)) > 128
+    rows = 16 if backward or big or R > 1 else 32
+    bt = max(rows // R, 1)
+    return {"BLOCK_T": bt, "BLOCK_U": bt * R, "num_warps": 8 if (R > 1 or backward) else 4}
+
+
+def _rotate_rows(dstate: int) -> int:
+    """Rows (tokens x ranks) per program of the rotation kernels: tiles of 2048 entries at most."""
+    return max(16, min(64, 2048 // pow2(dstate, 16)))
 
 
 class _Mamba3Fn(torch.autograd.Function):
@@ -1189,7 +1261,7 @@ class _Mamba3Fn(torch.autograd.Function):
         _angles_fwd[(b * h,)](
             angles, dt, seq, th0 if th0 is not None else theta, theta, l, h, a, *angles.stride(), *dt.stride(),
             *s_str, HAS_SEQ=seq_idx is not None, HAS_TH0=th0 is not None, BLOCK_T=_ANGLE_BLOCK,
-            BLOCK_A=block_a, num_warps=2,
+            BLOCK_A=block_a, num_warps=4,
         )  # fmt: skip
         cs = torch.empty((b, h, T), **f32)
         dtp = torch.empty((b, h, T), **f32)
@@ -1202,7 +1274,7 @@ class _Mamba3Fn(torch.autograd.Function):
         qr = torch.empty((b, L, h, n), dtype=v.dtype, device=dev)
         kr = torch.empty_like(qr)
         bn = pow2(n, 16)
-        bu = max(16, min(64, 4096 // bn))
+        bu = _rotate_rows(n)
         _rotate_fwd[(b * h, triton.cdiv(L, bu))](
             q, k, q_bias, k_bias, theta, qr, kr, l, h, h // ng, n, a, *q.stride(), *k.stride(),
             *q_bias.stride(), *k_bias.stride(), R=R, ADJACENT=adjacent, BLOCK_U=bu, BLOCK_N=bn,
@@ -1223,7 +1295,8 @@ class _Mamba3Fn(torch.autograd.Function):
             if mimo_o is not None
             else out.stride()
         )
-        bt = _token_block(R, p, n)
+        launch = _epilogue_launch(R, p, n, backward=False)
+        bt = launch["BLOCK_T"]
         meta = {
             "R": R,
             "HAS_MX": mimo_x is not None,
@@ -1232,8 +1305,6 @@ class _Mamba3Fn(torch.autograd.Function):
             "HAS_MZ": mimo_z is not None,
             "HAS_MO": mimo_o is not None,
             "HAS_NORM": norm_weight is not None,
-            "BLOCK_T": bt,
-            "BLOCK_U": bt * R,
             "BLOCK_P": pow2(p, 16),
             "BLOCK_N": bn,
         }
@@ -1243,7 +1314,7 @@ class _Mamba3Fn(torch.autograd.Function):
             z if z is not None else dummy, mimo_z if mimo_z is not None else dummy,
             mimo_o if mimo_o is not None else dummy, norm_weight if norm_weight is not None else dummy, out,
             l, h, p, n, float(norm_eps), *v.stride(), *_strides(z, 4), *o_str, *_strides(mimo_x, 3),
-            *_strides(mimo_z, 3), *_strides(mimo_o, 3), *_strides(norm_weight, 2), num_warps=4, **meta,
+            *_strides(mimo_z, 3), *_strides(mimo_o, 3), *_strides(norm_weight, 2), **launch, **meta,
         )  # fmt: skip
         ctx.save_for_backward(
             q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, mimo_x, mimo_z, mimo_o, norm_weight,
@@ -1268,8 +1339,8 @@ class _Mamba3Fn(torch.autograd.Function):
         L = l * R
         dev = v.device
         f32 = {"dtype": torch.float32, "device": dev}
-        bt = meta["BLOCK_T"]
-        nblk = triton.cdiv(l, bt)
+        launch = _epilogue_launch(R, p, n, backward=True)
+        nblk = triton.cdiv(l, launch["BLOCK_T"])
         if dout is None:
             dout = torch.zeros((b, l, h, p) if mimo_o is not None else (b, l, R, h, p), **f32)
         do_str = (
@@ -1298,7 +1369,7 @@ class _Mamba3Fn(torch.autograd.Function):
             pnw if pnw is not None else dummy, pmz if pmz is not None else dummy,
             pmo if pmo is not None else dummy, l, h, p, n, norm_eps, *v.stride(), *_strides(z, 4), *do_str,
             *_strides(mimo_x, 3), *_strides(mimo_z, 3), *_strides(mimo_o, 3), *_strides(norm_weight, 2),
-            num_warps=4, **meta,
+            **launch, **meta,
         )  # fmt: skip
         dfin = dfinal.float().contiguous() if dfinal is not None else None
         dxs, dks, dqs, ddtp, dcs, dg0 = ssd.core_backward(x, kr, qr, dtp, cs, qs, seq_sub, hin, dy, dfin)
@@ -1318,11 +1389,11 @@ class _Mamba3Fn(torch.autograd.Function):
         dkh = torch.empty((b, L, h, n), **f32)
         dtheta = torch.zeros((b, l, h, a), **f32)
         bn = pow2(n, 16)
-        bu = max(16, min(64, 4096 // bn))
+        bu = _rotate_rows(n)
         _rotate_bwd[(b * h, triton.cdiv(L, bu))](
             q, k, q_bias, k_bias, theta, dqs, dqe, dks, dke, dqh, dkh, dtheta, l, h, h // ng, n, a,
             *q.stride(), *k.stride(), *q_bias.stride(), *k_bias.stride(), R=R, ADJACENT=adjacent,
-            BLOCK_T=bu // R, BLOCK_U=bu, BLOCK_N=bn, num_warps=4,
+            BLOCK_T=bu // R, BLOCK_U=bu, BLOCK_N=bn, num_warps=8,
         )  # fmt: skip
         if dtheta_last is not None:
             dtheta[:, -1] += dtheta_last
@@ -1331,7 +1402,7 @@ class _Mamba3Fn(torch.autograd.Function):
         _angles_bwd[(b * h,)](
             angles, dt, seq, dtheta, dang, ddt, dth0 if dth0 is not None else dang, l, h, a,
             *angles.stride(), *dt.stride(), *s_str, HAS_SEQ=seq_idx is not None, HAS_TH0=has_th0,
-            BLOCK_T=_ANGLE_BLOCK, BLOCK_A=pow2(a, 16), num_warps=2,
+            BLOCK_T=_ANGLE_BLOCK, BLOCK_A=pow2(a, 16), num_warps=8,
         )  # fmt: skip
         # torch reductions: ranks -> v and mimo_x, a group's heads -> q / k, the batch -> the biases
         dxr = (dxs + dxe).view(b, l, R, h, p)
@@ -1449,10 +1520,11 @@ def step(
     out = torch.empty((b, h, p) if mimo_o is not None else (b, R, h, p), dtype=v.dtype, device=dev)
     o_str = (out.stride(0), 0, out.stride(1), out.stride(2)) if mimo_o is not None else out.stride()
     bn = pow2(n, 16)
-    bp = pow2(p, 16) if norm_weight is not None else min(pow2(p, 16), max(16, 4096 // bn))
+    # tiles of 2048 state entries; with the norm one program takes every block of its head (two passes)
+    bp = min(pow2(p, 16), max(16, 2048 // bn))
     dummy = th_out
     opt = [D, z, mimo_x, mimo_z, mimo_o, norm_weight]
-    _step[(b, h, triton.cdiv(p, bp))](
+    _step[(b, h, 1 if norm_weight is not None else triton.cdiv(p, bp))](
         q, k, v, adt, dt, trap, q_bias, k_bias, angles, states.angle, states.ssm, states.k, states.v,
         *(t if t is not None else dummy for t in opt), out, th_out, s_out, k_out,
         h, h // ng, p, n, a, R, float(norm_eps), *q.stride(), *k.stride(), *v.stride(), *adt.stride(),
@@ -1461,7 +1533,7 @@ def step(
         *_strides(z, 3), *_strides(mimo_x, 3), *_strides(mimo_z, 3), *_strides(mimo_o, 3),
         *_strides(norm_weight, 2), *o_str, ADJACENT=pairing == "adjacent", HAS_MX=mimo_x is not None,
         HAS_D=D is not None, HAS_Z=z is not None, HAS_MZ=mimo_z is not None, HAS_MO=mimo_o is not None,
-        HAS_NORM=norm_weight is not None, BLOCK_R=max(16, pow2(R)), BLOCK_P=bp, BLOCK_N=bn,
-        BLOCK_A=pow2(a, 16), num_warps=4 if bp * bn <= 4096 else 8,
+        HAS_NORM=norm_weight is not None, BLOCK_R=pow2(R), BLOCK_P=bp, BLOCK_N=bn,
+        BLOCK_A=pow2(a, 16), num_warps=8 if norm_weight is not None else 4, num_stages=1,
     )  # fmt: skip
     return out, Mamba3States(th_out, s_out, k_out, v)
