@@ -139,3 +139,33 @@ def test_calls_the_kernels_do_not_take_run_the_pytorch_path_saying_why(triton_ma
     assert "d_state 512 exceeds" in interpreted.mamba3.unsupported("mamba3_siso", **big)
     big = {"q": torch.empty(1, 8, 1, 1, 64, **meta), "v": torch.empty(1, 8, 2, 320, **meta)}
     assert "headdim 320 exceeds" in interpreted.mamba3.unsupported("mamba3_siso", **big)
+
+
+@pytest.mark.parametrize(("variant", "decode"), [("siso-outproj-norm", True), ("mimo-fused-norm", False)])
+def test_mamba3_layer_on_the_triton_path(triton_mamba3, variant, decode):
+    """The Mamba3 layer (float32) through the kernels: output and every parameter's gradient against
+    the float64 oracle layer (mamba3_reference.layer), and (SISO) decoding after a prefill == the full
+    forward (the cache filled from the kernels' final states, then the step kernel). SISO with the norm
+    outside the op (no gate, per-rank output), MIMO rank 2 with the fused norm."""
+    import mamba3_reference as ref
+    from test_mamba3_module import D_MODEL, _cfg, _decode, _layer
+
+    m64 = _layer(variant)
+    m = _layer(variant, dtype=F32)
+    m.load_state_dict(m64.state_dict())
+    u = torch.randn(2, 11, D_MODEL, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in m64.state_dict().items()}
+    out = m(u.float())
+    want = ref.layer(params, _cfg(m64), u)
+    M3.close(out, want, F32, f"{variant} out")
+    w = torch.randn(want.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    (out.double() * w).sum().backward()
+    (want * w).sum().backward()
+    for name, p in m.named_parameters():
+        M3.close(p.grad, params[name].grad, F32, f"{variant} d{name}")
+    assert triton_mamba3 == {"chunk_scan": 1, "step": 0}
+    if not decode:
+        return
+    with torch.no_grad():
+        M3.close(_decode(m, u.float(), 5), out, F32, f"{variant} decode after a prefill of 5")
+    assert triton_mamba3 == {"chunk_scan": 2, "step": 6}
