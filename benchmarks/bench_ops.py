@@ -308,8 +308,8 @@ def make_state_update(device):
     )  # the state: read and written
 
 
-# Mamba-3: whatever backend the dispatcher picks for it (the PyTorch path until Triton kernels
-# plug in), against Mamba-2's SSD (and its decode step) at the same shape.
+# Mamba-3: the backend the dispatcher picks for it (its Triton kernels on a CUDA/ROCm GPU), against
+# Mamba-2's SSD (and its decode step) at the same shape, and against our Mamba-3 PyTorch path.
 M3_B, M3_L, M3_H, M3_P, M3_N, M3_CHUNK, M3_R = 2, 4096, 32, 64, 128, 64, 4
 M3_SHAPE = f"B={M3_B} L={M3_L} {M3_H} heads x headdim {M3_P}, d_state {M3_N}, 1 group, bf16"
 
@@ -385,7 +385,10 @@ def _make_mamba3_siso(device, backward):
             if backward:
                 y.backward(dy)
 
-    return Case(Impl(_backend_label("mamba3_siso", device), run, "auto"), [_ssd_same_shape(device, backward)])
+    return Case(
+        Impl(_backend_label("mamba3_siso", device), run, "auto"),
+        [_ssd_same_shape(device, backward), Impl("our Mamba-3 PyTorch path", run, "torch")],
+    )
 
 
 def make_mamba3_siso_fwd(device):
@@ -412,7 +415,10 @@ def make_mamba3_mimo_fwd_bwd(device):
         )  # fmt: skip
         y.backward(dy)
 
-    return Case(Impl(_backend_label("mamba3_mimo", device), run, "auto"), [_ssd_same_shape(device, True)])
+    return Case(
+        Impl(_backend_label("mamba3_mimo", device), run, "auto"),
+        [_ssd_same_shape(device, True), Impl("our Mamba-3 PyTorch path", run, "torch")],
+    )
 
 
 def make_mamba3_step(device):
@@ -451,7 +457,10 @@ def make_mamba3_step(device):
 
     return Case(
         Impl(_backend_label("mamba3_step", device), run, "auto"),
-        [Impl("Mamba-2 selective_state_update (float32 state, z gate)", upd, "auto")],
+        [
+            Impl("Mamba-2 selective_state_update (float32 state, z gate)", upd, "auto"),
+            Impl("our Mamba-3 PyTorch path", run, "torch"),
+        ],
         calls=20,
     )
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check, one script for the reference GPU machine (an H200 with Python 3.12, torch 2.11.0+cu130,
-# nvcc, no network), within 5.5 minutes: every command has its own time limit, and all of them at their
-# limits sum to 325 s (start-up 30 s: torch/GPU info 12, python --version 2, git 2, ninja 3, nvidia-smi 5,
+# nvcc, no network), within 7.5 minutes: every command has its own time limit, and all of them at their
+# limits sum to 430 s (start-up 30 s: torch/GPU info 12, python --version 2, git 2, ninja 3, nvidia-smi 5,
 # nvcc --version 3, pytest check 3; then build 80, doctor 10, GPU kernel tests 45, kernel benchmark 35,
-# Triton GPU tests 45, ops benchmark 50, Mamba-3 ops 30). The steps:
+# Triton GPU tests 45, ops benchmark 50, Mamba-3 GPU tests 75, Mamba-3 ops 60). Step 6 is mostly Triton
+# compiling Mamba-3's kernels at their first call: about 47 configurations for the tests and 30-40 for
+# the benchmark rows, about 1.3 s of CPU each (tests/triton/compile_check.py --only mamba3 for sm_90: 43 in
+# 57 s of CPU on a 2-core VM). The steps:
 #   1. build mamba_ssm._C in place for sm_90 only (CPU kernel + CUDA kernels), with the build log
 #      (MAX_JOBS=16 on the H200: about 30-60 s);
 #   2. doctor's JSON (the module loaded, its build info, the backend per device);
@@ -16,9 +19,12 @@
 #      causal conv1d fwd, fwd+bwd, update and varlen states vs our PyTorch path and F.conv1d, bandwidth vs
 #      copy; SSD fwd+bwd vs our PyTorch SSD and the Mamba-1 scan; selective_state_update and the norms vs
 #      copy bandwidth; mamba_split_conv1d_scan_combined last);
-#   6. the Mamba-3 rows of the ops benchmark (--only mamba3, into $OUT/mamba3): mamba3_siso_combined fwd and
-#      fwd+bwd, mamba3_mimo fwd+bwd (vs Mamba-2's SSD at the same shape) and mamba3_step (vs
-#      selective_state_update), on whatever backend the dispatcher picks for them.
+#   6. Mamba-3 on its Triton kernels: their GPU tests (tests/triton/test_triton_mamba3_gpu.py: the public ops
+#      against the float64 oracle: SISO and MIMO rank 4 bf16 fwd+bwd with states and seq_idx, packed
+#      sequences in fp32, the decode step) and the Mamba-3 rows of the ops benchmark (--only mamba3, into
+#      $OUT/mamba3): mamba3_siso_combined fwd and fwd+bwd, mamba3_mimo fwd+bwd (vs Mamba-2's SSD at the
+#      same shape) and mamba3_step (vs selective_state_update), on the backend the dispatcher picks
+#      (Triton on a CUDA/ROCm GPU; the row names it).
 # Every step writes into $OUT as it goes (summary.txt collects one line per step; the benchmarks rewrite
 # their tables after every row), so a run cut short still leaves what it did. A failing step does not stop
 # the others. Without a CUDA device (a dry run) the build and doctor still run, the GPU tests skip and the
@@ -142,9 +148,18 @@ timeout 50 $PYTHON benchmarks/bench_ops.py --device cuda --reps 3 --skip mamba3 
 say "ops benchmark exit $?:"
 cat "$OUT/bench_ops_cuda.md" 2>/dev/null | tee -a "$SUMMARY" || tail -n 20 "$OUT/bench_ops.log" | tee -a "$SUMMARY"
 
-# ---- 6. Mamba-3 rows ----------------------------------------------------------------------------
-say "6/6 Mamba-3 ops (benchmarks/bench_ops.py --device cuda --only mamba3): fwd, fwd+bwd, MIMO fwd+bwd, step"
-timeout 30 $PYTHON benchmarks/bench_ops.py --device cuda --reps 3 --only mamba3 --out "$OUT/mamba3" \
+# ---- 6. Mamba-3: Triton GPU tests and rows -----------------------------------------------------
+say "6/6 Mamba-3 Triton GPU tests (tests/triton/test_triton_mamba3_gpu.py) and ops (benchmarks/bench_ops.py --device cuda --only mamba3): fwd, fwd+bwd, MIMO fwd+bwd, step"
+if [ "$HAVE_PYTEST" = 1 ]; then
+  MAMBA_TRITON_GPU_TESTS=1 timeout 75 $PYTHON -m pytest -q -rs -p no:cacheprovider -m gpu \
+    tests/triton/test_triton_mamba3_gpu.py --junitxml="$OUT/mamba3_gpu_tests.xml" >"$OUT/mamba3_gpu_tests.log" 2>&1
+  rc=$?
+  say "Mamba-3 Triton GPU tests exit $rc: $(tail -n 1 "$OUT/mamba3_gpu_tests.log")"
+  [ $rc -ne 0 ] && grep -E "^(FAILED|ERROR)" "$OUT/mamba3_gpu_tests.log" | head -20 | tee -a "$SUMMARY"
+else
+  say "Mamba-3 Triton GPU tests skipped: pytest is not installed"
+fi
+timeout 60 $PYTHON benchmarks/bench_ops.py --device cuda --reps 3 --only mamba3 --out "$OUT/mamba3" \
   >"$OUT/bench_ops_mamba3.log" 2>&1
 say "Mamba-3 ops benchmark exit $?:"
 cat "$OUT/mamba3/bench_ops_cuda.md" 2>/dev/null | tee -a "$SUMMARY" || tail -n 20 "$OUT/bench_ops_mamba3.log" | tee -a "$SUMMARY"

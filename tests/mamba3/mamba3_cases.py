@@ -28,11 +28,44 @@ CASES = {
     "mimo-rope1.0-norm": (3, 1, 2, 8, 4, True),
     "mimo4-rope1.0-norm": (4, 1, 2, 8, 4, True),
 }
+#: Larger cases for the compiled kernels on a GPU (tests/triton/test_triton_mamba3_gpu.py).
+GPU_CASES = {
+    "gpu-siso-rope0.5": (None, 1, 4, 64, 16, False),
+    "gpu-mimo4-rope1.0-norm": (4, 2, 4, 64, 32, True),
+}
 HEADDIM = 4
 
 
+def spec(case):
+    """(mimo rank or None, ngroups, nheads, d_state, num_angles, fused norm) of a case name."""
+    return CASES[case] if case in CASES else GPU_CASES[case]
+
+
+def seq_idx_from_edges(batch, seqlen, edges):
+    """seq_idx (batch, seqlen) int32 that starts a new sequence at each token index in ``edges``."""
+    seq = torch.zeros(batch, seqlen, dtype=torch.int32)
+    for edge in edges:
+        seq[:, edge:] += 1
+    return seq
+
+
+def count_kernel_calls(kernels, monkeypatch):
+    """Counts the calls of the Triton Mamba-3 entry points ``kernels.chunk_scan`` / ``kernels.step``
+    (the dispatcher's choice) in a dict that the returned wrappers update."""
+    calls = {"chunk_scan": 0, "step": 0}
+    for name in calls:
+        real = getattr(kernels, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(kernels, name, counted)
+    return calls
+
+
 def close(got, want, dtype, what):
-    got, want = got.detach().double(), want.detach().double()
+    got, want = got.detach().double().cpu(), want.detach().double().cpu()
     assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
     scale = max(1.0, float(want.abs().max()))
     err = float((got - want).abs().max())
@@ -42,7 +75,7 @@ def close(got, want, dtype, what):
 def make_inputs(case, batch=2, seqlen=13, states=0, seed=0, headdim=HEADDIM):
     """float64 leaves in the ops' layout (Q, K with a rank dim even for SISO), and states for
     ``states`` rows when > 0."""
-    rank, g, h, n, a, fused = CASES[case]
+    rank, g, h, n, a, fused = spec(case)
     R = rank or 1
     gen = torch.Generator().manual_seed(seed)
 
@@ -77,20 +110,20 @@ def make_inputs(case, batch=2, seqlen=13, states=0, seed=0, headdim=HEADDIM):
     return t
 
 
-def leaves(t, dtype):
-    """Copies in ``dtype`` that require grad (the integer-free inputs)."""
+def leaves(t, dtype, device="cpu"):
+    """Copies in ``dtype`` on ``device`` that require grad (the integer-free inputs)."""
     out = {}
     for key, value in t.items():
         if isinstance(value, tuple):
-            out[key] = tuple(v.detach().to(dtype).requires_grad_(True) for v in value)
+            out[key] = tuple(v.detach().to(device, dtype).requires_grad_(True) for v in value)
         else:
-            out[key] = value.detach().to(dtype).requires_grad_(True)
+            out[key] = value.detach().to(device, dtype).requires_grad_(True)
     return out
 
 
 def run_op(case, t, chunk_size=4, seq_idx=None, cu_seqlens=None, states=False):
     """The public op of ``case``: (out, states as (angle, ssm, k (S, R, h, n), v) or None)."""
-    rank = CASES[case][0]
+    rank = spec(case)[0]
     init = t.get("init")
     if rank is None:
         res = mamba3_siso_combined(
@@ -145,7 +178,7 @@ def run_op(case, t, chunk_size=4, seq_idx=None, cu_seqlens=None, states=False):
 
 
 def run_ref(case, t, seq_idx=None, cu_seqlens=None):
-    rank = CASES[case][0]
+    rank = spec(case)[0]
     nw = t.get("norm_weight")
     out, states = ref.recurrence(
         t["q"],
@@ -201,16 +234,18 @@ def check_against_reference(
     seqlen=13,
     chunk_size=4,
     final_states=None,
+    headdim=HEADDIM,
+    device="cpu",
 ):
     """The op's output, final states (``final_states``; by default with input states or cu_seqlens)
-    and the gradient of every input (through the output and the final states) against the oracle's,
-    within TOL[dtype]."""
-    base = make_inputs(case, batch=batch, seqlen=seqlen, states=states_rows)
-    got_in, ref_in = leaves(base, dtype), _rounded_reference_leaves(base, dtype)
+    and the gradient of every input (through the output and the final states) on ``device`` against
+    the oracle's (float64 on the CPU), within TOL[dtype]."""
+    base = make_inputs(case, batch=batch, seqlen=seqlen, states=states_rows, headdim=headdim)
+    got_in, ref_in = leaves(base, dtype, device), _rounded_reference_leaves(base, dtype)
+    on_device = {"seq_idx": seq_idx, "cu_seqlens": cu_seqlens}
+    on_device = {k: None if v is None else v.to(device) for k, v in on_device.items()}
     want_states = states_rows > 0 or cu_seqlens is not None if final_states is None else final_states
-    out, states = run_op(
-        case, got_in, chunk_size=chunk_size, seq_idx=seq_idx, cu_seqlens=cu_seqlens, states=want_states
-    )
+    out, states = run_op(case, got_in, chunk_size=chunk_size, states=want_states, **on_device)
     rout, rstates = run_ref(case, ref_in, seq_idx=seq_idx, cu_seqlens=cu_seqlens)
     assert out.dtype == dtype
     close(out, rout, dtype, f"{case} out")
@@ -222,7 +257,8 @@ def check_against_reference(
     if want_states:
         weights += [torch.randn(r.shape, generator=gen, dtype=torch.float64) for r in rstates]
         weights[1] = weights[1] * 0  # d/d(angle mod 2 pi) is 1 except at the wrap: not compared
-    _loss(out, states if want_states else None, weights).backward()
+    weights_dev = [w.to(device) for w in weights]
+    _loss(out, states if want_states else None, weights_dev).backward()
     _loss(rout, rstates if want_states else None, weights).backward()
     for key in base:
         for i, (g_leaf, r_leaf) in enumerate(
@@ -237,12 +273,15 @@ def check_against_reference(
             )
 
 
-def check_steps(case, dtype=torch.float64, seqlen=6, headdim=HEADDIM):
+def check_steps(case, dtype=torch.float64, seqlen=6, headdim=HEADDIM, device="cpu"):
     """mamba3_step token by token from input states == the recurrence (SISO also through
     mamba3_siso_step, upstream's path, on every other token), outputs and states, within TOL[dtype]."""
     base = make_inputs(case, seqlen=seqlen, states=2, headdim=headdim)
-    t = {k: (tuple(x.to(dtype) for x in v) if isinstance(v, tuple) else v.to(dtype)) for k, v in base.items()}
-    rank = CASES[case][0]
+    t = {
+        k: (tuple(x.to(device, dtype) for x in v) if isinstance(v, tuple) else v.to(device, dtype))
+        for k, v in base.items()
+    }
+    rank = spec(case)[0]
     rout, rstates = run_ref(case, _rounded_reference_leaves(base, dtype))
     states = t["init"]
     outs = []

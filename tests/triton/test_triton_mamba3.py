@@ -33,28 +33,9 @@ def triton_mamba3(interpreted, monkeypatch):
     monkeypatch.delenv("MAMBA_SSM_BACKEND", raising=False)
     _dispatch._reset_for_tests()
     monkeypatch.setattr(_dispatch, "triton_unavailable", lambda device: None)
-    calls = {"chunk_scan": 0, "step": 0}
-
-    def spy(name):
-        real = getattr(interpreted.mamba3, name)
-
-        def counted(*args, **kwargs):
-            calls[name] += 1
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(interpreted.mamba3, name, counted)
-
-    spy("chunk_scan")
-    spy("step")
+    calls = M3.count_kernel_calls(interpreted.mamba3, monkeypatch)
     yield calls
     _dispatch._reset_for_tests()
-
-
-def _seq_idx(batch, seqlen, edges):
-    seq = torch.zeros(batch, seqlen, dtype=torch.int32)
-    for edge in edges:
-        seq[:, edge:] += 1
-    return seq
 
 
 # id: (case, dtype, options). chunk_size 4 gives SSD chunks of 16 sub-steps: 16 tokens (SISO), 8 (rank
@@ -78,7 +59,7 @@ def test_chunked_scan_matches_the_recurrence(triton_mamba3, name):
     case, dtype, opts = CHUNKED[name]
     opts = dict(opts)
     edges = opts.pop("seq", None)
-    seq = None if edges is None else _seq_idx(2, opts["seqlen"], edges)
+    seq = None if edges is None else M3.seq_idx_from_edges(2, opts["seqlen"], edges)
     M3.check_against_reference(case, dtype, seq_idx=seq, **opts)
     assert triton_mamba3["chunk_scan"] == 1
 

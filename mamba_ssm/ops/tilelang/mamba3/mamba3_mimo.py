@@ -71,7 +71,8 @@ def mamba3_mimo(
         nheads, headdim, d_state), k_state (S, mimo_rank, nheads, d_state), v_state (S, nheads,
         headdim)), differentiable (upstream's are not).
 
-    Runs the PyTorch path on every device (``mamba_ssm._dispatch`` op ``mamba3_mimo``).
+    Runs the Triton kernels on CUDA/ROCm devices (ranks that are powers of two up to 16), the PyTorch
+    path elsewhere (``mamba_ssm._dispatch`` op ``mamba3_mimo``; doctor says which).
 
     Raises:
         TypeError / ValueError: a missing or non-float tensor, a wrong shape or argument (named).

@@ -5,6 +5,7 @@
 * :mod:`.mamba3_step`: ``mamba3_step`` (SISO or MIMO, one token)
 * the MIMO op: :mod:`mamba_ssm.ops.tilelang.mamba3.mamba3_mimo` (upstream's path; no TileLang here)
 
-They run the PyTorch path (:mod:`.mamba3_torch`) on every device; :mod:`._triton_hook` is where
-Triton kernels plug in. Nothing heavy is imported at package import.
+They run Triton kernels on CUDA/ROCm devices (:mod:`mamba_ssm.ops.triton._kernels.mamba3`, reached
+through :mod:`._triton_hook`) and the PyTorch path (:mod:`.mamba3_torch`) elsewhere. Nothing heavy is
+imported at package import.
 """

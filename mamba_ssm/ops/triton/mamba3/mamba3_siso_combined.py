@@ -57,8 +57,9 @@ def mamba3_siso_combined(
         k_state (S, nheads, d_state), v_state (S, nheads, headdim)), states in float32 (float64 for
         float64 V) except v_state (V's dtype).
 
-    Computed in float32 (float64 for float64 inputs) by the PyTorch path on every device
-    (``mamba_ssm._dispatch`` op ``mamba3_siso``).
+    Computed in float32 (float64 for float64 inputs): on CUDA/ROCm devices by the Triton kernels
+    (:mod:`mamba_ssm.ops.triton._kernels.mamba3`), elsewhere and for the calls they do not take by the
+    PyTorch path (``mamba_ssm._dispatch`` op ``mamba3_siso``; doctor says which).
 
     Raises:
         TypeError / ValueError: a missing or non-float tensor, a wrong shape, bad cu_seqlens or

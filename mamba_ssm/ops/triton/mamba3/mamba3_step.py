@@ -1,6 +1,6 @@
-"""One Mamba-3 decode step, SISO or MIMO (the op ``mamba3_step`` of ``mamba_ssm._dispatch``); pure: the
-new states are returned, nothing is written in place. The math:
-:func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_step_torch`."""
+"""One Mamba-3 decode step, SISO or MIMO (the op ``mamba3_step`` of ``mamba_ssm._dispatch``: a Triton kernel
+on CUDA/ROCm devices, the PyTorch path elsewhere); pure: the new states are returned, nothing is written
+in place. The math: :func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_step_torch`."""
 
 from __future__ import annotations
 
