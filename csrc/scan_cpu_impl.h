@@ -166,10 +166,16 @@ static inline void transpose_in(const void* base, ScalarKind kind, int64_t off, 
 
 
 // ------------------------------------------------------------------------------------ math helpers
-// 2^f for |f| <= 1/2: the degree-5 polynomial with the smallest maximum relative error (7.5e-8; Remez
-// exchange in 40-digit arithmetic; 2.1e-7 with float32 rounding, like a degree-6 Taylor polynomial's).
-constexpr float kExp2P[6] = {1.0000000716546416f,   6.931469670652649e-1f,  2.402211972396918e-1f,
-                             5.550713272875391e-2f, 9.675541331021392e-3f, 1.3276472167819944e-3f};
+// 2^f for |f| <= 1/2: the degree-6 Taylor polynomial of e^(f ln 2), coefficients (ln 2)^i / i!. Exact
+// at f = 0 (decays near 1 carry no bias through the recurrence); relative error 2.2e-7 in float32.
+constexpr int kExp2Deg = 6;
+constexpr float kExp2P[kExp2Deg + 1] = {1.0f,
+                                        6.9314718055994531e-1f,
+                                        2.4022650695910071e-1f,
+                                        5.5504108664821580e-2f,
+                                        9.6181291076284772e-3f,
+                                        1.3333558146428443e-3f,
+                                        1.5403530393381606e-4f};
 
 // 2^t for t in float range, relative error ~2e-7: 2^k * 2^f with k = round(t), |f| <= 1/2. Branch-free
 // so that loops calling it vectorise. exp(x) = 2^(x log2 e): the callers pre-scale A by log2 e.
@@ -179,8 +185,8 @@ static inline float exp2_approx(float t) {
   const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float kf = (t + shifter) - shifter;
   const float f = t - kf;
-  float poly = kExp2P[5];
-  for (int i = 4; i >= 0; --i) poly = poly * f + kExp2P[i];
+  float poly = kExp2P[kExp2Deg];
+  for (int i = kExp2Deg - 1; i >= 0; --i) poly = poly * f + kExp2P[i];
   const int32_t ki = static_cast<int32_t>(kf);
   return poly * bits_to_float(static_cast<uint32_t>(ki + 127) << 23);
 }
@@ -256,21 +262,46 @@ static inline void fwd_steps_plain(int64_t tn, int64_t Np, const float* __restri
   }
 }
 
-// The backward's recompute of a segment: the forward steps keeping aq row j = {a_j, q_j = a_j h_{j-1}}
-// (2 Np floats), with dC_j += dy_j h_j and, when kY, y_j.
+// One channel's view of a backward segment, for rec_steps / rev_steps. Per-step arrays start at the
+// segment's first step; B/C (and dB/dC) rows advance by Bs/Cs floats per step (0: constant, the channel's
+// own row and accumulator). The lanes of one pass (rec_steps_v / rev_steps_v with K > 1) have variable B
+// and C and share the B/C rows and the dB/dC accumulator rows of their group.
+struct BwdLane {
+  const float* dt;   // dt per step
+  const float* dtu;  // dt u per step
+  const float* dy;   // dL/dy per step (after the silu gate)
+  const float* sc;   // {dt, dt u, dy} per step, interleaved (rev)
+  const float* A;    // (Np) A and A log2 e
+  const float* A2;
+  const float* B;
+  const float* C;
+  float* dB;  // rev accumulates
+  float* dC;  // rec accumulates
+  float* h;   // rec: the state entering the segment, on exit the state after it
+  float* y;   // rec: y per step when kY
+  float* aq;  // rec writes, rev reads: row j = {a_j, q_j = a_j h_{j-1}} (2 Np floats)
+  float* s;   // rev: a_{t+1} G_{t+1} on entry, a_t0 G_t0 on exit
+  float* dA;  // rev accumulates
+  float* sumB;  // rev writes sum_n G B per step
+  float* sumT;  // rev writes sum_n G q A per step
+};
+
+// The backward's recompute of a segment: the forward steps keeping the aq rows, with dC_j += dy_j h_j and,
+// when kY, y_j.
 template <bool kY>
-static inline void rec_steps_plain(int64_t tn, int64_t Np, const float* __restrict dt,
-                                   const float* __restrict dtu, const float* __restrict dy,
-                                   const float* __restrict A2, const float* __restrict B, int64_t Bs,
-                                   const float* __restrict C, int64_t Cs, float* __restrict h,
-                                   float* __restrict y, float* dC, float* __restrict aq) {
+static inline void rec_steps_plain(int64_t tn, int64_t Np, const BwdLane& ln, int64_t Bs, int64_t Cs) {
+  const float* __restrict dt = ln.dt;
+  const float* __restrict dtu = ln.dtu;
+  const float* __restrict dy = ln.dy;
+  const float* __restrict A2 = ln.A2;
+  float* __restrict h = ln.h;
   for (int64_t j = 0; j < tn; ++j) {
     const float dtj = dt[j], dtuj = dtu[j], dyj = dy[j];
-    const float* __restrict Bj = B + j * Bs;
-    const float* __restrict Cj = C + j * Cs;
-    float* __restrict aj = aq + j * 2 * Np;
+    const float* __restrict Bj = ln.B + j * Bs;
+    const float* __restrict Cj = ln.C + j * Cs;
+    float* __restrict aj = ln.aq + j * 2 * Np;
     float* __restrict qj = aj + Np;
-    float* __restrict dCj = dC + j * Cs;
+    float* __restrict dCj = ln.dC + j * Cs;
     float acc[kLanes] = {};
     for (int64_t nb = 0; nb < Np; nb += kLanes) {
       for (int l = 0; l < kLanes; ++l) {
@@ -285,26 +316,23 @@ static inline void rec_steps_plain(int64_t tn, int64_t Np, const float* __restri
         if (kY) acc[l] += Cj[n] * hn;
       }
     }
-    if (kY) y[j] = fold(acc);
+    if (kY) ln.y[j] = fold(acc);
   }
 }
 
-// The reverse steps j = tn-1 .. 0 of a segment (see the top of the file):
-//   sc: per step {dt, dt u, dy} (3 floats); aq: the recompute's rows;
-//   s:  a_{t+1} G_{t+1} on entry, a_t0 G_t0 on exit; dA and dB accumulated;
-//   sumB[j] = sum_n G B and sumT[j] = sum_n G q A written.
-static inline void rev_steps_plain(int64_t tn, int64_t Np, const float* __restrict sc,
-                                   const float* __restrict A, const float* __restrict B, int64_t Bs,
-                                   const float* __restrict C, int64_t Cs, const float* __restrict aq,
-                                   float* __restrict s, float* __restrict dA, float* dB,
-                                   float* __restrict sumB, float* __restrict sumT) {
+// The reverse steps j = tn-1 .. 0 of a segment (see the top of the file).
+static inline void rev_steps_plain(int64_t tn, int64_t Np, const BwdLane& ln, int64_t Bs, int64_t Cs) {
+  const float* __restrict sc = ln.sc;
+  const float* __restrict A = ln.A;
+  float* __restrict s = ln.s;
+  float* __restrict dA = ln.dA;
   for (int64_t j = tn - 1; j >= 0; --j) {
     const float dtj = sc[3 * j], dtuj = sc[3 * j + 1], dyj = sc[3 * j + 2];
-    const float* __restrict Bj = B + j * Bs;
-    const float* __restrict Cj = C + j * Cs;
-    const float* __restrict aj = aq + j * 2 * Np;
+    const float* __restrict Bj = ln.B + j * Bs;
+    const float* __restrict Cj = ln.C + j * Cs;
+    const float* __restrict aj = ln.aq + j * 2 * Np;
     const float* __restrict qj = aj + Np;
-    float* __restrict dBj = dB + j * Bs;
+    float* __restrict dBj = ln.dB + j * Bs;
     float accB[kLanes] = {}, accT[kLanes] = {};
     for (int64_t nb = 0; nb < Np; nb += kLanes) {
       for (int l = 0; l < kLanes; ++l) {
@@ -318,8 +346,8 @@ static inline void rev_steps_plain(int64_t tn, int64_t Np, const float* __restri
         s[n] = aj[n] * g;
       }
     }
-    sumB[j] = fold(accB);
-    sumT[j] = fold(accT);
+    ln.sumB[j] = fold(accB);
+    ln.sumT[j] = fold(accT);
   }
 }
 
@@ -351,8 +379,8 @@ static MAMBA_SIMD_INLINE vf vexp2(vf t) {
   t = _mm512_max_ps(_mm512_set1_ps(-150.0f), t);  // keeps -inf from turning f into NaN
   const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(t, k);
-  __m512 p = _mm512_set1_ps(kExp2P[5]);
-  for (int i = 4; i >= 0; --i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2P[i]));
+  __m512 p = _mm512_set1_ps(kExp2P[kExp2Deg]);
+  for (int i = kExp2Deg - 1; i >= 0; --i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2P[i]));
   return _mm512_scalef_ps(p, k);
 }
 
@@ -400,8 +428,8 @@ static MAMBA_SIMD_INLINE vf vexp2(vf t) {
   const __m256 shifter = _mm256_set1_ps(12583039.0f);  // 1.5 * 2^23 + 127
   const __m256 s = _mm256_add_ps(t, shifter);
   const __m256 f = _mm256_sub_ps(t, _mm256_sub_ps(s, shifter));
-  __m256 p = _mm256_set1_ps(kExp2P[5]);
-  for (int i = 4; i >= 0; --i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2P[i]));
+  __m256 p = _mm256_set1_ps(kExp2P[kExp2Deg]);
+  for (int i = kExp2Deg - 1; i >= 0; --i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2P[i]));
   return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(s), 23)));
 }
 
@@ -452,110 +480,158 @@ static inline void fwd_steps_v(int64_t tn, const float* __restrict dt, const flo
   for (int v = 0; v < NV; ++v) vstore(h + kLanes * v, hv[v]);
 }
 
-// Recompute steps (rec_steps_plain's contract). kVarC: dC rows advance per step; else one accumulator,
-// kept in registers.
-template <int NV, bool kVarC, bool kY>
-static inline void rec_steps_v(int64_t tn, const float* __restrict dt, const float* __restrict dtu,
-                               const float* __restrict dy, const float* __restrict A2,
-                               const float* __restrict B, int64_t Bs, const float* __restrict C, int64_t Cs,
-                               float* __restrict h, float* __restrict y, float* dC, float* __restrict aq) {
+// Recompute steps (rec_steps_plain's contract) of K lanes at once: the B/C rows are read once per step
+// for all lanes and, when kVarC, the lanes' dy h terms are added into the shared dC row with one
+// read-modify-write (K > 1 needs variable B and C). Constant C: each lane's dC in registers.
+template <int NV, int K, bool kVarC, bool kY>
+static inline void rec_steps_v(int64_t tn, const BwdLane* ln, int64_t Bs, int64_t Cs) {
   constexpr int64_t Np = kLanes * NV;
-  alignas(64) float prod[kLanes * kLanes];
-  vf hv[NV], a2[NV], dCc[NV];
-  for (int v = 0; v < NV; ++v) {
-    hv[v] = vload(h + kLanes * v);
-    a2[v] = vload(A2 + kLanes * v);
-    dCc[v] = kVarC ? vzero() : vload(dC + kLanes * v);
+  alignas(64) float prod[K][kLanes * kLanes];
+  // The lanes' pointers as locals: the vector stores may alias anything in memory, ln[] included, so
+  // reading them from ln[] in the loop would reload them after every store.
+  const float *dt[K], *dtu[K], *dy[K];
+  float *aq[K], *y[K];
+  const float* B = ln[0].B;
+  const float* C = ln[0].C;
+  float* dC = ln[0].dC;
+  vf hv[K][NV], a2[K][NV], dCc[K][NV];
+  for (int k = 0; k < K; ++k) {
+    dt[k] = ln[k].dt;
+    dtu[k] = ln[k].dtu;
+    dy[k] = ln[k].dy;
+    aq[k] = ln[k].aq;
+    y[k] = ln[k].y;
+    for (int v = 0; v < NV; ++v) {
+      hv[k][v] = vload(ln[k].h + kLanes * v);
+      a2[k][v] = vload(ln[k].A2 + kLanes * v);
+      dCc[k][v] = kVarC ? vzero() : vload(ln[k].dC + kLanes * v);
+    }
   }
   for (int64_t j0 = 0; j0 < tn; j0 += kLanes) {
     const int64_t jn = std::min<int64_t>(kLanes, tn - j0);
     for (int64_t i = 0; i < jn; ++i) {
       const int64_t j = j0 + i;
-      const vf dtj = vset1(dt[j]), dtuj = vset1(dtu[j]), dyj = vset1(dy[j]);
-      float* __restrict aj = aq + j * 2 * Np;
-      vf acc = vzero();
-      for (int v = 0; v < NV; ++v) {
-        const vf a = vexp2(vmul(dtj, a2[v]));
-        const vf q = vmul(a, hv[v]);
-        hv[v] = vfma(dtuj, vload(B + j * Bs + kLanes * v), q);
-        vstore(aj + kLanes * v, a);
-        vstore(aj + Np + kLanes * v, q);
-        if (kVarC) {
-          float* dCj = dC + j * Cs + kLanes * v;
-          vstore(dCj, vfma(dyj, hv[v], vload(dCj)));
-        } else {
-          dCc[v] = vfma(dyj, hv[v], dCc[v]);
-        }
-        if (kY) {
-          const vf c = vload(C + j * Cs + kLanes * v);
-          acc = v == 0 ? vmul(c, hv[v]) : vfma(c, hv[v], acc);
-        }
+      vf dtj[K], dtuj[K], dyj[K], acc[K];
+      for (int k = 0; k < K; ++k) {
+        dtj[k] = vset1(dt[k][j]);
+        dtuj[k] = vset1(dtu[k][j]);
+        dyj[k] = vset1(dy[k][j]);
+        acc[k] = vzero();
       }
-      if (kY) vstore(prod + kLanes * i, acc);
+      for (int v = 0; v < NV; ++v) {
+        const vf b = vload(B + j * Bs + kLanes * v);
+        float* dCj = dC + j * Cs + kLanes * v;
+        vf dc = kVarC ? vload(dCj) : vzero();
+        for (int k = 0; k < K; ++k) {
+          const vf a = vexp2(vmul(dtj[k], a2[k][v]));
+          const vf q = vmul(a, hv[k][v]);
+          hv[k][v] = vfma(dtuj[k], b, q);
+          float* aj = aq[k] + j * 2 * Np + kLanes * v;
+          vstore(aj, a);
+          vstore(aj + Np, q);
+          if (kVarC)
+            dc = vfma(dyj[k], hv[k][v], dc);
+          else
+            dCc[k][v] = vfma(dyj[k], hv[k][v], dCc[k][v]);
+          if (kY) {
+            const vf c = vload(C + j * Cs + kLanes * v);
+            acc[k] = v == 0 ? vmul(c, hv[k][v]) : vfma(c, hv[k][v], acc[k]);
+          }
+        }
+        if (kVarC) vstore(dCj, dc);
+      }
+      if (kY)
+        for (int k = 0; k < K; ++k) vstore(prod[k] + kLanes * i, acc[k]);
     }
-    if (kY) {
-      for (int64_t i = jn; i < kLanes; ++i) vstore(prod + kLanes * i, vzero());
-      vstore_first(y + j0, vsum_rows(prod), jn);
+    if (kY)
+      for (int k = 0; k < K; ++k) {
+        for (int64_t i = jn; i < kLanes; ++i) vstore(prod[k] + kLanes * i, vzero());
+        vstore_first(y[k] + j0, vsum_rows(prod[k]), jn);
+      }
+  }
+  for (int k = 0; k < K; ++k)
+    for (int v = 0; v < NV; ++v) {
+      vstore(ln[k].h + kLanes * v, hv[k][v]);
+      if (!kVarC) vstore(ln[k].dC + kLanes * v, dCc[k][v]);
     }
-  }
-  for (int v = 0; v < NV; ++v) {
-    vstore(h + kLanes * v, hv[v]);
-    if (!kVarC) vstore(dC + kLanes * v, dCc[v]);
-  }
 }
 
-// Reverse steps (rev_steps_plain's contract). kVarB: dB rows advance per step; else one accumulator, kept
-// in registers.
-template <int NV, bool kVarB>
-static inline void rev_steps_v(int64_t tn, const float* __restrict sc, const float* __restrict A,
-                               const float* __restrict B, int64_t Bs, const float* __restrict C, int64_t Cs,
-                               const float* __restrict aq, float* __restrict s, float* __restrict dA,
-                               float* dB, float* __restrict sumB, float* __restrict sumT) {
+// Reverse steps (rev_steps_plain's contract) of K lanes at once: B/C rows read once per step, the lanes'
+// G dt u terms added into the shared dB row with one read-modify-write when kVarB (K > 1 needs variable
+// B and C). Constant B: each lane's dB in registers.
+template <int NV, int K, bool kVarB>
+static inline void rev_steps_v(int64_t tn, const BwdLane* ln, int64_t Bs, int64_t Cs) {
   constexpr int64_t Np = kLanes * NV;
-  alignas(64) float pB[kLanes * kLanes], pT[kLanes * kLanes];  // per step: G B and G q A terms
-  vf sv[NV], dAv[NV], Av[NV], dBc[NV];
-  for (int v = 0; v < NV; ++v) {
-    sv[v] = vload(s + kLanes * v);
-    dAv[v] = vload(dA + kLanes * v);
-    Av[v] = vload(A + kLanes * v);
-    dBc[v] = kVarB ? vzero() : vload(dB + kLanes * v);
+  alignas(64) float pB[K][kLanes * kLanes], pT[K][kLanes * kLanes];  // per step: G B and G q A terms
+  // The lanes' pointers as locals (see rec_steps_v).
+  const float *sc[K], *aq[K];
+  float *sumB[K], *sumT[K];
+  const float* B = ln[0].B;
+  const float* C = ln[0].C;
+  float* dB = ln[0].dB;
+  vf sv[K][NV], dAv[K][NV], Av[K][NV], dBc[K][NV];
+  for (int k = 0; k < K; ++k) {
+    sc[k] = ln[k].sc;
+    aq[k] = ln[k].aq;
+    sumB[k] = ln[k].sumB;
+    sumT[k] = ln[k].sumT;
+    for (int v = 0; v < NV; ++v) {
+      sv[k][v] = vload(ln[k].s + kLanes * v);
+      dAv[k][v] = vload(ln[k].dA + kLanes * v);
+      Av[k][v] = vload(ln[k].A + kLanes * v);
+      dBc[k][v] = kVarB ? vzero() : vload(ln[k].dB + kLanes * v);
+    }
   }
   for (int64_t jhi = tn; jhi > 0; jhi -= kLanes) {
     const int64_t jlo = std::max<int64_t>(0, jhi - kLanes), jn = jhi - jlo;
     for (int64_t j = jhi - 1; j >= jlo; --j) {
-      const vf dtj = vset1(sc[3 * j]), dtuj = vset1(sc[3 * j + 1]), dyj = vset1(sc[3 * j + 2]);
-      const float* __restrict aj = aq + j * 2 * Np;
-      vf accB = vzero(), accT = vzero();
-      for (int v = 0; v < NV; ++v) {
-        const vf g = vfma(vload(C + j * Cs + kLanes * v), dyj, sv[v]);
-        const vf gq = vmul(g, vload(aj + Np + kLanes * v));
-        if (kVarB) {
-          float* dBj = dB + j * Bs + kLanes * v;
-          vstore(dBj, vfma(g, dtuj, vload(dBj)));
-        } else {
-          dBc[v] = vfma(g, dtuj, dBc[v]);
-        }
-        const vf b = vload(B + j * Bs + kLanes * v);
-        accB = v == 0 ? vmul(g, b) : vfma(g, b, accB);
-        accT = v == 0 ? vmul(gq, Av[v]) : vfma(gq, Av[v], accT);
-        dAv[v] = vfma(gq, dtj, dAv[v]);
-        sv[v] = vmul(vload(aj + kLanes * v), g);
+      vf dtj[K], dtuj[K], dyj[K], accB[K], accT[K];
+      for (int k = 0; k < K; ++k) {
+        dtj[k] = vset1(sc[k][3 * j]);
+        dtuj[k] = vset1(sc[k][3 * j + 1]);
+        dyj[k] = vset1(sc[k][3 * j + 2]);
+        accB[k] = accT[k] = vzero();
       }
-      vstore(pB + kLanes * (j - jlo), accB);
-      vstore(pT + kLanes * (j - jlo), accT);
+      for (int v = 0; v < NV; ++v) {
+        const vf c = vload(C + j * Cs + kLanes * v);
+        const vf b = vload(B + j * Bs + kLanes * v);
+        float* dBj = dB + j * Bs + kLanes * v;
+        vf db = kVarB ? vload(dBj) : vzero();
+        for (int k = 0; k < K; ++k) {
+          const float* aj = aq[k] + j * 2 * Np + kLanes * v;
+          const vf g = vfma(c, dyj[k], sv[k][v]);
+          const vf gq = vmul(g, vload(aj + Np));
+          if (kVarB)
+            db = vfma(g, dtuj[k], db);
+          else
+            dBc[k][v] = vfma(g, dtuj[k], dBc[k][v]);
+          accB[k] = v == 0 ? vmul(g, b) : vfma(g, b, accB[k]);
+          accT[k] = v == 0 ? vmul(gq, Av[k][v]) : vfma(gq, Av[k][v], accT[k]);
+          dAv[k][v] = vfma(gq, dtj[k], dAv[k][v]);
+          sv[k][v] = vmul(vload(aj), g);
+        }
+        if (kVarB) vstore(dBj, db);
+      }
+      for (int k = 0; k < K; ++k) {
+        vstore(pB[k] + kLanes * (j - jlo), accB[k]);
+        vstore(pT[k] + kLanes * (j - jlo), accT[k]);
+      }
     }
-    for (int64_t i = jn; i < kLanes; ++i) {
-      vstore(pB + kLanes * i, vzero());
-      vstore(pT + kLanes * i, vzero());
+    for (int k = 0; k < K; ++k) {
+      for (int64_t i = jn; i < kLanes; ++i) {
+        vstore(pB[k] + kLanes * i, vzero());
+        vstore(pT[k] + kLanes * i, vzero());
+      }
+      vstore_first(sumB[k] + jlo, vsum_rows(pB[k]), jn);
+      vstore_first(sumT[k] + jlo, vsum_rows(pT[k]), jn);
     }
-    vstore_first(sumB + jlo, vsum_rows(pB), jn);
-    vstore_first(sumT + jlo, vsum_rows(pT), jn);
   }
-  for (int v = 0; v < NV; ++v) {
-    vstore(s + kLanes * v, sv[v]);
-    vstore(dA + kLanes * v, dAv[v]);
-    if (!kVarB) vstore(dB + kLanes * v, dBc[v]);
-  }
+  for (int k = 0; k < K; ++k)
+    for (int v = 0; v < NV; ++v) {
+      vstore(ln[k].s + kLanes * v, sv[k][v]);
+      vstore(ln[k].dA + kLanes * v, dAv[k][v]);
+      if (!kVarB) vstore(ln[k].dB + kLanes * v, dBc[k][v]);
+    }
 }
 
 // Np -> NV, the number of vectors of the state, for the SIMD loops; 0 where the plain loops run.
@@ -579,52 +655,59 @@ static inline void fwd_steps(int64_t tn, int64_t Np, const float* dt, const floa
   fwd_steps_plain<kY>(tn, Np, dt, dtu, A2, B, Bs, C, Cs, h, y);
 }
 
+// Lanes a backward pass takes at once (rec_steps / rev_steps' K): 2 where the SIMD loops run with
+// variable B and C (the lanes share B/C and dB/dC traffic), else 1.
+static inline int lanes_per_pass(int64_t Np, bool bc_variable) {
 #if defined(MAMBA_CPU_AVX512) || defined(MAMBA_CPU_AVX2)
+  return bc_variable && Np <= kLanes ? 2 : 1;
+#else
+  (void)Np, (void)bc_variable;
+  return 1;
+#endif
+}
+
+#if defined(MAMBA_CPU_AVX512) || defined(MAMBA_CPU_AVX2)
+// (K == 2 comes with NV <= 2 and variable B and C: lanes_per_pass().)
 template <int NV, bool kY>
-static inline void rec_steps_nv(int64_t tn, const float* dt, const float* dtu, const float* dy, const float* A2,
-                                const float* B, int64_t Bs, const float* C, int64_t Cs, float* h, float* y,
-                                float* dC, float* aq) {
-  if (Cs) return rec_steps_v<NV, true, kY>(tn, dt, dtu, dy, A2, B, Bs, C, Cs, h, y, dC, aq);
-  rec_steps_v<NV, false, kY>(tn, dt, dtu, dy, A2, B, Bs, C, Cs, h, y, dC, aq);
+static inline void rec_steps_nv(int64_t tn, int K, const BwdLane* ln, int64_t Bs, int64_t Cs) {
+  if (NV <= 2 && K == 2) return rec_steps_v<(NV <= 2 ? NV : 1), 2, true, kY>(tn, ln, Bs, Cs);
+  if (Cs) return rec_steps_v<NV, 1, true, kY>(tn, ln, Bs, Cs);
+  rec_steps_v<NV, 1, false, kY>(tn, ln, Bs, Cs);
 }
 template <int NV>
-static inline void rev_steps_nv(int64_t tn, const float* sc, const float* A, const float* B, int64_t Bs,
-                                const float* C, int64_t Cs, const float* aq, float* s, float* dA, float* dB,
-                                float* sumB, float* sumT) {
-  if (Bs) return rev_steps_v<NV, true>(tn, sc, A, B, Bs, C, Cs, aq, s, dA, dB, sumB, sumT);
-  rev_steps_v<NV, false>(tn, sc, A, B, Bs, C, Cs, aq, s, dA, dB, sumB, sumT);
+static inline void rev_steps_nv(int64_t tn, int K, const BwdLane* ln, int64_t Bs, int64_t Cs) {
+  if (NV <= 2 && K == 2) return rev_steps_v<(NV <= 2 ? NV : 1), 2, true>(tn, ln, Bs, Cs);
+  if (Bs) return rev_steps_v<NV, 1, true>(tn, ln, Bs, Cs);
+  rev_steps_v<NV, 1, false>(tn, ln, Bs, Cs);
 }
 #endif
 
+// The recompute / reverse steps of K lanes (K = lanes_per_pass()).
 template <bool kY>
-static inline void rec_steps(int64_t tn, int64_t Np, const float* dt, const float* dtu, const float* dy,
-                             const float* A2, const float* B, int64_t Bs, const float* C, int64_t Cs, float* h,
-                             float* y, float* dC, float* aq) {
+static inline void rec_steps(int64_t tn, int64_t Np, int K, const BwdLane* ln, int64_t Bs, int64_t Cs) {
 #if defined(MAMBA_CPU_AVX512) || defined(MAMBA_CPU_AVX2)
   switch (simd_nv(Np)) {
-    case 1: return rec_steps_nv<1, kY>(tn, dt, dtu, dy, A2, B, Bs, C, Cs, h, y, dC, aq);
-    case 2: return rec_steps_nv<2, kY>(tn, dt, dtu, dy, A2, B, Bs, C, Cs, h, y, dC, aq);
-    case 3: return rec_steps_nv<3, kY>(tn, dt, dtu, dy, A2, B, Bs, C, Cs, h, y, dC, aq);
-    case 4: return rec_steps_nv<4, kY>(tn, dt, dtu, dy, A2, B, Bs, C, Cs, h, y, dC, aq);
+    case 1: return rec_steps_nv<1, kY>(tn, K, ln, Bs, Cs);
+    case 2: return rec_steps_nv<2, kY>(tn, K, ln, Bs, Cs);
+    case 3: return rec_steps_nv<3, kY>(tn, K, ln, Bs, Cs);
+    case 4: return rec_steps_nv<4, kY>(tn, K, ln, Bs, Cs);
     default: break;
   }
 #endif
-  rec_steps_plain<kY>(tn, Np, dt, dtu, dy, A2, B, Bs, C, Cs, h, y, dC, aq);
+  for (int k = 0; k < K; ++k) rec_steps_plain<kY>(tn, Np, ln[k], Bs, Cs);
 }
 
-static inline void rev_steps(int64_t tn, int64_t Np, const float* sc, const float* A, const float* B,
-                             int64_t Bs, const float* C, int64_t Cs, const float* aq, float* s, float* dA,
-                             float* dB, float* sumB, float* sumT) {
+static inline void rev_steps(int64_t tn, int64_t Np, int K, const BwdLane* ln, int64_t Bs, int64_t Cs) {
 #if defined(MAMBA_CPU_AVX512) || defined(MAMBA_CPU_AVX2)
   switch (simd_nv(Np)) {
-    case 1: return rev_steps_nv<1>(tn, sc, A, B, Bs, C, Cs, aq, s, dA, dB, sumB, sumT);
-    case 2: return rev_steps_nv<2>(tn, sc, A, B, Bs, C, Cs, aq, s, dA, dB, sumB, sumT);
-    case 3: return rev_steps_nv<3>(tn, sc, A, B, Bs, C, Cs, aq, s, dA, dB, sumB, sumT);
-    case 4: return rev_steps_nv<4>(tn, sc, A, B, Bs, C, Cs, aq, s, dA, dB, sumB, sumT);
+    case 1: return rev_steps_nv<1>(tn, K, ln, Bs, Cs);
+    case 2: return rev_steps_nv<2>(tn, K, ln, Bs, Cs);
+    case 3: return rev_steps_nv<3>(tn, K, ln, Bs, Cs);
+    case 4: return rev_steps_nv<4>(tn, K, ln, Bs, Cs);
     default: break;
   }
 #endif
-  rev_steps_plain(tn, Np, sc, A, B, Bs, C, Cs, aq, s, dA, dB, sumB, sumT);
+  for (int k = 0; k < K; ++k) rev_steps_plain(tn, Np, ln[k], Bs, Cs);
 }
 
 // ------------------------------------------------------------------------------------ forward
@@ -722,10 +805,36 @@ static inline void interleave3(int64_t n, const float* __restrict x, const float
   }
 }
 
-// Channels of one task one at a time, each over the whole sequence (see the top of the file). The
-// transposed B/C of the current (batch, group), (seqlen, {B, C} x Np), and its dB/dC accumulators of
-// the same layout are shared by the group's channels; the accumulators are added into the task's slab
-// when the group changes.
+// One channel's buffers in scan_bwd: its rows over the whole sequence (fp32), the segment buffers and its
+// accumulators.
+struct BwdChannel {
+  std::vector<float> u, dt, dtu, draw, dout, dy, z, delta, sc, sumB, sumT, y, o1, o2, o3, aq, hstart;
+  std::vector<float> A, A2, Bc, Cc, dBc, dCc, h, s, dA;
+  const float *ur = nullptr, *doutr = nullptr, *dyr = nullptr, *zr = nullptr;
+  int64_t d = 0, bd = 0;
+  float Dd = 0.f, dD_acc = 0.f, dbias_acc = 0.f;
+
+  BwdChannel(const ScanBwdParams& p, int64_t L, int64_t Np, int64_t seg, int64_t n_seg)
+      : u(L), dt(L), dtu(L), draw(p.delta_softplus ? L : 0), dout(L), dy(L), z(p.z ? L : 0), delta(L),
+        sc(3 * seg), sumB(seg), sumT(seg), y(p.z ? seg : 0), o1(seg), o2(seg), o3(seg),
+        aq(std::min(seg, L) * 2 * Np), hstart(n_seg * Np), A(Np, 0.f), A2(Np, 0.f), Bc(Np, 0.f), Cc(Np, 0.f),
+        dBc(Np), dCc(Np), h(Np), s(Np), dA(Np) {}
+};
+
+// Prefetches channel bd's rows (inputs and the du / ddelta it writes).
+static inline void prefetch_bwd_rows(const ScanBwdParams& p, const CpuDtypes& k, int64_t bd, int64_t L) {
+  prefetch_row(p.u, k.u, bd * L, L, false);
+  prefetch_row(p.delta, k.delta, bd * L, L, false);
+  prefetch_row(p.dout, k.dout, bd * L, L, false);
+  prefetch_row(p.z, k.z, bd * L, L, false);
+  prefetch_row(p.du, k.u, bd * L, L, true);
+  prefetch_row(p.ddelta, k.delta, bd * L, L, true);
+}
+
+// Channels of one task, K = lanes_per_pass() at a time (neighbours in one group), each over the whole
+// sequence (see the top of the file). The transposed B/C of the current (batch, group), (seqlen, {B, C} x
+// Np), and its dB/dC accumulators of the same layout are shared by the group's channels; the
+// accumulators are added into the task's slab when the group changes.
 void scan_bwd(const ScanBwdParams& p, const CpuDtypes& k, int64_t task) {
   const int64_t L = p.seqlen, N = p.dstate, Np = padded(N);
   const int64_t per_group = p.dim / p.n_groups;
@@ -749,14 +858,12 @@ void scan_bwd(const ScanBwdParams& p, const CpuDtypes& k, int64_t task) {
   float* dB_slab = p.b_variable ? p.dB + task * slab : nullptr;
   float* dC_slab = p.c_variable ? p.dC + task * slab : nullptr;
   const bool variable = p.b_variable || p.c_variable;
-  const int64_t W = 2 * Np;  // row of BC / dBC: {B_t, C_t}; row of aq: {a_t, q_t}
+  const int64_t W = 2 * Np;  // row of BC / dBC: {B_t, C_t}
+  const int K = lanes_per_pass(Np, p.b_variable && p.c_variable);
 
-  std::vector<float> BC(variable ? L * W : 0, 0.f), dBC(variable ? L * W : 0, 0.f);
-  std::vector<float> aq(std::min(seg, L) * W), hstart(n_seg * Np);
-  std::vector<float> A(Np, 0.f), A2(Np, 0.f), Bc(Np, 0.f), Cc(Np, 0.f), dBc(Np), dCc(Np), h(Np), s(Np),
-      dA(Np);
-  std::vector<float> u(L), dt(L), dtu(L), draw(p.delta_softplus ? L : 0), dout(L), dy(L), z(p.z ? L : 0),
-      row(L), sc(3 * seg), sumB(seg), sumT(seg), y(p.z ? seg : 0), o1(seg), o2(seg), o3(seg);
+  std::vector<float> BC(variable ? L * W : 0, 0.f), dBC(variable ? L * W : 0, 0.f), row(L);
+  std::vector<BwdChannel> chans;
+  for (int i = 0; i < K; ++i) chans.emplace_back(p, L, Np, seg, n_seg);
 
   int64_t cached_g = -1;
   // Adds the group's dB/dC accumulators into the slab (transposing back) and clears them.
@@ -773,9 +880,85 @@ void scan_bwd(const ScanBwdParams& p, const CpuDtypes& k, int64_t task) {
     }
     std::fill(dBC.begin(), dBC.end(), 0.f);
   };
+  const int64_t Bs = p.b_variable ? W : 0, Cs = p.c_variable ? W : 0;
 
-  for (int64_t d = d_begin; d < d_end; ++d) {
-    const int64_t bd = b * p.dim + d, g = d / per_group;
+  // Loads channel d into c: constants, rows, the state entering every segment (pass 1), zeroed sums.
+  auto setup = [&](BwdChannel& c, int64_t d) {
+    c.d = d;
+    c.bd = b * p.dim + d;
+    const int64_t off = c.bd * L;
+    for (int64_t n = 0; n < N; ++n) {
+      c.A[n] = p.A[d * N + n];
+      c.A2[n] = c.A[n] * kLog2e;
+      if (!p.b_variable) c.Bc[n] = static_cast<const float*>(p.B)[d * N + n];
+      if (!p.c_variable) c.Cc[n] = static_cast<const float*>(p.C)[d * N + n];
+    }
+    c.Dd = p.D ? p.D[d] : 0.f;
+    c.ur = row_f32(p.u, k.u, off, L, c.u.data());
+    make_dt(row_f32(p.delta, k.delta, off, L, c.delta.data()), c.ur, L, p.delta_bias ? p.delta_bias[d] : 0.f,
+            p.delta_softplus, c.dt.data(), p.delta_softplus ? c.draw.data() : nullptr, c.dtu.data());
+    c.doutr = row_f32(p.dout, k.dout, off, L, c.dout.data());
+    c.dyr = c.doutr;
+    if (p.z) {
+      c.zr = row_f32(p.z, k.z, off, L, c.z.data());
+      const float* __restrict zr = c.zr;
+      const float* __restrict doutr = c.doutr;
+      float* __restrict dyw = c.dy.data();
+      for (int64_t t = 0; t < L; ++t) dyw[t] = doutr[t] * zr[t] * sigmoid_approx(zr[t]);
+      c.dyr = c.dy.data();
+    }
+    const float* Bp = p.b_variable ? BC.data() : c.Bc.data();
+    const float* Cp = p.c_variable ? BC.data() + Np : c.Cc.data();
+    std::fill(c.h.begin(), c.h.end(), 0.f);
+    for (int64_t sg = 0; sg < n_seg; ++sg) {
+      std::copy(c.h.begin(), c.h.end(), c.hstart.begin() + sg * Np);
+      if (sg + 1 == n_seg) break;
+      const int64_t t0 = sg * seg;
+      fwd_steps<false>(seg, Np, c.dt.data() + t0, c.dtu.data() + t0, c.A2.data(), Bp + t0 * Bs, Bs, Cp + t0 * Cs,
+                       Cs, c.h.data(), nullptr);
+    }
+    std::fill(c.s.begin(), c.s.end(), 0.f);
+    if (p.dlast_state) std::copy(p.dlast_state + c.bd * N, p.dlast_state + c.bd * N + N, c.s.begin());
+    std::fill(c.dA.begin(), c.dA.end(), 0.f);
+    std::fill(c.dBc.begin(), c.dBc.end(), 0.f);
+    std::fill(c.dCc.begin(), c.dCc.end(), 0.f);
+    c.dD_acc = c.dbias_acc = 0.f;
+  };
+
+  // The gradients of steps [t0, t0 + tn) of channel c from its reverse pass: du, ddelta, dz, dD, dbias.
+  auto row_grads = [&](BwdChannel& c, int64_t t0, int64_t tn) {
+    const float* ut = c.ur + t0;
+    const float* dtt = c.dt.data() + t0;
+    const float* dyt = c.dyr + t0;
+    // fp32 du / ddelta: written in place; else row buffers rounded to the dtype below.
+    const int64_t off = c.bd * L + t0;
+    float* du_r = k.u == ScalarKind::kFloat32 ? static_cast<float*>(p.du) + off : c.o1.data();
+    float* dd_r = k.delta == ScalarKind::kFloat32 ? static_cast<float*>(p.ddelta) + off : c.o2.data();
+    bwd_row_grads(tn, c.Dd, dyt, dtt, ut, c.sumB.data(), c.sumT.data(),
+                  p.delta_softplus ? c.draw.data() + t0 : nullptr, du_r, dd_r);
+    c.dD_acc += dot(dyt, ut, tn);
+    c.dbias_acc += sum(dd_r, tn);
+    if (k.u != ScalarKind::kFloat32) store_row(p.du, k.u, off, tn, du_r);
+    if (k.delta != ScalarKind::kFloat32) store_row(p.ddelta, k.delta, off, tn, dd_r);
+    if (p.dz) {
+      float* __restrict dz_r = c.o3.data();
+      const float* __restrict zt = c.zr + t0;
+      const float* __restrict dot_ = c.doutr + t0;
+      const float* __restrict yt = c.y.data();
+      const float* __restrict uu = ut;
+      const float Dd = c.Dd;
+      for (int64_t j = 0; j < tn; ++j) {
+        const float sgm = sigmoid_approx(zt[j]);
+        dz_r[j] = dot_[j] * (yt[j] + Dd * uu[j]) * sgm * (1.f + zt[j] * (1.f - sgm));
+      }
+      store_row(p.dz, k.z, off, tn, dz_r);
+    }
+  };
+
+  for (int64_t d0 = d_begin; d0 < d_end;) {
+    const int64_t g = d0 / per_group;
+    // K lanes when the next K - 1 channels are in this task and group.
+    const int nk = (K > 1 && d0 + K <= d_end && (d0 + K - 1) / per_group == g) ? K : 1;
     if (variable && g != cached_g) {
       flush();
       const int64_t off = (b * p.n_groups + g) * N * L;
@@ -783,99 +966,52 @@ void scan_bwd(const ScanBwdParams& p, const CpuDtypes& k, int64_t task) {
       if (p.c_variable) transpose_in(p.C, k.C, off, N, L, 0, L, W, row.data(), BC.data() + Np);
       cached_g = g;
     }
-    for (int64_t n = 0; n < N; ++n) {
-      A[n] = p.A[d * N + n];
-      A2[n] = A[n] * kLog2e;
-      if (!p.b_variable) Bc[n] = static_cast<const float*>(p.B)[d * N + n];
-      if (!p.c_variable) Cc[n] = static_cast<const float*>(p.C)[d * N + n];
-    }
-    const float* Bp = p.b_variable ? BC.data() : Bc.data();
-    const float* Cp = p.c_variable ? BC.data() + Np : Cc.data();
-    float* dBp = p.b_variable ? dBC.data() : dBc.data();
-    float* dCp = p.c_variable ? dBC.data() + Np : dCc.data();
-    const int64_t Bs = p.b_variable ? W : 0, Cs = p.c_variable ? W : 0;
-    const float Dd = p.D ? p.D[d] : 0.f;
-    const float* ur = row_f32(p.u, k.u, bd * L, L, u.data());
-    make_dt(row_f32(p.delta, k.delta, bd * L, L, row.data()), ur, L, p.delta_bias ? p.delta_bias[d] : 0.f,
-            p.delta_softplus, dt.data(), p.delta_softplus ? draw.data() : nullptr, dtu.data());
-    const float* doutr = row_f32(p.dout, k.dout, bd * L, L, dout.data());
-    if (d + 1 < d_end) {
-      prefetch_row(p.u, k.u, bd * L + L, L, false);
-      prefetch_row(p.delta, k.delta, bd * L + L, L, false);
-      prefetch_row(p.dout, k.dout, bd * L + L, L, false);
-      prefetch_row(p.z, k.z, bd * L + L, L, false);
-      prefetch_row(p.du, k.u, bd * L + L, L, true);
-      prefetch_row(p.ddelta, k.delta, bd * L + L, L, true);
-    }
-    const float* zr = nullptr;
-    const float* dyr = doutr;
-    if (p.z) {
-      zr = row_f32(p.z, k.z, bd * L, L, z.data());
-      float* __restrict dyw = dy.data();
-      for (int64_t t = 0; t < L; ++t) dyw[t] = doutr[t] * zr[t] * sigmoid_approx(zr[t]);
-      dyr = dy.data();
-    }
+    for (int i = 0; i < nk; ++i) setup(chans[i], d0 + i);
+    for (int64_t d = d0 + nk; d < std::min(d_end, d0 + nk + K); ++d) prefetch_bwd_rows(p, k, b * p.dim + d, L);
 
-    // Pass 1: the state entering every segment.
-    std::fill(h.begin(), h.end(), 0.f);
-    for (int64_t sg = 0; sg < n_seg; ++sg) {
-      std::copy(h.begin(), h.end(), hstart.begin() + sg * Np);
-      if (sg + 1 == n_seg) break;
-      const int64_t t0 = sg * seg;
-      fwd_steps<false>(seg, Np, dt.data() + t0, dtu.data() + t0, A2.data(), Bp + t0 * Bs, Bs, Cp + t0 * Cs, Cs,
-                       h.data(), nullptr);
-    }
-
-    // Pass 2: segments last to first.
-    std::fill(s.begin(), s.end(), 0.f);
-    if (p.dlast_state) std::copy(p.dlast_state + bd * N, p.dlast_state + bd * N + N, s.begin());
-    std::fill(dA.begin(), dA.end(), 0.f);
-    std::fill(dBc.begin(), dBc.end(), 0.f);
-    std::fill(dCc.begin(), dCc.end(), 0.f);
-    float dD_acc = 0.f, dbias_acc = 0.f;
+    // Segments last to first: recompute (keeping a, q), reverse, row gradients.
+    BwdLane lanes[2];
     for (int64_t sg = n_seg - 1; sg >= 0; --sg) {
       const int64_t t0 = sg * seg, tn = std::min(seg, L - t0);
-      std::copy(hstart.begin() + sg * Np, hstart.begin() + (sg + 1) * Np, h.begin());
-      const float* ut = ur + t0;
-      const float* dtt = dt.data() + t0;
-      const float* dyt = dyr + t0;
-      if (p.z)
-        rec_steps<true>(tn, Np, dtt, dtu.data() + t0, dyt, A2.data(), Bp + t0 * Bs, Bs, Cp + t0 * Cs, Cs,
-                        h.data(), y.data(), dCp + t0 * Cs, aq.data());
-      else
-        rec_steps<false>(tn, Np, dtt, dtu.data() + t0, dyt, A2.data(), Bp + t0 * Bs, Bs, Cp + t0 * Cs, Cs,
-                         h.data(), nullptr, dCp + t0 * Cs, aq.data());
-      interleave3(tn, dtt, dtu.data() + t0, dyt, sc.data());
-      rev_steps(tn, Np, sc.data(), A.data(), Bp + t0 * Bs, Bs, Cp + t0 * Cs, Cs, aq.data(), s.data(), dA.data(),
-                dBp + t0 * Bs, sumB.data(), sumT.data());
-      // fp32 du / ddelta: written in place; else row buffers rounded to the dtype below.
-      const int64_t off = bd * L + t0;
-      float* du_r = k.u == ScalarKind::kFloat32 ? static_cast<float*>(p.du) + off : o1.data();
-      float* dd_r = k.delta == ScalarKind::kFloat32 ? static_cast<float*>(p.ddelta) + off : o2.data();
-      bwd_row_grads(tn, Dd, dyt, dtt, ut, sumB.data(), sumT.data(),
-                    p.delta_softplus ? draw.data() + t0 : nullptr, du_r, dd_r);
-      dD_acc += dot(dyt, ut, tn);
-      dbias_acc += sum(dd_r, tn);
-      if (k.u != ScalarKind::kFloat32) store_row(p.du, k.u, off, tn, du_r);
-      if (k.delta != ScalarKind::kFloat32) store_row(p.ddelta, k.delta, off, tn, dd_r);
-      if (p.dz) {
-        float* __restrict dz_r = o3.data();
-        const float* __restrict zt = zr + t0;
-        const float* __restrict dot_ = doutr + t0;
-        const float* __restrict yt = y.data();
-        const float* __restrict uu = ut;
-        for (int64_t j = 0; j < tn; ++j) {
-          const float sgm = sigmoid_approx(zt[j]);
-          dz_r[j] = dot_[j] * (yt[j] + Dd * uu[j]) * sgm * (1.f + zt[j] * (1.f - sgm));
-        }
-        store_row(p.dz, k.z, off, tn, dz_r);
+      for (int i = 0; i < nk; ++i) {
+        BwdChannel& c = chans[i];
+        std::copy(c.hstart.begin() + sg * Np, c.hstart.begin() + (sg + 1) * Np, c.h.begin());
+        interleave3(tn, c.dt.data() + t0, c.dtu.data() + t0, c.dyr + t0, c.sc.data());
+        BwdLane& ln = lanes[i];
+        ln.dt = c.dt.data() + t0;
+        ln.dtu = c.dtu.data() + t0;
+        ln.dy = c.dyr + t0;
+        ln.sc = c.sc.data();
+        ln.A = c.A.data();
+        ln.A2 = c.A2.data();
+        ln.B = (p.b_variable ? BC.data() : c.Bc.data()) + t0 * Bs;
+        ln.C = (p.c_variable ? BC.data() + Np : c.Cc.data()) + t0 * Cs;
+        ln.dB = (p.b_variable ? dBC.data() : c.dBc.data()) + t0 * Bs;
+        ln.dC = (p.c_variable ? dBC.data() + Np : c.dCc.data()) + t0 * Cs;
+        ln.h = c.h.data();
+        ln.y = p.z ? c.y.data() : nullptr;
+        ln.aq = c.aq.data();
+        ln.s = c.s.data();
+        ln.dA = c.dA.data();
+        ln.sumB = c.sumB.data();
+        ln.sumT = c.sumT.data();
       }
+      if (p.z)
+        rec_steps<true>(tn, Np, nk, lanes, Bs, Cs);
+      else
+        rec_steps<false>(tn, Np, nk, lanes, Bs, Cs);
+      rev_steps(tn, Np, nk, lanes, Bs, Cs);
+      for (int i = 0; i < nk; ++i) row_grads(chans[i], t0, tn);
     }
-    std::copy(dA.begin(), dA.begin() + N, p.dA_part + bd * N);
-    if (!p.b_variable) std::copy(dBc.begin(), dBc.begin() + N, p.dB + bd * N);
-    if (!p.c_variable) std::copy(dCc.begin(), dCc.begin() + N, p.dC + bd * N);
-    p.dD_part[bd] = dD_acc;
-    p.ddelta_bias_part[bd] = dbias_acc;
+    for (int i = 0; i < nk; ++i) {
+      const BwdChannel& c = chans[i];
+      std::copy(c.dA.begin(), c.dA.begin() + N, p.dA_part + c.bd * N);
+      if (!p.b_variable) std::copy(c.dBc.begin(), c.dBc.begin() + N, p.dB + c.bd * N);
+      if (!p.c_variable) std::copy(c.dCc.begin(), c.dCc.begin() + N, p.dC + c.bd * N);
+      p.dD_part[c.bd] = c.dD_acc;
+      p.ddelta_bias_part[c.bd] = c.dbias_acc;
+    }
+    d0 += nk;
   }
   flush();
 }
