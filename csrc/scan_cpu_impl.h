@@ -40,6 +40,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 #include "scan_cpu.h"
 #include "scan_params.h"
@@ -805,20 +806,28 @@ static inline void interleave3(int64_t n, const float* __restrict x, const float
   }
 }
 
-// One channel's buffers in scan_bwd: its rows over the whole sequence (fp32), the segment buffers and its
-// accumulators.
+// fp32 scratch without value-initialisation (std::vector<float>(n) writes n zeros, a measurable share of a
+// short scan's backward): every Buf below is written before it is read.
+struct Buf {
+  std::unique_ptr<float[]> mem;
+  explicit Buf(int64_t n) : mem(n > 0 ? new float[n] : nullptr) {}
+  float* data() const { return mem.get(); }
+};
+
+// One channel's buffers in scan_bwd: its rows over the whole sequence (fp32), the segment buffers (segL =
+// min(segment, seqlen) steps) and its accumulators.
 struct BwdChannel {
-  std::vector<float> u, dt, dtu, draw, dout, dy, z, delta, sc, sumB, sumT, y, o1, o2, o3, aq, hstart;
-  std::vector<float> A, A2, Bc, Cc, dBc, dCc, h, s, dA;
+  Buf u, dt, dtu, draw, dout, dy, z, delta, sc, sumB, sumT, y, o1, o2, o3, aq;
+  std::vector<float> hstart, A, A2, Bc, Cc, dBc, dCc, h, s, dA;
   const float *ur = nullptr, *doutr = nullptr, *dyr = nullptr, *zr = nullptr;
   int64_t d = 0, bd = 0;
   float Dd = 0.f, dD_acc = 0.f, dbias_acc = 0.f;
 
-  BwdChannel(const ScanBwdParams& p, int64_t L, int64_t Np, int64_t seg, int64_t n_seg)
+  BwdChannel(const ScanBwdParams& p, int64_t L, int64_t Np, int64_t segL, int64_t n_seg)
       : u(L), dt(L), dtu(L), draw(p.delta_softplus ? L : 0), dout(L), dy(L), z(p.z ? L : 0), delta(L),
-        sc(3 * seg), sumB(seg), sumT(seg), y(p.z ? seg : 0), o1(seg), o2(seg), o3(seg),
-        aq(std::min(seg, L) * 2 * Np), hstart(n_seg * Np), A(Np, 0.f), A2(Np, 0.f), Bc(Np, 0.f), Cc(Np, 0.f),
-        dBc(Np), dCc(Np), h(Np), s(Np), dA(Np) {}
+        sc(3 * segL), sumB(segL), sumT(segL), y(p.z ? segL : 0), o1(segL), o2(segL), o3(segL), aq(segL * 2 * Np),
+        hstart(n_seg * Np), A(Np, 0.f), A2(Np, 0.f), Bc(Np, 0.f), Cc(Np, 0.f), dBc(Np), dCc(Np), h(Np), s(Np),
+        dA(Np) {}
 };
 
 // Prefetches channel bd's rows (inputs and the du / ddelta it writes).
@@ -863,7 +872,7 @@ void scan_bwd(const ScanBwdParams& p, const CpuDtypes& k, int64_t task) {
 
   std::vector<float> BC(variable ? L * W : 0, 0.f), dBC(variable ? L * W : 0, 0.f), row(L);
   std::vector<BwdChannel> chans;
-  for (int i = 0; i < K; ++i) chans.emplace_back(p, L, Np, seg, n_seg);
+  for (int i = 0; i < K; ++i) chans.emplace_back(p, L, Np, std::min(seg, L), n_seg);
 
   int64_t cached_g = -1;
   // Adds the group's dB/dC accumulators into the slab (transposing back) and clears them.
