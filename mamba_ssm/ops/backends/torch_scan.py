@@ -51,7 +51,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-__all__ = ["selective_scan", "selective_scan_with_state", "plan_chunks", "DEFAULT_MEMORY_BUDGET"]
+__all__ = ["DEFAULT_MEMORY_BUDGET", "plan_chunks", "selective_scan", "selective_scan_with_state"]
 
 #: Working-set budget of one segment, in bytes, per device type (override with MAMBA_SSM_SCAN_MEMORY_MB).
 #: On CPU: _CPU_BUDGET_STEPS timesteps' worth, clamped to [DEFAULT_MEMORY_BUDGET, _CPU_BUDGET_MAX]
@@ -123,7 +123,7 @@ def _segments(seqlen: int, segment: int, chunk: int) -> List[Tuple[int, int, int
     start = 0
     if segment >= chunk:
         segment = (segment // chunk) * chunk
-    while seqlen - start >= segment and segment >= chunk:
+    while seqlen - start >= segment >= chunk:
         out.append((start, start + segment, chunk))
         start += segment
     rest = seqlen - start
@@ -278,7 +278,7 @@ class _ScanCore(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, u, dt, A, B, C, h0, segment, chunk):  # noqa: D401
+    def forward(ctx, u, dt, A, B, C, h0, segment, chunk):
         segs = _segments(u.shape[-1], segment, chunk)
         y, cur, starts = _scan_forward(u, dt, A, B, C, h0, segs)
         ctx.save_for_backward(u, dt, A, B, C, *starts)
@@ -377,7 +377,7 @@ def _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
     n = A.shape[-1]
     A6 = A.reshape(1, 1, g, 1, hh, n)
     var_b, var_c = B.dim() == 4, C.dim() == 4
-    new = lambda *shape: torch.empty(*shape, dtype=cdtype, device=u.device)  # noqa: E731
+    new = lambda *shape: torch.empty(*shape, dtype=cdtype, device=u.device)
     du = new(bt, g, hh, seqlen) if need[0] else None
     ddt = new(bt, g, hh, seqlen) if need[1] else None
     dA = torch.zeros_like(A) if need[2] else None
@@ -439,7 +439,7 @@ def _fresh(x: torch.Tensor, *inputs) -> torch.Tensor:
 
 
 def _define_core_op():
-    from torch.library import custom_op, register_fake  # noqa: PLC0415
+    from torch.library import custom_op, register_fake
 
     ns = "mamba_ssm_torch_scan"
 
@@ -493,8 +493,8 @@ def _define_core_op():
     def _(u, dt, A, B, C, starts, dy, dlast, segment, chunk, need):
         bt, g, hh, seqlen = u.shape
         n = A.shape[-1]
-        like = lambda x: u.new_empty(tuple(x.shape), dtype=A.dtype)  # noqa: E731
-        bc = lambda X: u.new_empty((bt, g, seqlen, n) if X.dim() == 4 else tuple(X.shape), dtype=A.dtype)  # noqa: E731
+        like = lambda x: u.new_empty(tuple(x.shape), dtype=A.dtype)
+        bc = lambda X: u.new_empty((bt, g, seqlen, n) if X.dim() == 4 else tuple(X.shape), dtype=A.dtype)
         shapes = [
             lambda: like(u),
             lambda: like(u),
