@@ -15,7 +15,7 @@ import pytest
 
 from build_matrix import build, cli, release, tools
 
-CELL = "cu13torch2.14cxx11abiTRUE-x86_64"
+CELL = "cu13torch2.10stable-x86_64"
 
 
 def _fake_patchelf(folder: Path, version="0.18.0") -> Path:
