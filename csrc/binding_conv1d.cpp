@@ -113,12 +113,12 @@ at::Tensor conv_varlen_states_cpu(const at::Tensor& x, const at::Tensor& cu_seql
                 "mamba_ssm causal_conv1d_varlen_states: cu_seqlens must be non-decreasing within [0, total_tokens = ",
                 x.size(0), "], got cu_seqlens[", i, "] = ", v[i]);
   }
-  at::Tensor states = at::empty({cu.size(0) - 1, state_len, x.size(1)}, x.options());
+  at::Tensor states = conv_empty(cu.size(0) - 1, x.size(1), state_len, true, x.options());  // (batch, state_len, dim) in memory
   Conv1dVarlenParams p;
   conv_fill_varlen(x, cu, states, state_len, p);
   const char* err = conv1d_varlen_states_cpu(p, static_cast<int>(x.element_size()));
   TORCH_CHECK(err == nullptr, "mamba_ssm: ", err);
-  return states.transpose(1, 2);
+  return states;
 }
 
 }  // namespace
@@ -137,7 +137,7 @@ TORCH_LIBRARY_FRAGMENT(mamba_ssm, m) {
   m.def(
       "causal_conv1d_update(Tensor x, Tensor(a!) conv_state, Tensor weight, Tensor? bias, bool silu, "
       "Tensor? cache_seqlens, Tensor? conv_state_indices) -> Tensor");
-  // states (batch, dim, state_len), a transposed (batch, state_len, dim) tensor.
+  // states (batch, dim, state_len), strided as a (batch, state_len, dim) tensor in memory.
   m.def("causal_conv1d_varlen_states(Tensor x, Tensor cu_seqlens, int state_len) -> Tensor");
 }
 

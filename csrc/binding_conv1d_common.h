@@ -3,6 +3,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
 
 #include <optional>
@@ -35,8 +36,9 @@ inline at::Tensor conv_layout(const at::Tensor& t, bool channel_last, at::Scalar
   return t.transpose(1, 2).to(dt).contiguous().transpose(1, 2);
 }
 
+// A plain tensor (not a view), so an op's output takes in-place updates under autograd.
 inline at::Tensor conv_empty(int64_t b, int64_t d, int64_t l, bool channel_last, const at::TensorOptions& o) {
-  return channel_last ? at::empty({b, l, d}, o).transpose(1, 2) : at::empty({b, d, l}, o);
+  return channel_last ? at::empty_strided({b, d, l}, {l * d, 1, d}, o) : at::empty({b, d, l}, o);
 }
 
 inline void check_conv_dtype(const at::Tensor& x, const char* name) {

@@ -128,12 +128,12 @@ at::Tensor conv_varlen_states_cuda(const at::Tensor& x, const at::Tensor& cu_seq
   const c10::cuda::CUDAGuard guard(x.device());
   conv_check_varlen(x, cu_seqlens, state_len);
   const at::Tensor cu = cu_seqlens.to(x.device(), at::kInt).contiguous();
-  at::Tensor states = at::empty({cu.size(0) - 1, state_len, x.size(1)}, x.options());
+  at::Tensor states = conv_empty(cu.size(0) - 1, x.size(1), state_len, true, x.options());  // (batch, state_len, dim) in memory
   Conv1dVarlenParams p;
   conv_fill_varlen(x, cu, states, state_len, p);
   const char* err = conv1d_varlen_states_gpu(p, static_cast<int>(x.element_size()), stream_of(x));
   TORCH_CHECK(err == nullptr, "mamba_ssm: causal_conv1d_varlen_states kernel failed: ", err);
-  return states.transpose(1, 2);
+  return states;
 }
 
 }  // namespace
