@@ -98,6 +98,11 @@ def _chunk_cumsum_fwd(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_lim
     return S.chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit)
 
 
+def _f32(t):
+    """float32, or float64 for float64 (the stages' result dtypes)."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
 def _grads(fn, inputs, wrt, outputs_grads):
     """The gradients of ``fn(*inputs)``'s outputs, weighted by ``outputs_grads``, with respect to
     ``inputs[i]`` for i in ``wrt`` (float copies of them; None where nothing depends on one)."""
@@ -143,10 +148,10 @@ def _chunk_cumsum_bwd(
         ddt.copy_(g_dt)
     else:
         ddt = g_dt.to(dt.dtype)
-    dA = g_A.float()
+    dA = _f32(g_A)
     ddt_bias = None
     if dt_bias is not None:
-        ddt_bias = (got[2] if got[2] is not None else torch.zeros_like(dt_bias, dtype=torch.float32)).float()
+        ddt_bias = _f32(got[2] if got[2] is not None else torch.zeros_like(dt_bias, dtype=torch.float32))
     return ddt, dA, ddt_bias
 
 
@@ -199,14 +204,14 @@ def _chunk_state_bwd_dx(B, x, dt, dA_cumsum, dstates, dx=None):
 
     Returns:
         (dx in x's dtype (written into ``dx`` when given), ddt, ddA_cumsum (batch, nheads, nchunks,
-        chunk_size) float32)."""
+        chunk_size) float32 (float64 for float64 inputs))."""
     _check_state_args("_chunk_state_bwd_dx", B, x, dt, dA_cumsum)
     g_x, g_dt, g_cs = _state_grads(B, x, dt, dA_cumsum, dstates, None, [1, 2, 3])
     if dx is not None:
         dx.copy_(g_x)
     else:
         dx = g_x.to(x.dtype)
-    return dx, g_dt.float(), g_cs.float()
+    return dx, _f32(g_dt), _f32(g_cs)
 
 
 def _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, seq_idx=None, B=None, ngroups=1):
@@ -217,13 +222,13 @@ def _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, seq_idx=None, B=None, ngroups
         B = x.new_zeros(x.shape[0], x.shape[1], ngroups, dstates.shape[-1])
     _check_state_args("_chunk_state_bwd_db", B, x, dt, dA_cumsum, seq_idx)
     got = _state_grads(B, x, dt, dA_cumsum, dstates, seq_idx, [0, 3] if with_dA else [0])
-    return (got[0].float(), got[1].float()) if with_dA else got[0].float()
+    return (_f32(got[0]), _f32(got[1])) if with_dA else _f32(got[0])
 
 
 def _chunk_state_bwd_ddAcs_stable(B, x, dt, dA_cumsum, dstates, seq_idx=None):  # noqa: N802
     """The gradient of dA_cumsum (batch, nheads, nchunks, chunk_size) float32 of stage 2 given dstates."""
     _check_state_args("_chunk_state_bwd_ddAcs_stable", B, x, dt, dA_cumsum, seq_idx)
-    return _state_grads(B, x, dt, dA_cumsum, dstates, seq_idx, [3])[0].float()
+    return _f32(_state_grads(B, x, dt, dA_cumsum, dstates, seq_idx, [3])[0])
 
 
 def chunk_state_varlen(B, x, dt, dA_cumsum, cu_seqlens, chunk_states):

@@ -109,7 +109,9 @@ def _state_passing_bwd(
         else torch.zeros(batch, nheads, dim, dtype=cd, device=states.device)
     )
     dstates = torch.empty(states.shape, dtype=dstates_dtype or dout.dtype, device=states.device)
-    ddA = torch.empty(batch, nheads, nchunks, dtype=torch.float32, device=states.device)
+    ddA = torch.empty(
+        batch, nheads, nchunks, dtype=torch.float32 if cd == torch.float32 else cd, device=states.device
+    )
     hin = states.to(cd)
     for c in reversed(range(nchunks)):
         dstates[:, c] = total
