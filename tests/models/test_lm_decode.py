@@ -197,4 +197,6 @@ def test_padded_varlen_prefill_then_batched_decode_equals_per_sequence_generate(
             loop = torch.stack(loop, dim=1)[0]
             full = model(s).logits[0, -genlen - 1 : -1]
             torch.testing.assert_close(varlen[i], loop, rtol=1e-4, atol=1e-4, msg=f"sequence {i} vs generate")
-            torch.testing.assert_close(varlen[i], full, rtol=1e-4, atol=1e-4, msg=f"sequence {i} vs full pass")
+            torch.testing.assert_close(
+                varlen[i], full, rtol=1e-4, atol=1e-4, msg=f"sequence {i} vs full pass"
+            )

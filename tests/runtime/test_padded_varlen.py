@@ -19,17 +19,6 @@ from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
 F32 = torch.float32
 
 
-@pytest.fixture(params=["auto", "torch"])
-def backend(request):
-    """Each test twice: the backend auto picks (mamba_ssm._C's kernels when they are built) and the
-    PyTorch path."""
-    import mamba_ssm
-
-    prev = mamba_ssm.set_backend(request.param)
-    yield request.param
-    mamba_ssm.set_backend(prev)
-
-
 def _padded_seq_idx():
     # row 0: two sequences, then padding; row 1: padding, a sequence, padding, a sequence
     return torch.tensor(
@@ -54,7 +43,7 @@ def test_seq_idx_from_cu_seqlens_marks_the_tail_as_padding():
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channel_last"])
-def test_conv_padding_tokens_output_zero(backend, layout):
+def test_conv_padding_tokens_output_zero(conv_backend, layout):
     """seq_idx -1 tokens output 0 (bias and SiLU included) and no other token reads them; the final
     states are the row's last sequence's inputs (zero for the row ending in padding)."""
     torch.manual_seed(0)
@@ -69,7 +58,7 @@ def test_conv_padding_tokens_output_zero(backend, layout):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_conv_output_takes_inplace_updates(backend, dtype):
+def test_conv_output_takes_inplace_updates(conv_backend, dtype):
     """out is a tensor of its own in either layout (upstream returns a plain tensor): ``out += ...``
     under autograd works and its gradient is the reference's."""
     torch.manual_seed(1)
@@ -85,7 +74,7 @@ def test_conv_output_takes_inplace_updates(backend, dtype):
     ref.assert_close(x.grad, xd.grad, dtype, "dx")
 
 
-def test_varlen_states_padded_cu_seqlens(backend):
+def test_varlen_states_padded_cu_seqlens(conv_backend):
     """causal_conv1d_varlen_states(torch.randn(10, 8), [0, 4, 7], 4) reads only x[cu[i]:cu[i+1]]
     (upstream's behaviour); an empty sequence gets zero states; the output takes in-place updates."""
     x = torch.randn(10, 8)
