@@ -5,7 +5,7 @@ A class's ``forward(ctx, *args)`` calls :func:`forward`: the implementation runs
 Function's forward runs under no_grad) and the inputs are saved. Its ``backward(ctx, *grads)`` calls
 :func:`backward`: the implementation runs again with a graph from the saved inputs and is differentiated
 with ``torch.autograd.grad`` (activation recomputation, as gradient checkpointing does: one extra
-forward, no stored intermediates). The gradients are therefore exactly those of the implementation,
+forward, no stored intermediates; the forward's autocast state is restored for it). The gradients are therefore exactly those of the implementation,
 whatever backend (compiled kernels, Triton, PyTorch) it runs on.
 
 An implementation must be deterministic given its inputs (randomness, such as a dropout mask, is drawn
@@ -14,11 +14,12 @@ in the forward and passed in as a tensor).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import contextlib
+from typing import Callable, List, Optional, Sequence
 
 import torch
 
-__all__ = ["forward", "backward"]
+__all__ = ["forward", "backward", "plain"]
 
 
 def forward(ctx, impl: Callable, args: Sequence):
@@ -31,7 +32,8 @@ def forward(ctx, impl: Callable, args: Sequence):
     Returns:
         ``impl(*args)`` (a tensor or a tuple; None entries allowed).
     """
-    tensors, slots = [], []
+    tensors: List[torch.Tensor] = []
+    slots: List[Optional[int]] = []
     for a in args:
         if isinstance(a, torch.Tensor):
             slots.append(len(tensors))
@@ -40,7 +42,20 @@ def forward(ctx, impl: Callable, args: Sequence):
             slots.append(None)
     ctx.save_for_backward(*tensors)
     ctx.recompute = (impl, [a if s is None else None for a, s in zip(args, slots)], slots)
-    return impl(*args)
+    devices = {"cpu"} | {t.device.type for t in tensors}
+    ctx.autocast = [
+        (d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in sorted(devices) if d != "meta"
+    ]
+    out = impl(*args)
+    if isinstance(out, (tuple, list)):
+        return tuple(plain(o) for o in out)
+    return plain(out)
+
+
+def plain(t):
+    """``t`` as a tensor of its own when it is a view (a Function's output that is a view cannot take
+    in-place updates; upstream's outputs are plain tensors)."""
+    return t.clone() if isinstance(t, torch.Tensor) and t._base is not None else t
 
 
 def backward(ctx, *grads):
@@ -62,7 +77,9 @@ def backward(ctx, *grads):
     result = [None] * len(plain)
     if not leaves:
         return tuple(result)
-    with torch.enable_grad():
+    with torch.enable_grad(), contextlib.ExitStack() as stack:
+        for device_type, enabled, dtype in ctx.autocast:  # the forward's autocast state
+            stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled))
         out = impl(*args)
     outs = out if isinstance(out, (tuple, list)) else (out,)
     pairs = [

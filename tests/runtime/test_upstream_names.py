@@ -420,3 +420,37 @@ def test_ssd_minimal_extras():
     assert torch.equal(finite, torch.isfinite(got))
     _close(got[finite], want[finite], "segsum_unstable", 1e-12)
     test_correctness(batch=1, seqlen=40, chunk_size=8, dim=16, headdim=8, dstate=4)
+
+
+def test_outputs_take_inplace_updates():
+    """Upstream's ops return tensors of their own: ``out.add_(...)`` under autograd works on every output
+    (a view returned by a Function cannot take it), and the gradient then matches the plain op's."""
+    from mamba_ssm.ops.selective_scan_interface import SelectiveScanFn
+    from mamba_ssm.ops.triton.ssd_combined import MambaChunkScanCombinedFn, mamba_chunk_scan_combined
+
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 37, 2, 4, generator=gen)
+    rest = (torch.rand(2, 37, 2, generator=gen), -torch.rand(2, generator=gen) - 0.2,
+            torch.randn(2, 37, 1, 8, generator=gen), torch.randn(2, 37, 1, 8, generator=gen))  # fmt: skip
+    grads = []
+    for fn in (
+        lambda t: mamba_chunk_scan_combined(t, *rest, 16, return_final_states=True),
+        lambda t: MambaChunkScanCombinedFn.apply(
+            t, *rest, 16, None, None, None, None, None, None, False, (0.0, float("inf")), True
+        ),  # fmt: skip
+    ):
+        leaf = x.clone().requires_grad_(True)
+        out, final = fn(leaf)
+        assert out._base is None and final._base is None
+        out.mul_(2.0)
+        final.add_(1.0)
+        (out.sum() + final.sum()).backward()
+        grads.append(leaf.grad)
+    _close(grads[1], grads[0], "gradient after in-place updates", 1e-6)
+    u = torch.randn(2, 4, 9, generator=gen, requires_grad=True)
+    out, last = SelectiveScanFn.apply(u, torch.rand(2, 4, 9), -torch.rand(4, 3), torch.randn(2, 3, 9),
+                                      torch.randn(2, 3, 9), None, None, None, False, True)  # fmt: skip
+    out += 1.0
+    last *= 2.0
+    (out.sum() + last.sum()).backward()
+    assert torch.isfinite(u.grad).all()
