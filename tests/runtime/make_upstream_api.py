@@ -7,8 +7,9 @@ from upstream's source at the given git revisions (never imported), for test_ups
 module of upstream's ``mamba_ssm`` package except the Mamba-3 ones (``mamba3``, ``ops/cute``,
 ``ops/tilelang``: another issue), the top-level functions, classes and assigned names (also inside
 top-level ``if`` / ``try`` blocks) whose names do not start with ``_``, the names the package's
-``__init__`` re-exports, and the underscore entry points of the SSD stage modules listed in
-``STAGE_ENTRY_POINTS`` (upstream's tests and downstream projects call them). Names an ``except`` handler
+``__init__`` re-exports, the underscore entry points of the SSD stage modules listed in
+``STAGE_ENTRY_POINTS`` (downstream projects call them), and every underscore name upstream's own
+``tests/`` and ``benchmarks/`` import from ``mamba_ssm`` at that revision. Names an ``except`` handler
 sets to None are optional-dependency placeholders (``causal_conv1d_fn = None`` when causal-conv1d is
 absent, ...), not upstream's own API, and are dropped. Triton ``@jit`` kernels
 are dropped (their names start with ``_``, except ``softplus``, a device function kept as kind
@@ -69,7 +70,20 @@ def _is_jit(fn):
     return any("jit" in ast.unparse(d) or "autotune" in ast.unparse(d) for d in fn.decorator_list)
 
 
-def _entries(module, tree, is_init):
+def _imported_by_tests(repo, rev):
+    """{module: {name, ...}}: the underscore names upstream's tests and benchmarks import from mamba_ssm."""
+    found = {}
+    listing = _git(repo, "ls-tree", "-r", "--name-only", rev, "tests", "benchmarks").split()
+    for path in (p for p in listing if p.endswith(".py")):
+        for node in ast.walk(ast.parse(_git(repo, "show", f"{rev}:{path}"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mamba_ssm"):
+                for alias in node.names:
+                    if alias.name.startswith("_"):
+                        found.setdefault(node.module, set()).add(alias.name)
+    return found
+
+
+def _entries(module, tree, is_init, tested=()):
     def walk(body):
         for node in body:
             if isinstance(node, (ast.If, ast.Try)):
@@ -80,7 +94,7 @@ def _entries(module, tree, is_init):
             else:
                 yield node
 
-    keep = set(STAGE_ENTRY_POINTS.get(module, ()))
+    keep = set(STAGE_ENTRY_POINTS.get(module, ())) | set(tested)
     placeholders = {
         t.id
         for node in ast.walk(tree)
@@ -123,6 +137,7 @@ def _entries(module, tree, is_init):
 def collect(repo, rev):
     """{(module, name): entry} of upstream's package at ``rev``."""
     found = {}
+    tested = _imported_by_tests(repo, rev)
     for path in _git(repo, "ls-tree", "-r", "--name-only", rev, "mamba_ssm").split():
         if not path.endswith(".py"):
             continue
@@ -133,7 +148,7 @@ def collect(repo, rev):
         if module.startswith(EXCLUDED_PREFIXES) or ".mamba3" in module:
             continue
         tree = ast.parse(_git(repo, "show", f"{rev}:{path}"))
-        for entry in _entries(module, tree, is_init):
+        for entry in _entries(module, tree, is_init, tested.get(module, ())):
             if (module, entry["name"]) not in EXCLUDED_NAMES:
                 found[module, entry["name"]] = {"module": module, **entry}
     return found

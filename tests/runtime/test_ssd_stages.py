@@ -356,6 +356,67 @@ def test_stage_backward_pieces():
     _close(dh0, h0.grad, "_state_passing_bwd dinitial_states")
 
 
+def _cb(C, B, Q):
+    """CB[b, c, g, i, j] = C_i . B_j within chunk c (float64; zero past seqlen)."""
+    b, l, g = C.shape[:3]
+    nc = math.ceil(l / Q)
+    out = torch.zeros(b, nc, g, Q, Q, dtype=F64)
+    for i_t in range(l):
+        for j_t in range(l):
+            if i_t // Q == j_t // Q:
+                out[:, i_t // Q, :, i_t % Q, j_t % Q] = (C[:, i_t].double() * B[:, j_t].double()).sum(-1)
+    return out
+
+
+@pytest.mark.parametrize("seq", [False, True])
+def test_chunk_scan_backward_pieces(seq):
+    """Stage 4's backward pieces (upstream's tests call them one by one) against autograd of the float64
+    sequential reference: _chunk_scan_bwd_dC (the state term's dC and ddA_cumsum), _chunk_scan_bwd_dx (the
+    in-chunk term's dx and ddt, with D), _chunk_scan_chunk_state_bwd_dx (in-chunk term plus stage 2's
+    states: dx, ddt, dD), with padding tokens and packed sequences where seq_idx is taken."""
+    t = {k: v.double() for k, v in _inputs(b=2, l=21, seed=7).items()}
+    Q = 8
+    b, l, h, p = t["x"].shape
+    n = t["B"].shape[-1]
+    seq_idx = _padded_seq(b, l) if seq else None
+    cs, d = r_cumsum(t["dt"], t["A"], Q, t["dt_bias"], True)
+    H = torch.randn(b, cs.shape[2], h, p, n, dtype=F64)
+    dout = torch.randn(b, l, h, p, dtype=F64)
+    # the state term: x = 0 leaves exp(cs_i) C_i . H_c
+    C, csl = t["C"].clone().requires_grad_(True), cs.clone().requires_grad_(True)
+    (r_chunk_scan(t["B"], C, torch.zeros_like(t["x"]), d, csl, H, seq_idx=seq_idx) * dout).sum().backward()
+    dC, ddA = ssd_chunk_scan._chunk_scan_bwd_dC(H, cs, dout, seq_idx=seq_idx, C=t["C"], ngroups=2)
+    _close(dC, C.grad, "_chunk_scan_bwd_dC dC")
+    _close(ddA, csl.grad, "_chunk_scan_bwd_dC ddA_cumsum")
+    _close(ssd_chunk_scan._chunk_scan_bwd_dC(H, cs, dout, seq_idx=seq_idx, ngroups=2), C.grad, "dC without C")
+    cb = _cb(t["C"], t["B"], Q)
+    zero_H = torch.zeros_like(H)
+    if not seq:  # the in-chunk term with D (no seq_idx argument)
+        x, dl = t["x"].clone().requires_grad_(True), d.clone().requires_grad_(True)
+        (r_chunk_scan(t["B"], t["C"], x, dl, cs, zero_H, D=t["D"]) * dout).sum().backward()
+        dx, ddt = ssd_chunk_scan._chunk_scan_bwd_dx(cb, t["x"], d, cs, dout, D=t["D"])
+        _close(dx, x.grad, "_chunk_scan_bwd_dx dx")
+        _close(ddt, dl.grad, "_chunk_scan_bwd_dx ddt")
+    # the in-chunk term and the chunks' own states
+    for D in (t["D"], t["D"][:, 0]):
+        x, dl = t["x"].clone().requires_grad_(True), d.clone().requires_grad_(True)
+        Dl = D.clone().requires_grad_(True)
+        y = r_chunk_scan(t["B"], t["C"], x, dl, cs, zero_H, D=Dl, seq_idx=seq_idx)
+        S = r_chunk_state(t["B"], x, dl, cs, seq_idx)
+        dS = torch.randn(S.shape, dtype=F64, generator=torch.Generator().manual_seed(D.dim()))
+        ((y * dout).sum() + (S * dS).sum()).backward()
+        into = torch.empty_like(t["x"])
+        dx, ddt, dD = ssd_combined._chunk_scan_chunk_state_bwd_dx(
+            t["x"], d, cs, t["B"], cb, dout, dS, D=D, seq_idx=seq_idx, dx=into
+        )
+        assert dx is into
+        _close(dx, x.grad, "_chunk_scan_chunk_state_bwd_dx dx")
+        _close(ddt, dl.grad, "_chunk_scan_chunk_state_bwd_dx ddt")
+        _close(dD, Dl.grad, f"_chunk_scan_chunk_state_bwd_dx dD {tuple(D.shape)}")
+    with pytest.raises(ValueError, match="dstates"):
+        ssd_combined._chunk_scan_chunk_state_bwd_dx(t["x"], d, cs, t["B"], cb, dout, dS[:, :1])
+
+
 def test_autograd_function_classes():
     """ChunkStateFn, StatePassingFn, ChunkScanFn, MambaChunkScanCombinedFn and
     MambaSplitConv1dScanCombinedFn are torch.autograd.Function subclasses whose gradients are the

@@ -36,20 +36,21 @@ from mamba_ssm.ops.triton._helpers import init_to_zero, triton_at_least
 
 __all__ = [
     "TRITON_22",
-    "init_to_zero",
-    "ensure_stride",
-    "selective_scan_bwd",
     "MambaChunkScanCombinedFn",
-    "mamba_chunk_scan_combined",
-    "mamba_chunk_scan",
-    "ssd_chunk_scan_combined_ref",
-    "ssd_selective_scan",
-    "mamba_conv1d_scan_ref",
     "MambaSplitConv1dScanCombinedFn",
+    "_chunk_scan_chunk_state_bwd_dx",
+    "_mamba_chunk_scan_combined_bwd",
+    "_mamba_chunk_scan_combined_fwd",
+    "ensure_stride",
+    "init_to_zero",
+    "mamba_chunk_scan",
+    "mamba_chunk_scan_combined",
+    "mamba_conv1d_scan_ref",
     "mamba_split_conv1d_scan_combined",
     "mamba_split_conv1d_scan_ref",
-    "_mamba_chunk_scan_combined_fwd",
-    "_mamba_chunk_scan_combined_bwd",
+    "selective_scan_bwd",
+    "ssd_chunk_scan_combined_ref",
+    "ssd_selective_scan",
 ]
 
 #: Whether the installed triton is 2.2 or later (upstream's flag; nothing here depends on it).
@@ -340,6 +341,55 @@ def _mamba_chunk_scan_combined_fwd(
     hin = r["hin"].to(state_dtype) if state_dtype is not None else r["hin"]
     result = (out, ypre, dtp, cs, hin, r["final"])
     return result if cu_seqlens is None else (*result, r["varlen"])
+
+
+def _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=None, seq_idx=None, dx=None):
+    """The gradients with respect to x, dt and D of the SSD's in-chunk output term (stage 4,
+    ``sum_{j<=i} CB_ij exp(cs_i - cs_j) dt'_j x_j + D x_i``, given dout) plus those of the chunks' own end
+    states (stage 2, ``S_c = sum_j exp(cs_end - cs_j) dt'_j x_j B_j^T``, given dstates); the two stages
+    of :mod:`mamba_ssm.ops.triton._ssd_stages` through autograd.
+
+    Args:
+        x, dout: (batch, seqlen, nheads, headdim). dt, dA_cumsum: (batch, nheads, nchunks, chunk_size).
+        B: (batch, seqlen, ngroups, dstate). CB: (batch, nchunks, ngroups, chunk_size, chunk_size).
+        dstates: (batch, nchunks, nheads, headdim, dstate). D: (nheads, headdim), (nheads,) or None.
+        seq_idx: (batch, seqlen) or None. dx: a tensor of x's shape to write dx into, or None.
+
+    Returns:
+        (dx in x's dtype, ddt (batch, nheads, nchunks, chunk_size) float32 (float64 for float64 inputs),
+        dD in D's shape and dtype or None).
+
+    Raises:
+        TypeError / ValueError: shapes that disagree, naming the argument.
+    """
+    from mamba_ssm.ops.triton.ssd_chunk_scan import _check as check_scan
+    from mamba_ssm.ops.triton.ssd_chunk_state import _check_state_args, _f32, _grads
+
+    fn = "_chunk_scan_chunk_state_bwd_dx"
+    batch, seqlen, nheads, headdim, ngroups, dstate, nchunks, q = _check_state_args(
+        fn, B, x, dt, dA_cumsum, seq_idx
+    )
+    C0 = x.new_zeros(batch, seqlen, ngroups, 1)  # no state term in the output: it depends on neither x nor dt
+    states0 = x.new_zeros(batch, nchunks, nheads, headdim, 1)
+    check_scan(fn, x, dt, dA_cumsum, C0, states0, D, None, seq_idx)
+    _check(fn, "CB", CB, (batch, nchunks, ngroups, q, q))
+    _check(fn, "dout", dout, tuple(x.shape))
+    _check(fn, "dstates", dstates, (batch, nchunks, nheads, headdim, dstate))
+
+    def both(x_, dt_, D_):
+        y = S.chunk_scan(CB, x_, dt_, dA_cumsum, C0, states0, D_, None, seq_idx)[0]
+        return y, S.chunk_state(B, x_, dt_, dA_cumsum, seq_idx)
+
+    wrt = [0, 1] + ([2] if D is not None else [])
+    got = _grads(both, (x, dt, D), wrt, (dout, dstates))
+    g_dt = got[1] if got[1] is not None else torch.zeros_like(dt, dtype=S.compute_dtype(dt))
+    if dx is not None:
+        _check(fn, "dx", dx, tuple(x.shape))
+        dx.copy_(got[0])
+    else:
+        dx = got[0].to(x.dtype)
+    dD = got[2].to(D.dtype) if D is not None else None
+    return dx, _f32(g_dt), dD
 
 
 def _mamba_chunk_scan_combined_bwd(
