@@ -5,8 +5,8 @@ Backends:
 * ``compiled``: the kernels of ``mamba_ssm._C`` (Python face: :mod:`mamba_ssm.ops.backends.compiled`);
   chosen when the module is present, passes the compatibility rule, loaded, and covers the device.
 * ``triton``: Triton kernels (:mod:`mamba_ssm.ops.triton._kernels`) for the ops in :data:`TRITON_OPS`
-  (SSD scan, decode state update, norms), on CUDA/ROCm devices when ``triton`` >= :data:`TRITON_MIN_VERSION`
-  imports.
+  (SSD scan, decode state update, norms, Mamba-3's scans and step), on CUDA/ROCm devices when
+  ``triton`` >= :data:`TRITON_MIN_VERSION` imports.
 * ``torch``: the fast PyTorch fallback (a chunked parallel scan; :mod:`mamba_ssm.ops.backends.torch_scan`).
 * ``ref``: the sequential reference implementations (slow; for checking).
 
@@ -42,6 +42,7 @@ __all__ = [
     "COMPILED_OPS",
     "TRITON_OPS",
     "TRITON_MIN_VERSION",
+    "MAMBA3_OPS",
     "triton_unavailable",
     "CONV1D_OPS",
     "MambaFallbackWarning",
@@ -61,6 +62,9 @@ BACKENDS = ("compiled", "triton", "torch", "ref")
 CHOICES = ("auto", "compiled", "cuda", "triton", "torch", "ref")
 _ALIASES = {"cuda": "compiled"}
 
+#: Mamba-3's ops (mamba_ssm.ops.triton.mamba3, mamba_ssm.ops.tilelang.mamba3): Triton kernels on CUDA/ROCm
+#: (through mamba_ssm.ops.triton.mamba3._triton_hook), the PyTorch path elsewhere.
+MAMBA3_OPS = ("mamba3_siso", "mamba3_mimo", "mamba3_step")
 #: The ops the dispatcher knows, and which of them mamba_ssm._C has kernels for. The others have one
 #: implementation (PyTorch): backend_for answers "torch" for them whatever is asked for. The causal
 #: conv1d ops have compiled kernels and one PyTorch implementation, which is also their reference ("ref"
@@ -74,13 +78,14 @@ OPS = (
     "ssd_chunk_scan",
     "rms_norm",
     "layer_norm",
+    *MAMBA3_OPS,
 )
 COMPILED_OPS = frozenset({"selective_scan", "mamba_inner", "causal_conv1d", "causal_conv1d_update"})
 #: The compiled ops whose implementation mamba_ssm.ops.causal_conv1d.implementation() names (it may pick
 #: the causal-conv1d package's kernels); doctor reports them but judges the install by the others.
 CONV1D_OPS = frozenset({"causal_conv1d", "causal_conv1d_update"})
 #: The ops with Triton kernels (mamba_ssm.ops.triton._kernels): used on CUDA/ROCm devices.
-TRITON_OPS = frozenset({"ssd_chunk_scan", "selective_state_update", "rms_norm", "layer_norm"})
+TRITON_OPS = frozenset({"ssd_chunk_scan", "selective_state_update", "rms_norm", "layer_norm", *MAMBA3_OPS})
 #: The oldest Triton the kernels are written for (what torch 2.4 brings); older: the PyTorch path.
 TRITON_MIN_VERSION = (3, 0)
 

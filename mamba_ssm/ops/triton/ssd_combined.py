@@ -50,6 +50,7 @@ __all__ = [
     "mamba_split_conv1d_scan_ref",
     "selective_scan_bwd",
     "ssd_chunk_scan_combined_ref",
+    "ssd_chunk_scan_weighted",
     "ssd_selective_scan",
 ]
 
@@ -161,6 +162,37 @@ def _packing_of(x, seq_idx, cu_seqlens):
     if seq_idx is None:
         seq_idx = _packing.seq_idx_from_cu_seqlens(cu, x.shape[1]).to(x.device)
     return seq_idx, cu
+
+
+def ssd_chunk_scan_weighted(
+    x, log_decay, weight, B, C, chunk_size, initial_states=None, seq_idx=None, cu_seqlens=None
+):
+    """The SSD core with the decay and the input weight given separately, composed from the PyTorch
+    stages (:mod:`mamba_ssm.ops.triton._ssd_stages`, differentiable):
+
+        h_t = exp(log_decay_t) h_{t-1} + weight_t x_t B_t^T,    y_t = h_t C_t
+
+    (Mamba-2's scan is log_decay = dt A, weight = dt; Mamba-3's exponential-trapezoidal scan uses its
+    own weight). x (b, l, h, p), log_decay and weight (b, l, h) (log_decay <= 0), B, C (b, l, h, n),
+    initial_states (b, h, p, n) or None, seq_idx (b, l) or None (nothing crosses from one id to the
+    next; a negative id is a padding token: output 0, no state); cu_seqlens (S + 1,) int64 on x's
+    device with seq_idx matching it (batch 1), or None. Computed in float32 (float64 for float64
+    inputs); a sequence shorter than ``chunk_size`` is one chunk of its own length.
+
+    Returns (y (b, l, h, p), final state (b, h, p, n), each packed sequence's last state (S, h, p, n),
+    zero for an empty one, or None without cu_seqlens).
+    """
+    q = max(1, min(chunk_size, x.shape[1]))
+    cs = torch.cumsum(S.chunked(log_decay, q).permute(0, 3, 1, 2), dim=-1)  # (b, h, c, q)
+    wc = S.chunked(weight, q).permute(0, 3, 1, 2)  # (b, h, c, q), 0 past l
+    states = S.chunk_state(B, x, wc, cs, seq_idx)
+    carry = S.carry_mask(seq_idx, q) if seq_idx is not None else None
+    hin, final = S.state_passing(states, cs[..., -1], initial_states, carry)
+    y, _ = S.chunk_scan(S.bmm_chunk(C, B, q), x, wc, cs, C, hin, seq_idx=seq_idx)
+    varlen = None
+    if cu_seqlens is not None:
+        varlen = S.varlen_states(B[0], x[0], wc[0], cs[0], hin[0], cu_seqlens, seq_idx[0])
+    return y, final, varlen
 
 
 # ----------------------------------------------------------------------------------------------------

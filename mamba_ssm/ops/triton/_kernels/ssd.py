@@ -36,6 +36,10 @@ Kernels (grids in brackets; no Python loop over chunks or heads):
     _chunk_scan_bwd_dbx [batch*nheads, nchunks, col blocks]  dB, dx, d dt' (direct), cs gradient (cols)
     _dt_cumsum_bwd   [batch, nheads, nchunks]      d dt, dA and d dt_bias partial sums
     _varlen_states   [num_seqs, nheads, tiles]     with cu_seqlens: each sequence's last state (forward only)
+Launchers: one per stage (``dt_cumsum``, ``chunk_states``, ``state_passing``, ``chunk_outputs``,
+``varlen_states``; upstream's stage modules call them); ``core_forward`` / ``core_backward`` are steps
+2-4 and their adjoint on a given weight dt' and decay cumsum cs (Mamba-3's kernels call them with their
+own); ``forward`` / ``backward`` add stage 1, D and z around them (Mamba-2's autograd function).
 The D / z parts of the backward and the sums over a group's heads (dB, dC) are torch element-wise
 ops and reductions. Float32 accumulation; matrix products take float16/bfloat16 operands for those
 inputs and exact float32 ("ieee") products for float32 inputs.
@@ -57,11 +61,15 @@ __all__ = [
     "CHUNK_SIZES",
     "backward",
     "check_chunk_size",
+    "chunk_outputs",
     "chunk_scan_combined",
     "chunk_states",
+    "core_backward",
+    "core_forward",
     "dt_cumsum",
     "forward",
     "prepare_packing",
+    "round_states",
     "stage_unsupported",
     "state_passing",
     "unsupported",
@@ -1085,45 +1093,25 @@ def round_states(hin, state_dtype):
     return hin
 
 
-def forward(
-    x,
-    dt,
-    A,
-    B,
-    C,
-    chunk_size,
-    D=None,
-    z=None,
-    dt_bias=None,
-    initial_states=None,
-    seq_idx=None,
-    dt_softplus=False,
-    dt_limit=(0.0, float("inf")),
-    cu_seqlens=None,
-    state_dtype=None,
-):
-    """The forward kernels (no autograd). Returns a dict: ``out`` (x's dtype), ``ypre`` (before the z
-    gate, or None), ``dtp`` / ``cs`` (batch, nheads, T), ``hin`` (batch, nchunks, nheads, headdim, dstate,
-    entering each chunk), ``final`` and ``varlen`` (float32; varlen None without cu_seqlens)."""
+def chunk_outputs(x, B, C, dtp, cs, seq_idx, hin, chunk_size, D=None, z=None, out_dtype=None):
+    """Stage 4: y_i = sum_{j <= i} (C_i . B_j) exp(cs_i - cs_j) dt'_j x_j + exp(cs_i) H_c C_i (+ D x_i,
+    * silu(z_i)), 0 at padding tokens (seq_idx < 0). x (batch, seqlen, nheads, headdim); B, C (batch,
+    seqlen, ngroups, dstate) (any strides); dt', cs (batch, nheads, nchunks * chunk_size) float32; hin
+    (batch, nchunks, nheads, headdim, dstate) float32 (the states entering the chunks); D (nheads,
+    headdim) or None; z x's shape or None; out_dtype: the output's dtype (x's by default).
+
+    Returns (out (batch, seqlen, nheads, headdim), ypre: out before the z gate (None without z))."""
     batch, seqlen, nheads, hdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     q = chunk_size
     nc = triton.cdiv(seqlen, q)
-    T = nc * q
-    dtp, cs = dt_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit)
-    states = chunk_states(x, B, dtp, cs, seq_idx, q)
-    hin, final = state_passing(states, cs, seq_idx, initial_states, q, cs_layout=(T, q))
-    round_states(hin, state_dtype)
     seq, s_strides = _seq_args(seq_idx, dtp)
     tile = _TILE[x.dtype]
-    out = torch.empty((batch, seqlen, nheads, hdim), dtype=x.dtype, device=x.device)
+    out = torch.empty((batch, seqlen, nheads, hdim), dtype=out_dtype or x.dtype, device=x.device)
     ypre = torch.empty_like(out) if z is not None else None
     bm = min(q, tile)
     bpo = min(pow2(hdim, 16), tile)
     bno = min(pow2(dstate, 16), tile)
-    Dv = None
-    if D is not None:
-        Dv = D if D.dim() == 2 else D.unsqueeze(-1).expand(nheads, hdim)
     _chunk_scan_fwd[(batch * nheads, nc, triton.cdiv(q, bm) * triton.cdiv(hdim, bpo))](
         x,
         B,
@@ -1132,12 +1120,12 @@ def forward(
         cs,
         seq,
         hin,
-        Dv if Dv is not None else A,
+        D if D is not None else dtp,
         z if z is not None else x,
         out,
         ypre if ypre is not None else out,
         seqlen,
-        T,
+        nc * q,
         nheads,
         nheads // ngroups,
         hdim,
@@ -1148,9 +1136,9 @@ def forward(
         *(z.stride() if z is not None else (0, 0, 0, 0)),
         *out.stride(),
         *s_strides,
-        *(Dv.stride() if Dv is not None else (0, 0)),
+        *(D.stride() if D is not None else (0, 0)),
         HAS_SEQ=seq_idx is not None,
-        HAS_D=Dv is not None,
+        HAS_D=D is not None,
         HAS_Z=z is not None,
         Q=q,
         BLOCK_M=bm,
@@ -1161,37 +1149,64 @@ def forward(
         IEEE=x.dtype == torch.float32,
         num_warps=8,
     )
-    varlen = None
-    if cu_seqlens is not None:
-        varlen = varlen_states(x, B, dtp, cs, seq_idx, hin, cu_seqlens, q)
-    return {"out": out, "ypre": ypre, "dtp": dtp, "cs": cs, "hin": hin, "final": final, "varlen": varlen}
+    return out, ypre
 
 
-def backward(
-    dout,
-    dfinal,
+def core_forward(
     x,
-    dt,
-    A,
     B,
     C,
-    chunk_size,
-    D,
-    z,
-    dt_bias,
-    seq_idx,
-    dt_softplus,
-    dt_limit,
     dtp,
     cs,
-    hin,
-    ypre,
-    initial_states_dtype=None,
+    chunk_size,
+    seq_idx=None,
+    initial_states=None,
+    D=None,
+    z=None,
+    out_dtype=None,
+    state_dtype=None,
 ):
-    """The backward kernels from the forward's ``dtp``, ``cs``, ``hin``, ``ypre``. dout: the gradient of
-    out (or None), dfinal: of the final state (or None). Returns (dx, ddt, dA, dB, dC, dD, dz, ddt_bias,
-    dinitial_states) in the inputs' dtypes (None for an input that is None; dinitial_states None unless
-    ``initial_states_dtype`` is given)."""
+    """Stages 2-4 of the SSD algorithm (chunk states, state passing, chunk outputs) on a processed weight
+    and decay: h_t = exp(log_decay_t) h_{t-1} + dtp_t x_t B_t^T, y_t = h_t C_t (+ D x_t, * silu(z_t)),
+    with ``cs`` the in-chunk cumulative sum of log_decay (every position of every chunk, padding
+    included). A padding token (seq_idx < 0) outputs 0 and writes no state (the module docstring).
+
+    x (batch, seqlen, nheads, headdim); B, C (batch, seqlen, ngroups, dstate) (any strides); dtp, cs
+    (batch, nheads, nchunks * chunk_size) float32, contiguous, dtp 0 past seqlen; seq_idx (batch,
+    seqlen) int or None; initial_states (batch, nheads, headdim, dstate) or None; D (nheads, headdim) or
+    None; z x's shape or None; out_dtype: the output's dtype (x's by default); state_dtype: the dtype the
+    states entering the chunks are rounded to (None: float32, see :func:`round_states`).
+
+    Returns (out (batch, seqlen, nheads, headdim), final state (batch, nheads, headdim, dstate) float32,
+    hin (batch, nchunks, nheads, headdim, dstate) float32: the state entering each chunk, ypre: out
+    before the z gate (None without z)).
+    """
+    q = chunk_size
+    T = triton.cdiv(x.shape[1], q) * q
+    states = chunk_states(x, B, dtp, cs, seq_idx, q)
+    hin, final = state_passing(states, cs, seq_idx, initial_states, q, cs_layout=(T, q))
+    round_states(hin, state_dtype)
+    out, ypre = chunk_outputs(x, B, C, dtp, cs, seq_idx, hin, q, D, z, out_dtype)
+    return out, final, hin, ypre
+
+
+def _drop_padding(dy, seq_idx):
+    """dy with the rows of padding tokens (seq_idx < 0) zeroed: their output is the constant 0."""
+    if seq_idx is None:
+        return dy
+    return dy * (seq_idx >= 0)[:, :, None, None]
+
+
+def core_backward(x, B, C, dtp, cs, chunk_size, seq_idx, hin, dy, dfinal=None):
+    """The adjoint of :func:`core_forward` without D and z: ``dy`` (batch, seqlen, nheads, headdim)
+    float32 is the gradient of y_t = h_t C_t (dropped at padding tokens), ``dfinal`` (batch, nheads,
+    headdim, dstate) float32 contiguous or None that of the final state; the other arguments are
+    core_forward's (hin its result).
+
+    Returns (dx (batch, seqlen, nheads, headdim), dB and dC per head (batch, seqlen, nheads, dstate),
+    d dtp and d cs (batch, nheads, nchunks * chunk_size), d initial_states (batch, nheads, headdim,
+    dstate)), all float32; the gradient of log_decay is the reverse in-chunk cumulative sum of d cs.
+    """
     batch, seqlen, nheads, hdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     q = chunk_size
@@ -1204,23 +1219,7 @@ def backward(
     ieee = x.dtype == torch.float32
     seq, s_strides = _seq_args(seq_idx, dtp)
     has_seq = seq_idx is not None
-    lo, hi = float(dt_limit[0]), float(dt_limit[1])
-    has_limit = (lo, hi) != (0.0, math.inf)
-    A = A.contiguous()
-    dt_bias = dt_bias.contiguous() if dt_bias is not None else None
-    # D and z (element-wise, torch).
-    dout = dout.float() if dout is not None else torch.zeros(x.shape, **f32)
-    dz = None
-    if z is not None:
-        zf = z.float()
-        sz = torch.sigmoid(zf)
-        dz = (dout * ypre.float() * sz * (1 + zf * (1 - sz))).to(z.dtype)
-        dy = dout * zf * sz
-    else:
-        dy = dout
-    if seq_idx is not None:  # a padding output is the constant 0
-        dy = dy * (seq_idx >= 0)[:, :, None, None]
-    dy = dy.contiguous()
+    dy = _drop_padding(dy, seq_idx).contiguous()
     # Reverse state passing needs sum_i exp(cs_i) dy_i C_i^T per chunk (mode 1 of the chunk-state kernel).
     dinter = chunk_states(dy, C, dtp, cs, seq_idx, q, mode=1)
     block = min(pow2(size), 1024)
@@ -1228,13 +1227,12 @@ def backward(
     ds = torch.empty_like(dinter)
     dh0 = torch.empty((batch, nheads, hdim, dstate), **f32)
     ddecay = torch.empty((batch, nheads, nc, ntiles), **f32)
-    dfin = dfinal.float().contiguous() if dfinal is not None else None
     _state_pass_bwd[(batch * nheads, ntiles)](
         hin,
         dinter,
         cs,
         seq,
-        dfin if dfin is not None else dinter,
+        dfinal if dfinal is not None else dinter,
         ds,
         dh0,
         ddecay,
@@ -1246,7 +1244,7 @@ def backward(
         ntiles,
         *s_strides,
         HAS_SEQ=has_seq,
-        HAS_DFIN=dfin is not None,
+        HAS_DFIN=dfinal is not None,
         Q=q,
         BLOCK=block,
         num_warps=4,
@@ -1304,6 +1302,95 @@ def backward(
     )
     dcs = (dcs_row + dcs_col).view(batch, nheads, nc, q)
     dcs[..., -1] += rj.view(batch, nheads, nc, q).sum(-1) + ddecay.sum(-1)
+    return dx, db_h, dc_h, ddtp, dcs.view(batch, nheads, T), dh0
+
+
+def forward(
+    x,
+    dt,
+    A,
+    B,
+    C,
+    chunk_size,
+    D=None,
+    z=None,
+    dt_bias=None,
+    initial_states=None,
+    seq_idx=None,
+    dt_softplus=False,
+    dt_limit=(0.0, float("inf")),
+    cu_seqlens=None,
+    state_dtype=None,
+):
+    """The forward kernels (no autograd): stage 1 (:func:`dt_cumsum`), :func:`core_forward` and, with
+    cu_seqlens, :func:`varlen_states`. Returns a dict: ``out`` (x's dtype), ``ypre`` (before the z gate,
+    or None), ``dtp`` / ``cs`` (batch, nheads, T), ``hin`` (batch, nchunks, nheads, headdim, dstate,
+    entering each chunk), ``final`` and ``varlen`` (float32; varlen None without cu_seqlens)."""
+    nheads, hdim = x.shape[2], x.shape[3]
+    q = chunk_size
+    dtp, cs = dt_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit)
+    Dv = None
+    if D is not None:
+        Dv = D if D.dim() == 2 else D.unsqueeze(-1).expand(nheads, hdim)
+    out, final, hin, ypre = core_forward(
+        x, B, C, dtp, cs, q, seq_idx, initial_states, Dv, z, state_dtype=state_dtype
+    )
+    varlen = None
+    if cu_seqlens is not None:
+        varlen = varlen_states(x, B, dtp, cs, seq_idx, hin, cu_seqlens, q)
+    return {"out": out, "ypre": ypre, "dtp": dtp, "cs": cs, "hin": hin, "final": final, "varlen": varlen}
+
+
+def backward(
+    dout,
+    dfinal,
+    x,
+    dt,
+    A,
+    B,
+    C,
+    chunk_size,
+    D,
+    z,
+    dt_bias,
+    seq_idx,
+    dt_softplus,
+    dt_limit,
+    dtp,
+    cs,
+    hin,
+    ypre,
+    initial_states_dtype=None,
+):
+    """The backward kernels from the forward's ``dtp``, ``cs``, ``hin``, ``ypre`` (D and z element-wise,
+    :func:`core_backward`, the adjoint of stage 1). dout: the gradient of out (or None), dfinal: of the
+    final state (or None). Returns (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states) in the inputs'
+    dtypes (None for an input that is None; dinitial_states None unless ``initial_states_dtype`` is
+    given)."""
+    batch, seqlen, nheads, _ = x.shape
+    ngroups, dstate = B.shape[2], B.shape[3]
+    q = chunk_size
+    nc = hin.shape[1]
+    T = nc * q
+    f32 = _f32(x)
+    hpg = nheads // ngroups
+    lo, hi = float(dt_limit[0]), float(dt_limit[1])
+    has_limit = (lo, hi) != (0.0, math.inf)
+    A = A.contiguous()
+    dt_bias = dt_bias.contiguous() if dt_bias is not None else None
+    # D and z (element-wise, torch).
+    dout = dout.float() if dout is not None else torch.zeros(x.shape, **f32)
+    dz = None
+    if z is not None:
+        zf = z.float()
+        sz = torch.sigmoid(zf)
+        dz = (dout * ypre.float() * sz * (1 + zf * (1 - sz))).to(z.dtype)
+        dy = dout * zf * sz
+    else:
+        dy = dout
+    dy = _drop_padding(dy, seq_idx).contiguous()
+    dfin = dfinal.float().contiguous() if dfinal is not None else None
+    dx, db_h, dc_h, ddtp, dcs, dh0 = core_backward(x, B, C, dtp, cs, q, seq_idx, hin, dy, dfin)
     ddt = torch.empty((batch, seqlen, nheads), **f32)
     da_part = torch.empty((batch, nheads, nc), **f32)
     ddtb_part = torch.empty((batch, nheads, nc), **f32)
