@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Optional.h>
 #include <torch/library.h>
@@ -71,6 +72,10 @@ struct ClassicApi {
   static Tensor contiguous(const Tensor& t) { return t.contiguous(); }
   static Tensor empty(const std::vector<int64_t>& sizes, DType d, const Tensor& like) {
     return at::empty(sizes, like.options().dtype(scalar(d)));
+  }
+  static Tensor empty_strided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, DType d,
+                              const Tensor& like) {
+    return at::empty_strided(sizes, strides, like.options().dtype(scalar(d)));
   }
   static Tensor zeros(const std::vector<int64_t>& sizes, DType d, const Tensor& like) {
     return at::zeros(sizes, like.options().dtype(scalar(d)));

@@ -87,15 +87,11 @@ struct StableApi {
 
   static Tensor to(const Tensor& t, DType d) { return torch::stable::to(t, scalar(d)); }
   static Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : torch::stable::contiguous(t); }
-  // A contiguous tensor on like's device through the C shim's aoti_torch_empty_strided (torch 2.10 exports
-  // it): a direct call, not a boxed dispatcher call (new_empty's), which costs about a microsecond more.
-  static Tensor empty(const std::vector<int64_t>& sizes, DType d, const Tensor& like) {
-    std::vector<int64_t> strides(sizes.size());
-    int64_t stride = 1;
-    for (size_t i = sizes.size(); i-- > 0;) {
-      strides[i] = stride;
-      stride *= sizes[i] > 1 ? sizes[i] : 1;
-    }
+  // A tensor of the given sizes and strides on like's device through the C shim's aoti_torch_empty_strided
+  // (torch 2.10 exports it): a direct call, not a boxed dispatcher call (new_empty's), which costs about a
+  // microsecond more.
+  static Tensor empty_strided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, DType d,
+                              const Tensor& like) {
     int32_t device_type = 0, device_index = 0;
     STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
     STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(like.get(), &device_index));
@@ -105,6 +101,16 @@ struct StableApi {
                                                            strides.data(), dtype, device_type, device_index,
                                                            &handle));
     return Tensor(handle);
+  }
+  // A contiguous tensor on like's device.
+  static Tensor empty(const std::vector<int64_t>& sizes, DType d, const Tensor& like) {
+    std::vector<int64_t> strides(sizes.size());
+    int64_t stride = 1;
+    for (size_t i = sizes.size(); i-- > 0;) {
+      strides[i] = stride;
+      stride *= sizes[i] > 1 ? sizes[i] : 1;
+    }
+    return empty_strided(sizes, strides, d, like);
   }
   static Tensor zeros(const std::vector<int64_t>& sizes, DType d, const Tensor& like) {
     Tensor t = empty(sizes, d, like);

@@ -30,7 +30,7 @@ inline constexpr const char* kSchemas[] = {
     // out with x's shape ((batch, dim) or (batch, dim, seqlen)), contiguous; conv_state updated in place.
     "causal_conv1d_update(Tensor x, Tensor(a!) conv_state, Tensor weight, Tensor? bias, bool silu, "
     "Tensor? cache_seqlens, Tensor? conv_state_indices) -> Tensor",
-    // states (batch, dim, state_len), a transposed (batch, state_len, dim) tensor.
+    // states (batch, dim, state_len), strided as a (batch, state_len, dim) tensor in memory.
     "causal_conv1d_varlen_states(Tensor x, Tensor cu_seqlens, int state_len) -> Tensor",
     // The embedded build-info JSON (see binding_info.cpp), and the CPU kernel build that runs (avx512,
     // avx2 or generic; MAMBA_SSM_CPU_ISA caps it). Neither takes a tensor: registered for

@@ -23,6 +23,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from mamba_ssm.ops import _recompute
+
 __all__ = [
     "selective_scan_fn",
     "selective_scan_ref",
@@ -30,6 +32,7 @@ __all__ = [
     "mamba_inner_ref",
     "SelectiveScanFn",
     "MambaInnerFn",
+    "rms_norm_forward",
 ]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -556,34 +559,45 @@ def mamba_inner_ref(
     )
 
 
-class SelectiveScanFn:
-    """Upstream's autograd Function name for the selective scan, for code that calls
-    ``SelectiveScanFn.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)``.
+def rms_norm_forward(x, weight, bias, eps=1e-6, is_rms_norm=True):
+    """The norm ``mamba_inner_fn`` applies to B, C and delta (upstream's helper): RMSNorm (or LayerNorm
+    with ``is_rms_norm=False``) over x's last dimension, computed in float32, returned in x's dtype
+    (:func:`mamba_ssm.ops.triton.layer_norm.layer_norm_fn`).
 
-    Here the scan's gradient is registered on the op itself (``torch.library``), so ``apply`` is
-    :func:`selective_scan_fn` with the same positional arguments, results and errors.
+    Args:
+        x: (..., hidden). weight: (hidden,). bias: (hidden,) or None. eps: the epsilon in the square root.
     """
+    from mamba_ssm.ops.triton.layer_norm import layer_norm_fn  # noqa: PLC0415
+
+    return layer_norm_fn(x, weight, bias, eps=eps, is_rms_norm=is_rms_norm).to(x.dtype)
+
+
+class SelectiveScanFn(torch.autograd.Function):
+    """:func:`selective_scan_fn` as a ``torch.autograd.Function`` (upstream's class):
+    ``SelectiveScanFn.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)``
+    gives the same results and gradients as :func:`selective_scan_fn` on whichever backend it runs (the
+    backward recomputes the forward and differentiates it: :mod:`mamba_ssm.ops._recompute`)."""
 
     @staticmethod
-    def apply(
-        u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
+    def forward(
+        ctx, u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
     ):
-        """See :func:`selective_scan_fn`."""
-        return selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-
-
-class MambaInnerFn:
-    """Upstream's autograd Function name for the fused Mamba inner path, for code that calls
-    ``MambaInnerFn.apply(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
-    out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias, delta_softplus,
-    checkpoint_lvl, b_rms_weight, c_rms_weight, dt_rms_weight, b_c_dt_rms_eps)``.
-
-    ``apply`` is :func:`mamba_inner_fn` with the same positional arguments (differentiable through
-    the ops it is built from).
-    """
+        args = (u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+        return _recompute.forward(ctx, selective_scan_fn, args)
 
     @staticmethod
-    def apply(
+    def backward(ctx, dout, *args):
+        return _recompute.backward(ctx, dout, *args)
+
+
+class MambaInnerFn(torch.autograd.Function):
+    """:func:`mamba_inner_fn` as a ``torch.autograd.Function`` (upstream's class), same positional
+    arguments, results and gradients (the backward recomputes the forward, as upstream's
+    ``checkpoint_lvl=1`` does for the conv and delta)."""
+
+    @staticmethod
+    def forward(
+        ctx,
         xz,
         conv1d_weight,
         conv1d_bias,
@@ -605,26 +619,13 @@ class MambaInnerFn:
         dt_rms_weight=None,
         b_c_dt_rms_eps=1e-6,
     ):
-        """See :func:`mamba_inner_fn`."""
-        return mamba_inner_fn(
-            xz,
-            conv1d_weight,
-            conv1d_bias,
-            x_proj_weight,
-            delta_proj_weight,
-            out_proj_weight,
-            out_proj_bias,
-            A,
-            B,
-            C,
-            D,
-            delta_bias,
-            B_proj_bias,
-            C_proj_bias,
-            delta_softplus,
-            checkpoint_lvl,
-            b_rms_weight,
-            c_rms_weight,
-            dt_rms_weight,
-            b_c_dt_rms_eps,
-        )
+        args = (
+            xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias,
+            A, B, C, D, delta_bias, B_proj_bias, C_proj_bias, delta_softplus, checkpoint_lvl, b_rms_weight,
+            c_rms_weight, dt_rms_weight, b_c_dt_rms_eps,
+        )  # fmt: skip
+        return _recompute.forward(ctx, mamba_inner_fn, args)
+
+    @staticmethod
+    def backward(ctx, dout):
+        return _recompute.backward(ctx, dout)

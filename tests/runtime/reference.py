@@ -117,7 +117,7 @@ def ssd(
     """Mamba-2's SSD recurrence (arXiv:2405.21060, eq. (1) with scalar A per head) in float64.
 
     x (b, l, h, p); dt (b, l, h); A (h,); B, C (b, l, g, n). seq_idx: the state restarts from zero
-    where it changes. Returns (out (b, l, h, p), final state (b, h, p, n), states after every step
+    where it changes; a padding token (seq_idx < 0) belongs to no sequence: output 0, no state. Returns (out (b, l, h, p), final state (b, h, p, n), states after every step
     (b, l, h, p, n)).
     """
     x, dt, A, B, C = _np(x), _np(dt), _np(A), _np(B), _np(C)
@@ -140,6 +140,10 @@ def ssd(
                 if tuple(dt_limit) != (0.0, float("inf")):  # the default means no clamp
                     d = min(max(d, dt_limit[0]), dt_limit[1])
                 s = np.exp(d * A[hh]) * s + d * np.outer(x[b, t, hh], B[b, t, grp])
+                if seq_idx is not None and int(seq_idx[b, t]) < 0:
+                    s = np.zeros((p_, n_))  # padding: output 0 (out stays zero), no state
+                    states[b, t, hh] = s
+                    continue
                 y = s @ C[b, t, grp]
                 if D is not None:
                     y = y + (D[hh] if D.ndim == 2 else D[hh] * np.ones(p_)) * x[b, t, hh]
@@ -157,9 +161,12 @@ def rms_norm(x, weight, eps):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * weight
 
 
-def causal_conv1d(x, weight, bias=None, silu=False):
-    """out[b, d, t] = sum_k weight[d, k] * x[b, d, t - (w - 1) + k] (zeros before 0), float64."""
+def causal_conv1d(x, weight, bias=None, silu=False, seq_idx=None):
+    """out[b, d, t] = sum_k weight[d, k] * x[b, d, t - (w - 1) + k] (zeros before 0), float64.
+
+    seq_idx (b, l): only inputs of t's own sequence count, and a padding token (seq_idx < 0) outputs 0."""
     x, weight, bias = _np(x), _np(weight), _np(bias)
+    sid = _np(seq_idx)
     batch, dim, L = x.shape
     w = weight.shape[1]
     out = np.zeros((batch, dim, L))
@@ -167,10 +174,14 @@ def causal_conv1d(x, weight, bias=None, silu=False):
         for k in range(w):
             s = t - (w - 1) + k
             if s >= 0:
-                out[:, :, t] += weight[:, k] * x[:, :, s]
+                same = 1.0 if sid is None else (sid[:, s] == sid[:, t])[:, None].astype(np.float64)
+                out[:, :, t] += weight[:, k] * x[:, :, s] * same
     if bias is not None:
         out += bias[None, :, None]
-    return _silu(out) if silu else out
+    out = _silu(out) if silu else out
+    if sid is not None:
+        out = out * (sid >= 0)[:, None, :]
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -147,17 +147,6 @@ def test_selective_state_update_mamba2_expanded_A_and_state_dtypes(state_dtype):
     ref.assert_close(out, y, dtype, "out", scale=float(y.abs().max()))
 
 
-@pytest.fixture(params=["auto", "torch"])
-def conv_backend(request):
-    """Each conv test twice: the backend auto picks (mamba_ssm._C's kernels when they are built) and the
-    PyTorch path."""
-    import mamba_ssm
-
-    prev = mamba_ssm.set_backend(request.param)
-    yield request.param
-    mamba_ssm.set_backend(prev)
-
-
 def test_causal_conv1d_update_padded_slot_outputs_zero_and_touches_no_state(conv_backend):
     torch.manual_seed(1)
     dim, width, slots = 5, 4, 4

@@ -22,7 +22,8 @@ def ssd_recurrence(
 ):
     """Mamba-2's scan one timestep at a time (arXiv:2405.21060, eq. (1) with scalar A per head):
     h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t, y *= silu(z); a new sequence of
-    seq_idx starts from a zero state (initial_states belongs to the first one). Differentiable.
+    seq_idx starts from a zero state (initial_states belongs to the first one); a padding token
+    (seq_idx < 0) belongs to no sequence: its output is 0 and it holds no state. Differentiable.
     Returns (y (b, l, h, p), final state (b, h, p, n)); with ``states_at`` (timesteps) also the states
     of batch entry 0 after those steps (k, h, p, n)."""
     x, dt, A, B, C = (t.double() for t in (x, dt, A, B, C))
@@ -47,6 +48,8 @@ def ssd_recurrence(
             state = state * same
         decay = torch.exp(dtp[:, t] * A).view(b, h, 1, 1)
         state = decay * state + (dtp[:, t].view(b, h, 1, 1) * x[:, t].unsqueeze(-1) * Bh[:, t].unsqueeze(2))
+        if seq_idx is not None:
+            state = state * (seq_idx[:, t] >= 0).double().view(b, 1, 1, 1)
         ys.append((state * Ch[:, t].unsqueeze(2)).sum(-1))
         picked[t] = state[0]
     y = torch.stack(ys, dim=1)
@@ -56,8 +59,11 @@ def ssd_recurrence(
     if z is not None:
         zd = z.double()
         y = y * zd * torch.sigmoid(zd)
-    if states_at is not None:
-        return y, state, torch.stack([picked[int(t)] for t in states_at])
+    if seq_idx is not None:
+        y = y * (seq_idx >= 0).double().view(b, l, 1, 1)
+    if states_at is not None:  # (None: a zero state, for an empty sequence)
+        zero = torch.zeros(h, p, n, dtype=torch.float64)
+        return y, state, torch.stack([zero if t is None else picked[int(t)] for t in states_at])
     return y, state
 
 

@@ -250,9 +250,9 @@ def mamba3_chunk_scan_torch(
         g0 = init.ssm.to(cdtype) + share[:, 0].view(b, h, 1, 1) * torch.einsum(
             "brhp,brhn->bhpn", x0, init.k.to(cdtype)
         )
-    positions = None
+    sub_cu = None  # the packed sequences' bounds in sub-steps
     if return_final_states and cu_seqlens is not None:
-        positions = [int(e) * R - 1 for e in cu_seqlens[1:].tolist()]
+        sub_cu = cu_seqlens.to(device=v.device, dtype=torch.long) * R
     y, final, picked = ssd_chunk_scan_weighted(
         xr.reshape(b, l * R, h, p),
         log_decay.reshape(b, l * R, h),
@@ -262,7 +262,7 @@ def mamba3_chunk_scan_torch(
         chunk_size * R,
         g0,
         None if seq_idx is None else seq_idx.repeat_interleave(R, dim=1),
-        positions,
+        sub_cu,
     )
     y = y.reshape(b, l, R, h, p)
     # Per token: the ranks after r (not yet in the sub-step state) and minus the next token's share.
