@@ -124,16 +124,24 @@ def supports(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> Optional[str
 
     Returns:
         None when they can, else the reason in one sentence (the dispatcher then uses the PyTorch
-        fallback): an unsupported dtype (float64, complex), a device other than CPU/CUDA, a CUDA call on a
-        CPU-only build, d_state > 256 on a GPU, or variable B and C with different group counts.
+        fallback): an unsupported dtype (float64; complex128, or complex A with a ``_C`` built before the
+        complex-A kernels), a device other than CPU/CUDA, a CUDA call on a CPU-only build, d_state > 256
+        on a GPU, or variable B and C with different group counts. Complex A takes B and C in the forms
+        of :func:`mamba_ssm.ops.selective_scan_complex.kernel_bc` (``selective_scan_fn`` converts).
     """
-    tensors = {"u": u, "delta": delta, "B": B, "C": C, "z": z}
-    for name, t in tensors.items():
-        if t is not None and t.dtype not in _DTYPES:
-            return f"the compiled kernels take float32/float16/bfloat16 {name}, got {t.dtype}"
-    for name, t in (("A", A), ("D", D), ("delta_bias", delta_bias)):
-        if t is not None and (t.is_complex() or t.dtype not in _DTYPES):
-            return f"the compiled kernels take a real float32/float16/bfloat16 {name}, got {t.dtype}"
+    is_complex = A.is_complex()
+    if is_complex:  # B, C in the forms selective_scan_complex.kernel_bc makes
+        reason = compiled_complex.dtype_reason(u, delta, A, B, C, D, z, delta_bias)
+        if reason is not None:
+            return reason
+    else:
+        tensors = {"u": u, "delta": delta, "B": B, "C": C, "z": z}
+        for name, t in tensors.items():
+            if t is not None and t.dtype not in _DTYPES:
+                return f"the compiled kernels take float32/float16/bfloat16 {name}, got {t.dtype}"
+        for name, t in (("A", A), ("D", D), ("delta_bias", delta_bias)):
+            if t is not None and (t.is_complex() or t.dtype not in _DTYPES):
+                return f"the compiled kernels take a real float32/float16/bfloat16 {name}, got {t.dtype}"
     device = u.device
     if device.type not in ("cpu", "cuda"):
         return f"the compiled kernels run on CPU and CUDA/ROCm devices, not {device.type}"
@@ -155,7 +163,7 @@ def supports(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> Optional[str
             f"(got {groups[0]} and {groups[1]})"
         )
     if device.type == "cuda":
-        if not _has_cuda_kernel():
+        if not (compiled_complex.has_cuda_kernel() if is_complex else _has_cuda_kernel()):
             return "this build of mamba_ssm._C has no CUDA kernel (a CPU-only build)"
         if A.shape[-1] > GPU_MAX_D_STATE:
             return f"d_state = {A.shape[-1]} > {GPU_MAX_D_STATE} is not supported by the GPU kernels"
@@ -177,7 +185,8 @@ def selective_scan(
 
     Args:
         u, delta: (batch, dim, seqlen), float32/float16/bfloat16.
-        A: (dim, d_state), real (float32 preferred).
+        A: (dim, d_state), real (float32 preferred), or complex64: then B, C, the last state and the
+            output follow :func:`mamba_ssm.ops.backends.compiled_complex.selective_scan`.
         B, C: (dim, d_state) constant, or (batch, d_state, seqlen), or (batch, groups, d_state, seqlen)
             with channel d using group d // (dim // groups).
         D, delta_bias: (dim,) or None. z: (batch, dim, seqlen) or None.
@@ -192,11 +201,15 @@ def selective_scan(
         RuntimeError: from the kernels for shapes they reject (inputs are validated by the caller,
         ``selective_scan_fn``; :func:`supports` says beforehand whether a call can run here).
     """
+    if A.is_complex():
+        return compiled_complex.selective_scan(
+            u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
+        )
     out, last_state = torch.ops.mamba_ssm.selective_scan_fwd(
         u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus)
     )
     return (out, last_state) if return_last_state else out
 
 
-# The causal conv1d ops (fake implementations, autograd) when this _C defines them.
-from mamba_ssm.ops.backends import compiled_conv1d  # noqa: E402,F401
+# The causal conv1d and complex-A scan ops (fake implementations, autograd) when this _C defines them.
+from mamba_ssm.ops.backends import compiled_complex, compiled_conv1d  # noqa: E402,F401
