@@ -293,14 +293,14 @@ void scan_complex_bwd_cpu(const ScanBwdParams& p, int64_t task) {
     for (int64_t t = 0; t < L; ++t) dy[t] = z ? dout[t] * z[t] * sigmoid(z[t]) : dout[t];
     const bool exact = needs_exact(dt.data(), L, w.max_abs_ai);
     auto load_bc = [&](int64_t t0, int64_t tn) {
-      if (Bv) transpose_in(Bv, N, L, t0, tn, Np, Bt.data(), Bt.data() + seg * Np);
-      if (Cv) transpose_in(Cv, N, L, t0, tn, Np, Ct.data(), Ct.data() + seg * Np);
+      if (p.b_variable) transpose_in(Bv, N, L, t0, tn, Np, Bt.data(), Bt.data() + seg * Np);
+      if (p.c_variable) transpose_in(Cv, N, L, t0, tn, Np, Ct.data(), Ct.data() + seg * Np);
     };
     auto B_row = [&](int64_t j, bool im) {
-      return Bv ? Bt.data() + (im ? seg + j : j) * Np : (im ? w.Bi.data() : w.Br.data());
+      return p.b_variable ? Bt.data() + (im ? seg + j : j) * Np : (im ? w.Bi.data() : w.Br.data());
     };
     auto C_row = [&](int64_t j, bool im) {
-      return Cv ? Ct.data() + (im ? seg + j : j) * Np : (im ? w.Ci.data() : w.Cr.data());
+      return p.c_variable ? Ct.data() + (im ? seg + j : j) * Np : (im ? w.Ci.data() : w.Cr.data());
     };
 
     // Pass 1: the state entering every segment.
@@ -343,8 +343,8 @@ void scan_complex_bwd_cpu(const ScanBwdParams& p, int64_t task) {
         y[j] = step(Np, ar, ai, dtu[t0 + j], B_row(j, false), B_row(j, true), C_row(j, false), C_row(j, true),
                     hr1, hi1);
       }
-      if (Bv) std::fill(dBt.begin(), dBt.end(), 0.f);
-      if (Cv) std::fill(dCt.begin(), dCt.end(), 0.f);
+      if (p.b_variable) std::fill(dBt.begin(), dBt.end(), 0.f);
+      if (p.c_variable) std::fill(dCt.begin(), dCt.end(), 0.f);
       for (int64_t j = tn - 1; j >= 0; --j) {
         const int64_t t = t0 + j;
         const float dtj = dt[t], dtuj = dtu[t], dy2 = 2.f * dy[t];
@@ -358,10 +358,11 @@ void scan_complex_bwd_cpu(const ScanBwdParams& p, int64_t task) {
         const float* __restrict Bi = B_row(j, true);
         const float* __restrict Cr = C_row(j, false);
         const float* __restrict Ci = C_row(j, true);
-        float* gBr = Bv ? dBt.data() + j * Np : dBr.data();  // dB accumulators of this step (or constant)
-        float* gBi = Bv ? dBt.data() + (seg + j) * Np : dBi.data();
-        float* gCr = Cv ? dCt.data() + j * Np : dCr.data();
-        float* gCi = Cv ? dCt.data() + (seg + j) * Np : dCi.data();
+        // dB / dC accumulators of this step (variable) or of the channel (constant).
+        float* gBr = p.b_variable ? dBt.data() + j * Np : dBr.data();
+        float* gBi = p.b_variable ? dBt.data() + (seg + j) * Np : dBi.data();
+        float* gCr = p.c_variable ? dCt.data() + j * Np : dCr.data();
+        float* gCi = p.c_variable ? dCt.data() + (seg + j) * Np : dCi.data();
         const float* __restrict Ar = w.Ar.data();
         const float* __restrict Ai = w.Ai.data();
         float accB[kLanes] = {}, accT[kLanes] = {};
@@ -396,18 +397,18 @@ void scan_complex_bwd_cpu(const ScanBwdParams& p, int64_t task) {
               dout[t] * (2.f * y[j] + Dd * u[t]) * sgm * (1.f + z[t] * (1.f - sgm));
         }
       }
-      if (Bv) transpose_add(dBt.data(), dBt.data() + seg * Np, N, L, t0, tn, Np, dB_slab + gslab);
-      if (Cv) transpose_add(dCt.data(), dCt.data() + seg * Np, N, L, t0, tn, Np, dC_slab + gslab);
+      if (p.b_variable) transpose_add(dBt.data(), dBt.data() + seg * Np, N, L, t0, tn, Np, dB_slab + gslab);
+      if (p.c_variable) transpose_add(dCt.data(), dCt.data() + seg * Np, N, L, t0, tn, Np, dC_slab + gslab);
     }
     for (int64_t n = 0; n < N; ++n) {
       const int64_t i = 2 * (bd * N + n);
       p.dA_part[i] = dAr[n];
       p.dA_part[i + 1] = dAi[n];
-      if (!Bv) {
+      if (!p.b_variable) {
         p.dB[i] = dBr[n];
         p.dB[i + 1] = dBi[n];
       }
-      if (!Cv) {
+      if (!p.c_variable) {
         p.dC[i] = dCr[n];
         p.dC[i + 1] = dCi[n];
       }

@@ -1,0 +1,113 @@
+"""The compiled CPU kernel of the complex-A selective scan (csrc/scan_complex_cpu.cpp through the
+``mamba_ssm::selective_scan_complex_*`` ops) against the complex128 recurrence of reference.py, at the
+kernel's own edges: d_state not a multiple of its 8 lanes and above the GPU limit, the forward tile
+(256 steps) and backward segment edges, phases |dt im A| beyond the polynomial sincos's range (the exact
+path), the per-task dB/dC slabs of several threads, seqlen 0, and fp16/bf16 inputs converted whole.
+(The public API on every backend is tested in tests/runtime/test_ops_complex_scan.py.)
+"""
+
+import pytest
+import torch
+from cases import assert_close
+from reference import selective_scan_complex_ref64
+
+NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
+
+
+@pytest.fixture(scope="module")
+def complex_backend(compiled):
+    from mamba_ssm.ops.backends import compiled_complex
+
+    if not compiled_complex.available():
+        pytest.skip("this mamba_ssm._C has no complex-A ops")
+    return compiled_complex
+
+
+def _inputs(batch, dim, n, seqlen, groups, dtype, seed, phase=1.0, constant_c=False):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g)
+    a_im = phase * (torch.pi * torch.arange(n, dtype=torch.float32) + 0.3 * r(dim, n))
+    A = torch.complex(-(0.05 + torch.rand(dim, n, generator=g)), a_im)
+    B = r(batch, groups, n, 2 * seqlen).to(dtype)
+    C = torch.complex(r(dim, n), r(dim, n)) if constant_c else r(batch, groups, n, 2 * seqlen).to(dtype)
+    return {
+        "u": r(batch, dim, seqlen).to(dtype),
+        "delta": (torch.rand(batch, dim, seqlen, generator=g) - 0.5).to(dtype),
+        "A": A,
+        "B": B,
+        "C": C,
+        "D": r(dim),
+        "z": r(batch, dim, seqlen).to(dtype),
+        "delta_bias": 0.2 * r(dim),
+    }
+
+
+def _check(backend, inp, dtype, threads=None, softplus=True):
+    leaves = {k: inp[k].clone().requires_grad_() for k in NAMES}
+    prev = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        out, last = backend.selective_scan(
+            *[leaves[k] for k in NAMES], delta_softplus=softplus, return_last_state=True
+        )
+        g = torch.Generator().manual_seed(1)
+        g_out = torch.randn(out.shape, generator=g, dtype=torch.float64)
+        g_last = torch.complex(*torch.randn((2,) + tuple(last.shape), generator=g, dtype=torch.float64))
+        ((out.double() * g_out).sum() + (last.to(torch.complex128) * g_last.conj()).real.sum()).backward()
+    finally:
+        torch.set_num_threads(prev)
+    ref = {
+        k: inp[k].detach().to(torch.complex128 if inp[k].is_complex() else torch.float64).requires_grad_()
+        for k in NAMES
+    }
+    ref_out, ref_last = selective_scan_complex_ref64(*[ref[k] for k in NAMES], delta_softplus=softplus)
+    ((ref_out * g_out).sum() + (ref_last * g_last.conj()).real.sum()).backward()
+    pairs = lambda x: torch.view_as_real(x.detach().resolve_conj()) if x.is_complex() else x
+    assert_close(out, ref_out, dtype, "out")
+    assert_close(pairs(last), pairs(ref_last), dtype, "last_state")
+    for k in NAMES:
+        assert leaves[k].grad.dtype == leaves[k].dtype, k
+        assert_close(pairs(leaves[k].grad), pairs(ref[k].grad), dtype, f"d{k}")
+
+
+@pytest.mark.parametrize(
+    "n,seqlen,groups",
+    [(1, 300, 1), (33, 90, 2), (300, 20, 1), (4, 1400, 2)],
+    ids=["dstate1-tile-edge", "dstate33-padded", "dstate300", "segment-edges"],
+)
+def test_shapes(complex_backend, n, seqlen, groups):
+    _check(complex_backend, _inputs(2, 4, n, seqlen, groups, torch.float32, seed=n + seqlen), torch.float32)
+
+
+def test_large_phase_uses_exact_sincos(complex_backend):
+    """Phases dt im A of 8,000-15,000 rad, past sincos_approx's 8192, where the kernel uses std::sin /
+    std::cos. dt = 0.5 and im A with few significant bits make every phase exact in fp32, so the
+    float64 reference sees the same angles."""
+    inp = _inputs(1, 2, 3, 40, 1, torch.float32, seed=11, constant_c=True)
+    inp["delta"] = torch.full_like(inp["delta"], 0.5)
+    inp["delta_bias"] = torch.zeros(2)
+    inp["A"] = torch.complex(
+        inp["A"].real, torch.tensor([[16000.5, 20000.25, 30000.75], [17000.0, 24000.5, 29000.25]])
+    )
+    _check(complex_backend, inp, torch.float32, softplus=False)
+
+
+def test_thread_slabs(complex_backend):
+    """Two threads and one batch: the channels split into two tasks whose dB/dC slabs are summed."""
+    _check(complex_backend, _inputs(1, 6, 5, 50, 2, torch.float32, seed=3), torch.float32, threads=2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_half_inputs(complex_backend, dtype):
+    _check(complex_backend, _inputs(2, 4, 5, 70, 2, dtype, seed=5), dtype)
+
+
+def test_seqlen_zero(complex_backend):
+    inp = _inputs(2, 3, 4, 0, 1, torch.float32, seed=0)
+    leaves = {k: inp[k].clone().requires_grad_() for k in NAMES}
+    out, last = complex_backend.selective_scan(*[leaves[k] for k in NAMES], return_last_state=True)
+    assert out.shape == (2, 3, 0) and torch.equal(last, torch.zeros(2, 3, 4, dtype=torch.complex64))
+    (last.real.sum() + last.imag.sum()).backward()
+    assert torch.equal(leaves["A"].grad, torch.zeros_like(inp["A"]))
+    assert leaves["u"].grad.shape == (2, 3, 0)
