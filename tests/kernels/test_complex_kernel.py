@@ -1,9 +1,13 @@
-"""The compiled CPU kernel of the complex-A selective scan (csrc/scan_complex_cpu.cpp through the
-``mamba_ssm::selective_scan_complex_*`` ops) against the complex128 recurrence of reference.py, at the
-kernel's own edges: d_state not a multiple of its 8 lanes and above the GPU limit, the forward tile
-(256 steps) and backward segment edges, phases |dt im A| beyond the polynomial sincos's range (the exact
-path), the per-task dB/dC slabs of several threads, seqlen 0, and fp16/bf16 inputs converted whole.
-(The public API on every backend is tested in tests/runtime/test_ops_complex_scan.py.)
+"""The compiled complex-A selective-scan kernels (the ``mamba_ssm::selective_scan_complex_*`` ops)
+against the complex128 recurrence of reference.py.
+
+CPU (csrc/scan_complex_cpu.cpp), at the kernel's own edges: d_state not a multiple of its 8 lanes and
+above the GPU limit, the forward tile (256 steps) and backward segment edges, large phases |dt im A|
+(the exact sin/cos path), the per-task dB/dC slabs of several threads, seqlen 0, fp16/bf16 inputs.
+CUDA/HIP (csrc/scan_complex_{fwd,bwd}.cuh; marked ``gpu``, skipped with the reason where no GPU kernel
+can run): fp32/fp16/bf16 with constant, variable and grouped B/C, seqlen 1 and across the 1024-step
+chunks, d_state 256, non-contiguous inputs. (The public API on every backend:
+tests/runtime/test_ops_complex_scan.py; the GPU kernels on the CPU: test_hipcpu_complex.py.)
 """
 
 import pytest
@@ -23,12 +27,12 @@ def complex_backend(compiled):
     return compiled_complex
 
 
-def _inputs(batch, dim, n, seqlen, groups, dtype, seed, phase=1.0, constant_c=False):
+def _inputs(batch, dim, n, seqlen, groups, dtype, seed, phase=1.0, constant_c=False, constant_b=False):
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g)
     a_im = phase * (torch.pi * torch.arange(n, dtype=torch.float32) + 0.3 * r(dim, n))
     A = torch.complex(-(0.05 + torch.rand(dim, n, generator=g)), a_im)
-    B = r(batch, groups, n, 2 * seqlen).to(dtype)
+    B = torch.complex(r(dim, n), r(dim, n)) if constant_b else r(batch, groups, n, 2 * seqlen).to(dtype)
     C = torch.complex(r(dim, n), r(dim, n)) if constant_c else r(batch, groups, n, 2 * seqlen).to(dtype)
     return {
         "u": r(batch, dim, seqlen).to(dtype),
@@ -42,8 +46,8 @@ def _inputs(batch, dim, n, seqlen, groups, dtype, seed, phase=1.0, constant_c=Fa
     }
 
 
-def _check(backend, inp, dtype, threads=None, softplus=True):
-    leaves = {k: inp[k].clone().requires_grad_() for k in NAMES}
+def _check(backend, inp, dtype, threads=None, softplus=True, device="cpu"):
+    leaves = {k: inp[k].to(device, copy=True).requires_grad_() for k in NAMES}
     prev = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -54,7 +58,9 @@ def _check(backend, inp, dtype, threads=None, softplus=True):
         g = torch.Generator().manual_seed(1)
         g_out = torch.randn(out.shape, generator=g, dtype=torch.float64)
         g_last = torch.complex(*torch.randn((2,) + tuple(last.shape), generator=g, dtype=torch.float64))
-        ((out.double() * g_out).sum() + (last.to(torch.complex128) * g_last.conj()).real.sum()).backward()
+        loss = (out.double() * g_out.to(device)).sum()
+        loss = loss + (last.to(torch.complex128) * g_last.to(device).conj()).real.sum()
+        loss.backward()
     finally:
         torch.set_num_threads(prev)
     ref = {
@@ -63,7 +69,7 @@ def _check(backend, inp, dtype, threads=None, softplus=True):
     }
     ref_out, ref_last = selective_scan_complex_ref64(*[ref[k] for k in NAMES], delta_softplus=softplus)
     ((ref_out * g_out).sum() + (ref_last * g_last.conj()).real.sum()).backward()
-    pairs = lambda x: torch.view_as_real(x.detach().resolve_conj()) if x.is_complex() else x
+    pairs = lambda x: torch.view_as_real(x.detach().cpu().resolve_conj()) if x.is_complex() else x.cpu()
     assert_close(out, ref_out, dtype, "out")
     assert_close(pairs(last), pairs(ref_last), dtype, "last_state")
     for k in NAMES:
@@ -111,3 +117,52 @@ def test_seqlen_zero(complex_backend):
     (last.real.sum() + last.imag.sum()).backward()
     assert torch.equal(leaves["A"].grad, torch.zeros_like(inp["A"]))
     assert leaves["u"].grad.shape == (2, 3, 0)
+
+
+@pytest.fixture(scope="module")
+def gpu_backend(complex_backend, compiled):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA/ROCm GPU visible to torch (torch.cuda.is_available() is False)")
+    probe = {k: v.cuda() for k, v in _inputs(1, 2, 2, 3, 1, torch.float32, seed=0).items()}
+    why = compiled.supports(*[probe[k] for k in NAMES])
+    if why is not None:
+        pytest.skip(f"the compiled complex kernels cannot run on this GPU: {why}")
+    return complex_backend
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"]
+)
+@pytest.mark.parametrize("bc", ["variable", "grouped2", "constant", "mixed"])
+@pytest.mark.parametrize("seqlen", [1, 129, 1025])
+def test_gpu(gpu_backend, dtype, bc, seqlen):
+    groups = 2 if bc == "grouped2" else 1
+    inp = _inputs(
+        2,
+        4,
+        8,
+        seqlen,
+        groups,
+        dtype,
+        seed=seqlen,
+        constant_b=bc == "constant",
+        constant_c=bc != "variable" and bc != "grouped2",
+    )
+    _check(gpu_backend, inp, dtype, device="cuda")
+
+
+@pytest.mark.gpu
+def test_gpu_dstate256_two_chunks(gpu_backend):
+    _check(gpu_backend, _inputs(1, 2, 256, 2049, 1, torch.float32, seed=2), torch.float32, device="cuda")
+
+
+@pytest.mark.gpu
+def test_gpu_noncontiguous(gpu_backend):
+    """u, delta, z as transposed views and B as a strided slice: the binding makes them contiguous."""
+    inp = _inputs(2, 4, 8, 300, 1, torch.float32, seed=4)
+    for k in ("u", "delta", "z"):
+        inp[k] = inp[k].transpose(0, 1).contiguous().transpose(0, 1)
+    inp["B"] = torch.cat([inp["B"], inp["B"]], dim=1)[:, ::2]
+    assert not inp["u"].is_contiguous() and not inp["B"].is_contiguous()
+    _check(gpu_backend, inp, torch.float32, device="cuda")
