@@ -253,7 +253,63 @@ void scan_complex_fwd_cpu(const ScanParams& p, int64_t bd_begin, int64_t bd_end)
       }
 }
 
+namespace cpu_complex {
+
+// A complex (time, Np) array as separate real and imaginary planes of (time, Np) floats.
+struct Planes {
+  std::vector<float> v;
+  int64_t rows = 0, Np = 0;
+  void resize(int64_t rows_, int64_t Np_) {
+    rows = rows_;
+    Np = Np_;
+    v.assign(2 * rows * Np, 0.f);
+  }
+  float* re(int64_t j) { return v.data() + j * Np; }
+  float* im(int64_t j) { return v.data() + (rows + j) * Np; }
+};
+
+// The reverse step of time t over the Np states (see the top of the file and scan_complex.h):
+// Gamma = s + 2 dy C; dC += 2 dy conj(h_t); dB += dt u conj(Gamma); q = Gamma a h_{t-1};
+// dA += dt conj(q); s <- a Gamma. Returns Re(sum_n Gamma B) and Re(sum_n q A) in sums[0], sums[1].
+static inline void reverse_step(int64_t Np, float dt, float dtu, float dy2, const float* __restrict Ar,
+                                const float* __restrict Ai, const float* __restrict ar,
+                                const float* __restrict ai, const float* __restrict hpr,
+                                const float* __restrict hpi, const float* __restrict hr,
+                                const float* __restrict hi, const float* __restrict Br,
+                                const float* __restrict Bi, const float* __restrict Cr,
+                                const float* __restrict Ci, float* __restrict sr, float* __restrict si,
+                                float* __restrict dAr, float* __restrict dAi, float* __restrict dBr,
+                                float* __restrict dBi, float* __restrict dCr, float* __restrict dCi,
+                                float* sums) {
+  float accB[kLanes] = {}, accT[kLanes] = {};
+  for (int64_t nb = 0; nb < Np; nb += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const int64_t n = nb + l;
+      const float gr = sr[n] + dy2 * Cr[n], gi = si[n] + dy2 * Ci[n];
+      dCr[n] += dy2 * hr[n];
+      dCi[n] -= dy2 * hi[n];
+      dBr[n] += dtu * gr;
+      dBi[n] -= dtu * gi;
+      accB[l] += gr * Br[n] - gi * Bi[n];
+      const float ahr = ar[n] * hpr[n] - ai[n] * hpi[n], ahi = ar[n] * hpi[n] + ai[n] * hpr[n];
+      const float qr = gr * ahr - gi * ahi, qi = gr * ahi + gi * ahr;
+      accT[l] += qr * Ar[n] - qi * Ai[n];
+      dAr[n] += dt * qr;
+      dAi[n] -= dt * qi;
+      sr[n] = ar[n] * gr - ai[n] * gi;
+      si[n] = ar[n] * gi + ai[n] * gr;
+    }
+  }
+  sums[0] = fold(accB);
+  sums[1] = fold(accT);
+}
+
+}  // namespace cpu_complex
+
 // One task: batch b and a range of channels, each over the whole sequence (see the top of the file).
+// The transposed variable B / C of the current group (seqlen, Np planes) and its dB / dC accumulators
+// are shared by the group's channels; the accumulators are added into the task's slab when the group
+// changes.
 void scan_complex_bwd_cpu(const ScanBwdParams& p, int64_t task) {
   const int64_t L = p.seqlen, N = p.dstate, Np = padded(N);
   const int64_t per_group = p.dim / p.n_groups;
@@ -261,29 +317,49 @@ void scan_complex_bwd_cpu(const ScanBwdParams& p, int64_t task) {
   const int64_t d_begin = p.dim * split / p.cpu_n_split;
   const int64_t d_end = p.dim * (split + 1) / p.cpu_n_split;
   const int64_t slab = p.n_groups * N * 2 * L;  // this task's slab of the variable dB / dC partials
-  float* dB_slab = p.b_variable ? p.dB + task * slab : nullptr;
-  float* dC_slab = p.c_variable ? p.dC + task * slab : nullptr;
-  // Rows kept per step of a segment: a and h (re, im), and the transposed B, C, dB, dC (re, im).
-  const int64_t seg = std::max<int64_t>(64, kSegBytes / (12 * Np * int64_t(sizeof(float))) / 64 * 64);
+  // Rows kept per step of a segment: a and h (re, im).
+  const int64_t seg = std::max<int64_t>(64, kSegBytes / (4 * Np * int64_t(sizeof(float))) / 64 * 64);
   const int64_t n_seg = (L + seg - 1) / seg;
   const float* u_all = static_cast<const float*>(p.u);
   const float* delta_all = static_cast<const float*>(p.delta);
   const float* z_all = static_cast<const float*>(p.z);
   const float* dout_all = static_cast<const float*>(p.dout);
 
-  std::vector<float> dt(L), dtu(L), draw(L), dy(L), hstart(2 * n_seg * Np);
-  // Segment rows: a (ar, ai) for steps 0..tn-1 and h (hr, hi) for the state before step 0 and after
-  // every step: h row j + 1 is the state after step j.
-  std::vector<float> sar(seg * Np), sai(seg * Np), shr((seg + 1) * Np), shi((seg + 1) * Np), y(seg);
-  std::vector<float> Bt(2 * seg * Np, 0.f), Ct(2 * seg * Np, 0.f), dBt(2 * seg * Np), dCt(2 * seg * Np);
+  std::vector<float> dt(L), dtu(L), draw(L), dy(L), hstart(2 * n_seg * Np), y(seg);
+  Planes sa, sh;  // segment: a for steps 0..tn-1; h before step 0 (row 0) and after step j (row j + 1)
+  sa.resize(seg, Np);
+  sh.resize(seg + 1, Np);
+  Planes Bt, Ct, dBt, dCt;  // the group's transposed variable B / C and their gradient accumulators
+  if (p.b_variable) {
+    Bt.resize(L, Np);
+    dBt.resize(L, Np);
+  }
+  if (p.c_variable) {
+    Ct.resize(L, Np);
+    dCt.resize(L, Np);
+  }
   std::vector<float> sr(Np), si(Np), dAr(Np), dAi(Np), dBr(Np), dBi(Np), dCr(Np), dCi(Np), hr(Np), hi(Np);
   Weights w(Np);
 
+  int64_t cached_g = -1;
+  auto flush = [&]() {  // the group's dB / dC accumulators into the slab, then cleared
+    if (cached_g < 0) return;
+    const int64_t off = task * slab + cached_g * N * 2 * L;
+    if (p.b_variable) transpose_add(dBt.re(0), dBt.im(0), N, L, 0, L, Np, p.dB + off);
+    if (p.c_variable) transpose_add(dCt.re(0), dCt.im(0), N, L, 0, L, Np, p.dC + off);
+    std::fill(dBt.v.begin(), dBt.v.end(), 0.f);
+    std::fill(dCt.v.begin(), dCt.v.end(), 0.f);
+  };
+
   for (int64_t d = d_begin; d < d_end; ++d) {
-    const int64_t bd = b * p.dim + d, bg = b * p.n_groups + d / per_group;
-    const float* Bv = p.b_variable ? static_cast<const float*>(p.B) + bg * N * 2 * L : nullptr;
-    const float* Cv = p.c_variable ? static_cast<const float*>(p.C) + bg * N * 2 * L : nullptr;
-    const int64_t gslab = (bg - b * p.n_groups) * N * 2 * L;  // the group's rows within the task's slab
+    const int64_t bd = b * p.dim + d, g = d / per_group;
+    if ((p.b_variable || p.c_variable) && g != cached_g) {
+      flush();
+      const int64_t off = (b * p.n_groups + g) * N * 2 * L;
+      if (p.b_variable) transpose_in(static_cast<const float*>(p.B) + off, N, L, 0, L, Np, Bt.re(0), Bt.im(0));
+      if (p.c_variable) transpose_in(static_cast<const float*>(p.C) + off, N, L, 0, L, Np, Ct.re(0), Ct.im(0));
+      cached_g = g;
+    }
     w.load(p, d);
     const float Dd = p.D ? p.D[d] : 0.f;
     const float* u = u_all + bd * L;
@@ -292,16 +368,11 @@ void scan_complex_bwd_cpu(const ScanBwdParams& p, int64_t task) {
     make_dt(p, d, delta_all + bd * L, u, L, dt.data(), dtu.data(), draw.data());
     for (int64_t t = 0; t < L; ++t) dy[t] = z ? dout[t] * z[t] * sigmoid(z[t]) : dout[t];
     const bool exact = needs_exact(dt.data(), L, w.max_abs_ai);
-    auto load_bc = [&](int64_t t0, int64_t tn) {
-      if (p.b_variable) transpose_in(Bv, N, L, t0, tn, Np, Bt.data(), Bt.data() + seg * Np);
-      if (p.c_variable) transpose_in(Cv, N, L, t0, tn, Np, Ct.data(), Ct.data() + seg * Np);
-    };
-    auto B_row = [&](int64_t j, bool im) {
-      return p.b_variable ? Bt.data() + (im ? seg + j : j) * Np : (im ? w.Bi.data() : w.Br.data());
-    };
-    auto C_row = [&](int64_t j, bool im) {
-      return p.c_variable ? Ct.data() + (im ? seg + j : j) * Np : (im ? w.Ci.data() : w.Cr.data());
-    };
+    // Rows of B, C and their gradient accumulators at time t (variable) or the channel's (constant).
+    auto B_re = [&](int64_t t) { return p.b_variable ? Bt.re(t) : w.Br.data(); };
+    auto B_im = [&](int64_t t) { return p.b_variable ? Bt.im(t) : w.Bi.data(); };
+    auto C_re = [&](int64_t t) { return p.c_variable ? Ct.re(t) : w.Cr.data(); };
+    auto C_im = [&](int64_t t) { return p.c_variable ? Ct.im(t) : w.Ci.data(); };
 
     // Pass 1: the state entering every segment.
     std::fill(hr.begin(), hr.end(), 0.f);
@@ -310,95 +381,51 @@ void scan_complex_bwd_cpu(const ScanBwdParams& p, int64_t task) {
       std::copy(hr.begin(), hr.end(), hstart.begin() + 2 * sg * Np);
       std::copy(hi.begin(), hi.end(), hstart.begin() + (2 * sg + 1) * Np);
       if (sg + 1 == n_seg) break;
-      const int64_t t0 = sg * seg;
-      load_bc(t0, seg);
-      for (int64_t j = 0; j < seg; ++j) {
-        decays(Np, dt[t0 + j], w, exact, sar.data(), sai.data());
-        step(Np, sar.data(), sai.data(), dtu[t0 + j], B_row(j, false), B_row(j, true), nullptr, nullptr,
-             hr.data(), hi.data());
+      for (int64_t t = sg * seg; t < (sg + 1) * seg; ++t) {
+        decays(Np, dt[t], w, exact, sa.re(0), sa.im(0));
+        step(Np, sa.re(0), sa.im(0), dtu[t], B_re(t), B_im(t), nullptr, nullptr, hr.data(), hi.data());
       }
     }
 
     // Pass 2: segments last to first.
-    for (int64_t n = 0; n < Np; ++n) {
-      const bool real_state = n < N && p.dlast_state;
-      sr[n] = real_state ? p.dlast_state[2 * (bd * N + n)] : 0.f;  // s past the end = conj(dlast)
-      si[n] = real_state ? -p.dlast_state[2 * (bd * N + n) + 1] : 0.f;
+    for (int64_t n = 0; n < Np; ++n) {  // s past the end = conj(dlast)
+      const bool given = n < N && p.dlast_state;
+      sr[n] = given ? p.dlast_state[2 * (bd * N + n)] : 0.f;
+      si[n] = given ? -p.dlast_state[2 * (bd * N + n) + 1] : 0.f;
     }
     for (auto* v : {&dAr, &dAi, &dBr, &dBi, &dCr, &dCi}) std::fill(v->begin(), v->end(), 0.f);
     float dD_acc = 0.f, dbias_acc = 0.f;
     for (int64_t sg = n_seg - 1; sg >= 0; --sg) {
       const int64_t t0 = sg * seg, tn = std::min(seg, L - t0);
-      load_bc(t0, tn);
-      std::copy(hstart.begin() + 2 * sg * Np, hstart.begin() + (2 * sg + 1) * Np, shr.begin());
-      std::copy(hstart.begin() + (2 * sg + 1) * Np, hstart.begin() + (2 * sg + 2) * Np, shi.begin());
+      std::copy(hstart.begin() + 2 * sg * Np, hstart.begin() + (2 * sg + 1) * Np, sh.re(0));
+      std::copy(hstart.begin() + (2 * sg + 1) * Np, hstart.begin() + (2 * sg + 2) * Np, sh.im(0));
       for (int64_t j = 0; j < tn; ++j) {
-        float* ar = sar.data() + j * Np;
-        float* ai = sai.data() + j * Np;
-        decays(Np, dt[t0 + j], w, exact, ar, ai);
-        float* hr1 = shr.data() + (j + 1) * Np;
-        float* hi1 = shi.data() + (j + 1) * Np;
-        std::copy(hr1 - Np, hr1, hr1);
-        std::copy(hi1 - Np, hi1, hi1);
-        y[j] = step(Np, ar, ai, dtu[t0 + j], B_row(j, false), B_row(j, true), C_row(j, false), C_row(j, true),
-                    hr1, hi1);
+        const int64_t t = t0 + j;
+        decays(Np, dt[t], w, exact, sa.re(j), sa.im(j));
+        std::copy(sh.re(j), sh.re(j) + Np, sh.re(j + 1));
+        std::copy(sh.im(j), sh.im(j) + Np, sh.im(j + 1));
+        y[j] = step(Np, sa.re(j), sa.im(j), dtu[t], B_re(t), B_im(t), C_re(t), C_im(t), sh.re(j + 1),
+                    sh.im(j + 1));
       }
-      if (p.b_variable) std::fill(dBt.begin(), dBt.end(), 0.f);
-      if (p.c_variable) std::fill(dCt.begin(), dCt.end(), 0.f);
       for (int64_t j = tn - 1; j >= 0; --j) {
         const int64_t t = t0 + j;
-        const float dtj = dt[t], dtuj = dtu[t], dy2 = 2.f * dy[t];
-        const float* __restrict ar = sar.data() + j * Np;
-        const float* __restrict ai = sai.data() + j * Np;
-        const float* __restrict hpr = shr.data() + j * Np;  // h_{t-1}
-        const float* __restrict hpi = shi.data() + j * Np;
-        const float* __restrict hr1 = hpr + Np;             // h_t
-        const float* __restrict hi1 = hpi + Np;
-        const float* __restrict Br = B_row(j, false);
-        const float* __restrict Bi = B_row(j, true);
-        const float* __restrict Cr = C_row(j, false);
-        const float* __restrict Ci = C_row(j, true);
-        // dB / dC accumulators of this step (variable) or of the channel (constant).
-        float* gBr = p.b_variable ? dBt.data() + j * Np : dBr.data();
-        float* gBi = p.b_variable ? dBt.data() + (seg + j) * Np : dBi.data();
-        float* gCr = p.c_variable ? dCt.data() + j * Np : dCr.data();
-        float* gCi = p.c_variable ? dCt.data() + (seg + j) * Np : dCi.data();
-        const float* __restrict Ar = w.Ar.data();
-        const float* __restrict Ai = w.Ai.data();
-        float accB[kLanes] = {}, accT[kLanes] = {};
-        for (int64_t nb = 0; nb < Np; nb += kLanes) {
-          for (int l = 0; l < kLanes; ++l) {
-            const int64_t n = nb + l;
-            const float gr = sr[n] + dy2 * Cr[n], gi = si[n] + dy2 * Ci[n];  // Gamma_t
-            gCr[n] += dy2 * hr1[n];  // 2 dy conj(h_t)
-            gCi[n] -= dy2 * hi1[n];
-            gBr[n] += dtuj * gr;  // dt u conj(Gamma)
-            gBi[n] -= dtuj * gi;
-            accB[l] += gr * Br[n] - gi * Bi[n];  // Re(Gamma B)
-            const float ahr = ar[n] * hpr[n] - ai[n] * hpi[n], ahi = ar[n] * hpi[n] + ai[n] * hpr[n];
-            const float qr = gr * ahr - gi * ahi, qi = gr * ahi + gi * ahr;  // Gamma a h_{t-1}
-            accT[l] += qr * Ar[n] - qi * Ai[n];  // Re(q A)
-            dAr[n] += dtj * qr;  // dt conj(q)
-            dAi[n] -= dtj * qi;
-            sr[n] = ar[n] * gr - ai[n] * gi;  // s = a Gamma
-            si[n] = ar[n] * gi + ai[n] * gr;
-          }
-        }
-        const float sumB = fold(accB), sumT = fold(accT);
-        float dd = sumT + u[t] * sumB;
+        float sums[2];
+        reverse_step(Np, dt[t], dtu[t], 2.f * dy[t], w.Ar.data(), w.Ai.data(), sa.re(j), sa.im(j), sh.re(j),
+                     sh.im(j), sh.re(j + 1), sh.im(j + 1), B_re(t), B_im(t), C_re(t), C_im(t), sr.data(),
+                     si.data(), dAr.data(), dAi.data(), p.b_variable ? dBt.re(t) : dBr.data(),
+                     p.b_variable ? dBt.im(t) : dBi.data(), p.c_variable ? dCt.re(t) : dCr.data(),
+                     p.c_variable ? dCt.im(t) : dCi.data(), sums);
+        float dd = sums[1] + u[t] * sums[0];
         if (p.delta_softplus) dd *= sigmoid(draw[t]);
-        static_cast<float*>(p.du)[bd * L + t] = Dd * dy[t] + dtj * sumB;
+        static_cast<float*>(p.du)[bd * L + t] = Dd * dy[t] + dt[t] * sums[0];
         static_cast<float*>(p.ddelta)[bd * L + t] = dd;
         dD_acc += dy[t] * u[t];
         dbias_acc += dd;
         if (p.dz) {
           const float sgm = sigmoid(z[t]);
-          static_cast<float*>(p.dz)[bd * L + t] =
-              dout[t] * (2.f * y[j] + Dd * u[t]) * sgm * (1.f + z[t] * (1.f - sgm));
+          static_cast<float*>(p.dz)[bd * L + t] = dout[t] * (2.f * y[j] + Dd * u[t]) * sgm * (1.f + z[t] * (1.f - sgm));
         }
       }
-      if (p.b_variable) transpose_add(dBt.data(), dBt.data() + seg * Np, N, L, t0, tn, Np, dB_slab + gslab);
-      if (p.c_variable) transpose_add(dCt.data(), dCt.data() + seg * Np, N, L, t0, tn, Np, dC_slab + gslab);
     }
     for (int64_t n = 0; n < N; ++n) {
       const int64_t i = 2 * (bd * N + n);
@@ -416,6 +443,7 @@ void scan_complex_bwd_cpu(const ScanBwdParams& p, int64_t task) {
     p.dD_part[bd] = dD_acc;
     p.ddelta_bias_part[bd] = dbias_acc;
   }
+  flush();
 }
 
 }  // namespace mamba_ssm
