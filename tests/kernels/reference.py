@@ -12,8 +12,8 @@ import torch
 
 
 def expand_bc(X, batch, dim, seqlen):
-    """(dim, N) | (batch, N, L) | (batch, G, N, L) -> (batch, dim, N, L) float64."""
-    X = X.double()
+    """(dim, N) | (batch, N, L) | (batch, G, N, L) -> (batch, dim, N, L) float64 (complex128 if complex)."""
+    X = X.to(torch.complex128) if X.is_complex() else X.double()
     if X.dim() == 2:
         return X[None, :, :, None].expand(batch, dim, X.shape[1], seqlen)
     if X.dim() == 3:
@@ -51,18 +51,11 @@ def complex_bc64(X, batch, dim, seqlen):
     """B or C of a complex-A scan as complex128 (batch, dim, N, L), from any accepted form: complex or real
     (dim, N); variable (batch, N, n) / (batch, G, N, n) as real (re, im) pairs interleaved along time
     (n = 2 * seqlen), real (n = seqlen) or complex (n = seqlen)."""
-    if X.dim() == 2:
-        return X.to(torch.complex128)[None, :, :, None].expand(batch, dim, X.shape[1], seqlen)
-    if X.is_complex():
-        Xc = X.to(torch.complex128)
-    elif X.shape[-1] == 2 * seqlen:
+    if X.dim() > 2 and not X.is_complex():
         Xd = X.double()
-        Xc = torch.complex(Xd[..., 0::2], Xd[..., 1::2])
-    else:
-        Xc = torch.complex(X.double(), torch.zeros_like(X, dtype=torch.float64))
-    if Xc.dim() == 3:
-        Xc = Xc.unsqueeze(1)
-    return Xc.repeat_interleave(dim // Xc.shape[1], dim=1)
+        pairs = X.shape[-1] == 2 * seqlen
+        X = torch.complex(Xd[..., 0::2], Xd[..., 1::2]) if pairs else torch.complex(Xd, torch.zeros_like(Xd))
+    return expand_bc(X.to(torch.complex128), batch, dim, seqlen)
 
 
 def selective_scan_complex_ref64(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):

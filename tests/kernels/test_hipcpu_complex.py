@@ -14,8 +14,6 @@ bytes around every output. test_mutation_is_caught shows that a lost conjugate i
 
 import functools
 import os
-import pathlib
-import subprocess
 import sys
 
 import pytest
@@ -27,7 +25,7 @@ sys.path.insert(0, os.path.join(HERE, "hipcpu"))
 import hipcpu_build
 from cases import assert_close
 from reference import selective_scan_complex_ref64
-from test_hipcpu_kernels import _build, _view, check_guards
+from test_hipcpu_kernels import _view, check_guards, emulation, mutant_library, run_emulated
 
 RUNNER = os.path.join(HERE, "hipcpu", "hipcpu_complex_runner.py")
 LAYOUTS = list(hipcpu_build.LAYOUTS)
@@ -47,7 +45,7 @@ def _case(name, dtype="fp32", batch=1, dim=2, seqlen=64, dstate=4, bc="grouped2"
         "bc": bc,
     }
     c.update({"bc_fp32": False, "D": True, "z": True, "bias": True, "softplus": True, "dlast": True})
-    c.update({"misalign": 0, "a_scale": 1.0, "refused": None})
+    c.update({"misalign": 0, "a_scale": 1.0, "refused": None, "last_state": True})
     c.update(kw)
     return c
 
@@ -141,34 +139,8 @@ def reference_of(name):
     return out.detach(), last.detach(), {k: v.grad for k, v in leaves.items() if v is not None}
 
 
-def run_emulated(lib, cases, schedules, tmp_dir, parts=("forward", "backward")):
-    os.makedirs(tmp_dir, exist_ok=True)
-    cases_path, out_path = os.path.join(tmp_dir, "cases.pt"), os.path.join(tmp_dir, "out.pt")
-    payload = []
-    for c in cases:
-        t = inputs_of(c["name"])
-        payload.append(
-            {
-                "inputs": {k: v for k, v in t.items() if v is not None},
-                "dtype": DTYPES[c["dtype"]],
-                "misalign": c["misalign"],
-                "softplus": c["softplus"],
-                "forward": "forward" in parts,
-                "backward": "backward" in parts,
-            }
-        )
-    torch.save(payload, cases_path)
-    proc = subprocess.run(
-        [sys.executable, RUNNER, lib, cases_path, out_path] + list(schedules),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        cwd=os.path.join(HERE, "hipcpu"),
-    )
-    how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
-    assert proc.returncode == 0, f"hipcpu_complex_runner.py failed ({how}):\n{proc.stderr[-4000:]}"
-    return torch.load(out_path, weights_only=False)
+def _run(lib, cases, schedules, tmp_dir, parts=("forward", "backward")):
+    return run_emulated(lib, cases, schedules, tmp_dir, parts, runner=RUNNER, inputs=inputs_of)
 
 
 _RESULTS = {}
@@ -176,24 +148,8 @@ _RESULTS = {}
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
-    """results(layout) -> the runner's results for every case and schedule (built and run once)."""
-
-    def results(layout):
-        if layout not in _RESULTS:
-            _RESULTS[layout] = "the build or run failed in an earlier test of this layout (see it)"
-            try:
-                lib = _build(layout)
-            except pytest.skip.Exception:
-                del _RESULTS[layout]
-                raise
-            res = run_emulated(lib, CASES, SCHEDULES, str(tmp_path_factory.mktemp(f"complex-{layout}")))
-            assert res["warp_size"] == hipcpu_build.LAYOUTS[layout], "layout not applied"
-            _RESULTS[layout] = res
-        if isinstance(_RESULTS[layout], str):
-            pytest.fail(_RESULTS[layout])
-        return _RESULTS[layout]
-
-    return results
+    """results(layout) -> the complex runner's results for every case and schedule (run once)."""
+    return emulation(_RESULTS, CASES, tmp_path_factory, "complex-", runner=RUNNER, inputs=inputs_of)
 
 
 def _pairs(x):
@@ -248,17 +204,11 @@ def test_mutation_is_caught(tmp_path):
     of dt u conj(Gamma)): the real part stays right, the imaginary part flips sign."""
     old = "const Complex dBv = (dt[i] * uv[i]) * conj(g);"
     new = "const Complex dBv = (dt[i] * uv[i]) * g;"
-    mutant = tmp_path / "csrc"
-    mutant.mkdir()
-    for f in os.listdir(hipcpu_build.CSRC):
-        if f.endswith((".h", ".cuh", ".cu")):
-            (mutant / f).write_bytes(pathlib.Path(hipcpu_build.CSRC, f).read_bytes())
-    text = (mutant / "scan_complex_bwd.cuh").read_text()
-    assert text.count(old) == 1, "csrc/scan_complex_bwd.cuh no longer has the text to mutate"
-    (mutant / "scan_complex_bwd.cuh").write_text(text.replace(old, new))
-    lib = _build("wave64", csrc=str(mutant), sources=["scan_complex_bwd_fp32.cu"], tag="mutant-complex-dB")
+    lib = mutant_library(
+        tmp_path, "scan_complex_bwd.cuh", "scan_complex_bwd_fp32.cu", old, new, "mutant-complex-dB"
+    )
     case = next(c for c in CASES if c["name"] == "B_variable_L200")
-    res = run_emulated(lib, [case], ["fixed"], str(tmp_path / "run"), parts=("backward",))["results"]
+    res = _run(lib, [case], ["fixed"], str(tmp_path / "run"), parts=("backward",))["results"]
     assert res["fixed"][0]["errors"] == {"backward": None}, res["fixed"][0]["errors"]
     with pytest.raises(AssertionError, match="dB: .* elements off"):
         check_case(case, res["fixed"][0], parts=("backward",))

@@ -52,10 +52,13 @@ def _contiguous_empty(x: torch.Tensor, dtype: Optional[torch.dtype] = None) -> t
     return torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
 
 
+# The fakes and the autograd formula below also serve the complex-A ops (compiled_complex.py): same
+# arguments, gradients shaped like their inputs; only the last state's dtype follows A.
 @torch.library.register_fake(_FWD)
 def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
     out = _contiguous_empty(u)
-    last_state = torch.empty((u.shape[0], u.shape[1], A.shape[1]), dtype=torch.float32, device=u.device)
+    dtype = torch.complex64 if A.is_complex() else torch.float32
+    last_state = torch.empty((u.shape[0], u.shape[1], A.shape[1]), dtype=dtype, device=u.device)
     return out, last_state
 
 
@@ -86,33 +89,42 @@ def _setup_context(ctx, inputs, output):
     ctx.has = (D is not None, z is not None, delta_bias is not None)
 
 
-def _backward(ctx, dout, dlast_state):
-    u, delta, A, B, C, D, z, delta_bias = ctx.saved_tensors
-    if dout is None:
-        dout = torch.zeros_like(u)
-    du, ddelta, dA, dB, dC, dD, dz, ddelta_bias = torch.ops.mamba_ssm.selective_scan_bwd(
-        u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast_state
-    )
-    has_D, has_z, has_bias = ctx.has
-    return (
-        du,
-        ddelta,
-        dA,
-        dB,
-        dC,
-        dD if has_D else None,
-        dz if has_z else None,
-        ddelta_bias if has_bias else None,
-        None,
-    )
+def _scan_backward(bwd_op):
+    """The autograd formula of a scan forward op whose backward op is ``bwd_op`` (the forward's arguments
+    plus dout and dlast_state -> the eight gradients, empty for absent inputs)."""
+
+    def backward(ctx, dout, dlast_state):
+        u, delta, A, B, C, D, z, delta_bias = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(u)
+        du, ddelta, dA, dB, dC, dD, dz, ddelta_bias = bwd_op(
+            u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast_state
+        )
+        has_D, has_z, has_bias = ctx.has
+        return (
+            du,
+            ddelta,
+            dA,
+            dB,
+            dC,
+            dD if has_D else None,
+            dz if has_z else None,
+            ddelta_bias if has_bias else None,
+            None,
+        )
+
+    return backward
 
 
-torch.library.register_autograd(_FWD, _backward, setup_context=_setup_context)
+torch.library.register_autograd(
+    _FWD, _scan_backward(torch.ops.mamba_ssm.selective_scan_bwd), setup_context=_setup_context
+)
 
 
-def _has_cuda_kernel() -> bool:
+def _has_cuda_kernel(op: str = _FWD) -> bool:
+    """Whether this _C registers a CUDA/HIP kernel for ``op``."""
     try:
-        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(_FWD, "CUDA"))
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op, "CUDA"))
     except Exception:  # noqa: BLE001 - a private API; assume present when it is gone
         return True
 
@@ -163,7 +175,7 @@ def supports(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> Optional[str
             f"(got {groups[0]} and {groups[1]})"
         )
     if device.type == "cuda":
-        if not (compiled_complex.has_cuda_kernel() if is_complex else _has_cuda_kernel()):
+        if not _has_cuda_kernel(compiled_complex.FWD if is_complex else _FWD):
             return "this build of mamba_ssm._C has no CUDA kernel (a CPU-only build)"
         if A.shape[-1] > GPU_MAX_D_STATE:
             return f"d_state = {A.shape[-1]} > {GPU_MAX_D_STATE} is not supported by the GPU kernels"

@@ -27,76 +27,29 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["available", "dtype_reason", "has_cuda_kernel", "selective_scan"]
+from mamba_ssm.ops.backends.compiled import _bwd_fake, _fwd_fake, _scan_backward, _setup_context
 
-_NS = "mamba_ssm"
-_FWD = f"{_NS}::selective_scan_complex_fwd"
-_BWD = f"{_NS}::selective_scan_complex_bwd"
+__all__ = ["available", "dtype_reason", "selective_scan"]
+
+FWD = "mamba_ssm::selective_scan_complex_fwd"
+BWD = "mamba_ssm::selective_scan_complex_bwd"
 _REAL = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def available() -> bool:
     """Whether the loaded ``mamba_ssm._C`` defines the complex-A ops."""
-    ops = getattr(torch.ops, _NS, None)
+    ops = getattr(torch.ops, "mamba_ssm", None)
     return ops is not None and hasattr(ops, "selective_scan_complex_fwd")
 
 
 _AVAILABLE = available()
 
-if _AVAILABLE:
-
-    @torch.library.register_fake(_FWD)
-    def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
-        out = torch.empty(u.shape, dtype=u.dtype, device=u.device)
-        last = torch.empty((u.shape[0], u.shape[1], A.shape[1]), dtype=torch.complex64, device=u.device)
-        return out, last
-
-    @torch.library.register_fake(_BWD)
-    def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dlast_state):
-        def like(x):
-            return torch.empty(x.shape, dtype=x.dtype, device=x.device)
-
-        def opt(x):
-            return torch.empty((0,), dtype=torch.float32, device=u.device) if x is None else like(x)
-
-        dz = like(z) if z is not None else torch.empty((0,), dtype=u.dtype, device=u.device)
-        return like(u), like(delta), like(A), like(B), like(C), opt(D), dz, opt(delta_bias)
-
-    def _setup_context(ctx, inputs, output):
-        u, delta, A, B, C, D, z, delta_bias, delta_softplus = inputs
-        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias)
-        ctx.delta_softplus = delta_softplus
-        ctx.has = (D is not None, z is not None, delta_bias is not None)
-
-    def _backward(ctx, dout, dlast_state):
-        u, delta, A, B, C, D, z, delta_bias = ctx.saved_tensors
-        if dout is None:
-            dout = torch.zeros_like(u)
-        du, ddelta, dA, dB, dC, dD, dz, ddelta_bias = torch.ops.mamba_ssm.selective_scan_complex_bwd(
-            u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast_state
-        )
-        has_D, has_z, has_bias = ctx.has
-        return (
-            du,
-            ddelta,
-            dA,
-            dB,
-            dC,
-            dD if has_D else None,
-            dz if has_z else None,
-            ddelta_bias if has_bias else None,
-            None,
-        )
-
-    torch.library.register_autograd(_FWD, _backward, setup_context=_setup_context)
-
-
-def has_cuda_kernel() -> bool:
-    """Whether this ``_C`` registers the complex ops' CUDA/HIP kernels."""
-    try:
-        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(_FWD, "CUDA"))
-    except Exception:  # noqa: BLE001 - a private API; assume present when it is gone
-        return True
+if _AVAILABLE:  # the real ops' fakes and autograd formula serve these too (same arguments)
+    torch.library.register_fake(FWD)(_fwd_fake)
+    torch.library.register_fake(BWD)(_bwd_fake)
+    torch.library.register_autograd(
+        FWD, _scan_backward(torch.ops.mamba_ssm.selective_scan_complex_bwd), setup_context=_setup_context
+    )
 
 
 def dtype_reason(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> str | None:

@@ -6,41 +6,13 @@
 Every complex tensor goes to the kernels as interleaved (re, im) fp32 (csrc/scan_complex.h): A and
 constant B/C (dim, d_state, 2); variable B/C real (batch, groups, d_state, 2 * seqlen) as given;
 last_state, dlast_state, dA_part and constant dB/dC partials (..., d_state, 2). Outputs lie in guarded
-buffers. OUT.pt: as hipcpu_runner.py's.
+buffers. OUT.pt: as hipcpu_runner.py's (its ``main`` runs the cases).
 """
 
-import ctypes
 import sys
-import time
 
 import torch
-from hipcpu_runner import KIND, guarded, ptr
-
-
-def _library(path):
-    lib = ctypes.CDLL(path)
-    for name in ("mamba_hipcpu_scan_complex_fwd", "mamba_hipcpu_scan_complex_bwd"):
-        fn = getattr(lib, name)
-        fn.restype = ctypes.c_char_p
-        fn.argtypes = [
-            ctypes.c_int,
-            ctypes.POINTER(ctypes.c_int64),
-            ctypes.POINTER(ctypes.c_int32),
-            ctypes.POINTER(ctypes.c_void_p),
-        ]
-    lib.mamba_hipcpu_set_schedule.argtypes = [ctypes.c_int]
-    lib.mamba_hipcpu_warp_size.restype = ctypes.c_int
-    return lib
-
-
-def _call(lib, name, dtype, shape, flags, ptrs):
-    err = getattr(lib, name)(
-        KIND[dtype],
-        (ctypes.c_int64 * 5)(*shape),
-        (ctypes.c_int32 * 4)(*flags),
-        (ctypes.c_void_p * len(ptrs))(*[p.value for p in ptrs]),
-    )
-    return None if err is None else err.decode()
+from hipcpu_runner import Outputs, guarded, main, ptr
 
 
 def _pairs(x):
@@ -71,14 +43,7 @@ def run_case(lib, case):
     bc = {k: place(t[k], mis if var else 0) for k, var in (("B", b_var), ("C", c_var))}
     A, D, bias = place(t["A"], 0), place(t.get("D"), 0), place(t.get("delta_bias"), 0)
     dlast = place(t.get("dlast_state"), 0)
-    out_bufs = {}
-
-    def output(name, shape_, dtype_, misalign=0, zero=False):
-        buf, view, start = guarded(shape_, dtype_, misalign)
-        if zero:
-            view.zero_()
-        out_bufs[name] = (buf, start, view.numel(), shape_)
-        return view
+    output = Outputs()
 
     fwd_ptrs = [ptr(x) for x in (seq["u"], seq["delta"], A, bc["B"], bc["C"], D, seq["z"], bias)]
     errors = {}
@@ -87,8 +52,8 @@ def run_case(lib, case):
     if case["forward"]:
         out = output("out", (batch, dim, seqlen), dtype, mis)
         last = output("last_state", (batch, dim, dstate, 2), f32)
-        errors["forward"] = _call(
-            lib, "mamba_hipcpu_scan_complex_fwd", dtype, shape, flags, fwd_ptrs + [ptr(out), ptr(last)]
+        errors["forward"] = lib.call(
+            "mamba_hipcpu_scan_complex_fwd", dtype, shape, flags, fwd_ptrs + [ptr(out), ptr(last)]
         )
     if case["backward"]:
         n_chunks = (seqlen + 1023) // 1024
@@ -115,32 +80,16 @@ def run_case(lib, case):
             ),
             output("workspace", (max(1, 2 * batch * dim * n_chunks * dstate),), f32),
         ]
-        errors["backward"] = _call(
-            lib,
+        errors["backward"] = lib.call(
             "mamba_hipcpu_scan_complex_bwd",
             dtype,
             shape,
             flags,
             fwd_ptrs + [ptr(None), ptr(None)] + [ptr(x) for x in grads],
         )
-    result.update(out_bufs)
+    result.update(output.bufs)
     return result
 
 
-def main(argv):
-    lib_path, cases_path, out_path, *schedules = argv
-    from hipcpu_build import SCHEDULES
-
-    lib = _library(lib_path)
-    cases = torch.load(cases_path, weights_only=False)
-    results, seconds = {}, {}
-    for sched in schedules:
-        lib.mamba_hipcpu_set_schedule(SCHEDULES[sched])
-        start = time.perf_counter()
-        results[sched] = [run_case(lib, c) for c in cases]
-        seconds[sched] = time.perf_counter() - start
-    torch.save({"warp_size": lib.mamba_hipcpu_warp_size(), "results": results, "seconds": seconds}, out_path)
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(sys.argv[1:], run=run_case)
