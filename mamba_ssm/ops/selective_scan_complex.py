@@ -86,7 +86,7 @@ def validate_complex(fn: str, u, A, B, C) -> None:
                     f"{fn}: variable {name} has dtype {_dtype_name(X.dtype)}; expected {allowed}, or "
                     f"real (re, im) pairs: cast it with {name}.to(torch.complex64)"
                 )
-            lengths = (seqlen,)
+            lengths: tuple[int, ...] = (seqlen,)
         else:
             if X.dtype not in (u.dtype, torch.float32):
                 raise TypeError(

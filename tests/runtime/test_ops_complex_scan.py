@@ -251,7 +251,7 @@ def _conv_silu64(x, w, b):
 def test_mamba_inner_fn_complex(variable):
     """mamba_inner_fn with complex A (upstream's test_mamba_inner_fn with wtype=complex64: x_proj has
     dt_rank + 2 * d_state rows per input-dependent B / C) vs conv + projections + the recurrence in
-    float64, output and the gradients of xz, x_proj_weight and A."""
+    float64, output and the gradients of xz, x_proj_weight and A; mamba_inner_ref's output too."""
     g = torch.Generator().manual_seed(5)
     batch, dim, seqlen, n, rank, d_model = 2, 6, 24, 3, 4, 5
     r = lambda *s, scale=1.0: (scale * torch.randn(*s, generator=g)).requires_grad_()
@@ -294,6 +294,8 @@ def test_mamba_inner_fn_complex(variable):
     y, _ = selective_scan_complex_ref64(xc, delta, A64, B64, C64, D64, z, db64, delta_softplus=True)
     ref = torch.einsum("bdl,ed->ble", y, op64)
     _close(out, ref, torch.float32, "mamba_inner_fn out")
+    detached = [t.detach() if isinstance(t, torch.Tensor) else t for t in args]
+    _close(ssi.mamba_inner_ref(*detached, delta_softplus=True), ref, torch.float32, "mamba_inner_ref out")
     gen = torch.Generator().manual_seed(9)
     g_out = torch.randn(ref.shape, generator=gen, dtype=torch.float64)
     (out.double() * g_out).sum().backward()
