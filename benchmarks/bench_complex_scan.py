@@ -1,11 +1,10 @@
-#!/usr/bin/env python
 """Complex A in the selective scan: what it costs the build, and how its CPU paths run.
 
 Build (``--build``, needs an in-place build's ``build/temp*/build.ninja``, i.e. after ``bash ci/test.sh``
 or ``python setup.py build_ext --inplace``): each complex-A translation unit (the CUDA kernels
 ``scan_complex_{fwd,bwd}_{fp32,fp16,bf16}.cu``, the CPU kernel ``scan_complex_cpu.cpp`` and the
 bindings ``binding_complex*.cpp``) and, for scale, its real-A counterpart is compiled again with its
-exact ninja command into a scratch file, ``--repeats`` times, interleaved; reported: the median CPU time
+exact ninja command into a scratch file, ``--build-repeats`` times, interleaved; reported: the median CPU time
 (user + system of the compiler processes, getrusage) and the size of the object and of its device code
 (the ``.nv_fatbin`` section). The ``.so`` figures are the sections of ``mamba_ssm/_C.abi3.so`` against a
 ``_C`` built without the complex files (``--base-so``).
@@ -15,7 +14,7 @@ interleaved rounds, medians: the compiled complex-A CPU kernel, the complex PyTo
 scale, the compiled real-A kernel at the same shape, forward and forward+backward. Each implementation's
 forward is first checked against a complex128 per-timestep loop (max error / output scale).
 
-    python benchmarks/bench_complex_scan.py [--repeats 5] [--build --base-so PATH] [--write-doc]
+    python benchmarks/bench_complex_scan.py [--repeats 5] [--build [--build-repeats 1] --base-so PATH] [--write-doc]
 """
 
 from __future__ import annotations
@@ -35,13 +34,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _docsection import replace_section  # noqa: E402 (benchmarks/ beside this script)
+from _docsection import replace_section
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-import torch  # noqa: E402
+import torch
 
 DOC = os.path.join(REPO, "docs", "benchmarks.md")
 BEGIN, END = "<!-- bench_complex_scan:begin -->", "<!-- bench_complex_scan:end -->"
@@ -66,29 +65,30 @@ def ninja_commands() -> dict:
     paths = glob.glob(os.path.join(REPO, "build", "temp*", "build.ninja"))
     if not paths:
         raise SystemExit("no build/temp*/build.ninja: run an in-place build first (bash ci/test.sh)")
-    text = open(paths[0]).read()
-    var = dict(re.findall(r"^(\w+) = (.*)$", text, re.M))
-    rules = dict(re.findall(r"^rule (\w+)\n(?:  .*\n)*?  command = (.*)$", text, re.M))
+    with open(paths[0]) as f:
+        text = f.read()
+    var = dict(re.findall(r"^(\w+) = (.*)$", text, re.MULTILINE))
+    rules = dict(re.findall(r"^rule (\w+)\n(?:  .*\n)*?  command = (.*)$", text, re.MULTILINE))
     out = {}
-    for target, rule, src in re.findall(r"^build (\S+): (\w+) (\S+)$", text, re.M):
+    for _target, rule, src in re.findall(r"^build (\S+): (\w+) (\S+)$", text, re.MULTILINE):
         if rule not in rules:
             continue
+        names = {**var, "in": src, "out": "{out}", "out_d": "{out}.d"}
         cmd = rules[rule].replace("$out.d", "$out_d")
-        cmd = re.sub(r"\$(\w+)", lambda m: {"in": src, "out": "{out}", "out_d": "{out}.d"}.get(m[1], var.get(m[1], "")), cmd)
-        out[os.path.basename(src)] = cmd
+        out[os.path.basename(src)] = re.sub(r"\$(\w+)", lambda m, names=names: names.get(m[1], ""), cmd)
     return out
 
 
 def compile_cpu_seconds(cmd: str, out: str) -> float:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(cmd.format(out=shlex.quote(out)), shell=True, check=True, capture_output=True)
+    subprocess.run(cmd.replace("{out}", shlex.quote(out)), shell=True, check=True, capture_output=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def section_sizes(path: str) -> dict:
     out = subprocess.run(["size", "-A", path], capture_output=True, text=True, check=True).stdout
-    return {m[0]: int(m[1]) for m in re.findall(r"^(\.\S+)\s+(\d+)", out, re.M)}
+    return {m[0]: int(m[1]) for m in re.findall(r"^(\.\S+)\s+(\d+)", out, re.MULTILINE)}
 
 
 def measure_build(repeats: int, base_so: str | None, emit) -> dict:
@@ -119,8 +119,10 @@ def measure_build(repeats: int, base_so: str | None, emit) -> dict:
 # ------------------------------------------------------------------------------------------ speed
 def make_inputs(batch, dim, n, seqlen):
     g = torch.Generator().manual_seed(0)
-    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
-    A = torch.complex(-(0.05 + torch.rand(dim, n, generator=g)), torch.pi * torch.arange(n).float().expand(dim, n))
+    r = lambda *s: torch.randn(*s, generator=g)
+    A = torch.complex(
+        -(0.05 + torch.rand(dim, n, generator=g)), torch.pi * torch.arange(n).float().expand(dim, n)
+    )
     return {
         "u": r(batch, dim, seqlen),
         "delta": torch.rand(batch, dim, seqlen, generator=g) - 1.0,
@@ -135,9 +137,12 @@ def make_inputs(batch, dim, n, seqlen):
 
 def loop128(inp):
     """complex128 per-timestep loop (the forward check)."""
-    u, dt = inp["u"].double(), torch.nn.functional.softplus(inp["delta"].double() + inp["delta_bias"].double()[:, None])
+    u, dt = (
+        inp["u"].double(),
+        torch.nn.functional.softplus(inp["delta"].double() + inp["delta_bias"].double()[:, None]),
+    )
     A = inp["A"].to(torch.complex128)
-    pair = lambda X: torch.complex(X.double()[..., 0::2], X.double()[..., 1::2])  # noqa: E731
+    pair = lambda X: torch.complex(X.double()[..., 0::2], X.double()[..., 1::2])
     B, C = pair(inp["B"]), pair(inp["C"])
     h = torch.zeros(u.shape[0], u.shape[1], A.shape[1], dtype=torch.complex128)
     ys = []
@@ -160,7 +165,12 @@ def implementations():
         return lambda inp: fn(*[inp[k] for k in names], delta_softplus=True)
 
     def real_inputs(inp):  # the same shape with a real A and real (re only) B, C: the real kernel's scale
-        out = dict(inp, A=inp["A"].real.contiguous(), B=inp["B"][..., 0::2].contiguous(), C=inp["C"][..., 0::2].contiguous())
+        out = dict(
+            inp,
+            A=inp["A"].real.contiguous(),
+            B=inp["B"][..., 0::2].contiguous(),
+            C=inp["C"][..., 0::2].contiguous(),
+        )
         return out
 
     impls = [("torch fallback", call(torch_scan_complex.selective_scan), None)]
@@ -228,12 +238,17 @@ def measure_speed(repeats, emit):
 def to_markdown(build, speed, info):
     lines = [BEGIN, "## Complex A in the selective scan (`benchmarks/bench_complex_scan.py`)", ""]
     lines += [f"Command: `{info['command']}`", f"Machine: {info['machine']}", f"Date: {info['date']}", ""]
-    lines += [f"Load average (1 min) before / after: {info['load_before']:.1f} / {info['load_after']:.1f}.", ""]
+    lines += [
+        f"Load average (1 min) before / after: {info['load_before']:.1f} / {info['load_after']:.1f}.",
+        "",
+    ]
     if speed:
         lines += [
-            "Speed: fp32, variable B and C ((re, im) pairs), D, z, delta_bias, softplus, 1 thread; median "
-            "process CPU time (wall in brackets) of interleaved rounds. The real-A rows run the same shape "
-            "with a real A and real B/C, for scale.",
+            (
+                "Speed: fp32, variable B and C ((re, im) pairs), D, z, delta_bias, softplus, 1 thread; median "
+                "process CPU time (wall in brackets) of interleaved rounds. The real-A rows run the same shape "
+                "with a real A and real B/C, for scale."
+            ),
             "",
             "| batch, dim, d_state, seqlen | mode | implementation | CPU ms (wall ms) | vs compiled kernel |",
             "| --- | --- | --- | ---: | ---: |",
@@ -251,8 +266,10 @@ def to_markdown(build, speed, info):
         lines.append("")
     if build:
         lines += [
-            "Build: each translation unit compiled again with its ninja command (MAMBA_CUDA_ARCHS=90), "
-            "median compiler CPU time; device code = the object's `.nv_fatbin` (sm_90 SASS).",
+            (
+                "Build: each translation unit compiled again with its ninja command (MAMBA_CUDA_ARCHS=90), "
+                "median compiler CPU time; device code = the object's `.nv_fatbin` (sm_90 SASS)."
+            ),
             "",
             "| unit | CPU s | object KB | device code KB | real-A counterpart: CPU s, object KB, device KB |",
             "| --- | ---: | ---: | ---: | --- |",
@@ -268,7 +285,9 @@ def to_markdown(build, speed, info):
             tot[2] += u["fatbin"]
             r = units.get(real)
             rs = f"{real}: {r['cpu_s']:.1f}, {r['obj'] / 1e3:.0f}, {r['fatbin'] / 1e3:.0f}" if r else "-"
-            lines.append(f"| {unit} | {u['cpu_s']:.1f} | {u['obj'] / 1e3:.0f} | {u['fatbin'] / 1e3:.0f} | {rs} |")
+            lines.append(
+                f"| {unit} | {u['cpu_s']:.1f} | {u['obj'] / 1e3:.0f} | {u['fatbin'] / 1e3:.0f} | {rs} |"
+            )
         lines.append(f"| total added | {tot[0]:.1f} | {tot[1] / 1e3:.0f} | {tot[2] / 1e3:.0f} | |")
         lines.append("")
         so = build["so"]
@@ -276,7 +295,9 @@ def to_markdown(build, speed, info):
             lines += ["| `_C.abi3.so` | without complex A | with | added |", "| --- | ---: | ---: | ---: |"]
             for key in ("file", ".text", ".nv_fatbin", ".rodata"):
                 a, b = so["base"].get(key, 0), so["now"].get(key, 0)
-                lines.append(f"| {key} | {a / 1e3:.0f} KB | {b / 1e3:.0f} KB | {(b - a) / 1e3:+.0f} KB ({(b - a) / max(a, 1):+.0%}) |")
+                lines.append(
+                    f"| {key} | {a / 1e3:.0f} KB | {b / 1e3:.0f} KB | {(b - a) / 1e3:+.0f} KB ({(b - a) / max(a, 1):+.0%}) |"
+                )
             lines.append("")
     lines.append(END)
     return "\n".join(lines) + "\n"
@@ -284,21 +305,23 @@ def to_markdown(build, speed, info):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=5, help="timed rounds of the speed part")
+    ap.add_argument("--build-repeats", type=int, default=1, help="compiles of each unit (CPU time is stable)")
     ap.add_argument("--build", action="store_true", help="also measure the build cost (compiles units again)")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--base-so", help="a _C.abi3.so built without the complex-A files, for the .so rows")
     ap.add_argument("--write-doc", action="store_true", help="write the section of docs/benchmarks.md")
     args = ap.parse_args(argv)
-    emit = lambda row: print(row, flush=True)  # noqa: E731
+    emit = lambda row: print(row, flush=True)
     info = {
-        "command": "python benchmarks/bench_complex_scan.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python benchmarks/bench_complex_scan.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, Python {platform.python_version()}",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "load_before": os.getloadavg()[0],
     }
     speed = None if args.build_only else measure_speed(args.repeats, emit)
-    build = measure_build(args.repeats, args.base_so, emit) if (args.build or args.build_only) else None
+    build = measure_build(args.build_repeats, args.base_so, emit) if (args.build or args.build_only) else None
     info["load_after"] = os.getloadavg()[0]
     md = to_markdown(build, speed, info)
     print(md)
