@@ -2,7 +2,7 @@
 
 Build (``--build``, needs an in-place build's ``build/temp*/build.ninja``, i.e. after ``bash ci/test.sh``
 or ``python setup.py build_ext --inplace``): each complex-A translation unit (the CUDA kernels
-``scan_complex_{fwd,bwd}_{fp32,fp16,bf16}.cu``, the CPU kernel ``scan_complex_cpu.cpp`` and the
+``scan_complex_{fwd,bwd}_{fp32,fp16,bf16}.cu``, the CPU kernel ``scan_complex_cpu{,_avx2}.cpp`` and the
 bindings ``binding_complex*.cpp``) and, for scale, its real-A counterpart is compiled again with its
 exact ninja command into a scratch file, ``--build-repeats`` times, interleaved; reported: the median CPU time
 (user + system of the compiler processes, getrusage) and the size of the object and of its device code
@@ -54,6 +54,7 @@ UNITS = [
     ("scan_complex_bwd_fp16.cu", "scan_bwd_fp16.cu"),
     ("scan_complex_bwd_bf16.cu", "scan_bwd_bf16.cu"),
     ("scan_complex_cpu.cpp", "scan_cpu.cpp"),
+    ("scan_complex_cpu_avx2.cpp", "scan_cpu_avx2.cpp"),
     ("binding_complex.cpp", "binding.cpp"),
     ("binding_complex_cuda.cpp", "binding_cuda.cpp"),
 ]
@@ -267,8 +268,8 @@ def to_markdown(build, speed, info):
             "",
             (
                 "A complex step costs four real multiplies per product and a sine and cosine per state, "
-                "about 4x the real recurrence's arithmetic; the complex kernel is the baseline-ISA build "
-                "(SSE), the real-A kernel the widest this CPU has."
+                "about 4x the real recurrence's arithmetic. The complex kernel's widest build is AVX2+FMA "
+                "(used on AVX-512 CPUs too); the real-A kernel runs the widest this CPU has."
             ),
             "",
         ]

@@ -50,8 +50,17 @@ const char* scan_complex_bwd_gpu_bf16(const ScanBwdParams& p, void* stream);
 
 // CPU (scan_complex_cpu.cpp), every per-sequence tensor fp32. Forward: channels [bd_begin, bd_end) of
 // batch * dim. Backward: task k = b * cpu_n_split + s, batch b and the s-th of cpu_n_split channel
-// ranges, writing variable dB / dC into its own slab.
+// ranges, writing variable dB / dC into its own slab. They run the baseline or the AVX2+FMA build
+// (scan_complex_cpu_impl.h, compiled into these namespaces), as scan_cpu_isa() chooses (scan_cpu.h).
 void scan_complex_fwd_cpu(const ScanParams& p, int64_t bd_begin, int64_t bd_end);
 void scan_complex_bwd_cpu(const ScanBwdParams& p, int64_t task);
+namespace cpu_generic {
+void scan_complex_fwd(const ScanParams& p, int64_t bd_begin, int64_t bd_end);
+void scan_complex_bwd(const ScanBwdParams& p, int64_t task);
+}  // namespace cpu_generic
+namespace cpu_avx2 {
+void scan_complex_fwd(const ScanParams& p, int64_t bd_begin, int64_t bd_end);
+void scan_complex_bwd(const ScanBwdParams& p, int64_t task);
+}  // namespace cpu_avx2
 
 }  // namespace mamba_ssm

@@ -1,7 +1,7 @@
 """The compiled complex-A selective-scan kernels (the ``mamba_ssm::selective_scan_complex_*`` ops)
 against the complex128 recurrence of reference.py.
 
-CPU (csrc/scan_complex_cpu.cpp), at the kernel's own edges: d_state not a multiple of its 8 lanes and
+CPU (csrc/scan_complex_cpu_impl.h; its baseline and AVX2 builds), at the kernel's own edges: d_state not a multiple of its 8 lanes and
 above the GPU limit, the forward tile (256 steps) and backward segment edges, large phases |dt im A|
 (the exact sin/cos path), the per-task dB/dC slabs of several threads, seqlen 0, fp16/bf16 inputs.
 CUDA/HIP (csrc/scan_complex_{fwd,bwd}.cuh; marked ``gpu``, skipped with the reason where no GPU kernel
@@ -25,6 +25,17 @@ def complex_backend(compiled):
     if not compiled_complex.available():
         pytest.skip("this mamba_ssm._C has no complex-A ops")
     return compiled_complex
+
+
+@pytest.fixture(params=["generic", "avx2"])
+def isa(request, complex_backend, monkeypatch):
+    """Runs the test on one build of the complex CPU kernel: MAMBA_SSM_CPU_ISA=generic forces the
+    baseline build; avx2 (the build wherever the real kernel's choice is AVX2 or AVX-512) is skipped
+    with the reason where this CPU lacks AVX2 and FMA."""
+    monkeypatch.setenv("MAMBA_SSM_CPU_ISA", request.param)
+    if torch.ops.mamba_ssm.cpu_isa() != request.param:
+        pytest.skip(f"this CPU cannot run the {request.param} build (needs avx2 and fma in /proc/cpuinfo)")
+    return request.param
 
 
 def _inputs(batch, dim, n, seqlen, groups, dtype, seed, phase=1.0, constant_c=False, constant_b=False):
@@ -82,11 +93,11 @@ def _check(backend, inp, dtype, threads=None, softplus=True, device="cpu"):
     [(1, 300, 1), (33, 90, 2), (300, 20, 1), (4, 1400, 2)],
     ids=["dstate1-tile-edge", "dstate33-padded", "dstate300", "segment-edges"],
 )
-def test_shapes(complex_backend, n, seqlen, groups):
+def test_shapes(complex_backend, isa, n, seqlen, groups):
     _check(complex_backend, _inputs(2, 4, n, seqlen, groups, torch.float32, seed=n + seqlen), torch.float32)
 
 
-def test_large_phase_uses_exact_sincos(complex_backend):
+def test_large_phase_uses_exact_sincos(complex_backend, isa):
     """Phases dt im A of 8,000-15,000 rad, past sincos_approx's 8192, where the kernel uses std::sin /
     std::cos. dt = 0.5 and im A with few significant bits make every phase exact in fp32, so the
     float64 reference sees the same angles."""
@@ -99,7 +110,7 @@ def test_large_phase_uses_exact_sincos(complex_backend):
     _check(complex_backend, inp, torch.float32, softplus=False)
 
 
-def test_thread_slabs(complex_backend):
+def test_thread_slabs(complex_backend, isa):
     """Two threads and one batch: the channels split into two tasks whose dB/dC slabs are summed."""
     _check(complex_backend, _inputs(1, 6, 5, 50, 2, torch.float32, seed=3), torch.float32, threads=2)
 
