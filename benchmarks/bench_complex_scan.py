@@ -2,9 +2,10 @@
 
 Build (``--build``, needs an in-place build's ``build/temp*/build.ninja``, i.e. after ``bash ci/test.sh``
 or ``python setup.py build_ext --inplace``): each complex-A translation unit (the CUDA kernels
-``scan_complex_{fwd,bwd}_{fp32,fp16,bf16}.cu``, the CPU kernel ``scan_complex_cpu{,_avx2}.cpp`` and the
-bindings ``binding_complex*.cpp``) and, for scale, its real-A counterpart is compiled again with its
-exact ninja command into a scratch file, ``--build-repeats`` times, interleaved; reported: the median CPU time
+``scan_complex_{fwd,bwd}_{fp32,fp16,bf16}.cu`` and the CPU kernel ``scan_complex_cpu{,_avx2}.cpp``; the
+ops are templates in ``binding_complex_ops.h``, compiled into the binding units) and, for scale, its
+real-A counterpart is compiled again with its exact ninja command into a scratch file,
+``--build-repeats`` times, interleaved; reported: the median CPU time
 (user + system of the compiler processes, getrusage) and the size of the object and of its device code
 (the ``.nv_fatbin`` section). The ``.so`` figures are the sections of ``mamba_ssm/_C.abi3.so`` against a
 ``_C`` built without the complex files (``--base-so``).
@@ -55,8 +56,6 @@ UNITS = [
     ("scan_complex_bwd_bf16.cu", "scan_bwd_bf16.cu"),
     ("scan_complex_cpu.cpp", "scan_cpu.cpp"),
     ("scan_complex_cpu_avx2.cpp", "scan_cpu_avx2.cpp"),
-    ("binding_complex.cpp", "binding.cpp"),
-    ("binding_complex_cuda.cpp", "binding_cuda.cpp"),
 ]
 
 

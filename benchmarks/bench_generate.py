@@ -34,13 +34,13 @@ DOC = os.path.join(ROOT, "docs", "benchmarks.md")
 BEGIN, END = "<!-- bench_generate:begin -->", "<!-- bench_generate:end -->"
 
 SHAPES = {
-    "mamba1": ("mamba", dict(d_model=768, n_layer=24, vocab_size=50277, ssm_cfg=dict(d_state=16))),
+    "mamba1": ("mamba", dict(d_model=768, n_layer=24, vocab_size=50280, ssm_cfg=dict(d_state=16))),
     "mamba2": (
         "mamba2",
         dict(
             d_model=768,
             n_layer=24,
-            vocab_size=50277,
+            vocab_size=50280,
             ssm_cfg=dict(layer="Mamba2", d_state=128, headdim=64, ngroups=1, chunk_size=256),
         ),
     ),
@@ -65,7 +65,7 @@ def main(argv=None):
     parser.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
     args = parser.parse_args(argv)
 
-    import hf_convert
+    import hf_run
     import torch
 
     from mamba_ssm.models.config_mamba import MambaConfig
@@ -79,9 +79,8 @@ def main(argv=None):
             arch, fields = SHAPES[name]
             torch.manual_seed(0)
             model = MambaLMHeadModel(MambaConfig(**fields)).eval()
-            ours_dir, hf_dir = os.path.join(work, f"ours_{name}"), os.path.join(work, f"hf_{name}")
-            model.save_pretrained(ours_dir)
-            hf_convert.ours_to_hf(ours_dir, hf_dir, arch)
+            hf_dir = os.path.join(work, f"hf_{name}")
+            model.save_pretrained(hf_dir, transformers_format=True)
             for batch in args.batch:
                 g = torch.Generator().manual_seed(batch)
                 prompt = torch.randint(0, fields["vocab_size"], (batch, args.prompt), generator=g)
@@ -91,7 +90,7 @@ def main(argv=None):
                     wall, cpu = time.perf_counter(), time.process_time()
                     seq = model.generate(prompt, max_length=args.prompt + args.new_tokens)
                     ours.append((time.perf_counter() - wall, time.process_time() - cpu))
-                    out = hf_convert.run_reference(
+                    out = hf_run.run_reference(
                         [
                             {
                                 "kind": "bench",

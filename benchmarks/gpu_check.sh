@@ -29,7 +29,7 @@
 set -uo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$REPO"
+cd "$REPO" || exit 1
 OUT="${OUT:-$REPO/gpu_check_out}"
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
@@ -50,9 +50,9 @@ fi
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   echo "host: $(uname -a)"
   echo "git: $(timeout 2 git -C "$REPO" rev-parse HEAD 2>/dev/null || echo 'not a git checkout')"
-  echo "python: $(timeout 2 $PYTHON --version 2>&1) ($(command -v "$PYTHON"))"
-  timeout 12 $PYTHON -c "import torch; print('torch:', torch.__version__, 'cuda:', torch.version.cuda, 'gpus:', torch.cuda.device_count(), [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])" 2>&1
-  timeout 3 $PYTHON -c "import ninja; print('ninja (python):', ninja.__version__)" 2>&1 || true
+  echo "python: $(timeout 2 "$PYTHON" --version 2>&1) ($(command -v "$PYTHON"))"
+  timeout 12 "$PYTHON" -c "import torch; print('torch:', torch.__version__, 'cuda:', torch.version.cuda, 'gpus:', torch.cuda.device_count(), [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])" 2>&1
+  timeout 3 "$PYTHON" -c "import ninja; print('ninja (python):', ninja.__version__)" 2>&1 || true
   echo "ninja on PATH: $(command -v ninja || echo none)"
   command -v nvidia-smi >/dev/null 2>&1 && timeout 5 nvidia-smi 2>&1 | head -20
 } >"$OUT/env.txt" 2>&1
@@ -76,7 +76,7 @@ export CUDA_HOME="${CUDA_HOME:-}"
 say "CUDA_HOME=${CUDA_HOME:-unset} ($(timeout 3 "${CUDA_HOME:-/nonexistent}/bin/nvcc" --version 2>/dev/null | grep -oE 'release [0-9.]+' || echo 'no nvcc there'))"
 
 HAVE_PYTEST=0
-timeout 3 $PYTHON -c "import pytest" >/dev/null 2>&1 && HAVE_PYTEST=1
+timeout 3 "$PYTHON" -c "import pytest" >/dev/null 2>&1 && HAVE_PYTEST=1
 
 CPUS="$(nproc 2>/dev/null || echo 4)"
 export MAX_JOBS="${MAX_JOBS:-$(( CPUS < 16 ? CPUS : 16 ))}"
@@ -85,9 +85,10 @@ export MAX_JOBS="${MAX_JOBS:-$(( CPUS < 16 ? CPUS : 16 ))}"
 say "1/5 build: MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90 MAX_JOBS=$MAX_JOBS setup.py build_ext --inplace"
 b0=$(date +%s)
 MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90 timeout "${BUILD_LIMIT:-80}" \
-  $PYTHON setup.py build_ext --inplace >"$OUT/build.log" 2>&1
+  "$PYTHON" setup.py build_ext --inplace >"$OUT/build.log" 2>&1
 rc=$?
-SO="$(ls "$REPO"/mamba_ssm/_C*.so 2>/dev/null | head -1)"
+SO=""
+for f in "$REPO"/mamba_ssm/_C*.so; do [ -e "$f" ] && SO="$f" && break; done
 if [ $rc -eq 0 ] && [ -n "$SO" ]; then
   say "build ok in $(( $(date +%s) - b0 )) s: $SO ($(stat -c %s "$SO") bytes)"
 else
@@ -96,13 +97,13 @@ else
 fi
 
 # ---- 2. doctor ----------------------------------------------------------------------------------
-timeout 10 $PYTHON -m mamba_ssm doctor --json >"$OUT/doctor.json" 2>"$OUT/doctor.stderr"
+timeout 10 "$PYTHON" -m mamba_ssm doctor --json >"$OUT/doctor.json" 2>"$OUT/doctor.stderr"
 say "2/5 doctor exit $? (doctor.json)"
 
 # ---- 3. GPU kernel tests ------------------------------------------------------------------------
 say "3/5 GPU kernel tests"
 if [ "$HAVE_PYTEST" = 1 ]; then
-  timeout 45 $PYTHON -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_gpu_kernel.py \
+  timeout 45 "$PYTHON" -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_gpu_kernel.py \
     tests/kernels/test_conv1d_gpu.py \
     --junitxml="$OUT/gpu_tests.xml" >"$OUT/gpu_tests.log" 2>&1
   rc=$?
@@ -110,7 +111,7 @@ if [ "$HAVE_PYTEST" = 1 ]; then
   [ $rc -ne 0 ] && grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -20 | tee -a "$SUMMARY"
 else
   # No pytest on the machine (and no network to install it): the same cases through a plain runner.
-  timeout 45 $PYTHON tests/kernels/gpu_runner.py >"$OUT/gpu_tests.log" 2>&1
+  timeout 45 "$PYTHON" tests/kernels/gpu_runner.py >"$OUT/gpu_tests.log" 2>&1
   rc=$?
   say "GPU tests (gpu_runner.py, pytest absent) exit $rc: $(tail -n 1 "$OUT/gpu_tests.log")"
   [ $rc -ne 0 ] && grep -E "^FAIL" "$OUT/gpu_tests.log" | head -20 | tee -a "$SUMMARY"
@@ -118,16 +119,17 @@ fi
 
 # ---- 4. kernel benchmark ------------------------------------------------------------------------
 say "4/5 kernel benchmark"
-timeout 35 $PYTHON benchmarks/bench_kernel.py --device cuda --repeats 5 --out "$OUT" >"$OUT/bench_kernel.log" 2>&1
+timeout 35 "$PYTHON" benchmarks/bench_kernel.py --device cuda --repeats 5 --out "$OUT" >"$OUT/bench_kernel.log" 2>&1
 say "kernel benchmark exit $?:"
-cat "$OUT/bench_kernel_cuda.md" 2>/dev/null | tee -a "$SUMMARY" || tail -n 20 "$OUT/bench_kernel.log" | tee -a "$SUMMARY"
+if [ -f "$OUT/bench_kernel_cuda.md" ]; then tee -a "$SUMMARY" <"$OUT/bench_kernel_cuda.md"
+else tail -n 20 "$OUT/bench_kernel.log" | tee -a "$SUMMARY"; fi
 
 # ---- 5. Triton kernels: GPU tests and the ops benchmark ----------------------------------------
 # (their own pytest process: tests/triton/conftest.py switches Triton's interpreter on unless
 # MAMBA_TRITON_GPU_TESTS=1; the first call of each kernel compiles it, a few seconds each)
 say "5/5 Triton kernel tests (tests/triton/test_triton_gpu.py) and the ops benchmark (benchmarks/bench_ops.py --device cuda)"
 if [ "$HAVE_PYTEST" = 1 ]; then
-  MAMBA_TRITON_GPU_TESTS=1 timeout 45 $PYTHON -m pytest -q -rs -p no:cacheprovider -m gpu tests/triton/test_triton_gpu.py \
+  MAMBA_TRITON_GPU_TESTS=1 timeout 45 "$PYTHON" -m pytest -q -rs -p no:cacheprovider -m gpu tests/triton/test_triton_gpu.py \
     --junitxml="$OUT/triton_gpu_tests.xml" >"$OUT/triton_gpu_tests.log" 2>&1
   rc=$?
   say "Triton GPU tests exit $rc: $(tail -n 1 "$OUT/triton_gpu_tests.log")"
@@ -135,8 +137,9 @@ if [ "$HAVE_PYTEST" = 1 ]; then
 else
   say "Triton GPU tests skipped: pytest is not installed"
 fi
-timeout 50 $PYTHON benchmarks/bench_ops.py --device cuda --reps 3 --out "$OUT" >"$OUT/bench_ops.log" 2>&1
+timeout 50 "$PYTHON" benchmarks/bench_ops.py --device cuda --reps 3 --out "$OUT" >"$OUT/bench_ops.log" 2>&1
 say "ops benchmark exit $?:"
-cat "$OUT/bench_ops_cuda.md" 2>/dev/null | tee -a "$SUMMARY" || tail -n 20 "$OUT/bench_ops.log" | tee -a "$SUMMARY"
+if [ -f "$OUT/bench_ops_cuda.md" ]; then tee -a "$SUMMARY" <"$OUT/bench_ops_cuda.md"
+else tail -n 20 "$OUT/bench_ops.log" | tee -a "$SUMMARY"; fi
 
 say "done in $(( $(date +%s) - START )) s; results in $OUT"

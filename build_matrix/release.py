@@ -320,6 +320,12 @@ def dry_run(
     }
     assets = out / "releases" / "download" / tag
     if wheel is None:
+        from .tools import MissingTools, check_tools
+
+        try:  # before the build compiles for minutes (the build checks them again, with its toolkit)
+            check_tools()
+        except MissingTools as exc:
+            raise ReleaseError(f"build --host: {exc}") from None
         cells = out / "cells" / tag
         cmd = [
             sys.executable,

@@ -14,13 +14,14 @@
 # Environment: MAIN_JOB_DIR (work folder, default build/main_job), MAIN_JOB_ARCHS (default 90),
 # MAIN_JOB_WHEEL (skip steps 1-2 and use this wheel).
 set -euo pipefail
+# shellcheck source=ci/env.sh
 source "$(dirname "$0")/env.sh"
 cd "$REPO_ROOT"
 
 WORK="${MAIN_JOB_DIR:-$REPO_ROOT/build/main_job}"
 ARCHS="${MAIN_JOB_ARCHS:-90}"
 step() { echo; echo "=== [main job] $*"; }
-rm -rf "$WORK/index" "$WORK/sdist" "$WORK/venv" "$WORK/home"
+rm -rf "${WORK:?}/index" "${WORK:?}/sdist" "${WORK:?}/venv" "${WORK:?}/home"
 mkdir -p "$WORK/cells" "$WORK/index" "$WORK/sdist" "$WORK/home"
 SERVER_PID=""
 cleanup() { if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; fi; }
@@ -33,14 +34,20 @@ else
   step "1. build the host cell (archs $ARCHS)"
   # --no-audit: step 2 is the one full audit (runtime check included), not a second one here
   python -m build_matrix build --host --archs "$ARCHS" --out "$WORK/cells" --no-audit
-  WHEEL="$(ls -t "$WORK"/cells/mamba_ssm-*.whl | head -n 1)"
+  WHEEL=""  # the newest wheel of the folder (the one just built)
+  for w in "$WORK"/cells/mamba_ssm-*.whl; do
+    if [ -z "$WHEEL" ] || [ "$w" -nt "$WHEEL" ]; then WHEEL="$w"; fi
+  done
+  [ -f "$WHEEL" ] || { echo "no wheel in $WORK/cells"; exit 1; }
   step "2. audit $WHEEL"
   python -m build_matrix audit "$WHEEL" --archs "$ARCHS" --torch-from "$VENV"
 fi
 
 step "3. build our sdist"
 python -m build --sdist --no-isolation -o "$WORK/sdist" . >"$WORK/sdist.log" 2>&1 || { tail -n 40 "$WORK/sdist.log"; exit 1; }
-SDIST="$(ls "$WORK"/sdist/mamba_ssm-*.tar.gz | head -n 1)"
+sdists=("$WORK"/sdist/mamba_ssm-*.tar.gz)
+SDIST="${sdists[0]}"
+[ -f "$SDIST" ] || { echo "no sdist in $WORK/sdist"; exit 1; }
 echo "$SDIST"
 
 step "4. index the wheel and pin its sha256 into the sdist"

@@ -6,6 +6,7 @@
 # does (CPU kernel + sm_90); tests/build/test_real_build.py checks the library it leaves behind.
 # Set MAMBA_CI_SKIP_BUILD=1 to run the tests against whatever is there.
 set -euo pipefail
+# shellcheck source=ci/env.sh
 source "$(dirname "$0")/env.sh"
 cd "$REPO_ROOT"
 # One arch in CI (the tests check the build used exactly this list).

@@ -1,8 +1,7 @@
-// run_parallel: the CPU bindings' parallel loop over independent kernel tasks (selective scan,
-// causal conv1d). Used by the bindings only (it needs ATen for the thread count).
+// run_parallel: the CPU ops' parallel loop over independent kernel tasks (selective scan, causal
+// conv1d). Includes no torch header: the caller passes torch's intra-op thread count (the tensor API's
+// cpu_threads(), see binding_common.h).
 #pragma once
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <exception>
@@ -12,14 +11,14 @@
 
 namespace mamba_ssm {
 
-// Runs fn(begin, end) over [0, n_tasks) split evenly across torch's intra-op thread count. Not
-// at::parallel_for: with an OpenMP torch its body is an inline `#pragma omp parallel`, which runs serially
-// unless the extension itself is built with -fopenmp (and linking a second OpenMP runtime next to
-// torch's is worse). Serial inside an existing parallel region.
+// Runs fn(begin, end) over [0, n_tasks) split evenly across max_threads threads (torch's intra-op
+// thread count; 1 inside a parallel region, where the classic binding can tell). Not at::parallel_for:
+// with an OpenMP torch its body is an inline `#pragma omp parallel`, which runs serially unless the
+// extension itself is built with -fopenmp (and linking a second OpenMP runtime next to torch's is worse).
 template <typename F>
-inline void run_parallel(int64_t n_tasks, const F& fn) {
-  const int64_t n_threads = std::min<int64_t>(at::get_num_threads(), n_tasks);
-  if (n_threads <= 1 || at::in_parallel_region()) {
+inline void run_parallel(int64_t n_tasks, int64_t max_threads, const F& fn) {
+  const int64_t n_threads = std::min<int64_t>(max_threads, n_tasks);
+  if (n_threads <= 1) {
     if (n_tasks > 0) fn(0, n_tasks);
     return;
   }

@@ -1,7 +1,7 @@
 // CPU kernels of the selective scan with complex A (math, gradients and layouts: scan_complex.h): the
 // implementation, compiled once per instruction set (scan_complex_cpu.cpp for the baseline ISA,
 // scan_complex_cpu_avx2.cpp with AVX2+FMA, chosen as the real kernels' build is: scan_cpu_isa()) inside
-// namespace MAMBA_CPU_NS. No torch header; the binding (binding_complex.cpp) hands every per-sequence
+// namespace MAMBA_CPU_NS. No torch header; the binding (binding_complex_ops.h) hands every per-sequence
 // tensor over as fp32 and runs the tasks in parallel.
 //
 // The state is kept as separate real and imaginary arrays over d_state, padded to a multiple of kLanes

@@ -34,6 +34,7 @@ import sysconfig
 from typing import Any, Dict, List, Optional, Tuple
 
 from mamba_ssm import _version
+from mamba_ssm._compat import buildinfo as _buildinfo
 
 __all__ = ["collect", "render_text", "main", "SCHEMA", "EXIT_OK", "EXIT_FALLBACK", "EXIT_BROKEN"]
 
@@ -750,6 +751,15 @@ def render_text(report: Dict[str, Any]) -> str:
             f"  built for: torch {bi.get('torch_version')}, CUDA {bi.get('torch_cuda') or '-'}, "
             f"HIP {bi.get('torch_hip') or '-'}, cxx11abi {bi.get('cxx11_abi')}, {bi.get('python_tag')}, "
             f"{bi.get('platform')}"
+        )
+        add(
+            "  torch ABI: "
+            + _buildinfo.describe_torch_abi(
+                bi.get("torch_abi", "classic"),
+                bi.get("torch_abi_floor"),
+                bi.get("torch_version"),
+                bi.get("cxx11_abi"),
+            )
         )
         add(
             f"  kernels: {', '.join(bi.get('kernels') or []) or '-'}; SASS {', '.join(bi.get('sass_archs') or []) or '-'}; "

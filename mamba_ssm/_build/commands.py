@@ -21,7 +21,7 @@ except ImportError:  # pragma: no cover - older setuptools with the wheel packag
     from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
 
 from .._compat import buildinfo
-from .config import BuildConfig, git_commit
+from .config import BuildConfig, git_commit, torch_requirement
 from .errors import PreflightError
 from .plan import Plan, record_decision
 from .settings import CSRC, EXT_NAME, INSTALL_ID_FILE, PACKAGE, ROOT
@@ -171,6 +171,7 @@ def make_build_ext(cfg: BuildConfig) -> type:
                    f"PTX {','.join(cfg.arch_spec.ptx) or '-'} ({cfg.arch_source})" if cfg.arch_spec else "")
                 + (f", gfx {','.join(cfg.gfx_archs)} ({cfg.gfx_source})" if cfg.gfx_archs else "")
                 + f", MAX_JOBS={cfg.max_jobs}, cxx11 ABI={int(cfg.cxx11_abi)}"
+                + (f", stable ABI (torch >= {cfg.torch_abi_floor})" if cfg.torch_abi == "stable" else ", classic ABI")
             )
             for note in cfg.notes:
                 print(f"mamba-ssm: {note}")
@@ -219,8 +220,10 @@ def setup_kwargs(plan: Plan, version: str) -> dict:
         include_package_data=False,
         zip_safe=False,
         cmdclass=make_cmdclass(plan),
+        install_requires=["torch", "packaging"],  # pyproject.toml: dependencies are dynamic
     )
     if plan.mode == "source":
+        kw["install_requires"] = [torch_requirement(plan.config), "packaging"]
         kw["ext_modules"] = [make_extension(plan.config)]
         kw["options"] = {"bdist_wheel": {"py_limited_api": plan.config.python_tag}}
     return kw

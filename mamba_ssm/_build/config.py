@@ -13,7 +13,7 @@ from typing import List, Optional, Tuple
 from .._compat import archs, buildinfo, versions
 from . import toolkit
 from .errors import PreflightError
-from .settings import CSRC, ROOT, Settings, default_max_jobs, package_version
+from .settings import CSRC, ROOT, TRUE_VALUES, Settings, default_max_jobs, package_version
 
 # The limited API setup.py targets when torch defines none itself (torch < 2.7): Python 3.9, the
 # lower bound of requires-python. torch >= 2.7 compiles py_limited_api extensions with
@@ -107,6 +107,77 @@ def probe_torch(need: str) -> TorchInfo:
     )
 
 
+# ----------------------------------------------------------------------------- the torch ABI
+_CLASSIC_VALUES = ("0", "FALSE", "NO", "OFF")
+
+
+def stable_abi_hex(floor: str) -> str:
+    """``TORCH_TARGET_VERSION`` for a floor: ``"2.10"`` -> ``"0x020a000000000000"`` (torch's
+    ``[major][minor][patch][5 bytes ABI tag]`` layout, torch/headeronly/version.h)."""
+    major, minor = buildinfo.parse_floor(floor)
+    return f"0x{major:02x}{minor:02x}000000000000"
+
+
+def resolve_torch_abi(
+    raw: str, torch: versions.TorchBuild, gpu: Optional[str]
+) -> Tuple[str, Optional[str], str]:
+    """``MAMBA_TORCH_STABLE_ABI`` (``raw``) -> (``"stable"`` | ``"classic"``, the floor or None, why).
+
+    Unset: the stable-ABI binding with floor ``buildinfo.STABLE_ABI_MIN_FLOOR`` (2.10) when the build
+    torch is at least that and the build has no HIP kernels, else classic. ``0``/``FALSE``/``NO``/``OFF``:
+    classic. ``1``/``TRUE``/``YES``/``ON``: stable at the default floor. ``X.Y``: stable at that floor,
+    which must be >= 2.10 and <= the build torch. Raises ``PreflightError`` naming the value otherwise,
+    or when a stable build is asked of a ROCm build (the stable binding registers no HIP kernels).
+    """
+    low = buildinfo.parse_floor(buildinfo.STABLE_ABI_MIN_FLOOR)
+    have = tuple(torch.release[:2])
+    value = raw.strip()
+    if not value:
+        if have < low:
+            return "classic", None, f"torch {torch.version} is older than {buildinfo.STABLE_ABI_MIN_FLOOR}"
+        if gpu == "hip":
+            return "classic", None, "the stable-ABI binding has no HIP kernels"
+        return "stable", buildinfo.STABLE_ABI_MIN_FLOOR, "the default for torch >= 2.10"
+    if value.upper() in _CLASSIC_VALUES:
+        return "classic", None, f"MAMBA_TORCH_STABLE_ABI={value}"
+    floor = buildinfo.STABLE_ABI_MIN_FLOOR if value.upper() in TRUE_VALUES else value
+    try:
+        want = buildinfo.parse_floor(floor)
+    except ValueError:
+        want = None
+    if want is None or want < low:
+        raise PreflightError(
+            f"MAMBA_TORCH_STABLE_ABI={raw!r} is not a stable-ABI floor: set it to a torch version "
+            f"MAJOR.MINOR >= {buildinfo.STABLE_ABI_MIN_FLOOR} (e.g. MAMBA_TORCH_STABLE_ABI="
+            f"{buildinfo.STABLE_ABI_MIN_FLOOR}), to 0 for the classic binding, or unset it (stable with floor "
+            f"{buildinfo.STABLE_ABI_MIN_FLOOR} for torch >= {buildinfo.STABLE_ABI_MIN_FLOOR}, else classic)"
+        )
+    floor = f"{want[0]}.{want[1]}"
+    if want > have:
+        raise PreflightError(
+            f"MAMBA_TORCH_STABLE_ABI={raw!r} asks for a stable-ABI floor of torch {floor}, newer than the torch "
+            f"building it ({torch.version}): a floor can be older than the build torch, never newer. Fix: "
+            f"set MAMBA_TORCH_STABLE_ABI to at most {torch.major_minor}, or build with torch >= {floor}"
+        )
+    if gpu == "hip":
+        raise PreflightError(
+            f"MAMBA_TORCH_STABLE_ABI={raw!r} asks for the stable-ABI binding, which has no HIP kernels; a "
+            "ROCm build uses the classic binding. Fix: unset MAMBA_TORCH_STABLE_ABI or set it to 0"
+        )
+    return "stable", floor, f"MAMBA_TORCH_STABLE_ABI={value}"
+
+
+def torch_requirement(cfg: BuildConfig) -> str:
+    """The wheel's requirement on torch: ``torch>=2.10`` for a stable-ABI build (every torch from its
+    floor on), ``torch==2.14.*`` for a classic one (its torch minor), or ``torch==<public version>`` for a
+    classic build against a pre-release / nightly / NGC / source torch (only that build fits)."""
+    if cfg.torch_abi == "stable":
+        return f"torch>={cfg.torch_abi_floor}"
+    if cfg.torch.needs_exact_match:
+        return f"torch=={cfg.torch.parsed.public}"
+    return f"torch=={cfg.torch.major_minor}.*"
+
+
 # ----------------------------------------------------------------------------- the configuration
 @dataclass
 class BuildConfig:
@@ -135,6 +206,8 @@ class BuildConfig:
     notes: List[str] = field(default_factory=list)
     limited_api: str = LIMITED_API_HEX  # the Py_LIMITED_API the module is compiled for
     torch_defines_limited_api: bool = False  # torch's cpp_extension passes -DPy_LIMITED_API itself
+    torch_abi: str = "classic"  # the binding: "classic" (ATen) or "stable" (LibTorch stable ABI)
+    torch_abi_floor: Optional[str] = None  # the stable ABI's lowest torch, e.g. "2.10"
 
     @property
     def python_tag(self) -> str:
@@ -162,6 +235,8 @@ class BuildConfig:
             platform=platform or sysconfig.get_platform(),
             git_commit=git_commit,
             kernels=list(self.kernels),
+            torch_abi=self.torch_abi,
+            torch_abi_floor=self.torch_abi_floor,
         )
 
 
@@ -231,6 +306,19 @@ def resolve_config(env=None, torch_info: Optional[TorchInfo] = None, root: str =
         torch_defines_limited_api=bool(torch_info.limited_api),
     )
     limited_api_tag(cfg.limited_api)  # an unreadable value fails here, before compiling
+    cfg.torch_abi, floor, why = resolve_torch_abi(s.torch_stable_abi, t, gpu)
+    cfg.torch_abi_floor = floor
+    if floor is not None:
+        # Only stable torch headers compile (any other #errors), and only the floor's API is visible.
+        define_macros += [
+            ("MAMBA_SSM_STABLE_ABI", None),
+            ("TORCH_TARGET_VERSION", stable_abi_hex(floor)),
+        ]
+        cxx_flags.append("-fvisibility=hidden")  # torch::stable types are hidden; ours hold them
+        notes.append(f"stable-ABI binding for torch >= {floor} ({why})")
+    else:
+        notes.append(f"classic binding for torch {t.major_minor} ({why})")
+
 
     if gpu == "cuda":
         home, nvcc_path = toolkit.locate_cuda(torch_info.cuda_home, env)

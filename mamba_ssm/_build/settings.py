@@ -71,6 +71,7 @@ class Settings:
     nvcc_threads: str = ""             # NVCC_THREADS (checked by nvcc_threads_or)
     setup_hook: str = ""               # MAMBA_SETUP_HOOK: a file replacing the resolver hook
     git_commit: str = ""               # MAMBA_GIT_COMMIT: the commit recorded in the build info
+    torch_stable_abi: str = ""         # MAMBA_TORCH_STABLE_ABI (checked by config.resolve_torch_abi)
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Settings":
@@ -91,6 +92,7 @@ class Settings:
             nvcc_threads=_text(env, "NVCC_THREADS"),
             setup_hook=str(env.get("MAMBA_SETUP_HOOK", "") or ""),
             git_commit=str(env.get("MAMBA_GIT_COMMIT", "") or ""),
+            torch_stable_abi=_text(env, "MAMBA_TORCH_STABLE_ABI"),
         )
 
     def max_jobs_or(self, default: int) -> int:

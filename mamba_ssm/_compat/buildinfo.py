@@ -14,7 +14,7 @@ import json
 import mmap
 import os
 from dataclasses import asdict, dataclass, field, fields
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
@@ -47,12 +47,34 @@ __all__ = [
     "find_build_info",
     "render_header",
     "incompatibilities",
+    "STABLE_ABI_MIN_FLOOR",
+    "TORCH_ABIS",
+    "parse_floor",
+    "describe_torch_abi",
 ]
 
 SCHEMA = 1
 BEGIN_MARKER = b"MAMBA_SSM_BUILD_INFO_BEGIN"
 END_MARKER = b"MAMBA_SSM_BUILD_INFO_END"
 _MAX_JSON = 64 * 1024
+
+#: The two bindings of ``_C``: ``classic`` (ATen; one build per torch minor and C++ ABI) and ``stable``
+#: (the LibTorch stable ABI; one build for every torch from its floor on).
+TORCH_ABIS = ("classic", "stable")
+#: The lowest floor of the stable-ABI binding (csrc/binding_api_stable.h uses the torch 2.10 stable API),
+#: and the floor a build gets by default when its torch is at least this.
+STABLE_ABI_MIN_FLOOR = "2.10"
+
+
+def parse_floor(text) -> Tuple[int, int]:
+    """A stable-ABI floor ``"2.10"`` -> ``(2, 10)``.
+
+    Raises ``ValueError`` naming the text unless it is ``MAJOR.MINOR`` (digits only).
+    """
+    parts = str(text).strip().split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"stable-ABI floor {text!r} is not MAJOR.MINOR (e.g. '2.10')")
+    return int(parts[0]), int(parts[1])
 
 
 class BuildInfoError(ValueError):
@@ -66,7 +88,9 @@ class BuildInfo:
     ``torch_version`` is the full version (``"2.14.1+cu130"``); ``torch_cuda`` / ``torch_hip`` are
     ``torch.version.cuda`` / ``.hip`` of that torch (None for CPU); ``sass_archs`` like ``["sm_90"]``,
     ``ptx_archs`` like ``["compute_90"]``, ``gfx_archs`` like ``["gfx90a"]``; ``kernels`` like
-    ``["cpu", "cuda"]``.
+    ``["cpu", "cuda"]``. ``torch_abi`` is ``"classic"`` (ATen: only the torch minor it was built
+    against) or ``"stable"`` (the LibTorch stable ABI: every torch from ``torch_abi_floor``, e.g.
+    ``"2.10"``, on); a build info without these keys (older builds) is classic.
     """
 
     package_version: str
@@ -84,6 +108,8 @@ class BuildInfo:
     git_commit: Optional[str] = None
     kernels: List[str] = field(default_factory=lambda: ["cpu"])
     schema: int = SCHEMA
+    torch_abi: str = "classic"
+    torch_abi_floor: Optional[str] = None
 
     def to_json(self) -> str:
         """Compact JSON with sorted keys (one line; embeddable in a C string literal)."""
@@ -120,6 +146,20 @@ class BuildInfo:
                 raise BuildInfoError(f"build info {key!r} must be a list of strings, got {data[key]!r}")
         if "cxx11_abi" in data and not isinstance(data["cxx11_abi"], bool):
             raise BuildInfoError(f"build info 'cxx11_abi' must be true/false, got {data['cxx11_abi']!r}")
+        abi, floor = data.get("torch_abi", "classic"), data.get("torch_abi_floor")
+        if abi not in TORCH_ABIS:
+            raise BuildInfoError(
+                f"build info 'torch_abi' must be one of {', '.join(TORCH_ABIS)}, got {abi!r}"
+            )
+        if abi == "stable":
+            try:
+                parse_floor(floor)
+            except ValueError as e:
+                raise BuildInfoError(f"build info of a stable-ABI build: 'torch_abi_floor' {e}") from None
+        elif floor is not None:
+            raise BuildInfoError(
+                f"build info 'torch_abi_floor' is {floor!r} but torch_abi is classic (expected null)"
+            )
         try:
             Version(data["torch_version"])
         except InvalidVersion:
@@ -132,6 +172,29 @@ class BuildInfo:
     def torch_build(self) -> TorchBuild:
         """The torch this library was built against, as a ``TorchBuild``."""
         return TorchBuild(self.torch_version, self.torch_cuda, self.torch_hip, self.cxx11_abi)
+
+    @property
+    def is_stable_abi(self) -> bool:
+        """Built on the LibTorch stable ABI (serves every torch from ``torch_abi_floor`` on)."""
+        return self.torch_abi == "stable"
+
+    def describe_abi(self) -> str:
+        """The torch ABI in words (``describe_torch_abi``)."""
+        return describe_torch_abi(self.torch_abi, self.torch_abi_floor, self.torch_version, self.cxx11_abi)
+
+
+def describe_torch_abi(torch_abi, floor, torch_version, cxx11_abi) -> str:
+    """A build's torch ABI in words: ``stable ABI, torch >= 2.10 (built with 2.13.0)`` or ``classic ABI,
+    torch 2.14 only (built with 2.14.1+cu130, cxx11abi TRUE)`` (the build-info values; doctor passes
+    them from the JSON). An unreadable torch version is shown as it is."""
+    try:
+        public, major_minor = Version(str(torch_version)).public, TorchBuild(str(torch_version)).major_minor
+    except (InvalidVersion, ValueError):
+        public = major_minor = str(torch_version)
+    if torch_abi == "stable":
+        return f"stable ABI, torch >= {floor} (built with {public})"
+    abi = {True: "TRUE", False: "FALSE"}.get(cxx11_abi, "?")
+    return f"classic ABI, torch {major_minor} only (built with {torch_version}, cxx11abi {abi})"
 
 
 def find_build_info(data) -> Optional[bytes]:
@@ -207,10 +270,14 @@ def render_header(info: BuildInfo) -> str:
 def incompatibilities(build: BuildInfo, runtime: TorchBuild) -> List[str]:
     """Why a library built as ``build`` must not be loaded into ``runtime`` torch; empty when compatible.
 
-    The rule (one for the loader, the resolver and the audit): the same torch major.minor (for a
-    pre-release, nightly, NGC or source-built torch on either side: the exact same version string);
-    the same C++ ABI (skipped when the runtime's is unknown); the same CUDA major (or both without CUDA);
-    the same ROCm major.minor (or both without ROCm). GPU coverage is ``archs.coverage``'s business.
+    The rule (one for the loader, the resolver and the audit). A classic build: the same torch
+    major.minor (for a pre-release, nightly, NGC or source-built torch on either side: the exact same
+    version string); the same C++ ABI (skipped when the runtime's is unknown); the same CUDA major (or
+    both without CUDA); the same ROCm major.minor (or both without ROCm). A stable-ABI build
+    (``torch_abi == "stable"``): any torch whose major.minor is at least ``torch_abi_floor`` (nightlies
+    included); with CUDA kernels, the same CUDA major; with HIP kernels, the same ROCm major.minor; a
+    CPU-only one under any torch (a CUDA or ROCm torch included: its CPU kernels run there). GPU coverage
+    is ``archs.coverage``'s business.
 
     Each entry is one sentence naming both values and the fix.
     """
@@ -219,6 +286,8 @@ def incompatibilities(build: BuildInfo, runtime: TorchBuild) -> List[str]:
         "install the mamba-ssm wheel built for this torch (python -m mamba_ssm install-kernels) or "
         "rebuild from source (python -m mamba_ssm doctor prints the pinned command)"
     )
+    if build.is_stable_abi:
+        return _stable_incompatibilities(build, runtime, fix)
     built = build.torch_build
     if built.needs_exact_match or runtime.needs_exact_match:
         if build.torch_version != runtime.version:
@@ -247,4 +316,29 @@ def incompatibilities(build: BuildInfo, runtime: TorchBuild) -> List[str]:
         b = f"ROCm {b_rocm}" if b_rocm else "a torch without ROCm"
         r = f"ROCm {r_rocm}" if r_rocm else "without ROCm"
         problems.append(f"built against {b} but torch runs {r} (ROCm major.minor must match): {fix}")
+    return problems
+
+
+def _stable_incompatibilities(build: BuildInfo, runtime: TorchBuild, fix: str) -> List[str]:
+    """``incompatibilities`` for a stable-ABI build (see there)."""
+    problems: List[str] = []
+    floor = parse_floor(build.torch_abi_floor)
+    if tuple(runtime.release[:2]) < floor:
+        problems.append(
+            f"built on the stable ABI for torch >= {build.torch_abi_floor} (with {build.torch_version}) but "
+            f"running torch {runtime.version}, older than that floor: {fix}"
+        )
+    built = build.torch_build
+    if "cuda" in build.kernels and built.cuda_major != runtime.cuda_major:
+        r = f"CUDA {runtime.cuda_version}" if runtime.cuda_major is not None else "without CUDA"
+        problems.append(
+            f"built with CUDA kernels for CUDA {built.cuda_version} but torch {runtime.version} runs {r} (a "
+            f"stable-ABI build still needs the same CUDA major): {fix}"
+        )
+    if "hip" in build.kernels and built.rocm_version != runtime.rocm_version:
+        r = f"ROCm {runtime.rocm_version}" if runtime.rocm_version else "without ROCm"
+        problems.append(
+            f"built with HIP kernels for ROCm {built.rocm_version} but torch {runtime.version} runs {r} (a "
+            f"stable-ABI build still needs the same ROCm major.minor): {fix}"
+        )
     return problems

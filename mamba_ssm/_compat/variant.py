@@ -10,10 +10,14 @@ version, in the file name and in METADATA alike (setup.py appends ``MAMBA_LOCAL_
 
 Label grammar (ours; upstream's CUDA labels ``cu12torch2.6cxx11abiTRUE`` have the same shape)::
 
-    label   := accel "torch" torch "cxx11abi" ("TRUE" | "FALSE")
+    label   := accel "torch" torch "cxx11abi" ("TRUE" | "FALSE")     (the classic binding)
+             | accel "torch" MAJOR "." MINOR "stable"                 (the stable-ABI binding)
     accel   := "cu" MAJOR | "rocm" MAJOR "." MINOR | "cpu"
     torch   := MAJOR "." MINOR                            (a release torch: major.minor is enough)
              | PUBLIC [ ".local." LOCAL ]                 (pre-release / nightly / NGC: the exact build)
+
+A stable-ABI wheel (``cu13torch2.10stable``) serves every torch from the floor it names on (with the
+same CUDA major / ROCm minor); the C++ ABI is not part of it, so its key has ``cxx11abi=None``.
 
 A pre-release, nightly, NGC or source-built torch has no ABI promise across builds, so its key holds
 the exact version; its ``+local`` part (e.g. NGC's ``ecf3bae40a.nv25.1``) is written after the literal
@@ -45,6 +49,7 @@ _ACCEL_RE = re.compile(r"^(?:cu(?P<cu>\d+)|rocm(?P<rocm>\d+\.\d+)|(?P<cpu>cpu))$
 _OURS_RE = re.compile(
     r"^(?P<accel>cu\d+|rocm\d+\.\d+|cpu)torch(?P<torch>.+)cxx11abi(?P<abi>true|false)$", re.I
 )
+_STABLE_RE = re.compile(r"^(?P<accel>cu\d+|rocm\d+\.\d+|cpu)torch(?P<floor>\d+\.\d+)stable$", re.I)
 _HIP_RE = re.compile(r"^hip(?P<major>\d)(?P<minor>\d+)$", re.I)
 _MAJOR_MINOR_RE = re.compile(r"^\d+\.\d+$")
 _LOCAL_SEP = ".local."
@@ -110,9 +115,12 @@ class VariantKey:
             pre-release / nightly / NGC / source-built torch (``"2.6.0a0+ecf3bae40a.nv25.1"``);
             None only for upstream labels that do not say (``hip62``).
         accelerator: ``"cu13"`` (CUDA major), ``"rocm6.2"`` (ROCm major.minor) or ``"cpu"``.
-        cxx11abi: the C++ ABI (torch._C._GLIBCXX_USE_CXX11_ABI); None only for upstream ``hip62``.
+        cxx11abi: the C++ ABI (torch._C._GLIBCXX_USE_CXX11_ABI); None for a stable-ABI key and for
+            upstream ``hip62``.
         python_tag, abi_tag, platform_tag: the wheel tags (``cp39``, ``abi3``, ``linux_x86_64`` or
             the manylinux tag auditwheel granted).
+        torch_abi: ``"classic"`` (one torch series) or ``"stable"`` (the LibTorch stable ABI: ``torch``
+            is then the floor, ``"2.10"``, and the key serves every torch from it on).
 
     Raises VariantError (a ValueError) naming the value when a field is malformed.
     """
@@ -123,6 +131,7 @@ class VariantKey:
     python_tag: str = "cp39"
     abi_tag: str = "abi3"
     platform_tag: str = "linux_x86_64"
+    torch_abi: str = "classic"
     # Set only for keys read from an upstream label that our grammar cannot express (``hip62``).
     upstream_label: Optional[str] = field(default=None, compare=False, repr=False)
 
@@ -130,7 +139,15 @@ class VariantKey:
         object.__setattr__(self, "accelerator", _normalise_accelerator(self.accelerator))
         if self.torch is not None:
             object.__setattr__(self, "torch", _normalise_torch(str(self.torch)))
-        if self.upstream_label is None and (self.torch is None or self.cxx11abi is None):
+        if self.torch_abi not in ("classic", "stable"):
+            raise VariantError(f"torch_abi {self.torch_abi!r} is neither 'classic' nor 'stable'")
+        if self.torch_abi == "stable":
+            if self.torch is None or not _MAJOR_MINOR_RE.match(self.torch) or self.cxx11abi is not None:
+                raise VariantError(
+                    f"a stable-ABI VariantKey needs torch = its floor 'major.minor' and cxx11abi=None (got "
+                    f"torch={self.torch!r}, cxx11abi={self.cxx11abi!r})"
+                )
+        elif self.upstream_label is None and (self.torch is None or self.cxx11abi is None):
             raise VariantError(
                 f"VariantKey needs torch and cxx11abi (got torch={self.torch!r}, "
                 f"cxx11abi={self.cxx11abi!r}); only upstream 'hip<MM>' labels may omit them"
@@ -145,8 +162,13 @@ class VariantKey:
     # -- derived -------------------------------------------------------------------------------
     @property
     def complete(self) -> bool:
-        """True when torch and cxx11abi are known (always for our labels)."""
-        return self.torch is not None and self.cxx11abi is not None
+        """True when torch and cxx11abi are known (always for our labels; a stable key needs no ABI)."""
+        return self.torch is not None and (self.stable or self.cxx11abi is not None)
+
+    @property
+    def stable(self) -> bool:
+        """A stable-ABI key: ``torch`` is the floor, every later torch is served."""
+        return self.torch_abi == "stable"
 
     @property
     def exact_torch(self) -> bool:
@@ -166,9 +188,12 @@ class VariantKey:
 
     @property
     def local_label(self) -> str:
-        """The local version label, e.g. ``cu13torch2.14cxx11abiTRUE`` (also the index folder name)."""
+        """The local version label, e.g. ``cu13torch2.14cxx11abiTRUE`` or ``cu13torch2.10stable`` (also
+        the index folder name)."""
         if self.upstream_label is not None:
             return self.upstream_label
+        if self.stable:
+            return f"{self.accelerator}torch{self.torch}stable"
         abi = "TRUE" if self.cxx11abi else "FALSE"
         return f"{self.accelerator}torch{_encode_torch(self.torch)}cxx11abi{abi}"
 
@@ -190,6 +215,7 @@ class VariantKey:
             python_tag=self.python_tag,
             abi_tag=self.abi_tag,
             platform_tag=self.platform_tag,
+            torch_abi=self.torch_abi,
             upstream_label=self.upstream_label,
         )
         fields.update(tags)
@@ -203,6 +229,18 @@ class VariantKey:
         ``tags`` sets python_tag / abi_tag / platform_tag.  Raises VariantError naming the label.
         """
         text = label.strip().lstrip("+")
+        m = _STABLE_RE.match(text)
+        if m:
+            try:
+                return cls(
+                    torch=m.group("floor"),
+                    accelerator=m.group("accel"),
+                    cxx11abi=None,
+                    torch_abi="stable",
+                    **tags,
+                )
+            except VariantError as exc:
+                raise VariantError(f"local version label {label!r}: {exc}") from exc
         m = _OURS_RE.match(text)
         if m:
             torch = _decode_torch(m.group("torch"))
@@ -227,7 +265,8 @@ class VariantKey:
         raise VariantError(
             f"local version label {label!r} is not a wheel variant: expected "
             f"'<cuNN|rocmX.Y|cpu>torch<major.minor or exact build>cxx11abi<TRUE|FALSE>' "
-            f"(e.g. 'cu13torch2.14cxx11abiTRUE') or upstream's 'hip<MM>' (e.g. 'hip62')"
+            f"(e.g. 'cu13torch2.14cxx11abiTRUE'), a stable-ABI '<cuNN|rocmX.Y|cpu>torch<floor>stable' "
+            f"(e.g. 'cu13torch2.10stable') or upstream's 'hip<MM>' (e.g. 'hip62')"
         )
 
     @classmethod

@@ -7,13 +7,20 @@ chosen wheel, the ranked compatible candidates, and each rejected wheel with its
 * its platform / Python / ABI tags are among the target's (``packaging.tags``: an aarch64 target never
   takes an x86_64 wheel, a musllinux target never a manylinux one, nor an unrepaired ``linux_*`` one);
 * its Requires-Python (recorded in the manifest by the index) admits the target's Python;
-* THE compatibility rule, ``mamba_ssm._compat.buildinfo.incompatibilities`` (torch major.minor or the
-  exact build, C++ ABI, CUDA major, ROCm major.minor; a CPU-only torch gets the ``+cpu`` wheel);
+* THE compatibility rule, ``mamba_ssm._compat.buildinfo.incompatibilities`` (classic wheels: torch
+  major.minor or the exact build, C++ ABI, CUDA major, ROCm major.minor; stable-ABI wheels: every torch
+  from the floor on with the same CUDA major / ROCm major.minor); a CPU-only torch gets a CPU wheel and
+  a CUDA / ROCm torch never a CPU-only one (its kernels would not run on the GPU);
 * the NVIDIA driver is at least the minimum of the wheel's CUDA major (CUDA minor-version
   compatibility) and, when a GPU can only run the wheel's PTX (JIT), at least the driver of the
   toolkit that produced that PTX (:data:`TOOLKIT_DRIVER`);
 * every visible GPU is covered (``mamba_ssm._compat.archs.coverage``; ROCm: its gfx target is built);
 * with hashes pinned into the sdist, the wheel is one of them with the same sha256.
+
+Ranking of the wheels that pass (:func:`rank_key`): a stable-ABI wheel before a classic one for the
+same target (it keeps working when torch is upgraded, for about 0.1-0.6 us more per op call:
+docs/benchmarks.md), the highest floor first among stable ones; then a classic wheel built against the exact torch build;
+then SASS over PTX JIT; then the most specific wheel tag.
 
 No wheel passing is a result of its own (``Decision.chosen is None``, ``status == "no-candidate"``);
 what to do then (source build / pure-Python package / error) is the caller's business.
@@ -230,12 +237,38 @@ def _looked_for(env: Environment) -> str:
     gpus = ", ".join(
         f"sm_{g.capability.replace('.', '')}" if g.capability else (g.gfx or g.vendor) for g in env.gpus
     )
-    text = f"+{label} (torch {env.torch.version}) for Python {env.python_version} on {plat}"
+    text = f"+{label} (torch {env.torch.version})"
+    stable = _stable_label(env)
+    if stable:
+        text += f" or a stable-ABI +{stable}"
+    text += f" for Python {env.python_version} on {plat}"
     if gpus:
         text += f", GPUs {gpus}"
     if env.driver_version:
         text += f", driver {env.driver_version}"
     return text
+
+
+def _stable_label(env: Environment) -> Optional[str]:
+    """The stable-ABI labels that serve the target's torch, in words (``cu13torch2.10stable`` or a
+    higher floor up to the torch's own), or None for a torch below the lowest floor."""
+    from .._compat.buildinfo import STABLE_ABI_MIN_FLOOR, parse_floor
+    from .._compat.variant import VariantKey
+
+    if env.torch is None:
+        return None
+    try:
+        build = env.torch.build()
+        if tuple(build.release[:2]) < parse_floor(STABLE_ABI_MIN_FLOOR):
+            return None
+        label = VariantKey(STABLE_ABI_MIN_FLOOR, build.accelerator, None, torch_abi="stable").local_label
+        return (
+            label
+            if build.major_minor == STABLE_ABI_MIN_FLOOR
+            else f"{label} (or a floor up to {build.major_minor})"
+        )
+    except Exception:  # noqa: BLE001 - an odd version: the classic label (or words) says enough
+        return None
 
 
 def _check(
@@ -277,6 +310,10 @@ def _check(
     facts["exact_torch"] = info.torch_version == runtime.version
     # The shared rule's sentences end in the generic fix; the decision's paragraph gives the fix once.
     reasons.extend(r.split(": install the mamba-ssm wheel", 1)[0] for r in incompatibilities(info, runtime))
+    cpu_only = _cpu_only_for_gpu_torch(info, runtime)
+    if cpu_only:
+        reasons.append(cpu_only)
+    facts["stable_floor"] = _stable_floor(info)
     if reasons:
         return reasons, facts
     facts["gpu_only"] = True  # every reason from here on is about the driver or a GPU
@@ -325,6 +362,38 @@ def _check(
     return reasons, facts
 
 
+def _cpu_only_for_gpu_torch(info: BuildInfo, runtime) -> Optional[str]:
+    """Why a wheel with CPU kernels only does not serve a CUDA / ROCm torch (the compatibility rule lets
+    a stable-ABI one load there, but its kernels would not run on the GPU), or None."""
+    if any(k in info.kernels for k in ("cuda", "hip")):
+        return None
+    if runtime.cuda_major is not None:
+        return f"has CPU kernels only, and the target's torch is a CUDA {runtime.cuda_version} build"
+    if runtime.rocm_version:
+        return f"has CPU kernels only, and the target's torch is a ROCm {runtime.rocm_version} build"
+    return None
+
+
+def _stable_floor(info: BuildInfo) -> Optional[Tuple[int, int]]:
+    from .._compat.buildinfo import parse_floor
+
+    return parse_floor(info.torch_abi_floor) if info.is_stable_abi else None
+
+
+def rank_key(facts: Dict[str, Any], tag_rank: int, filename: str) -> Tuple:
+    """The sort key of a compatible wheel (smaller is better; see the module docstring): stable ABI
+    first (highest floor first), then an exact torch build, SASS over PTX JIT, the tag's rank, the name."""
+    floor = facts.get("stable_floor")
+    return (
+        floor is None,
+        tuple(-x for x in floor) if floor else (),
+        not facts["exact_torch"],
+        facts["jit"],
+        tag_rank,
+        filename,
+    )
+
+
 def served_by(entry: WheelEntry) -> str:
     """What one wheel serves, in words: ``torch 2.14 (built with 2.14.1+cu130), CUDA 13.0, cxx11abi
     TRUE; cp39-abi3 manylinux_2_28_x86_64`` (from its build info and file name)."""
@@ -346,6 +415,8 @@ def served_by(entry: WheelEntry) -> str:
         if info.get("torch_hip")
         else "CPU only"
     )
+    if info.get("torch_abi") == "stable":
+        return f"torch >= {info.get('torch_abi_floor')} (stable ABI, built with {tv}), {accel}; {where}"
     abi = {True: "TRUE", False: "FALSE"}.get(info.get("cxx11_abi"), "?")
     return f"torch {mm} (built with {tv}), {accel}, cxx11abi {abi}; {where}"
 
@@ -410,8 +481,7 @@ def select(
             # else; then by how many rules it fails; the name only breaks ties
             bad.append(((not facts.get("gpu_only"), len(reasons)), entry.filename, "; ".join(reasons)))
         else:
-            rank = (not facts["exact_torch"], facts["jit"], _tag_rank(entry, env), entry.filename)
-            good.append((rank, entry))
+            good.append((rank_key(facts, _tag_rank(entry, env), entry.filename), entry))
     good.sort(key=lambda x: x[0])
     bad.sort(key=lambda x: (x[0], x[1]))
     candidates = [e for _, e in good]

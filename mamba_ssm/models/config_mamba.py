@@ -57,8 +57,8 @@ class MambaConfig:
         if unknown:
             raise ValueError(
                 f"{source}: unknown MambaConfig field(s) {unknown}; the fields are {sorted(known)}. "
-                f"A transformers config.json (hidden_size, num_hidden_layers, ...) must be converted "
-                f"first (README: 'Checkpoints from and to transformers')"
+                f"MambaLMHeadModel.from_pretrained converts a transformers config.json when it names its "
+                f"model_type ('mamba' or 'mamba2'), which this one does not"
             )
         return cls(**data)
 

@@ -28,20 +28,20 @@ from functools import partial
 import torch
 import torch.nn as nn
 
+from mamba_ssm.models._checkpoint import load_weights
 from mamba_ssm.models.config_mamba import MambaConfig
+from mamba_ssm.models.transformers_format import (
+    config_from_transformers,
+    save_transformers_format,
+    transformers_model_type,
+)
 from mamba_ssm.modules.block import Block, add_and_norm
 from mamba_ssm.modules.mamba_simple import Mamba
 from mamba_ssm.modules.mha import MHA
 from mamba_ssm.modules.mlp import GatedMLP
 from mamba_ssm.ops.triton.layer_norm import RMSNorm
 from mamba_ssm.utils.generation import GenerationMixin
-from mamba_ssm.utils.hf import (
-    CONFIG_NAME,
-    SAFE_WEIGHTS_NAME,
-    WEIGHTS_NAME,
-    load_config_hf,
-    load_state_dict_hf,
-)
+from mamba_ssm.utils.hf import CONFIG_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, find_weights, load_config_hf
 
 __all__ = ["create_block", "MixerModel", "MambaLMHeadModel", "CausalLMOutput"]
 
@@ -278,27 +278,6 @@ class MixerModel(nn.Module):
         return hidden_states
 
 
-def _check_state_dict(model, state_dict, source):
-    """Raise KeyError naming the missing and unexpected keys of ``state_dict`` against ``model``."""
-    expected = set(model.state_dict())
-    got = set(state_dict)
-    missing = sorted(expected - got)
-    if model.config.tie_embeddings and "lm_head.weight" in missing and "backbone.embedding.weight" in got:
-        missing.remove("lm_head.weight")  # tied: the embedding's weight is the head's
-    unexpected = sorted(got - expected)
-    if missing or unexpected:
-
-        def show(keys):
-            return (", ".join(keys[:8]) + (f", ... ({len(keys)} in all)" if len(keys) > 8 else "")) or "none"
-
-        raise KeyError(
-            f"{source}: the weights do not match MambaLMHeadModel({model.config}): missing keys: "
-            f"{show(missing)}; unexpected keys: {show(unexpected)}. A transformers checkpoint "
-            f"(backbone.embeddings.weight, ...) must be renamed first (README: 'Checkpoints from "
-            f"and to transformers')"
-        )
-
-
 class MambaLMHeadModel(nn.Module, GenerationMixin):
     """A Mamba language model: input_ids (batch, seqlen) -> ``CausalLMOutput(logits)`` with logits
     (batch, seqlen, padded vocab) (the last ``num_last_tokens`` positions when > 0).
@@ -361,39 +340,64 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name, device=None, dtype=None, **kwargs):
-        """Load config.json and the weights of a local directory or a hub repo id.
+        """Load a checkpoint: a local directory or a Hugging Face Hub repo id (through huggingface_hub),
+        in mamba-ssm's format or transformers' (``MambaForCausalLM`` / ``Mamba2ForCausalLM``).
 
         Args:
-            pretrained_model_name: a directory holding config.json and pytorch_model.bin (or
-                model.safetensors), or a Hugging Face Hub repo id (needs huggingface_hub).
-            device, dtype: of the model (the weights are cast to them); dtype is a torch.dtype or its
-                name ("bfloat16", "torch.float16", ...).
+            pretrained_model_name: a directory holding config.json and the weights, or a hub repo id.
+                The weights are the first present of ``model.safetensors``,
+                ``model.safetensors.index.json`` (sharded), ``pytorch_model.bin``,
+                ``pytorch_model.bin.index.json`` (sharded); a warning names the others present
+                (:mod:`mamba_ssm.utils.hf`). A config.json with transformers' ``model_type`` "mamba" /
+                "mamba2" is converted (:mod:`mamba_ssm.models.transformers_format`): config mapped,
+                keys renamed, the embedding and an untied head padded to ``pad_vocab_size_multiple``.
+            device, dtype: of the model; dtype is a torch.dtype or its name ("bfloat16",
+                "torch.float16", ...). Each tensor is cast to its parameter's dtype (parameters a layer
+                keeps in float32, such as Mamba's A_log, keep the file's float32 values).
             kwargs: passed to the constructor (e.g. ``initializer_cfg``).
+
+        Every key and shape is checked before any tensor is read; then the tensors are copied into the
+        model one at a time, so the weights are never held twice.
 
         Raises:
             TypeError: dtype is neither a torch.dtype nor the name of a floating one.
-            FileNotFoundError: config.json or the weights are missing (named).
-            ValueError: config.json is invalid or has unknown fields; a corrupt weights file.
+            FileNotFoundError: config.json, the weights or a shard are missing (named).
+            ValueError: config.json is invalid, has unknown fields or transformers values this model
+                cannot represent; a corrupt weights file; a shape mismatch (key, both shapes, cause).
             KeyError: the weights' keys do not match the config (missing / unexpected keys listed).
         """
         dtype = _as_dtype(dtype)
-        config = MambaConfig.from_dict(
-            load_config_hf(pretrained_model_name), source=f"{pretrained_model_name}/{CONFIG_NAME}"
-        )
+        raw = load_config_hf(pretrained_model_name)
+        source = f"{pretrained_model_name}/{CONFIG_NAME}"
+        from_transformers = transformers_model_type(raw) is not None
+        if from_transformers:
+            config = config_from_transformers(raw, source=source)
+        else:
+            config = MambaConfig.from_dict(raw, source=source)
+        weights = find_weights(pretrained_model_name)
         model = cls(config, device=device, dtype=dtype, **kwargs)
-        state_dict = load_state_dict_hf(pretrained_model_name, dtype=dtype)
-        _check_state_dict(model, state_dict, str(pretrained_model_name))
-        model.load_state_dict(state_dict, strict=False)  # keys checked above; a tied head may be absent
+        load_weights(model, weights, from_transformers=from_transformers)
         return model
 
-    def save_pretrained(self, save_directory, safe_serialization=False):
-        """Write ``config.json`` and ``pytorch_model.bin`` (upstream's layout) to ``save_directory``
-        (created if needed); with ``safe_serialization=True`` also ``model.safetensors`` (without the
-        tied lm_head.weight; needs the safetensors package).
+    def save_pretrained(self, save_directory, safe_serialization=False, transformers_format=False):
+        """Write the checkpoint to ``save_directory`` (created if needed).
+
+        Default (upstream's layout): ``config.json`` and ``pytorch_model.bin``, with
+        ``safe_serialization=True`` also ``model.safetensors`` (without the tied lm_head.weight).
+        ``transformers_format=True``: transformers' ``config.json`` and ``model.safetensors`` (renamed
+        keys, the vocabulary cut to ``config.vocab_size`` rows; see
+        :func:`~mamba_ssm.models.transformers_format.save_transformers_format`), which
+        ``MambaForCausalLM`` / ``Mamba2ForCausalLM.from_pretrained`` load; ``safe_serialization`` does
+        not apply.
 
         Raises:
-            ImportError: safe_serialization without the safetensors package.
+            ImportError: safetensors output without the safetensors package.
+            ValueError: transformers_format for a model transformers cannot represent (MLP blocks,
+                attention layers, LayerNorm, ...), before anything is written.
         """
+        if transformers_format:
+            save_transformers_format(self, save_directory)
+            return
         os.makedirs(save_directory, exist_ok=True)
         state_dict = self.state_dict()
         torch.save(state_dict, os.path.join(save_directory, WEIGHTS_NAME))

@@ -1,5 +1,6 @@
 """mamba_ssm._compat.buildinfo: the JSON record, reading it from a compiled object, the rule."""
 import json
+import re
 import shutil
 import subprocess
 
@@ -8,6 +9,7 @@ import pytest
 from mamba_ssm._compat.buildinfo import (
     BuildInfo,
     BuildInfoError,
+    describe_torch_abi,
     incompatibilities,
     read_build_info,
     render_header,
@@ -37,7 +39,7 @@ def test_json_roundtrip_and_keys():
     assert set(data) == {
         "package_version", "torch_version", "torch_cuda", "torch_hip", "nvcc_version",
         "hipcc_version", "cxx11_abi", "sass_archs", "ptx_archs", "gfx_archs", "python_tag",
-        "platform", "git_commit", "kernels", "schema",
+        "platform", "git_commit", "kernels", "schema", "torch_abi", "torch_abi_floor",
     }
     assert data["schema"] == 1 and data["python_tag"] == "cp39-abi3"
     assert BuildInfo.from_json(info.to_json()) == info
@@ -190,3 +192,119 @@ def test_several_reasons_listed():
     probs = incompatibilities(_info(cxx11_abi=False),
                               TorchBuild("2.6.0+cu124", cuda="12.4", cxx11_abi=True))
     assert len(probs) == 3
+
+
+# ------------------------------------------------------------------------------------ stable ABI
+def _stable(**kw):
+    return _info(torch_abi="stable", torch_abi_floor="2.10", **kw)
+
+
+def test_older_build_info_is_classic():
+    data = json.loads(_info().to_json())
+    del data["torch_abi"], data["torch_abi_floor"]
+    info = BuildInfo.from_json(json.dumps(data))
+    assert (info.torch_abi, info.torch_abi_floor, info.is_stable_abi) == ("classic", None, False)
+
+
+@pytest.mark.parametrize(
+    "patch,match",
+    [
+        ({"torch_abi": "stabel"}, "'torch_abi' must be one of classic, stable, got 'stabel'"),
+        (
+            {"torch_abi": "stable", "torch_abi_floor": None},
+            "stable-ABI build: 'torch_abi_floor' stable-ABI floor None",
+        ),
+        ({"torch_abi": "stable", "torch_abi_floor": "2.10.0"}, "'2.10.0' is not MAJOR.MINOR"),
+        (
+            {"torch_abi": "classic", "torch_abi_floor": "2.10"},
+            "'torch_abi_floor' is '2.10' but torch_abi is classic",
+        ),
+    ],
+)
+def test_from_json_rejects_bad_abi(patch, match):
+    data = json.loads(_info().to_json())
+    data.update(patch)
+    with pytest.raises(BuildInfoError, match=re.escape(match)):
+        BuildInfo.from_json(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    "runtime",
+    [
+        "2.10.0+cu130",
+        "2.12.0+cu130",
+        "2.14.1+cu132",
+        "2.15.0+cu130",
+        "2.16.0.dev20260301+cu130",
+        "3.0.0+cu131",
+    ],
+)
+def test_stable_serves_every_torch_from_floor_with_same_cuda_major(runtime):
+    cuda = "13." + runtime.split("+cu13")[1][0]
+    assert incompatibilities(_stable(), TorchBuild(runtime, cuda, None, True)) == []
+    assert incompatibilities(_stable(), TorchBuild(runtime, cuda, None, False)) == []  # no C++ ABI axis
+
+
+def test_stable_below_floor_refused():
+    probs = incompatibilities(_stable(), TorchBuild("2.9.1+cu130", "13.0", None, True))
+    assert len(probs) == 1 and "torch >= 2.10" in probs[0] and "2.9.1" in probs[0]
+    probs = incompatibilities(
+        _info(torch_abi="stable", torch_abi_floor="2.12"), TorchBuild("2.11.0+cu130", "13.0")
+    )
+    assert len(probs) == 1 and "older than that floor" in probs[0]
+
+
+def test_stable_cuda_major_must_match():
+    probs = incompatibilities(_stable(), TorchBuild("2.15.0+cu128", "12.8", None, True))
+    assert (
+        len(probs) == 1
+        and "CUDA 13.0" in probs[0]
+        and "CUDA 12.8" in probs[0]
+        and "same CUDA major" in probs[0]
+    )
+    probs = incompatibilities(_stable(), TorchBuild("2.14.1+cpu", None, None, True))
+    assert len(probs) == 1 and "without CUDA" in probs[0]
+
+
+def test_stable_cpu_only_build_runs_under_any_torch():
+    cpu = _stable(
+        torch_version="2.13.0+cpu",
+        torch_cuda=None,
+        nvcc_version=None,
+        sass_archs=[],
+        ptx_archs=[],
+        kernels=["cpu"],
+    )
+    for rt in (
+        TorchBuild("2.14.1+cu130", "13.0"),
+        TorchBuild("2.12.0+cu126", "12.6"),
+        TorchBuild("2.13.0+cpu"),
+        TorchBuild("2.13.0+rocm7.2", hip="7.2.0-x"),
+    ):
+        assert incompatibilities(cpu, rt) == [], rt
+    assert incompatibilities(cpu, TorchBuild("2.9.1+cpu")) != []
+    # the classic rule is unchanged: a CPU build of another minor, or under a CUDA torch, is refused
+    classic = _info(torch_version="2.13.0+cpu", torch_cuda=None, kernels=["cpu"])
+    assert incompatibilities(classic, TorchBuild("2.14.1+cpu")) and incompatibilities(
+        classic, TorchBuild("2.13.0+cu130", "13.0")
+    )
+
+
+def test_stable_hip_needs_same_rocm_minor():
+    hip = _stable(
+        torch_version="2.13.0+rocm7.2", torch_cuda=None, torch_hip="7.2.1-x", kernels=["cpu", "hip"]
+    )
+    assert incompatibilities(hip, TorchBuild("2.14.0+rocm7.2", hip="7.2.0-y")) == []
+    probs = incompatibilities(hip, TorchBuild("2.14.0+rocm7.3", hip="7.3.0-y"))
+    assert len(probs) == 1 and "ROCm 7.2" in probs[0] and "ROCm 7.3" in probs[0]
+
+
+def test_describe_torch_abi():
+    assert (
+        _stable(torch_version="2.13.0+cpu").describe_abi() == "stable ABI, torch >= 2.10 (built with 2.13.0)"
+    )
+    assert _info().describe_abi() == "classic ABI, torch 2.14 only (built with 2.14.1+cu130, cxx11abi TRUE)"
+    assert (
+        describe_torch_abi("stable", "2.12", "2.14.1+cu130", None)
+        == "stable ABI, torch >= 2.12 (built with 2.14.1)"
+    )

@@ -184,3 +184,21 @@ def test_gpu_noncontiguous(gpu_backend):
     inp["B"] = torch.cat([inp["B"], inp["B"]], dim=1)[:, ::2]
     assert not inp["u"].is_contiguous() and not inp["B"].is_contiguous()
     _check(gpu_backend, inp, torch.float32, device="cuda")
+
+
+def test_conjugate_view_and_complex128_operands(complex_backend):
+    """The op reads a conjugate view's values (not its raw memory) and converts complex128 constant
+    B/C: A passed as ``X.conj()`` (conjugate bit set), B and C complex128, against the reference on the
+    same values."""
+    inp = _inputs(2, 3, 4, 30, 1, torch.float32, seed=7, constant_b=True, constant_c=True)
+    A_view = inp["A"].conj()  # values conj(A); memory holds A
+    assert A_view.is_conj()
+    B, C = inp["B"].to(torch.complex128), inp["C"].to(torch.complex128)
+    args = (inp["u"], inp["delta"], A_view, B, C, inp["D"], inp["z"], inp["delta_bias"], True)
+    out, last = torch.ops.mamba_ssm.selective_scan_complex_fwd(*args)
+    ref = {k: inp[k].to(torch.complex128 if inp[k].is_complex() else torch.float64) for k in NAMES}
+    ref["A"] = ref["A"].conj().resolve_conj()
+    ref_out, ref_last = selective_scan_complex_ref64(*[ref[k] for k in NAMES], delta_softplus=True)
+    assert_close(out, ref_out, torch.float32, "out")
+    assert_close(torch.view_as_real(last), torch.view_as_real(ref_last), torch.float32, "last_state")
+

@@ -22,15 +22,16 @@ from build_matrix._compat_loader import load_compat
 
 buildinfo = load_compat("buildinfo")
 NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")
-LABEL = "cu13torch2.14cxx11abiTRUE"
+LABEL = "cu13torch2.9cxx11abiTRUE"
 CELL_ID = f"{LABEL}-x86_64"
-CPU_CELL_ID = "cputorch2.13cxx11abiTRUE-x86_64"
+CPU_CELL_ID = "cputorch2.9cxx11abiTRUE-x86_64"
+STABLE_CELL_ID = "cu13torch2.10stable-x86_64"
 
 
 def _info(**over):
     fields = dict(
         package_version=f"2.4.0.dev0+{LABEL.lower()}",
-        torch_version="2.14.1+cu130",
+        torch_version="2.9.1+cu130",
         torch_cuda="13.0",
         nvcc_version="13.0",
         cxx11_abi=True,
@@ -204,7 +205,7 @@ def test_metadata_filename_mismatch_fails(tmp_path, plan, sm90_so):
     wheel = make_wheel(tmp_path, sm90_so, meta_version="2.4.0.dev0")
     rep = run_audit(wheel, plan.cell(CELL_ID))
     assert any(
-        "METADATA Version '2.4.0.dev0' != file name version '2.4.0.dev0+cu13torch2.14cxx11abitrue'" in f
+        "METADATA Version '2.4.0.dev0' != file name version '2.4.0.dev0+cu13torch2.9cxx11abitrue'" in f
         for f in rep.findings
     ), rep.findings
 
@@ -220,7 +221,7 @@ def test_wrong_abi_and_torch_fail(tmp_path, plan):
     )
     rep = run_audit(make_wheel(tmp_path, so), plan.cell(CELL_ID))
     text = "\n".join(rep.findings)
-    assert "built against torch 2.13.0+cu130, the cell says 2.14.1+cu130" in text
+    assert "built against torch 2.13.0+cu130, the cell says 2.9.1+cu130" in text
     assert "cxx11_abi False != the cell's True" in text
     assert "the compatibility rule says" in text  # buildinfo.incompatibilities rejects what the cell serves
 
@@ -243,26 +244,112 @@ def test_size_budget(tmp_path, plan, sm90_so):
 
 def test_cpu_cell(tmp_path, plan):
     info = _info(
-        package_version="2.4.0.dev0+cputorch2.13cxx11abitrue",
-        torch_version="2.13.0+cpu",
+        package_version="2.4.0.dev0+cputorch2.9cxx11abitrue",
+        torch_version="2.9.1+cpu",
         torch_cuda=None,
         nvcc_version=None,
         sass_archs=[],
         kernels=["cpu"],
     )
     so = compile_so(tmp_path / "so", info)
-    good = make_wheel(tmp_path / "g", so, version="2.4.0.dev0+cputorch2.13cxx11abiTRUE")
+    good = make_wheel(tmp_path / "g", so, version="2.4.0.dev0+cputorch2.9cxx11abiTRUE")
     rep = run_audit(good, plan.cell(CPU_CELL_ID), archs=None)
     assert rep.ok, rep.findings
     assert rep.facts["sass"] == [] and rep.facts["device_code_by"] == "ELF .nv_fatbin"
     # a CPU wheel that carries GPU code is wrong
     gpu = compile_so(tmp_path / "gpu", info, ["arch=compute_90,code=sm_90"])
     rep = run_audit(
-        make_wheel(tmp_path / "b", gpu, version="2.4.0.dev0+cputorch2.13cxx11abiTRUE"),
+        make_wheel(tmp_path / "b", gpu, version="2.4.0.dev0+cputorch2.9cxx11abiTRUE"),
         plan.cell(CPU_CELL_ID),
         archs=None,
     )
     assert any("SASS in mamba_ssm/_C.abi3.so is ['sm_90'], the plan says none" in f for f in rep.findings)
+
+
+def _stable_info(**over):
+    fields = dict(
+        package_version="2.4.0.dev0+cu13torch2.10stable",
+        torch_version="2.14.1+cu130",
+        torch_abi="stable",
+        torch_abi_floor="2.10",
+    )
+    fields.update(over)
+    return _info(**fields)
+
+
+def test_stable_cell_good_wheel_passes(tmp_path, plan):
+    so = compile_so(tmp_path / "so", _stable_info(), ["arch=compute_90,code=sm_90"])
+    wheel = make_wheel(tmp_path, so, version="2.4.0.dev0+cu13torch2.10stable")
+    rep = run_audit(wheel, plan.cell(STABLE_CELL_ID))
+    assert rep.ok, rep.findings
+    assert "stable ABI symbols" in rep.passed and "build info" in rep.passed
+    assert rep.facts["stable_abi"] == {"floor": "2.10", "shim_imports": 0, "torch_cpp_imports": 0}
+
+
+def test_classic_build_in_stable_cell_fails(tmp_path, plan):
+    so = compile_so(
+        tmp_path / "so",
+        _stable_info(torch_abi="classic", torch_abi_floor=None),
+        ["arch=compute_90,code=sm_90"],
+    )
+    rep = run_audit(
+        make_wheel(tmp_path, so, version="2.4.0.dev0+cu13torch2.10stable"), plan.cell(STABLE_CELL_ID)
+    )
+    text = "\n".join(rep.findings)
+    assert (
+        "torch_abi classic (floor None) != the cell's stable (floor 2.10): build with MAMBA_TORCH_STABLE_ABI=2.10"
+        in text
+    )
+    # a classic 2.14 build does not serve the 2.10-2.13 torches the stable cell promises
+    assert "the cell serves torch 2.10.0+cu130 but the compatibility rule says" in text
+
+
+IMPORTS = r"""
+namespace c10 { void* deleter_of_some_kind(int); }
+extern "C" int aoti_torch_get_dim(void*, long*);
+extern "C" int torch_made_up_call_for_this_test(void*);
+extern "C" long use(void* t) { long d = 0; aoti_torch_get_dim(t, &d); torch_made_up_call_for_this_test(t);
+  return d + (long)c10::deleter_of_some_kind(1); }
+"""
+
+
+def test_stable_symbol_check_names_cpp_and_unknown_shim_imports(tmp_path):
+    from build_matrix import stable_abi
+
+    (tmp_path / "imports.cpp").write_text(IMPORTS)
+    so = tmp_path / "_C.abi3.so"
+    subprocess.run(["g++", "-shared", "-fPIC", "-o", str(so), str(tmp_path / "imports.cpp")], check=True)
+    undefined = stable_abi.undefined_symbols(so)
+    assert stable_abi.torch_cpp_imports(undefined) == ["_ZN3c1020deleter_of_some_kindEi"]
+    assert stable_abi.shim_imports(undefined) == ["aoti_torch_get_dim", "torch_made_up_call_for_this_test"]
+    problems = stable_abi.check(so, "2.10")
+    assert len(problems) == 2, problems
+    assert (
+        "imports 1 C++ symbol(s) of libtorch" in problems[0]
+        and "_ZN3c1020deleter_of_some_kindEi" in problems[0]
+    )
+    assert "torch 2.10.0 (the floor 2.10) does not export: torch_made_up_call_for_this_test" in problems[1]
+    assert stable_abi.check(so, "2.99", recorded={})[-1].startswith(
+        "no recorded C shim exports for torch 2.99"
+    )
+
+
+def test_recorded_floor_exports_are_torch_210s():
+    """The data file holds torch 2.10.0's shim (read from PyPI's wheel): the 2.10 calls the binding makes
+    are there, the 2.13 one (Stream::nativeHandle) is not, so a binding that reaches past the floor fails."""
+    from build_matrix import stable_abi
+
+    entry = stable_abi.load_recorded()["2.10"]
+    assert entry["torch"] == "2.10.0" and "libtorch_cuda.so" in entry["source"]
+    names = set(entry["symbols"])
+    assert {
+        "torch_call_dispatcher",
+        "torch_library_impl",
+        "aoti_torch_get_current_cuda_stream",
+        "torch_get_mutable_data_ptr",
+        "aoti_torch_library_def",
+    } <= names
+    assert "torch_stream_native_handle" not in names
 
 
 def test_elf_parser_agrees_with_cuobjdump(tmp_path):

@@ -52,13 +52,15 @@ def test_real_matrix_is_valid_and_covers_the_required_range():
 
 
 def test_host_cell():
-    cell = plan_of().cell("cu13torch2.14cxx11abiTRUE-x86_64")
+    """The shared venv's torch 2.14.1+cu130 builds the stable-ABI CUDA 13 cell (the newest series)."""
+    cell = plan_of().cell("cu13torch2.10stable-x86_64")
     assert cell.torch_spec == "torch==2.14.1+cu130"
     assert cell.toolkit == "cuda13.0" and cell.toolkit_version == "13.0"
     assert set(cell.serves) == {"cu130", "cu132"}
+    assert (cell.torch_abi, cell.torch_abi_floor, cell.torch_abi_env) == ("stable", "2.10", "2.10")
     assert "sm_90" in cell.sass and "sm_103" not in cell.sass
     assert cell.variant_key().wheel_filename("2.4.0") == (
-        "mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp310-abi3-manylinux_2_28_x86_64.whl"
+        "mamba_ssm-2.4.0+cu13torch2.10stable-cp310-abi3-manylinux_2_28_x86_64.whl"
     )
 
 
@@ -70,7 +72,8 @@ def test_host_cell_tag_is_the_limited_api_of_its_torch():
     if not torch.__version__.startswith("2.14."):
         pytest.skip(f"torch {torch.__version__} is not the host cell's series")
     value = int(cpp_extension.min_supported_cpython, 16)
-    cell = plan_of().cell("cu13torch2.14cxx11abiTRUE-x86_64")
+    cell = plan_of().cell("cu13torch2.10stable-x86_64")
+    assert cell.torch_version.startswith("2.14.")
     assert cell.python_tag == f"cp{value >> 24}{(value >> 16) & 0xFF}"
 
 
@@ -208,11 +211,15 @@ def test_exclude_and_skip():
 
 def test_filters():
     plan = plan_of()
-    cells = plan.filtered(["series=2.14", "kind=cpu"])
-    assert {c.id for c in cells} == {"cputorch2.14cxx11abiTRUE-x86_64", "cputorch2.14cxx11abiTRUE-aarch64"}
-    assert {c.id for c in plan.filtered(["cu13torch2.14*"])} == {
-        "cu13torch2.14cxx11abiTRUE-x86_64",
-        "cu13torch2.14cxx11abiTRUE-aarch64",
+    cells = plan.filtered(["series=2.9", "kind=cpu"])
+    assert {c.id for c in cells} == {"cputorch2.9cxx11abiTRUE-x86_64", "cputorch2.9cxx11abiTRUE-aarch64"}
+    assert {c.id for c in plan.filtered(["cu13torch2.9*"])} == {
+        "cu13torch2.9cxx11abiTRUE-x86_64",
+        "cu13torch2.9cxx11abiTRUE-aarch64",
+    }
+    assert {c.id for c in plan.filtered(["torch_abi=stable", "kind=cpu"])} == {
+        "cputorch2.10stable-x86_64",
+        "cputorch2.10stable-aarch64",
     }
     with pytest.raises(mx.MatrixError, match="no field 'colour'"):
         plan.filtered(["colour=red"])
@@ -320,3 +327,79 @@ def test_plan_and_audit_arguments_have_help():
     for command, dest in (("plan", "format"), ("audit", "wheel")):
         action = next(a for a in sub.choices[command]._actions if a.dest == dest)
         assert action.help and len(action.help) > 20, (command, dest)
+
+
+# ------------------------------------------------------------------------------------ stable ABI
+def _served(plan):
+    """{(series, accelerator, platform): [cell ids]} over every cell (a stable cell serves its series)."""
+    out = {}
+    for c in plan.cells:
+        for series in c.serves_series or (c.series,):
+            for acc in c.serves:
+                out.setdefault((series, acc, c.platform), []).append(c.id)
+    return out
+
+
+def test_stable_cells_replace_per_series_cells_from_the_floor():
+    """Every CUDA / CPU torch build matrix.toml lists from the floor on is served by exactly one cell, a
+    stable-ABI one of its CUDA major (or CPU); below the floor, and for ROCm, the classic cells stay."""
+    plan = plan_of()
+    floor = REAL_MATRIX["stable_abi"]["floor"]
+    served = _served(plan)
+    listed = 0
+    for t in REAL_MATRIX["torch"]:
+        for b in t["builds"]:
+            if b.get("skip"):
+                continue
+            for platform in b.get("platforms", ["x86_64"]):
+                ids = served.get((t["series"], b["accelerator"], platform))
+                assert ids and len(ids) == 1, (t["series"], b, platform, ids)
+                stable = mx.Version(t["series"]) >= mx.Version(floor) and not b["accelerator"].startswith(
+                    "rocm"
+                )
+                assert ids[0].endswith(
+                    ("stable-" + platform)
+                    if stable
+                    else ("cxx11abiTRUE-" + platform, "cxx11abiFALSE-" + platform)
+                ), ids
+                if stable:
+                    fam = mx.accelerator_family(b["accelerator"])
+                    assert ids[0] == f"{fam}torch{floor}stable-{platform}"
+                    listed += 1
+    assert listed > 0
+    stable = [c for c in plan.cells if c.torch_abi == "stable"]
+    # one per (family, platform); each built against the newest series that ships its family
+    assert len({(c.family, c.platform) for c in stable}) == len(stable)
+    for c in stable:
+        assert c.series == c.serves_series[-1] and c.torch_abi_floor == floor
+        assert c.serves_series[0] == floor
+    assert not [
+        c
+        for c in plan.cells
+        if c.torch_abi == "classic" and c.toolkit_kind != "rocm" and mx.Version(c.series) >= mx.Version(floor)
+    ]
+
+
+def test_without_stable_section_every_series_has_its_cells():
+    """The classic expansion (before the stable ABI) is what [stable_abi] replaces: more cells."""
+    classic = plan_of(lambda m: m.pop("stable_abi"))
+    plan = plan_of()
+    assert classic.ok and all(c.torch_abi == "classic" for c in classic.cells)
+    assert len(plan.cells) < len(classic.cells)
+    floor = mx.Version(REAL_MATRIX["stable_abi"]["floor"])
+    above = [c for c in classic.cells if mx.Version(c.series) >= floor]
+    kept = [c for c in plan.cells if mx.Version(c.series) >= floor or c.torch_abi == "stable"]
+    assert len(classic.cells) - len(above) == len(plan.cells) - len(kept)
+
+
+@pytest.mark.parametrize(
+    "section,needle",
+    [
+        ({"floor": "2.9"}, "below 2.10"),
+        ({"floor": "two"}, "is not MAJOR.MINOR"),
+        ({"floor": "2.10", "kinds": ["tpu"]}, "kinds ['tpu']"),
+    ],
+)
+def test_bad_stable_section(section, needle):
+    plan = plan_of(lambda m: m.__setitem__("stable_abi", section))
+    assert any(needle in e for e in plan.errors), plan.errors

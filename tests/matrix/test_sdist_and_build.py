@@ -27,6 +27,9 @@ def test_sdist_carries_every_compiled_source(tmp_path):
     csrc = sorted(p.name for p in (ROOT / "csrc").iterdir() if p.is_file())
     assert csrc and sorted(p.name for p in (unpacked / "csrc").iterdir()) == csrc
     assert (unpacked / "setup.py").is_file() and (unpacked / "mamba_ssm/_compat/variant.py").is_file()
+    # build_matrix emit runs from an unpacked sdist too: its templates and action pins are inside
+    templates = [p.relative_to(ROOT) for p in (ROOT / "build_matrix/templates").rglob("*") if p.is_file()]
+    assert templates and [t for t in templates if not (unpacked / t).is_file()] == []
 
 
 def test_missing_source_is_named(tmp_path):
@@ -49,18 +52,18 @@ def _build(*args):
 def test_refuses_cells_this_machine_cannot_build():
     host = build.detect_host()
     if "12.8" not in host.nvcc:
-        out = _build("--cell", "cu12torch2.14cxx11abiTRUE-x86_64")
+        out = _build("--cell", "cu12torch2.10stable-x86_64")
         assert out.returncode == 2 and "is built with nvcc 12.8" in out.stderr
     out = _build("--cell", "cu11torch2.6cxx11abiFALSE-x86_64", "--toolkit", "pypi")
     assert out.returncode == 2 and "carry no nvcc (only CUDA 13.x comes from PyPI)" in out.stderr
     out = _build("--cell", "rocm7.2torch2.13cxx11abiTRUE-x86_64")
     assert out.returncode == 2 and "needs hipcc from ROCm 7.2.0 and a ROCm torch" in out.stderr
-    out = _build("--cell", "cputorch2.14cxx11abiTRUE-aarch64")
+    out = _build("--cell", "cputorch2.10stable-aarch64")
     if host.machine != "aarch64":
         assert out.returncode == 2 and "is for aarch64" in out.stderr
-    out = _build("--cell", "cu13torch2.14cxx11abiTRUE-x86_64", "--python", "3.7")
+    out = _build("--cell", "cu13torch2.10stable-x86_64", "--python", "3.7")
     assert out.returncode == 2 and "Python 3.7 is not in matrix.toml [python] versions" in out.stderr
-    out = _build("--cell", "cu13torch2.14cxx11abiTRUE-x86_64", "--python", "3.9")
+    out = _build("--cell", "cu13torch2.10stable-x86_64", "--python", "3.9")
     assert out.returncode == 2 and "torch 2.14 supports Python >=3.10,<=3.15" in out.stderr
     out = _build("--cell", "nonsense-x86_64")
     assert out.returncode == 2 and "no cell 'nonsense-x86_64'" in out.stderr
@@ -69,14 +72,14 @@ def test_refuses_cells_this_machine_cannot_build():
 def test_refuses_a_torch_build_pypi_does_not_serve(tmp_path, monkeypatch):
     plan = mx.load_plan()
     data = mx.load_toml(mx.DATA_PATH)
-    cell = plan.cell("cu12torch2.14cxx11abiTRUE-x86_64")  # +cu126: not PyPI's default for 2.14
+    cell = plan.cell("cu12torch2.10stable-x86_64")  # +cu126: not PyPI's default for 2.14
     monkeypatch.setattr(build, "_find_links", lambda: [tmp_path])
     with pytest.raises(build.Refused, match=r"PyPI serves only \+cu130 for torch 2.14"):
         build.torch_source(cell, "3.11", data)
     # the same build lying in a find-links directory is accepted
     (tmp_path / "torch-2.14.1+cu126-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
     assert build.torch_source(cell, "3.11", data) == "torch==2.14.1+cu126"
-    assert build.torch_source(plan.cell("cu13torch2.14cxx11abiTRUE-x86_64"), "3.12", data) == "torch==2.14.1"
+    assert build.torch_source(plan.cell("cu13torch2.10stable-x86_64"), "3.12", data) == "torch==2.14.1"
 
 
 def test_host_cell_is_the_shared_torch():
@@ -86,7 +89,7 @@ def test_host_cell_is_the_shared_torch():
     version_py = next(venv.glob("lib/python3*/site-packages/torch/version.py")).read_text()
     if "__version__ = '2.14.1+cu130'" not in version_py:
         pytest.skip("the shared venv is not torch 2.14.1+cu130")
-    assert build.host_cell_id(mx.load_plan()) == "cu13torch2.14cxx11abiTRUE-x86_64"
+    assert build.host_cell_id(mx.load_plan()) == "cu13torch2.10stable-x86_64"
 
 
 def test_source_hash_changes_with_sources(tmp_path):

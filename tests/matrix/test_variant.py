@@ -195,3 +195,55 @@ def test_exactness_and_properties():
     assert not rel.exact_torch and rel.cuda_major == 13 and rel.rocm is None
     ngc = VariantKey(torch="2.6.0a0+ecf3bae40a.nv25.01", accelerator="cu12", cxx11abi=True)
     assert ngc.exact_torch and ngc.torch == "2.6.0a0+ecf3bae40a.nv25.1"
+
+
+# ------------------------------------------------------------------------------------ stable ABI
+@pytest.mark.parametrize(
+    "label,accel,floor",
+    [
+        ("cu13torch2.10stable", "cu13", "2.10"),
+        ("cu12torch2.10stable", "cu12", "2.10"),
+        ("cputorch2.12stable", "cpu", "2.12"),
+        ("ROCM7.2TORCH2.11STABLE", "rocm7.2", "2.11"),
+    ],
+)
+def test_stable_label_round_trip(label, accel, floor):
+    key = VariantKey.from_local_label(label)
+    assert (key.accelerator, key.torch, key.cxx11abi, key.torch_abi, key.stable) == (
+        accel,
+        floor,
+        None,
+        "stable",
+        True,
+    )
+    assert key.complete and not key.exact_torch
+    assert key.local_label == label.lower()  # the label is lower case already: PEP 440 leaves it alone
+    assert VariantKey.from_local_label(key.local_label) == key
+    name = key.with_tags(python_tag="cp310", platform_tag="manylinux_2_28_x86_64").wheel_filename("2.4.0")
+    assert name == f"mamba_ssm-2.4.0+{label.lower()}-cp310-abi3-manylinux_2_28_x86_64.whl"
+    assert VariantKey.from_wheel_filename(name).local_label == key.local_label
+
+
+def test_stable_and_classic_keys_differ():
+    stable = VariantKey(torch="2.10", accelerator="cu13", cxx11abi=None, torch_abi="stable")
+    classic = VariantKey(torch="2.10", accelerator="cu13", cxx11abi=True)
+    assert stable != classic and stable.local_label == "cu13torch2.10stable"
+    assert classic.local_label == "cu13torch2.10cxx11abiTRUE"
+
+
+@pytest.mark.parametrize(
+    "fields,match",
+    [
+        (dict(torch="2.10", accelerator="cu13", cxx11abi=True, torch_abi="stable"), "cxx11abi=None"),
+        (dict(torch="2.10.1", accelerator="cu13", cxx11abi=None, torch_abi="stable"), "floor 'major.minor'"),
+        (dict(torch="2.10", accelerator="cu13", cxx11abi=True, torch_abi="limited"), "torch_abi 'limited'"),
+    ],
+)
+def test_bad_stable_keys(fields, match):
+    with pytest.raises(VariantError, match=match):
+        VariantKey(**fields)
+
+
+def test_stable_label_with_patch_floor_is_refused():
+    with pytest.raises(VariantError, match="'cu13torch2.10.1stable' is not a wheel variant"):
+        VariantKey.from_local_label("cu13torch2.10.1stable")

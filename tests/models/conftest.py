@@ -1,4 +1,4 @@
-"""tests/models: the helpers next to the tests (hf_convert) importable as plain modules."""
+"""tests/models: the helpers next to the tests (hf_run) importable as plain modules."""
 
 import os
 import sys

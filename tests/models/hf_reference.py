@@ -10,7 +10,8 @@ JOB.json: {"tasks": [task, ...]}; each task is
         a random MambaForCausalLM / Mamba2ForCausalLM (seeded, then every parameter perturbed so that
         norms, D and biases are not at their trivial initial values); saves its state_dict (transformers
         keys), the fp32 logits on input_ids, the loss gradients (labels = input_ids), and the greedy
-        generation of new_tokens tokens from prompt.
+        generation of new_tokens tokens from prompt. With "save_dir" (and optionally "max_shard_size"),
+        also ``save_pretrained(save_dir)``: a checkpoint folder in transformers' own layout.
     {"kind": "load", "arch": ..., "dir": "checkpoint dir", "input_ids", "prompt", "new_tokens", "out"}
         the same outputs from a checkpoint directory in transformers' format.
     {"kind": "bench", "arch": ..., "dir": ..., "prompt": [[...]], "new_tokens": int, "repeats": int,
@@ -20,7 +21,7 @@ Every task's output also records ``reference_path``: that mamba_ssm was refused 
 never imported, and that each kernel function transformers wraps fell back to its own PyTorch version
 (``torch_path``; ``packages`` / ``bound_to``: the package each wrapper asked for and what it bound).
 With MAMBA_HF_REFERENCE_WITH_MAMBA_SSM=1 mamba_ssm is not blocked (transformers with this package
-installed; ``hf_convert.run_reference(..., with_mamba_ssm=True)``).
+installed; ``hf_run.run_reference(..., with_mamba_ssm=True)``).
 """
 
 from __future__ import annotations
@@ -130,6 +131,8 @@ def run(task):
             for p in model.parameters():
                 p.add_(0.1 * torch.randn_like(p))
         model.generation_config.eos_token_id = None
+        if task.get("save_dir"):
+            model.save_pretrained(task["save_dir"], max_shard_size=task.get("max_shard_size", "5GB"))
         out = {"state_dict": {k: v.clone() for k, v in model.state_dict().items()}, **_outputs(model, task)}
     elif task["kind"] == "load":
         model = model_cls.from_pretrained(task["dir"], dtype=torch.float32)

@@ -137,11 +137,16 @@ def test_missing_and_corrupt_files(tmp_path):
     with pytest.raises(ValueError, match="not a readable PyTorch checkpoint"):
         MambaLMHeadModel.from_pretrained(str(tmp_path))
     (tmp_path / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
-    with pytest.raises(ValueError, match="not a readable safetensors file"):
+    with (
+        pytest.raises(ValueError, match="not a readable safetensors file"),
+        pytest.warns(UserWarning, match="loading model.safetensors; ignoring pytorch_model.bin"),
+    ):
         load_state_dict_hf(str(tmp_path))
     weights.unlink()
     (tmp_path / "model.safetensors").unlink()
-    with pytest.raises(FileNotFoundError, match=r"neither model\.safetensors nor pytorch_model\.bin"):
+    with pytest.raises(
+        FileNotFoundError, match=r"has no weights: none of model\.safetensors, .*pytorch_model\.bin"
+    ):
         MambaLMHeadModel.from_pretrained(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="is not a directory"):
         MambaLMHeadModel.from_pretrained(str(tmp_path / "nowhere"))
@@ -159,6 +164,7 @@ def test_missing_and_unexpected_keys_are_listed(tmp_path):
     msg = str(info.value)
     assert "missing keys: backbone.embedding.weight, backbone.layers.1.mixer.D, lm_head.weight" in msg
     assert "unexpected keys: backbone.embeddings.weight" in msg
+    assert "transformers' names with a mamba-ssm config.json" in msg
 
 
 def test_max_length_shorter_than_prompt():

@@ -10,7 +10,7 @@ gradients and 16 greedy tokens must agree, and the second run must really have c
 
 from __future__ import annotations
 
-import hf_convert
+import hf_run
 import pytest
 import torch
 
@@ -60,7 +60,7 @@ def runs(tmp_path_factory):
         work = tmp_path_factory.mktemp(f"hf_{mode}")
         todo = [dict(t, out=str(work / f"{arch}.pt")) for arch, t in tasks.items()]
         out[mode] = dict(
-            zip(tasks, hf_convert.run_reference(todo, str(work), timeout=900, with_mamba_ssm=with_ours))
+            zip(tasks, hf_run.run_reference(todo, str(work), timeout=900, with_mamba_ssm=with_ours))
         )
     return out
 

@@ -1,7 +1,7 @@
 """End to end with real pip / uv, a real HTTP server on 127.0.0.1 and the host-cell wheel (slow).
 
 A fresh venv per scenario shares the dev venv's torch through a .pth file (one CUDA torch is 5.4 GiB).
-The host wheel is ``MAMBA_E2E_WHEEL``, else the newest ``dist/cells/*cu13torch2.14*.whl`` that
+The host wheel is ``MAMBA_E2E_WHEEL``, else the newest ``dist/cells/*cu13torch2.10stable*.whl`` that
 ``python -m build_matrix build --host`` left, else one built here with ``pip wheel
 --no-build-isolation`` (MAMBA_FORCE_BUILD, sm_90; incremental after ci/test.sh's in-place build).
 """
@@ -30,7 +30,7 @@ from build_matrix.index import build_index, pin_sdist  # noqa: E402
 pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LABEL = "cu13torch2.14cxx11abiTRUE"
+LABEL = "cu13torch2.10stable"  # the host cell: stable ABI, built with torch 2.14.1+cu130
 SHARED_SITE = sysconfig.get_paths()["purelib"]  # the dev venv's site-packages (torch 2.14.1+cu130)
 CPU_TORCH_WHEEL = sorted(glob.glob("/opt/wheels/torch-2.13.0+cpu-cp311-*.whl"))
 

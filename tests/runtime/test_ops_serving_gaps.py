@@ -71,6 +71,53 @@ def test_selective_state_update_padded_slot_outputs_zero_and_touches_no_state():
         assert torch.equal(state[untouched], before[untouched]), untouched
 
 
+@pytest.mark.parametrize(
+    "indices",
+    [[2, -1, 2, 0, 2, -1, 4], [1, 1, 1, 1], [3, 0, 3, -1, 0, 3, 1]],
+    ids=["three_on_row2_and_padding", "all_on_one_row", "two_groups"],
+)
+@pytest.mark.parametrize("heads", [True, False], ids=["mamba2_heads", "mamba1_shapes"])
+def test_selective_state_update_repeated_rows_apply_in_batch_order(indices, heads):
+    """Entries naming the same state row are applied one after another in batch order (the docstring's
+    rule): expected from a float64 numpy loop over the entries that updates the rows as it goes."""
+    torch.manual_seed(3)
+    slots, h, p, n, g = 6, (4 if heads else 1), 3, 5, (2 if heads else 1)
+    idx = torch.tensor(indices)
+    b = idx.numel()
+    state = torch.randn(slots, h, p, n)
+    before = state.clone()
+    x, dt, z = torch.randn(b, h, p), torch.rand(b, h, p), torch.randn(b, h, p)
+    A = -torch.rand(h, p, n) - 0.1
+    B, C = torch.randn(b, g, n), torch.randn(b, g, n)
+    D, dt_bias = torch.randn(h, p), torch.randn(h, p)
+    if heads:
+        args = (state, x, dt, A, B, C, D, z, dt_bias)
+    else:  # Mamba-1's shapes: no head axis
+        args = (state[:, 0], x[:, 0], dt[:, 0], A[0], B[:, 0], C[:, 0], D[0], z[:, 0], dt_bias[0])
+    out = selective_state_update(*args, dt_softplus=True, state_batch_indices=idx)
+    out = out if heads else out.unsqueeze(1)
+    npf = lambda t: t.double().numpy()  # noqa: E731
+    s, xn, dtn, An, Bn, Cn, Dn, zn, bn = map(npf, (before, x, dt, A, B, C, D, z, dt_bias))
+    exp_out = np.zeros((b, h, p))
+    for r, slot in enumerate(indices):  # in batch order, each step from the row as it is now
+        if slot < 0:
+            continue
+        for hh in range(h):
+            grp = hh // (h // g)
+            d = _softplus(dtn[r, hh] + bn[hh])
+            s[slot, hh] = (
+                np.exp(d[:, None] * An[hh]) * s[slot, hh] + (d * xn[r, hh])[:, None] * Bn[r, grp][None]
+            )
+            exp_out[r, hh] = (s[slot, hh] @ Cn[r, grp] + Dn[hh] * xn[r, hh]) * _silu(zn[r, hh])
+    ref.assert_close(out, exp_out, F32, "outputs in batch order")
+    ref.assert_close(state, s, F32, "rows as the last entry on each left them")
+    for row in set(range(slots)) - set(indices):
+        assert torch.equal(state[row], before[row]), f"row {row} is named by no entry but changed"
+    for r, slot in enumerate(indices):
+        if slot < 0:
+            assert torch.equal(out[r], torch.zeros(h, p)), f"padded entry {r}"
+
+
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_selective_state_update_mamba2_expanded_A_and_state_dtypes(state_dtype):
     # Mamba-2's call: one A per head and dt per head expanded with stride 0 over (headdim, dstate).

@@ -100,7 +100,12 @@ def test_ssd_gpu_mamba2_size_vs_pytorch_ssd(gpu_kernels):
     assert _err(y, y_torch) < 5e-2
 
 
-def test_state_update_gpu(gpu_kernels):
+@pytest.mark.parametrize(
+    "indices", [[9, 0, -1, 3, 4, 5, -1, 7], [3, 0, 3, -1, 3, 0, -1, 3]], ids=["distinct", "repeated_rows"]
+)
+def test_state_update_gpu(gpu_kernels, indices):
+    """Repeated rows run in batch order (the float64 reference's meaning), though the GPU runs the
+    programs in parallel."""
     g = torch.Generator().manual_seed(1)
     b, h, p, n, ng = 8, 16, 64, 128, 4
     state = torch.randn(10, h, p, n, generator=g)
@@ -112,7 +117,7 @@ def test_state_update_gpu(gpu_kernels):
     A = -torch.rand(h, p, n, generator=g)
     B, C = torch.randn(b, ng, n, generator=g), torch.randn(b, ng, n, generator=g)
     D, bias = torch.randn(h, p, generator=g), torch.rand(h, p, generator=g) * 0.1
-    idx = torch.tensor([9, 0, -1, 3, 4, 5, -1, 7])
+    idx = torch.tensor(indices)
     out_ref, state_ref = R.state_update(state, x, dt, A, B, C, D, z, bias, True, idx)
     st = state.cuda()
     out = gpu_kernels.state_update.selective_state_update(

@@ -260,6 +260,53 @@ def test_state_update_per_head_params_no_softplus(interpreted):
     _close(state, ref_state, torch.float32, "state")
 
 
+@pytest.fixture(params=["in_order", "reversed"])
+def program_order(request, monkeypatch):
+    """The interpreter runs programs one at a time in grid order; "reversed" runs the batch axis
+    (program_id(1)) backwards, as a GPU may run programs in any order."""
+    if request.param == "reversed":
+        from triton.runtime import interpreter
+
+        builder = getattr(interpreter, "interpreter_builder", None)
+        real = getattr(builder, "set_grid_idx", None)
+        if real is None or not hasattr(builder, "grid_dim"):
+            pytest.skip("this triton's interpreter has no interpreter_builder.set_grid_idx to reorder")
+        monkeypatch.setattr(builder, "set_grid_idx", lambda x, y, z: real(x, builder.grid_dim[1] - 1 - y, z))
+    return request.param
+
+
+@pytest.mark.parametrize(
+    "indices",
+    [[2, -1, 2, 0, 2, -1, 4], [1, 1, 1, 1, 1, 1, 1], [3, 0, 3, -1, 0, 3, 1]],
+    ids=["three_on_row2_and_padding", "all_on_one_row", "two_groups"],
+)
+def test_state_update_repeated_rows_apply_in_batch_order(interpreted, program_order, indices):
+    """Entries naming the same state row run one after another in batch order (the float64 reference
+    does exactly that), whatever order the programs run in; padded entries give 0 and no other row
+    changes."""
+    gen = torch.Generator().manual_seed(11)
+    b, h, p, n, g, slots = len(indices), 2, 5, 8, 1, 6
+    idx = torch.tensor(indices, dtype=torch.int32)
+    state = torch.randn(slots, h, p, n, generator=gen)
+    x = torch.randn(b, h, p, generator=gen)
+    dt = torch.rand(b, h, p, generator=gen)
+    A = -(torch.rand(h, p, n, generator=gen) + 0.5)
+    B = torch.randn(b, g, n, generator=gen)
+    C = torch.randn(b, g, n, generator=gen)
+    D = torch.randn(h, p, generator=gen)
+    z = torch.randn(b, h, p, generator=gen)
+    ref_out, ref_state = R.state_update(state, x, dt, A, B, C, D, z, None, True, idx)
+    before = state.clone()
+    out = interpreted.state_update.selective_state_update(state, x, dt, A, B, C, D, z, None, True, idx)
+    _close(out, ref_out, torch.float32, "out")
+    _close(state, ref_state, torch.float32, "state (in place)")
+    for row in set(range(slots)) - set(indices):
+        assert torch.equal(state[row], before[row]), f"row {row} is named by no entry but changed"
+    for i, row in enumerate(indices):
+        if row < 0:
+            assert torch.equal(out[i], torch.zeros(h, p)), f"padded entry {i}"
+
+
 # ----------------------------------------------------------------------------------------------- norms
 
 

@@ -8,7 +8,7 @@ registers, for the ``torch.library`` ops that ``_C`` defines,
 
 so the C++ binding needs no Python C API (``_C`` is a limited-API, abi3 module).
 
-Ops (schemas are private to ``csrc/binding.cpp`` and this file):
+Ops (schemas are private to ``csrc/binding_registry.h`` and this file):
 
 * ``mamba_ssm::selective_scan_fwd(u, delta, A, B, C, D?, z?, delta_bias?, delta_softplus)``
   -> ``(out, last_state)``

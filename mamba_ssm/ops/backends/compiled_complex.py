@@ -5,7 +5,7 @@ calls to.
 Imported by :mod:`mamba_ssm.ops.backends.compiled` (after ``_C`` is loaded). A ``_C`` without the complex
 ops (built before them) leaves :func:`available` False, and :func:`dtype_reason` says so.
 
-Ops (schemas private to ``csrc/binding_complex.cpp`` and this file; math and layouts in
+Ops (schemas in ``csrc/binding_registry.h``, op templates in ``csrc/binding_complex_ops.h``; math and layouts in
 ``csrc/scan_complex.h``):
 
 * ``mamba_ssm::selective_scan_complex_fwd(u, delta, A, B, C, D?, z?, delta_bias?, delta_softplus)``

@@ -6,7 +6,7 @@ loads it too). A ``_C`` without the conv ops (not loadable, or built before them
 :func:`available` False and the conv ops on their PyTorch path. Like the scan, the C++ side has no Python C API: ``torch.library.register_fake``
 and ``register_autograd`` are called here.
 
-Ops (schemas private to ``csrc/binding_conv1d.cpp`` and this file; math in ``csrc/conv1d_params.h``):
+Ops (schemas private to ``csrc/binding_registry.h`` and this file; math in ``csrc/conv1d_params.h``):
 
 * ``mamba_ssm::causal_conv1d_fwd(x, weight, bias?, seq_idx?, initial_states?, silu) -> (out, final_states)``
 * ``mamba_ssm::causal_conv1d_bwd(x, weight, bias?, seq_idx?, initial_states?, dout, dfinal_states?, silu)

@@ -23,6 +23,37 @@ def _shape(x):
     return tuple(x.shape)
 
 
+def _indexed_steps(state_h, indices, valid, dA, dtx, Bf, Cf, cdtype):
+    """The state update through ``indices`` with repeated rows applied in batch order (the rule in
+    :func:`selective_state_update`'s docstring); updates ``state_h`` (slots, nheads, dim, dstate) and
+    returns (state . C) per entry (batch, nheads, dim) in ``cdtype`` (any value for padded entries).
+
+    Round r updates the entries that have r earlier entries with the same row (their rows are distinct),
+    from the rows as round r - 1 left them. Every entry writes its row back each round, with the value of
+    the one entry of this round on that row, or else the row as it was: writes to one row agree, so
+    ``index_put_`` with repeated indices is well defined without a mask (no host read)."""
+    slot = indices.long().clamp(min=0)
+    same = slot[:, None] == slot[None, :]
+    rank = (same & valid[:, None] & valid[None, :]).tril(-1).sum(1)
+    if slot.is_cuda and torch.cuda.is_current_stream_capturing():
+        rounds = slot.shape[0]  # no host read while a CUDA graph is captured
+    else:
+        rounds = int(rank.max()) + 1 if slot.numel() else 0
+    y = None
+    for r in range(rounds):
+        now = valid & (rank == r)
+        cur = state_h[slot].to(cdtype)
+        new = torch.addcmul(cur * dA, dtx, Bf.unsqueeze(2))
+        y_r = torch.matmul(new, Cf.unsqueeze(-1)).squeeze(-1)
+        y = y_r if y is None else torch.where(now.view(-1, 1, 1), y_r, y)
+        pick = same & now[None, :]
+        value = torch.where(pick.any(1).view(-1, 1, 1, 1), new[pick.int().argmax(1)], cur)
+        state_h[slot] = value.to(state_h.dtype)
+    if y is None:  # an empty batch
+        y = dtx.new_zeros(dtx.shape[:-1])
+    return y
+
+
 def selective_state_update(
     state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None
 ):
@@ -35,14 +66,26 @@ def selective_state_update(
         B, C: (batch, dstate) / (batch, ngroups, dstate) with ngroups dividing nheads
         D, dt_bias: (dim,) / (nheads, dim)
         state_batch_indices: (batch,) int rows of ``state`` to use (its first dim may be larger). A
-            negative index marks a padded request: its output is 0 and no row of ``state`` is read or
-            written.
+            negative index marks a padded request: its output is 0 and it changes no row of ``state``.
 
-    Returns:
-        out with x's shape and dtype.
+    Repeated rows: entries of ``state_batch_indices`` naming the same row are applied one after
+    another in batch order, as successive tokens of one sequence: each reads the row as the previous
+    such entry left it, its output comes from its own updated state, and the row ends as the last one
+    left it (the same as calling this once per entry, in order). Every backend gives this result
+    (checked against a float64 sequential reference): serving stacks can point several requests (a
+    shared padding row, several draft tokens of one sequence) at one row without a race.
 
     On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs
     (``mamba_ssm.ops.triton._kernels.state_update``); elsewhere (and for float64) the PyTorch code here.
+    Cost of the repeated-row rule: the Triton kernel finds each row's group on the device (one scan of
+    the index vector per program; no host synchronisation, safe to capture in a CUDA graph). The
+    PyTorch path runs one vectorised round per repeat of the most repeated row; it reads that count
+    from the index tensor once per call with ``state_batch_indices`` (free on a CPU; one device sync
+    when this path runs on a GPU, i.e. for float64 or ``MAMBA_SSM_BACKEND=torch``), and while a CUDA
+    graph is being captured it reads nothing and runs ``batch`` rounds.
+
+    Returns:
+        out with x's shape and dtype.
 
     Raises:
         TypeError / ValueError: a non-tensor or non-float argument, shapes that disagree.
@@ -68,8 +111,9 @@ def selective_state_update(
     else:
         state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h = state, x, dt, A, B, C, D, z, dt_bias
     valid = None
+    _, nheads, dim, dstate = state_h.shape
     if state_batch_indices is None:
-        rows = state_h
+        batch = state_h.shape[0]
     else:
         if state_batch_indices.dim() != 1 or state_batch_indices.is_floating_point():
             raise ValueError(
@@ -77,8 +121,7 @@ def selective_state_update(
                 f"{_shape(state_batch_indices)} {state_batch_indices.dtype}"
             )
         valid = state_batch_indices >= 0
-        rows = state_h[state_batch_indices.clamp(min=0).long()]
-    batch, nheads, dim, dstate = rows.shape
+        batch = state_batch_indices.shape[0]
     expect = (batch, nheads, dim)
     for name, t in (("x", x_h), ("dt", dt_h), ("z", z_h)):
         if t is not None and _shape(t) != expect:
@@ -128,15 +171,16 @@ def selective_state_update(
     # Mamba-2 passes one A per head expanded over dstate (stride 0): exponentiate once per (head, dim).
     A_c = A_h[..., :1] if A_h.stride(-1) == 0 else A_h
     dA = torch.exp(dtf.unsqueeze(-1) * A_c.to(cdtype))
-    in_place = state_batch_indices is None and state.dtype == cdtype
-    new = state_h.mul_(dA) if in_place else rows.to(cdtype) * dA
-    new.addcmul_((dtf * xf).unsqueeze(-1), Bf.unsqueeze(2))
+    dtx = (dtf * xf).unsqueeze(-1)
     if state_batch_indices is None:
+        in_place = state.dtype == cdtype
+        new = state_h.mul_(dA) if in_place else state_h.to(cdtype) * dA
+        new.addcmul_(dtx, Bf.unsqueeze(2))
         if not in_place:
             state_h.copy_(new)
+        out = torch.matmul(new, Cf.unsqueeze(-1)).squeeze(-1)
     else:
-        state_h[state_batch_indices[valid].long()] = new[valid].to(state.dtype)
-    out = torch.matmul(new, Cf.unsqueeze(-1)).squeeze(-1)
+        out = _indexed_steps(state_h, state_batch_indices, valid, dA, dtx, Bf, Cf, cdtype)
     if D_h is not None:
         out = out + xf * (D_h.to(cdtype) if D_h.dim() == 2 else D_h.to(cdtype)[:, None])
     if z_h is not None:

@@ -12,6 +12,13 @@ with head h reading group ``g(h) = h // (nheads / ngroups)``. ``state_batch_indi
 row of batch entry b; a negative index (-1) marks a padded slot: its output is 0 and no state row is
 read or written. One program per (block of ``dim`` rows, batch entry, head) holds its rows' whole
 ``dstate`` in registers; float32 arithmetic, the state stored back in its own dtype.
+
+Entries naming the same state row are applied one after another in batch order (each reads the state
+the previous one left). Every program scans the index vector (``BLOCK_B`` indices per load): the
+program of a row's last entry runs the whole group in order, from the row's first entry, storing each
+entry's output and the final state; the programs of the earlier entries do nothing. So one program
+touches each state row: no race between programs, no host synchronisation, the same result on every
+run. Without repeats each program runs its own entry once, as before, after the scan.
 """
 
 from typing import Optional
@@ -26,6 +33,8 @@ __all__ = ["selective_state_update", "unsupported", "MAX_DSTATE"]
 
 #: The largest d_state one program holds.
 MAX_DSTATE = 1024
+#: Indices per load of the scan for repeated state rows (one constexpr: no recompile per batch size).
+BLOCK_B = 128
 
 
 @triton.jit
@@ -73,6 +82,7 @@ def _state_update_kernel(
     o_b,
     o_h,
     o_p,
+    batch,
     HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr,
     HAS_DTB: tl.constexpr,
@@ -80,6 +90,8 @@ def _state_update_kernel(
     SOFTPLUS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    SUB_M: tl.constexpr,
 ):
     pm = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -94,31 +106,83 @@ def _state_update_kernel(
     else:
         sb = b
     valid = sb >= 0
+    # The group of entries sharing row sb: its first entry, and how many come after b.
+    first = b
+    later = tl.sum(tl.zeros((BLOCK_B,), dtype=tl.int32), axis=0)
+    if HAS_IDX:
+        for start in range(0, batch, BLOCK_B):
+            offs = start + tl.arange(0, BLOCK_B)
+            other = tl.load(IDX + offs, mask=offs < batch, other=-1).to(tl.int64)
+            hit = (other == sb) & (offs < batch) & valid
+            first = tl.minimum(first, tl.min(tl.where(hit, offs.to(tl.int64), b), axis=0))
+            later += tl.sum((hit & (offs > b)).to(tl.int32), axis=0)
+    owner = later == 0  # this program runs the group (or its lone entry, or a padded one)
+    entry = sb
     sb = tl.where(valid, sb, 0)
     tile = mr[:, None] & mc[None, :] & valid
-    sptr = S + sb * s_b + h * s_h + rows[:, None] * s_p + cols[None, :] * s_n
-    state = tl.load(sptr, mask=tile, other=0.0).to(tl.float32)
-    x = tl.load(X + b * x_b + h * x_h + rows * x_p, mask=mr, other=0.0).to(tl.float32)
-    dt = tl.load(DT + b * dt_b + h * dt_h + rows * dt_p, mask=mr, other=0.0).to(tl.float32)
+    srow = S + sb * s_b + h * s_h  # scalar pointers; the offsets within a tile stay 32-bit
+    soff = rows[:, None] * s_p + cols[None, :] * s_n
+    arow = A + h * a_h
+    aoff = rows[:, None] * a_p + cols[None, :] * a_n
+    if owner & (first < b):  # the last entry of a repeated row: the whole group, in batch order
+        # (rare: a quarter of the tile's rows at a time, so that the loop-carried state stays small)
+        for r0 in range(0, BLOCK_M, SUB_M):
+            sub = pm * BLOCK_M + r0 + tl.arange(0, SUB_M)
+            ms = sub < dim
+            stile = ms[:, None] & mc[None, :] & valid
+            ssub = sub[:, None] * s_p + cols[None, :] * s_n
+            asub = sub[:, None] * a_p + cols[None, :] * a_n
+            state = tl.load(srow + ssub, mask=stile, other=0.0).to(tl.float32)
+            for j in range(first, b + 1):  # int64, as its bounds
+                take = (j == b) | (tl.load(IDX + j).to(tl.int64) == entry)
+                state = _advance(
+                    state, j, take, valid, X, DT, arow, Bm, Cm, Dp, Z, DTB, OUT, sub, cols, ms, mc, h, g,
+                    asub, x_b, x_h, x_p, dt_b, dt_h, dt_p, b_b, b_g, b_n, c_b, c_g, c_n, d_h, d_p, z_b, z_h,
+                    z_p, dtb_h, dtb_p, o_b, o_h, o_p, HAS_D, HAS_Z, HAS_DTB, SOFTPLUS,
+                )  # fmt: skip
+            tl.store(srow + ssub, state, mask=stile)
+    if owner & (first == b):  # one entry: no repeat before it (every entry without repeats)
+        state = tl.load(srow + soff, mask=tile, other=0.0).to(tl.float32)
+        state = _advance(
+            state, b, True, valid, X, DT, arow, Bm, Cm, Dp, Z, DTB, OUT, rows, cols, mr, mc, h, g, aoff,
+            x_b, x_h, x_p, dt_b, dt_h, dt_p, b_b, b_g, b_n, c_b, c_g, c_n, d_h, d_p, z_b, z_h, z_p,
+            dtb_h, dtb_p, o_b, o_h, o_p, HAS_D, HAS_Z, HAS_DTB, SOFTPLUS,
+        )  # fmt: skip
+        tl.store(srow + soff, state, mask=tile)
+
+
+@triton.jit
+def _advance(
+    state, j, take, valid, X, DT, arow, Bm, Cm, Dp, Z, DTB, OUT, rows, cols, mr, mc, h, g, aoff,
+    x_b, x_h, x_p, dt_b, dt_h, dt_p, b_b, b_g, b_n, c_b, c_g, c_n, d_h, d_p, z_b, z_h, z_p,
+    dtb_h, dtb_p, o_b, o_h, o_p,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DTB: tl.constexpr, SOFTPLUS: tl.constexpr,
+):  # fmt: skip
+    """Batch entry j's step on ``state`` (float32 rows x dstate) when ``take``, and its output stored
+    (0 for a padded entry); without ``take`` the state is returned as it is: decay exp(0) = 1, input 0,
+    selected rather than multiplied, so that another row's values (even NaN) never reach it."""
+    x = tl.load(X + j * x_b + h * x_h + rows * x_p, mask=mr, other=0.0).to(tl.float32)
+    dt = tl.load(DT + j * dt_b + h * dt_h + rows * dt_p, mask=mr, other=0.0).to(tl.float32)
     if HAS_DTB:
         dt += tl.load(DTB + h * dtb_h + rows * dtb_p, mask=mr, other=0.0).to(tl.float32)
     if SOFTPLUS:
         dt = tl.where(dt > 20.0, dt, tl.log(1.0 + tl.exp(tl.minimum(dt, 20.0))))
-    a = tl.load(
-        A + h * a_h + rows[:, None] * a_p + cols[None, :] * a_n, mask=mr[:, None] & mc[None, :], other=0.0
-    ).to(tl.float32)
-    bv = tl.load(Bm + b * b_b + g * b_g + cols * b_n, mask=mc, other=0.0).to(tl.float32)
-    cv = tl.load(Cm + b * c_b + g * c_g + cols * c_n, mask=mc, other=0.0).to(tl.float32)
-    state = state * tl.exp(a * dt[:, None]) + bv[None, :] * (x * dt)[:, None]
-    tl.store(sptr, state, mask=tile)
+    dt = tl.where(take, dt, 0.0)
+    xdt = tl.where(take, x * dt, 0.0)
+    bv = tl.load(Bm + j * b_b + g * b_g + cols * b_n, mask=mc, other=0.0).to(tl.float32)
+    bv = tl.where(take, bv, 0.0)
+    a = tl.load(arow + aoff, mask=mr[:, None] & mc[None, :], other=0.0).to(tl.float32)
+    state = state * tl.exp(a * dt[:, None]) + bv[None, :] * xdt[:, None]
+    cv = tl.load(Cm + j * c_b + g * c_g + cols * c_n, mask=mc, other=0.0).to(tl.float32)
     out = tl.sum(state * cv[None, :], axis=1)
     if HAS_D:
         out += x * tl.load(Dp + h * d_h + rows * d_p, mask=mr, other=0.0).to(tl.float32)
     if HAS_Z:
-        z = tl.load(Z + b * z_b + h * z_h + rows * z_p, mask=mr, other=0.0).to(tl.float32)
+        z = tl.load(Z + j * z_b + h * z_h + rows * z_p, mask=mr, other=0.0).to(tl.float32)
         out = out * z * tl.sigmoid(z)
     out = tl.where(valid, out, 0.0)
-    tl.store(OUT + b * o_b + h * o_h + rows * o_p, out, mask=mr)
+    tl.store(OUT + j * o_b + h * o_h + rows * o_p, out, mask=mr & take)
+    return state
 
 
 def unsupported(state, x, dt, A, B, C, D=None, z=None, dt_bias=None) -> Optional[str]:
@@ -186,6 +250,7 @@ def selective_state_update(
         *(z.stride() if z is not None else (0, 0, 0)),
         *(dt_bias.stride() if dt_bias is not None else (0, 0)),
         *out.stride(),
+        batch,
         HAS_D=D is not None,
         HAS_Z=z is not None,
         HAS_DTB=dt_bias is not None,
@@ -193,6 +258,8 @@ def selective_state_update(
         SOFTPLUS=bool(dt_softplus),
         BLOCK_M=block_m,
         BLOCK_N=block_n,
+        BLOCK_B=BLOCK_B,
+        SUB_M=max(1, block_m // 4),
         num_warps=4 if block_m * block_n >= 2048 else 1,
     )
     return out
