@@ -202,3 +202,11 @@ def test_conjugate_view_and_complex128_operands(complex_backend):
     assert_close(out, ref_out, torch.float32, "out")
     assert_close(torch.view_as_real(last), torch.view_as_real(ref_last), torch.float32, "last_state")
 
+
+def test_doctor_reports_complex_a(complex_backend):
+    """``python -m mamba_ssm doctor`` says complex A runs the compiled kernels of this build."""
+    from mamba_ssm import _doctor
+
+    report = _doctor.collect()
+    assert report["compiled_module"]["complex_a"] is True
+    assert "complex A (selective_scan_fn, mamba_inner_fn): compiled kernels" in _doctor.render_text(report)
