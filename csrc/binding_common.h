@@ -129,6 +129,27 @@ std::vector<int64_t> grouped_sizes(const typename A::Tensor& t) {
   return s;
 }
 
+// The sizes of a checked (u, A) and whether B / C are variable (3-D or 4-D); tensors still unset.
+template <class A>
+Prepared<A> prepared_sizes(const typename A::Tensor& u, const typename A::Tensor& Am,
+                           const typename A::Tensor& B, const typename A::Tensor& C) {
+  Prepared<A> r;
+  r.batch = A::size(u, 0);
+  r.dim = A::size(u, 1);
+  r.seqlen = A::size(u, 2);
+  r.dstate = A::size(Am, 1);
+  r.b_variable = is_variable<A>(B);
+  r.c_variable = is_variable<A>(C);
+  return r;
+}
+
+// groups from the group counts of variable B and C (0 for a constant one); they must agree.
+template <class A>
+void set_groups(Prepared<A>& r, int64_t gb, int64_t gc) {
+  MAMBA_CHECK(gb == 0 || gc == 0 || gb == gc, "mamba_ssm: B and C must have the same number of groups");
+  r.groups = gb ? gb : (gc ? gc : 1);
+}
+
 // u (batch, dim, seqlen) fp32 / fp16 / bf16, delta of u's shape.
 template <class A>
 void check_u_delta(const typename A::Tensor& u, const typename A::Tensor& delta) {
@@ -182,13 +203,7 @@ Prepared<A> prepare(const typename A::Tensor& u, const typename A::Tensor& delta
               A::size(u, 1), ", d_state), got ", A::shape(Am));
   MAMBA_CHECK(!is_complex(A::dtype(Am)), "mamba_ssm: selective_scan_fwd/bwd take real A; complex A goes to ",
               "selective_scan_complex_fwd/bwd (selective_scan_fn routes it there)");
-  Prepared<A> r;
-  r.batch = A::size(u, 0);
-  r.dim = A::size(u, 1);
-  r.seqlen = A::size(u, 2);
-  r.dstate = A::size(Am, 1);
-  r.b_variable = is_variable<A>(B);
-  r.c_variable = is_variable<A>(C);
+  Prepared<A> r = prepared_sizes<A>(u, Am, B, C);
   auto check_bc = [&](const T& t, const char* name) -> int64_t {
     if (!is_variable<A>(t)) {
       MAMBA_CHECK(A::dim(t) == 2 && A::size(t, 0) == r.dim && A::size(t, 1) == r.dstate, "mamba_ssm: ", name,
@@ -202,9 +217,8 @@ Prepared<A> prepare(const typename A::Tensor& u, const typename A::Tensor& delta
                 " with groups dividing dim = ", r.dim, ", got ", A::shape(t));
     return g[1];
   };
-  const int64_t gb = check_bc(B, "B"), gc = check_bc(C, "C");
-  MAMBA_CHECK(gb == 0 || gc == 0 || gb == gc, "mamba_ssm: B and C must have the same number of groups");
-  r.groups = gb ? gb : (gc ? gc : 1);
+  const int64_t gb = check_bc(B, "B");  // B's error first when both are wrong
+  set_groups(r, gb, check_bc(C, "C"));
   const bool keep = !compute_dtype.has_value();
   auto stream_dtype = [&](const T& t) {
     return !keep ? *compute_dtype : (is_stream_dtype(A::dtype(t)) ? A::dtype(t) : DType::kFloat32);

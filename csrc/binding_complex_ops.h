@@ -36,13 +36,7 @@ Prepared<A> prepare_complex(const typename A::Tensor& u, const typename A::Tenso
                   A::size(Am, 0) == A::size(u, 1),
               "mamba_ssm: complex A must be complex64/complex128 (dim, d_state) = (", A::size(u, 1),
               ", d_state), got ", A::dtype_name(Am), " ", A::shape(Am));
-  Prepared<A> r;
-  r.batch = A::size(u, 0);
-  r.dim = A::size(u, 1);
-  r.seqlen = A::size(u, 2);
-  r.dstate = A::size(Am, 1);
-  r.b_variable = is_variable<A>(B);
-  r.c_variable = is_variable<A>(C);
+  Prepared<A> r = prepared_sizes<A>(u, Am, B, C);
   auto check_bc = [&](const T& t, const char* name) -> int64_t {
     const DType d = A::dtype(t);
     if (!is_variable<A>(t)) {
@@ -60,9 +54,8 @@ Prepared<A> prepare_complex(const typename A::Tensor& u, const typename A::Tenso
                 " (re, im interleaved along time), got ", A::dtype_name(t), " ", A::shape(t));
     return g[1];
   };
-  const int64_t gb = check_bc(B, "B"), gc = check_bc(C, "C");
-  MAMBA_CHECK(gb == 0 || gc == 0 || gb == gc, "mamba_ssm: B and C must have the same number of groups");
-  r.groups = gb ? gb : (gc ? gc : 1);
+  const int64_t gb = check_bc(B, "B");  // B's error first when both are wrong
+  set_groups(r, gb, check_bc(C, "C"));
   r.u = as_contiguous<A>(u, compute_dtype);
   r.delta = as_contiguous<A>(delta, compute_dtype);
   r.A_ = as_complex64<A>(Am);
@@ -179,7 +172,7 @@ BwdResult<A> selective_scan_complex_bwd_cuda(const typename A::Tensor& u, const 
                                              const Opt<A>& delta_bias, bool delta_softplus,
                                              const typename A::Tensor& dout, const Opt<A>& dlast_state) {
   const typename A::DeviceGuard guard(u);
-  const DType dt = A::dtype(u), f32 = DType::kFloat32, c64 = DType::kComplex64;
+  const DType dt = A::dtype(u), c64 = DType::kComplex64;
   const Prepared<A> r = prepare_complex<A>(u, delta, Am, B, C, D, z, delta_bias, dt);
   check_devices<A>(u, r);
   check_dout<A>(dout, u);
@@ -189,19 +182,7 @@ BwdResult<A> selective_scan_complex_bwd_cuda(const typename A::Tensor& u, const 
   MAMBA_CHECK(why == nullptr, "mamba_ssm: ", why);
   const auto dout_c = as_contiguous<A>(dout, dt);
   const auto dlast = prepare_dlast_complex<A>(r, dlast_state);
-  BwdBuffers<A> g;
-  g.du = A::empty({r.batch, r.dim, r.seqlen}, dt, r.u);
-  g.ddelta = A::empty({r.batch, r.dim, r.seqlen}, dt, r.u);
-  if (r.z) g.dz = A::empty({r.batch, r.dim, r.seqlen}, dt, r.u);
-  g.dA = A::zeros({r.batch, r.dim, r.dstate}, c64, r.u);
-  g.dD = A::zeros({r.batch, r.dim}, f32, r.u);
-  g.dbias = A::zeros({r.batch, r.dim}, f32, r.u);
-  auto grad_bc = [&](bool var) {
-    return var ? A::zeros({r.batch, r.groups, r.dstate, 2 * r.seqlen}, f32, r.u)
-               : A::zeros({r.batch, r.dim, r.dstate}, c64, r.u);
-  };
-  g.dB = grad_bc(r.b_variable);
-  g.dC = grad_bc(r.c_variable);
+  BwdBuffers<A> g = gpu_bwd_buffers<A>(r, dt, c64, 2 * r.seqlen);
   // Chunk-start states, (batch * dim, n_chunks, d_state) complex.
   auto ws = A::empty({std::max<int64_t>(1, r.batch * r.dim * gpu_num_chunks(r.seqlen) * r.dstate)}, c64, r.u);
   bind_bwd_buffers(g, dout_c, dlast, p);
