@@ -314,6 +314,17 @@ def _cpu_isa() -> Optional[str]:
         return None
 
 
+def _complex_a_kernels() -> bool:
+    """Whether the loaded module registers the complex-A selective-scan ops (``selective_scan_fn`` with
+    complex A runs them on CPU and CUDA/ROCm; without them it runs the PyTorch fallback)."""
+    try:
+        import torch
+
+        return hasattr(torch.ops.mamba_ssm, "selective_scan_complex_fwd")
+    except Exception:  # noqa: BLE001 - torch or the namespace unavailable
+        return False
+
+
 def _check_device(device: str) -> Dict[str, Any]:
     """Run selective_scan_fn (forward and backward) on ``device`` through the dispatcher and compare the
     output with the float64 reference; fp32, batch 2, dim 8, d_state 4, seqlen 37."""
@@ -415,6 +426,7 @@ def collect(check: bool = False) -> Dict[str, Any]:
         load = _loader.load()
         report["compiled_module"] = _json_safe(load.to_dict())
         report["compiled_module"]["cpu_isa"] = _cpu_isa() if load.loaded else None
+        report["compiled_module"]["complex_a"] = _complex_a_kernels() if load.loaded else None
     except Exception as exc:  # noqa: BLE001
         report["compiled_module"] = {
             "found": None,
@@ -772,6 +784,11 @@ def render_text(report: Dict[str, Any]) -> str:
     add(f"  loaded: {_yes(cm.get('loaded'))}")
     if cm.get("cpu_isa"):
         add(f"  CPU kernel build: {cm['cpu_isa']} (MAMBA_SSM_CPU_ISA caps it)")
+    if cm.get("complex_a") is not None:
+        where = (
+            "compiled kernels" if cm["complex_a"] else "PyTorch fallback (this build has no complex-A ops)"
+        )
+        add(f"  complex A (selective_scan_fn, mamba_inner_fn): {where}")
     if not cm.get("loaded"):
         add(f"  reason: {cm.get('reason')}")
 

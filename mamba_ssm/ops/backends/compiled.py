@@ -52,10 +52,13 @@ def _contiguous_empty(x: torch.Tensor, dtype: Optional[torch.dtype] = None) -> t
     return torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
 
 
+# The fakes and the autograd formula below also serve the complex-A ops (compiled_complex.py): same
+# arguments, gradients shaped like their inputs; only the last state's dtype follows A.
 @torch.library.register_fake(_FWD)
 def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
     out = _contiguous_empty(u)
-    last_state = torch.empty((u.shape[0], u.shape[1], A.shape[1]), dtype=torch.float32, device=u.device)
+    dtype = torch.complex64 if A.is_complex() else torch.float32
+    last_state = torch.empty((u.shape[0], u.shape[1], A.shape[1]), dtype=dtype, device=u.device)
     return out, last_state
 
 
@@ -86,33 +89,42 @@ def _setup_context(ctx, inputs, output):
     ctx.has = (D is not None, z is not None, delta_bias is not None)
 
 
-def _backward(ctx, dout, dlast_state):
-    u, delta, A, B, C, D, z, delta_bias = ctx.saved_tensors
-    if dout is None:
-        dout = torch.zeros_like(u)
-    du, ddelta, dA, dB, dC, dD, dz, ddelta_bias = torch.ops.mamba_ssm.selective_scan_bwd(
-        u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast_state
-    )
-    has_D, has_z, has_bias = ctx.has
-    return (
-        du,
-        ddelta,
-        dA,
-        dB,
-        dC,
-        dD if has_D else None,
-        dz if has_z else None,
-        ddelta_bias if has_bias else None,
-        None,
-    )
+def _scan_backward(bwd_op):
+    """The autograd formula of a scan forward op whose backward op is ``bwd_op`` (the forward's arguments
+    plus dout and dlast_state -> the eight gradients, empty for absent inputs)."""
+
+    def backward(ctx, dout, dlast_state):
+        u, delta, A, B, C, D, z, delta_bias = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(u)
+        du, ddelta, dA, dB, dC, dD, dz, ddelta_bias = bwd_op(
+            u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast_state
+        )
+        has_D, has_z, has_bias = ctx.has
+        return (
+            du,
+            ddelta,
+            dA,
+            dB,
+            dC,
+            dD if has_D else None,
+            dz if has_z else None,
+            ddelta_bias if has_bias else None,
+            None,
+        )
+
+    return backward
 
 
-torch.library.register_autograd(_FWD, _backward, setup_context=_setup_context)
+torch.library.register_autograd(
+    _FWD, _scan_backward(torch.ops.mamba_ssm.selective_scan_bwd), setup_context=_setup_context
+)
 
 
-def _has_cuda_kernel() -> bool:
+def _has_cuda_kernel(op: str = _FWD) -> bool:
+    """Whether this _C registers a CUDA/HIP kernel for ``op``."""
     try:
-        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(_FWD, "CUDA"))
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op, "CUDA"))
     except Exception:  # noqa: BLE001 - a private API; assume present when it is gone
         return True
 
@@ -124,16 +136,24 @@ def supports(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> Optional[str
 
     Returns:
         None when they can, else the reason in one sentence (the dispatcher then uses the PyTorch
-        fallback): an unsupported dtype (float64, complex), a device other than CPU/CUDA, a CUDA call on a
-        CPU-only build, d_state > 256 on a GPU, or variable B and C with different group counts.
+        fallback): an unsupported dtype (float64; complex128, or complex A with a ``_C`` built before the
+        complex-A kernels), a device other than CPU/CUDA, a CUDA call on a CPU-only build, d_state > 256
+        on a GPU, or variable B and C with different group counts. Complex A takes B and C in the forms
+        of :func:`mamba_ssm.ops.selective_scan_complex.kernel_bc` (``selective_scan_fn`` converts).
     """
-    tensors = {"u": u, "delta": delta, "B": B, "C": C, "z": z}
-    for name, t in tensors.items():
-        if t is not None and t.dtype not in _DTYPES:
-            return f"the compiled kernels take float32/float16/bfloat16 {name}, got {t.dtype}"
-    for name, t in (("A", A), ("D", D), ("delta_bias", delta_bias)):
-        if t is not None and (t.is_complex() or t.dtype not in _DTYPES):
-            return f"the compiled kernels take a real float32/float16/bfloat16 {name}, got {t.dtype}"
+    is_complex = A.is_complex()
+    if is_complex:  # B, C in the forms selective_scan_complex.kernel_bc makes
+        reason = compiled_complex.dtype_reason(u, delta, A, B, C, D, z, delta_bias)
+        if reason is not None:
+            return reason
+    else:
+        tensors = {"u": u, "delta": delta, "B": B, "C": C, "z": z}
+        for name, t in tensors.items():
+            if t is not None and t.dtype not in _DTYPES:
+                return f"the compiled kernels take float32/float16/bfloat16 {name}, got {t.dtype}"
+        for name, t in (("A", A), ("D", D), ("delta_bias", delta_bias)):
+            if t is not None and (t.is_complex() or t.dtype not in _DTYPES):
+                return f"the compiled kernels take a real float32/float16/bfloat16 {name}, got {t.dtype}"
     device = u.device
     if device.type not in ("cpu", "cuda"):
         return f"the compiled kernels run on CPU and CUDA/ROCm devices, not {device.type}"
@@ -155,7 +175,7 @@ def supports(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> Optional[str
             f"(got {groups[0]} and {groups[1]})"
         )
     if device.type == "cuda":
-        if not _has_cuda_kernel():
+        if not _has_cuda_kernel(compiled_complex.FWD if is_complex else _FWD):
             return "this build of mamba_ssm._C has no CUDA kernel (a CPU-only build)"
         if A.shape[-1] > GPU_MAX_D_STATE:
             return f"d_state = {A.shape[-1]} > {GPU_MAX_D_STATE} is not supported by the GPU kernels"
@@ -177,7 +197,8 @@ def selective_scan(
 
     Args:
         u, delta: (batch, dim, seqlen), float32/float16/bfloat16.
-        A: (dim, d_state), real (float32 preferred).
+        A: (dim, d_state), real (float32 preferred), or complex64: then B, C, the last state and the
+            output follow :func:`mamba_ssm.ops.backends.compiled_complex.selective_scan`.
         B, C: (dim, d_state) constant, or (batch, d_state, seqlen), or (batch, groups, d_state, seqlen)
             with channel d using group d // (dim // groups).
         D, delta_bias: (dim,) or None. z: (batch, dim, seqlen) or None.
@@ -192,11 +213,15 @@ def selective_scan(
         RuntimeError: from the kernels for shapes they reject (inputs are validated by the caller,
         ``selective_scan_fn``; :func:`supports` says beforehand whether a call can run here).
     """
+    if A.is_complex():
+        return compiled_complex.selective_scan(
+            u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
+        )
     out, last_state = torch.ops.mamba_ssm.selective_scan_fwd(
         u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus)
     )
     return (out, last_state) if return_last_state else out
 
 
-# The causal conv1d ops (fake implementations, autograd) when this _C defines them.
-from mamba_ssm.ops.backends import compiled_conv1d  # noqa: E402,F401
+# The causal conv1d and complex-A scan ops (fake implementations, autograd) when this _C defines them.
+from mamba_ssm.ops.backends import compiled_complex, compiled_conv1d  # noqa: E402,F401
