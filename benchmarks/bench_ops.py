@@ -26,9 +26,10 @@ Mamba-1 scan at equal state size (judged on wall time).
 Usage::
 
     python benchmarks/bench_ops.py --device cpu  [--repeats 7] [--threads 1] [--only conv1d,update] [--write-doc]
-    python benchmarks/bench_ops.py --device cuda [--reps 5] [--out DIR]
+    python benchmarks/bench_ops.py --device cuda [--reps 5] [--skip mamba3] [--out DIR]
 
-``--only`` takes comma-separated pieces of entry names (an entry runs when any piece is in its name);
+``--only`` takes comma-separated pieces of entry names (an entry runs when any piece is in its name),
+``--skip`` the same to leave entries out;
 ``--reps`` is an alias of ``--repeats``; ``--out DIR`` writes ``bench_ops_<device>.md`` and ``.json`` there,
 rewritten after every entry (a run cut short keeps what it measured); ``--write-doc`` puts the table into
 docs/benchmarks.md between the ``bench_ops:<device>`` markers. Exit status: 0 after a run (skipped
@@ -85,7 +86,7 @@ class Entry:
     devices: Tuple[str, ...]  # device types the entry runs on
     shape: str
     op: str  # mamba_ssm._dispatch op name: which backend ours runs on
-    kernel: str  # the backend ours must get ("compiled" or "triton"), else skipped
+    kernel: Optional[str]  # the backend ours must get ("compiled" or "triton"), else skipped; None: any
     make: Callable[[str], Case]
     bw_goal: Optional[float] = None  # fraction of copy bandwidth asked for on CUDA
 
@@ -307,6 +308,163 @@ def make_state_update(device):
     )  # the state: read and written
 
 
+# Mamba-3: the backend the dispatcher picks for it (its Triton kernels on a CUDA/ROCm GPU), against
+# Mamba-2's SSD (and its decode step) at the same shape, and against our Mamba-3 PyTorch path.
+M3_B, M3_L, M3_H, M3_P, M3_N, M3_CHUNK, M3_R = 2, 4096, 32, 64, 128, 64, 4
+M3_SHAPE = f"B={M3_B} L={M3_L} {M3_H} heads x headdim {M3_P}, d_state {M3_N}, 1 group, bf16"
+
+
+def _backend_label(op, device):
+    from mamba_ssm import _dispatch
+
+    return str(_dispatch.plan(op, device).backend)
+
+
+def _mamba3_inputs(device, rank=None):
+    """Mamba3 layer-like op inputs (SISO, or MIMO with ``rank``), every float input requiring grad."""
+    import torch
+
+    b, l, h, p, n, bf = M3_B, M3_L, M3_H, M3_P, M3_N, torch.bfloat16
+    g = _gen()
+    qk = (b, l, 1, n) if rank is None else (b, l, rank, 1, n)
+    bias = (h, n) if rank is None else (h, rank, n)
+    dt = (torch.rand(b, h, l, generator=g) * 0.1 + 0.001).to(device)
+    t = {
+        "Q": _randn(g, device, *qk, dtype=bf, grad=True),
+        "K": _randn(g, device, *qk, dtype=bf, grad=True),
+        "V": _randn(g, device, b, l, h, p, dtype=bf, grad=True),
+        "ADT": (-dt * torch.rand(b, h, l, generator=g).to(device)).requires_grad_(True),
+        "DT": dt.requires_grad_(True),
+        "Trap": _randn(g, device, b, h, l, dtype=bf, grad=True),
+        "Q_bias": (1 + _randn(g, device, *bias, scale=0.1)).requires_grad_(True),
+        "K_bias": (1 + _randn(g, device, *bias, scale=0.1)).requires_grad_(True),
+        "Angles": _randn(g, device, b, l, h, n // 4, grad=True),
+        "D": _randn(g, device, h, grad=True),
+        "Z": _randn(g, device, b, l, h, p, dtype=bf, grad=True),
+    }
+    dy = _randn(g, device, b, l, h, p, dtype=bf)
+    return t, dy
+
+
+def _ssd_same_shape(device, backward):
+    """Mamba-2's SSD (mamba_chunk_scan_combined, chunk 256) at the Mamba-3 rows' shape."""
+    import torch
+
+    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+
+    b, l, h, p, n, bf = M3_B, M3_L, M3_H, M3_P, M3_N, torch.bfloat16
+    g = _gen()
+    x = _randn(g, device, b, l, h, p, dtype=bf, grad=backward)
+    dt = (torch.rand(b, l, h, generator=g) * 0.1).to(device, bf).requires_grad_(backward)
+    A = (-torch.rand(h, generator=g) - 0.5).to(device).requires_grad_(backward)
+    B = _randn(g, device, b, l, 1, n, dtype=bf, grad=backward)
+    C = _randn(g, device, b, l, 1, n, dtype=bf, grad=backward)
+    z = _randn(g, device, b, l, h, p, dtype=bf, grad=backward)
+    dy = _randn(g, device, b, l, h, p, dtype=bf)
+
+    def run():
+        y = mamba_chunk_scan_combined(x, dt, A, B, C, 256, z=z)
+        if backward:
+            y.backward(dy)
+
+    return Impl(
+        "Mamba-2 SSD (mamba_chunk_scan_combined, chunk 256)" + (" fwd+bwd" if backward else ""), run, "auto"
+    )
+
+
+def _make_mamba3_siso(device, backward):
+    import torch
+
+    from mamba_ssm.ops.triton.mamba3.mamba3_siso_combined import mamba3_siso_combined
+
+    t, dy = _mamba3_inputs(device)
+
+    def run():
+        with torch.set_grad_enabled(backward):
+            y = mamba3_siso_combined(**t, chunk_size=M3_CHUNK)
+            if backward:
+                y.backward(dy)
+
+    return Case(
+        Impl(_backend_label("mamba3_siso", device), run, "auto"),
+        [_ssd_same_shape(device, backward), Impl("our Mamba-3 PyTorch path", run, "torch")],
+    )
+
+
+def make_mamba3_siso_fwd(device):
+    return _make_mamba3_siso(device, False)
+
+
+def make_mamba3_siso_fwd_bwd(device):
+    return _make_mamba3_siso(device, True)
+
+
+def make_mamba3_mimo_fwd_bwd(device):
+    import torch
+
+    from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo
+
+    t, dy = _mamba3_inputs(device, rank=M3_R)
+    g = _gen()
+    mimo = [_randn(g, device, M3_H, M3_R, M3_P, grad=True) for _ in range(3)]
+
+    def run():
+        y = mamba3_mimo(
+            t["Q"], t["K"], t["V"], t["ADT"], t["DT"], t["Trap"], t["Q_bias"], t["K_bias"], *mimo, t["Angles"],
+            t["D"], t["Z"], M3_CHUNK // M3_R, 4, torch.bfloat16,
+        )  # fmt: skip
+        y.backward(dy)
+
+    return Case(
+        Impl(_backend_label("mamba3_mimo", device), run, "auto"),
+        [_ssd_same_shape(device, True), Impl("our Mamba-3 PyTorch path", run, "torch")],
+    )
+
+
+def make_mamba3_step(device):
+    import torch
+
+    from mamba_ssm.ops.triton.mamba3.mamba3_step import mamba3_step
+    from mamba_ssm.ops.triton.selective_state_update import selective_state_update
+
+    b, h, p, n, bf = UPD_B, UPD_H, UPD_P, UPD_N, torch.bfloat16
+    g = _gen()
+    q, k = _randn(g, device, b, 1, 1, n, dtype=bf), _randn(g, device, b, 1, 1, n, dtype=bf)
+    v, z = _randn(g, device, b, h, p, dtype=bf), _randn(g, device, b, h, p, dtype=bf)
+    dt = (torch.rand(b, h, generator=g) * 0.1).to(device)
+    adt, trap = -dt, _randn(g, device, b, h)
+    qb, kb = _randn(g, device, h, 1, n), _randn(g, device, h, 1, n)
+    angles, D = _randn(g, device, b, h, n // 4), _randn(g, device, h)
+    states = (
+        torch.zeros(b, h, n // 4, device=device),
+        _randn(g, device, b, h, p, n),
+        _randn(g, device, b, 1, h, n, dtype=bf),
+        _randn(g, device, b, h, p, dtype=bf),
+    )
+
+    def run():
+        mamba3_step(q, k, v, adt, dt, trap, qb, kb, angles, states, D=D, Z=z)
+
+    state = _randn(g, device, b, h, p, n)  # float32, as Mamba3's cache
+    x = _randn(g, device, b, h, p, dtype=bf)
+    dt2 = torch.rand(b, h, generator=g).to(device, bf)[:, :, None].expand(b, h, p)
+    A = (-torch.rand(h, generator=g)).to(device)[:, None, None].expand(h, p, n)
+    B2, C2 = _randn(g, device, b, 1, n, dtype=bf), _randn(g, device, b, 1, n, dtype=bf)
+    D2 = _randn(g, device, h)[:, None].expand(h, p)
+
+    def upd():
+        selective_state_update(state, x, dt2, A, B2, C2, D2, z, None, False)
+
+    return Case(
+        Impl(_backend_label("mamba3_step", device), run, "auto"),
+        [
+            Impl("Mamba-2 selective_state_update (float32 state, z gate)", upd, "auto"),
+            Impl("our Mamba-3 PyTorch path", run, "torch"),
+        ],
+        calls=20,
+    )
+
+
 NORM_ROWS, NORM_N, GATED_N = 16384, 4096, 5120
 
 
@@ -437,6 +595,38 @@ ENTRIES: List[Entry] = [
         "triton",
         make_split_conv1d_scan,
     ),
+    Entry(
+        "mamba3_siso_combined fwd",
+        ("cuda",),
+        M3_SHAPE + f", chunk {M3_CHUNK}",
+        "mamba3_siso",
+        None,
+        make_mamba3_siso_fwd,
+    ),
+    Entry(
+        "mamba3_siso_combined fwd+bwd",
+        ("cuda",),
+        M3_SHAPE + f", chunk {M3_CHUNK}",
+        "mamba3_siso",
+        None,
+        make_mamba3_siso_fwd_bwd,
+    ),
+    Entry(
+        "mamba3_mimo fwd+bwd",
+        ("cuda",),
+        M3_SHAPE + f", mimo_rank {M3_R}, chunk {M3_CHUNK // M3_R}",
+        "mamba3_mimo",
+        None,
+        make_mamba3_mimo_fwd_bwd,
+    ),
+    Entry(
+        "mamba3_step (decode)",
+        ("cuda",),
+        f"batch {UPD_B}, {UPD_H} heads x headdim {UPD_P}, d_state {UPD_N}, SISO, float32 state, bf16 inputs",
+        "mamba3_step",
+        None,
+        make_mamba3_step,
+    ),
 ]
 
 
@@ -511,7 +701,7 @@ def _skip_reason(entry: Entry, device: str) -> Optional[str]:
 
     with _backend("auto"):
         choice = _dispatch.plan(entry.op, device)
-    if choice.backend != entry.kernel:
+    if entry.kernel is not None and choice.backend != entry.kernel:
         return f"the {entry.kernel} kernel does not run here: {choice.reason or choice.backend}"
     return None
 
@@ -648,6 +838,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--only", default="", help="comma-separated pieces of entry names; run the entries containing one"
     )
+    ap.add_argument(
+        "--skip", default="", help="comma-separated pieces of entry names; leave those entries out"
+    )
     ap.add_argument("--out", help="folder for bench_ops_<device>.md and .json, rewritten after each entry")
     ap.add_argument("--write-doc", action="store_true", help="update docs/benchmarks.md")
     args = ap.parse_args(argv)
@@ -670,11 +863,12 @@ def main(argv=None) -> int:
     repeats = args.repeats or (7 if args.device == "cpu" else 5)
     load_start = os.getloadavg()[0]
     only = [s for s in args.only.split(",") if s]
+    skip = [s for s in args.skip.split(",") if s]
     copy_bw = copy_bandwidth_gbs() if args.device == "cuda" else None
     rows: List[Dict[str, object]] = []
     skipped: List[str] = []
     for entry in ENTRIES:
-        if not _selected(entry, only):
+        if not _selected(entry, only) or any(piece in entry.name for piece in skip):
             continue
         why = _skip_reason(entry, args.device)
         if why:

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check, one script for the reference GPU machine (an H200 with Python 3.12, torch 2.11.0+cu130,
-# nvcc, no network), within 5 minutes: every command has its own time limit, and all of them at their
-# limits sum to 295 s (start-up 30 s: torch/GPU info 12, python --version 2, git 2, ninja 3, nvidia-smi 5,
+# nvcc, no network), within 7.5 minutes: every command has its own time limit, and all of them at their
+# limits sum to 430 s (start-up 30 s: torch/GPU info 12, python --version 2, git 2, ninja 3, nvidia-smi 5,
 # nvcc --version 3, pytest check 3; then build 80, doctor 10, GPU kernel tests 45, kernel benchmark 35,
-# Triton GPU tests 45, ops benchmark 50). The steps:
+# Triton GPU tests 45, ops benchmark 50, Mamba-3 GPU tests 75, Mamba-3 ops 60). Step 6 is mostly Triton
+# compiling Mamba-3's kernels at their first call: about 47 configurations for the tests and 30-40 for
+# the benchmark rows, about 1.3 s of CPU each (tests/ops/triton/compile_check.py --only mamba3 for sm_90: 43 in
+# 57 s of CPU on a 2-core VM). The steps:
 #   1. build mamba_ssm._C in place for sm_90 only (CPU kernel + CUDA kernels), with the build log
 #      (MAX_JOBS=16 on the H200: about 30-60 s);
 #   2. doctor's JSON (the module loaded, its build info, the backend per device);
@@ -15,7 +18,13 @@
 #      s each) and the ops benchmark, one call for every op (benchmarks/bench_ops.py --device cuda --reps 3:
 #      causal conv1d fwd, fwd+bwd, update and varlen states vs our PyTorch path and F.conv1d, bandwidth vs
 #      copy; SSD fwd+bwd vs our PyTorch SSD and the Mamba-1 scan; selective_state_update and the norms vs
-#      copy bandwidth; mamba_split_conv1d_scan_combined last).
+#      copy bandwidth; mamba_split_conv1d_scan_combined last);
+#   6. Mamba-3 on its Triton kernels: their GPU tests (tests/ops/triton/test_triton_mamba3_gpu.py: the public ops
+#      against the float64 oracle: SISO and MIMO rank 4 bf16 fwd+bwd with states and seq_idx, packed
+#      sequences in fp32, the decode step) and the Mamba-3 rows of the ops benchmark (--only mamba3, into
+#      $OUT/mamba3): mamba3_siso_combined fwd and fwd+bwd, mamba3_mimo fwd+bwd (vs Mamba-2's SSD at the
+#      same shape) and mamba3_step (vs selective_state_update), on the backend the dispatcher picks
+#      (Triton on a CUDA/ROCm GPU; the row names it).
 # Every step writes into $OUT as it goes (summary.txt collects one line per step; the benchmarks rewrite
 # their tables after every row), so a run cut short still leaves what it did. A failing step does not stop
 # the others. Without a CUDA device (a dry run) the build and doctor still run, the GPU tests skip and the
@@ -35,7 +44,7 @@ mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 # Results of an earlier run into the same folder must not pass for this one's.
-rm -f "$OUT"/bench_kernel_cuda.* "$OUT"/bench_ops_cuda.* "$OUT"/*.xml
+rm -f "$OUT"/bench_kernel_cuda.* "$OUT"/bench_ops_cuda.* "$OUT"/mamba3/bench_ops_cuda.* "$OUT"/*.xml
 START=$(date +%s)
 
 say() { echo "[gpu_check +$(( $(date +%s) - START ))s] $*" | tee -a "$SUMMARY"; }
@@ -82,7 +91,7 @@ CPUS="$(nproc 2>/dev/null || echo 4)"
 export MAX_JOBS="${MAX_JOBS:-$(( CPUS < 16 ? CPUS : 16 ))}"
 
 # ---- 1. build (sm_90) ---------------------------------------------------------------------------
-say "1/5 build: MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90 MAX_JOBS=$MAX_JOBS setup.py build_ext --inplace"
+say "1/6 build: MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90 MAX_JOBS=$MAX_JOBS setup.py build_ext --inplace"
 b0=$(date +%s)
 MAMBA_FORCE_BUILD=TRUE MAMBA_CUDA_ARCHS=90 timeout "${BUILD_LIMIT:-80}" \
   "$PYTHON" setup.py build_ext --inplace >"$OUT/build.log" 2>&1
@@ -98,10 +107,10 @@ fi
 
 # ---- 2. doctor ----------------------------------------------------------------------------------
 timeout 10 "$PYTHON" -m mamba_ssm doctor --json >"$OUT/doctor.json" 2>"$OUT/doctor.stderr"
-say "2/5 doctor exit $? (doctor.json)"
+say "2/6 doctor exit $? (doctor.json)"
 
 # ---- 3. GPU kernel tests ------------------------------------------------------------------------
-say "3/5 GPU kernel tests"
+say "3/6 GPU kernel tests"
 if [ "$HAVE_PYTEST" = 1 ]; then
   timeout 45 "$PYTHON" -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_gpu_kernel.py \
     tests/kernels/test_conv1d_gpu.py \
@@ -118,7 +127,7 @@ else
 fi
 
 # ---- 4. kernel benchmark ------------------------------------------------------------------------
-say "4/5 kernel benchmark"
+say "4/6 kernel benchmark"
 timeout 35 "$PYTHON" benchmarks/bench_kernel.py --device cuda --repeats 5 --out "$OUT" >"$OUT/bench_kernel.log" 2>&1
 say "kernel benchmark exit $?:"
 if [ -f "$OUT/bench_kernel_cuda.md" ]; then tee -a "$SUMMARY" <"$OUT/bench_kernel_cuda.md"
@@ -127,7 +136,7 @@ else tail -n 20 "$OUT/bench_kernel.log" | tee -a "$SUMMARY"; fi
 # ---- 5. Triton kernels: GPU tests and the ops benchmark ----------------------------------------
 # (their own pytest process: tests/ops/triton/conftest.py switches Triton's interpreter on unless
 # MAMBA_TRITON_GPU_TESTS=1; the first call of each kernel compiles it, a few seconds each)
-say "5/5 Triton kernel tests (tests/ops/triton/test_triton_gpu.py) and the ops benchmark (benchmarks/bench_ops.py --device cuda)"
+say "5/6 Triton kernel tests (tests/ops/triton/test_triton_gpu.py) and the ops benchmark (benchmarks/bench_ops.py --device cuda)"
 if [ "$HAVE_PYTEST" = 1 ]; then
   MAMBA_TRITON_GPU_TESTS=1 timeout 45 "$PYTHON" -m pytest -q -rs -p no:cacheprovider -m gpu tests/ops/triton/test_triton_gpu.py \
     --junitxml="$OUT/triton_gpu_tests.xml" >"$OUT/triton_gpu_tests.log" 2>&1
@@ -137,9 +146,26 @@ if [ "$HAVE_PYTEST" = 1 ]; then
 else
   say "Triton GPU tests skipped: pytest is not installed"
 fi
-timeout 50 "$PYTHON" benchmarks/bench_ops.py --device cuda --reps 3 --out "$OUT" >"$OUT/bench_ops.log" 2>&1
+timeout 50 "$PYTHON" benchmarks/bench_ops.py --device cuda --reps 3 --skip mamba3 --out "$OUT" >"$OUT/bench_ops.log" 2>&1
 say "ops benchmark exit $?:"
 if [ -f "$OUT/bench_ops_cuda.md" ]; then tee -a "$SUMMARY" <"$OUT/bench_ops_cuda.md"
 else tail -n 20 "$OUT/bench_ops.log" | tee -a "$SUMMARY"; fi
+
+# ---- 6. Mamba-3: Triton GPU tests and rows -----------------------------------------------------
+say "6/6 Mamba-3 Triton GPU tests (tests/ops/triton/test_triton_mamba3_gpu.py) and ops (benchmarks/bench_ops.py --device cuda --only mamba3): fwd, fwd+bwd, MIMO fwd+bwd, step"
+if [ "$HAVE_PYTEST" = 1 ]; then
+  MAMBA_TRITON_GPU_TESTS=1 timeout 75 "$PYTHON" -m pytest -q -rs -p no:cacheprovider -m gpu \
+    tests/ops/triton/test_triton_mamba3_gpu.py --junitxml="$OUT/mamba3_gpu_tests.xml" >"$OUT/mamba3_gpu_tests.log" 2>&1
+  rc=$?
+  say "Mamba-3 Triton GPU tests exit $rc: $(tail -n 1 "$OUT/mamba3_gpu_tests.log")"
+  [ $rc -ne 0 ] && grep -E "^(FAILED|ERROR)" "$OUT/mamba3_gpu_tests.log" | head -20 | tee -a "$SUMMARY"
+else
+  say "Mamba-3 Triton GPU tests skipped: pytest is not installed"
+fi
+timeout 60 "$PYTHON" benchmarks/bench_ops.py --device cuda --reps 3 --only mamba3 --out "$OUT/mamba3" \
+  >"$OUT/bench_ops_mamba3.log" 2>&1
+say "Mamba-3 ops benchmark exit $?:"
+if [ -f "$OUT/mamba3/bench_ops_cuda.md" ]; then tee -a "$SUMMARY" <"$OUT/mamba3/bench_ops_cuda.md"
+else tail -n 20 "$OUT/bench_ops_mamba3.log" | tee -a "$SUMMARY"; fi
 
 say "done in $(( $(date +%s) - START )) s; results in $OUT"

@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Optional.h>
 #include <torch/library.h>
@@ -29,6 +30,8 @@ struct ClassicApi {
       case DType::kFloat16: return at::kHalf;
       case DType::kBFloat16: return at::kBFloat16;
       case DType::kFloat64: return at::kDouble;
+      case DType::kComplex64: return at::kComplexFloat;
+      case DType::kComplex128: return at::kComplexDouble;
       case DType::kInt32: return at::kInt;
       case DType::kInt64: return at::kLong;
       default: fail("mamba_ssm: no conversion to this dtype");
@@ -41,6 +44,8 @@ struct ClassicApi {
       case at::kHalf: return DType::kFloat16;
       case at::kBFloat16: return DType::kBFloat16;
       case at::kDouble: return DType::kFloat64;
+      case at::kComplexFloat: return DType::kComplex64;
+      case at::kComplexDouble: return DType::kComplex128;
       case at::kInt: return DType::kInt32;
       case at::kLong: return DType::kInt64;
       default:
@@ -69,8 +74,14 @@ struct ClassicApi {
 
   static Tensor to(const Tensor& t, DType d) { return t.to(scalar(d)); }
   static Tensor contiguous(const Tensor& t) { return t.contiguous(); }
+  // t with a set conjugate bit materialised (kernels read the raw memory); t itself when unset.
+  static Tensor resolve_conj(const Tensor& t) { return t.resolve_conj(); }
   static Tensor empty(const std::vector<int64_t>& sizes, DType d, const Tensor& like) {
     return at::empty(sizes, like.options().dtype(scalar(d)));
+  }
+  static Tensor empty_strided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, DType d,
+                              const Tensor& like) {
+    return at::empty_strided(sizes, strides, like.options().dtype(scalar(d)));
   }
   static Tensor zeros(const std::vector<int64_t>& sizes, DType d, const Tensor& like) {
     return at::zeros(sizes, like.options().dtype(scalar(d)));

@@ -12,6 +12,7 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ struct StableApi {
       case DType::kFloat16: return ScalarType::Half;
       case DType::kBFloat16: return ScalarType::BFloat16;
       case DType::kFloat64: return ScalarType::Double;
+      case DType::kComplex64: return ScalarType::ComplexFloat;
+      case DType::kComplex128: return ScalarType::ComplexDouble;
       case DType::kInt32: return ScalarType::Int;
       case DType::kInt64: return ScalarType::Long;
       default: fail("mamba_ssm: no conversion to this dtype");
@@ -47,9 +50,9 @@ struct StableApi {
       case ScalarType::Double: return DType::kFloat64;
       case ScalarType::Int: return DType::kInt32;
       case ScalarType::Long: return DType::kInt64;
-      case ScalarType::ComplexHalf:
-      case ScalarType::ComplexFloat:
-      case ScalarType::ComplexDouble: return DType::kComplex;
+      case ScalarType::ComplexFloat: return DType::kComplex64;
+      case ScalarType::ComplexDouble: return DType::kComplex128;
+      case ScalarType::ComplexHalf: return DType::kComplex;
       case ScalarType::Float8_e5m2:
       case ScalarType::Float8_e4m3fn:
       case ScalarType::Float8_e5m2fnuz:
@@ -87,15 +90,18 @@ struct StableApi {
 
   static Tensor to(const Tensor& t, DType d) { return torch::stable::to(t, scalar(d)); }
   static Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : torch::stable::contiguous(t); }
-  // A contiguous tensor on like's device through the C shim's aoti_torch_empty_strided (torch 2.10 exports
-  // it): a direct call, not a boxed dispatcher call (new_empty's), which costs about a microsecond more.
-  static Tensor empty(const std::vector<int64_t>& sizes, DType d, const Tensor& like) {
-    std::vector<int64_t> strides(sizes.size());
-    int64_t stride = 1;
-    for (size_t i = sizes.size(); i-- > 0;) {
-      strides[i] = stride;
-      stride *= sizes[i] > 1 ? sizes[i] : 1;
-    }
+  // t with a set conjugate bit materialised (kernels read the raw memory); t itself when unset. The stable
+  // Tensor cannot read the bit, so aten::resolve_conj is called through the C shim's dispatcher (2.10).
+  static Tensor resolve_conj(const Tensor& t) {
+    std::array<StableIValue, 1> stack{torch::stable::detail::from(t)};
+    STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher("aten::resolve_conj", "", stack.data(), TORCH_ABI_VERSION));
+    return torch::stable::detail::to<Tensor>(stack[0]);
+  }
+  // A tensor of the given sizes and strides on like's device through the C shim's aoti_torch_empty_strided
+  // (torch 2.10 exports it): a direct call, not a boxed dispatcher call (new_empty's), which costs about a
+  // microsecond more.
+  static Tensor empty_strided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, DType d,
+                              const Tensor& like) {
     int32_t device_type = 0, device_index = 0;
     STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
     STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(like.get(), &device_index));
@@ -105,6 +111,16 @@ struct StableApi {
                                                            strides.data(), dtype, device_type, device_index,
                                                            &handle));
     return Tensor(handle);
+  }
+  // A contiguous tensor on like's device.
+  static Tensor empty(const std::vector<int64_t>& sizes, DType d, const Tensor& like) {
+    std::vector<int64_t> strides(sizes.size());
+    int64_t stride = 1;
+    for (size_t i = sizes.size(); i-- > 0;) {
+      strides[i] = stride;
+      stride *= sizes[i] > 1 ? sizes[i] : 1;
+    }
+    return empty_strided(sizes, strides, d, like);
   }
   static Tensor zeros(const std::vector<int64_t>& sizes, DType d, const Tensor& like) {
     Tensor t = empty(sizes, d, like);

@@ -5,12 +5,13 @@
 //
 // A tensor API provides (all static): `Tensor`; metadata `defined, dim, size, stride, numel,
 // element_size, is_contiguous, dtype (-> DType), dtype_name, shape (-> Shape), device_name,
-// same_device, data<T>`; dispatcher calls `to (dtype), contiguous, empty, zeros (on a tensor's device),
-// sum (over one dim), view, transpose, zero_, copy_, to_device_of`; `cpu_threads()` (the
-// intra-op thread count, 1 inside a parallel region where torch says so). GPU bindings also use
-// `DeviceGuard` (constructed from a tensor) and `stream(t)` (the current cudaStream_t / hipStream_t of
+// same_device, data<T>`; dispatcher calls `to (dtype), contiguous, resolve_conj, empty, empty_strided,
+// zeros (on a tensor's device), sum (over one dim), view, transpose, zero_, copy_, to_device_of`;
+// `cpu_threads()` (the intra-op thread count, 1 inside a parallel region where torch says so). GPU
+// bindings also use `DeviceGuard` (constructed from a tensor) and `stream(t)` (the current cudaStream_t / hipStream_t of
 // t's device).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <sstream>
@@ -24,10 +25,24 @@
 namespace mamba_ssm {
 
 // The dtypes the checks tell apart (torch's ScalarType is a different type in each binding).
-enum class DType { kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64, kOtherFloat, kComplex, kOther };
+// kComplex64 / kComplex128: complex float / double; kComplex: any other complex dtype (complex32).
+enum class DType {
+  kFloat32,
+  kFloat16,
+  kBFloat16,
+  kFloat64,
+  kInt32,
+  kInt64,
+  kOtherFloat,
+  kComplex64,
+  kComplex128,
+  kComplex,
+  kOther
+};
 
 inline bool is_stream_dtype(DType d) { return d == DType::kFloat32 || d == DType::kFloat16 || d == DType::kBFloat16; }
 inline bool is_floating(DType d) { return is_stream_dtype(d) || d == DType::kFloat64 || d == DType::kOtherFloat; }
+inline bool is_complex(DType d) { return d == DType::kComplex64 || d == DType::kComplex128 || d == DType::kComplex; }
 
 // Tensor sizes for messages, printed as torch prints them: [2, 16, 64].
 struct Shape {
@@ -114,6 +129,66 @@ std::vector<int64_t> grouped_sizes(const typename A::Tensor& t) {
   return s;
 }
 
+// The sizes of a checked (u, A) and whether B / C are variable (3-D or 4-D); tensors still unset.
+template <class A>
+Prepared<A> prepared_sizes(const typename A::Tensor& u, const typename A::Tensor& Am,
+                           const typename A::Tensor& B, const typename A::Tensor& C) {
+  Prepared<A> r;
+  r.batch = A::size(u, 0);
+  r.dim = A::size(u, 1);
+  r.seqlen = A::size(u, 2);
+  r.dstate = A::size(Am, 1);
+  r.b_variable = is_variable<A>(B);
+  r.c_variable = is_variable<A>(C);
+  return r;
+}
+
+// groups from the group counts of variable B and C (0 for a constant one); they must agree.
+template <class A>
+void set_groups(Prepared<A>& r, int64_t gb, int64_t gc) {
+  MAMBA_CHECK(gb == 0 || gc == 0 || gb == gc, "mamba_ssm: B and C must have the same number of groups");
+  r.groups = gb ? gb : (gc ? gc : 1);
+}
+
+// u (batch, dim, seqlen) fp32 / fp16 / bf16, delta of u's shape.
+template <class A>
+void check_u_delta(const typename A::Tensor& u, const typename A::Tensor& delta) {
+  MAMBA_CHECK(A::dim(u) == 3, "mamba_ssm: u must be (batch, dim, seqlen), got ", A::shape(u));
+  const DType st = A::dtype(u);
+  MAMBA_CHECK(is_stream_dtype(st), "mamba_ssm: u must be float32, float16 or bfloat16, got ", A::dtype_name(u));
+  MAMBA_CHECK(A::shape(delta).v == A::shape(u).v, "mamba_ssm: delta must have u's shape ", A::shape(u), ", got ",
+              A::shape(delta));
+}
+
+// Checks D, z, delta_bias against the sizes in r and stores them: D and delta_bias (dim,) fp32, z (u's
+// shape) in z_dtype; absent ones stay empty.
+template <class A>
+void prepare_options(Prepared<A>& r, const typename A::Tensor& u, const Opt<A>& D, const Opt<A>& z,
+                     const Opt<A>& delta_bias, DType z_dtype) {
+  if (has<A>(D)) {
+    MAMBA_CHECK(A::numel(*D) == r.dim, "mamba_ssm: D must be (dim,) = (", r.dim, ",), got ", A::shape(*D));
+    r.D = as_contiguous<A>(*D, DType::kFloat32);
+  }
+  if (has<A>(z)) {
+    MAMBA_CHECK(A::shape(*z).v == A::shape(u).v, "mamba_ssm: z must have u's shape ", A::shape(u), ", got ",
+                A::shape(*z));
+    r.z = as_contiguous<A>(*z, z_dtype);
+  }
+  if (has<A>(delta_bias)) {
+    MAMBA_CHECK(A::numel(*delta_bias) == r.dim, "mamba_ssm: delta_bias must be (dim,) = (", r.dim, ",), got ",
+                A::shape(*delta_bias));
+    r.delta_bias = as_contiguous<A>(*delta_bias, DType::kFloat32);
+  }
+}
+
+// The CPU backward's task split: with variable B/C, a few channel ranges per batch (about one task per
+// thread), each writing its own dB/dC slab; else one task per channel.
+template <class A>
+int64_t cpu_bwd_split(const Prepared<A>& r, int64_t n_threads) {
+  if (!(r.b_variable || r.c_variable)) return r.dim;
+  return std::max<int64_t>(1, std::min<int64_t>(r.dim, (n_threads + r.batch - 1) / r.batch));
+}
+
 // compute_dtype: the dtype u, delta, z are read in (u's dtype on GPUs). std::nullopt (the CPU) keeps u,
 // delta, z and variable B/C each in its own dtype when that is fp32, fp16 or bf16 (else fp32): the CPU
 // kernels convert them a tile at a time. Variable B/C are kept when already fp32 or compute_dtype, else
@@ -123,21 +198,12 @@ Prepared<A> prepare(const typename A::Tensor& u, const typename A::Tensor& delta
                     const typename A::Tensor& B, const typename A::Tensor& C, const Opt<A>& D, const Opt<A>& z,
                     const Opt<A>& delta_bias, std::optional<DType> compute_dtype) {
   using T = typename A::Tensor;
-  MAMBA_CHECK(A::dim(u) == 3, "mamba_ssm: u must be (batch, dim, seqlen), got ", A::shape(u));
-  const DType st = A::dtype(u);
-  MAMBA_CHECK(is_stream_dtype(st), "mamba_ssm: u must be float32, float16 or bfloat16, got ", A::dtype_name(u));
-  MAMBA_CHECK(A::shape(delta).v == A::shape(u).v, "mamba_ssm: delta must have u's shape ", A::shape(u), ", got ",
-              A::shape(delta));
+  check_u_delta<A>(u, delta);
   MAMBA_CHECK(A::dim(Am) == 2 && A::size(Am, 0) == A::size(u, 1), "mamba_ssm: A must be (dim, d_state) = (",
               A::size(u, 1), ", d_state), got ", A::shape(Am));
-  MAMBA_CHECK(A::dtype(Am) != DType::kComplex, "mamba_ssm: complex A is not supported by the compiled kernels");
-  Prepared<A> r;
-  r.batch = A::size(u, 0);
-  r.dim = A::size(u, 1);
-  r.seqlen = A::size(u, 2);
-  r.dstate = A::size(Am, 1);
-  r.b_variable = is_variable<A>(B);
-  r.c_variable = is_variable<A>(C);
+  MAMBA_CHECK(!is_complex(A::dtype(Am)), "mamba_ssm: selective_scan_fwd/bwd take real A; complex A goes to ",
+              "selective_scan_complex_fwd/bwd (selective_scan_fn routes it there)");
+  Prepared<A> r = prepared_sizes<A>(u, Am, B, C);
   auto check_bc = [&](const T& t, const char* name) -> int64_t {
     if (!is_variable<A>(t)) {
       MAMBA_CHECK(A::dim(t) == 2 && A::size(t, 0) == r.dim && A::size(t, 1) == r.dstate, "mamba_ssm: ", name,
@@ -151,9 +217,8 @@ Prepared<A> prepare(const typename A::Tensor& u, const typename A::Tensor& delta
                 " with groups dividing dim = ", r.dim, ", got ", A::shape(t));
     return g[1];
   };
-  const int64_t gb = check_bc(B, "B"), gc = check_bc(C, "C");
-  MAMBA_CHECK(gb == 0 || gc == 0 || gb == gc, "mamba_ssm: B and C must have the same number of groups");
-  r.groups = gb ? gb : (gc ? gc : 1);
+  const int64_t gb = check_bc(B, "B");  // B's error first when both are wrong
+  set_groups(r, gb, check_bc(C, "C"));
   const bool keep = !compute_dtype.has_value();
   auto stream_dtype = [&](const T& t) {
     return !keep ? *compute_dtype : (is_stream_dtype(A::dtype(t)) ? A::dtype(t) : DType::kFloat32);
@@ -173,21 +238,18 @@ Prepared<A> prepare(const typename A::Tensor& u, const typename A::Tensor& delta
     r.B = A::to(r.B, DType::kFloat32);
     r.C = A::to(r.C, DType::kFloat32);
   }
-  if (has<A>(D)) {
-    MAMBA_CHECK(A::numel(*D) == r.dim, "mamba_ssm: D must be (dim,) = (", r.dim, ",), got ", A::shape(*D));
-    r.D = as_contiguous<A>(*D, DType::kFloat32);
-  }
-  if (has<A>(z)) {
-    MAMBA_CHECK(A::shape(*z).v == A::shape(u).v, "mamba_ssm: z must have u's shape ", A::shape(u), ", got ",
-                A::shape(*z));
-    r.z = as_contiguous<A>(*z, stream_dtype(*z));
-  }
-  if (has<A>(delta_bias)) {
-    MAMBA_CHECK(A::numel(*delta_bias) == r.dim, "mamba_ssm: delta_bias must be (dim,) = (", r.dim, ",), got ",
-                A::shape(*delta_bias));
-    r.delta_bias = as_contiguous<A>(*delta_bias, DType::kFloat32);
-  }
+  prepare_options<A>(r, u, D, z, delta_bias, has<A>(z) ? stream_dtype(*z) : DType::kFloat32);
   return r;
+}
+
+// The fp32 storage of t: a float32 tensor, or a complex64 one as interleaved (re, im) pairs (the layout of
+// the complex-A kernels, csrc/scan_complex.h).
+template <class A>
+float* f32_data(const typename A::Tensor& t) {
+  const DType d = A::dtype(t);
+  MAMBA_CHECK(d == DType::kFloat32 || d == DType::kComplex64, "mamba_ssm: internal: expected a float32 or ",
+              "complex64 buffer, got ", A::dtype_name(t));
+  return static_cast<float*>(A::template data<void>(t));
 }
 
 template <class A>
@@ -209,7 +271,7 @@ void fill_params(const Prepared<A>& r, bool delta_softplus, ScanParams& p) {
   p.delta_softplus = delta_softplus;
   p.u = A::template data<void>(r.u);
   p.delta = A::template data<void>(r.delta);
-  p.A = A::template data<float>(r.A_);
+  p.A = f32_data<A>(r.A_);
   p.B = A::template data<void>(r.B);
   p.C = A::template data<void>(r.C);
   p.D = fptr<A>(r.D);
@@ -254,15 +316,15 @@ template <class A>
 void bind_bwd_buffers(const BwdBuffers<A>& g, const typename A::Tensor& dout_c,
                       const std::optional<typename A::Tensor>& dlast, ScanBwdParams& p) {
   p.dout = A::template data<void>(dout_c);
-  p.dlast_state = fptr<A>(dlast);
+  p.dlast_state = dlast ? f32_data<A>(*dlast) : nullptr;
   p.du = A::template data<void>(g.du);
   p.ddelta = A::template data<void>(g.ddelta);
   p.dz = g.dz ? A::template data<void>(*g.dz) : nullptr;
-  p.dA_part = A::template data<float>(g.dA);
+  p.dA_part = f32_data<A>(g.dA);
   p.dD_part = A::template data<float>(g.dD);
   p.ddelta_bias_part = A::template data<float>(g.dbias);
-  p.dB = A::template data<float>(g.dB);
-  p.dC = A::template data<float>(g.dC);
+  p.dB = f32_data<A>(g.dB);
+  p.dC = f32_data<A>(g.dC);
 }
 
 // The eight gradients (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias) from the filled buffers: the

@@ -25,10 +25,12 @@ typename A::Tensor conv_layout(const typename A::Tensor& t, bool channel_last, D
   return A::transpose(A::contiguous(in_dtype<A>(A::transpose(t, 1, 2), dt)), 1, 2);
 }
 
+// (b, d, l) on like's device, channel-last ((b, l, d) in memory) or contiguous; a tensor of its own, not
+// a view, so an op's output takes in-place updates under autograd.
 template <class A>
 typename A::Tensor conv_empty(int64_t b, int64_t d, int64_t l, bool channel_last, DType dt,
                               const typename A::Tensor& like) {
-  return channel_last ? A::transpose(A::empty({b, l, d}, dt, like), 1, 2) : A::empty({b, d, l}, dt, like);
+  return channel_last ? A::empty_strided({b, d, l}, {l * d, 1, d}, dt, like) : A::empty({b, d, l}, dt, like);
 }
 
 template <class A>

@@ -126,12 +126,13 @@ typename A::Tensor causal_conv1d_varlen_states_cpu(const typename A::Tensor& x, 
   conv_check_varlen<A>(x, cu_seqlens, state_len);
   const auto cu = as_contiguous<A>(cu_seqlens, DType::kInt32);
   check_cu_seqlens_values<A>(A::template data<int32_t>(cu), A::numel(cu), A::size(x, 0));
-  auto states = A::empty({A::size(cu, 0) - 1, state_len, A::size(x, 1)}, A::dtype(x), x);
+  // (batch, dim, state_len), (batch, state_len, dim) in memory: the layout causal_conv1d_update reads.
+  auto states = conv_empty<A>(A::size(cu, 0) - 1, A::size(x, 1), state_len, true, A::dtype(x), x);
   Conv1dVarlenParams p;
   conv_fill_varlen<A>(x, cu, states, state_len, p);
   const char* err = conv1d_varlen_states_cpu(p, static_cast<int>(A::element_size(x)));
   MAMBA_CHECK(err == nullptr, "mamba_ssm: ", err);
-  return A::transpose(states, 1, 2);
+  return states;
 }
 
 // ------------------------------------------------------------------------------------------ CUDA/HIP
@@ -237,12 +238,13 @@ typename A::Tensor causal_conv1d_varlen_states_cuda(const typename A::Tensor& x,
   const typename A::DeviceGuard guard(x);
   conv_check_varlen<A>(x, cu_seqlens, state_len);
   const auto cu = A::contiguous(A::to_device_of(cu_seqlens, DType::kInt32, x));
-  auto states = A::empty({A::size(cu, 0) - 1, state_len, A::size(x, 1)}, A::dtype(x), x);
+  // (batch, dim, state_len), (batch, state_len, dim) in memory: the layout causal_conv1d_update reads.
+  auto states = conv_empty<A>(A::size(cu, 0) - 1, A::size(x, 1), state_len, true, A::dtype(x), x);
   Conv1dVarlenParams p;
   conv_fill_varlen<A>(x, cu, states, state_len, p);
   const char* err = conv1d_varlen_states_gpu(p, static_cast<int>(A::element_size(x)), A::stream(x));
   MAMBA_CHECK(err == nullptr, "mamba_ssm: causal_conv1d_varlen_states kernel failed: ", err);
-  return A::transpose(states, 1, 2);
+  return states;
 }
 
 }  // namespace mamba_ssm

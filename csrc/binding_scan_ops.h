@@ -76,10 +76,8 @@ BwdResult<A> selective_scan_bwd_cpu(const typename A::Tensor& u, const typename 
   const CpuDtypes k = cpu_dtypes<A>(r, &dout_c);
   scan_cpu_isa();  // a bad MAMBA_SSM_CPU_ISA raises here, before any work
   const auto dlast = prepare_dlast_state<A>(r, dlast_state);
-  const bool variable = r.b_variable || r.c_variable;
   const int64_t n_threads = A::cpu_threads();
-  const int64_t n_split =
-      variable ? std::max<int64_t>(1, std::min<int64_t>(r.dim, (n_threads + r.batch - 1) / r.batch)) : r.dim;
+  const int64_t n_split = cpu_bwd_split(r, n_threads);
   const DType f32 = DType::kFloat32;
   BwdBuffers<A> g;
   // du, ddelta, dz in the dtype of u, delta, z (the kernel rounds each row as it writes it).
@@ -122,6 +120,28 @@ void check_devices(const typename A::Tensor& u, const Prepared<A>& r) {
   if (r.delta_bias) check_same_device<A>(u, *r.delta_bias, "delta_bias");
 }
 
+// The GPU backward's output buffers: du, ddelta, dz in dt; dA and constant dB / dC (batch, dim, d_state) in
+// state_dtype (fp32; complex64 for complex A); variable dB / dC (batch, groups, d_state, bc_len) fp32 (the
+// kernels accumulate them with atomics). All partials zero-filled.
+template <class A>
+BwdBuffers<A> gpu_bwd_buffers(const Prepared<A>& r, DType dt, DType state_dtype, int64_t bc_len) {
+  const DType f32 = DType::kFloat32;
+  BwdBuffers<A> g;
+  g.du = A::empty({r.batch, r.dim, r.seqlen}, dt, r.u);
+  g.ddelta = A::empty({r.batch, r.dim, r.seqlen}, dt, r.u);
+  if (r.z) g.dz = A::empty({r.batch, r.dim, r.seqlen}, dt, r.u);
+  g.dA = A::zeros({r.batch, r.dim, r.dstate}, state_dtype, r.u);
+  g.dD = A::zeros({r.batch, r.dim}, f32, r.u);
+  g.dbias = A::zeros({r.batch, r.dim}, f32, r.u);
+  auto grad_bc = [&](bool var) {
+    return var ? A::zeros({r.batch, r.groups, r.dstate, bc_len}, f32, r.u)
+               : A::zeros({r.batch, r.dim, r.dstate}, state_dtype, r.u);
+  };
+  g.dB = grad_bc(r.b_variable);
+  g.dC = grad_bc(r.c_variable);
+  return g;
+}
+
 template <class A>
 FwdResult<A> selective_scan_fwd_cuda(const typename A::Tensor& u, const typename A::Tensor& delta,
                                      const typename A::Tensor& Am, const typename A::Tensor& B,
@@ -162,19 +182,7 @@ BwdResult<A> selective_scan_bwd_cuda(const typename A::Tensor& u, const typename
   const DType f32 = DType::kFloat32, dt = A::dtype(u);
   const auto dout_c = as_contiguous<A>(dout, dt);
   const auto dlast = prepare_dlast_state<A>(r, dlast_state);
-  BwdBuffers<A> g;
-  g.du = A::empty({r.batch, r.dim, r.seqlen}, dt, r.u);
-  g.ddelta = A::empty({r.batch, r.dim, r.seqlen}, dt, r.u);
-  if (r.z) g.dz = A::empty({r.batch, r.dim, r.seqlen}, dt, r.u);
-  g.dA = A::zeros({r.batch, r.dim, r.dstate}, f32, r.u);
-  g.dD = A::zeros({r.batch, r.dim}, f32, r.u);
-  g.dbias = A::zeros({r.batch, r.dim}, f32, r.u);
-  auto grad_bc = [&](bool var) {
-    return var ? A::zeros({r.batch, r.groups, r.dstate, r.seqlen}, f32, r.u)
-               : A::zeros({r.batch, r.dim, r.dstate}, f32, r.u);
-  };
-  g.dB = grad_bc(r.b_variable);
-  g.dC = grad_bc(r.c_variable);
+  BwdBuffers<A> g = gpu_bwd_buffers<A>(r, dt, f32, r.seqlen);
   auto ws = A::empty({std::max<int64_t>(1, r.batch * r.dim * gpu_num_chunks(r.seqlen) * r.dstate)}, f32, r.u);
   bind_bwd_buffers(g, dout_c, dlast, p);
   p.workspace = A::template data<float>(ws);

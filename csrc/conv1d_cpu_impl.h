@@ -50,6 +50,22 @@ static inline void silu_inplace(float* __restrict v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) v[i] = silu_of(v[i]);
 }
 
+// keep(s_j) of conv1d_params.h for the final states s_j = L - (W-1) + j: whether input s_j belongs to the
+// row's last sequence (which is not padding). All 1 without seq_idx.
+template <int W>
+static inline void final_keep(const int32_t* sid, int64_t L, bool (&keep)[W > 1 ? W - 1 : 1]) {
+  for (int j = 0; j < W - 1; ++j) {
+    const int64_t s = L - (W - 1) + j;
+    keep[j] = !sid || L == 0 || (sid[L - 1] >= 0 && sid[s > 0 ? s : 0] == sid[L - 1]);
+  }
+}
+
+// Output 0 at padding positions (seq_idx < 0) of a seqlen-contiguous row.
+static inline void zero_padding(const int32_t* sid, float* __restrict out, int64_t L) {
+  if (!sid) return;
+  for (int64_t t = 0; t < L; ++t) out[t] = sid[t] < 0 ? 0.f : out[t];
+}
+
 // The inputs of a row before position 0: initial_states or zeros.
 template <int W>
 static inline void load_init(const Conv1dParams& p, int64_t b, int64_t d, float* init) {
@@ -93,9 +109,12 @@ static void fwd_row(const Conv1dParams& p, int64_t b, int64_t d) {
     }
   }
   if (p.silu) silu_inplace(out, L);
+  zero_padding(sid, out, L);
   if (p.final_states) {
+    bool keep[W > 1 ? W - 1 : 1];
+    final_keep<W>(sid, L, keep);
     float* fin = static_cast<float*>(p.final_states) + (b * p.dim + d) * (W - 1);
-    for (int j = 0; j < W - 1; ++j) fin[j] = xs(L - (W - 1) + j);
+    for (int j = 0; j < W - 1; ++j) fin[j] = keep[j] ? xs(L - (W - 1) + j) : 0.f;
   }
 }
 
@@ -115,6 +134,11 @@ static void fwd_channel_last(const Conv1dParams& p, int64_t b, int64_t d0, int64
   float* out = static_cast<float*>(p.out) + b * p.x_sb + d0;
   const int32_t* sid = p.seq_idx ? p.seq_idx + b * L : nullptr;
   for (int64_t t = 0; t < L; ++t) {
+    if (sid && sid[t] < 0) {  // padding: output 0
+      float* __restrict o = out + t * p.x_sl;
+      for (int64_t i = 0; i < n; ++i) o[i] = 0.f;
+      continue;
+    }
     for (int64_t i = 0; i < n; ++i) acc[i] = bias[i];
     for (int k = 0; k < W; ++k) {
       const int64_t s = t - (W - 1) + k;
@@ -128,11 +152,13 @@ static void fwd_channel_last(const Conv1dParams& p, int64_t b, int64_t d0, int64
     for (int64_t i = 0; i < n; ++i) o[i] = acc[i];
   }
   if (p.final_states) {
+    bool keep[W > 1 ? W - 1 : 1];
+    final_keep<W>(sid, L, keep);
     float* fin = static_cast<float*>(p.final_states);
     for (int j = 0; j < W - 1; ++j) {
       const int64_t s = L - (W - 1) + j;
       for (int64_t i = 0; i < n; ++i)
-        fin[(b * p.dim + d0 + i) * (W - 1) + j] = s >= 0 ? x[s * p.x_sl + i] : init[s + W - 1][i];
+        fin[(b * p.dim + d0 + i) * (W - 1) + j] = !keep[j] ? 0.f : s >= 0 ? x[s * p.x_sl + i] : init[s + W - 1][i];
     }
   }
 }
@@ -194,6 +220,7 @@ static void bwd_row(const Conv1dBwdParams& p, int64_t b, int64_t d, std::vector<
   } else {
     for (int64_t t = 0; t < L; ++t) dpre[t] = dout[t];
   }
+  zero_padding(sid, dpre, L);  // a padding output is the constant 0
   // dbias, dweight: kLanes partial sums over t >= W - 1, the head and tail scalar.
   float pb[kLanes] = {0.f}, pw[W][kLanes];
   for (int k = 0; k < W; ++k)
@@ -249,9 +276,12 @@ static void bwd_row(const Conv1dBwdParams& p, int64_t b, int64_t d, std::vector<
   for (int64_t s = body; s < L; ++s) dx[s] = dxs(s);
   for (int j = 0; j < W - 1; ++j) dinit[j] = dxs(j - (W - 1));
   if (p.dfinal_states) {
+    bool keep[W > 1 ? W - 1 : 1];
+    final_keep<W>(sid, L, keep);
     const float* dfin = p.dfinal_states + (b * p.dim + d) * (W - 1);
     for (int j = 0; j < W - 1; ++j) {
       const int64_t s = L - (W - 1) + j;
+      if (!keep[j]) continue;
       if (s >= 0) dx[s] += dfin[j];
       else dinit[s + W - 1] += dfin[j];
     }

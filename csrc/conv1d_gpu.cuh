@@ -86,6 +86,15 @@ __device__ __forceinline__ void pre_of(const float (&v)[kItems + W - 1], const i
   }
 }
 
+// keep(pos) of conv1d_params.h for a final-state input pos: it belongs to the row's last sequence, which
+// is not padding (always true without seq_idx).
+MAMBA_SSM_DEVICE_INLINE bool final_keep(const Conv1dParams& p, int64_t b, int64_t pos) {
+  if (!p.seq_idx || p.seqlen == 0) return true;
+  const int32_t* sid = p.seq_idx + b * p.seqlen;
+  const int32_t last = sid[p.seqlen - 1];
+  return last >= 0 && sid[pos > 0 ? pos : 0] == last;
+}
+
 template <typename T, int W>
 __global__ void __launch_bounds__(kThreads) conv_fwd_kernel(Conv1dParams p, int64_t n_runs) {
   Slot s;
@@ -104,7 +113,8 @@ __global__ void __launch_bounds__(kThreads) conv_fwd_kernel(Conv1dParams p, int6
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
     if (s.t0 + j >= p.seqlen) break;
-    const float y = p.silu ? pre[j] / (1.f + __expf(-pre[j])) : pre[j];
+    float y = p.silu ? pre[j] / (1.f + __expf(-pre[j])) : pre[j];
+    if (q[j + W - 1] < 0) y = 0.f;  // padding
     out[(s.t0 + j) * p.x_sl] = Cvt<T>::store(y);
   }
   if (p.final_states && s.t0 + kItems >= p.seqlen) {  // the last run of the row
@@ -114,7 +124,8 @@ __global__ void __launch_bounds__(kThreads) conv_fwd_kernel(Conv1dParams p, int6
     for (int j = 0; j < W - 1; ++j) {
       const int64_t pos = p.seqlen - (W - 1) + j;
       float val = 0.f;
-      if (pos >= 0) val = Cvt<T>::load(x[pos * p.x_sl]);
+      if (!final_keep(p, s.b, pos)) val = 0.f;
+      else if (pos >= 0) val = Cvt<T>::load(x[pos * p.x_sl]);
       else if (p.initial_states) val = p.initial_states[(s.b * p.dim + s.d) * (W - 1) + pos + W - 1];
       fin[j] = Cvt<T>::store(val);
     }
@@ -150,6 +161,7 @@ __global__ void __launch_bounds__(kThreads) conv_bwd_dpre_kernel(Conv1dBwdParams
       const float sg = 1.f / (1.f + __expf(-pre[j]));
       g *= sg * (1.f + pre[j] * (1.f - sg));
     }
+    if (q[j + W - 1] < 0) g = 0.f;  // a padding output is the constant 0
     dpre[(s.t0 + j) * p.x_sl] = g;
     db += g;
 #pragma unroll
@@ -183,7 +195,7 @@ __global__ void __launch_bounds__(kThreads) conv_bwd_dx_kernel(Conv1dBwdParams p
       if (t >= 0 && t < L && (!sid || sid[t] == mine)) acc += w[k] * dpre[t * p.x_sl];
     }
     const int64_t j = pos - (L - (W - 1));
-    if (dfin && j >= 0) acc += dfin[j];
+    if (dfin && j >= 0 && final_keep(p, s.b, pos)) acc += dfin[j];
     return acc;
   };
   T* dx = static_cast<T*>(p.dx) + off;

@@ -4,15 +4,20 @@
 // for batch b, channel d, position t in [0, seqlen), width W in [2, 4],
 //
 //   pre[t] = bias[d] + sum_{k=0}^{W-1} weight[d, k] * xs(t - (W-1) + k) * same(t - (W-1) + k, t)
-//   out[t] = silu(pre[t]) if silu else pre[t]          silu(v) = v / (1 + exp(-v))
+//   out[t] = real(t) ? (silu(pre[t]) if silu else pre[t]) : 0        silu(v) = v / (1 + exp(-v))
 //
-// where xs(s) = x[b, d, s] for s >= 0 and initial_states[b, d, s + W - 1] (or 0) for s < 0, and
-// same(s, t) = 1 without seq_idx, else seq_idx[b, max(s, 0)] == seq_idx[b, t] (positions before the
-// start belong to the first sequence of the row). final_states[b, d, j] = xs(seqlen - (W-1) + j),
-// j in [0, W-1): the inputs causal_conv1d_update continues from.
+// where xs(s) = x[b, d, s] for s >= 0 and initial_states[b, d, s + W - 1] (or 0) for s < 0, and, with
+// q(s) = seq_idx[b, max(s, 0)] (positions before the start belong to the row's first token's sequence),
+// same(s, t) = 1 without seq_idx, else q(s) == q(t); real(t) = 1 without seq_idx, else q(t) >= 0.
+// A negative seq_idx marks a padding token: its output is 0 and, belonging to no sequence, it is read by
+// no other position and by no state.
+// final_states[b, d, j] = xs(s_j) * keep(s_j), s_j = seqlen - (W-1) + j, j in [0, W-1): the inputs
+// causal_conv1d_update continues the row's last sequence from, where keep(s) = 1 without seq_idx, else
+// same(s, seqlen - 1) && real(seqlen - 1) (inputs of an earlier sequence read 0; a row ending in padding
+// has zero final states).
 //
-// Gradients (dpre = dout * silu'(pre), or dout):
-//   dxs(s) = sum_k weight[d, k] * dpre[s + (W-1) - k] * same(s, s + (W-1) - k)  (+ dfinal_states)
+// Gradients (dpre = real(t) ? dout * silu'(pre) (or dout) : 0):
+//   dxs(s) = sum_k weight[d, k] * dpre[s + (W-1) - k] * same(s, s + (W-1) - k)  (+ keep(s) dfinal_states)
 //   dweight[d, k] = sum_{b,t} dpre[t] * xs(t - (W-1) + k) * same(...),  dbias[d] = sum_{b,t} dpre[t]
 //   dinitial_states[b, d, j] = dxs(j - (W-1)).
 #pragma once
@@ -74,7 +79,9 @@ struct Conv1dUpdateParams {
 
 // causal_conv1d_varlen_states: for sequence b of packed x (total, dim) spanning rows
 // [cu_seqlens[b], cu_seqlens[b+1]), states[b, d, j] = x[cu_seqlens[b+1] - state_len + j, d], or 0 when
-// that row lies before the sequence's start. A pure copy: elements are moved as raw bits.
+// that row lies before the sequence's start (an empty sequence has zero states). cu_seqlens is
+// non-decreasing from 0 to at most total: rows from cu_seqlens[batch] on (padding) are read by no state.
+// A pure copy: elements are moved as raw bits.
 struct Conv1dVarlenParams {
   int64_t batch = 0, dim = 0, state_len = 0, total = 0;
   int64_t x_st = 0, x_sd = 0;                     // x (total, dim)

@@ -1,9 +1,10 @@
-// exp_approx: the CPU kernels' vectorisable exp (selective scan, causal conv1d). Includes no header (needs
-// <cstring>, <cstdint>) and
+// The CPU kernels' vectorisable transcendental functions (selective scan, causal conv1d): exp_approx,
+// and for the scan softplus_approx and sigmoid_approx. Includes no header (needs <cstring>, <cstdint>) and
 // has no include guard on purpose: each *_cpu_impl.h includes it once inside its own ISA namespace
-// (MAMBA_CPU_NS) and target pragmas, so each instruction-set build gets its own copy.
+// (MAMBA_CPU_NS) and target pragmas, so each instruction-set build gets its own copy. Every function is
+// branch-free (selects, no libm call), so that a loop calling it vectorises in each build.
 // exp(x) for x in float range, relative error ~2e-7: 2^k * e^r with k = round(x / ln 2), |r| <= ln2/2,
-// degree-6 Taylor polynomial for e^r. Branch-free so that loops calling it vectorise.
+// degree-6 Taylor polynomial for e^r.
 static inline float exp_approx(float x) {
   x = x < -87.0f ? -87.0f : x;  // (no std::min/max: they would not inline across the pragmas)
   x = x > 88.0f ? 88.0f : x;
@@ -23,3 +24,28 @@ static inline float exp_approx(float x) {
   std::memcpy(&scale, &bits, sizeof(scale));
   return poly * scale;
 }
+
+// log(1 + e) for e in [0, 1], relative error ~1e-7 (also for tiny e, where log(1 + e) ~ e):
+// 2 atanh(s) with s = e / (2 + e) in [0, 1/3], the series s + s^3/3 + ... + s^13/13 (the rest is below
+// (1/9)^7 / 15 of s).
+static inline float log1p_unit_approx(float e) {
+  const float s = e / (2.0f + e), s2 = s * s;
+  float poly = 1.0f / 13.0f;
+  poly = poly * s2 + 1.0f / 11.0f;
+  poly = poly * s2 + 1.0f / 9.0f;
+  poly = poly * s2 + 1.0f / 7.0f;
+  poly = poly * s2 + 1.0f / 5.0f;
+  poly = poly * s2 + 1.0f / 3.0f;
+  poly = poly * s2 + 1.0f;
+  return 2.0f * s * poly;
+}
+
+// softplus(x) = log(1 + e^x) = max(x, 0) + log(1 + e^-|x|): no overflow, and e^x's own relative accuracy
+// for x << 0 (torch switches to x itself above 20, where the two agree in float).
+static inline float softplus_approx(float x) {
+  const float ax = x < 0.0f ? -x : x;
+  return (x > 0.0f ? x : 0.0f) + log1p_unit_approx(exp_approx(-ax));
+}
+
+// sigmoid(x) = 1 / (1 + e^-x): 0 and 1 in the limits (exp_approx saturates, nothing overflows to NaN).
+static inline float sigmoid_approx(float x) { return 1.0f / (1.0f + exp_approx(-x)); }

@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(kThreads) scan_bwd_kernel(const ScanBwdParams 
   __shared__ float dA_s[kGpuMaxDState];
   __shared__ float dBc_s[kGpuMaxDState];
   __shared__ float dCc_s[kGpuMaxDState];
-  __shared__ float2 scan_buf[2][kMaxWarps];
+  __shared__ AffinePair<float> scan_buf[2][kMaxWarps];
   __shared__ float4 sum_buf[2][kMaxWarps];
   const Channel ch = channel_of(p);
   const int64_t L = p.seqlen;

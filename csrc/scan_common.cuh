@@ -95,40 +95,49 @@ __device__ __forceinline__ void load_bc_items(const void* base, bool is_fp32, in
   else load_items<T>(static_cast<const T*>(base) + off, t0, L, v);
 }
 
+// One affine map x -> a*x + b of block_scan, as a warp leader hands it to the other warps (shared
+// memory). V is float (real A) or the complex scan's Complex; aligned like float2 / float4.
+template <typename V>
+struct alignas(2 * sizeof(V)) AffinePair {
+  V a, b;
+};
+
 // Block-wide exclusive scan of affine maps x -> a*x + b (one per thread, composed in scan order:
 // thread order, or reversed when kReverse) applied to `carry`. Returns the value entering this
 // thread's first element; `total` gets the value after the whole block (the same in every thread).
 // `buf` is shared memory of kMaxWarps entries; successive calls must alternate between two buffers
 // (each call has one barrier, so a buffer is rewritten only after every thread finished reading it).
-template <bool kReverse>
-__device__ __forceinline__ float block_scan(float a, float b, float carry, float2* buf, float& total) {
+// V needs *, +, V(1.f), V(0.f) and the shfl_up / shfl_down overloads (found by argument-dependent
+// lookup, so the complex scan's own header provides them for its Complex).
+template <bool kReverse, typename V>
+__device__ __forceinline__ V block_scan(V a, V b, V carry, AffinePair<V>* buf, V& total) {
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
 #pragma unroll
   for (int off = 1; off < kWarpSize; off *= 2) {
-    const float pa = kReverse ? shfl_down(a, off) : shfl_up(a, off);
-    const float pb = kReverse ? shfl_down(b, off) : shfl_up(b, off);
+    const V pa = kReverse ? shfl_down(a, off) : shfl_up(a, off);
+    const V pb = kReverse ? shfl_down(b, off) : shfl_up(b, off);
     const bool take = kReverse ? (lane + off < kWarpSize) : (lane >= off);
     if (take) { b = a * pb + b; a = a * pa; }
   }
   // Inclusive (a, b) now covers this lane and every lane before it in scan order.
-  if (lane == (kReverse ? 0 : kWarpSize - 1)) buf[warp] = make_float2(a, b);
-  float ea = kReverse ? shfl_down(a, 1) : shfl_up(a, 1);
-  float eb = kReverse ? shfl_down(b, 1) : shfl_up(b, 1);
-  if (lane == (kReverse ? kWarpSize - 1 : 0)) { ea = 1.f; eb = 0.f; }
+  if (lane == (kReverse ? 0 : kWarpSize - 1)) buf[warp] = AffinePair<V>{a, b};
+  V ea = kReverse ? shfl_down(a, 1) : shfl_up(a, 1);
+  V eb = kReverse ? shfl_down(b, 1) : shfl_up(b, 1);
+  if (lane == (kReverse ? kWarpSize - 1 : 0)) { ea = V(1.f); eb = V(0.f); }
   __syncthreads();
-  float x = carry;
+  V x = carry;
   if (!kReverse) {
-    for (int w = 0; w < warp; ++w) x = buf[w].x * x + buf[w].y;
+    for (int w = 0; w < warp; ++w) x = buf[w].a * x + buf[w].b;
   } else {
-    for (int w = kWarps - 1; w > warp; --w) x = buf[w].x * x + buf[w].y;
+    for (int w = kWarps - 1; w > warp; --w) x = buf[w].a * x + buf[w].b;
   }
-  const float entering = ea * x + eb;
-  float t = x;
+  const V entering = ea * x + eb;
+  V t = x;
   if (!kReverse) {
-    for (int w = warp; w < kWarps; ++w) t = buf[w].x * t + buf[w].y;
+    for (int w = warp; w < kWarps; ++w) t = buf[w].a * t + buf[w].b;
   } else {
-    for (int w = warp; w >= 0; --w) t = buf[w].x * t + buf[w].y;
+    for (int w = warp; w >= 0; --w) t = buf[w].a * t + buf[w].b;
   }
   total = t;
   return entering;

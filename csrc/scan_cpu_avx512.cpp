@@ -1,13 +1,14 @@
 // CPU selective-scan kernels built with AVX-512 (F, DQ, BW, VL) + FMA enabled for this translation unit
 // only (the rest of the module keeps the baseline ISA); used only when the CPU and the OS support it
 // (scan_cpu.cpp). 16 fp32 lanes: d_state 16, Mamba's default, is one register, and scan_cpu_impl.h adds
-// hand-vectorised loops (MAMBA_CPU_AVX512) for d_state up to 32 on top of the plain loops.
+// hand-vectorised loops (MAMBA_CPU_AVX512) for d_state up to 64 on top of the plain loops.
 // Standard and intrinsics headers are included before the target switch so that only our code gets the
 // wider ISA.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

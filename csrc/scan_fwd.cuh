@@ -15,7 +15,7 @@ namespace gpu {
 template <typename T>
 __global__ void __launch_bounds__(kThreads) scan_fwd_kernel(const ScanParams p) {
   __shared__ float carry_s[kGpuMaxDState];
-  __shared__ float2 scan_buf[2][kMaxWarps];
+  __shared__ AffinePair<float> scan_buf[2][kMaxWarps];
   const Channel ch = channel_of(p);
   const int64_t L = p.seqlen;
   const int N = static_cast<int>(p.dstate);

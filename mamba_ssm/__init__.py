@@ -6,15 +6,15 @@ public names below are resolved lazily on first access:
 
 * ``selective_scan_fn``, ``mamba_inner_fn``: :mod:`mamba_ssm.ops.selective_scan_interface`
 * ``Mamba``: :mod:`mamba_ssm.modules.mamba_simple`
-* ``Mamba2``: :mod:`mamba_ssm.modules.mamba2`; ``MambaLMHeadModel``:
+* ``Mamba2``: :mod:`mamba_ssm.modules.mamba2`; ``Mamba3``: :mod:`mamba_ssm.modules.mamba3`;
+  ``MambaLMHeadModel``:
   :mod:`mamba_ssm.models.mixer_seq_simple` (where those modules exist)
 * ``set_backend``, ``get_backend``: :mod:`mamba_ssm._dispatch` (``"auto"``, ``"compiled"``,
   ``"torch"``, ``"ref"``; see also ``MAMBA_SSM_BACKEND``)
 
-A name this version lacks (e.g. upstream's ``Mamba3``) raises an error that says so and what to use
-instead: ImportError for ``from mamba_ssm import X``, AttributeError for ``mamba_ssm.X`` (so
-``hasattr`` stays False). Upstream's Mamba-3 module paths (``mamba_ssm.modules.mamba3``,
-``mamba_ssm.ops.triton.mamba3``, ``mamba_ssm.ops.tilelang``) raise the same explanation at import.
+A name this version lacks raises an error that says so (and what to use instead, for the names in
+``_NOT_YET``): ImportError for ``from mamba_ssm import X``, AttributeError for ``mamba_ssm.X`` (so
+``hasattr`` stays False).
 
 ``python -m mamba_ssm doctor`` reports which backend runs where, and why.
 """
@@ -27,6 +27,7 @@ _LAZY = {
     "mamba_inner_fn": ("mamba_ssm.ops.selective_scan_interface", "mamba_inner_fn"),
     "Mamba": ("mamba_ssm.modules.mamba_simple", "Mamba"),
     "Mamba2": ("mamba_ssm.modules.mamba2", "Mamba2"),
+    "Mamba3": ("mamba_ssm.modules.mamba3", "Mamba3"),
     "MambaLMHeadModel": ("mamba_ssm.models.mixer_seq_simple", "MambaLMHeadModel"),
     "set_backend": ("mamba_ssm._dispatch", "set_backend"),
     "get_backend": ("mamba_ssm._dispatch", "get_backend"),
@@ -35,19 +36,7 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]  # noqa: PLE0604 - _LAZY's keys are the lazily resolved names
 
 # Names upstream mamba-ssm exports (or documents) that this version does not have, with what to use.
-_NOT_YET = {
-    "Mamba3": "Mamba-3 (upstream's mamba_ssm.modules.mamba3) is not in this package yet; use Mamba2 "
-    "(from mamba_ssm import Mamba2) or Mamba",
-}
-
-
-def _missing_module(module_name, what="Mamba3"):
-    """The error a placeholder for an upstream module path this version lacks raises at import (e.g.
-    :mod:`mamba_ssm.modules.mamba3`): a ModuleNotFoundError (so ``except ImportError`` and ``except
-    ModuleNotFoundError`` both still catch it) whose message is ``_NOT_YET[what]``."""
-    return ModuleNotFoundError(
-        f"No module named {module_name!r} in mamba-ssm {__version__}: {_NOT_YET[what]}", name=module_name
-    )
+_NOT_YET: dict = {}
 
 
 def _missing(name, why):

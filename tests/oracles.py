@@ -4,9 +4,12 @@ Mamba-2, each written once, from the papers, one timestep at a time, independent
 * :func:`selective_scan`: Gu & Dao 2023 (arXiv:2312.00752), eq. 2a-2b and Algorithm 2, zero-order hold
   for A with the simplified B:  h_t = exp(dt_t A) h_{t-1} + dt_t B_t u_t,  y_t = C_t . h_t + D u_t,
   out = y * silu(z), with dt = softplus(delta + delta_bias) when asked.
+* :func:`selective_scan_complex`: the same recurrence with a complex diagonal A (S4D's complex state,
+  arXiv:2206.11893) in complex128:  y_t = 2 Re(C_t . h_t) + D u_t  (each complex state stands for a
+  conjugate pair of real ones).
 * :func:`ssd`: Dao & Gu 2024 (arXiv:2405.21060), eq. (1) with a scalar A per head:
   h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T,  y_t = h_t C_t + D x_t,  y *= silu(z); a new sequence of
-  ``seq_idx`` starts from a zero state.
+  ``seq_idx`` starts from a zero state; a padding token (``seq_idx`` < 0) has output 0 and no state.
 
 Both compute in float64 with plain torch ops on the inputs' device and are differentiable (autograd
 through the loop is the gradient oracle), so they share nothing with the kernels, the chunked PyTorch
@@ -18,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["expand_bc", "selective_scan", "ssd"]
+__all__ = ["complex_bc", "expand_bc", "selective_scan", "selective_scan_complex", "ssd"]
 
 
 def _f64(t):
@@ -27,8 +30,8 @@ def _f64(t):
 
 def expand_bc(X, batch, dim, seqlen):
     """B or C of a selective scan, per channel: (dim, N) | (batch, N, L) | (batch, G, N, L) ->
-    (batch, dim, N, L) float64 (channel d uses group d // (dim / G))."""
-    X = X.double()
+    (batch, dim, N, L) float64, complex128 if X is complex (channel d uses group d // (dim / G))."""
+    X = X.to(torch.complex128) if X.is_complex() else X.double()
     if X.dim() == 2:
         return X[None, :, :, None].expand(batch, dim, X.shape[1], seqlen)
     if X.dim() == 3:
@@ -74,6 +77,51 @@ def selective_scan(
     return y, h
 
 
+def complex_bc(X, batch, dim, seqlen):
+    """B or C of a complex-A scan as complex128 (batch, dim, N, L), from any accepted form: complex or
+    real (dim, N); variable (batch, N, n) / (batch, G, N, n) as real (re, im) pairs interleaved along
+    time (n = 2 * seqlen), real (n = seqlen) or complex (n = seqlen)."""
+    if X.dim() > 2 and not X.is_complex():
+        Xd = X.double()
+        pairs = X.shape[-1] == 2 * seqlen
+        X = torch.complex(Xd[..., 0::2], Xd[..., 1::2]) if pairs else torch.complex(Xd, torch.zeros_like(Xd))
+    return expand_bc(X.to(torch.complex128), batch, dim, seqlen)
+
+
+def selective_scan_complex(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
+    """Mamba's scan with a complex diagonal A, one timestep at a time in complex128:
+    h_t = exp(dt_t A) h_{t-1} + dt_t u_t B_t,  y_t = 2 Re(sum_n C_t h_t) + D u_t,  out = y * silu(z).
+
+    Args:
+        u, delta: (batch, dim, L). A: complex (dim, N). B, C: any form of :func:`complex_bc`.
+        D, delta_bias: (dim,) or None. z: (batch, dim, L) or None.
+
+    Returns:
+        (out float64 (batch, dim, L), last state complex128 (batch, dim, N)), differentiable by autograd.
+    """
+    batch, dim, seqlen = u.shape
+    u64, dt = u.double(), delta.double()
+    if delta_bias is not None:
+        dt = dt + delta_bias.double()[:, None]
+    if delta_softplus:
+        dt = F.softplus(dt)
+    A128 = A.to(torch.complex128)
+    Bx = complex_bc(B, batch, dim, seqlen)
+    Cx = complex_bc(C, batch, dim, seqlen)
+    h = torch.zeros(batch, dim, A.shape[1], dtype=torch.complex128, device=u.device)
+    ys = []
+    # Per-step slices by unbind: one autograd node each, so the backward stays linear in seqlen.
+    for dt_t, u_t, B_t, C_t in zip(dt.unbind(-1), u64.unbind(-1), Bx.unbind(-1), Cx.unbind(-1)):
+        h = torch.exp(dt_t[:, :, None] * A128) * h + (dt_t * u_t)[:, :, None] * B_t
+        ys.append(2.0 * (C_t * h).sum(-1).real)
+    y = torch.stack(ys, dim=-1) if ys else torch.zeros_like(u64)
+    if D is not None:
+        y = y + D.double()[:, None] * u64
+    if z is not None:
+        y = y * F.silu(z.double())
+    return y, h
+
+
 def ssd(
     x,
     dt,
@@ -93,7 +141,8 @@ def ssd(
     Args:
         x: (b, l, h, p). dt: (b, l, h). A: (h,). B, C: (b, l, g, n). D: (h,) or (h, p). z: like x.
         dt_bias: (h,). initial_states: (b, h, p, n), the state before the first step of the first
-        sequence. seq_idx: (b, l) sequence ids; the state restarts from zero where it changes.
+        sequence. seq_idx: (b, l) sequence ids; the state restarts from zero where it changes; a
+        padding token (seq_idx < 0) belongs to no sequence: its output is 0 and it holds no state.
         dt_limit: dt is clamped to it (the default means no clamp).
 
     Returns:
@@ -123,6 +172,8 @@ def ssd(
             state = state * same
         decay = torch.exp(dtp[:, t] * A).view(b, h, 1, 1)
         state = decay * state + dtp[:, t].view(b, h, 1, 1) * x[:, t].unsqueeze(-1) * Bh[:, t].unsqueeze(2)
+        if seq_idx is not None:  # a padding token (seq_idx < 0) holds no state
+            state = state * (seq_idx[:, t] >= 0).double().view(b, 1, 1, 1).to(x.device)
         ys.append((state * Ch[:, t].unsqueeze(2)).sum(-1))
         states.append(state)
     y = torch.stack(ys, dim=1)
@@ -132,4 +183,6 @@ def ssd(
     if z is not None:
         zd = z.double()
         y = y * zd * torch.sigmoid(zd)
+    if seq_idx is not None:  # a padding token's output is 0
+        y = y * (seq_idx >= 0).double().view(b, l, 1, 1).to(x.device)
     return y, state, torch.stack(states, dim=1)

@@ -58,9 +58,12 @@ def rms_norm(x, weight, eps):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * weight
 
 
-def causal_conv1d(x, weight, bias=None, silu=False):
-    """out[b, d, t] = sum_k weight[d, k] * x[b, d, t - (w - 1) + k] (zeros before 0), float64."""
+def causal_conv1d(x, weight, bias=None, silu=False, seq_idx=None):
+    """out[b, d, t] = sum_k weight[d, k] * x[b, d, t - (w - 1) + k] (zeros before 0), float64.
+
+    seq_idx (b, l): only inputs of t's own sequence count, and a padding token (seq_idx < 0) outputs 0."""
     x, weight, bias = _np(x), _np(weight), _np(bias)
+    sid = _np(seq_idx)
     batch, dim, L = x.shape
     w = weight.shape[1]
     out = np.zeros((batch, dim, L))
@@ -68,10 +71,14 @@ def causal_conv1d(x, weight, bias=None, silu=False):
         for k in range(w):
             s = t - (w - 1) + k
             if s >= 0:
-                out[:, :, t] += weight[:, k] * x[:, :, s]
+                same = 1.0 if sid is None else (sid[:, s] == sid[:, t])[:, None].astype(np.float64)
+                out[:, :, t] += weight[:, k] * x[:, :, s] * same
     if bias is not None:
         out += bias[None, :, None]
-    return _silu(out) if silu else out
+    out = _silu(out) if silu else out
+    if sid is not None:
+        out = out * (sid >= 0)[:, None, :]
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------

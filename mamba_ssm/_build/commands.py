@@ -105,6 +105,9 @@ def make_cmdclass(plan: BuildPlan) -> Dict[str, type]:
         def finalize_options(self) -> None:
             if plan.mode is BuildMode.SOURCE and plan.config is not None:
                 self.py_limited_api = plan.config.python_tag
+                # The metadata a PEP 517 frontend prepared first (plan "metadata": no torch probed) requires
+                # plain "torch"; the built wheel's METADATA must carry the build's torch requirement.
+                self.dist_info_dir = None
             super().finalize_options()
 
         def write_wheelfile(self, distinfo_path: str, *args: Any, **kwargs: Any) -> None:

@@ -34,6 +34,11 @@ TABLE: dict[str, tuple[Backend, ...]] = {
     "ssd_chunk_scan": (Backend.TRITON, Backend.TORCH),
     "rms_norm": (Backend.TRITON, Backend.TORCH),
     "layer_norm": (Backend.TRITON, Backend.TORCH),
+    # Mamba-3 (mamba_ssm.ops.triton.mamba3, mamba_ssm.ops.tilelang.mamba3): the Triton kernels through
+    # mamba_ssm.ops.triton.mamba3._triton_hook.
+    "mamba3_siso": (Backend.TRITON, Backend.TORCH),
+    "mamba3_mimo": (Backend.TRITON, Backend.TORCH),
+    "mamba3_step": (Backend.TRITON, Backend.TORCH),
 }
 
 #: The ops the dispatch knows, in the table's order (doctor reports them in it).

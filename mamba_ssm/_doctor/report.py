@@ -161,11 +161,13 @@ class DriverReport:
 
 @dataclass(frozen=True)
 class CompiledModuleReport:
-    """The loader's result (or why the loader failed) and the CPU kernel build that runs."""
+    """The loader's result (or why the loader failed), the CPU kernel build that runs, and whether the
+    loaded module has the complex-A selective-scan kernels (None: nothing loaded)."""
 
     load: _loader.LoadResult | None
     cpu_isa: str | None = None
     loader_error: str | None = None
+    complex_a: bool | None = None
 
     @property
     def loaded(self) -> bool:
@@ -183,8 +185,9 @@ class CompiledModuleReport:
                 "incompatibilities": [],
                 "build_info": None,
                 "cpu_isa": None,
+                "complex_a": None,
             }
-        return dict(self.load.to_dict(), cpu_isa=self.cpu_isa)
+        return dict(self.load.to_dict(), cpu_isa=self.cpu_isa, complex_a=self.complex_a)
 
 
 @dataclass(frozen=True)
@@ -444,13 +447,26 @@ def _cpu_isa() -> str | None:
         return None
 
 
+def _complex_a_kernels() -> bool:
+    """Whether the loaded module registers the complex-A selective-scan ops (``selective_scan_fn`` with
+    a complex A runs them on CPU and CUDA/ROCm; without them it runs the PyTorch fallback)."""
+    try:
+        import torch
+
+        return hasattr(torch.ops.mamba_ssm, "selective_scan_complex_fwd")
+    except Exception:  # noqa: BLE001 - torch or the namespace unavailable
+        return False
+
+
 def compiled_module_report() -> CompiledModuleReport:
     """The compiled module (loaded here if nothing loaded it yet)."""
     try:
         load = _loader.load()
     except Exception as exc:  # noqa: BLE001 - the loader never raises; a broken install may
         return CompiledModuleReport(None, loader_error=_error_text(exc))
-    return CompiledModuleReport(load, _cpu_isa() if load.loaded else None)
+    if not load.loaded:
+        return CompiledModuleReport(load)
+    return CompiledModuleReport(load, _cpu_isa(), complex_a=_complex_a_kernels())
 
 
 # ----------------------------------------------------------------------------- the verdict

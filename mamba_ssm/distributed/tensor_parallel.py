@@ -28,13 +28,16 @@ from mamba_ssm.distributed.distributed_utils import (
     get_dim_for_local_rank,
     reduce_scatter,
 )
+from mamba_ssm.ops import _recompute
 
 __all__ = [
     "ColumnParallelEmbedding",
     "ColumnParallelLinear",
     "ParallelEmbeddings",
+    "ParallelLinearFunc",
     "RowParallelLinear",
     "VocabParallelEmbedding",
+    "parallel_linear_func",
 ]
 
 
@@ -45,6 +48,41 @@ def _group(process_group, what):
             f"(e.g. torch.distributed.group.WORLD after init_process_group)"
         )
     return dist.get_world_size(process_group), dist.get_rank(process_group)
+
+
+def _parallel_linear(x, weight, bias, process_group, sequence_parallel):
+    if process_group is not None:
+        x = all_gather(x, process_group) if sequence_parallel else copy_to_parallel_region(x, process_group)
+    return F.linear(x, weight, bias)
+
+
+class ParallelLinearFunc(torch.autograd.Function):
+    """:func:`parallel_linear_func` as a ``torch.autograd.Function`` (upstream's class; the backward
+    recomputes the forward, collectives included, and differentiates it)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, process_group=None, sequence_parallel=True):
+        return _recompute.forward(ctx, _parallel_linear, (x, weight, bias, process_group, sequence_parallel))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return _recompute.backward(ctx, grad_output)
+
+
+def parallel_linear_func(x, weight, bias=None, process_group=None, sequence_parallel=True):
+    """The column-parallel linear map: ``F.linear(x, weight, bias)`` where, with a ``process_group``, x is
+    first all-gathered over the ranks' token rows (dim 0) when ``sequence_parallel``, its gradient then
+    reduce-scattered back; without sequence parallelism x is the same on every rank and its gradient is
+    all-reduced. Without a process group it is ``F.linear``.
+
+    Args:
+        x: (n, in_features) (this rank's rows with sequence_parallel). weight: (local_out, in_features).
+        bias: (local_out,) or None.
+
+    Returns:
+        (N, local_out), N the gathered rows.
+    """
+    return ParallelLinearFunc.apply(x, weight, bias, process_group, sequence_parallel)
 
 
 class ColumnParallelLinear(nn.Linear):
@@ -83,11 +121,7 @@ class ColumnParallelLinear(nn.Linear):
         self.sequence_parallel = sequence_parallel
 
     def forward(self, x):
-        if self.sequence_parallel:
-            x = all_gather(x, self.process_group)
-        else:
-            x = copy_to_parallel_region(x, self.process_group)
-        return F.linear(x, self.weight, self.bias)
+        return _parallel_linear(x, self.weight, self.bias, self.process_group, self.sequence_parallel)
 
 
 class RowParallelLinear(nn.Linear):

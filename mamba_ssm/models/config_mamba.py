@@ -20,7 +20,8 @@ class MambaConfig:
     d_model: width (2560). d_intermediate: width of a GatedMLP after each mixer (0: none).
     n_layer: number of blocks (64). vocab_size: tokens (50277), rounded up to a multiple of
     pad_vocab_size_multiple (8) for the embedding and lm_head.
-    ssm_cfg: keyword arguments of the Mamba layer, with ``"layer": "Mamba1"`` (default) or ``"Mamba2"``.
+    ssm_cfg: keyword arguments of the Mamba layer, with ``"layer": "Mamba1"`` (default), ``"Mamba2"`` or
+    ``"Mamba3"``.
     attn_layer_idx: indices of the blocks whose mixer is :class:`~mamba_ssm.modules.mha.MHA` (hybrids),
     attn_cfg: its keyword arguments. rms_norm: RMSNorm (True) or LayerNorm. residual_in_fp32: keep the
     residual stream in float32. fused_add_norm: fuse the residual add and the norm.

@@ -6,7 +6,7 @@ Checkpoint keys (upstream's):
 
     backbone.embedding.weight                      (padded vocab, d_model)
     backbone.layers.{i}.norm.weight (.bias)        pre-mixer norm
-    backbone.layers.{i}.mixer.*                    Mamba / Mamba2 / MHA parameters
+    backbone.layers.{i}.mixer.*                    Mamba / Mamba2 / Mamba3 / MHA parameters
     backbone.layers.{i}.norm2.*, .mlp.fc1/fc2.*    only where d_intermediate > 0
     backbone.norm_f.weight (.bias)                 final norm
     lm_head.weight                                 (padded vocab, d_model), the embedding's when tied
@@ -47,20 +47,25 @@ __all__ = ["CausalLMOutput", "MambaLMHeadModel", "MixerModel", "create_block"]
 
 CausalLMOutput = namedtuple("CausalLMOutput", ["logits"])  # noqa: PYI024 - upstream's public type, as it is
 
-SSM_LAYERS = ("Mamba1", "Mamba2")
+SSM_LAYERS = ("Mamba1", "Mamba2", "Mamba3")
 
 
-def _mamba2_cls():
+def _ssm_cls(layer):
+    """The class of ``ssm_cfg["layer"]`` ("Mamba2" and "Mamba3" imported on first use)."""
+    if layer == "Mamba1":
+        return Mamba
+    module = f"mamba_ssm.modules.{layer.lower()}"
     try:
-        from mamba_ssm.modules.mamba2 import Mamba2
+        import importlib
+
+        return getattr(importlib.import_module(module), layer)
     except ModuleNotFoundError as exc:
-        if exc.name == "mamba_ssm.modules.mamba2":
+        if exc.name == module:
             raise ImportError(
-                'ssm_cfg={"layer": "Mamba2"} needs mamba_ssm.modules.mamba2, which this build of '
-                'mamba-ssm lacks; use "layer": "Mamba1"'
+                f'ssm_cfg={{"layer": "{layer}"}} needs {module}, which this build of mamba-ssm lacks; '
+                'use "layer": "Mamba1"'
             ) from None
         raise
-    return Mamba2
 
 
 def create_block(
@@ -79,7 +84,7 @@ def create_block(
 ):
     """One :class:`~mamba_ssm.modules.block.Block`: an MHA mixer when ``layer_idx`` is in
     ``attn_layer_idx`` (with ``attn_cfg``), else the SSM layer ``ssm_cfg["layer"]`` ("Mamba1", the
-    default, or "Mamba2") with the rest of ``ssm_cfg``; a GatedMLP of width ``d_intermediate`` when > 0.
+    default, "Mamba2" or "Mamba3") with the rest of ``ssm_cfg``; a GatedMLP of width ``d_intermediate`` when > 0.
 
     Raises:
         ValueError: an unknown ``ssm_cfg["layer"]`` (the known ones named).
@@ -97,7 +102,7 @@ def create_block(
     if layer_idx in attn_layer_idx:
         mixer_cls = partial(MHA, layer_idx=layer_idx, **attn_cfg, **factory_kwargs)
     else:
-        ssm_cls = _mamba2_cls() if layer == "Mamba2" else Mamba
+        ssm_cls = _ssm_cls(layer)
         mixer_cls = partial(ssm_cls, layer_idx=layer_idx, **ssm_cfg, **factory_kwargs)
     norm_cls = partial(RMSNorm if rms_norm else nn.LayerNorm, eps=norm_epsilon, **factory_kwargs)
     if d_intermediate == 0:

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mamba_ssm.modules._common import check_positive_sizes, check_sequence_input, inverse_softplus_dt
+from mamba_ssm.ops.backends._packing import seq_idx_from_cu_seqlens
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update, causal_conv1d_varlen_states
 from mamba_ssm.ops.triton.layernorm_gated import RMSNorm as RMSNormGated
 from mamba_ssm.ops.triton.selective_state_update import selective_state_update
@@ -42,30 +43,6 @@ from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined, mamba_s
 __all__ = ["Mamba2"]
 
 _NO_LIMIT = (0.0, float("inf"))
-
-
-def seq_idx_from_cu_seqlens(cu_seqlens, total):
-    """(1, total) int32 sequence ids of packed sequences whose boundaries are ``cu_seqlens``
-    ((num_seqs + 1,) cumulative lengths starting at 0 and ending at ``total``).
-
-    Raises:
-        ValueError: cu_seqlens does not start at 0, decreases, or does not end at ``total``.
-    """
-    cu = cu_seqlens.to(torch.long)
-    if (
-        cu.dim() != 1
-        or cu.numel() < 2
-        or int(cu[0]) != 0
-        or int(cu[-1]) != total
-        or bool((cu.diff() < 0).any())
-    ):
-        raise ValueError(
-            f"cu_seqlens must be non-decreasing cumulative lengths from 0 to the packed length "
-            f"{total}, got {cu_seqlens.tolist()}"
-        )
-    lengths = cu.diff()
-    ids = torch.repeat_interleave(torch.arange(lengths.numel(), device=cu.device), lengths)
-    return ids.to(torch.int32).unsqueeze(0)
 
 
 class Mamba2(nn.Module):
@@ -271,10 +248,13 @@ class Mamba2(nn.Module):
                 sequence parallelism: this rank's share of those rows).
             seqlen: the sequence length when u has its batch and sequence dims flattened.
             seq_idx: (batch, seqlen) int32 ids of sequences packed in one row; nothing crosses from
-                one id to the next (conv and scan restart).
+                one id to the next (conv and scan restart); -1 marks a padding token (its conv and
+                scan outputs are 0 and it reads and writes no state).
             cu_seqlens: (num_seqs + 1,) cumulative lengths of sequences packed in a batch of one
                 (seq_idx is derived from it when not given); with ``inference_params`` the caches
-                receive one state per sequence.
+                receive one state per sequence. Its last entry may be below the number of tokens: the
+                rest is padding (seq_idx -1: output 0, no state), and an empty sequence gets zero
+                states (the rule of :mod:`mamba_ssm.ops.backends._packing`).
             inference_params: :class:`mamba_ssm.utils.generation.InferenceParams`: at
                 ``seqlen_offset == 0`` the prompt fills this layer's cached states; afterwards one
                 token is one :meth:`step` and several continue from the cached states.
@@ -322,7 +302,7 @@ class Mamba2(nn.Module):
         if seqlen_og is not None:
             zxbcdt = zxbcdt.view(-1, seqlen, zxbcdt.shape[-1])
         if cu_seqlens is not None and seq_idx is None:
-            seq_idx = seq_idx_from_cu_seqlens(cu_seqlens, zxbcdt.shape[1]).to(zxbcdt.device)
+            seq_idx = seq_idx_from_cu_seqlens(cu_seqlens, zxbcdt.shape[1], "Mamba2.forward").to(zxbcdt.device)
         A = -torch.exp(self.A_log.float())
         limit = {} if self.dt_limit == _NO_LIMIT else {"dt_limit": self.dt_limit}
         if self.use_mem_eff_path and inference_params is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["segsum", "ssd_minimal_discrete"]
+__all__ = ["segsum", "segsum_unstable", "ssd_minimal_discrete", "test_correctness"]
 
 
 def segsum(x):
@@ -35,6 +35,17 @@ def segsum(x):
     rep = x.unsqueeze(-1).expand(*x.shape, T)
     strictly_below = torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-1)
     out = torch.cumsum(rep.masked_fill(~strictly_below, 0), dim=-2)
+    on_or_below = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+    return out.masked_fill(~on_or_below, float("-inf"))
+
+
+def segsum_unstable(x):
+    """:func:`segsum` the direct way, ``cumsum(x)_i - cumsum(x)_j`` (i >= j, -inf above the diagonal):
+    the same values, but the difference of two large cumulative sums loses precision on long sequences
+    (the paper's "naive" form, kept for comparison)."""
+    T = x.shape[-1]
+    cs = torch.cumsum(x, dim=-1)
+    out = cs.unsqueeze(-1) - cs.unsqueeze(-2)
     on_or_below = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
     return out.masked_fill(~on_or_below, float("-inf"))
 
@@ -115,3 +126,29 @@ def ssd_minimal_discrete(X, A, B, C, block_len, initial_states=None):
 
     Y = (Y_diag + Y_off).reshape(b, l, h, p)
     return Y, final_state
+
+
+def test_correctness(batch=2, seqlen=128, chunk_size=32, dim=64, headdim=16, dstate=8, seed=0):  # noqa: PT028 - upstream's signature
+    """Check :func:`ssd_minimal_discrete` against ``mamba_chunk_scan_combined`` on random inputs (upstream
+    ships this check as a function): on the GPU when one is available, else on the CPU, in float32.
+
+    Raises:
+        AssertionError: the outputs differ by more than float32 rounding.
+    """
+    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    nheads = dim // headdim
+    x = torch.randn(batch, seqlen, nheads, headdim, generator=g).to(device)
+    dt = torch.nn.functional.softplus(torch.randn(batch, seqlen, nheads, generator=g) - 4).to(device)
+    A = (-torch.exp(torch.rand(nheads, generator=g))).to(device)
+    B = torch.randn(batch, seqlen, nheads, dstate, generator=g).to(device)
+    C = torch.randn(batch, seqlen, nheads, dstate, generator=g).to(device)
+    want = mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size)
+    got, _ = ssd_minimal_discrete(x * dt.unsqueeze(-1), A * dt, B, C, chunk_size)
+    err = float((got - want).abs().max())
+    scale = float(want.abs().max())
+    assert err <= 1e-3 * max(scale, 1.0), (  # noqa: S101 - upstream's check raises AssertionError
+        f"ssd_minimal_discrete vs mamba_chunk_scan_combined: max error {err:.3g}"
+    )

@@ -13,6 +13,12 @@ Which implementation runs (:func:`implementation` says, and ``python -m mamba_ss
   cannot run there.
 * ``torch``: the PyTorch implementation below (also what ``torch`` / ``ref`` ask for, and float64).
 
+Packed sequences (``seq_idx``): no position sees another sequence's inputs, and a negative ``seq_idx``
+marks a padding token, whose output is 0 and which no other position and no state reads (the rule of
+``csrc/conv1d_params.h``, the same in every implementation here; the ``causal_conv1d`` package
+outputs 0 there too). ``final_states`` are the inputs the row's last sequence continues from: inputs of
+an earlier sequence read 0, and a row ending in padding has zero final states.
+
 This module never shadows the top-level ``causal_conv1d`` package: code importing that package
 (transformers does) gets the package, not these functions.
 Computation is in float32 (float64 for float64 inputs); outputs have x's dtype.
@@ -22,6 +28,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from mamba_ssm.ops.backends._packing import check_cu_seqlens
 
 __all__ = [
     "causal_conv1d_fn",
@@ -172,15 +180,18 @@ def causal_conv1d_fn(
         x: (batch, dim, seqlen), float dtype.
         weight: (dim, width). bias: (dim,) or None.
         seq_idx: (batch, seqlen) integer sequence ids of packed sequences; no position sees another
-            sequence's inputs. None: one sequence per row.
+            sequence's inputs, and a negative id marks padding (output 0, read by nothing). None: one
+            sequence per row.
         initial_states: (batch, dim, width - 1), the inputs before position 0 (default zeros).
         return_final_states: also return the last width - 1 inputs (batch, dim, width - 1), the
-            state :func:`causal_conv1d_update` continues from.
+            state :func:`causal_conv1d_update` continues from (with seq_idx: those of the row's last
+            sequence, zero elsewhere and for a row ending in padding).
         final_states_out: optional tensor to write the final states into (returned).
         activation: None, "silu" or "swish" (the same).
 
     Returns:
-        out (batch, dim, seqlen) in x's dtype, or (out, final_states).
+        out (batch, dim, seqlen) in x's dtype (a tensor of its own, not a view: in-place updates work),
+        or (out, final_states).
 
     Raises:
         ValueError / TypeError: bad shapes, types or activation.
@@ -199,6 +210,9 @@ def causal_conv1d_fn(
             final_states_out.copy_(final)
             final = final_states_out
         return out, final
+    # (the package refuses seq_idx together with initial or final states: those calls run here)
+    if seq_idx is not None and (initial_states is not None or return_final_states):
+        ext = None
     if ext is not None:
         kwargs = {}
         if seq_idx is not None:
@@ -241,14 +255,15 @@ def causal_conv1d_ref(
     else:
         xpad = F.pad(xf, (width - 1, 0))
     w = weight.to(cdtype)
-    if seq_idx is None:
+    if seq_idx is not None and tuple(seq_idx.shape) != (batch, seqlen):
+        raise ValueError(
+            f"causal_conv1d_fn: seq_idx must have shape ({batch}, {seqlen}), got {tuple(seq_idx.shape)}"
+        )
+    sid = None
+    if seq_idx is None or seqlen == 0:
         out = F.conv1d(xpad, w.unsqueeze(1), None, groups=dim)
     else:
-        if tuple(seq_idx.shape) != (batch, seqlen):
-            raise ValueError(
-                f"causal_conv1d_fn: seq_idx must have shape ({batch}, {seqlen}), got {tuple(seq_idx.shape)}"
-            )
-        sid = torch.cat([seq_idx[:, :1].expand(batch, width - 1), seq_idx], dim=-1)
+        sid = torch.cat([seq_idx[:, :1].expand(batch, width - 1), seq_idx], dim=-1)  # q(s), s >= -(W-1)
         windows = xpad.unfold(-1, width, 1)  # (b, d, l, w)
         same = sid.unfold(-1, width, 1) == seq_idx.unsqueeze(-1)  # (b, l, w)
         out = torch.einsum("bdlw,dw->bdl", windows * same.unsqueeze(1).to(cdtype), w)
@@ -256,10 +271,17 @@ def causal_conv1d_ref(
         out = out + bias.to(cdtype).unsqueeze(-1)
     if activation is not None:
         out = F.silu(out)
+    if sid is not None:  # padding outputs 0
+        out = torch.where((seq_idx >= 0).unsqueeze(1), out, out.new_zeros(()))
     out = out.to(x.dtype)
     if not return_final_states:
         return out
-    final = xpad[..., xpad.shape[-1] - (width - 1) :].to(x.dtype)
+    final = xpad[..., xpad.shape[-1] - (width - 1) :]
+    if sid is not None:  # the inputs of the row's last sequence (none when it ends in padding)
+        last = seq_idx[:, -1:]
+        keep = (sid[:, sid.shape[-1] - (width - 1) :] == last) & (last >= 0)
+        final = final * keep.unsqueeze(1).to(cdtype)
+    final = final.to(x.dtype)
     if final_states_out is not None:
         final_states_out.copy_(final)
         final = final_states_out
@@ -386,15 +408,17 @@ def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
 
     Args:
         x: (total_tokens, dim), the conv inputs of the sequences, one after another.
-        cu_seqlens: (num_seqs + 1,) int cumulative lengths, 0 first, total_tokens last.
+        cu_seqlens: (num_seqs + 1,) int cumulative lengths: 0 first, non-decreasing, at most
+            total_tokens last (the rows after it are padding, read by no state; the rule of
+            :mod:`mamba_ssm.ops.backends._packing`).
         state_len: inputs per state (Mamba-2 keeps d_conv).
 
     Returns:
         (num_seqs, dim, state_len) in x's dtype: each sequence's last ``state_len`` inputs, oldest
-        first, zero on the left where the sequence is shorter.
+        first, zero on the left where the sequence is shorter (all zero for an empty sequence).
 
     Raises:
-        ValueError: x not 2-D, cu_seqlens not cumulative lengths of x, state_len < 1.
+        ValueError: x not 2-D, cu_seqlens breaking that rule, state_len < 1.
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError(
@@ -403,18 +427,7 @@ def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
         )
     if not isinstance(state_len, int) or state_len < 1:
         raise ValueError(f"causal_conv1d_varlen_states: state_len must be a positive int, got {state_len!r}")
-    cu = cu_seqlens.long()
-    if (
-        cu.dim() != 1
-        or cu.numel() < 2
-        or int(cu[0]) != 0
-        or int(cu[-1]) != x.shape[0]
-        or bool((cu.diff() < 0).any())
-    ):
-        raise ValueError(
-            f"causal_conv1d_varlen_states: cu_seqlens must be non-decreasing cumulative lengths "
-            f"from 0 to x's {x.shape[0]} tokens, got {cu_seqlens.tolist()}"
-        )
+    cu = check_cu_seqlens("causal_conv1d_varlen_states", cu_seqlens, x.shape[0])
     kernels, _ = _route("causal_conv1d", x, None, cu_seqlens)
     if kernels is not None:
         return kernels.varlen_states(x, cu_seqlens, state_len)
@@ -424,4 +437,4 @@ def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
     picked = torch.where(
         inside[..., None], x[pos.clamp(min=0)], x.new_zeros(())
     )  # (num_seqs, state_len, dim)
-    return picked.transpose(1, 2).contiguous()
+    return picked.transpose(1, 2)

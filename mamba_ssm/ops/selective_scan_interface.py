@@ -21,11 +21,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mamba_ssm.ops import _recompute
+
 __all__ = [
     "MambaInnerFn",
     "SelectiveScanFn",
     "mamba_inner_fn",
     "mamba_inner_ref",
+    "rms_norm_forward",
     "selective_scan_fn",
     "selective_scan_ref",
 ]
@@ -56,8 +59,8 @@ def _require_float(fn: str, name: str, x) -> None:
         return
     if x.is_complex():
         raise TypeError(
-            f"{fn}: {name} has complex dtype {x.dtype}; complex inputs are not supported (upstream's "
-            f"complex-A variant is not implemented): pass a real {name} (float32 for A)"
+            f"{fn}: {name} has complex dtype {x.dtype}; only A, B and C may be complex (with a complex "
+            f"A): pass a real {name}"
         )
     if x.dtype not in _FLOATS:
         raise TypeError(f"{fn}: {name} has dtype {x.dtype}; expected float16, bfloat16, float32 or float64")
@@ -70,7 +73,10 @@ def _dtype_name(dt) -> str:
 def _check_dtype_rule(fn: str, u, delta, A, B, C, D, z, delta_bias) -> None:
     """Upstream mamba-ssm's dtype rule for the selective scan (its kernel path checks the same):
     delta and z in u's dtype; the weights A, D, delta_bias float32 (float64 allowed when u is float64);
-    B and C in u's dtype or float32. Raises TypeError naming the argument, its dtype and the fix."""
+    B and C in u's dtype or float32. Raises TypeError naming the argument, its dtype and the fix.
+    With a complex A, A, B and C are checked by ``selective_scan_complex.validate_complex``."""
+    if A.is_complex():
+        A = B = C = None
     ud = _dtype_name(u.dtype)
     for name, x in (("delta", delta), ("z", z)):
         if x is not None and x.dtype != u.dtype:
@@ -89,7 +95,7 @@ def _check_dtype_rule(fn: str, u, delta, A, B, C, D, z, delta_bias) -> None:
             )
     bc_ok = (u.dtype, torch.float32)
     for name, x in (("B", B), ("C", C)):
-        if x.dtype not in bc_ok:
+        if x is not None and x.dtype not in bc_ok:
             raise TypeError(
                 f"{fn}: {name} has dtype {_dtype_name(x.dtype)} but u has {ud}; expected "
                 f"{name} in u's dtype ({ud}) or float32: cast {name} to u.dtype "
@@ -113,6 +119,7 @@ def validate_selective_scan(
         ("delta_bias", delta_bias, True),
     ):
         _require_tensor(fn, name, x, opt)
+    complex_a = A.is_complex()  # A, B and C then follow selective_scan_complex's rules
     for name, x in (
         ("A", A),
         ("u", u),
@@ -123,7 +130,8 @@ def validate_selective_scan(
         ("z", z),
         ("delta_bias", delta_bias),
     ):
-        _require_float(fn, name, x)
+        if not (complex_a and name in ("A", "B", "C")):
+            _require_float(fn, name, x)
     _check_dtype_rule(fn, u, delta, A, B, C, D, z, delta_bias)
     if u.dim() != 3:
         raise ValueError(f"{fn}: u must have rank 3 (batch, dim, seqlen), got shape {_shape(u)}")
@@ -139,7 +147,11 @@ def validate_selective_scan(
     d_state = A.shape[1]
     if d_state < 1:
         raise ValueError(f"{fn}: A has d_state 0 (shape {_shape(A)}); expected d_state >= 1")
-    for name, X in (("B", B), ("C", C)):
+    if complex_a:
+        from mamba_ssm.ops.selective_scan_complex import validate_complex
+
+        validate_complex(fn, u, A, B, C)
+    for name, X in () if complex_a else (("B", B), ("C", C)):
         if X.dim() == 2:
             if tuple(X.shape) != (dim, d_state):
                 raise ValueError(
@@ -170,7 +182,7 @@ def validate_selective_scan(
                 f"{fn}: {name} must have rank 2 (dim, d_state), 3 (batch, d_state, seqlen) or "
                 f"4 (batch, groups, d_state, seqlen), got shape {_shape(X)}"
             )
-    if B.dim() >= 3 and C.dim() >= 3:
+    if B.dim() >= 3 and C.dim() >= 3 and not complex_a:
         gb = B.shape[1] if B.dim() == 4 else 1
         gc = C.shape[1] if C.dim() == 4 else 1
         if gb != gc:
@@ -208,6 +220,10 @@ def _run_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, ret
     from mamba_ssm import _dispatch
 
     name = _dispatch.backend_for("selective_scan", u.device)
+    if A.is_complex():  # every backend takes B, C in the one complex-A form
+        from mamba_ssm.ops.selective_scan_complex import kernel_bc
+
+        B, C = kernel_bc(B, u.shape[-1]), kernel_bc(C, u.shape[-1])
     if name == _dispatch.Backend.COMPILED:
         from mamba_ssm.ops.backends import compiled
 
@@ -219,7 +235,10 @@ def _run_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, ret
         name = _dispatch.fallback_for_call("selective_scan", u.device, reason)
     if name == _dispatch.Backend.REF:
         return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-    from mamba_ssm.ops.backends import torch_scan
+    if A.is_complex():
+        from mamba_ssm.ops.backends import torch_scan_complex as torch_scan
+    else:
+        from mamba_ssm.ops.backends import torch_scan
 
     return torch_scan.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
 
@@ -237,8 +256,8 @@ def selective_scan_fn(
     Args:
         u: (batch, dim, seqlen) input.
         delta: (batch, dim, seqlen) step size Delta (before ``delta_bias`` and the softplus).
-        A: (dim, d_state) real state matrix (diagonal per channel; typically negative). Complex A raises
-            TypeError.
+        A: (dim, d_state) state matrix (diagonal per channel; typically negative real part): real, or
+            complex64 (S4D-style complex state; see Complex A below).
         B, C: (dim, d_state) constant; (batch, d_state, seqlen) input-dependent (Mamba); or
             (batch, groups, d_state, seqlen) grouped: channel d uses group d // (dim / groups). When
             both are input-dependent they have the same number of groups (a 3-D one counts as 1).
@@ -253,10 +272,18 @@ def selective_scan_fn(
         ``torch.autocast`` the tensors are taken as passed (cast them consistently first, as
         :func:`mamba_inner_fn` does). float64 runs on the PyTorch backends only.
 
+    Complex A (upstream mamba-ssm's complex variant; math and the accepted forms of B and C in
+    :mod:`mamba_ssm.ops.selective_scan_complex`): A complex64 (complex128 also when u is float64); the
+    state is complex and ``y = 2 * Re(sum_n C h) + D * u`` (S4D's conjugate pairs). B and C are each
+    complex (constant (dim, d_state), or variable as real tensors with (re, im) interleaved along time,
+    last dim 2 * seqlen: upstream's layout, or complex with last dim seqlen) or real (a zero
+    imaginary part). The last state is complex64 (complex128 for float64 inputs); gradients of
+    complex inputs follow PyTorch's convention.
+
     Returns:
         out (batch, dim, seqlen) in u's dtype; with ``return_last_state`` also the last state
-        (batch, dim, d_state) in float32 (float64 for float64 inputs). fp16/bf16 inputs are computed
-        in float32; autocast does not lower the scan's precision.
+        (batch, dim, d_state) in float32 (float64 for float64 inputs; complex with a complex A).
+        fp16/bf16 inputs are computed in float32; autocast does not lower the scan's precision.
 
     Raises:
         TypeError: a non-tensor argument, a non-float or complex dtype, or a mix of dtypes outside the
@@ -273,8 +300,15 @@ def selective_scan_ref(
     u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
 ):
     """The sequential reference of :func:`selective_scan_fn` (same arguments and results): one step per
-    timestep, computed in float32 (float64 for float64 inputs). Slow; for tests and debugging."""
+    timestep, computed in float32 (float64 for float64 inputs; complex64 / complex128 with a complex A).
+    Slow; for tests and debugging."""
     validate_selective_scan(u, delta, A, B, C, D, z, delta_bias, fn="selective_scan_ref")
+    if A.is_complex():
+        from mamba_ssm.ops.selective_scan_complex import selective_scan_complex_ref
+
+        return selective_scan_complex_ref(
+            u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
+        )
     dtypes = {u.dtype, delta.dtype, A.dtype, B.dtype, C.dtype}
     cdtype = torch.float64 if torch.float64 in dtypes else torch.float32
     batch, dim, seqlen = u.shape
@@ -349,7 +383,8 @@ def _mamba_inner(
         ("A", A),
     ):
         _require_tensor(fn, name, x)
-    _require_float(fn, "A", A)
+    if not A.is_complex():  # a complex A is checked by selective_scan_fn
+        _require_float(fn, "A", A)
     if checkpoint_lvl not in (0, 1):
         raise ValueError(f"{fn}: checkpoint_lvl must be 0 or 1, got {checkpoint_lvl!r}")
     if xz.dim() != 3 or xz.shape[1] % 2:
@@ -361,16 +396,19 @@ def _mamba_inner(
             f"{fn}: A must have shape (d_inner, d_state) = ({d_inner}, d_state), got {_shape(A)}"
         )
     d_state = A.shape[1]
+    # x_proj's columns per input-dependent B / C: d_state, or (re, im) pairs with a complex A (upstream).
+    bc_cols = 2 * d_state if A.is_complex() else d_state
     delta_rank = delta_proj_weight.shape[1]
     if delta_proj_weight.dim() != 2 or delta_proj_weight.shape[0] != d_inner:
         raise ValueError(
             f"{fn}: delta_proj_weight must have shape (d_inner, dt_rank) = ({d_inner}, "
             f"dt_rank), got {_shape(delta_proj_weight)}"
         )
-    expect_rows = delta_rank + (d_state if B is None else 0) + (d_state if C is None else 0)
+    expect_rows = delta_rank + (bc_cols if B is None else 0) + (bc_cols if C is None else 0)
     if x_proj_weight.dim() != 2 or tuple(x_proj_weight.shape) != (expect_rows, d_inner):
+        per = "2 * d_state (complex A)" if A.is_complex() else "d_state"
         raise ValueError(
-            f"{fn}: x_proj_weight must have shape (dt_rank + d_state for each of B, C given "
+            f"{fn}: x_proj_weight must have shape (dt_rank + {per} for each of B, C given "
             f"as None, d_inner) = ({expect_rows}, {d_inner}), got {_shape(x_proj_weight)}"
         )
     cw = conv1d_weight.reshape(d_inner, -1) if conv1d_weight.dim() == 3 else conv1d_weight
@@ -405,12 +443,15 @@ def _mamba_inner(
         nonlocal col
         if given is not None:
             return given
-        part = x_dbl[:, col : col + d_state]
-        col += d_state
+        part = x_dbl[:, col : col + bc_cols]
+        col += bc_cols
         if proj_bias is not None:
             part = part + proj_bias.to(part.dtype)
         if rms_weight is not None:
             part = _rms(part, rms_weight, b_c_dt_rms_eps)
+        if bc_cols != d_state:  # columns (2n, 2n + 1) = (re, im) of state n -> (re, im) pairs along time
+            part = part.reshape(batch, seqlen, d_state, 2).permute(0, 2, 1, 3)
+            return part.reshape(batch, d_state, 2 * seqlen).to(x.dtype).contiguous()
         return part.reshape(batch, seqlen, d_state).transpose(1, 2).to(x.dtype).contiguous()
 
     Bm = take(B, B_proj_bias, b_rms_weight)
@@ -455,11 +496,15 @@ def mamba_inner_fn(
     Args:
         xz: (batch, 2 * d_inner, seqlen) the output of in_proj, channels first.
         conv1d_weight: (d_inner, 1, d_conv) or (d_inner, d_conv); conv1d_bias: (d_inner,) or None.
-        x_proj_weight: (dt_rank + 2 * d_state, d_inner) (fewer rows when B or C is given).
+        x_proj_weight: (dt_rank + 2 * d_state, d_inner) (fewer rows when B or C is given; twice the
+            B / C rows with a complex A).
         delta_proj_weight: (d_inner, dt_rank). out_proj_weight: (d_model, d_inner);
         out_proj_bias: (d_model,) or None.
-        A: (d_inner, d_state) real. B, C: None (input-dependent, from x_proj) or (d_inner, d_state).
-        D: (d_inner,). delta_bias: (d_inner,) (dt_proj's bias). B_proj_bias, C_proj_bias: (d_state,).
+        A: (d_inner, d_state) real, or complex64 (then x_proj gives 2 * d_state columns per
+            input-dependent B / C, the (re, im) of each state, as upstream; see :func:`selective_scan_fn`).
+        B, C: None (input-dependent, from x_proj) or (d_inner, d_state) (complex with a complex A).
+        D: (d_inner,). delta_bias: (d_inner,) (dt_proj's bias). B_proj_bias, C_proj_bias: (d_state,)
+            ((2 * d_state,) with a complex A).
         delta_softplus: softplus on delta (Mamba: True). checkpoint_lvl: 0 or 1 (upstream's memory
             trade-off; both compute the same values here).
         b_rms_weight, c_rms_weight: (d_state,) RMSNorm weights applied to B and C; dt_rms_weight:
@@ -546,34 +591,45 @@ def mamba_inner_ref(
     )
 
 
-class SelectiveScanFn:
-    """Upstream's autograd Function name for the selective scan, for code that calls
-    ``SelectiveScanFn.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)``.
+def rms_norm_forward(x, weight, bias, eps=1e-6, is_rms_norm=True):
+    """The norm ``mamba_inner_fn`` applies to B, C and delta (upstream's helper): RMSNorm (or LayerNorm
+    with ``is_rms_norm=False``) over x's last dimension, computed in float32, returned in x's dtype
+    (:func:`mamba_ssm.ops.triton.layer_norm.layer_norm_fn`).
 
-    Here the scan's gradient is registered on the op itself (``torch.library``), so ``apply`` is
-    :func:`selective_scan_fn` with the same positional arguments, results and errors.
+    Args:
+        x: (..., hidden). weight: (hidden,). bias: (hidden,) or None. eps: the epsilon in the square root.
     """
+    from mamba_ssm.ops.triton.layer_norm import layer_norm_fn
+
+    return layer_norm_fn(x, weight, bias, eps=eps, is_rms_norm=is_rms_norm).to(x.dtype)
+
+
+class SelectiveScanFn(torch.autograd.Function):
+    """:func:`selective_scan_fn` as a ``torch.autograd.Function`` (upstream's class):
+    ``SelectiveScanFn.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)``
+    gives the same results and gradients as :func:`selective_scan_fn` on whichever backend it runs (the
+    backward recomputes the forward and differentiates it: :mod:`mamba_ssm.ops._recompute`)."""
 
     @staticmethod
-    def apply(
-        u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
+    def forward(
+        ctx, u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
     ):
-        """See :func:`selective_scan_fn`."""
-        return selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-
-
-class MambaInnerFn:
-    """Upstream's autograd Function name for the fused Mamba inner path, for code that calls
-    ``MambaInnerFn.apply(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
-    out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias, delta_softplus,
-    checkpoint_lvl, b_rms_weight, c_rms_weight, dt_rms_weight, b_c_dt_rms_eps)``.
-
-    ``apply`` is :func:`mamba_inner_fn` with the same positional arguments (differentiable through
-    the ops it is built from).
-    """
+        args = (u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+        return _recompute.forward(ctx, selective_scan_fn, args)
 
     @staticmethod
-    def apply(
+    def backward(ctx, dout, *args):
+        return _recompute.backward(ctx, dout, *args)
+
+
+class MambaInnerFn(torch.autograd.Function):
+    """:func:`mamba_inner_fn` as a ``torch.autograd.Function`` (upstream's class), same positional
+    arguments, results and gradients (the backward recomputes the forward, as upstream's
+    ``checkpoint_lvl=1`` does for the conv and delta)."""
+
+    @staticmethod
+    def forward(
+        ctx,
         xz,
         conv1d_weight,
         conv1d_bias,
@@ -595,26 +651,13 @@ class MambaInnerFn:
         dt_rms_weight=None,
         b_c_dt_rms_eps=1e-6,
     ):
-        """See :func:`mamba_inner_fn`."""
-        return mamba_inner_fn(
-            xz,
-            conv1d_weight,
-            conv1d_bias,
-            x_proj_weight,
-            delta_proj_weight,
-            out_proj_weight,
-            out_proj_bias,
-            A,
-            B,
-            C,
-            D,
-            delta_bias,
-            B_proj_bias,
-            C_proj_bias,
-            delta_softplus,
-            checkpoint_lvl,
-            b_rms_weight,
-            c_rms_weight,
-            dt_rms_weight,
-            b_c_dt_rms_eps,
-        )
+        args = (
+            xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias,
+            A, B, C, D, delta_bias, B_proj_bias, C_proj_bias, delta_softplus, checkpoint_lvl, b_rms_weight,
+            c_rms_weight, dt_rms_weight, b_c_dt_rms_eps,
+        )  # fmt: skip
+        return _recompute.forward(ctx, mamba_inner_fn, args)
+
+    @staticmethod
+    def backward(ctx, dout):
+        return _recompute.backward(ctx, dout)

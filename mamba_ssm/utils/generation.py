@@ -34,12 +34,14 @@ __all__ = [
     "GreedySearchDecoderOnlyOutput",
     "InferenceParams",
     "SampleDecoderOnlyOutput",
+    "capture_graph",
     "decode",
     "modify_logit_for_repetition_penalty",
     "modify_logits_for_min_p_filtering",
     "modify_logits_for_top_k_filtering",
     "modify_logits_for_top_p_filtering",
     "sample",
+    "update_graph_cache",
 ]
 
 
@@ -180,14 +182,22 @@ class SampleDecoderOnlyOutput:
 
 @dataclass
 class DecodingCGCache:
-    """CUDA graphs of the one-token decode step, one per batch size, over caches allocated for
-    ``max_seqlen`` tokens (kept on the model as ``_decoding_cache``)."""
+    """CUDA graphs of the decode step over caches allocated for ``max_seqlen`` tokens.
+
+    ``generate(cg=True)`` keeps one on the model (``_decoding_cache``) with ``runners``: batch_size ->
+    (inference_params, run). :func:`update_graph_cache` (upstream's entry point) fills ``callables``:
+    (batch_size, decoding_seqlen) -> ``run(input_ids, position_ids, seqlen)``, sharing one
+    ``inference_params`` for ``max_batch_size`` rows, and sets ``run`` to dispatch on the input's shape."""
 
     max_seqlen: int = 0
     dtype: Optional[torch.dtype] = None
     device: Optional[torch.device] = None
     mempool: Optional[tuple] = None
     runners: dict = field(default_factory=dict)  # batch_size -> (inference_params, run)
+    max_batch_size: int = 0
+    callables: dict = field(default_factory=dict)  # (batch_size, decoding_seqlen) -> run
+    inference_params: Optional[InferenceParams] = None
+    run: Optional[object] = None
 
 
 _CG_NOTICE_GIVEN = False
@@ -209,34 +219,159 @@ def _model_device_dtype(model):
     return p.device, p.dtype
 
 
-def _capture_step(model, batch_size, max_seqlen, cache, n_warmups=2):
-    """Capture model's one-token step for ``batch_size`` rows into a CUDA graph; returns
-    (inference_params, run) with ``run(input_ids (batch, 1), seqlen_offset) -> logits (batch, vocab)``."""
-    device, dtype = cache.device, cache.dtype
-    inference_params = InferenceParams(max_seqlen=max_seqlen, max_batch_size=batch_size)
+def _graph_inference_params(model, batch_size, max_seqlen, dtype, device, seqlen_offset=0):
+    """InferenceParams over freshly allocated caches for ``batch_size`` rows, with the per-row lengths
+    tensor that graphed decoding updates in place."""
+    inference_params = InferenceParams(
+        max_seqlen=max_seqlen, max_batch_size=batch_size, seqlen_offset=seqlen_offset
+    )
     inference_params.key_value_memory_dict = model.allocate_inference_cache(
         batch_size, max_seqlen, dtype=dtype
     )
-    inference_params.lengths_per_sample = torch.zeros(batch_size, dtype=torch.int32, device=device)
-    input_ids = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
+    inference_params.lengths_per_sample = torch.full(
+        (batch_size,), seqlen_offset, dtype=torch.int32, device=device
+    )
+    return inference_params
+
+
+def _require_cuda_model(fn, model):
+    device, _ = _model_device_dtype(model)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise RuntimeError(
+            f"{fn}: CUDA graphs need a model on a CUDA device, this one is on {device}; decode without "
+            f"graphs there (generate(..., cg=False), which is also what cg=True does on such a device)"
+        )
+    return device
+
+
+def capture_graph(
+    model, inference_params, batch_size, max_seqlen, decoding_seqlen=1, mempool=None, n_warmups=2
+):
+    """Capture one decode step of ``decoding_seqlen`` tokens for ``batch_size`` rows into a CUDA graph
+    (upstream's entry point).
+
+    Args:
+        model: called as ``model(input_ids, position_ids=..., inference_params=..., num_last_tokens=...)``
+            returning ``.logits``, on a CUDA device. inference_params: its caches (allocated for at least
+            ``batch_size`` rows and ``max_seqlen`` tokens) with ``lengths_per_sample`` (batch,) int32.
+        decoding_seqlen: tokens per step. mempool: a CUDA graph memory pool handle to share, or None.
+        n_warmups: eager runs on a side stream before the capture.
+
+    Returns:
+        ``run(input_ids, position_ids, seqlen) -> logits (batch_size, decoding_seqlen, vocab)``: replays the
+        graph for new (batch_size, decoding_seqlen) ids with every row at position ``seqlen``
+        (``position_ids`` may be None), returning a copy of the logits. ``inference_params.seqlen_offset``
+        is left as it was.
+
+    Raises:
+        RuntimeError: the model is not on a CUDA device.
+    """
+    device = _require_cuda_model("capture_graph", model)
+    input_ids = torch.zeros(batch_size, decoding_seqlen, dtype=torch.long, device=device)
+    position_ids = torch.zeros(batch_size, decoding_seqlen, dtype=torch.long, device=device)
+    offset_before = inference_params.seqlen_offset
     # Any offset > 0 sends every layer down its step path; MHA reads the positions from lengths_per_sample.
-    inference_params.seqlen_offset = max_seqlen - 1
+    inference_params.seqlen_offset = max_seqlen - decoding_seqlen
+    inference_params.lengths_per_sample[:] = inference_params.seqlen_offset
+
+    def step():
+        return model(
+            input_ids,
+            position_ids=position_ids,
+            inference_params=inference_params,
+            num_last_tokens=decoding_seqlen,
+        ).logits
+
     stream = torch.cuda.Stream(device=device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
         for _ in range(n_warmups):
-            model(input_ids, inference_params=inference_params, num_last_tokens=1)
+            step()
     torch.cuda.current_stream(device).wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=cache.mempool):
-        logits = model(input_ids, inference_params=inference_params, num_last_tokens=1).logits.squeeze(1)
-    inference_params.seqlen_offset = 0
+    with torch.cuda.graph(graph, pool=mempool):
+        logits = step()
+    inference_params.seqlen_offset = offset_before
 
-    def run(new_input_ids, seqlen_offset):
-        inference_params.lengths_per_sample.fill_(seqlen_offset)
+    def run(new_input_ids, new_position_ids, seqlen):
+        inference_params.lengths_per_sample[:] = seqlen
         input_ids.copy_(new_input_ids)
+        if new_position_ids is not None:
+            position_ids.copy_(new_position_ids)
         graph.replay()
         return logits.clone()
+
+    return run
+
+
+def update_graph_cache(
+    model, cache, batch_size, seqlen_og, max_seqlen, decoding_seqlens=(1,), dtype=None, n_warmups=2
+):
+    """Upstream's CUDA-graph cache: (re)allocate the decoding caches when the model's device or dtype
+    changed or the batch / length grew, and capture one graph per decoding length not captured yet.
+
+    Args:
+        model: with ``allocate_inference_cache(batch, max_seqlen, dtype=...)``, on a CUDA device.
+        cache: a :class:`DecodingCGCache` (None: a new one). batch_size, max_seqlen: what to decode.
+        seqlen_og: the prompt length (the graphs' inference_params start there). decoding_seqlens: the
+        step lengths to capture. dtype: of the caches (default the model's). n_warmups: see
+        :func:`capture_graph`.
+
+    Returns:
+        the cache, with ``inference_params`` (seqlen_offset 0) and ``run(input_ids, position_ids,
+        seqlen)`` dispatching on input_ids' (batch_size, decoding_seqlen).
+
+    Raises:
+        RuntimeError: the model is not on a CUDA device.
+    """
+    device = _require_cuda_model("update_graph_cache", model)
+    cache = DecodingCGCache() if cache is None else cache
+    _, model_dtype = _model_device_dtype(model)
+    dtype = model_dtype if dtype is None else dtype
+    if (
+        (cache.device, cache.dtype) != (device, dtype)
+        or batch_size > cache.max_batch_size
+        or max_seqlen > cache.max_seqlen
+    ):
+        cache.callables = {}
+        cache.mempool = None
+        cache.inference_params = None
+        torch.cuda.empty_cache()
+        cache.device, cache.dtype = device, dtype
+        cache.max_batch_size, cache.max_seqlen = batch_size, max_seqlen
+        cache.inference_params = _graph_inference_params(
+            model, batch_size, max_seqlen, dtype, device, seqlen_og
+        )
+        cache.mempool = torch.cuda.graphs.graph_pool_handle()
+    for decoding_seqlen in decoding_seqlens:
+        if (batch_size, decoding_seqlen) not in cache.callables:
+            cache.callables[batch_size, decoding_seqlen] = capture_graph(
+                model,
+                cache.inference_params,
+                batch_size,
+                max_seqlen,
+                decoding_seqlen,
+                cache.mempool,
+                n_warmups,
+            )
+
+    def dispatch(input_ids, position_ids, seqlen):
+        rows, decoding_seqlen = input_ids.shape[:2]
+        return cache.callables[rows, decoding_seqlen](input_ids, position_ids, seqlen)
+
+    cache.run = dispatch
+    cache.inference_params.seqlen_offset = 0
+    return cache
+
+
+def _capture_step(model, batch_size, max_seqlen, cache, n_warmups=2):
+    """Capture model's one-token step for ``batch_size`` rows into a CUDA graph; returns
+    (inference_params, run) with ``run(input_ids (batch, 1), seqlen_offset) -> logits (batch, vocab)``."""
+    inference_params = _graph_inference_params(model, batch_size, max_seqlen, cache.dtype, cache.device)
+    replay = capture_graph(model, inference_params, batch_size, max_seqlen, 1, cache.mempool, n_warmups)
+
+    def run(new_input_ids, seqlen_offset):
+        return replay(new_input_ids, None, seqlen_offset)[:, -1]
 
     return inference_params, run
 

@@ -93,6 +93,12 @@ def test_cuda_entries_calls_fit_the_ops(bench_ops, monkeypatch):
         NORM_ROWS=4,
         NORM_N=32,
         GATED_N=32,
+        M3_B=1,
+        M3_L=40,
+        M3_H=2,
+        M3_P=8,
+        M3_N=16,
+        M3_CHUNK=16,
     )
     for name, value in small.items():
         monkeypatch.setattr(bench_ops, name, value)
@@ -107,7 +113,15 @@ def test_cuda_entries_calls_fit_the_ops(bench_ops, monkeypatch):
             ):
                 impl.fn()
         ran.append(entry.op)
-    assert set(ran) == {"ssd_chunk_scan", "selective_state_update", "rms_norm", "layer_norm"}
+    assert set(ran) == {
+        "ssd_chunk_scan",
+        "selective_state_update",
+        "rms_norm",
+        "layer_norm",
+        "mamba3_siso",
+        "mamba3_mimo",
+        "mamba3_step",
+    }
 
 
 def test_conv1d_entry_compares_like_with_like(bench_ops, monkeypatch):

@@ -23,8 +23,10 @@ from mamba_ssm.distributed.distributed_utils import (
 from mamba_ssm.distributed.tensor_parallel import (
     ColumnParallelLinear,
     ParallelEmbeddings,
+    ParallelLinearFunc,
     RowParallelLinear,
     VocabParallelEmbedding,
+    parallel_linear_func,
 )
 from mamba_ssm.modules.mamba2 import Mamba2
 
@@ -156,6 +158,18 @@ def check_linears_and_embeddings(pg, rank, world):
     close(
         row(col(x)), torch.nn.functional.linear(torch.nn.functional.linear(x, w1, b1), w2, b2), "column->row"
     )
+    # parallel_linear_func (upstream's ParallelLinearFunc): this rank's token rows gathered, its weight
+    # block applied; the gradient of x is reduce-scattered back to the rank's rows.
+    assert issubclass(ParallelLinearFunc, torch.autograd.Function)
+    rows = x[rank * 3 : (rank + 1) * 3].clone().requires_grad_(True)
+    wl = w1[rank * c : (rank + 1) * c].clone().requires_grad_(True)
+    y = parallel_linear_func(rows, wl, b1[rank * c : (rank + 1) * c], pg, sequence_parallel=True)
+    close(y, torch.nn.functional.linear(x, w1, b1)[:, rank * c : (rank + 1) * c], "parallel_linear_func")
+    gy = torch.arange(y.numel(), dtype=torch.float64).view(y.shape) / 10
+    (y * gy).sum().backward()
+    full_gy = torch.cat([torch.arange(6 * c, dtype=torch.float64).view(6, c) / 10] * world, dim=1)
+    close(rows.grad, (full_gy @ w1)[rank * 3 : (rank + 1) * 3], "parallel_linear_func dx")
+    close(wl.grad, gy.t() @ x, "parallel_linear_func dweight")
     # The autograd collectives: all_gather / reduce_scatter / all_reduce and their gradients.
     t = torch.full((2, 3), float(rank + 1), dtype=torch.float64, requires_grad=True)
     gathered = all_gather(t, pg)

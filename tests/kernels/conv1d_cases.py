@@ -3,8 +3,9 @@ tests of the compiled kernels.
 
 The references loop over positions one at a time in float64, written from the definition
 (out[t] = act(bias + sum_k w[k] * x[t - (W-1) + k]), the inputs before position 0 being the initial
-states, positions of another sequence (seq_idx) contributing nothing); their gradients come from
-torch.autograd through those loops. Nothing here calls the code under test except ``run_*``.
+states, positions of another sequence (seq_idx) contributing nothing, a padding position (negative
+seq_idx) giving 0, the final states being the last inputs of the row's last sequence); their gradients
+come from torch.autograd through those loops. Nothing here calls the code under test except ``run_*``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ def conv_ref64(x, weight, bias=None, seq_idx=None, initial_states=None, silu=Fal
         else torch.zeros(batch, dim, width - 1, dtype=torch.float64, device=x.device)
     )
     xs = torch.cat([init, x64], dim=-1)  # position s lives at index s + width - 1
+
+    def seq(s):  # the sequence of position s (positions before 0: the first token's)
+        return seq_idx[:, max(s, 0)]
+
     outs = []
     for t in range(seqlen):
         acc = (
@@ -37,11 +42,22 @@ def conv_ref64(x, weight, bias=None, seq_idx=None, initial_states=None, silu=Fal
             s = t - (width - 1) + k
             term = xs[:, :, s + width - 1] * w64[:, k]
             if seq_idx is not None:
-                term = term * (seq_idx[:, max(s, 0)] == seq_idx[:, t]).double().unsqueeze(1)
+                term = term * (seq(s) == seq(t)).double().unsqueeze(1)
             acc = acc + term
-        outs.append(acc * torch.sigmoid(acc) if silu else acc)
+        y = acc * torch.sigmoid(acc) if silu else acc
+        if seq_idx is not None:  # padding outputs 0
+            y = y * (seq(t) >= 0).double().unsqueeze(1)
+        outs.append(y)
     out = torch.stack(outs, dim=-1) if outs else x64[..., :0]
-    final = xs[:, :, seqlen : seqlen + width - 1]
+    finals = []
+    for j in range(width - 1):
+        s = seqlen - (width - 1) + j
+        v = xs[:, :, s + width - 1]
+        if seq_idx is not None and seqlen > 0:  # only the row's last sequence, none if it is padding
+            last = seq(seqlen - 1)
+            v = v * ((seq(s) == last) & (last >= 0)).double().unsqueeze(1)
+        finals.append(v)
+    final = torch.stack(finals, dim=-1)
     return out, final
 
 
@@ -123,11 +139,13 @@ def make_conv_inputs(
     layout="contiguous",
     bias=True,
     seq=False,
+    pad=False,
     init=False,
     device="cpu",
     seed=0,
 ):
-    """x (in the layout asked for), weight, bias, seq_idx, initial_states."""
+    """x (in the layout asked for), weight, bias, seq_idx, initial_states. ``pad`` (with ``seq``): padding
+    tokens (seq_idx -1) at the end of row 0, at the start of row 1 and between two sequences of row 2."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, dim, seqlen, generator=g)
     if layout == "channel_last":
@@ -144,6 +162,13 @@ def make_conv_inputs(
             cuts = sorted({max(1, seqlen // 3 + r), max(1, (2 * seqlen) // 3)})
             for cut in cuts:
                 ids[r, cut:] += 1
+        if pad:
+            quarter = max(1, seqlen // 4)
+            ids[0, seqlen - quarter :] = -1
+            if batch > 1:
+                ids[1, :quarter] = -1
+            if batch > 2:
+                ids[2, seqlen // 3 : seqlen // 3 + quarter] = -1
         seq_idx = ids.to(device)
     initial = torch.randn(batch, dim, width - 1, generator=g).to(dtype).to(device) if init else None
     return x, weight, b, seq_idx, initial

@@ -22,6 +22,11 @@ SCHEMAS = {
     "selective_scan_bwd": "mamba_ssm::selective_scan_bwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, "
     "Tensor? D, Tensor? z, Tensor? delta_bias, bool delta_softplus, Tensor dout, Tensor? dlast_state) -> "
     "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "selective_scan_complex_fwd": "mamba_ssm::selective_scan_complex_fwd(Tensor u, Tensor delta, Tensor A, "
+    "Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, bool delta_softplus) -> (Tensor, Tensor)",
+    "selective_scan_complex_bwd": "mamba_ssm::selective_scan_complex_bwd(Tensor u, Tensor delta, Tensor A, "
+    "Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, bool delta_softplus, Tensor dout, "
+    "Tensor? dlast_state) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
     "causal_conv1d_fwd": "mamba_ssm::causal_conv1d_fwd(Tensor x, Tensor weight, Tensor? bias, Tensor? seq_idx, "
     "Tensor? initial_states, bool silu) -> (Tensor, Tensor)",
     "causal_conv1d_bwd": "mamba_ssm::causal_conv1d_bwd(Tensor x, Tensor weight, Tensor? bias, Tensor? seq_idx, "
@@ -125,3 +130,29 @@ def test_stable_build_imports_no_libtorch_cpp_symbol(compiled):
     stable_abi = pytest.importorskip("build_matrix.stable_abi")
     assert stable_abi.check(result.path, result.build_info.torch_abi_floor) == []
     assert os.path.basename(result.path) == "_C.abi3.so"
+
+
+@pytest.mark.parametrize("variable", [True, False])
+def test_opcheck_selective_scan_complex(compiled, variable):
+    """torch.library.opcheck of the complex-A ops (A complex64; B/C complex64 (dim, d_state) or real
+    (batch, d_state, 2 * seqlen) interleaved pairs)."""
+    u, delta, A, B, C, D, z, bias = _scan_args(False, True)
+    g = torch.Generator().manual_seed(1)
+    A = torch.complex(A, torch.randn(A.shape, generator=g))
+    if variable:
+        B = torch.randn(u.shape[0], A.shape[1], 2 * u.shape[2], generator=g)
+        C = torch.randn(u.shape[0], A.shape[1], 2 * u.shape[2], generator=g)
+    else:
+        B, C = (
+            torch.complex(B, torch.randn(B.shape, generator=g)),
+            torch.complex(C, torch.randn(C.shape, generator=g)),
+        )
+    for t in (u, delta, A, B, C, D, z, bias):
+        t.requires_grad_(True)
+    torch.library.opcheck(
+        torch.ops.mamba_ssm.selective_scan_complex_fwd.default, (u, delta, A, B, C, D, z, bias, True)
+    )
+    dout = torch.randn_like(u)
+    dlast = torch.randn(u.shape[0], u.shape[1], A.shape[1], dtype=torch.complex64)
+    args = tuple(x.detach() for x in (u, delta, A, B, C, D, z, bias))
+    torch.library.opcheck(torch.ops.mamba_ssm.selective_scan_complex_bwd.default, args + (True, dout, dlast))

@@ -1,7 +1,7 @@
 """The CPU causal conv1d kernels of mamba_ssm._C against float64 sequential references
 (tests/kernels/conv1d_cases.py) and against torch.nn.functional.conv1d(groups=dim) + SiLU: forward,
-final states and every gradient over widths 2-4, both layouts (and a strided x), seq_idx, initial
-states; the decode update (shift register, circular cache_seqlens, conv_state_indices with -1 padded
+final states and every gradient over widths 2-4, both layouts (and a strided x), seq_idx (with
+padding tokens, seq_idx -1), initial states; outputs that take in-place updates; the decode update (shift register, circular cache_seqlens, conv_state_indices with -1 padded
 slots); varlen states; opcheck; the baseline-ISA build (MAMBA_SSM_CPU_ISA=generic) in a subprocess."""
 
 import itertools
@@ -39,14 +39,25 @@ def _fn(conv):
 @pytest.mark.parametrize("width", [2, 3, 4])
 @pytest.mark.parametrize("layout", ["contiguous", "channel_last", "strided"])
 def test_forward_backward_grid(conv, width, layout):
-    """Every combination of bias, SiLU, seq_idx, initial states at seqlen {1, 2, 5, 70}, 2 rows, 67
-    channels (one full 64-channel block and a partial one): values and gradients."""
+    """Every combination of bias, SiLU, seq_idx (none, packed sequences, packed sequences with padding
+    tokens), initial states at seqlen {1, 2, 5, 70}, 3 rows, 67 channels (one full 64-channel block
+    and a partial one): values and gradients."""
     n = 0
     for seqlen, bias, silu, seq, init in itertools.product(
-        [1, 2, 5, 70], [False, True], [False, True], [False, True], [False, True]
+        [1, 2, 5, 70], [False, True], [False, True], [None, "seq", "pad"], [False, True]
     ):
         args = make_conv_inputs(
-            2, 67, seqlen, width, torch.float32, layout=layout, bias=bias, seq=seq, init=init, seed=n
+            3,
+            67,
+            seqlen,
+            width,
+            torch.float32,
+            layout=layout,
+            bias=bias,
+            seq=seq is not None,
+            pad=seq == "pad",
+            init=init,
+            seed=n,
         )
         try:
             run_conv_and_check(_fn(conv), *args, silu, torch.float32)
@@ -55,7 +66,7 @@ def test_forward_backward_grid(conv, width, layout):
                 f"seqlen={seqlen} bias={bias} silu={silu} seq_idx={seq} init={init}: {e}"
             ) from None
         n += 1
-    assert n == 4 * 2**4
+    assert n == 4 * 3 * 2**3
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channel_last"])
@@ -65,10 +76,29 @@ def test_output_layout_follows_x(conv, layout):
     assert out.stride() == x.stride()
 
 
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"]
+)
+@pytest.mark.parametrize("layout", ["contiguous", "channel_last"])
+def test_outputs_take_inplace_updates(conv, dtype, layout):
+    """out and final_states are tensors of their own (not views of a buffer of a multi-output op), so
+    ``out += ...`` under autograd works, as causal-conv1d's users do; the gradient then includes it."""
+    x, w, b, _, _ = make_conv_inputs(2, 8, 9, 4, dtype, layout=layout, seed=3)
+    xl = x.detach().clone().requires_grad_(True)
+    out, fin = conv.conv1d(xl, w, b, silu=True)
+    assert out._base is None and fin._base is None
+    out += 1.0
+    fin.mul_(2.0)
+    out.sum().backward()
+    ref = x.detach().double().requires_grad_(True)
+    (torch_conv_silu(ref, w, b, True) + 1.0).sum().backward()
+    assert_close(xl.grad, ref.grad, dtype, "dx after out += 1")
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("layout", ["contiguous", "channel_last"])
 def test_half_precision(conv, dtype, layout):
-    args = make_conv_inputs(2, 20, 40, 4, dtype, layout=layout, seq=True, init=True, seed=5)
+    args = make_conv_inputs(3, 20, 40, 4, dtype, layout=layout, seq=True, pad=True, init=True, seed=5)
     run_conv_and_check(_fn(conv), *args, True, dtype)
 
 
@@ -157,6 +187,19 @@ def test_varlen_states(conv, dtype):
     assert torch.equal(out, varlen_states_ref(x, cu, 4))
 
 
+def test_varlen_states_padding_and_empty_sequences(conv):
+    """cu_seqlens ending before the last token (the rows after it are padding) and empty sequences
+    (zero states), the padded-varlen rule; the output is a plain tensor."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(10, 8, generator=g)
+    cu = torch.tensor([0, 4, 7, 7], dtype=torch.int32)  # rows 7..9 are padding, the last sequence empty
+    out = conv.varlen_states(x, cu, 4)
+    assert out._base is None
+    assert torch.equal(out, varlen_states_ref(x, cu, 4))
+    assert torch.equal(out[2], torch.zeros(8, 4))
+    assert torch.equal(out[1, :, 1:], x[4:7].t())  # never the padding rows after it
+
+
 def test_varlen_states_rejects_bad_cu_seqlens(conv):
     with pytest.raises(RuntimeError, match="cu_seqlens must be non-decreasing"):
         conv.varlen_states(torch.zeros(5, 3), torch.tensor([0, 4, 2], dtype=torch.int32), 3)
@@ -179,7 +222,9 @@ def _opcheck_cases():
         ("all", "contiguous", True, True),
         ("channel_last", "channel_last", True, True),
     ):
-        cases[name] = make_conv_inputs(2, 5, 11, 4, torch.float32, layout=layout, seq=seq, init=init, seed=2)
+        cases[name] = make_conv_inputs(
+            3, 5, 11, 4, torch.float32, layout=layout, seq=seq, pad=seq, init=init, seed=2
+        )
     return cases
 
 
@@ -198,7 +243,7 @@ def test_opcheck_forward_backward(conv, case):
     )
     torch.library.opcheck(
         torch.ops.mamba_ssm.causal_conv1d_bwd.default,
-        (x, w, b, s, i, dout, torch.randn(2, 5, 3) if case != "plain" else None, True),
+        (x, w, b, s, i, dout, torch.randn(3, 5, 3) if case != "plain" else None, True),
     )
 
 
@@ -250,7 +295,7 @@ def test_generic_isa_build_matches():
         "for layout in ('contiguous', 'channel_last'):\n"
         "    for width in (2, 3, 4):\n"
         "        run_conv_and_check(fn, *make_conv_inputs(2, 70, 37, width, torch.float32, layout=layout,\n"
-        "                           seq=True, init=True, seed=width), True, torch.float32)\n"
+        "                           seq=True, pad=True, init=True, seed=width), True, torch.float32)\n"
         "x = torch.randn(2, 5, 3); st = torch.randn(2, 5, 6); w = torch.randn(5, 4); b = torch.randn(5)\n"
         "cache = torch.tensor([3, 8], dtype=torch.int32)\n"
         "ro, rs = update_ref64(x, st, w, b, True, cache, None)\n"
@@ -276,7 +321,7 @@ def test_public_ops_under_torch_compile(conv, layout):
     try:
         assert cc.implementation("cpu") == "compiled"
         x, w, b, s, i = make_conv_inputs(
-            2, 6, 19, 4, torch.float32, layout=layout, seq=True, init=True, seed=8
+            2, 6, 19, 4, torch.float32, layout=layout, seq=True, pad=True, init=True, seed=8
         )
 
         def conv_fn(x, w, b, s, i):

@@ -48,13 +48,14 @@ def _fn(conv):
 @pytest.mark.parametrize("seqlen", [1, 17, 130])
 def test_forward_backward(conv, dtype, width, layout, seqlen):
     args = make_conv_inputs(
-        2,
+        3,
         67,
         seqlen,
         width,
         dtype,
         layout=layout,
         seq=seqlen > 2,
+        pad=seqlen > 2,  # padding tokens (seq_idx -1)
         init=True,
         device="cuda",
         seed=seqlen + width,

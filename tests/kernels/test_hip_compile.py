@@ -65,6 +65,7 @@ def test_kernels_compile_for_target(tmp_path, arch, wave, dtype):
     data = obj.read_bytes()
     assert arch.encode() in data, f"no {arch} code object in {obj}"
     assert b"scan_fwd_kernel" in data and b"scan_bwd_kernel" in data
+    assert b"scan_complex_fwd_kernel" in data and b"scan_complex_bwd_kernel" in data
 
 
 def test_wrong_wave_width_is_caught(tmp_path):
@@ -87,7 +88,7 @@ def test_wrong_wave_width_is_caught(tmp_path):
     assert "wavefront width" in proc.stderr
 
 
-@pytest.mark.parametrize("tu", ["scan_fwd_fp16.cu", "scan_bwd_fp32.cu"])
+@pytest.mark.parametrize("tu", ["scan_fwd_fp16.cu", "scan_bwd_fp32.cu", "scan_complex_bwd_fp16.cu"])
 def test_csrc_translation_units_compile(tmp_path, tu):
     """The translation units setup.py hands to a HIP build compile unchanged (MAMBA_SSM_HIP defined)."""
     _hipcc(

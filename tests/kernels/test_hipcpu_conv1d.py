@@ -6,7 +6,7 @@ the csrc translation units compiled unchanged with g++ against HIP-CPU, one libr
 and wave32); the conv entry points are driven by hipcpu/hipcpu_conv1d_runner.py in a subprocess. The conv
 kernels use no barriers or shuffles, so one resume order is enough. Covered: forward and backward (dx,
 dweight, dbias, dinitial_states, through out and final_states) for widths 2-4, a seqlen-contiguous and a
-channel-last x, seq_idx, initial states, runs shorter and longer than a thread's 16 positions, fp16/bf16;
+channel-last x, seq_idx (with padding tokens: seq_idx -1), initial states, runs shorter and longer than a thread's 16 positions, fp16/bf16;
 the decode update (shift register and circular cache_seqlens, conv_state_indices with negative and
 out-of-range slots, a channel-last state); varlen states of 2-, 4- and 8-byte elements. Every output
 lies in a guarded buffer (no overrun, nothing left unwritten). Skips (fails under CI=true) where
@@ -44,6 +44,7 @@ def _conv(
     bias=True,
     silu=True,
     seq=False,
+    pad=False,
     init=False,
     dfinal=True,
 ):
@@ -59,6 +60,7 @@ def _conv(
         bias=bias,
         silu=silu,
         seq=seq,
+        pad=pad,
         init=init,
         dfinal=dfinal,
     )
@@ -94,12 +96,26 @@ def _cases():
     for width in (2, 3, 4):
         for layout in ("contiguous", "channel_last"):
             out.append(_conv(f"w{width}_{layout}_all", width, layout, seq=True, init=True))
+            out.append(
+                _conv(f"w{width}_{layout}_padding", width, layout, batch=3, seq=True, pad=True, init=True)
+            )
             out.append(_conv(f"w{width}_{layout}_plain", width, layout, bias=False, silu=False, dfinal=False))
     for L in (1, 2, 15, 16, 17, 33):  # around one thread's run of 16 positions
         out.append(_conv(f"seqlen{L}", seqlen=L, init=True, seq=L > 2))
-    out.append(_conv("channel_last_dim67_L50", layout="channel_last", dim=67, seqlen=50, seq=True, init=True))
+    out.append(
+        _conv(
+            "channel_last_dim67_L50",
+            layout="channel_last",
+            dim=67,
+            seqlen=50,
+            batch=3,
+            seq=True,
+            pad=True,
+            init=True,
+        )
+    )
     for dt in ("fp16", "bf16"):
-        out.append(_conv(f"{dt}_contiguous", dtype=dt, init=True, seq=True))
+        out.append(_conv(f"{dt}_contiguous", dtype=dt, init=True, seq=True, pad=True, batch=3))
         out.append(_conv(f"{dt}_channel_last", layout="channel_last", dtype=dt, init=True))
     for width in (2, 4):
         out.append(_update(f"update_shift_w{width}", width, seqlen=1, state_len=width))
@@ -136,6 +152,7 @@ def inputs_of(name):
             dtype,
             bias=c["bias"],
             seq=c["seq"],
+            pad=c["pad"],
             init=c["init"],
             seed=seed,
         )

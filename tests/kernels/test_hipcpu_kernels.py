@@ -187,13 +187,14 @@ def _build(layout, **kw):
         _unavailable(str(e))
 
 
-def run_emulated(lib, cases, schedules, tmp_dir, parts=("forward", "backward")):
-    """Runs `cases` under `schedules` in a subprocess (hipcpu_runner.py); returns its result dict."""
+def run_emulated(lib, cases, schedules, tmp_dir, parts=("forward", "backward"), runner=RUNNER, inputs=None):
+    """Runs `cases` under `schedules` in a subprocess (`runner`: hipcpu_runner.py, or another runner of
+    the same command line and OUT.pt, given its cases' `inputs` function); returns its result dict."""
     os.makedirs(tmp_dir, exist_ok=True)
     cases_path, out_path = os.path.join(tmp_dir, "cases.pt"), os.path.join(tmp_dir, "out.pt")
     payload = []
     for c in cases:
-        t = inputs_of(c["name"])
+        t = (inputs or inputs_of)(c["name"])
         payload.append(
             dict(
                 inputs={k: v for k, v in t.items() if v is not None},
@@ -207,39 +208,45 @@ def run_emulated(lib, cases, schedules, tmp_dir, parts=("forward", "backward")):
         )
     torch.save(payload, cases_path)
     proc = subprocess.run(
-        [sys.executable, RUNNER, lib, cases_path, out_path] + list(schedules),
+        [sys.executable, runner, lib, cases_path, out_path] + list(schedules),
         capture_output=True,
         text=True,
         timeout=600,
     )
     how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
-    assert proc.returncode == 0, f"hipcpu_runner.py failed ({how}):\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"{os.path.basename(runner)} failed ({how}):\n{proc.stderr[-4000:]}"
     return torch.load(out_path, weights_only=False)
 
 
 _RESULTS = {}
 
 
-@pytest.fixture(scope="module")
-def emulated(tmp_path_factory):
-    """results(layout) -> the runner's results for every case and schedule (built and run once)."""
+def emulation(store, cases, tmp_path_factory, label, **run_kw):
+    """results(layout) -> the runner's results for every case and schedule, built and run once per
+    layout and kept in `store` (run_kw: run_emulated's runner / inputs)."""
 
     def results(layout):
-        if layout not in _RESULTS:
-            _RESULTS[layout] = "the build or run failed in an earlier test of this layout (see it)"
+        if layout not in store:
+            store[layout] = "the build or run failed in an earlier test of this layout (see it)"
             try:
                 lib = _build(layout)
             except pytest.skip.Exception:
-                del _RESULTS[layout]
+                del store[layout]
                 raise
-            res = run_emulated(lib, CASES, SCHEDULES, str(tmp_path_factory.mktemp(layout)))
+            res = run_emulated(lib, cases, SCHEDULES, str(tmp_path_factory.mktemp(label + layout)), **run_kw)
             assert res["warp_size"] == hipcpu_build.LAYOUTS[layout], "layout not applied"
-            _RESULTS[layout] = res
-        if isinstance(_RESULTS[layout], str):
-            pytest.fail(_RESULTS[layout])
-        return _RESULTS[layout]
+            store[layout] = res
+        if isinstance(store[layout], str):
+            pytest.fail(store[layout])
+        return store[layout]
 
     return results
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory):
+    """results(layout) -> the runner's results for every case and schedule (built and run once)."""
+    return emulation(_RESULTS, CASES, tmp_path_factory, "")
 
 
 def _view(entry):
@@ -344,18 +351,23 @@ MUTATIONS = {
 }
 
 
-def _mutant_library(name, tmp_path):
-    header, tu, old, new = MUTATIONS[name]
+def mutant_library(tmp_path, header, tu, old, new, tag):
+    """A wave64 library of translation unit `tu` alone, built from a copy of csrc whose `header` has
+    `old` (present once) replaced by `new` (the harness's other entry points are weak)."""
     mutant = tmp_path / "csrc"
     mutant.mkdir()
     for f in os.listdir(hipcpu_build.CSRC):
         if f.endswith((".h", ".cuh", ".cu")):
             (mutant / f).write_text(open(os.path.join(hipcpu_build.CSRC, f)).read())
     text = (mutant / header).read_text()
-    assert text.count(old) == 1, f"mutation {name}: csrc/{header} no longer has the text to mutate"
+    assert text.count(old) == 1, f"mutation {tag}: csrc/{header} no longer has the text to mutate"
     (mutant / header).write_text(text.replace(old, new))
-    # The mutated kernel's fp32 translation unit only (the harness's other entry points are weak).
-    return _build("wave64", csrc=str(mutant), sources=[tu], tag=f"mutant-{name}")
+    return _build("wave64", csrc=str(mutant), sources=[tu], tag=tag)
+
+
+def _mutant_library(name, tmp_path):
+    header, tu, old, new = MUTATIONS[name]
+    return mutant_library(tmp_path, header, tu, old, new, f"mutant-{name}")
 
 
 @pytest.mark.parametrize(

@@ -142,3 +142,61 @@ def test_enable_timing_prints_prompt_and_decode_times(capsys):
     model.generate(torch.randint(0, 61, (1, 3)), max_length=6, enable_timing=True)
     out = capsys.readouterr().out
     assert "prompt (1 x 3 tokens)" in out and "decoding 3 tokens" in out
+
+
+@pytest.mark.parametrize("mem_eff", [True, False])
+def test_padded_varlen_prefill_then_batched_decode_equals_per_sequence_generate(mem_eff):
+    """Upstream's generation with padding (its tests/test_generation.py, varlen with padding): prompts of
+    several sequences packed in one row, followed by padding tokens (seq_idx -1) that cu_seqlens leaves
+    out as an empty last sequence (cu_seqlens[-1] < tokens); one prefill fills a cache row per sequence,
+    then the rows decode as a batch. Each sequence's scores equal its own generate() with
+    teacher_outputs and its full-pass logits; the empty sequence's cached states are zero."""
+    fields = dict(
+        d_model=32,
+        n_layer=2,
+        vocab_size=61,
+        ssm_cfg=dict(layer="Mamba2", d_state=16, headdim=16, chunk_size=8, use_mem_eff_path=mem_eff),
+    )
+    model = _model(fields, seed=3)
+    vocab = model.config.vocab_size
+    lengths, genlen, n_pad = [19, 7, 12], 5, 9
+    g = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(0, vocab, (1, n), generator=g) for n in lengths]
+    prompts = [s[:, :-genlen] for s in seqs]
+    pad_ids = torch.randint(0, vocab, (1, n_pad), generator=g)
+    packed = torch.cat([*prompts, pad_ids], dim=1)
+    prompt_lens = [n - genlen for n in lengths]
+    cu = torch.tensor([0, *torch.tensor(prompt_lens).cumsum(0).tolist()], dtype=torch.int32)
+    cu = torch.cat([cu, cu[-1:]])  # an empty last sequence: the padding belongs to none
+    seq_idx = torch.cat(
+        [torch.full((n,), i, dtype=torch.int32) for i, n in enumerate(prompt_lens)]
+        + [torch.full((n_pad,), -1, dtype=torch.int32)]
+    ).unsqueeze(0)
+    assert int(cu[-1]) < packed.shape[1]
+    batch = len(lengths) + 1
+    with torch.no_grad():
+        ip = generation.InferenceParams(max_seqlen=64, max_batch_size=batch)
+        logits = model(packed, inference_params=ip, seq_idx=seq_idx, cu_seqlens=cu).logits
+        for conv_state, ssm_state in ip.key_value_memory_dict.values():
+            assert conv_state.shape[0] == ssm_state.shape[0] == batch
+            assert not conv_state[-1].any() and not ssm_state[-1].any(), "the empty sequence's states"
+        scores = [logits[0, (cu[1:-1] - 1).long()]]  # the last prompt token of each real sequence
+        for i in range(genlen - 1):
+            ip.seqlen_offset += 1
+            tokens = torch.stack([s[0, -genlen + i] for s in seqs] + [pad_ids[0, 0]]).view(batch, 1)
+            scores.append(model(tokens, inference_params=ip, num_last_tokens=1).logits[:-1, -1])
+        varlen = torch.stack(scores, dim=1)  # (num_seqs, genlen, vocab)
+        for i, s in enumerate(seqs):
+            loop = model.generate(
+                s[:, :-genlen],
+                max_length=s.shape[1],
+                output_scores=True,
+                return_dict_in_generate=True,
+                teacher_outputs=s,
+            ).scores
+            loop = torch.stack(loop, dim=1)[0]
+            full = model(s).logits[0, -genlen - 1 : -1]
+            torch.testing.assert_close(varlen[i], loop, rtol=1e-4, atol=1e-4, msg=f"sequence {i} vs generate")
+            torch.testing.assert_close(
+                varlen[i], full, rtol=1e-4, atol=1e-4, msg=f"sequence {i} vs full pass"
+            )

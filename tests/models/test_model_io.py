@@ -112,10 +112,10 @@ def test_minimal_hub_config_takes_the_defaults(tmp_path):
 
 
 def test_unknown_ssm_layer(tmp_path):
-    with pytest.raises(ValueError, match=r"'Mamba3'.*\['Mamba1', 'Mamba2'\]"):
-        MambaLMHeadModel(MambaConfig(**{**TINY, "ssm_cfg": {"layer": "Mamba3"}}))
-    with pytest.raises(ValueError, match="Mamba3"):
-        create_block(16, 0, ssm_cfg={"layer": "Mamba3"}, layer_idx=0)
+    with pytest.raises(ValueError, match=r"'Mamba4'.*\['Mamba1', 'Mamba2', 'Mamba3'\]"):
+        MambaLMHeadModel(MambaConfig(**{**TINY, "ssm_cfg": {"layer": "Mamba4"}}))
+    with pytest.raises(ValueError, match="Mamba4"):
+        create_block(16, 0, ssm_cfg={"layer": "Mamba4"}, layer_idx=0)
 
 
 def test_missing_and_corrupt_files(tmp_path):

@@ -351,7 +351,7 @@ def _good():
         (lambda a: a.update(z=torch.randn(2, 4, 11)), ValueError, ["z", "(2, 4, 11)"]),
         (lambda a: a.update(delta_bias=torch.randn(4, 1)), ValueError, ["delta_bias", "(4, 1)"]),
         (lambda a: a.update(B=torch.randn(2, 2, 3, 10)), ValueError, ["group", "B", "C"]),
-        (lambda a: a.update(A=a["A"].to(torch.complex64)), TypeError, ["A", "complex", "complex64"]),
+        (lambda a: a.update(A=a["A"].to(torch.complex128)), TypeError, ["A", "complex128", "complex64"]),
         (lambda a: a.update(u=a["u"].to(torch.int64)), TypeError, ["u", "int64", "float"]),
         (lambda a: a.update(C=a["C"].numpy()), TypeError, ["C", "torch.Tensor", "ndarray"]),
         (lambda a: a.update(D=torch.randn(4, device="meta")), ValueError, ["D", "meta", "cpu"]),

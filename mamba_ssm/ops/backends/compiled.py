@@ -26,6 +26,8 @@ from typing import Optional
 
 import torch
 
+from mamba_ssm.ops.backends._scan_autograd import bwd_fake, fwd_fake, scan_backward, setup_context
+
 __all__ = ["GPU_MAX_D_STATE", "selective_scan", "supports"]
 
 #: The largest d_state the GPU kernels take (their state lives in shared memory).
@@ -48,71 +50,17 @@ def _require_ops() -> None:
 _require_ops()
 
 
-def _contiguous_empty(x: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    return torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
+torch.library.register_fake(_FWD)(fwd_fake)
+torch.library.register_fake(_BWD)(bwd_fake)
+torch.library.register_autograd(
+    _FWD, scan_backward(torch.ops.mamba_ssm.selective_scan_bwd), setup_context=setup_context
+)
 
 
-@torch.library.register_fake(_FWD)
-def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
-    out = _contiguous_empty(u)
-    last_state = torch.empty((u.shape[0], u.shape[1], A.shape[1]), dtype=torch.float32, device=u.device)
-    return out, last_state
-
-
-@torch.library.register_fake(_BWD)
-def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dlast_state):
-    def opt(x):
-        if x is None:
-            return torch.empty((0,), dtype=torch.float32, device=u.device)
-        return _contiguous_empty(x)
-
-    dz = _contiguous_empty(z) if z is not None else torch.empty((0,), dtype=u.dtype, device=u.device)
-    return (
-        _contiguous_empty(u),
-        _contiguous_empty(delta),
-        _contiguous_empty(A),
-        _contiguous_empty(B),
-        _contiguous_empty(C),
-        opt(D),
-        dz,
-        opt(delta_bias),
-    )
-
-
-def _setup_context(ctx, inputs, output):
-    u, delta, A, B, C, D, z, delta_bias, delta_softplus = inputs
-    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias)
-    ctx.delta_softplus = delta_softplus
-    ctx.has = (D is not None, z is not None, delta_bias is not None)
-
-
-def _backward(ctx, dout, dlast_state):
-    u, delta, A, B, C, D, z, delta_bias = ctx.saved_tensors
-    if dout is None:
-        dout = torch.zeros_like(u)
-    du, ddelta, dA, dB, dC, dD, dz, ddelta_bias = torch.ops.mamba_ssm.selective_scan_bwd(
-        u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast_state
-    )
-    has_D, has_z, has_bias = ctx.has
-    return (
-        du,
-        ddelta,
-        dA,
-        dB,
-        dC,
-        dD if has_D else None,
-        dz if has_z else None,
-        ddelta_bias if has_bias else None,
-        None,
-    )
-
-
-torch.library.register_autograd(_FWD, _backward, setup_context=_setup_context)
-
-
-def _has_cuda_kernel() -> bool:
+def _has_cuda_kernel(op: str = _FWD) -> bool:
+    """Whether this _C registers a CUDA/HIP kernel for ``op``."""
     try:
-        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(_FWD, "CUDA"))
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op, "CUDA"))
     except Exception:  # noqa: BLE001 - a private API; assume present when it is gone
         return True
 
@@ -124,16 +72,24 @@ def supports(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> Optional[str
 
     Returns:
         None when they can, else the reason in one sentence (the dispatcher then uses the PyTorch
-        fallback): an unsupported dtype (float64, complex), a device other than CPU/CUDA, a CUDA call on a
-        CPU-only build, d_state > 256 on a GPU, or variable B and C with different group counts.
+        fallback): an unsupported dtype (float64; complex128, or complex A with a ``_C`` built before the
+        complex-A kernels), a device other than CPU/CUDA, a CUDA call on a CPU-only build, d_state > 256
+        on a GPU, or variable B and C with different group counts. Complex A takes B and C in the forms
+        of :func:`mamba_ssm.ops.selective_scan_complex.kernel_bc` (``selective_scan_fn`` converts).
     """
-    tensors = {"u": u, "delta": delta, "B": B, "C": C, "z": z}
-    for name, t in tensors.items():
-        if t is not None and t.dtype not in _DTYPES:
-            return f"the compiled kernels take float32/float16/bfloat16 {name}, got {t.dtype}"
-    for name, t in (("A", A), ("D", D), ("delta_bias", delta_bias)):
-        if t is not None and (t.is_complex() or t.dtype not in _DTYPES):
-            return f"the compiled kernels take a real float32/float16/bfloat16 {name}, got {t.dtype}"
+    is_complex = A.is_complex()
+    if is_complex:  # B, C in the forms selective_scan_complex.kernel_bc makes
+        reason = compiled_complex.dtype_reason(u, delta, A, B, C, D, z, delta_bias)
+        if reason is not None:
+            return reason
+    else:
+        tensors = {"u": u, "delta": delta, "B": B, "C": C, "z": z}
+        for name, t in tensors.items():
+            if t is not None and t.dtype not in _DTYPES:
+                return f"the compiled kernels take float32/float16/bfloat16 {name}, got {t.dtype}"
+        for name, t in (("A", A), ("D", D), ("delta_bias", delta_bias)):
+            if t is not None and (t.is_complex() or t.dtype not in _DTYPES):
+                return f"the compiled kernels take a real float32/float16/bfloat16 {name}, got {t.dtype}"
     device = u.device
     if device.type not in ("cpu", "cuda"):
         return f"the compiled kernels run on CPU and CUDA/ROCm devices, not {device.type}"
@@ -155,7 +111,7 @@ def supports(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> Optional[str
             f"(got {groups[0]} and {groups[1]})"
         )
     if device.type == "cuda":
-        if not _has_cuda_kernel():
+        if not _has_cuda_kernel(compiled_complex.FWD if is_complex else _FWD):
             return "this build of mamba_ssm._C has no CUDA kernel (a CPU-only build)"
         if A.shape[-1] > GPU_MAX_D_STATE:
             return f"d_state = {A.shape[-1]} > {GPU_MAX_D_STATE} is not supported by the GPU kernels"
@@ -177,7 +133,8 @@ def selective_scan(
 
     Args:
         u, delta: (batch, dim, seqlen), float32/float16/bfloat16.
-        A: (dim, d_state), real (float32 preferred).
+        A: (dim, d_state), real (float32 preferred), or complex64: then B, C, the last state and the
+            output follow :func:`mamba_ssm.ops.backends.compiled_complex.selective_scan`.
         B, C: (dim, d_state) constant, or (batch, d_state, seqlen), or (batch, groups, d_state, seqlen)
             with channel d using group d // (dim // groups).
         D, delta_bias: (dim,) or None. z: (batch, dim, seqlen) or None.
@@ -192,11 +149,15 @@ def selective_scan(
         RuntimeError: from the kernels for shapes they reject (inputs are validated by the caller,
         ``selective_scan_fn``; :func:`supports` says beforehand whether a call can run here).
     """
+    if A.is_complex():
+        return compiled_complex.selective_scan(
+            u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
+        )
     out, last_state = torch.ops.mamba_ssm.selective_scan_fwd(
         u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus)
     )
     return (out, last_state) if return_last_state else out
 
 
-# The causal conv1d ops (fake implementations, autograd) when this _C defines them.
-from mamba_ssm.ops.backends import compiled_conv1d  # noqa: E402,F401
+# The causal conv1d and complex-A scan ops (fake implementations, autograd) when this _C defines them.
+from mamba_ssm.ops.backends import compiled_complex, compiled_conv1d  # noqa: E402,F401

@@ -50,10 +50,11 @@ def _channel_last(x) -> bool:
 
 
 def _empty_like_layout(x, dtype=None):
+    # A plain tensor (never a view: the op's outputs take in-place updates), strided as the binding's.
     b, d, l = x.shape
     dtype = dtype or x.dtype
     if _channel_last(x):
-        return torch.empty((b, l, d), dtype=dtype, device=x.device).transpose(1, 2)
+        return torch.empty_strided((b, d, l), (l * d, 1, d), dtype=dtype, device=x.device)
     return torch.empty((b, d, l), dtype=dtype, device=x.device)
 
 
@@ -91,8 +92,10 @@ if _AVAILABLE:
 
     @torch.library.register_fake(_VARLEN)
     def _varlen_fake(x, cu_seqlens, state_len):
-        batch = cu_seqlens.shape[0] - 1
-        return torch.empty((batch, state_len, x.shape[1]), dtype=x.dtype, device=x.device).transpose(1, 2)
+        batch, dim = cu_seqlens.shape[0] - 1, x.shape[1]
+        return torch.empty_strided(
+            (batch, dim, state_len), (state_len * dim, 1, dim), dtype=x.dtype, device=x.device
+        )
 
     def _setup_context(ctx, inputs, output):
         x, weight, bias, seq_idx, initial_states, silu = inputs
@@ -221,10 +224,11 @@ def varlen_states(x, cu_seqlens, state_len):
     """The last ``state_len`` inputs of each packed sequence (zero-padded on the left).
 
     Args:
-        x: (total_tokens, dim), any dtype of 2, 4 or 8 bytes. cu_seqlens: (batch + 1,) int, non-decreasing.
+        x: (total_tokens, dim), any dtype of 2, 4 or 8 bytes. cu_seqlens: (batch + 1,) int, non-decreasing
+            from 0 to at most total_tokens (rows after its last entry are padding, read by no state).
         state_len: int >= 1.
 
     Returns:
-        (batch, dim, state_len) in x's dtype (a transposed (batch, state_len, dim) tensor).
+        (batch, dim, state_len) in x's dtype, laid out as a (batch, state_len, dim) tensor in memory.
     """
     return torch.ops.mamba_ssm.causal_conv1d_varlen_states(x, cu_seqlens, int(state_len))

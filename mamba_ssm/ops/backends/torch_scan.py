@@ -13,7 +13,7 @@ How it is computed (no Python loop over every timestep):
 * The sequence is cut into *segments* whose length comes from a memory budget (bytes per timestep =
   batch * dim * d_state * itemsize * buffers), processed one after the other with the state carried
   between them, so memory stays bounded for any seqlen. On CPU the budget grows with the per-step size
-  (512 timesteps' worth, between 8 and 64 MiB), so that wide models get long segments and few, large
+  (256 timesteps' worth, between 8 and 64 MiB), so that wide models get long segments and few, large
   ops instead of many small ones.
 * On CPU the core runs its ops with one intra-op thread (``MAMBA_SSM_SCAN_THREADS`` changes it; 0 keeps
   torch's setting): it issues hundreds of small elementwise ops, and with torch's default OpenMP threads
@@ -29,8 +29,10 @@ How it is computed (no Python loop over every timestep):
   quotient of two cumulative products, so nothing overflows when A < 0 (the decays only underflow to 0,
   which is the right limit). A > 0 (a growing state) is computed exactly as the recurrence says; it
   overflows only where the state itself does.
-* Inside a segment the tensors are laid out "time-major by chunk", (T, batch, groups, dim/groups,
-  chunks, d_state), so each of the T vectorised steps reads and writes one dense block, and the big
+* Inside a segment the tensors are laid out "time-major by chunk", (T, batch, groups, chunks,
+  dim/groups, d_state), so each of the T vectorised steps reads and writes one dense block, the sums
+  over d_state (y = C . h, sum_n g B) and over the channels of a group (variable dB, dC) are batched
+  matrix products over (T, batch, groups, chunks) instead of a product tensor and a sum, and the big
   per-segment buffers are allocated once per call and reused by every segment.
 * Backward is a custom autograd function: it keeps only the inputs and one state per segment, recomputes
   a segment's states, runs the reverse scan ``g_t = C_t dy_t + exp(delta_{t+1} A) g_{t+1}`` with the same
@@ -55,9 +57,11 @@ __all__ = ["DEFAULT_MEMORY_BUDGET", "plan_chunks", "selective_scan", "selective_
 #: On CPU: _CPU_BUDGET_STEPS timesteps' worth, clamped to [DEFAULT_MEMORY_BUDGET, _CPU_BUDGET_MAX]
 #: (measured with benchmarks/bench_cpu_scan.py on a 2-core EPYC: a fixed 8 MiB gives 160-step segments at
 #: dim 64 and 14-step ones at dim 1536, 1,500-12,500 ops per forward; 16-64 MiB ran 15-25% faster with a
-#: third of the ops, 256 MiB slower again); on a GPU, larger segments mean fewer kernel launches.
+#: third of the ops, 256 MiB slower again; at dim 64, 256 steps' worth (12 MiB, 2 MiB per buffer) ran
+#: 6-30% faster than 512 steps' worth, the buffers closer to the cache's size); on a GPU, larger
+#: segments mean fewer kernel launches.
 DEFAULT_MEMORY_BUDGET = 8 * 1024 * 1024
-_CPU_BUDGET_STEPS = 512
+_CPU_BUDGET_STEPS = 256
 _CPU_BUDGET_MAX = 64 * 1024 * 1024
 _DEVICE_BUDGETS = {"cpu": DEFAULT_MEMORY_BUDGET, "cuda": 1024 * 1024 * 1024}
 #: Buffers of shape (batch, dim, segment, d_state) alive at once in backward (a, b, h, g, products).
@@ -95,7 +99,7 @@ def plan_chunks(
         batch, dim, d_state, seqlen: the scan's sizes.
         itemsize: bytes per element of the compute dtype (4 for float32, 8 for float64).
         budget: bytes the per-segment buffers may take (default: ``MAMBA_SSM_SCAN_MEMORY_MB``, else
-            on CPU 512 timesteps' worth clamped to 8-64 MiB, and 1 GiB on CUDA).
+            on CPU 256 timesteps' worth clamped to 8-64 MiB, and 1 GiB on CUDA).
         device_type: "cpu", "cuda", ... (picks the default budget).
 
     Returns:
@@ -133,28 +137,37 @@ def _segments(seqlen: int, segment: int, chunk: int) -> List[Tuple[int, int, int
 
 
 # Layout of a segment of Ls = NC * T steps inside the core: "time-major chunks",
-# (T, Bt, G, H, NC, N): the step-j slice of every chunk, x[j], is one contiguous block, so each of
-# the T vectorised steps is a dense elementwise op.
+# (T, Bt, G, NC, H, N): the step-j slice of every chunk, x[j], is one contiguous block, so each of
+# the T vectorised steps is a dense elementwise op; (H, N) last makes the sums over N and over H
+# matrix products.
 
 
 def _to_chunks(x: torch.Tensor, nc: int, t: int, cdtype) -> torch.Tensor:
-    """(Bt, G, H, Ls) -> (T, Bt, G, H, NC, 1) contiguous in the compute dtype."""
+    """(Bt, G, H, Ls) -> (T, Bt, G, NC, H, 1) contiguous in the compute dtype."""
     y = x.to(cdtype).reshape(*x.shape[:-1], nc, t)
-    return y.permute(4, 0, 1, 2, 3).contiguous().unsqueeze(-1)
+    return y.permute(4, 0, 1, 3, 2).contiguous().unsqueeze(-1)
 
 
 def _bc_to_chunks(X: torch.Tensor, nc: int, t: int, cdtype) -> torch.Tensor:
-    """B or C: variable (Bt, G, Ls, N) -> (T, Bt, G, 1, NC, N); constant (G, H, N) -> (1, 1, G, H, 1, N)."""
+    """B or C: variable (Bt, G, Ls, N) -> (T, Bt, G, NC, 1, N); constant (G, H, N) -> (1, 1, G, 1, H, N)."""
     if X.dim() == 3:
-        return X.to(cdtype).reshape(1, 1, *X.shape[:2], 1, X.shape[-1])
+        return X.to(cdtype).reshape(1, 1, X.shape[0], 1, *X.shape[1:])
     y = X.to(cdtype).reshape(X.shape[0], X.shape[1], nc, t, X.shape[-1])
-    return y.permute(3, 0, 1, 2, 4).contiguous().unsqueeze(3)
+    return y.permute(3, 0, 1, 2, 4).contiguous().unsqueeze(4)
 
 
 def _from_chunks(x: torch.Tensor) -> torch.Tensor:
-    """(T, Bt, G, H, NC) -> (Bt, G, H, NC * T)."""
-    t, nc = x.shape[0], x.shape[-1]
-    return x.permute(1, 2, 3, 4, 0).reshape(*x.shape[1:-1], nc * t)
+    """(T, Bt, G, NC, H) -> (Bt, G, H, NC * T)."""
+    t, nc = x.shape[0], x.shape[3]
+    return x.permute(1, 2, 4, 3, 0).reshape(x.shape[1], x.shape[2], x.shape[4], nc * t)
+
+
+def _dot_n(x: torch.Tensor, X: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
+    """sum over N of x * X: x (T, Bt, G, NC, H, N) with X variable (T, Bt, G, NC, 1, N) (a batched matrix
+    product, no product tensor) or constant (1, 1, G, 1, H, N) (through buf, like x). -> (T, Bt, G, NC, H)."""
+    if X.shape[-2] == 1 and x.shape[-2] != 1:
+        return torch.matmul(x, X.transpose(-1, -2)).squeeze(-1)
+    return torch.mul(x, X, out=buf).sum(-1)
 
 
 def _bc_from_chunks(x: torch.Tensor) -> torch.Tensor:
@@ -191,27 +204,28 @@ def _forward_states(
 ) -> torch.Tensor:
     """States of one segment in the chunk layout.
 
-    a, b: (T, Bt, G, H, NC, N) decay and input per step; dt: (T, Bt, G, H, NC, 1); A6: (1, 1, G, H, 1, N);
-    h0: (Bt, G, H, N). Returns hbuf (T + 1, Bt, G, H, NC, N) with ``hbuf[1 + j][..., c, :]`` the state
-    after step j of chunk c and ``hbuf[0][..., c, :]`` the state entering chunk c (so hbuf[1:] are the
+    a, b: (T, Bt, G, NC, H, N) decay and input per step; dt: (T, Bt, G, NC, H, 1); A6: (1, 1, G, 1, H, N);
+    h0: (Bt, G, H, N). Returns hbuf (T + 1, Bt, G, NC, H, N) with ``hbuf[1 + j][:, :, c]`` the state
+    after step j of chunk c and ``hbuf[0][:, :, c]`` the state entering chunk c (so hbuf[1:] are the
     states and hbuf[:-1] the states one step earlier).
     """
-    t, nc = a.shape[0], a.shape[-2]
+    t, nc = a.shape[0], a.shape[3]
     if hbuf is None:
         hbuf = torch.empty((t + 1,) + tuple(a.shape[1:]), dtype=a.dtype, device=a.device)
     # unbind once (one op) instead of indexing every step (one op per index): a third of the ops.
     a_s, b_s, h_s = a.unbind(0), b.unbind(0), hbuf.unbind(0)
     if nc == 1:
-        hbuf[0, ..., 0, :] = h0
+        hbuf[0, :, :, 0] = h0
     else:
-        # Pass 1: each chunk's end state from a zero initial state, all chunks at once.
+        # Pass 1: each chunk's end state from a zero initial state, all chunks at once (into the last two
+        # state slices, which pass 2 overwrites).
         h = b_s[0]
         for j in range(1, t):
-            h = torch.addcmul(b_s[j], a_s[j], h)
+            h = torch.addcmul(b_s[j], a_s[j], h, out=h_s[t - (j % 2)])
         # Carry across chunks with the chunk decay exp(A * sum(delta)) (= the product of its steps' decays).
-        decay = torch.exp(dt.sum(0) * A6[0]).unbind(-2)  # NC x (Bt, G, H, N)
-        hin = h_s[0].unbind(-2)
-        h_c = h.unbind(-2)
+        decay = torch.exp(dt.sum(0) * A6[0]).unbind(2)  # NC x (Bt, G, H, N)
+        hin = h_s[0].unbind(2)
+        h_c = h.unbind(2)
         hin[0].copy_(h0)
         for c in range(nc - 1):
             torch.addcmul(h_c[c], decay[c], hin[c], out=hin[c + 1])
@@ -232,27 +246,27 @@ def _reverse_states(
     """Reverse scan of one segment (chunk layout): ``g_i = c_i + a_{i+1} g_{i+1}``, the step past the end
     given by ``carry`` (= a_next * g_next, already decayed). Returns (g like c, the carry for the segment
     before: a_0 * g_0)."""
-    t, nc = a.shape[0], a.shape[-2]
+    t, nc = a.shape[0], a.shape[3]
     if g is None:
         g = torch.empty_like(c)
     a_s, c_s, g_s = a.unbind(0), c.unbind(0), g.unbind(0)
     if nc == 1:
-        ein = carry.unsqueeze(-2)
+        ein = carry.unsqueeze(2)
     else:
         r = c_s[t - 1]
         for j in range(t - 2, -1, -1):
             r = torch.addcmul(c_s[j], a_s[j + 1], r)
         # Decay from a chunk's first step to the step past its end, excluding step 0's own decay.
-        inner = torch.exp((dt.sum(0) - dt[0]) * A6[0]).unbind(-2)
+        inner = torch.exp((dt.sum(0) - dt[0]) * A6[0]).unbind(2)
         ein = torch.empty_like(r)
-        ein_k, r_k, a0_k = ein.unbind(-2), r.unbind(-2), a_s[0].unbind(-2)
+        ein_k, r_k, a0_k = ein.unbind(2), r.unbind(2), a_s[0].unbind(2)
         ein_k[nc - 1].copy_(carry)
         for k in range(nc - 1, 0, -1):
             torch.mul(a0_k[k], torch.addcmul(r_k[k], inner[k], ein_k[k]), out=ein_k[k - 1])
     torch.add(c_s[t - 1], ein, out=g_s[t - 1])
     for j in range(t - 2, -1, -1):
         torch.addcmul(c_s[j], a_s[j + 1], g_s[j + 1], out=g_s[j])
-    return g, a_s[0][..., 0, :] * g_s[0][..., 0, :]
+    return g, a_s[0][:, :, 0] * g_s[0][:, :, 0]
 
 
 class _ScanCore(torch.autograd.Function):
@@ -327,7 +341,7 @@ def _scan_forward_core(u, dt, A, B, C, h0, segs):
     cdtype = A.dtype
     bt, g, hh, seqlen = u.shape
     n = A.shape[-1]
-    A6 = A.reshape(1, 1, g, hh, 1, n)
+    A6 = A.reshape(1, 1, g, 1, hh, n)
     y = torch.empty(bt, g, hh, seqlen, dtype=cdtype, device=u.device)
     cur = torch.zeros(bt, g, hh, n, dtype=cdtype, device=u.device) if h0 is None else h0.to(cdtype)
     starts = []
@@ -335,7 +349,7 @@ def _scan_forward_core(u, dt, A, B, C, h0, segs):
     for s, e, t in segs:
         starts.append(cur)
         nc = (e - s) // t
-        shape = (t, bt, g, hh, nc, n)
+        shape = (t, bt, g, nc, hh, n)
         dts = _to_chunks(dt[..., s:e], nc, t, cdtype)
         a = torch.mul(dts, A6, out=ws.get("a", shape)).exp_()
         dtu = dts * _to_chunks(u[..., s:e], nc, t, cdtype)
@@ -343,9 +357,9 @@ def _scan_forward_core(u, dt, A, B, C, h0, segs):
             dtu, _bc_to_chunks(B[:, :, s:e] if B.dim() == 4 else B, nc, t, cdtype), out=ws.get("b", shape)
         )
         hbuf = _forward_states(a, b, dts, A6, cur, ws.get("h", (t + 1,) + shape[1:]))
-        cur = hbuf[t][..., nc - 1, :].clone()
+        cur = hbuf[t][:, :, nc - 1].clone()
         Cs = _bc_to_chunks(C[:, :, s:e] if C.dim() == 4 else C, nc, t, cdtype)
-        y[..., s:e] = _from_chunks(torch.mul(hbuf[1:], Cs, out=ws.get("b", shape)).sum(-1))
+        y[..., s:e] = _from_chunks(_dot_n(hbuf[1:], Cs, ws.get("b", shape)))
     del ws
     return y, cur, starts
 
@@ -361,7 +375,7 @@ def _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
     cdtype = A.dtype
     bt, g, hh, seqlen = u.shape
     n = A.shape[-1]
-    A6 = A.reshape(1, 1, g, hh, 1, n)
+    A6 = A.reshape(1, 1, g, 1, hh, n)
     var_b, var_c = B.dim() == 4, C.dim() == 4
     new = lambda *shape: torch.empty(*shape, dtype=cdtype, device=u.device)  # noqa: E731
     du = new(bt, g, hh, seqlen) if need[0] else None
@@ -375,7 +389,7 @@ def _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
     ws = _Workspace(cdtype, u.device)
     for (s, e, t), h0 in zip(reversed(segs), reversed(starts)):
         nc = (e - s) // t
-        shape = (t, bt, g, hh, nc, n)
+        shape = (t, bt, g, nc, hh, n)
         dts = _to_chunks(dt[..., s:e], nc, t, cdtype)
         us = _to_chunks(u[..., s:e], nc, t, cdtype)
         dys = _to_chunks(dy[..., s:e], nc, t, cdtype)
@@ -386,22 +400,20 @@ def _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
         tmp = ws.get("tmp", shape)
         hbuf = _forward_states(a, torch.mul(dtu, Bs, out=tmp), dts, A6, h0, ws.get("h", (t + 1,) + shape[1:]))
         if need[4]:
-            prod = torch.mul(hbuf[1:], dys, out=tmp)
-            if var_c:
-                dC[:, :, s:e] = _bc_from_chunks(prod.sum(3))
+            if var_c:  # sum over the group's channels: (1, H) @ (H, N) per (step, batch, group, chunk)
+                dC[:, :, s:e] = _bc_from_chunks(torch.matmul(dys.transpose(-1, -2), hbuf[1:]).squeeze(-2))
             else:
-                dC += prod.sum((0, 1, 4))
+                dC += torch.mul(hbuf[1:], dys, out=tmp).sum((0, 1, 3))
         gs, carry = _reverse_states(a, torch.mul(dys, Cs, out=tmp), dts, A6, carry, ws.get("g", shape))
         if need[0] or need[1] or need[3]:
-            gBn = torch.mul(gs, Bs, out=tmp).sum(-1, keepdim=True)
+            gBn = _dot_n(gs, Bs, tmp).unsqueeze(-1)
             if need[0]:
                 du[..., s:e] = _from_chunks((dts * gBn).squeeze(-1))
             if need[3]:
-                prod = torch.mul(gs, dtu, out=tmp)
                 if var_b:
-                    dB[:, :, s:e] = _bc_from_chunks(prod.sum(3))
+                    dB[:, :, s:e] = _bc_from_chunks(torch.matmul(dtu.transpose(-1, -2), gs).squeeze(-2))
                 else:
-                    dB += prod.sum((0, 1, 4))
+                    dB += torch.mul(gs, dtu, out=tmp).sum((0, 1, 3))
         if need[1] or need[2]:
             q = torch.mul(gs, a, out=tmp)
             q *= hbuf[:-1]
@@ -409,7 +421,7 @@ def _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
                 qA = torch.mul(q, A6, out=a).sum(-1, keepdim=True)  # a is no longer needed
                 ddt[..., s:e] = _from_chunks((qA + us * gBn).squeeze(-1))
             if need[2]:
-                dA += q.mul_(dts).sum((0, 1, 4))
+                dA += q.mul_(dts).sum((0, 1, 3))
     del ws
     dh0 = carry if has_h0 else None
     return du, ddt, dA, dB, dC, dh0

@@ -16,9 +16,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mamba_ssm.ops import _recompute
 from mamba_ssm.ops.triton import _route
 
-__all__ = ["LayerNorm", "RMSNorm", "layer_norm_fn", "layer_norm_ref", "rms_norm_fn", "rms_norm_ref"]
+__all__ = [
+    "LayerNorm",
+    "LayerNormFn",
+    "LayerNormLinearFn",
+    "RMSNorm",
+    "config_prune",
+    "layer_norm_fn",
+    "layer_norm_linear_fn",
+    "layer_norm_ref",
+    "rms_norm_fn",
+    "rms_norm_ref",
+]
 
 
 def _norm(x, weight, bias, eps, is_rms_norm):
@@ -106,18 +118,30 @@ def layer_norm_fn(
         return _route.kernels().norms.layer_norm(
             x, weight, bias, residual, eps, prenorm, residual_in_fp32, is_rms_norm, out_dtype
         )
+    return _layer_norm_torch(
+        x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, residual_in_fp32,
+        is_rms_norm, return_dropout_mask, out_dtype,
+    )  # fmt: skip
+
+
+def _layer_norm_torch(
+    x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, residual_in_fp32,
+    is_rms_norm, return_dropout_mask, out_dtype, dropout_mask=None, dropout_mask1=None,
+):  # fmt: skip
+    """:func:`layer_norm_fn` in PyTorch; ``dropout_mask`` / ``dropout_mask1`` (bool, x's shape): the
+    masks to use instead of drawing new ones."""
     in_dtype = x.dtype
     out_dtype = out_dtype or in_dtype
     xs = x
     if rowscale is not None:
         xs = xs * rowscale.to(xs.dtype).unsqueeze(-1)
-    xs, mask = _dropout(xs, dropout_p, None)
+    xs, mask = _dropout(xs, dropout_p, dropout_mask)
     mask1 = None
     res_dtype = torch.float32 if residual_in_fp32 else (residual.dtype if residual is not None else in_dtype)
     acc = torch.float64 if torch.float64 in (in_dtype, res_dtype) else torch.float32
     resid = xs.to(acc)
     if x1 is not None:
-        x1d, mask1 = _dropout(x1, dropout_p, None)
+        x1d, mask1 = _dropout(x1, dropout_p, dropout_mask1)
         resid = resid + x1d.to(acc)
     if residual is not None:
         resid = resid + residual.to(acc)
@@ -171,34 +195,252 @@ def rms_norm_fn(
     )
 
 
-def _ref_input(x, residual, upcast):
-    """The references' normalised input: x (+ residual), both in fp32 first when upcast."""
+def _norm_ref(
+    x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, dropout_mask,
+    dropout_mask1, upcast, is_rms_norm,
+):  # fmt: skip
+    """The references: x' = dropout(x * rowscale) (+ dropout(x1)) (+ residual), in float32 first when
+    ``upcast``; out = norm(x') * weight + bias (and out1 with weight1 / bias1), in x's dtype."""
+    dtype = x.dtype
     if upcast:
-        x = x.float()
-        residual = residual.float() if residual is not None else None
+        x, x1, residual = (t.float() if t is not None else None for t in (x, x1, residual))
+        weight, bias, weight1, bias1 = (
+            t.float() if t is not None else None for t in (weight, bias, weight1, bias1)
+        )
+    if rowscale is not None:
+        x = x * rowscale.to(x.dtype).unsqueeze(-1)
+
+    def drop(t, mask):
+        if mask is not None:
+            return t * mask.to(t.dtype) / (1.0 - dropout_p)
+        return F.dropout(t, dropout_p) if dropout_p > 0.0 else t
+
+    x = drop(x, dropout_mask)
+    if x1 is not None:
+        x = x + drop(x1, dropout_mask1).to(x.dtype)
     if residual is not None:
         x = (x + residual).to(x.dtype)
-    return x
+
+    def norm(w, b):
+        if w is None:
+            return None
+        if not is_rms_norm:
+            return F.layer_norm(x.to(w.dtype), x.shape[-1:], w, b, eps).to(dtype)
+        cd = torch.float64 if x.dtype == torch.float64 else torch.float32
+        xf = x.to(cd)
+        out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.to(cd)
+        return (out + b.to(cd) if b is not None else out).to(dtype)
+
+    outs = [norm(weight, bias)] + ([norm(weight1, bias1)] if weight1 is not None else [])
+    if prenorm:
+        outs.append(x)
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def layer_norm_ref(x, weight, bias, residual=None, eps=1e-6, prenorm=False, upcast=False):
-    """Plain LayerNorm with an optional residual (no dropout): y, or (y, x + residual) with prenorm."""
-    dtype = x.dtype
-    x = _ref_input(x, residual, upcast)
-    out = F.layer_norm(x.to(weight.dtype), x.shape[-1:], weight, bias, eps).to(dtype)
-    return (out, x) if prenorm else out
+def layer_norm_ref(
+    x,
+    weight,
+    bias,
+    residual=None,
+    x1=None,
+    weight1=None,
+    bias1=None,
+    eps=1e-6,
+    dropout_p=0.0,
+    rowscale=None,
+    prenorm=False,
+    dropout_mask=None,
+    dropout_mask1=None,
+    upcast=False,
+):
+    """Plain LayerNorm with upstream's reference arguments: x' = dropout(x * rowscale) (+ dropout(x1))
+    (+ residual); out = LayerNorm(x') * weight + bias in x's dtype (computed in weight's dtype, float32
+    inputs first with ``upcast``); ``dropout_mask`` / ``dropout_mask1`` (bool, x's shape) are the masks
+    (scaled by 1 / (1 - dropout_p)), else F.dropout draws them.
+
+    Returns:
+        out; (out, out1) with weight1 (out1 = LayerNorm(x') * weight1 + bias1); with ``prenorm`` also x'
+        last."""
+    return _norm_ref(
+        x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, dropout_mask,
+        dropout_mask1, upcast, is_rms_norm=False,
+    )  # fmt: skip
 
 
-def rms_norm_ref(x, weight, bias, residual=None, eps=1e-6, prenorm=False, upcast=False):
-    """Plain RMSNorm with an optional residual (no dropout): y, or (y, x + residual) with prenorm."""
-    dtype = x.dtype
-    x = _ref_input(x, residual, upcast)
-    xf = x.float()
-    out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
-    if bias is not None:
-        out = out + bias.float()
-    out = out.to(dtype)
-    return (out, x) if prenorm else out
+def rms_norm_ref(
+    x,
+    weight,
+    bias,
+    residual=None,
+    x1=None,
+    weight1=None,
+    bias1=None,
+    eps=1e-6,
+    dropout_p=0.0,
+    rowscale=None,
+    prenorm=False,
+    dropout_mask=None,
+    dropout_mask1=None,
+    upcast=False,
+):
+    """:func:`layer_norm_ref` with RMSNorm (``x' / sqrt(mean(x'^2) + eps) * weight (+ bias)``, computed in
+    float32, float64 for float64 x)."""
+    return _norm_ref(
+        x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, dropout_mask,
+        dropout_mask1, upcast, is_rms_norm=True,
+    )  # fmt: skip
+
+
+class LayerNormFn(torch.autograd.Function):
+    """:func:`layer_norm_fn` as a ``torch.autograd.Function`` (upstream's class): same arguments and
+    results. The dropout masks are drawn in the forward and reused by the backward, which recomputes the
+    norm and differentiates it (:mod:`mamba_ssm.ops._recompute`)."""
+
+    @staticmethod
+    def forward(
+        ctx,
+        x,
+        weight,
+        bias,
+        residual=None,
+        x1=None,
+        weight1=None,
+        bias1=None,
+        eps=1e-6,
+        dropout_p=0.0,
+        rowscale=None,
+        prenorm=False,
+        residual_in_fp32=False,
+        is_rms_norm=False,
+        return_dropout_mask=False,
+    ):
+        if not 0.0 <= dropout_p < 1.0:
+            raise ValueError(f"LayerNormFn: dropout_p must be in [0, 1), got {dropout_p}")
+        masks = {}
+        if dropout_p > 0.0:
+            masks["dropout_mask"] = torch.rand(x.shape, device=x.device) >= dropout_p
+            if x1 is not None:
+                masks["dropout_mask1"] = torch.rand(x1.shape, device=x1.device) >= dropout_p
+
+        def impl(*args):
+            return _layer_norm_torch(*args, None, **masks)
+
+        args = (
+            x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, residual_in_fp32,
+            is_rms_norm, return_dropout_mask,
+        )  # fmt: skip
+        if dropout_p == 0.0 and x1 is None and weight1 is None and rowscale is None:
+            impl = layer_norm_fn  # (the Triton kernel where it runs)
+        return _recompute.forward(ctx, impl, args)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return _recompute.backward(ctx, *grads)
+
+
+class LayerNormLinearFn(torch.autograd.Function):
+    """:func:`layer_norm_linear_fn` as a ``torch.autograd.Function`` (upstream's class)."""
+
+    @staticmethod
+    def forward(
+        ctx,
+        x,
+        norm_weight,
+        norm_bias,
+        linear_weight,
+        linear_bias,
+        residual=None,
+        eps=1e-6,
+        prenorm=False,
+        residual_in_fp32=False,
+        is_rms_norm=False,
+    ):
+        args = (
+            x, norm_weight, norm_bias, linear_weight, linear_bias, residual, eps, prenorm, residual_in_fp32,
+            is_rms_norm,
+        )  # fmt: skip
+        return _recompute.forward(ctx, _layer_norm_linear, args)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return _recompute.backward(ctx, *grads)
+
+
+def _layer_norm_linear(
+    x,
+    norm_weight,
+    norm_bias,
+    linear_weight,
+    linear_bias,
+    residual,
+    eps,
+    prenorm,
+    residual_in_fp32,
+    is_rms_norm,
+):
+    y = layer_norm_fn(
+        x, norm_weight, norm_bias, residual=residual, eps=eps, prenorm=prenorm,
+        residual_in_fp32=residual_in_fp32, is_rms_norm=is_rms_norm,
+    )  # fmt: skip
+    y, resid = y if prenorm else (y, None)
+    dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else y.dtype
+    out = F.linear(
+        y.to(dtype), linear_weight.to(dtype), linear_bias.to(dtype) if linear_bias is not None else None
+    )
+    return (out, resid) if prenorm else out
+
+
+def layer_norm_linear_fn(
+    x,
+    norm_weight,
+    norm_bias,
+    linear_weight,
+    linear_bias,
+    residual=None,
+    eps=1e-6,
+    prenorm=False,
+    residual_in_fp32=False,
+    is_rms_norm=False,
+):
+    """A norm (as :func:`layer_norm_fn`, with the residual add) followed by a linear layer:
+    ``out = linear(norm(x + residual))`` (in the autocast dtype under autocast, else the norm's output
+    dtype), plus the residual stream x + residual with ``prenorm``.
+
+    Args:
+        x: (..., hidden). norm_weight, norm_bias: (hidden,) (bias may be None). linear_weight:
+        (out_features, hidden); linear_bias: (out_features,) or None. residual, eps, prenorm,
+        residual_in_fp32, is_rms_norm: as :func:`layer_norm_fn`.
+
+    Returns:
+        out (..., out_features), or (out, residual stream) with ``prenorm``.
+    """
+    return LayerNormLinearFn.apply(
+        x, norm_weight, norm_bias, linear_weight, linear_bias, residual, eps, prenorm, residual_in_fp32,
+        is_rms_norm,
+    )  # fmt: skip
+
+
+def config_prune(configs):
+    """The Triton autotune configs that fit this GPU: those whose ``num_warps`` times the warp size (64 on
+    AMD Instinct, 32 on NVIDIA and RDNA) stays within 1024 threads per block (upstream's helper)."""
+    warp = 32
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        warp = getattr(props, "warp_size", None) or (64 if getattr(torch.version, "hip", None) else 32)
+    return [c for c in configs if c.num_warps * warp <= 1024]
+
+
+def __getattr__(name):
+    # configs_autotune / pruned_configs_autotune are triton.Config lists: built (importing triton) on
+    # first use, so importing this module never imports triton.
+    if name in ("configs_autotune", "pruned_configs_autotune"):
+        import triton
+
+        configs = [triton.Config({}, num_warps=w) for w in (1, 2, 4, 8, 16, 32)]
+        globals()["configs_autotune"] = configs
+        globals()["pruned_configs_autotune"] = config_prune(configs)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RMSNorm(nn.Module):

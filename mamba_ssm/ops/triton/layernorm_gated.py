@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mamba_ssm.ops import _recompute
 from mamba_ssm.ops.triton import _route
 
-__all__ = ["LayerNorm", "RMSNorm", "layernorm_fn", "rms_norm_ref", "rmsnorm_fn"]
+__all__ = ["LayerNorm", "LayerNormFn", "RMSNorm", "layernorm_fn", "rms_norm_ref", "rmsnorm_fn"]
 
 
 def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm, upcast=True):
@@ -80,6 +81,22 @@ def rms_norm_ref(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before
     """The gated RMSNorm as a plain reference: computed in float32 (float64 for float64 x) when
     ``upcast``, else in x's dtype; otherwise as :func:`rmsnorm_fn`. Returns x's shape and dtype."""
     return _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, True, upcast=upcast)
+
+
+class LayerNormFn(torch.autograd.Function):
+    """:func:`layernorm_fn` as a ``torch.autograd.Function`` (upstream's class): same arguments, result and
+    gradients (the backward recomputes the norm: :mod:`mamba_ssm.ops._recompute`)."""
+
+    @staticmethod
+    def forward(
+        ctx, x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True, is_rms_norm=False
+    ):
+        args = (x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm)
+        return _recompute.forward(ctx, layernorm_fn, args)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _recompute.backward(ctx, dy)
 
 
 class RMSNorm(nn.Module):

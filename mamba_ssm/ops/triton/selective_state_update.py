@@ -192,5 +192,46 @@ def selective_state_update(
 
 
 def selective_state_update_ref(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False):
-    """Alias of :func:`selective_state_update` (upstream exports a reference under this name)."""
-    return selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus)
+    """A plain PyTorch reference of one decode step, written from the recurrence and sharing no code with
+    :func:`selective_state_update` (the op's tests compare the two, as upstream's do).
+
+    Math (arXiv:2312.00752, Algorithm 2, one timestep): with dt' = softplus(dt + dt_bias) (or dt + dt_bias),
+    ``state <- exp(dt' A) * state + dt' B x``, ``out = sum_n state[..., n] C[n] + D x``, then
+    ``* silu(z)``; computed in float32 (float64 when an input is float64).
+
+    Args (as :func:`selective_state_update`, without ``state_batch_indices``):
+        state: (batch, dim, dstate) or (batch, nheads, dim, dstate), updated in place.
+        x, dt, z: (batch, dim) / (batch, nheads, dim). A: (dim, dstate) / (nheads, dim, dstate).
+        B, C: (batch, dstate) / (batch, ngroups, dstate), ngroups dividing nheads.
+        D, dt_bias: (dim,) / (nheads, dim) (or (nheads,) with heads).
+
+    Returns:
+        out with x's shape and dtype.
+    """
+    heads = state.dim() == 4
+    wide = torch.float64 if torch.float64 in (state.dtype, x.dtype, A.dtype) else torch.float32
+
+    def lift(t, dims):  # add the head axis of a head-less call, in the compute dtype
+        return None if t is None else (t.to(wide) if heads else t.to(wide).unsqueeze(dims))
+
+    h = lift(state, 1)
+    xs, step, zs = lift(x, 1), lift(dt, 1), lift(z, 1)
+    a, bm, cm = lift(A, 0), lift(B, 1), lift(C, 1)
+    d, bias = lift(D, 0), lift(dt_bias, 0)
+    nheads = h.shape[1]
+    if bias is not None:
+        step = step + (bias if bias.dim() == 2 else bias[:, None])
+    if dt_softplus:
+        step = F.softplus(step)
+    per_head = nheads // bm.shape[1]
+    bm = bm.repeat_interleave(per_head, dim=1)  # (batch, nheads, dstate)
+    cm = cm.repeat_interleave(per_head, dim=1)
+    h = torch.exp(step[..., None] * a) * h + (step * xs)[..., None] * bm[:, :, None, :]
+    state.copy_(h if heads else h.squeeze(1))
+    out = (h * cm[:, :, None, :]).sum(-1)
+    if d is not None:
+        out = out + xs * (d if d.dim() == 2 else d[:, None])
+    if zs is not None:
+        out = out * zs * torch.sigmoid(zs)
+    out = out.to(x.dtype)
+    return out if heads else out.squeeze(1)

@@ -16,6 +16,7 @@
 
 #include "conv1d_gpu.h"
 #include "portability.h"
+#include "scan_complex.h"
 #include "scan_gpu.h"
 
 namespace mamba_ssm {
@@ -26,6 +27,12 @@ MAMBA_HIPCPU_WEAK_SCAN(fwd, bf16, ScanParams)
 MAMBA_HIPCPU_WEAK_SCAN(bwd, fp32, ScanBwdParams)
 MAMBA_HIPCPU_WEAK_SCAN(bwd, fp16, ScanBwdParams)
 MAMBA_HIPCPU_WEAK_SCAN(bwd, bf16, ScanBwdParams)
+MAMBA_HIPCPU_WEAK_SCAN(complex_fwd, fp32, ScanParams)
+MAMBA_HIPCPU_WEAK_SCAN(complex_fwd, fp16, ScanParams)
+MAMBA_HIPCPU_WEAK_SCAN(complex_fwd, bf16, ScanParams)
+MAMBA_HIPCPU_WEAK_SCAN(complex_bwd, fp32, ScanBwdParams)
+MAMBA_HIPCPU_WEAK_SCAN(complex_bwd, fp16, ScanBwdParams)
+MAMBA_HIPCPU_WEAK_SCAN(complex_bwd, bf16, ScanBwdParams)
 #undef MAMBA_HIPCPU_WEAK_SCAN
 #define MAMBA_HIPCPU_WEAK_CONV(dir, dtype, P) __attribute__((weak)) const char* conv1d_##dir##_gpu_##dtype(const P&, void*);
 MAMBA_HIPCPU_WEAK_CONV(fwd, fp32, Conv1dParams)
@@ -70,6 +77,24 @@ void fill(const std::int64_t* shape, const std::int32_t* flags, void* const* ptr
   p.last_state = static_cast<float*>(ptrs[9]);
 }
 
+// The backward's parameters: fill()'s, then ptrs[10...] = dout, dlast_state, du, ddelta, dz, dA_part,
+// dD_part, ddelta_bias_part, dB, dC, workspace.
+void fill_bwd(const std::int64_t* shape, const std::int32_t* flags, void* const* ptrs, ScanBwdParams& p) {
+  fill(shape, flags, ptrs, p);
+  void* const* g = ptrs + 10;
+  p.dout = g[0];
+  p.dlast_state = static_cast<const float*>(g[1]);
+  p.du = g[2];
+  p.ddelta = g[3];
+  p.dz = g[4];
+  p.dA_part = static_cast<float*>(g[5]);
+  p.dD_part = static_cast<float*>(g[6]);
+  p.ddelta_bias_part = static_cast<float*>(g[7]);
+  p.dB = static_cast<float*>(g[8]);
+  p.dC = static_cast<float*>(g[9]);
+  p.workspace = static_cast<float*>(g[10]);
+}
+
 // Calls entry point `fn` (absent when its translation unit is not in this library) and waits for it.
 template <typename P>
 const char* call(const char* (*fn)(const P&, void*), const P& p) {
@@ -102,23 +127,36 @@ const char* mamba_hipcpu_scan_fwd(int kind, const std::int64_t* shape, const std
 const char* mamba_hipcpu_scan_bwd(int kind, const std::int64_t* shape, const std::int32_t* flags,
                                   void* const* ptrs) {
   ScanBwdParams p;
-  fill(shape, flags, ptrs, p);
-  void* const* g = ptrs + 10;
-  p.dout = g[0];
-  p.dlast_state = static_cast<const float*>(g[1]);
-  p.du = g[2];
-  p.ddelta = g[3];
-  p.dz = g[4];
-  p.dA_part = static_cast<float*>(g[5]);
-  p.dD_part = static_cast<float*>(g[6]);
-  p.ddelta_bias_part = static_cast<float*>(g[7]);
-  p.dB = static_cast<float*>(g[8]);
-  p.dC = static_cast<float*>(g[9]);
-  p.workspace = static_cast<float*>(g[10]);
+  fill_bwd(shape, flags, ptrs, p);
   switch (kind) {
     case 0: return call(&mamba_ssm::scan_bwd_gpu_fp32, p);
     case 1: return call(&mamba_ssm::scan_bwd_gpu_fp16, p);
     case 2: return call(&mamba_ssm::scan_bwd_gpu_bf16, p);
+    default: return "unknown dtype kind (0 fp32, 1 fp16, 2 bf16)";
+  }
+}
+
+// Complex A (csrc/scan_complex.h): the arguments of the two above, in the complex layouts.
+const char* mamba_hipcpu_scan_complex_fwd(int kind, const std::int64_t* shape, const std::int32_t* flags,
+                                          void* const* ptrs) {
+  ScanParams p;
+  fill(shape, flags, ptrs, p);
+  switch (kind) {
+    case 0: return call(&mamba_ssm::scan_complex_fwd_gpu_fp32, p);
+    case 1: return call(&mamba_ssm::scan_complex_fwd_gpu_fp16, p);
+    case 2: return call(&mamba_ssm::scan_complex_fwd_gpu_bf16, p);
+    default: return "unknown dtype kind (0 fp32, 1 fp16, 2 bf16)";
+  }
+}
+
+const char* mamba_hipcpu_scan_complex_bwd(int kind, const std::int64_t* shape, const std::int32_t* flags,
+                                          void* const* ptrs) {
+  ScanBwdParams p;
+  fill_bwd(shape, flags, ptrs, p);
+  switch (kind) {
+    case 0: return call(&mamba_ssm::scan_complex_bwd_gpu_fp32, p);
+    case 1: return call(&mamba_ssm::scan_complex_bwd_gpu_fp16, p);
+    case 2: return call(&mamba_ssm::scan_complex_bwd_gpu_bf16, p);
     default: return "unknown dtype kind (0 fp32, 1 fp16, 2 bf16)";
   }
 }

@@ -45,10 +45,34 @@ def ptr(t):
     return ctypes.c_void_p(0 if t is None else t.data_ptr())
 
 
+# harness.cpp's scan entry points: (kind, shape[5], flags[4], ptrs) -> error message or null.
+SCAN_ENTRY_POINTS = (
+    "mamba_hipcpu_scan_fwd",
+    "mamba_hipcpu_scan_bwd",
+    "mamba_hipcpu_scan_complex_fwd",
+    "mamba_hipcpu_scan_complex_bwd",
+)
+
+
+class Outputs:
+    """Guarded output buffers of one case: ``outputs(name, shape, dtype, misalign=0, zero=False)`` returns
+    the view to hand to the kernel; ``outputs.bufs[name]`` = (buffer, start, numel, shape)."""
+
+    def __init__(self):
+        self.bufs = {}
+
+    def __call__(self, name, shape, dtype, misalign=0, zero=False):
+        buf, view, start = guarded(shape, dtype, misalign)
+        if zero:
+            view.zero_()
+        self.bufs[name] = (buf, start, view.numel(), shape)
+        return view
+
+
 class Library:
     def __init__(self, path):
         self.lib = ctypes.CDLL(path)
-        for name in ("mamba_hipcpu_scan_fwd", "mamba_hipcpu_scan_bwd"):
+        for name in SCAN_ENTRY_POINTS:
             fn = getattr(self.lib, name)
             fn.restype = ctypes.c_char_p
             fn.argtypes = [
@@ -93,15 +117,7 @@ def run_case(lib, case):
     bc = {k: place(t[k], mis if t[k].dim() > 2 else 0) for k in ("B", "C")}
     A, D, bias = place(t["A"], 0), place(t.get("D"), 0), place(t.get("delta_bias"), 0)
     dlast = place(t.get("dlast_state"), 0)
-    out_bufs = {}
-
-    def output(name, shape_, dtype_, misalign=0, zero=False):
-        buf, view, start = guarded(shape_, dtype_, misalign)
-        if zero:
-            view.zero_()
-        out_bufs[name] = (buf, start, view.numel(), shape_)
-        return view
-
+    output = Outputs()
     fwd_ptrs = [ptr(x) for x in (seq["u"], seq["delta"], A, bc["B"], bc["C"], D, seq["z"], bias)]
     errors = {}
     result = {"errors": errors}
@@ -112,7 +128,7 @@ def run_case(lib, case):
             "mamba_hipcpu_scan_fwd", dtype, shape, flags, fwd_ptrs + [ptr(out), ptr(last)]
         )
     if not case["backward"]:
-        result.update(out_bufs)
+        result.update(output.bufs)
         return result
     f32 = torch.float32
     grads = [
@@ -130,11 +146,12 @@ def run_case(lib, case):
     ]
     bwd_ptrs = fwd_ptrs + [ptr(None), ptr(None)] + [ptr(x) for x in grads]
     errors["backward"] = lib.call("mamba_hipcpu_scan_bwd", dtype, shape, flags, bwd_ptrs)
-    result.update(out_bufs)
+    result.update(output.bufs)
     return result
 
 
-def main(argv):
+def main(argv, run=run_case):
+    """Runs ``run(lib, case)`` on every case under every schedule; writes OUT.pt."""
     lib_path, cases_path, out_path, *schedules = argv
     from hipcpu_build import SCHEDULES
 
@@ -144,7 +161,7 @@ def main(argv):
     for sched in schedules:
         lib.lib.mamba_hipcpu_set_schedule(SCHEDULES[sched])
         start = time.perf_counter()
-        results[sched] = [run_case(lib, c) for c in cases]
+        results[sched] = [run(lib, c) for c in cases]
         seconds[sched] = time.perf_counter() - start
     torch.save(
         {"warp_size": lib.lib.mamba_hipcpu_warp_size(), "results": results, "seconds": seconds}, out_path

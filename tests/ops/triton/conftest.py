@@ -46,7 +46,7 @@ def _kernel_modules(interpret: bool):
     try:
         import mamba_ssm.ops.triton._kernels as pkg
 
-        mods = (pkg.norms, pkg.state_update, pkg.ssd)
+        mods = (pkg.norms, pkg.state_update, pkg.ssd, pkg.mamba3)  # ssd before mamba3 (its core)
         for mod in mods:
             kernels = [v for v in vars(mod).values() if isinstance(v, (JITFunction, InterpretedFunction))]
             if any(isinstance(k, InterpretedFunction) != interpret for k in kernels):

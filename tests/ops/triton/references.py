@@ -20,14 +20,16 @@ def ssd_recurrence(
     dt_limit=(0.0, float("inf")),
     states_at=None,
 ):
-    """Mamba-2's scan one timestep at a time (:func:`oracles.ssd`). Differentiable. Returns (y (b, l, h,
-    p), final state (b, h, p, n)); with ``states_at`` (timesteps) also the states of batch entry 0
-    after those steps (k, h, p, n)."""
+    """Mamba-2's scan one timestep at a time (:func:`oracles.ssd`; a padding token, seq_idx < 0, has
+    output 0 and holds no state). Differentiable. Returns (y (b, l, h, p), final state (b, h, p, n));
+    with ``states_at`` (timesteps; None: a zero state, for an empty sequence) also the states of batch
+    entry 0 after those steps (k, h, p, n)."""
     y, final, states = oracles.ssd(
         x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states, seq_idx, dt_limit
     )
     if states_at is not None:
-        return y, final, torch.stack([states[0, int(t)] for t in states_at])
+        zero = torch.zeros(states.shape[2:], dtype=torch.float64, device=states.device)
+        return y, final, torch.stack([zero if t is None else states[0, int(t)] for t in states_at])
     return y, final
 
 

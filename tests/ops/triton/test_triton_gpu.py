@@ -37,6 +37,8 @@ def test_ssd_gpu_vs_recurrence(gpu_kernels, dtype, chunk):
     seq = torch.zeros(b, l, dtype=torch.int32)
     seq[:, 100:] = 1
     seq[:, 256:] = 2
+    seq[0, 280:] = -1  # padding tokens: a row ending in them, and a run between two sequences
+    seq[1, 90:130] = -1
     ins = [x, dt, A, B, C, D, z, bias, h0]
     dev = [t.to("cuda", dtype if i != 2 else torch.float32).requires_grad_(True) for i, t in enumerate(ins)]
     ref = [t.double().requires_grad_(True) for t in ins]
@@ -64,7 +66,7 @@ def test_ssd_gpu_vs_recurrence(gpu_kernels, dtype, chunk):
 def test_ssd_gpu_varlen_states(gpu_kernels):
     g = torch.Generator().manual_seed(4)
     l, h, p, n = 600, 4, 32, 64
-    cu = torch.tensor([0, 100, 256, 257, 511, 600])
+    cu = torch.tensor([0, 100, 256, 256, 257, 511, 580])  # an empty sequence; rows 580.. are padding
     x, dt = torch.randn(1, l, h, p, generator=g), torch.rand(1, l, h, generator=g) * 0.2
     A, B, C = (
         -torch.rand(h, generator=g) - 0.3,
@@ -74,8 +76,11 @@ def test_ssd_gpu_varlen_states(gpu_kernels):
     y, final, varlen = gpu_kernels.ssd.chunk_scan_combined(
         *(t.cuda() for t in (x, dt, A, B, C)), 256, cu_seqlens=cu.cuda()
     )
-    seq = torch.repeat_interleave(torch.arange(5), torch.diff(cu))[None]
-    yr, fr, vr = R.ssd_recurrence(x, dt, A, B, C, seq_idx=seq, states_at=(cu[1:] - 1).tolist())
+    seq = torch.cat([torch.repeat_interleave(torch.arange(6), torch.diff(cu)), torch.full((l - 580,), -1)])[
+        None
+    ]
+    ends = [None if e == s else e - 1 for s, e in zip(cu[:-1].tolist(), cu[1:].tolist())]
+    yr, fr, vr = R.ssd_recurrence(x, dt, A, B, C, seq_idx=seq, states_at=ends)
     assert _err(y, yr) < 1e-3 and _err(final, fr) < 1e-3 and _err(varlen, vr) < 1e-3
 
 

@@ -58,6 +58,27 @@ SSD_CASES = {
     "exact_chunks_plain": (1, 32, 2, 16, 1, 16, 32, dict()),
     "per_head_D_dt_limit": (1, 40, 4, 8, 4, 8, 16, dict(D="h", softplus=True, limit=(0.05, 0.4), z=True)),
     "one_short_chunk_odd_sizes": (1, 20, 3, 5, 1, 12, 64, dict(D="hp", init=True, seq=(7,))),
+    # Padding tokens (seq_idx -1): row 0 ends in padding that spans a chunk edge (zero final state), row 1
+    # starts with padding (the initial state goes unread) and has a padded run between two sequences that
+    # fills a whole chunk; z and D give padding outputs that must be forced to 0.
+    "padding_tokens": (
+        2,
+        70,
+        2,
+        8,
+        1,
+        16,
+        16,
+        dict(
+            seq=(20, 40),
+            pad=((0, 45, 70), (1, 0, 5), (1, 24, 48)),
+            init=True,
+            D="hp",
+            z=True,
+            bias=True,
+            softplus=True,
+        ),
+    ),
     # chunk 128 = two 64-row blocks per chunk: the kernels' loops across row and column blocks
     "chunk128_two_row_blocks": (
         1,
@@ -87,6 +108,8 @@ def _ssd_inputs(b, l, h, p, g, n, opts, gen):
         seq = torch.zeros(b, l, dtype=torch.int32)
         for edge in opts["seq"]:
             seq[:, edge:] += 1
+        for row, begin, end in opts.get("pad", ()):  # padding tokens: seq_idx -1
+            seq[row, begin:end] = -1
     return [x, dt, A, B, C, D, z, dt_bias, h0], seq
 
 
@@ -172,6 +195,29 @@ def test_ssd_varlen_states(interpreted):
     assert varlen.shape == (5, h, p, n) and not varlen.requires_grad
     _close(y, y_ref, torch.float32, "y")
     _close(final, f_ref, torch.float32, "final_states")
+    _close(varlen, v_ref, torch.float32, "varlen_states")
+
+
+def test_ssd_varlen_states_with_padding_and_empty_sequences(interpreted):
+    """The padded-varlen rule: cu_seqlens ending before the last token (the rest is padding, seq_idx -1,
+    output 0) and empty sequences (zero states), in the middle and at the end."""
+    gen = torch.Generator().manual_seed(22)
+    l, h, p, g, n = 44, 2, 4, 1, 16
+    cu = torch.tensor([0, 10, 10, 27, 33, 33])  # rows 33..43 are padding
+    x, dt = torch.randn(1, l, h, p, generator=gen), torch.rand(1, l, h, generator=gen) * 0.4
+    A, B, C = (
+        -torch.rand(h, generator=gen) - 0.3,
+        torch.randn(1, l, g, n, generator=gen),
+        torch.randn(1, l, g, n, generator=gen),
+    )
+    D = torch.randn(h, generator=gen)
+    y, final, varlen = interpreted.ssd.chunk_scan_combined(x, dt, A, B, C, 16, D=D, cu_seqlens=cu)
+    seq = torch.tensor([0] * 10 + [2] * 17 + [3] * 6 + [-1] * 11)[None]
+    ends = [None if e == s else e - 1 for s, e in zip(cu[:-1].tolist(), cu[1:].tolist())]
+    y_ref, f_ref, v_ref = R.ssd_recurrence(x, dt, A, B, C, D=D, seq_idx=seq, states_at=ends)
+    assert not y[0, 33:].any() and not final.any()
+    assert not varlen[1].any() and not varlen[4].any()
+    _close(y, y_ref, torch.float32, "y")
     _close(varlen, v_ref, torch.float32, "varlen_states")
 
 

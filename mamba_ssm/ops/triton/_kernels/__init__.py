@@ -1,8 +1,9 @@
 """Triton kernels for the ops in :data:`mamba_ssm._dispatch.TRITON_OPS`: the SSD chunked scan
-(:mod:`.ssd`), the decode-step state update (:mod:`.state_update`) and the norms (:mod:`.norms`).
+(:mod:`.ssd`), the decode-step state update (:mod:`.state_update`), the norms (:mod:`.norms`) and
+Mamba-3's chunked scan and decode step (:mod:`.mamba3`, on the SSD core).
 
 Importing this package imports ``triton``: it is imported only by the dispatcher's Triton check
-(:func:`mamba_ssm._dispatch.triton_unavailable`) and by the public functions once that check passed,
+(:func:`mamba_ssm._dispatch.backends.triton_unavailable`) and by the public functions once that check passed,
 never at ``import mamba_ssm``. Written for Triton >= 3.0 (what torch 2.4 brings; the language features
 used: ``tl.dot(..., input_precision=...)``, ``tl.cumsum``, masked loads/stores, runtime-bounded loops);
 no autotuning: block sizes and warp counts come from the shapes, so a first call compiles each kernel
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import triton  # noqa: F401  (the dispatcher's check: this package imports only with a working triton)
 
-from . import norms, ssd, state_update
+from . import mamba3, norms, ssd, state_update
 from ._common import KERNEL_DTYPES
 
-__all__ = ["KERNEL_DTYPES", "norms", "ssd", "state_update"]
+__all__ = ["KERNEL_DTYPES", "mamba3", "norms", "ssd", "state_update"]

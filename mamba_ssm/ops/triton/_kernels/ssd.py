@@ -14,8 +14,10 @@ With ``seq_idx`` (packed sequences) every term linking two positions of differen
 ``j`` counts for ``i`` only when ``seq_j == seq_i``; a chunk's incoming state only for positions of
 the sequence the state belongs to (the one of the position before the chunk; for chunk 0 the first
 one, so ``initial_states`` belongs to the first sequence), and it is carried through a chunk only when
-the chunk ends in that sequence. A sequence length that is not a multiple of Q pads the last chunk
-with dt' = 0 and zero x, B, C (nothing flows from or into the padding).
+the chunk ends in that sequence. A negative ``seq_idx`` marks a padding token: its output is 0 (so its
+output gradient is dropped) and it writes no state (a chunk ending in padding has S_c = 0 and carries
+nothing, so a row ending in padding has a zero final state). A sequence length that is not a multiple
+of Q pads the last chunk with dt' = 0 and zero x, B, C (nothing flows from or into the padding).
 
 Backward (the adjoint of the same four steps): with G_c the gradient of H_c, G_nc = d final_states,
 G_c = exp(cs_end(c)) G_{c+1} + sum_i exp(cs_i) dy_i C_i^T (reverse state passing); the in-chunk
@@ -34,6 +36,10 @@ Kernels (grids in brackets; no Python loop over chunks or heads):
     _chunk_scan_bwd_dbx [batch*nheads, nchunks, col blocks]  dB, dx, d dt' (direct), cs gradient (cols)
     _dt_cumsum_bwd   [batch, nheads, nchunks]      d dt, dA and d dt_bias partial sums
     _varlen_states   [num_seqs, nheads, tiles]     with cu_seqlens: each sequence's last state (forward only)
+Launchers: one per stage (``dt_cumsum``, ``chunk_states``, ``state_passing``, ``chunk_outputs``,
+``varlen_states``; upstream's stage modules call them); ``core_forward`` / ``core_backward`` are steps
+2-4 and their adjoint on a given weight dt' and decay cumsum cs (Mamba-3's kernels call them with their
+own); ``forward`` / ``backward`` add stage 1, D and z around them (Mamba-2's autograd function).
 The D / z parts of the backward and the sums over a group's heads (dB, dC) are torch element-wise
 ops and reductions. Float32 accumulation; matrix products take float16/bfloat16 operands for those
 inputs and exact float32 ("ieee") products for float32 inputs.
@@ -47,9 +53,28 @@ import torch
 import triton
 import triton.language as tl
 
+from mamba_ssm.ops.backends import _packing
+
 from ._common import pow2, unsupported_dtype
 
-__all__ = ["CHUNK_SIZES", "check_chunk_size", "chunk_scan_combined", "unsupported"]
+__all__ = [
+    "CHUNK_SIZES",
+    "backward",
+    "check_chunk_size",
+    "chunk_outputs",
+    "chunk_scan_combined",
+    "chunk_states",
+    "core_backward",
+    "core_forward",
+    "dt_cumsum",
+    "forward",
+    "prepare_packing",
+    "round_states",
+    "stage_unsupported",
+    "state_passing",
+    "unsupported",
+    "varlen_states",
+]
 
 #: The chunk sizes the kernels take.
 CHUNK_SIZES = (16, 32, 64, 128, 256)
@@ -87,6 +112,23 @@ def unsupported(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=Non
         return f"dstate {B.shape[-1]} exceeds the Triton SSD kernels' {_MAX_DSTATE}"
     if x.shape[1] == 0:
         return "seqlen is 0"
+    return None
+
+
+def stage_unsupported(chunk_size, **tensors) -> Optional[str]:
+    """None when the kernels take an SSD stage call (upstream's stage functions), else why not:
+    ``tensors`` by name (None entries skipped); ``x`` (batch, seqlen, nheads, headdim) and ``B``
+    (batch, seqlen, ngroups, dstate) give the sizes checked."""
+    why = unsupported_dtype(**tensors)
+    if why is not None:
+        return why
+    if chunk_size not in CHUNK_SIZES:
+        return f"chunk_size {chunk_size} is not a power of two in 16..256"
+    x, B = tensors.get("x"), tensors.get("B")
+    if x is not None and x.shape[-1] > _MAX_HEADDIM:
+        return f"headdim {x.shape[-1]} exceeds the Triton SSD kernels' {_MAX_HEADDIM}"
+    if B is not None and B.shape[-1] > _MAX_DSTATE:
+        return f"dstate {B.shape[-1]} exceeds the Triton SSD kernels' {_MAX_DSTATE}"
     return None
 
 
@@ -229,7 +271,7 @@ def _chunk_state(
         if HAS_SEQ:
             sq = tl.load(SEQ + b * s_b + t * s_l, mask=mt, other=-1)
             if MODE == 0:
-                wt = tl.where(sq == last, wt, 0.0)
+                wt = tl.where((sq == last) & (last >= 0), wt, 0.0)
             else:
                 wt = tl.where(sq == prev, wt, 0.0)
         wt = tl.where(mt, wt, 0.0)
@@ -259,6 +301,8 @@ def _state_pass_fwd(
     HFIN,
     seqlen,
     T,
+    cs_c,
+    cs_off,
     nheads,
     size,
     nchunks,
@@ -269,6 +313,8 @@ def _state_pass_fwd(
     Q: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
+    """HIN[b, c, h] = H_c, HFIN[b, h] = H_nc; chunk c's cs_end is CS[(b * nheads + h) * T + c * cs_c +
+    cs_off] (the last in-chunk cumsum, or a (batch, nheads, nchunks) tensor of them)."""
     bh = tl.program_id(0)
     b = (bh // nheads).to(tl.int64)
     h = bh % nheads
@@ -282,10 +328,10 @@ def _state_pass_fwd(
     for c in range(0, nchunks):
         at = ((b * nchunks + c) * nheads + h) * size
         tl.store(HIN + at + offs, hs, mask=m)
-        decay = tl.exp(tl.load(CS + base + c * Q + Q - 1))
+        decay = tl.exp(tl.load(CS + base + c * cs_c + cs_off))
         if HAS_SEQ:
             prev, last = _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q)
-            decay = tl.where(prev == last, decay, 0.0)
+            decay = tl.where((prev == last) & (last >= 0), decay, 0.0)
         hs = decay * hs + tl.load(S + at + offs, mask=m, other=0.0)
     tl.store(HFIN + (b * nheads + h) * size + offs, hs, mask=m)
 
@@ -414,6 +460,8 @@ def _chunk_scan_fwd(
         dv = tl.load(Dp + h * d_h + rp * d_p, mask=mp, other=0.0).to(tl.float32)
         xi = tl.load(X + b * x_b + ti[:, None] * x_l + h * x_h + rp[None, :] * x_p, mask=mo, other=0.0)
         acc += xi.to(tl.float32) * dv[None, :]
+    if HAS_SEQ:  # padding outputs 0
+        acc = tl.where((seq_i >= 0)[:, None], acc, 0.0)
     if HAS_Z:
         tl.store(YPRE + b * o_b + ti[:, None] * o_l + h * o_h + rp[None, :] * o_p, acc, mask=mo)
         zt = tl.load(Z + b * z_b + ti[:, None] * z_l + h * z_h + rp[None, :] * z_p, mask=mo, other=0.0)
@@ -464,7 +512,7 @@ def _state_pass_bwd(
         decay = tl.exp(tl.load(CS + base + c * Q + Q - 1))
         if HAS_SEQ:
             prev, last = _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q)
-            decay = tl.where(prev == last, decay, 0.0)
+            decay = tl.where((prev == last) & (last >= 0), decay, 0.0)
         hin = tl.load(HIN + at + offs, mask=m, other=0.0)
         tl.store(DDECAY + ((b * nheads + h) * nchunks + c) * ntiles + tile, tl.sum(gs * hin, axis=0) * decay)
         gs = decay * gs + tl.load(DINTER + at + offs, mask=m, other=0.0)
@@ -666,7 +714,7 @@ def _chunk_scan_bwd_dbx(
     )  # (P, N)
     w = tl.exp(cs_end - cs_j)
     if HAS_SEQ:
-        w = tl.where(seq_j == last, w, 0.0)
+        w = tl.where((seq_j == last) & (last >= 0), w, 0.0)
     w = tl.where(mj, w, 0.0)
     bds = _dot(bj.to(tl.float32), tl.trans(ds), DOT_DT, IEEE)  # (J, P): sum_n B[n] dS[p, n]
     acc_x = bds * w[:, None]
@@ -746,7 +794,8 @@ def _varlen_states(
     IEEE: tl.constexpr,
 ):
     """Batch 1: OUT[s, h] = the state after position cu[s + 1] - 1 (sequence s's last): its chunk's terms
-    up to there from the same sequence, plus exp(cs_t) H_c when the incoming state is that sequence's."""
+    up to there from the same sequence, plus exp(cs_t) H_c when the incoming state is that sequence's;
+    0 for an empty sequence (cu[s + 1] == cu[s])."""
     sid = tl.program_id(0)
     h = tl.program_id(1)
     tile = tl.program_id(2)
@@ -756,7 +805,9 @@ def _varlen_states(
     rn = (tile % ntn) * BLOCK_N + tl.arange(0, BLOCK_N)
     mp = rp < hdim
     mn = rn < dstate
-    t_end = tl.minimum(tl.maximum(tl.load(CU + sid + 1).to(tl.int64) - 1, 0), seqlen - 1)
+    t_begin = tl.load(CU + sid).to(tl.int64)
+    t_stop = tl.load(CU + sid + 1).to(tl.int64)
+    t_end = tl.minimum(tl.maximum(t_stop - 1, 0), seqlen - 1)
     c = t_end // Q
     base = h.to(tl.int64) * T
     cs_t = tl.load(CS + base + t_end)
@@ -783,6 +834,7 @@ def _varlen_states(
         other=0.0,
     )
     acc += tl.where(prev == seq_t, tl.exp(cs_t), 0.0) * hin
+    acc = tl.where(t_stop > t_begin, acc, 0.0)
     tl.store(
         OUT + ((sid * nheads + h) * hdim + rp[:, None]) * dstate + rn[None, :],
         acc,
@@ -855,6 +907,532 @@ def _blocks(q, hdim, dstate):
     return dict(BLOCK_M=min(q, rows), BLOCK_J=min(q, rows), BLOCK_P=bp, BLOCK_N=bn)
 
 
+def _f32(ref):
+    return {"dtype": torch.float32, "device": ref.device}
+
+
+def _seq_args(seq_idx, dtp):
+    """(SEQ pointer, its (batch, seqlen) strides): a dummy pointer and zero strides without seq_idx."""
+    if seq_idx is None:
+        return dtp, (0, 0)
+    return seq_idx, seq_idx.stride()
+
+
+def _state_tiles(x_dtype, hdim, dstate):
+    """Block sizes of the chunk-state and varlen-state kernels: (BLOCK_P, BLOCK_N, tiles, BLOCK_K cap)."""
+    tile = _TILE[x_dtype]
+    bp, bn = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
+    return bp, bn, triton.cdiv(hdim, bp) * triton.cdiv(dstate, bn), tile
+
+
+def dt_cumsum(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
+    """Stage 1: dt (batch, seqlen, nheads) -> (dt', cs), each (batch, nheads, nchunks * chunk_size)
+    float32 (dt' = 0 past seqlen); ``dt_limit`` (0, inf) means no clamp."""
+    batch, seqlen, nheads = dt.shape
+    nc = triton.cdiv(seqlen, chunk_size)
+    T = nc * chunk_size
+    lo, hi = float(dt_limit[0]), float(dt_limit[1])
+    has_limit = (lo, hi) != (0.0, math.inf)
+    A = A.contiguous()  # the kernel reads A[h] and dt_bias[h] with unit stride
+    dt_bias = dt_bias.contiguous() if dt_bias is not None else None
+    dtp = torch.empty((batch, nheads, T), **_f32(dt))
+    cs = torch.empty((batch, nheads, T), **_f32(dt))
+    _dt_cumsum_fwd[(batch, nheads, nc)](
+        dt,
+        A,
+        dt_bias if dt_bias is not None else A,
+        dtp,
+        cs,
+        seqlen,
+        T,
+        *dt.stride(),
+        nheads,
+        lo if has_limit else 0.0,
+        hi if has_limit else 0.0,
+        HAS_DTB=dt_bias is not None,
+        SOFTPLUS=bool(dt_softplus),
+        HAS_LIMIT=has_limit,
+        Q=chunk_size,
+        num_warps=1,
+    )
+    return dtp, cs
+
+
+def chunk_states(x, B, dtp, cs, seq_idx, chunk_size, mode=0):
+    """Stage 2 (mode 0): S_c (batch, nchunks, nheads, headdim, dstate) float32 from x (batch, seqlen, nheads,
+    headdim), B (batch, seqlen, ngroups, dstate) and dt', cs (batch, nheads, nchunks * chunk_size).
+    Mode 1 (the backward's): sum_i exp(cs_i) dy_i C_i^T, with x = dy and B = C."""
+    batch, seqlen, nheads, hdim = x.shape
+    ngroups, dstate = B.shape[2], B.shape[3]
+    nc = triton.cdiv(seqlen, chunk_size)
+    bp, bn, tiles, tile = _state_tiles(x.dtype if mode == 0 else B.dtype, hdim, dstate)
+    seq, s_strides = _seq_args(seq_idx, dtp)
+    out = torch.empty((batch, nc, nheads, hdim, dstate), **_f32(x))
+    _chunk_state[(batch * nheads, nc, tiles)](
+        x,
+        B,
+        dtp,
+        cs,
+        seq,
+        out,
+        seqlen,
+        nc * chunk_size,
+        nheads,
+        nheads // ngroups,
+        hdim,
+        dstate,
+        *x.stride(),
+        *B.stride(),
+        *s_strides,
+        MODE=mode,
+        HAS_SEQ=seq_idx is not None,
+        Q=chunk_size,
+        BLOCK_P=bp,
+        BLOCK_N=bn,
+        BLOCK_K=min(chunk_size, tile),
+        DOT_DT=_TL_DTYPES[B.dtype if mode else x.dtype],
+        IEEE=(B.dtype if mode else x.dtype) == torch.float32,
+        num_warps=8,
+    )
+    return out
+
+
+def state_passing(states, cs_end, seq_idx, initial_states, chunk_size, cs_layout=None):
+    """Stage 3: (H (batch, nchunks, nheads, *state) entering each chunk, H_nc (batch, nheads, *state)),
+    float32, from S_c (batch, nchunks, nheads, *state) float32 contiguous.
+
+    ``cs_end``: the chunks' last in-chunk cumsums, a (batch, nheads, nchunks) tensor, or with
+    ``cs_layout=(T, Q)`` the whole (batch, nheads, T) cumsum (read at c * Q + Q - 1). ``chunk_size``
+    locates the chunk edges in seq_idx."""
+    batch, nc, nheads = states.shape[:3]
+    size = states[0, 0, 0].numel()
+    if cs_layout is None:
+        cs_end = cs_end.to(torch.float32).contiguous()
+        T, cs_c, cs_off = nc, 1, 0
+    else:
+        T, q = cs_layout
+        cs_c, cs_off = q, q - 1
+    seqlen = seq_idx.shape[1] if seq_idx is not None else nc * chunk_size
+    seq, s_strides = _seq_args(seq_idx, states)
+    hin = torch.empty_like(states)
+    final = torch.empty((batch, nheads, *states.shape[3:]), **_f32(states))
+    h0 = initial_states.contiguous() if initial_states is not None else None
+    block = min(pow2(size), 1024)
+    _state_pass_fwd[(batch * nheads, triton.cdiv(size, block))](
+        states,
+        cs_end,
+        seq,
+        h0 if h0 is not None else states,
+        hin,
+        final,
+        seqlen,
+        T,
+        cs_c,
+        cs_off,
+        nheads,
+        size,
+        nc,
+        *s_strides,
+        HAS_SEQ=seq_idx is not None,
+        HAS_H0=h0 is not None,
+        Q=chunk_size,
+        BLOCK=block,
+        num_warps=4,
+    )
+    return hin, final
+
+
+def varlen_states(x, B, dtp, cs, seq_idx, hin, cu_seqlens, chunk_size):
+    """Each packed sequence's last state (num_seqs, nheads, headdim, dstate) float32, batch 1: x (1, total,
+    nheads, headdim), B (1, total, ngroups, dstate), dt', cs (1, nheads, T), seq_idx (1, total) matching
+    cu_seqlens (num_seqs + 1,) int64, hin (1, nchunks, nheads, headdim, dstate) the states entering the
+    chunks. Zero for an empty sequence."""
+    _, seqlen, nheads, hdim = x.shape
+    ngroups, dstate = B.shape[2], B.shape[3]
+    nc = triton.cdiv(seqlen, chunk_size)
+    bp, bn, tiles, tile = _state_tiles(x.dtype, hdim, dstate)
+    nseq = cu_seqlens.numel() - 1
+    out = torch.empty((nseq, nheads, hdim, dstate), **_f32(x))
+    if nseq == 0:
+        return out
+    _varlen_states[(nseq, nheads, tiles)](
+        x,
+        B,
+        dtp,
+        cs,
+        seq_idx,
+        hin,
+        cu_seqlens,
+        out,
+        seqlen,
+        nc * chunk_size,
+        nheads,
+        nheads // ngroups,
+        hdim,
+        dstate,
+        nc,
+        *x.stride()[1:],
+        *B.stride()[1:],
+        seq_idx.stride(1),
+        Q=chunk_size,
+        BLOCK_P=bp,
+        BLOCK_N=bn,
+        BLOCK_K=min(chunk_size, tile),
+        DOT_DT=_TL_DTYPES[x.dtype],
+        IEEE=x.dtype == torch.float32,
+        num_warps=8,
+    )
+    return out
+
+
+def round_states(hin, state_dtype):
+    """The inter-chunk states materialised in ``state_dtype`` (upstream's ``state_dtype``): rounded in
+    place when it is narrower than float32 (float32 / float64 / None keep them as they are)."""
+    if state_dtype is not None and torch.finfo(state_dtype).bits < 32:
+        hin.copy_(hin.to(state_dtype))
+    return hin
+
+
+def chunk_outputs(x, B, C, dtp, cs, seq_idx, hin, chunk_size, D=None, z=None, out_dtype=None):
+    """Stage 4: y_i = sum_{j <= i} (C_i . B_j) exp(cs_i - cs_j) dt'_j x_j + exp(cs_i) H_c C_i (+ D x_i,
+    * silu(z_i)), 0 at padding tokens (seq_idx < 0). x (batch, seqlen, nheads, headdim); B, C (batch,
+    seqlen, ngroups, dstate) (any strides); dt', cs (batch, nheads, nchunks * chunk_size) float32; hin
+    (batch, nchunks, nheads, headdim, dstate) float32 (the states entering the chunks); D (nheads,
+    headdim) or None; z x's shape or None; out_dtype: the output's dtype (x's by default).
+
+    Returns (out (batch, seqlen, nheads, headdim), ypre: out before the z gate (None without z))."""
+    batch, seqlen, nheads, hdim = x.shape
+    ngroups, dstate = B.shape[2], B.shape[3]
+    q = chunk_size
+    nc = triton.cdiv(seqlen, q)
+    seq, s_strides = _seq_args(seq_idx, dtp)
+    tile = _TILE[x.dtype]
+    out = torch.empty((batch, seqlen, nheads, hdim), dtype=out_dtype or x.dtype, device=x.device)
+    ypre = torch.empty_like(out) if z is not None else None
+    bm = min(q, tile)
+    bpo = min(pow2(hdim, 16), tile)
+    bno = min(pow2(dstate, 16), tile)
+    _chunk_scan_fwd[(batch * nheads, nc, triton.cdiv(q, bm) * triton.cdiv(hdim, bpo))](
+        x,
+        B,
+        C,
+        dtp,
+        cs,
+        seq,
+        hin,
+        D if D is not None else dtp,
+        z if z is not None else x,
+        out,
+        ypre if ypre is not None else out,
+        seqlen,
+        nc * q,
+        nheads,
+        nheads // ngroups,
+        hdim,
+        dstate,
+        *x.stride(),
+        *B.stride(),
+        *C.stride(),
+        *(z.stride() if z is not None else (0, 0, 0, 0)),
+        *out.stride(),
+        *s_strides,
+        *(D.stride() if D is not None else (0, 0)),
+        HAS_SEQ=seq_idx is not None,
+        HAS_D=D is not None,
+        HAS_Z=z is not None,
+        Q=q,
+        BLOCK_M=bm,
+        BLOCK_J=bm,
+        BLOCK_P=bpo,
+        BLOCK_N=bno,
+        DOT_DT=_TL_DTYPES[x.dtype],
+        IEEE=x.dtype == torch.float32,
+        num_warps=8,
+    )
+    return out, ypre
+
+
+def core_forward(
+    x,
+    B,
+    C,
+    dtp,
+    cs,
+    chunk_size,
+    seq_idx=None,
+    initial_states=None,
+    D=None,
+    z=None,
+    out_dtype=None,
+    state_dtype=None,
+):
+    """Stages 2-4 of the SSD algorithm (chunk states, state passing, chunk outputs) on a processed weight
+    and decay: h_t = exp(log_decay_t) h_{t-1} + dtp_t x_t B_t^T, y_t = h_t C_t (+ D x_t, * silu(z_t)),
+    with ``cs`` the in-chunk cumulative sum of log_decay (every position of every chunk, padding
+    included). A padding token (seq_idx < 0) outputs 0 and writes no state (the module docstring).
+
+    x (batch, seqlen, nheads, headdim); B, C (batch, seqlen, ngroups, dstate) (any strides); dtp, cs
+    (batch, nheads, nchunks * chunk_size) float32, contiguous, dtp 0 past seqlen; seq_idx (batch,
+    seqlen) int or None; initial_states (batch, nheads, headdim, dstate) or None; D (nheads, headdim) or
+    None; z x's shape or None; out_dtype: the output's dtype (x's by default); state_dtype: the dtype the
+    states entering the chunks are rounded to (None: float32, see :func:`round_states`).
+
+    Returns (out (batch, seqlen, nheads, headdim), final state (batch, nheads, headdim, dstate) float32,
+    hin (batch, nchunks, nheads, headdim, dstate) float32: the state entering each chunk, ypre: out
+    before the z gate (None without z)).
+    """
+    q = chunk_size
+    T = triton.cdiv(x.shape[1], q) * q
+    states = chunk_states(x, B, dtp, cs, seq_idx, q)
+    hin, final = state_passing(states, cs, seq_idx, initial_states, q, cs_layout=(T, q))
+    round_states(hin, state_dtype)
+    out, ypre = chunk_outputs(x, B, C, dtp, cs, seq_idx, hin, q, D, z, out_dtype)
+    return out, final, hin, ypre
+
+
+def _drop_padding(dy, seq_idx):
+    """dy with the rows of padding tokens (seq_idx < 0) zeroed: their output is the constant 0."""
+    if seq_idx is None:
+        return dy
+    return dy * (seq_idx >= 0)[:, :, None, None]
+
+
+def core_backward(x, B, C, dtp, cs, chunk_size, seq_idx, hin, dy, dfinal=None):
+    """The adjoint of :func:`core_forward` without D and z: ``dy`` (batch, seqlen, nheads, headdim)
+    float32 is the gradient of y_t = h_t C_t (dropped at padding tokens), ``dfinal`` (batch, nheads,
+    headdim, dstate) float32 contiguous or None that of the final state; the other arguments are
+    core_forward's (hin its result).
+
+    Returns (dx (batch, seqlen, nheads, headdim), dB and dC per head (batch, seqlen, nheads, dstate),
+    d dtp and d cs (batch, nheads, nchunks * chunk_size), d initial_states (batch, nheads, headdim,
+    dstate)), all float32; the gradient of log_decay is the reverse in-chunk cumulative sum of d cs.
+    """
+    batch, seqlen, nheads, hdim = x.shape
+    ngroups, dstate = B.shape[2], B.shape[3]
+    q = chunk_size
+    nc = hin.shape[1]
+    T = nc * q
+    f32 = _f32(x)
+    hpg = nheads // ngroups
+    size = hdim * dstate
+    dot_dt = _TL_DTYPES[x.dtype]
+    ieee = x.dtype == torch.float32
+    seq, s_strides = _seq_args(seq_idx, dtp)
+    has_seq = seq_idx is not None
+    dy = _drop_padding(dy, seq_idx).contiguous()
+    # Reverse state passing needs sum_i exp(cs_i) dy_i C_i^T per chunk (mode 1 of the chunk-state kernel).
+    dinter = chunk_states(dy, C, dtp, cs, seq_idx, q, mode=1)
+    block = min(pow2(size), 1024)
+    ntiles = triton.cdiv(size, block)
+    ds = torch.empty_like(dinter)
+    dh0 = torch.empty((batch, nheads, hdim, dstate), **f32)
+    ddecay = torch.empty((batch, nheads, nc, ntiles), **f32)
+    _state_pass_bwd[(batch * nheads, ntiles)](
+        hin,
+        dinter,
+        cs,
+        seq,
+        dfinal if dfinal is not None else dinter,
+        ds,
+        dh0,
+        ddecay,
+        seqlen,
+        T,
+        nheads,
+        size,
+        nc,
+        ntiles,
+        *s_strides,
+        HAS_SEQ=has_seq,
+        HAS_DFIN=dfinal is not None,
+        Q=q,
+        BLOCK=block,
+        num_warps=4,
+    )
+    blk = _blocks(q, hdim, dstate)
+    dc_h = torch.empty((batch, seqlen, nheads, dstate), **f32)
+    db_h = torch.empty((batch, seqlen, nheads, dstate), **f32)
+    dx = torch.empty((batch, seqlen, nheads, hdim), **f32)
+    dcs_row = torch.empty((batch, nheads, T), **f32)
+    dcs_col = torch.empty((batch, nheads, T), **f32)
+    ddtp = torch.empty((batch, nheads, T), **f32)
+    rj = torch.empty((batch, nheads, T), **f32)
+    warps = 4 if blk["BLOCK_P"] * blk["BLOCK_N"] <= 4096 else 8
+    common = (seqlen, T, nheads, hpg, hdim, dstate, *x.stride(), *B.stride(), *C.stride(), *s_strides)
+    _chunk_scan_bwd_dc[(batch * nheads, nc, triton.cdiv(q, blk["BLOCK_M"]))](
+        x,
+        B,
+        C,
+        dtp,
+        cs,
+        seq,
+        hin,
+        dy,
+        dc_h,
+        dcs_row,
+        *common,
+        HAS_SEQ=has_seq,
+        Q=q,
+        DOT_DT=dot_dt,
+        IEEE=ieee,
+        num_warps=warps,
+        **blk,
+    )
+    _chunk_scan_bwd_dbx[(batch * nheads, nc, triton.cdiv(q, blk["BLOCK_J"]))](
+        x,
+        B,
+        C,
+        dtp,
+        cs,
+        seq,
+        ds,
+        dy,
+        db_h,
+        dx,
+        ddtp,
+        dcs_col,
+        rj,
+        *common,
+        HAS_SEQ=has_seq,
+        Q=q,
+        DOT_DT=dot_dt,
+        IEEE=ieee,
+        num_warps=warps,
+        **blk,
+    )
+    dcs = (dcs_row + dcs_col).view(batch, nheads, nc, q)
+    dcs[..., -1] += rj.view(batch, nheads, nc, q).sum(-1) + ddecay.sum(-1)
+    return dx, db_h, dc_h, ddtp, dcs.view(batch, nheads, T), dh0
+
+
+def forward(
+    x,
+    dt,
+    A,
+    B,
+    C,
+    chunk_size,
+    D=None,
+    z=None,
+    dt_bias=None,
+    initial_states=None,
+    seq_idx=None,
+    dt_softplus=False,
+    dt_limit=(0.0, float("inf")),
+    cu_seqlens=None,
+    state_dtype=None,
+):
+    """The forward kernels (no autograd): stage 1 (:func:`dt_cumsum`), :func:`core_forward` and, with
+    cu_seqlens, :func:`varlen_states`. Returns a dict: ``out`` (x's dtype), ``ypre`` (before the z gate,
+    or None), ``dtp`` / ``cs`` (batch, nheads, T), ``hin`` (batch, nchunks, nheads, headdim, dstate,
+    entering each chunk), ``final`` and ``varlen`` (float32; varlen None without cu_seqlens)."""
+    nheads, hdim = x.shape[2], x.shape[3]
+    q = chunk_size
+    dtp, cs = dt_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit)
+    Dv = None
+    if D is not None:
+        Dv = D if D.dim() == 2 else D.unsqueeze(-1).expand(nheads, hdim)
+    out, final, hin, ypre = core_forward(
+        x, B, C, dtp, cs, q, seq_idx, initial_states, Dv, z, state_dtype=state_dtype
+    )
+    varlen = None
+    if cu_seqlens is not None:
+        varlen = varlen_states(x, B, dtp, cs, seq_idx, hin, cu_seqlens, q)
+    return {"out": out, "ypre": ypre, "dtp": dtp, "cs": cs, "hin": hin, "final": final, "varlen": varlen}
+
+
+def backward(
+    dout,
+    dfinal,
+    x,
+    dt,
+    A,
+    B,
+    C,
+    chunk_size,
+    D,
+    z,
+    dt_bias,
+    seq_idx,
+    dt_softplus,
+    dt_limit,
+    dtp,
+    cs,
+    hin,
+    ypre,
+    initial_states_dtype=None,
+):
+    """The backward kernels from the forward's ``dtp``, ``cs``, ``hin``, ``ypre`` (D and z element-wise,
+    :func:`core_backward`, the adjoint of stage 1). dout: the gradient of out (or None), dfinal: of the
+    final state (or None). Returns (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states) in the inputs'
+    dtypes (None for an input that is None; dinitial_states None unless ``initial_states_dtype`` is
+    given)."""
+    batch, seqlen, nheads, _ = x.shape
+    ngroups, dstate = B.shape[2], B.shape[3]
+    q = chunk_size
+    nc = hin.shape[1]
+    T = nc * q
+    f32 = _f32(x)
+    hpg = nheads // ngroups
+    lo, hi = float(dt_limit[0]), float(dt_limit[1])
+    has_limit = (lo, hi) != (0.0, math.inf)
+    A = A.contiguous()
+    dt_bias = dt_bias.contiguous() if dt_bias is not None else None
+    # D and z (element-wise, torch).
+    dout = dout.float() if dout is not None else torch.zeros(x.shape, **f32)
+    dz = None
+    if z is not None:
+        zf = z.float()
+        sz = torch.sigmoid(zf)
+        dz = (dout * ypre.float() * sz * (1 + zf * (1 - sz))).to(z.dtype)
+        dy = dout * zf * sz
+    else:
+        dy = dout
+    dy = _drop_padding(dy, seq_idx).contiguous()
+    dfin = dfinal.float().contiguous() if dfinal is not None else None
+    dx, db_h, dc_h, ddtp, dcs, dh0 = core_backward(x, B, C, dtp, cs, q, seq_idx, hin, dy, dfin)
+    ddt = torch.empty((batch, seqlen, nheads), **f32)
+    da_part = torch.empty((batch, nheads, nc), **f32)
+    ddtb_part = torch.empty((batch, nheads, nc), **f32)
+    _dt_cumsum_bwd[(batch, nheads, nc)](
+        dt,
+        A,
+        dt_bias if dt_bias is not None else A,
+        dtp,
+        dcs,
+        ddtp,
+        ddt,
+        da_part,
+        ddtb_part,
+        seqlen,
+        T,
+        *dt.stride(),
+        nheads,
+        lo if has_limit else 0.0,
+        hi if has_limit else 0.0,
+        HAS_DTB=dt_bias is not None,
+        SOFTPLUS=bool(dt_softplus),
+        HAS_LIMIT=has_limit,
+        Q=q,
+        num_warps=1,
+    )
+    dD = None
+    if D is not None:
+        xf = x.float()
+        if D.dim() == 2:
+            dD = (dy * xf).sum((0, 1)).to(D.dtype)
+            dx += dy * D.float()
+        else:
+            dD = (dy * xf).sum((0, 1, 3)).to(D.dtype)
+            dx += dy * D.float()[:, None]
+    dB = db_h.view(batch, seqlen, ngroups, hpg, dstate).sum(3).to(B.dtype)
+    dC = dc_h.view(batch, seqlen, ngroups, hpg, dstate).sum(3).to(C.dtype)
+    dA = da_part.sum((0, 2)).to(A.dtype)
+    ddt_bias = ddtb_part.sum((0, 2)).to(dt_bias.dtype) if dt_bias is not None else None
+    dinit = dh0.to(initial_states_dtype) if initial_states_dtype is not None else None
+    return dx.to(x.dtype), ddt.to(dt.dtype), dA, dB, dC, dD, dz, ddt_bias, dinit
+
+
 class _SSDFn(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -873,398 +1451,51 @@ class _SSDFn(torch.autograd.Function):
         dt_softplus,
         dt_limit,
         cu_seqlens,
+        state_dtype,
     ):
-        A = A.contiguous()  # the kernels read A[h] and dt_bias[h] with unit stride
-        dt_bias = dt_bias.contiguous() if dt_bias is not None else None
-        batch, seqlen, nheads, hdim = x.shape
-        ngroups, dstate = B.shape[2], B.shape[3]
-        q = chunk_size
-        nc = triton.cdiv(seqlen, q)
-        T = nc * q
-        dev = x.device
-        f32 = dict(dtype=torch.float32, device=dev)
-        lo, hi = float(dt_limit[0]), float(dt_limit[1])
-        has_limit = (lo, hi) != (0.0, math.inf)
-        dtp = torch.empty((batch, nheads, T), **f32)
-        cs = torch.empty((batch, nheads, T), **f32)
-        _dt_cumsum_fwd[(batch, nheads, nc)](
-            dt,
-            A,
-            dt_bias if dt_bias is not None else A,
-            dtp,
-            cs,
-            seqlen,
-            T,
-            *dt.stride(),
-            nheads,
-            lo if has_limit else 0.0,
-            hi if has_limit else 0.0,
-            HAS_DTB=dt_bias is not None,
-            SOFTPLUS=bool(dt_softplus),
-            HAS_LIMIT=has_limit,
-            Q=q,
-            num_warps=1,
-        )
-        dot_dt = _TL_DTYPES[x.dtype]
-        ieee = x.dtype == torch.float32
-        seq = seq_idx if seq_idx is not None else dtp
-        s_strides = seq_idx.stride() if seq_idx is not None else (0, 0)
-        hpg = nheads // ngroups
-        size = hdim * dstate
-        states = torch.empty((batch, nc, nheads, hdim, dstate), **f32)
-        tile = _TILE[x.dtype]
-        bp_s, bn_s = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
-        tiles = triton.cdiv(hdim, bp_s) * triton.cdiv(dstate, bn_s)
-        _chunk_state[(batch * nheads, nc, tiles)](
-            x,
-            B,
-            dtp,
-            cs,
-            seq,
-            states,
-            seqlen,
-            T,
-            nheads,
-            hpg,
-            hdim,
-            dstate,
-            *x.stride(),
-            *B.stride(),
-            *s_strides,
-            MODE=0,
-            HAS_SEQ=seq_idx is not None,
-            Q=q,
-            BLOCK_P=bp_s,
-            BLOCK_N=bn_s,
-            BLOCK_K=min(q, tile),
-            DOT_DT=dot_dt,
-            IEEE=ieee,
-            num_warps=8,
-        )
-        hin = torch.empty_like(states)
-        final = torch.empty((batch, nheads, hdim, dstate), **f32)
-        h0 = initial_states.contiguous() if initial_states is not None else None
-        block = min(pow2(size), 1024)
-        _state_pass_fwd[(batch * nheads, triton.cdiv(size, block))](
-            states,
-            cs,
-            seq,
-            h0 if h0 is not None else states,
-            hin,
-            final,
-            seqlen,
-            T,
-            nheads,
-            size,
-            nc,
-            *s_strides,
-            HAS_SEQ=seq_idx is not None,
-            HAS_H0=h0 is not None,
-            Q=q,
-            BLOCK=block,
-            num_warps=4,
-        )
-        out = torch.empty((batch, seqlen, nheads, hdim), dtype=x.dtype, device=dev)
-        ypre = torch.empty_like(out) if z is not None else None
-        bm = min(q, tile)
-        bpo = min(pow2(hdim, 16), tile)
-        bno = min(pow2(dstate, 16), tile)
-        Dv = None
-        if D is not None:
-            Dv = D if D.dim() == 2 else D.unsqueeze(-1).expand(nheads, hdim)
-        _chunk_scan_fwd[(batch * nheads, nc, triton.cdiv(q, bm) * triton.cdiv(hdim, bpo))](
-            x,
-            B,
-            C,
-            dtp,
-            cs,
-            seq,
-            hin,
-            Dv if Dv is not None else A,
-            z if z is not None else x,
-            out,
-            ypre if ypre is not None else out,
-            seqlen,
-            T,
-            nheads,
-            hpg,
-            hdim,
-            dstate,
-            *x.stride(),
-            *B.stride(),
-            *C.stride(),
-            *(z.stride() if z is not None else (0, 0, 0, 0)),
-            *out.stride(),
-            *s_strides,
-            *(Dv.stride() if Dv is not None else (0, 0)),
-            HAS_SEQ=seq_idx is not None,
-            HAS_D=Dv is not None,
-            HAS_Z=z is not None,
-            Q=q,
-            BLOCK_M=bm,
-            BLOCK_J=bm,
-            BLOCK_P=bpo,
-            BLOCK_N=bno,
-            DOT_DT=dot_dt,
-            IEEE=ieee,
-            num_warps=8,
-        )
-        varlen = None
-        if cu_seqlens is not None:
-            nseq = cu_seqlens.numel() - 1
-            varlen = torch.empty((nseq, nheads, hdim, dstate), **f32)
-            _varlen_states[(nseq, nheads, tiles)](
-                x,
-                B,
-                dtp,
-                cs,
-                seq_idx,
-                hin,
-                cu_seqlens,
-                varlen,
-                seqlen,
-                T,
-                nheads,
-                hpg,
-                hdim,
-                dstate,
-                nc,
-                *x.stride()[1:],
-                *B.stride()[1:],
-                seq_idx.stride(1),
-                Q=q,
-                BLOCK_P=bp_s,
-                BLOCK_N=bn_s,
-                BLOCK_K=min(q, tile),
-                DOT_DT=dot_dt,
-                IEEE=ieee,
-                num_warps=8,
-            )
-            ctx.mark_non_differentiable(varlen)
-        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, seq_idx, dtp, cs, hin, ypre)
+        r = forward(
+            x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit,
+            cu_seqlens, state_dtype,
+        )  # fmt: skip
+        if r["varlen"] is not None:
+            ctx.mark_non_differentiable(r["varlen"])
+        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, seq_idx, r["dtp"], r["cs"], r["hin"], r["ypre"])
         ctx.meta = (
-            q,
+            chunk_size,
             bool(dt_softplus),
-            lo,
-            hi,
-            has_limit,
-            initial_states is not None,
+            tuple(dt_limit),
             initial_states.dtype if initial_states is not None else None,
         )
-        return out, final, varlen
+        return r["out"], r["final"], r["varlen"]
 
     @staticmethod
     def backward(ctx, dout, dfinal, dvarlen=None):
         x, dt, A, B, C, D, z, dt_bias, seq_idx, dtp, cs, hin, ypre = ctx.saved_tensors
-        q, softplus, lo, hi, has_limit, has_h0, h0_dtype = ctx.meta
-        batch, seqlen, nheads, hdim = x.shape
-        ngroups, dstate = B.shape[2], B.shape[3]
-        nc = hin.shape[1]
-        T = nc * q
-        dev = x.device
-        f32 = dict(dtype=torch.float32, device=dev)
-        hpg = nheads // ngroups
-        size = hdim * dstate
-        dot_dt = _TL_DTYPES[x.dtype]
-        ieee = x.dtype == torch.float32
-        seq = seq_idx if seq_idx is not None else dtp
-        s_strides = seq_idx.stride() if seq_idx is not None else (0, 0)
-        has_seq = seq_idx is not None
-        # D and z (element-wise, torch).
-        dout = dout.float() if dout is not None else torch.zeros(x.shape, **f32)
-        dz = None
-        if z is not None:
-            zf = z.float()
-            sz = torch.sigmoid(zf)
-            dz = (dout * ypre.float() * sz * (1 + zf * (1 - sz))).to(z.dtype)
-            dy = dout * zf * sz
-        else:
-            dy = dout
-        dy = dy.contiguous()
-        # Reverse state passing needs sum_i exp(cs_i) dy_i C_i^T per chunk (MODE 1 of _chunk_state).
-        dinter = torch.empty((batch, nc, nheads, hdim, dstate), **f32)
-        tile = _TILE[x.dtype]
-        bp_s, bn_s = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
-        tiles = triton.cdiv(hdim, bp_s) * triton.cdiv(dstate, bn_s)
-        _chunk_state[(batch * nheads, nc, tiles)](
-            dy,
-            C,
-            dtp,
-            cs,
-            seq,
-            dinter,
-            seqlen,
-            T,
-            nheads,
-            hpg,
-            hdim,
-            dstate,
-            *dy.stride(),
-            *C.stride(),
-            *s_strides,
-            MODE=1,
-            HAS_SEQ=has_seq,
-            Q=q,
-            BLOCK_P=bp_s,
-            BLOCK_N=bn_s,
-            BLOCK_K=min(q, tile),
-            DOT_DT=dot_dt,
-            IEEE=ieee,
-            num_warps=8,
-        )
-        block = min(pow2(size), 1024)
-        ntiles = triton.cdiv(size, block)
-        ds = torch.empty_like(dinter)
-        dh0 = torch.empty((batch, nheads, hdim, dstate), **f32)
-        ddecay = torch.empty((batch, nheads, nc, ntiles), **f32)
-        dfin = dfinal.float().contiguous() if dfinal is not None else None
-        _state_pass_bwd[(batch * nheads, ntiles)](
-            hin,
-            dinter,
-            cs,
-            seq,
-            dfin if dfin is not None else dinter,
-            ds,
-            dh0,
-            ddecay,
-            seqlen,
-            T,
-            nheads,
-            size,
-            nc,
-            ntiles,
-            *s_strides,
-            HAS_SEQ=has_seq,
-            HAS_DFIN=dfin is not None,
-            Q=q,
-            BLOCK=block,
-            num_warps=4,
-        )
-        blk = _blocks(q, hdim, dstate)
-        dc_h = torch.empty((batch, seqlen, nheads, dstate), **f32)
-        db_h = torch.empty((batch, seqlen, nheads, dstate), **f32)
-        dx = torch.empty((batch, seqlen, nheads, hdim), **f32)
-        dcs_row = torch.empty((batch, nheads, T), **f32)
-        dcs_col = torch.empty((batch, nheads, T), **f32)
-        ddtp = torch.empty((batch, nheads, T), **f32)
-        rj = torch.empty((batch, nheads, T), **f32)
-        warps = 4 if blk["BLOCK_P"] * blk["BLOCK_N"] <= 4096 else 8
-        _chunk_scan_bwd_dc[(batch * nheads, nc, triton.cdiv(q, blk["BLOCK_M"]))](
-            x,
-            B,
-            C,
-            dtp,
-            cs,
-            seq,
-            hin,
-            dy,
-            dc_h,
-            dcs_row,
-            seqlen,
-            T,
-            nheads,
-            hpg,
-            hdim,
-            dstate,
-            *x.stride(),
-            *B.stride(),
-            *C.stride(),
-            *s_strides,
-            HAS_SEQ=has_seq,
-            Q=q,
-            DOT_DT=dot_dt,
-            IEEE=ieee,
-            num_warps=warps,
-            **blk,
-        )
-        _chunk_scan_bwd_dbx[(batch * nheads, nc, triton.cdiv(q, blk["BLOCK_J"]))](
-            x,
-            B,
-            C,
-            dtp,
-            cs,
-            seq,
-            ds,
-            dy,
-            db_h,
-            dx,
-            ddtp,
-            dcs_col,
-            rj,
-            seqlen,
-            T,
-            nheads,
-            hpg,
-            hdim,
-            dstate,
-            *x.stride(),
-            *B.stride(),
-            *C.stride(),
-            *s_strides,
-            HAS_SEQ=has_seq,
-            Q=q,
-            DOT_DT=dot_dt,
-            IEEE=ieee,
-            num_warps=warps,
-            **blk,
-        )
-        dcs = (dcs_row + dcs_col).view(batch, nheads, nc, q)
-        dcs[..., -1] += rj.view(batch, nheads, nc, q).sum(-1) + ddecay.sum(-1)
-        ddt = torch.empty((batch, seqlen, nheads), **f32)
-        da_part = torch.empty((batch, nheads, nc), **f32)
-        ddtb_part = torch.empty((batch, nheads, nc), **f32)
-        _dt_cumsum_bwd[(batch, nheads, nc)](
-            dt,
-            A,
-            dt_bias if dt_bias is not None else A,
-            dtp,
-            dcs,
-            ddtp,
-            ddt,
-            da_part,
-            ddtb_part,
-            seqlen,
-            T,
-            *dt.stride(),
-            nheads,
-            lo if has_limit else 0.0,
-            hi if has_limit else 0.0,
-            HAS_DTB=dt_bias is not None,
-            SOFTPLUS=softplus,
-            HAS_LIMIT=has_limit,
-            Q=q,
-            num_warps=1,
-        )
-        dD = None
-        if D is not None:
-            xf = x.float()
-            if D.dim() == 2:
-                dD = (dy * xf).sum((0, 1)).to(D.dtype)
-                dx += dy * D.float()
-            else:
-                dD = (dy * xf).sum((0, 1, 3)).to(D.dtype)
-                dx += dy * D.float()[:, None]
-        dB = db_h.view(batch, seqlen, ngroups, hpg, dstate).sum(3).to(B.dtype)
-        dC = dc_h.view(batch, seqlen, ngroups, hpg, dstate).sum(3).to(C.dtype)
-        dA = da_part.sum((0, 2)).to(A.dtype)
-        ddt_bias = ddtb_part.sum((0, 2)).to(dt_bias.dtype) if dt_bias is not None else None
-        dinit = dh0.to(h0_dtype) if has_h0 else None
-        return (
-            dx.to(x.dtype),
-            ddt.to(dt.dtype),
-            dA,
-            dB,
-            dC,
-            None,
-            dD,
-            dz,
-            ddt_bias,
-            dinit,
-            None,
-            None,
-            None,
-            None,
-        )
+        q, softplus, limit, h0_dtype = ctx.meta
+        grads = backward(
+            dout, dfinal, x, dt, A, B, C, q, D, z, dt_bias, seq_idx, softplus, limit, dtp, cs, hin, ypre,
+            h0_dtype,
+        )  # fmt: skip
+        dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinit = grads
+        return dx, ddt, dA, dB, dC, None, dD, dz, ddt_bias, dinit, None, None, None, None, None
+
+
+def prepare_packing(x, seq_idx, cu_seqlens):
+    """(seq_idx, cu_seqlens) as the kernels take them: cu_seqlens checked against the packed-sequence rule
+    (batch 1) as int64 on x's device, seq_idx built from it when not given, seq_idx int32/int64.
+
+    Raises:
+        ValueError: cu_seqlens with batch > 1 or breaking the rule of ``mamba_ssm.ops.backends._packing``."""
+    if cu_seqlens is not None:
+        if x.shape[0] != 1:
+            raise ValueError(f"mamba_chunk_scan_combined: cu_seqlens needs batch 1, got batch {x.shape[0]}")
+        cu_seqlens = _packing.check_cu_seqlens("mamba_chunk_scan_combined", cu_seqlens, x.shape[1])
+        cu_seqlens = cu_seqlens.to(device=x.device).contiguous()
+        if seq_idx is None:
+            seq_idx = _packing.seq_idx_from_cu_seqlens(cu_seqlens, x.shape[1]).to(x.device)
+    if seq_idx is not None and seq_idx.dtype not in (torch.int32, torch.int64):
+        seq_idx = seq_idx.long()
+    return seq_idx, cu_seqlens
 
 
 def chunk_scan_combined(
@@ -1282,6 +1513,7 @@ def chunk_scan_combined(
     dt_softplus=False,
     dt_limit=(0.0, float("inf")),
     cu_seqlens=None,
+    state_dtype=None,
 ):
     """SSD scan on the Triton kernels (differentiable in x, dt, A, B, C, D, z, dt_bias, initial_states).
 
@@ -1290,10 +1522,14 @@ def chunk_scan_combined(
         x: (batch, seqlen, nheads, headdim). dt: (batch, seqlen, nheads). A: (nheads,).
         B, C: (batch, seqlen, ngroups, dstate). chunk_size: a power of two in 16..256.
         D: (nheads, headdim) or (nheads,) or None. z: x's shape or None. dt_bias: (nheads,) or None.
-        initial_states: (batch, nheads, headdim, dstate) or None. seq_idx: (batch, seqlen) int or None.
+        initial_states: (batch, nheads, headdim, dstate) or None. seq_idx: (batch, seqlen) int or None
+            (negative: padding, see the module docstring).
         dt_softplus, dt_limit: dt processing (see the module docstring).
         cu_seqlens: (num_seqs + 1,) int cumulative sequence lengths (batch 1), or None: also return each
-            sequence's last state; seq_idx is built from it when not given.
+            sequence's last state (zero for an empty sequence); seq_idx is built from it when not given
+            (rows from cu_seqlens[-1] on are padding: the rule of ``mamba_ssm.ops.backends._packing``).
+        state_dtype: the dtype the inter-chunk states are materialised in (None: float32; a narrower one
+            rounds them, as upstream's kernels do).
 
     Returns:
         ``(out, final_states)``, or ``(out, final_states, varlen_states)`` with cu_seqlens: out (batch,
@@ -1302,18 +1538,11 @@ def chunk_scan_combined(
         are the cache of a prefill).
 
     Raises:
-        ValueError: chunk_size not a power of two in 16..256.
+        ValueError: chunk_size not a power of two in 16..256; cu_seqlens with batch > 1 or breaking the
+            packed-sequence rule.
     """
     check_chunk_size(chunk_size)
-    if cu_seqlens is not None:
-        if x.shape[0] != 1:
-            raise ValueError(f"mamba_chunk_scan_combined: cu_seqlens needs batch 1, got batch {x.shape[0]}")
-        cu_seqlens = cu_seqlens.to(device=x.device, dtype=torch.int64).contiguous()
-        if seq_idx is None:
-            lengths = torch.diff(cu_seqlens)
-            seq_idx = torch.repeat_interleave(torch.arange(lengths.numel(), device=x.device), lengths)[None]
-    if seq_idx is not None and seq_idx.dtype not in (torch.int32, torch.int64):
-        seq_idx = seq_idx.long()
+    seq_idx, cu_seqlens = prepare_packing(x, seq_idx, cu_seqlens)
     out, final, varlen = _SSDFn.apply(
         x,
         dt,
@@ -1329,5 +1558,6 @@ def chunk_scan_combined(
         dt_softplus,
         tuple(dt_limit),
         cu_seqlens,
+        state_dtype,
     )
     return (out, final) if cu_seqlens is None else (out, final, varlen)

@@ -1,7 +1,11 @@
-"""Placeholder for upstream's ``mamba_ssm.ops.triton.mamba3`` (the Mamba-3 Triton kernels), which this
-version does not have: importing it or any module under it raises :class:`ModuleNotFoundError` (an
-:class:`ImportError`) saying so and what to use instead."""
+"""Mamba-3 (Lahoti et al., arXiv:2603.15569) ops at upstream's import paths:
 
-from mamba_ssm import _missing_module
+* :mod:`.mamba3_siso_combined`: ``mamba3_siso_combined`` (SISO, whole sequences, differentiable)
+* :mod:`.mamba3_siso_step`: ``mamba3_siso_step`` (SISO, one token)
+* :mod:`.mamba3_step`: ``mamba3_step`` (SISO or MIMO, one token)
+* the MIMO op: :mod:`mamba_ssm.ops.tilelang.mamba3.mamba3_mimo` (upstream's path; no TileLang here)
 
-raise _missing_module(__name__)
+They run Triton kernels on CUDA/ROCm devices (:mod:`mamba_ssm.ops.triton._kernels.mamba3`, reached
+through :mod:`._triton_hook`) and the PyTorch path (:mod:`.mamba3_torch`) elsewhere. Nothing heavy is
+imported at package import.
+"""

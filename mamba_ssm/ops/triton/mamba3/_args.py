@@ -1,0 +1,132 @@
+"""Argument checks shared by the Mamba-3 ops, and the one place they choose a backend."""
+
+from __future__ import annotations
+
+import torch
+
+from mamba_ssm.ops.triton import _route
+from mamba_ssm.ops.triton.mamba3 import _triton_hook
+from mamba_ssm.ops.triton.mamba3.mamba3_torch import Mamba3States, mamba3_chunk_scan_torch, mamba3_step_torch
+
+__all__ = ["Checker", "run_chunked", "run_step"]
+
+
+class Checker:
+    """Checks one op call's tensors, raising errors that name the op, the argument, the expected and
+    the actual shape. Shapes are tuples of ints and names; a name takes the size it first meets."""
+
+    def __init__(self, op):
+        self.op = op
+        self.sizes = {}
+
+    def tensor(self, name, t, dims, optional=False, floating=True):
+        """Check ``t`` against ``dims`` (e.g. ``("batch", "seqlen", "nheads", "headdim")``); returns t.
+
+        Raises:
+            TypeError: not a tensor (or None when not optional), or not a real float when ``floating``.
+            ValueError: the shape does not match.
+        """
+        if t is None:
+            if optional:
+                return None
+            raise TypeError(f"{self.op}: {name} is required, a tensor of shape ({', '.join(map(str, dims))})")
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{self.op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if floating and (t.is_complex() or not t.is_floating_point()):
+            raise TypeError(f"{self.op}: {name} has dtype {t.dtype}; expected a real floating dtype")
+        expected = []
+        ok = t.dim() == len(dims)
+        for i, d in enumerate(dims):
+            size = d if isinstance(d, int) else self.sizes.get(d)
+            if ok and size is None:
+                self.sizes[d] = size = t.shape[i]
+            ok = ok and t.shape[i] == size
+            expected.append(f"{d}={size}" if isinstance(d, str) and size is not None else str(d))
+        if not ok:
+            raise ValueError(
+                f"{self.op}: {name} must have shape ({', '.join(expected)}), got {tuple(t.shape)}"
+            )
+        return t
+
+    def divides(self, small, large):
+        """Raise ValueError unless size ``small`` divides size ``large`` (e.g. ngroups and nheads)."""
+        s, g = self.sizes[small], self.sizes[large]
+        if s < 1 or g % s:
+            raise ValueError(f"{self.op}: {small}={s} must divide {large}={g}")
+
+    def angles(self, d_state, pairing):
+        """The angle count against d_state: 1 <= num_angles <= d_state // 2 (and d_state even for
+        the halves pairing)."""
+        a = self.sizes["num_angles"]
+        if pairing == "halves" and d_state % 2:
+            raise ValueError(f"{self.op}: d_state={d_state} must be even (entries i and i + d_state/2 pair)")
+        if not 1 <= a <= d_state // 2:
+            raise ValueError(
+                f"{self.op}: Angles' last dim {a} must be between 1 and d_state // 2 = {d_state // 2} "
+                f"(one angle per rotated pair of d_state entries)"
+            )
+
+    def chunk_size(self, chunk_size):
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"{self.op}: chunk_size must be a positive int, got {chunk_size!r}")
+
+    def packing(self, cu_seqlens, seq_idx):
+        """cu_seqlens (batch 1) and seq_idx (batch, seqlen); returns the number of state rows S."""
+        b, l = self.sizes["batch"], self.sizes["seqlen"]
+        if seq_idx is not None:
+            self.tensor("seq_idx", seq_idx, ("batch", "seqlen"), floating=False)
+        if cu_seqlens is None:
+            return b
+        if (
+            not isinstance(cu_seqlens, torch.Tensor)
+            or cu_seqlens.dim() != 1
+            or cu_seqlens.is_floating_point()
+        ):
+            raise ValueError(f"{self.op}: cu_seqlens must be a 1-D integer tensor (num_seqs + 1,)")
+        if b != 1:
+            raise ValueError(f"{self.op}: cu_seqlens packs sequences into a batch of one, got batch {b}")
+        cu = cu_seqlens.tolist()
+        if len(cu) < 2 or cu[0] != 0 or cu[-1] != l or any(y < x for x, y in zip(cu, cu[1:])):
+            raise ValueError(
+                f"{self.op}: cu_seqlens must be non-decreasing cumulative lengths from 0 to seqlen={l}, got {cu}"
+            )
+        return len(cu) - 1
+
+    def states(self, states, rows, mimo):
+        """Input states (angle, ssm, k, v) as :class:`Mamba3States` (k with a rank dim), or None."""
+        if states is None:
+            return None
+        if not isinstance(states, (tuple, list)) or len(states) != 4:
+            raise ValueError(
+                f"{self.op}: Input_States must be a tuple (angle_state, ssm_state, k_state, v_state), got "
+                f"{type(states).__name__}"
+                + (f" of length {len(states)}" if isinstance(states, (tuple, list)) else "")
+            )
+        self.sizes["num_states"] = rows
+        angle, ssm, k, v = states
+        self.tensor("Input_States[0] (angle)", angle, ("num_states", "nheads", "num_angles"))
+        self.tensor("Input_States[1] (ssm)", ssm, ("num_states", "nheads", "headdim", "d_state"))
+        if mimo:
+            self.tensor("Input_States[2] (k)", k, ("num_states", "mimo_rank", "nheads", "d_state"))
+        else:
+            self.tensor("Input_States[2] (k)", k, ("num_states", "nheads", "d_state"))
+            k = k.unsqueeze(1)
+        self.tensor("Input_States[3] (v)", v, ("num_states", "nheads", "headdim"))
+        return Mamba3States(angle, ssm, k, v)
+
+
+def run_chunked(op, entry, arguments):
+    """The chunked scan for ``op`` ("mamba3_siso" or "mamba3_mimo") on the backend the dispatcher picks:
+    the Triton kernel (``_triton_hook.<entry>``) when it takes the call, else the PyTorch path."""
+    if _route.use_triton(op, arguments["v"], lambda: _triton_hook.unsupported(op, **arguments)):
+        return getattr(_triton_hook, entry)(**arguments)
+    return mamba3_chunk_scan_torch(**arguments)
+
+
+def run_step(arguments):
+    """One decode step (op "mamba3_step") on the backend the dispatcher picks."""
+    if _route.use_triton(
+        "mamba3_step", arguments["v"], lambda: _triton_hook.unsupported("mamba3_step", **arguments)
+    ):
+        return _triton_hook.mamba3_step(**arguments)
+    return mamba3_step_torch(**arguments)
