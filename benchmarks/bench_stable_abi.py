@@ -41,91 +41,8 @@ sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 DOC = os.path.join(REPO, "docs", "benchmarks.md")
 BEGIN, END = "<!-- bench_stable_abi:begin -->", "<!-- bench_stable_abi:end -->"
 
-BUILD_CPU_ONLY = r"""
-import sys
-sys.argv = ["setup.py", "build_ext", "--inplace"]
-import setup as S
-from setuptools import setup
-cfg = S.resolve_config(cpu_only=True)
-setup(**S.setup_kwargs(S.BuildPlan(S.BuildMode.SOURCE, config=cfg), S.package_version()))
-"""
-
-WORKER = r"""
-import json, sys, time
-import torch
-torch.set_num_threads(1)
-from mamba_ssm import _loader
-res = _loader.load()
-assert res.loaded, res.reason
-calls, steps = int(sys.argv[1]), int(sys.argv[2])
-out = {"abi": res.build_info.describe_abi()}
-
-def per_call(fn, n, chunks=20):
-    # the fastest of `chunks` runs of n // chunks calls: a run the scheduler interrupted (the machine is
-    # shared) is slower, never faster, than the uncontended cost
-    for _ in range(max(10, n // 10)):
-        fn()
-    k = max(1, n // chunks)
-    best_w = best_c = float("inf")
-    for _ in range(chunks):
-        w, c = time.perf_counter(), time.process_time()
-        for _ in range(k):
-            fn()
-        best_w = min(best_w, (time.perf_counter() - w) / k * 1e6)
-        best_c = min(best_c, (time.process_time() - c) / k * 1e6)
-    return best_w, best_c
-
-g = torch.Generator().manual_seed(0)
-x = torch.randn(1, 1536, generator=g)
-state = torch.randn(1, 1536, 3, generator=g)
-w = torch.randn(1536, 4, generator=g)
-b = torch.randn(1536, generator=g)
-update = torch.ops.mamba_ssm.causal_conv1d_update.default
-out["causal_conv1d_update"] = per_call(lambda: update(x, state, w, b, True, None, None), calls)
-
-bsz, dim, seqlen, dstate = 1, 16, 16, 8
-u = torch.randn(bsz, dim, seqlen, generator=g)
-delta = torch.rand(bsz, dim, seqlen, generator=g) * 0.5
-A = -torch.rand(dim, dstate, generator=g) - 0.1
-B = torch.randn(bsz, dstate, seqlen, generator=g)
-C = torch.randn(bsz, dstate, seqlen, generator=g)
-D = torch.randn(dim, generator=g)
-z = torch.randn(bsz, dim, seqlen, generator=g)
-bias = torch.randn(dim, generator=g) * 0.1
-fwd = torch.ops.mamba_ssm.selective_scan_fwd.default
-out["selective_scan_fwd"] = per_call(lambda: fwd(u, delta, A, B, C, D, z, bias, True), calls)
-from mamba_ssm import selective_scan_fn
-with torch.no_grad():
-    out["selective_scan_fn"] = per_call(
-        lambda: selective_scan_fn(u, delta, A, B, C, D, z, bias, delta_softplus=True), calls)
-
-from mamba_ssm.models.config_mamba import MambaConfig
-from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
-from mamba_ssm.utils.generation import InferenceParams
-torch.manual_seed(0)
-model = MambaLMHeadModel(MambaConfig(d_model=768, n_layer=24, vocab_size=50277, ssm_cfg=dict(d_state=16))).eval()
-prompt = torch.randint(0, 50277, (1, 16), generator=g)
-with torch.no_grad():
-    params = InferenceParams(max_seqlen=16 + steps + 8, max_batch_size=1)
-    logits = model(prompt, inference_params=params).logits
-    params.seqlen_offset += prompt.shape[1]
-    token = logits[:, -1].argmax(-1, keepdim=True)
-    def step():
-        global token
-        logits = model(token, inference_params=params, num_last_tokens=1).logits
-        params.seqlen_offset += 1
-        token = logits[:, -1].argmax(-1, keepdim=True)
-    for _ in range(3):
-        step()
-    walls, cpus = [], []
-    for _ in range(steps):
-        w0, c0 = time.perf_counter(), time.process_time()
-        step()
-        walls.append((time.perf_counter() - w0) * 1e6)
-        cpus.append((time.process_time() - c0) * 1e6)
-    out["decode_step_130m"] = (sorted(walls)[len(walls) // 2], sorted(cpus)[len(cpus) // 2])
-print(json.dumps(out))
-"""
+BUILD_CPU_ONLY = os.path.join(REPO, "benchmarks", "build_cpu_only.py")
+WORKER = os.path.join(REPO, "benchmarks", "stable_abi_worker.py")
 
 METRICS = [
     ("causal_conv1d_update", "`causal_conv1d_update` op, batch 1, dim 1536, width 4"),
@@ -150,7 +67,7 @@ def build(kind: str, dest: str) -> None:
         MAX_JOBS=os.environ.get("MAX_JOBS", "2"),
     )
     p = subprocess.run(
-        [sys.executable, "-c", BUILD_CPU_ONLY], check=False, cwd=dest, env=env, capture_output=True, text=True
+        [sys.executable, BUILD_CPU_ONLY], check=False, cwd=dest, env=env, capture_output=True, text=True
     )
     if p.returncode != 0:
         raise SystemExit(f"the {kind} build failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
@@ -159,7 +76,7 @@ def build(kind: str, dest: str) -> None:
 def measure(proj: str, calls: int, steps: int) -> dict:
     env = dict(os.environ, MAMBA_SSM_BACKEND="auto", OMP_NUM_THREADS="1")
     p = subprocess.run(
-        [sys.executable, "-c", WORKER, str(calls), str(steps)],
+        [sys.executable, WORKER, str(calls), str(steps)],
         check=False,
         cwd=proj,
         env=env,

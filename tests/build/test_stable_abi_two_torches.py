@@ -91,14 +91,9 @@ def other_python():
     return py
 
 
-BUILD_CPU_ONLY = r"""
-import os, sys
-sys.argv = ["setup.py", "build_ext", "--inplace"]
-import setup as S
-from setuptools import setup
-cfg = S.resolve_config(cpu_only=True)  # the CPU kernels alone, whatever torch's accelerator
-setup(**S.setup_kwargs(S.BuildPlan(S.BuildMode.SOURCE, config=cfg), S.package_version()))
-"""
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Scripts run by path with the copied checkout as the working directory.
+BUILD_CPU_ONLY = os.path.join(os.path.dirname(os.path.dirname(HERE)), "benchmarks", "build_cpu_only.py")
 
 
 def _build_cpu_stable(python, proj):
@@ -106,7 +101,7 @@ def _build_cpu_stable(python, proj):
     env = dict(os.environ, MAX_JOBS=os.environ.get("MAX_JOBS", "1"))
     for name in ("MAMBA_TORCH_STABLE_ABI", "MAMBA_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST"):
         env.pop(name, None)  # the default: stable with floor 2.10 for torch >= 2.10
-    out = _run([python, "-c", BUILD_CPU_ONLY], proj, env)
+    out = _run([python, BUILD_CPU_ONLY], proj, env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     so = os.path.join(proj, "mamba_ssm", "_C.abi3.so")
     assert os.path.isfile(so)
@@ -124,19 +119,11 @@ def _check_module(so, built_with):
     return info
 
 
-LOAD = r"""
-import json, torch
-from mamba_ssm import _loader
-r = _loader.load()
-print(json.dumps({"torch": torch.__version__, "loaded": r.loaded, "reason": r.reason,
-                  "abi": r.build_info.describe_abi() if r.build_info else None,
-                  "ops": sorted(n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names()
-                                if n.startswith("mamba_ssm::"))}))
-"""
+LOAD = os.path.join(HERE, "stable_abi_state.py")
 
 
 def _kernel_tests_under(python, proj, runtime, selection):
-    loaded = _run([python, "-c", LOAD], proj)
+    loaded = _run([python, LOAD], proj)
     state = json.loads(loaded.stdout.strip().splitlines()[-1])
     assert state["loaded"] and state["torch"] == runtime, (state, loaded.stderr[-2000:])
     assert {
