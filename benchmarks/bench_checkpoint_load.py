@@ -32,60 +32,13 @@ DOC = os.path.join(ROOT, "docs", "benchmarks.md")
 BEGIN, END = "<!-- bench_checkpoint_load:begin -->", "<!-- bench_checkpoint_load:end -->"
 FIELDS = dict(d_model=768, n_layer=24, vocab_size=50280, ssm_cfg=dict(d_state=16))
 
-# Runs in the child: {"mode", "dir"} -> JSON {"base", "peak", "peak_anon", "seconds", "cpu"} (MiB, s).
-CHILD = r"""
-import json, os, sys, threading, time, warnings
-import torch
-from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
-from mamba_ssm.models.config_mamba import MambaConfig
-from mamba_ssm.utils.hf import load_config_hf
-
-def status(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-job = json.loads(sys.argv[1])
-warnings.simplefilter("ignore")
-torch.set_num_threads(1)
-peak_anon = [0.0]
-done = threading.Event()
-def sample():
-    while not done.is_set():
-        peak_anon[0] = max(peak_anon[0], status("RssAnon"))
-        time.sleep(0.002)
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # reset VmHWM to the current RSS
-base, base_anon = status("VmRSS"), status("RssAnon")
-thread = threading.Thread(target=sample, daemon=True)
-thread.start()
-wall, cpu = time.perf_counter(), time.process_time()
-if job["mode"] == "from_pretrained":
-    model = MambaLMHeadModel.from_pretrained(job["dir"])
-elif job["mode"] == "model only":  # the floor: building the model, no checkpoint read
-    model = MambaLMHeadModel(MambaConfig(**load_config_hf(job["dir"])))
-else:  # the whole state_dict read first (safetensors.torch.load_file / torch.load), then load_state_dict
-    from safetensors.torch import load_file
-    model = MambaLMHeadModel(MambaConfig(**load_config_hf(job["dir"])))
-    files = sorted(f for f in os.listdir(job["dir"]) if f.endswith((".safetensors", ".bin")))
-    state = {}
-    for f in files:
-        path = os.path.join(job["dir"], f)
-        state.update(load_file(path) if f.endswith(".safetensors") else torch.load(path, weights_only=True))
-    model.load_state_dict(state, strict=False)
-seconds, cpu = time.perf_counter() - wall, time.process_time() - cpu
-done.set()
-thread.join()
-print(json.dumps(dict(base=base, peak=status("VmHWM"), base_anon=base_anon, peak_anon=peak_anon[0],
-                      seconds=seconds, cpu=cpu)))
-"""
+CHILD = os.path.join(ROOT, "benchmarks", "checkpoint_load_child.py")  # one measured load per process
 
 
 def _run(mode, folder):
     env = dict(os.environ, PYTHONPATH=ROOT, MAMBA_SSM_NO_FALLBACK_WARNING="1", OMP_NUM_THREADS="1")
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps({"mode": mode, "dir": folder})],
+        [sys.executable, CHILD, json.dumps({"mode": mode, "dir": folder})],
         capture_output=True,
         text=True,
         env=env,
