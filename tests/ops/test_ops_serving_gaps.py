@@ -21,6 +21,7 @@ from mamba_ssm.ops.triton.selective_state_update import selective_state_update
 
 F32 = torch.float32
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs")
 
 
 def _silu(v):
@@ -361,61 +362,14 @@ def test_ssd_minimal_discrete_bad_input():
 # from mamba_ssm import X
 # ----------------------------------------------------------------------------------------------------
 
-IMPORTS = r"""
-import json, sys
-out = {}
-import mamba_ssm
-out["torch_after_import"] = "torch" in sys.modules
-try:
-    exec("from mamba_ssm import NoSuchThing")
-    out["NoSuchThing"] = None
-except ImportError as e:
-    out["NoSuchThing"] = str(e)
-out["NoSuchThing_hasattr"] = hasattr(mamba_ssm, "NoSuchThing")
-from mamba_ssm import Mamba2, Mamba3
-from mamba_ssm.modules.mamba2 import Mamba2 as M2
-from mamba_ssm.modules.mamba3 import Mamba3 as M3
-out["Mamba2"] = Mamba2 is M2
-out["Mamba3"] = Mamba3 is M3
-print(json.dumps(out))
-"""
 
-
-def test_from_import_of_a_missing_name_explains_and_the_layers_are_exported():
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run(
-        [sys.executable, "-c", IMPORTS], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
+def _run_prog(name):
+    """Run ``tests/ops/progs/<name>.py`` in the repository, in a fresh interpreter; the JSON it printed last."""
     import json
 
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["torch_after_import"] is False
-    assert "cannot import name 'NoSuchThing'" in out["NoSuchThing"]
-    assert "does not define it" in out["NoSuchThing"] and "Mamba3" in out["NoSuchThing"]
-    assert out["NoSuchThing_hasattr"] is False
-    assert out["Mamba2"] is True and out["Mamba3"] is True
-
-
-UPSTREAM_MAMBA3_PATHS = r"""
-import json, sys
-out = {}
-import mamba_ssm.ops.triton.mamba3, mamba_ssm.ops.tilelang
-out["torch_at_package_import"] = "torch" in sys.modules
-from mamba_ssm.modules.mamba3 import Mamba3
-from mamba_ssm.ops.triton.mamba3.mamba3_siso_combined import mamba3_siso_combined
-from mamba_ssm.ops.triton.mamba3.mamba3_siso_step import mamba3_siso_step
-from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo
-out["callable"] = all(map(callable, (Mamba3, mamba3_siso_combined, mamba3_siso_step, mamba3_mimo)))
-out["tilelang_imported"] = "tilelang" in sys.modules
-print(json.dumps(out))
-"""
-
-
-def test_upstream_mamba3_paths_import_without_tilelang():
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(
-        [sys.executable, "-c", UPSTREAM_MAMBA3_PATHS],
+        [sys.executable, os.path.join(PROGS, name + ".py")],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -423,7 +377,18 @@ def test_upstream_mamba3_paths_import_without_tilelang():
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    import json
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+
+def test_from_import_of_a_missing_name_explains_and_the_layers_are_exported():
+    out = _run_prog("from_import_names")
+    assert out["torch_after_import"] is False
+    assert "cannot import name 'NoSuchThing'" in out["NoSuchThing"]
+    assert "does not define it" in out["NoSuchThing"] and "Mamba3" in out["NoSuchThing"]
+    assert out["NoSuchThing_hasattr"] is False
+    assert out["Mamba2"] is True and out["Mamba3"] is True
+
+
+def test_upstream_mamba3_paths_import_without_tilelang():
+    out = _run_prog("upstream_mamba3_paths")
     assert out == {"torch_at_package_import": False, "callable": True, "tilelang_imported": False}
