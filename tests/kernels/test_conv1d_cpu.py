@@ -282,29 +282,14 @@ def test_isa_reported(conv):
 def test_generic_isa_build_matches():
     """The baseline-ISA build (MAMBA_SSM_CPU_ISA=generic) passes the same checks: a subprocess, since the
     choice is made once per process."""
-    code = (
-        "import sys, torch\n"
-        f"sys.path.insert(0, {HERE!r})\n"
-        "from mamba_ssm import _loader\n"
-        "r = _loader.load(); assert r.loaded, r.reason\n"
-        "import mamba_ssm.ops.backends.compiled\n"
-        "from mamba_ssm.ops.backends import compiled_conv1d as conv\n"
-        "assert torch.ops.mamba_ssm.cpu_isa() == 'generic', torch.ops.mamba_ssm.cpu_isa()\n"
-        "from conv1d_cases import make_conv_inputs, run_conv_and_check, update_ref64, assert_close\n"
-        "fn = lambda x, w, b, s, i, silu: conv.conv1d(x, w, b, s, i, silu)\n"
-        "for layout in ('contiguous', 'channel_last'):\n"
-        "    for width in (2, 3, 4):\n"
-        "        run_conv_and_check(fn, *make_conv_inputs(2, 70, 37, width, torch.float32, layout=layout,\n"
-        "                           seq=True, pad=True, init=True, seed=width), True, torch.float32)\n"
-        "x = torch.randn(2, 5, 3); st = torch.randn(2, 5, 6); w = torch.randn(5, 4); b = torch.randn(5)\n"
-        "cache = torch.tensor([3, 8], dtype=torch.int32)\n"
-        "ro, rs = update_ref64(x, st, w, b, True, cache, None)\n"
-        "assert_close(conv.update(x, st, w, b, True, cache, None), ro, torch.float32, 'out')\n"
-        "assert_close(st, rs, torch.float32, 'state')\n"
-        "print('generic ok')\n"
-    )
     env = dict(os.environ, MAMBA_SSM_CPU_ISA="generic")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "progs", "conv1d_generic_isa.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and "generic ok" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
