@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import warnings
 import weakref
 
@@ -221,21 +220,8 @@ def test_sharded_hub_repo_from_the_cache_offline(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            "-c",
-            textwrap.dedent(
-                """
-                import warnings
-                import torch
-                from mamba_ssm import MambaLMHeadModel
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    m = MambaLMHeadModel.from_pretrained("org/sharded")
-                print("warnings", [str(w.message) for w in caught if "ignoring" in str(w.message)])
-                with torch.no_grad():
-                    torch.save(m(torch.tensor(%r)).logits, "logits.pt")
-                """
-                % IDS.tolist()
-            ),
+            os.path.join(REPO, "tests", "models", "progs", "sharded_logits.py"),
+            json.dumps(IDS.tolist()),
         ],
         cwd=tmp_path,
         capture_output=True,

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -183,9 +182,10 @@ def test_hub_name_without_huggingface_hub(monkeypatch):
         load_config_hf("state-spaces/mamba-130m")
 
 
-def _run(code, env):
+def _run(prog, env):
+    """Run ``tests/models/progs/<prog>.py`` in the repository; its stdout."""
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, os.path.join(REPO, "tests", "models", "progs", prog + ".py")],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -208,16 +208,7 @@ def test_hub_name_read_from_the_cache_offline(tmp_path):
     with torch.no_grad():
         want = model(ids).logits[0, -1].argmax().item()
     out = _run(
-        """
-        import torch
-        from mamba_ssm import MambaLMHeadModel
-        m = MambaLMHeadModel.from_pretrained("org/tiny-mamba")
-        print("argmax", m(torch.tensor([[1, 2, 3, 4]])).logits[0, -1].argmax().item())
-        try:
-            MambaLMHeadModel.from_pretrained("org/not-cached")
-        except FileNotFoundError as e:
-            print("error", e)
-        """,
+        "load_from_hub_cache",
         {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")},
     )
     assert f"argmax {want}" in out
@@ -229,20 +220,7 @@ def test_hub_name_read_from_the_cache_offline(tmp_path):
 
 def test_import_stays_torch_free_and_exports_the_model():
     out = _run(
-        """
-        import sys
-        import mamba_ssm
-        assert "torch" not in sys.modules, "import mamba_ssm imported torch"
-        from mamba_ssm import MambaLMHeadModel
-        from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel as M
-        from mamba_ssm.modules.block import Block
-        from mamba_ssm.modules.mha import MHA
-        from mamba_ssm.modules.mlp import GatedMLP
-        from mamba_ssm.utils.generation import GenerationMixin, InferenceParams, decode, sample
-        from mamba_ssm.utils.hf import load_config_hf, load_state_dict_hf
-        assert MambaLMHeadModel is M
-        print("ok")
-        """,
+        "import_models_light",
         {},
     )
     assert "ok" in out

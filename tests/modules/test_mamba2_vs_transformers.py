@@ -30,64 +30,9 @@ CASES = [
     dict(ngroups=2, chunk_size=64, seqlen=70, bias=True, dt_limit=(0.01, 0.2)),
 ]
 
-TRANSFORMERS_SIDE = r"""
-import importlib.abc, inspect, json, os, sys
-BLOCKED = ("mamba_ssm", "causal_conv1d")
-attempts = []
-
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in BLOCKED:
-            attempts.append(name)
-            raise ModuleNotFoundError(f"blocked for the reference run: {name}", name=name)
-        return None
-
-sys.meta_path.insert(0, Block())
-import torch
-from transformers import Mamba2Config
-from transformers.models.mamba2 import modeling_mamba2 as mm
-
-own = {}
-for fn in ("mamba2_chunk_scan", "mamba2_selective_state_update", "mamba2_split_conv1d_scan_combined",
-           "causal_conv1d_fn", "causal_conv1d_update"):
-    f = getattr(mm, fn, None)
-    if f is None:
-        continue
-    impl = inspect.getclosurevars(f).nonlocals.get("implementation", f)
-    own[fn] = impl.__module__
-cases = json.loads(sys.argv[1])
-out_path = sys.argv[2]
-results = []
-for i, c in enumerate(cases):
-    cfg = Mamba2Config(hidden_size=%(D_MODEL)d, state_size=%(D_STATE)d, expand=2, head_dim=%(HEADDIM)d,
-                       num_heads=2 * %(D_MODEL)d // %(HEADDIM)d, n_groups=c["ngroups"], conv_kernel=4,
-                       chunk_size=c["chunk_size"], use_bias=c["bias"], use_conv_bias=True,
-                       time_step_limit=tuple(c["dt_limit"]), layer_norm_epsilon=1e-5, num_hidden_layers=1,
-                       vocab_size=16)
-    torch.manual_seed(100 + i)
-    mixer = mm.Mamba2Mixer(cfg, layer_idx=0).eval()
-    gen = torch.Generator().manual_seed(i)
-    with torch.no_grad():
-        for name, p in mixer.named_parameters():
-            if name == "A_log":
-                p.copy_(torch.log(torch.rand(p.shape, generator=gen) * 4 + 0.5))
-            elif name == "dt_bias":
-                p.copy_(torch.rand(p.shape, generator=gen) * 2 - 3)
-            elif name in ("D", "norm.weight"):
-                p.copy_(torch.rand(p.shape, generator=gen) + 0.5)
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
-    u = torch.randn(2, c["seqlen"], %(D_MODEL)d, generator=gen)
-    g = torch.randn(2, c["seqlen"], %(D_MODEL)d, generator=gen)
-    out = mixer(u)
-    (out * g).sum().backward()
-    results.append({"state_dict": {k: v.detach().clone() for k, v in mixer.state_dict().items()},
-                    "grads": {k: p.grad.clone() for k, p in mixer.named_parameters()},
-                    "u": u, "g": g, "out": out.detach()})
-torch.save(results, out_path)
-print(json.dumps({"own": own, "module": mm.__name__, "attempts": sorted(set(attempts)),
-                  "mamba_ssm_loaded": any(m.split(".")[0] in BLOCKED for m in sys.modules)}))
-""" % {"D_MODEL": D_MODEL, "D_STATE": D_STATE, "HEADDIM": HEADDIM}
+TRANSFORMERS_SIDE = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "progs", "transformers_mamba2_side.py"
+)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +48,13 @@ def reference(tmp_path_factory):
     env.pop("PYTHONPATH", None)
     cases = json.dumps([{**c, "dt_limit": list(c["dt_limit"])} for c in CASES])
     proc = subprocess.run(
-        [sys.executable, "-c", TRANSFORMERS_SIDE, cases, str(path)],
+        [
+            sys.executable,
+            TRANSFORMERS_SIDE,
+            cases,
+            str(path),
+            json.dumps({"d_model": D_MODEL, "d_state": D_STATE, "headdim": HEADDIM}),
+        ],
         env=env,
         cwd=str(path.parent),
         capture_output=True,
