@@ -215,20 +215,6 @@ def test_enospc_in_the_cache_is_not_retried_and_names_the_folder(index, tmp_path
     assert cache_files(cache) == [] and sorted(os.listdir(small_tmpfs)) == ["cache"]
 
 
-RLIMIT_CHILD = r"""
-import resource, signal, sys
-sys.path.insert(0, sys.argv[1])
-from mamba_ssm._install.fetch import FetchError, HttpSettings, fetch_wheel
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)          # a write past the limit fails with EFBIG
-resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
-try:
-    fetch_wheel(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), cache=sys.argv[6],
-                settings=HttpSettings(2, 2, 3, 0.01))
-except FetchError as exc:
-    print("KIND=%s TRANSIENT=%s MSG=%s" % (exc.kind, exc.transient, exc))
-"""
-
-
 def test_a_local_write_error_is_not_retried_even_without_mount(index, tmp_path):
     root, entry = index
     cache = tmp_path / "c"
@@ -236,8 +222,9 @@ def test_a_local_write_error_is_not_retried_even_without_mount(index, tmp_path):
         proc = subprocess.run(
             [
                 sys.executable,
-                "-c",
-                RLIMIT_CHILD,
+                os.path.join(
+                    os.path.dirname(os.path.abspath(__file__)), "progs", "fetch_under_fsize_limit.py"
+                ),
                 REPO,
                 srv.url + quoted(entry),
                 entry.filename,

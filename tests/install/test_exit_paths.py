@@ -33,24 +33,13 @@ from mamba_ssm._install.resolve import resolve
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SETUP = os.path.join(REPO, "setup.py")  # the hook is loaded the way setup.py loads it
+HOOK_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "setup_hook_run.py")
 RUNS = 20
 RUN_TIMEOUT_S = 60
 PATH_BUDGET_S = 240
 #: The paths on which the old code abandoned its manifest read get the large CA bundle; the others
 #: wait for the read anyway, and parsing the bundle there would only cost time.
 BIG_CA_PATHS = ("deferred", "detection-error")
-
-SCRIPT = r"""
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("setup_under_test", sys.argv[1])
-setup = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = setup
-spec.loader.exec_module(setup)
-hook = setup.load_private("_install.setup_hook")
-out = hook.resolve_prebuilt("2.4.0.dev0")
-hook.record(out, hook.InstallMode(sys.argv[2]))
-print("STATUS=%s DEFERRED=%s" % (out.status, out.deferred))
-"""
 
 
 def _closed_port() -> int:
@@ -140,7 +129,7 @@ def test_the_hook_exits_cleanly_every_time(world, tmp_path, path):
         if time.monotonic() > deadline:
             break
         proc = subprocess.run(
-            [sys.executable, "-c", SCRIPT, SETUP, "python"],
+            [sys.executable, HOOK_RUN, SETUP, "python"],
             env=env,
             cwd=str(tmp_path),
             capture_output=True,

@@ -38,32 +38,6 @@ SHARED_SITE = sysconfig.get_paths()["purelib"]
 VERSION = "2.4.0.dev0"
 CUSTOM_INDEX = "https://wheels.example.invalid/mamba/"
 
-COLLECT = r"""
-import json, os, sys
-from mamba_ssm import _advice, _loader
-from mamba_ssm._install import record as D
-out = {"incompatible": _loader.load().fix, "main": _advice.reinstall_command(),
-       "no_candidate_msg": _advice.resolver_no_candidate_fix(sys.argv[1])}
-ident = D.dist_info_identity()
-base = {"package_version": sys.argv[1], "wheel": None, "environment": "torch 2.14.1+cu130, x86_64",
-        "message": "m", "install": ident.to_dict() if ident else None}
-scenarios = {
-    "prebuilt_custom_index": dict(base, status="prebuilt", final_mode="prebuilt", index=sys.argv[2]),
-    "no_candidate": dict(base, status="no-candidate", final_mode="python", index=sys.argv[2]),
-    "unreachable": dict(base, status="error", error_kind="index-dns", final_mode="python", index=sys.argv[2]),
-    "deferred": dict(base, status="deferred", final_mode="deferred", index=sys.argv[2]),
-    "skip_requested": dict(base, status="requested", final_mode="python", requested="MAMBA_SKIP_CUDA_BUILD=TRUE",
-                           message="MAMBA_SKIP_CUDA_BUILD=TRUE: the resolver was not asked"),
-}
-for name, rec in scenarios.items():
-    D.write_record(D.InstallRecord.from_dict(rec))
-    current = _loader.install_record()
-    out[name + ":missing"] = _advice.missing_kernels_fix(current)
-    out[name + ":mismatch"] = _advice.mismatch_fix(current)
-    out[name + ":FIX_REINSTALL"] = _advice.reinstall_command(index=_advice.recorded_index(current))
-print(json.dumps(out))
-"""
-
 
 def _run(cmd, env, timeout=300, check=True, cwd=None):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
@@ -214,7 +188,16 @@ def _commands(text):
 def printed(world):
     """The fix texts, collected in the venv (one process: the loader imports torch)."""
     return json.loads(
-        _run([world["py"], "-c", COLLECT, VERSION, CUSTOM_INDEX], world["env"], cwd=str(world["work"]))
+        _run(
+            [
+                world["py"],
+                os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "collect_fix_commands.py"),
+                VERSION,
+                CUSTOM_INDEX,
+            ],
+            world["env"],
+            cwd=str(world["work"]),
+        )
         .stdout.strip()
         .splitlines()[-1]
     )

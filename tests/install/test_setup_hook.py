@@ -22,28 +22,13 @@ from mamba_ssm._install.record import read_record
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LABEL = "cu13torch2.14cxx11abiTRUE"
 
-SCRIPT = r"""
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("setup_under_test", sys.argv[1])
-setup = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = setup
-spec.loader.exec_module(setup)
-hook = setup.load_private("_install.setup_hook")
-out = hook.resolve_prebuilt("2.4.0.dev0")
-path = hook.record(out, hook.InstallMode(sys.argv[2]))
-print(json.dumps({"wheel_path": out.wheel_path, "deferred": out.deferred, "message": out.message,
-                  "status": out.status, "record": path, "torch_imported": "torch" in sys.modules,
-                  "mamba_ssm_imported": "mamba_ssm" in sys.modules}))
-"""
-
 
 def call_hook(tmp_path, final_mode, **env):
     full = dict(os.environ, MAMBA_SSM_NO_NVML="1", MAMBA_HTTP_RETRIES="0", **env)
     proc = subprocess.run(
         [
             sys.executable,
-            "-c",
-            SCRIPT,
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "setup_hook_run.py"),
             os.path.join(REPO, "setup.py"),
             final_mode,
         ],
