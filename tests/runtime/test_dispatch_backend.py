@@ -17,51 +17,6 @@ _spec = importlib.util.spec_from_file_location(
 S = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(S)
 
-# A child that asks for backend_for / get_backend and reports results, errors and warnings as JSON.
-PROBE_FUNCS = r"""
-import json, os, sys, warnings
-from mamba_ssm import _dispatch, _loader
-
-def attempt(fn, *args):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            value = fn(*args)
-            error = None
-        except Exception as e:
-            value, error = None, {"type": type(e).__name__, "message": str(e)}
-    ws = [{"category": w.category.__name__, "user_warning": issubclass(w.category, UserWarning),
-           "message": str(w.message)} for w in caught]
-    return {"value": value, "error": error, "warnings": ws}
-
-def run_probe():
-    out = {"load": _loader.load().to_dict()}
-    out["get_backend"] = attempt(_dispatch.get_backend)
-    out["first"] = attempt(_dispatch.backend_for, "selective_scan", "cpu")
-    out["second"] = attempt(_dispatch.backend_for, "selective_scan", "cpu")
-    out["other_op"] = attempt(_dispatch.backend_for, "mamba_inner", "cpu")
-    out["no_compiled_kernel_op"] = attempt(_dispatch.backend_for, "selective_state_update", "cpu")
-    return out
-"""
-PROBE = PROBE_FUNCS + "\nprint(json.dumps(run_probe()))\n"
-
-# One process, many environment settings: the env is read at each call; the warn-once memory is
-# cleared between settings (a test-only reset), so each setting starts as a fresh process would.
-MATRIX = (
-    PROBE_FUNCS
-    + r"""
-results = {}
-for key, settings in json.loads(sys.argv[1]).items():
-    for name, value in settings.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    _dispatch._reset_for_tests()
-    results[key] = run_probe()
-print(json.dumps(results))
-"""
-)
 
 SETTINGS = {
     "silence_1": {"MAMBA_SSM_BACKEND": None, "MAMBA_SSM_NO_FALLBACK_WARNING": "1"},
@@ -88,13 +43,13 @@ def missing_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def matrix(missing_root):
-    proc = S.run_python(missing_root, MATRIX, args=[json.dumps(SETTINGS)])
+    proc = S.run_prog(missing_root, "dispatch_probe", args=[json.dumps(SETTINGS)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return S.last_json(proc.stdout)
 
 
 def probe(root, **env):
-    proc = S.run_python(root, PROBE, env=S.child_env(root, **env))
+    proc = S.run_prog(root, "dispatch_probe", env=S.child_env(root, **env))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return S.last_json(proc.stdout)
 
@@ -167,42 +122,8 @@ def test_bad_env_value_names_value_and_choices(matrix):
             assert choice in err["message"]
 
 
-SETTER = r"""
-import json, warnings
-import mamba_ssm
-from mamba_ssm import _dispatch
-warnings.simplefilter("error")  # no fallback warning may escape in this script
-out = {}
-out["same_function"] = mamba_ssm.set_backend is _dispatch.set_backend and mamba_ssm.get_backend is _dispatch.get_backend
-out["env"] = mamba_ssm.get_backend()
-out["prev1"] = mamba_ssm.set_backend("ref")
-out["after_ref"] = [mamba_ssm.get_backend(), _dispatch.backend_for("selective_scan", "cpu")]
-out["prev2"] = mamba_ssm.set_backend("cuda")
-out["after_cuda"] = mamba_ssm.get_backend()
-try:
-    _dispatch.backend_for("selective_scan", "cpu")
-    out["forced"] = None
-except RuntimeError as e:
-    out["forced"] = str(e)
-try:
-    mamba_ssm.set_backend("fast")
-    out["bad"] = None
-except ValueError as e:
-    out["bad"] = str(e)
-out["still"] = mamba_ssm.get_backend()
-try:
-    _dispatch.backend_for("selective_scan_typo", "cpu")
-    out["bad_op"] = None
-except ValueError as e:
-    out["bad_op"] = str(e)
-out["prev3"] = mamba_ssm.set_backend(None)
-out["restored"] = mamba_ssm.get_backend()
-print(json.dumps(out))
-"""
-
-
 def test_set_backend_overrides_env_and_validates(missing_root):
-    proc = S.run_python(missing_root, SETTER, env=S.child_env(missing_root, MAMBA_SSM_BACKEND="torch"))
+    proc = S.run_prog(missing_root, "set_backend", env=S.child_env(missing_root, MAMBA_SSM_BACKEND="torch"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = S.last_json(proc.stdout)
     assert out["same_function"] is True
@@ -219,27 +140,8 @@ def test_set_backend_overrides_env_and_validates(missing_root):
     assert out["restored"] == "torch"
 
 
-CALL_FALLBACK = r"""
-import json, warnings
-from mamba_ssm import _dispatch
-out = {}
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    out["a"] = _dispatch.fallback_for_call("selective_scan", "cpu", "d_state 512 exceeds the kernel's 256")
-    out["b"] = _dispatch.fallback_for_call("selective_scan", "cpu", "d_state 300 exceeds the kernel's 256")
-out["warnings"] = [str(w.message) for w in caught if w.category.__name__ == "MambaFallbackWarning"]
-_dispatch.set_backend("compiled")
-try:
-    _dispatch.fallback_for_call("selective_scan", "cpu", "d_state 512 exceeds the kernel's 256")
-    out["forced"] = None
-except RuntimeError as e:
-    out["forced"] = str(e)
-print(json.dumps(out))
-"""
-
-
 def test_fallback_for_call(missing_root):
-    proc = S.run_python(missing_root, CALL_FALLBACK)
+    proc = S.run_prog(missing_root, "fallback_for_call")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = S.last_json(proc.stdout)
     assert out["a"] == "torch" and out["b"] == "torch"
@@ -255,24 +157,6 @@ import os
 IMPORTED = True
 open(os.environ["MAMBA_SSM_TEST_COMPILED_IMPORTED"], "w").write("imported")
 '''
-
-COVERAGE = r"""
-import json, sys
-import torch
-from mamba_ssm import _devices, _dispatch, _loader
-caps = {0: (8, 0), 1: (8, 6), 2: (7, 5), 3: (12, 0)}
-calls = []
-def fake_capability(i):   # no GPU here: declare four, and count the queries
-    calls.append(i)
-    return caps[i]
-torch.cuda.get_device_capability = fake_capability
-out = {"load": _loader.load().to_dict(), "cuda_initialized": torch.cuda.is_initialized()}
-devices = ["cpu", "cuda:0", "cuda:1", "cuda:2", "cuda:3"]
-out["coverage"] = {d: _devices.device_coverage(d) for d in devices}
-out["plans"] = {d: _dispatch.plan("selective_scan", d).backend for d in devices}
-out["calls"] = calls
-print(json.dumps(out))
-"""
 
 
 def _loadable_package(tmp_path, kernels, sass=("sm_90",), ptx=()):
@@ -294,7 +178,7 @@ def test_loaded_module_and_device_coverage(tmp_path):
     env = S.child_env(
         root, MAMBA_SSM_TEST_DLOPEN_MARKER=marker, MAMBA_SSM_TEST_COMPILED_IMPORTED=compiled_flag
     )
-    proc = S.run_python(root, COVERAGE, env=env)
+    proc = S.run_prog(root, "device_coverage", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = S.last_json(proc.stdout)
     assert out["load"]["loaded"] is True and out["load"]["kind"] == "loaded", out["load"]
@@ -321,7 +205,7 @@ def test_loaded_module_and_device_coverage(tmp_path):
 
 def test_loaded_module_without_cpu_kernel_falls_back_on_cpu(tmp_path):
     root = _loadable_package(tmp_path, ["cuda"])
-    proc = S.run_python(root, PROBE)
+    proc = S.run_prog(root, "dispatch_probe")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = S.last_json(proc.stdout)
     assert out["load"]["loaded"] is True
@@ -332,23 +216,6 @@ def test_loaded_module_without_cpu_kernel_falls_back_on_cpu(tmp_path):
     forced = probe(root, MAMBA_SSM_BACKEND="compiled")
     assert forced["first"]["error"]["type"] == "RuntimeError"
     assert "no CPU kernel" in forced["first"]["error"]["message"]
-
-
-ROCM = r"""
-import json, types
-import torch
-# No AMD GPU here: present this torch as a ROCm 6.2 build with two GPUs of different gfx archs.
-torch.__version__ = "2.14.1+rocm6.2"
-torch.version.cuda = None
-torch.version.hip = "6.2.41133-dd7f95766"
-props = {0: types.SimpleNamespace(name="AMD Instinct MI250X", gcnArchName="gfx90a:sramecc+:xnack-"),
-         1: types.SimpleNamespace(name="AMD Radeon RX 7900 XTX", gcnArchName="gfx1100")}
-torch.cuda.get_device_properties = lambda i: props[i]
-from mamba_ssm import _devices, _loader
-out = {"load": _loader.load().to_dict()}
-out["coverage"] = {d: _devices.device_coverage(d) for d in ["cpu", "cuda:0", "cuda:1"]}
-print(json.dumps(out))
-"""
 
 
 def test_rocm_gfx_coverage(tmp_path):
@@ -365,7 +232,7 @@ def test_rocm_gfx_coverage(tmp_path):
         kernels=["cpu", "hip"],
     )
     S.compile_so(root / "mamba_ssm" / "_C.abi3.so", info)
-    proc = S.run_python(root, ROCM)
+    proc = S.run_prog(root, "rocm_coverage")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = S.last_json(proc.stdout)
     assert out["load"]["loaded"] is True, out["load"]
@@ -389,39 +256,11 @@ def test_loaded_module_that_registers_no_ops_falls_back(tmp_path):
     assert "selective_scan_fwd" in w["message"]
 
 
-OPS_UNDER_SETTINGS = r"""
-import json, os, sys, warnings
-import torch
-from mamba_ssm import _loader
-try:
-    from mamba_ssm import selective_scan_fn
-except ImportError as e:
-    print(json.dumps({"unavailable": str(e)})); sys.exit(0)
-g = torch.Generator().manual_seed(2)
-b, d, n, l = 1, 3, 2, 5
-args = (torch.randn(b, d, l, generator=g), torch.rand(b, d, l, generator=g), -torch.rand(d, n, generator=g) - 0.5,
-        torch.randn(b, n, l, generator=g), torch.randn(b, n, l, generator=g))
-out = {"reason": _loader.load().reason}
-for setting in ["compiled", "ref", "torch"]:
-    os.environ["MAMBA_SSM_BACKEND"] = setting
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            y = selective_scan_fn(*args)
-            out[setting] = {"y": y.tolist(), "error": None}
-        except RuntimeError as e:
-            out[setting] = {"y": None, "error": str(e)}
-    out[setting]["warnings"] = [str(w.message) for w in caught if w.category.__name__ == "MambaFallbackWarning"]
-torch.save(args, sys.argv[1])
-print(json.dumps(out))
-"""
-
-
 def test_selective_scan_fn_honours_the_setting(missing_root, tmp_path):
     import torch
 
     saved = tmp_path / "args.pt"
-    proc = S.run_python(missing_root, OPS_UNDER_SETTINGS, args=[str(saved)])
+    proc = S.run_prog(missing_root, "ops_under_settings", args=[str(saved)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = S.last_json(proc.stdout)
     if "unavailable" in out:
@@ -438,36 +277,8 @@ def test_selective_scan_fn_honours_the_setting(missing_root, tmp_path):
         )
 
 
-COMPILE = r"""
-import json, os, warnings
-import torch
-from mamba_ssm import _dispatch, _loader
-
-def f(x):
-    backend = _dispatch.backend_for("selective_scan", x.device)
-    return x + (1.0 if backend == "torch" else 2.0)
-
-out = {"loaded_before": _loader.peek() is not None}
-x = torch.zeros(3)
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    y = torch.compile(f, backend="eager", fullgraph=True)(x)   # the first dispatch happens while tracing
-out["y"] = y.tolist()
-out["warnings"] = [str(w.message) for w in caught if w.category.__name__ == "MambaFallbackWarning"]
-out["reason"] = _loader.load().reason
-torch._dynamo.reset()
-os.environ["MAMBA_SSM_BACKEND"] = "compiled"
-try:
-    torch.compile(f, backend="eager", fullgraph=True)(x)
-    out["forced"] = None
-except Exception as e:
-    out["forced"] = str(e)
-print(json.dumps(out))
-"""
-
-
 def test_dispatch_inside_torch_compile_fullgraph(missing_root):
-    proc = S.run_python(missing_root, COMPILE)
+    proc = S.run_prog(missing_root, "dispatch_in_compile")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = S.last_json(proc.stdout)
     assert out["loaded_before"] is False
@@ -476,49 +287,25 @@ def test_dispatch_inside_torch_compile_fullgraph(missing_root):
     assert out["forced"] and out["reason"] in out["forced"] and "MAMBA_SSM_BACKEND=compiled" in out["forced"]
 
 
-WHERE = r"""
-import json, warnings
-import torch
-from mamba_ssm import _dispatch
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    _dispatch.backend_for("selective_scan", torch.device("cpu"))  # USER LINE A
-    _dispatch.fallback_for_call("selective_scan", "cpu", "d_state too large")  # USER LINE B
-print(json.dumps([[w.filename, w.lineno] for w in caught if w.category.__name__ == "MambaFallbackWarning"]))
-"""
-
-
-def test_warning_names_the_users_line(missing_root, tmp_path):
-    script = tmp_path / "user_script.py"
-    script.write_text(WHERE)
-    lines = WHERE.splitlines()
-    expected = [[str(script), lines.index(line) + 1] for line in lines if "USER LINE" in line]
-    proc = S.run_python(missing_root, f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+def test_warning_names_the_users_line(missing_root):
+    script = S.prog("warning_user_line")
+    with open(script) as fh:
+        lines = fh.read().splitlines()
+    expected = [[script, lines.index(line) + 1] for line in lines if "USER LINE" in line]
+    assert len(expected) == 2
+    proc = S.run_prog(missing_root, "warning_user_line")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert S.last_json(proc.stdout) == expected
 
 
-WHERE_MODULE = r"""
-import json, warnings
-import torch
-from mamba_ssm import Mamba
-block = Mamba(d_model=8, d_state=4, d_conv=4, expand=2).double()
-x = torch.randn(1, 5, 8, dtype=torch.float64)
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    block(x)  # USER LINE
-print(json.dumps([[w.filename, w.lineno] for w in caught if w.category.__name__ == "MambaFallbackWarning"]))
-"""
-
-
-def test_warning_through_a_module_call_names_the_users_line(missing_root, tmp_path):
+def test_warning_through_a_module_call_names_the_users_line(missing_root):
     # ``block(x)`` runs through torch/nn/modules/module.py: the warning must skip torch's frames as well
     # as mamba_ssm's and name the script's line, not torch's.
-    script = tmp_path / "user_module_script.py"
-    script.write_text(WHERE_MODULE)
-    line = WHERE_MODULE.splitlines().index("    block(x)  # USER LINE") + 1
-    proc = S.run_python(missing_root, f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    script = S.prog("warning_user_line_module")
+    with open(script) as fh:
+        line = fh.read().splitlines().index("    block(x)  # USER LINE") + 1
+    proc = S.run_prog(missing_root, "warning_user_line_module")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     where = S.last_json(proc.stdout)
     assert where, proc.stdout + proc.stderr  # at least one fallback warning (missing_root has no _C)
-    assert all(w == [str(script), line] for w in where), where
+    assert all(w == [script, line] for w in where), where

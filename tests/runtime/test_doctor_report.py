@@ -210,53 +210,20 @@ def test_cpu_without_cpu_kernel_is_fallback(tmp_path):
     assert "no CPU kernel" in report["devices"][0]["coverage"]
 
 
-def _root_with_recorded_decision(tmp_path, record_script):
+def _root_with_recorded_decision(tmp_path, kind):
     """A package copy (skipped while the resolver's mamba_ssm._install.record is absent), its child
-    environment, and the path of the decision that record_script (run there) wrote and printed last."""
+    environment, and the path of the ``kind`` decision that progs/record_decision.py wrote and printed last."""
     root = S.make_package(tmp_path)
     if not (root / "mamba_ssm" / "_install" / "record.py").exists():
         pytest.skip("the resolver's mamba_ssm._install.record is not in the tree yet")
     env = S.child_env(root)
-    proc = S.run_python(root, record_script, env=env)
+    proc = S.run_prog(root, "record_decision", args=[kind], env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return root, env, proc.stdout.strip().splitlines()[-1]
 
 
-# The install a record describes: a dist-info next to the copied package carrying the install id that
-# setup.py writes into every wheel it builds (doctor shows only a record that matches it).
-MARK_INSTALL = r"""
-import os as _os
-import mamba_ssm._install.record as _d
-_di = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.abspath(_d.__file__))), "..",
-                    "mamba_ssm-2.4.0.dev0.dist-info")
-_os.makedirs(_di, exist_ok=True)
-with open(_os.path.join(_di, _d.INSTALL_ID_FILE), "wb") as _fh:
-    _fh.write(_d.install_id_file_bytes("feedc0de" * 4))
-INSTALL = {"install_id": "feedc0de" * 4}
-"""
-
-RECORD_DEFERRED = (
-    MARK_INSTALL
-    + r"""
-from mamba_ssm._install.record import InstallRecord, write_record
-print(write_record(InstallRecord.from_dict({"package_version": "2.4.0.dev0", "final_mode": "deferred",
-                                            "status": "deferred", "install": INSTALL, "wheel": None,
-                                            "message": "torch was being installed by the same command"})))
-"""
-)
-
-WARN = r"""
-import json, warnings
-from mamba_ssm import _dispatch
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    _dispatch.backend_for("selective_scan", "cpu")
-print(json.dumps([str(w.message) for w in caught]))
-"""
-
-
 def test_deferred_install_decision_is_shown_and_hinted(tmp_path):
-    root, env, recorded_at = _root_with_recorded_decision(tmp_path, RECORD_DEFERRED)
+    root, env, recorded_at = _root_with_recorded_decision(tmp_path, "deferred")
     assert recorded_at.startswith(env["MAMBA_SSM_DECISION_DIR"])
 
     rc, report = doctor_json(root, env)
@@ -272,38 +239,15 @@ def test_deferred_install_decision_is_shown_and_hinted(tmp_path):
     text = S.run_module(root, ["doctor"], env=env).stdout
     assert "Install decision (recorded by the resolver, " in text and "\n  final mode: deferred\n" in text
 
-    proc = S.run_python(root, WARN, env=env)
+    proc = S.run_prog(root, "fallback_warnings", env=env)
     (message,) = S.last_json(proc.stdout)
     assert "deferred" in message and "python -m mamba_ssm install-kernels" in message
-
-
-RECORD_PREBUILT = (
-    MARK_INSTALL
-    + r"""
-from mamba_ssm._install.record import InstallRecord, write_record
-print(write_record(InstallRecord.from_dict({
-    "package_version": "2.4.0", "final_mode": "prebuilt", "status": "chosen", "install": INSTALL,
-    "wheel": "mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl",
-    "sha256": "ab" * 32, "index": "https://example.invalid/whl", "time": "2026-11-29T12:34:56Z",
-    "environment": "torch 2.14.1+cu130, Python 3.11, linux_x86_64",
-    "installed_wheel": "mamba_ssm-2.4.0-cp39-abi3-manylinux_2_34_x86_64.whl",
-    "decision": {"status": "chosen",
-                 "chosen": "mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl",
-                 "candidates": ["mamba_ssm-2.4.0+cu13torch2.14cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl"],
-                 "rejected": [{"filename": "mamba_ssm-2.4.0+cu12torch2.14cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl",
-                               "reason": "built for CUDA 12, torch has CUDA 13.0"},
-                              {"filename": "mamba_ssm-2.4.0+cu13torch2.13cxx11abitrue-cp39-abi3-manylinux_2_34_x86_64.whl",
-                               "reason": "built for torch 2.13, torch is 2.14.1+cu130"}],
-                 "looked_for": "cu13torch2.14cxx11abiTRUE", "notes": []},
-    "message": "Chose the cu13 wheel."})))
-"""
-)
 
 
 def test_recorded_decision_is_readable_lines(tmp_path):
     """doctor's text shows the decision as lines (mode, wheel, index, when, rejected with reasons), not
     JSON; --json keeps the record as it is."""
-    root, env, path = _root_with_recorded_decision(tmp_path, RECORD_PREBUILT)
+    root, env, path = _root_with_recorded_decision(tmp_path, "prebuilt")
     text = S.run_module(root, ["doctor"], env=env).stdout
     start = text.index("Install decision (recorded by the resolver, 2026-11-29T12:34:56Z):\n")
     section = text[start : text.index("Backend requested:")].splitlines()
@@ -395,36 +339,13 @@ def test_real_build_if_present(tmp_path):
         return
     # A CPU call through the dispatcher lands on the compiled kernel, warns nothing, matches the reference.
     tensors = tmp_path / "tensors.pt"
-    proc = S.run_python(root, REAL_CALL, args=[str(tensors)])
+    proc = S.run_prog(root, "compiled_selective_scan", args=[str(tensors)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = S.last_json(proc.stdout)
     assert out == {"plan": "compiled", "warnings": []}
     saved = torch.load(tensors)
     ref = S.selective_scan_reference(*saved["inputs"], delta_softplus=True)
     torch.testing.assert_close(saved["y"].double(), ref, rtol=1e-4, atol=1e-5)
-
-
-REAL_CALL = r"""
-import json, sys, warnings
-import torch
-from mamba_ssm import selective_scan_fn, _dispatch
-g = torch.Generator().manual_seed(1)
-b, d, n, l = 2, 8, 4, 33
-u = torch.randn(b, d, l, generator=g)
-delta = torch.rand(b, d, l, generator=g) * 0.5
-A = -torch.rand(d, n, generator=g) - 0.5
-B = torch.randn(b, n, l, generator=g)
-C = torch.randn(b, n, l, generator=g)
-D = torch.randn(d, generator=g)
-z = torch.randn(b, d, l, generator=g)
-delta_bias = torch.rand(d, generator=g) * 0.1
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    y = selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus=True)
-torch.save({"inputs": (u, delta, A, B, C, D, z, delta_bias), "y": y}, sys.argv[1])
-print(json.dumps({"plan": _dispatch.plan("selective_scan", "cpu").backend,
-                  "warnings": [str(w.message) for w in caught if w.category.__name__ == "MambaFallbackWarning"]}))
-"""
 
 
 def test_check_runs_the_op_on_each_device(missing_root):
@@ -471,25 +392,6 @@ def doctor_json_args(root, args, env=None):
         raise AssertionError(f"doctor printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
 
-FAKE_GPUS = r"""
-import contextlib, io, json, sys, types
-import torch
-# No GPU here: present two, an H200 (9.0) and a T4 (7.5), to doctor.
-props = {0: types.SimpleNamespace(name="NVIDIA H200", major=9, minor=0, total_memory=141 * 2**30),
-         1: types.SimpleNamespace(name="Tesla T4", major=7, minor=5, total_memory=16 * 2**30)}
-torch.cuda.is_available = lambda: True
-torch.cuda.device_count = lambda: 2
-torch.cuda.get_device_properties = lambda i: props[i]
-torch.cuda.get_device_capability = lambda i=None: (props[i].major, props[i].minor)
-from mamba_ssm.__main__ import main
-for args in (["doctor", "--json"], ["doctor"]):
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        code = main(args)
-    print(json.dumps({"code": code, "out": buf.getvalue()}))
-"""
-
-
 def test_gpus_listed_and_each_checked_against_the_build(tmp_path):
     t = S.torch_facts()
     if not t["cuda"]:
@@ -501,7 +403,7 @@ def test_gpus_listed_and_each_checked_against_the_build(tmp_path):
     )
     (root / "mamba_ssm" / "ops" / "backends").mkdir(parents=True, exist_ok=True)
     (root / "mamba_ssm" / "ops" / "backends" / "compiled.py").write_text(FAKE_COMPILED_PY)
-    proc = S.run_python(root, FAKE_GPUS)
+    proc = S.run_prog(root, "doctor_fake_gpus")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     report = json.loads(runs[0]["out"])

@@ -18,50 +18,6 @@ _spec = importlib.util.spec_from_file_location(
 S = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(S)
 
-CHILD = r"""
-import contextlib, io, json, sys, warnings
-out = {"torch_imported_by_import": "torch" in sys.modules}
-import torch
-out["cuda_initialized_after_import"] = torch.cuda.is_initialized()
-from mamba_ssm import _loader, _dispatch
-r = _loader.load()
-out["load"] = r.to_dict()
-_choice = _dispatch.plan("selective_scan", "cpu")
-out["plan"] = {"backend": _choice.backend, "reason": _choice.reason}
-try:
-    from mamba_ssm import selective_scan_fn
-except ImportError as e:
-    out["ops_unavailable"] = f"{type(e).__name__}: {e}"
-else:
-    g = torch.Generator().manual_seed(0)
-    b, d, n, l = 2, 4, 3, 7
-    u = torch.randn(b, d, l, generator=g)
-    delta = torch.rand(b, d, l, generator=g) * 0.5
-    A = -torch.rand(d, n, generator=g) - 0.5
-    B = torch.randn(b, n, l, generator=g)
-    C = torch.randn(b, n, l, generator=g)
-    D = torch.randn(d, generator=g)
-    z = torch.randn(b, d, l, generator=g)
-    delta_bias = torch.rand(d, generator=g) * 0.1
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        y1 = selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus=True)
-        y2 = selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus=True)
-    torch.save({"inputs": (u, delta, A, B, C, D, z, delta_bias), "y1": y1, "y2": y2}, sys.argv[1])
-    out["warnings"] = [
-        {"category": w.category.__name__, "user_warning": issubclass(w.category, UserWarning),
-         "message": str(w.message)}
-        for w in caught if w.category.__name__ == "MambaFallbackWarning"
-    ]
-    out["cuda_initialized_after_ops"] = torch.cuda.is_initialized()
-from mamba_ssm.__main__ import main
-buf = io.StringIO()
-with contextlib.redirect_stdout(buf):
-    out["doctor_code"] = main(["doctor", "--json"])
-out["doctor"] = json.loads(buf.getvalue())
-print(json.dumps(out))
-"""
-
 
 def _other_minor_version(version):
     from packaging.version import Version
@@ -136,7 +92,7 @@ def broken(request, tmp_path_factory):
     marker = tmp / "dlopen_marker"
     tensors = tmp / "tensors.pt"
     env = S.child_env(root, MAMBA_SSM_TEST_DLOPEN_MARKER=marker)
-    proc = S.run_python(root, CHILD, args=[str(tensors)], env=env)
+    proc = S.run_prog(root, "broken_module_child", args=[str(tensors)], env=env)
     assert proc.returncode == 0, f"child failed for {kind}:\n{proc.stdout}\n{proc.stderr}"
     return kind, expected, S.last_json(proc.stdout), tensors, marker
 

@@ -47,36 +47,11 @@ def test_find_prefers_abi3_then_this_interpreters_suffix(tmp_path):
     assert loader.find_compiled_module(str(tmp_path)) is None
 
 
-CONCURRENT = r"""
-import json, threading
-import torch
-calls = []
-real = torch.ops.load_library
-def counting(path):
-    calls.append(path)
-    return real(path)
-torch.ops.load_library = counting
-from mamba_ssm import _loader
-assert _loader.peek() is None
-barrier = threading.Barrier(8)
-results = []
-def worker():
-    barrier.wait()
-    results.append(_loader.load())
-threads = [threading.Thread(target=worker) for _ in range(8)]
-for t in threads: t.start()
-for t in threads: t.join()
-print(json.dumps({"calls": len(calls), "same": all(r is results[0] for r in results), "n": len(results),
-                  "loaded": results[0].loaded, "peek_same": _loader.peek() is results[0],
-                  "again_same": _loader.load() is results[0]}))
-"""
-
-
 def test_concurrent_first_calls_load_once(tmp_path):
     root = S.make_package(tmp_path)
     S.compile_so(root / "mamba_ssm" / "_C.abi3.so", S.build_info())
     marker = tmp_path / "marker"
-    proc = S.run_python(root, CONCURRENT, env=S.child_env(root, MAMBA_SSM_TEST_DLOPEN_MARKER=marker))
+    proc = S.run_prog(root, "concurrent_load", env=S.child_env(root, MAMBA_SSM_TEST_DLOPEN_MARKER=marker))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = S.last_json(proc.stdout)
     assert out == {"calls": 1, "same": True, "n": 8, "loaded": True, "peek_same": True, "again_same": True}

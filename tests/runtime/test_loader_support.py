@@ -24,6 +24,7 @@ BEGIN = b"MAMBA_SSM_BUILD_INFO_BEGIN"
 END = b"MAMBA_SSM_BUILD_INFO_END"
 UNDEFINED_SYMBOL = "mamba_ssm_test_symbol_that_no_library_defines"
 SUBPROCESS_TIMEOUT = 180
+PROGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs")
 
 
 def torch_facts():
@@ -170,6 +171,24 @@ def run_python(root, code, args=(), env=None, check_package=True):
     cmd = [sys.executable, "-c", prefix + textwrap.dedent(code)] + list(args)
     return subprocess.run(
         cmd,
+        cwd=str(root),
+        env=env or child_env(root),
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+    )
+
+
+def prog(name):
+    """The path of ``tests/runtime/progs/<name>.py``."""
+    return os.path.join(PROGS, name + ".py")
+
+
+def run_prog(root, name, args=(), env=None):
+    """Run ``python tests/runtime/progs/<name>.py ARGS`` in the copy (its working directory); returns
+    CompletedProcess. The programs import the copy's ``mamba_ssm`` from the working directory."""
+    return subprocess.run(
+        [sys.executable, prog(name), *args],
         cwd=str(root),
         env=env or child_env(root),
         capture_output=True,
