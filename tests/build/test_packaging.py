@@ -223,20 +223,11 @@ def test_license_is_the_apache_2_0_text():
     assert 'license = "Apache-2.0"' in open(os.path.join(REPO, "pyproject.toml")).read()
 
 
-HOOK = """
-import json, os
-from dataclasses import dataclass
-@dataclass
-class Outcome:
-    wheel_path: object
-    deferred: bool
-    message: str
-def resolve_prebuilt(version):
-    return Outcome(os.environ.get("FAKE_WHEEL") or None, False, "fake: nothing in the index")
-def record(outcome, final_mode):
-    with open(os.environ["FAKE_LOG"], "a") as f:
-        f.write(final_mode + "\\n")
-"""
+def _recorded_modes(log):
+    """The final modes the fake setup hook (progs/fake_setup_hook.py) was asked to record, in order."""
+    with open(log) as fh:
+        calls = [json.loads(line) for line in fh]
+    return [c["final_mode"] for c in calls if c["call"] == "record"]
 
 
 def test_prebuilt_wheel_handed_over_unchanged(tmp_path, skip_wheel):
@@ -244,9 +235,10 @@ def test_prebuilt_wheel_handed_over_unchanged(tmp_path, skip_wheel):
     prebuilt.parent.mkdir()
     shutil.copy(skip_wheel[0], prebuilt)
     proj = copy_project(str(tmp_path / "proj"))
-    (tmp_path / "hook.py").write_text(HOOK)
     env = {
-        "MAMBA_SETUP_HOOK": str(tmp_path / "hook.py"),
+        "MAMBA_SETUP_HOOK": os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "progs", "fake_setup_hook.py"
+        ),
         "FAKE_WHEEL": str(prebuilt),
         "FAKE_LOG": str(tmp_path / "record.log"),
         "CUDA_HOME": "/nonexistent",
@@ -289,7 +281,7 @@ def test_prebuilt_wheel_handed_over_unchanged(tmp_path, skip_wheel):
         }
         assert old_rows < set(rows) and len(rows) == len(old_rows) + 1
         assert len(json.loads(data)["install_id"]) == 32
-    assert (tmp_path / "record.log").read_text() == "prebuilt\n"
+    assert _recorded_modes(tmp_path / "record.log") == ["prebuilt"]
 
 
 def test_skip_and_force_builds_record_their_decision(tmp_path, skip_wheel):
@@ -364,9 +356,10 @@ def test_source_wheel_after_resolver_found_nothing(tmp_path):
     tag = torch_python_tag()
 
     proj = copy_project(str(tmp_path / "proj"), tiny_csrc=True)
-    (tmp_path / "hook.py").write_text(HOOK)
     env = {
-        "MAMBA_SETUP_HOOK": str(tmp_path / "hook.py"),
+        "MAMBA_SETUP_HOOK": os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "progs", "fake_setup_hook.py"
+        ),
         "FAKE_LOG": str(tmp_path / "record.log"),
         "MAMBA_LOCAL_VERSION": "cu13torch2.14",
         "MAMBA_CUDA_ARCHS": "90",
@@ -400,7 +393,7 @@ def test_source_wheel_after_resolver_found_nothing(tmp_path):
     assert info.torch_version == torch.__version__ and info.torch_cuda == torch.version.cuda
     assert info.sass_archs == ["sm_90"] and info.ptx_archs == [] and info.python_tag == f"{tag}-abi3"
     assert info.kernels == (["cpu", "cuda"] if torch.version.cuda else ["cpu"])
-    assert (tmp_path / "record.log").read_text() == "source\n"
+    assert _recorded_modes(tmp_path / "record.log") == ["source"]
 
 
 def _nm(path):

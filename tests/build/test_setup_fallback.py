@@ -32,26 +32,6 @@ FAKES = {
     "dependency": {"__init__.py": "import sympy_that_is_not_installed\n"},
 }
 
-PROBE = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-import importlib.util
-spec = importlib.util.spec_from_file_location("setup_under_test", sys.argv[2] + "/setup.py")
-setup = importlib.util.module_from_spec(spec); spec.loader.exec_module(setup)
-from _mamba_ssm_setup_bypath._build import plan as P
-out = {}
-p = P._fallback({"MAMBA_FALLBACK": "auto", "PATH": ""}, "no prebuilt wheel")
-out["auto"] = [p.mode, p.reason]
-try:
-    P._fallback({"MAMBA_FALLBACK": "source", "PATH": ""}, "no prebuilt wheel")
-    out["source"] = ["no error", ""]
-except P.PreflightError as e:
-    out["source"] = ["PreflightError", str(e)]
-except Exception as e:
-    out["source"] = [type(e).__name__, str(e)]
-print(json.dumps(out))
-"""
-
 
 def fake_torch(root, kind):
     pkg = root / "torch"
@@ -72,7 +52,12 @@ def fake_torch(root, kind):
 def test_a_broken_torch_falls_back_with_the_reason(tmp_path, kind, needle):
     path = fake_torch(tmp_path / "site", kind)
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE, path, REPO],
+        [
+            sys.executable,
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "fallback_under_torch.py"),
+            path,
+            REPO,
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -129,25 +114,6 @@ def test_pip_wheel_with_a_broken_torch_builds_the_pure_python_package(tmp_path):
         assert not any(n.startswith("mamba_ssm/_C") for n in zf.namelist())
 
 
-# ----------------------------------------------------------------------------- item 2: the target's torch
-ISOLATED = r"""
-import json, sys
-# as under pip's build isolation: no site-packages (python -S), only the build requirements
-sys.path.insert(0, sys.argv[1])
-import importlib.util
-spec = importlib.util.spec_from_file_location("setup_under_test", sys.argv[2] + "/setup.py")
-setup = importlib.util.module_from_spec(spec); spec.loader.exec_module(setup)
-from _mamba_ssm_setup_bypath._build import plan as P
-before = importlib.util.find_spec("torch") is not None
-from _mamba_ssm_setup_bypath._install.setup_hook import Target
-note = P.use_target_torch(Target(**json.loads(sys.argv[3])))
-from _mamba_ssm_setup_bypath._build.config import probe_torch
-info = probe_torch("test")
-import torch
-print(json.dumps({"before": before, "note": note, "torch": torch.__file__, "version": info.build.version}))
-"""
-
-
 def _isolated_site(tmp_path):
     """A folder holding only what pip's isolated env would: setuptools and packaging."""
     import importlib
@@ -175,7 +141,14 @@ def test_the_source_fallback_imports_the_target_torch_under_isolation(tmp_path):
         "python_version": "%d.%d.%d" % sys.version_info[:3],
     }
     proc = subprocess.run(
-        [sys.executable, "-S", "-c", ISOLATED, _isolated_site(tmp_path), REPO, json.dumps(target)],
+        [
+            sys.executable,
+            "-S",
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "target_torch_isolated.py"),
+            _isolated_site(tmp_path),
+            REPO,
+            json.dumps(target),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -15,28 +15,8 @@ import pytest
 from _setup_loader import load_setup
 
 S = load_setup()
+FAKE_HOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "fake_setup_hook.py")
 CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda-13.0")
-
-HOOK = """
-import json, os
-from dataclasses import dataclass
-
-@dataclass
-class Outcome:
-    wheel_path: object
-    deferred: bool
-    message: str
-
-def resolve_prebuilt(version):
-    with open(os.environ["FAKE_LOG"], "a") as f:
-        f.write(json.dumps({"call": "resolve_prebuilt", "version": version}) + "\\n")
-    return Outcome(os.environ.get("FAKE_WHEEL") or None, os.environ.get("FAKE_DEFERRED") == "1",
-                   "looked for cu13torch2.14cxx11abiTRUE: nothing in the index")
-
-def record(outcome, final_mode):
-    with open(os.environ["FAKE_LOG"], "a") as f:
-        f.write(json.dumps({"call": "record", "final_mode": final_mode}) + "\\n")
-"""
 
 
 @pytest.fixture
@@ -66,8 +46,6 @@ class Env(dict):
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-    hook = tmp_path / "hook.py"
-    hook.write_text(HOOK)
     for var in (
         "MAMBA_SKIP_CUDA_BUILD",
         "MAMBA_FORCE_BUILD",
@@ -83,7 +61,7 @@ def env(tmp_path, monkeypatch):
         {
             "PATH": os.environ["PATH"],
             "CUDA_HOME": CUDA_HOME,
-            "MAMBA_SETUP_HOOK": str(hook),
+            "MAMBA_SETUP_HOOK": FAKE_HOOK,
             "FAKE_LOG": str(tmp_path / "log.jsonl"),
             "MAMBA_CUDA_ARCHS": "90",
         },
@@ -214,15 +192,17 @@ def test_real_hook_is_loaded_by_path():
     path = os.path.join(S.ROOT, "mamba_ssm", "_install", "setup_hook.py")
     if not os.path.isfile(path):
         pytest.skip("mamba_ssm/_install/setup_hook.py not in this checkout yet")
-    script = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('setup_under_test', {os.path.join(S.ROOT, 'setup.py')!r})\n"
-        "m = importlib.util.module_from_spec(spec); sys.modules[spec.name] = m; spec.loader.exec_module(m)\n"
-        "hook = m.load_setup_hook({})\n"
-        "assert callable(hook.resolve_prebuilt) and callable(hook.record)\n"
-        "print(sorted(k for k in sys.modules if k == 'torch' or k.split('.')[0] == 'mamba_ssm'))\n"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "setup_hook_by_path.py"),
+            os.path.join(S.ROOT, "setup.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
     )
-    out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd="/")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 

@@ -1,0 +1,34 @@
+"""The source-build fallback imports the target interpreter's torch under pip's build isolation.
+
+Run as ``python -S tests/build/progs/target_torch_isolated.py ISOLATED_SITE REPO TARGET_JSON`` (no
+site-packages; ``ISOLATED_SITE`` holds only the build requirements; ``TARGET_JSON``: the target
+interpreter's torch); prints one JSON object: ``before`` (torch importable before), ``note``, ``torch``
+(the file imported) and ``version`` (as probed).
+"""
+
+# ruff: noqa: E402  (setup.py, loaded first, makes _mamba_ssm_setup_bypath importable)
+
+import importlib.util
+import json
+import os
+import sys
+
+# as under pip's build isolation: no site-packages (python -S), only the build requirements
+sys.path.insert(0, os.getcwd())  # python -c had the working directory first
+sys.path.insert(0, sys.argv[1])
+
+spec = importlib.util.spec_from_file_location("setup_under_test", sys.argv[2] + "/setup.py")
+setup = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(setup)
+from _mamba_ssm_setup_bypath._build import plan as P
+
+before = importlib.util.find_spec("torch") is not None
+from _mamba_ssm_setup_bypath._install.setup_hook import Target
+
+note = P.use_target_torch(Target(**json.loads(sys.argv[3])))
+from _mamba_ssm_setup_bypath._build.config import probe_torch
+
+info = probe_torch("test")
+import torch
+
+print(json.dumps({"before": before, "note": note, "torch": torch.__file__, "version": info.build.version}))
