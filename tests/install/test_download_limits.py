@@ -222,15 +222,15 @@ def test_a_local_write_error_is_not_retried_even_without_mount(index, tmp_path):
         proc = subprocess.run(
             [
                 sys.executable,
-                os.path.join(
-                    os.path.dirname(os.path.abspath(__file__)), "progs", "fetch_under_fsize_limit.py"
-                ),
+                os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "fetch_wheel_child.py"),
                 REPO,
                 srv.url + quoted(entry),
                 entry.filename,
                 entry.sha256,
                 str(entry.size),
                 str(cache),
+                "--settings=2,2,3,0.01",
+                "--fsize-limit=65536",
             ],
             capture_output=True,
             text=True,

@@ -243,19 +243,12 @@ def test_proxy_from_the_environment_is_used(index, tmp_path, monkeypatch):
 
 def test_two_installs_at_once_download_once(index, tmp_path):
     root, entry = index
-    script = (
-        "import sys; sys.path.insert(0, sys.argv[1]);"
-        "from mamba_ssm._install.fetch import fetch_wheel, HttpSettings;"
-        "p = fetch_wheel(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), cache=sys.argv[6],"
-        " settings=HttpSettings(2, 5, 0, 0.01)); print(p)"
-    )
     with serving(str(root)) as srv:
         srv.faults[wheel_path(entry)] = "slow"
         url = srv.url + entry.relpath.replace("+", "%2B")
         args = [
             sys.executable,
-            "-c",
-            script,
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "fetch_wheel_child.py"),
             REPO,
             url,
             entry.filename,
