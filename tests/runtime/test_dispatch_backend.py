@@ -8,6 +8,7 @@ never loaded), with the real torch here.
 import importlib.util
 import json
 import os
+import shutil
 
 import pytest
 
@@ -152,12 +153,6 @@ def test_fallback_for_call(missing_root):
 
 # --- a compatible, loadable _C (a real shared object made here) -----------------------------------
 
-FAKE_COMPILED_PY = '''"""Test stand-in for the kernels part's Python face: records that dispatch imported it."""
-import os
-IMPORTED = True
-open(os.environ["MAMBA_SSM_TEST_COMPILED_IMPORTED"], "w").write("imported")
-'''
-
 
 def _loadable_package(tmp_path, kernels, sass=("sm_90",), ptx=()):
     root = S.make_package(tmp_path)
@@ -174,7 +169,10 @@ def test_loaded_module_and_device_coverage(tmp_path):
     marker = tmp_path / "marker"
     compiled_flag = tmp_path / "compiled_imported"
     (root / "mamba_ssm" / "ops" / "backends").mkdir(parents=True, exist_ok=True)
-    (root / "mamba_ssm" / "ops" / "backends" / "compiled.py").write_text(FAKE_COMPILED_PY)
+    shutil.copy(
+        os.path.join(S.STAND_INS, "compiled_records_import.py"),
+        root / "mamba_ssm" / "ops" / "backends" / "compiled.py",
+    )
     env = S.child_env(
         root, MAMBA_SSM_TEST_DLOPEN_MARKER=marker, MAMBA_SSM_TEST_COMPILED_IMPORTED=compiled_flag
     )

@@ -356,25 +356,16 @@ def test_check_runs_the_op_on_each_device(missing_root):
     assert c["max_abs_err"] <= c["tolerance"]
 
 
-WRONG_COMPILED_PY = '''"""Test stand-in for a miscompiled kernel: claims every call and returns zeros."""
-def supports(u, delta, A, B, C, D, z, delta_bias):
-    return None
-
-def selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
-    out = u * 0.0
-    if return_last_state:
-        return out, u.new_zeros(u.shape[0], u.shape[1], A.shape[1])
-    return out
-'''
-
-
 def test_check_catches_a_wrong_kernel(tmp_path):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("the fabricated _C has no kernel for the GPUs present")
     root = _loadable_root(tmp_path, ["cpu"])
-    (root / "mamba_ssm" / "ops" / "backends" / "compiled.py").write_text(WRONG_COMPILED_PY)
+    shutil.copy(
+        os.path.join(S.STAND_INS, "compiled_zeros.py"),
+        root / "mamba_ssm" / "ops" / "backends" / "compiled.py",
+    )
     rc, report = doctor_json_args(root, ["--check"])
     assert rc == 2 and report["status"] == "broken"
     (c,) = report["checks"]
