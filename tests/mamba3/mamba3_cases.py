@@ -2,7 +2,8 @@
 the Triton kernels under Triton's interpreter (tests/ops/triton/test_triton_mamba3.py): random inputs in the
 ops' layout, a call of the public op of a case (mamba3_siso_combined or mamba3_mimo; the step token by
 token through mamba3_step / mamba3_siso_step) and the comparison with the float64 oracle
-(mamba3_reference.py) of the output, the final states and the gradient of every input."""
+(mamba3_reference.py) of the output, the final states and the gradient of every input; packed sequences
+with padding against the oracle run on each sequence alone."""
 
 from __future__ import annotations
 
@@ -321,3 +322,86 @@ def check_steps(case, dtype=torch.float64, seqlen=6, headdim=HEADDIM, device="cp
     close(torch.stack(outs, dim=1), rout, dtype, f"{case} steps")
     for name, s, r in zip(("angle", "ssm", "k", "v"), states, rstates):
         close(s, r, dtype, f"{case} step {name} state")
+
+
+#: seq_idx (2, 13) with padding (-1) before, between and after sequences; row 0 ends in padding.
+PADDED_SEQ_IDX = ((-1, -1, 0, 0, 0, 0, 1, 1, 1, 1, -1, -1, -1), (0, 0, 0, 0, 0, -1, -1, 1, 1, 1, 1, 1, 1))
+
+#: The inputs with a token axis: (name, axis).
+TOKEN_AXES = (("q", 1), ("k", 1), ("v", 1), ("angles", 1), ("z", 1), ("adt", 2), ("dt", 2), ("trap", 2))
+
+
+def _sequence(t, lo, hi):
+    """The inputs of tokens [lo, hi) (the token-wise ones sliced, the rest shared)."""
+    one = {k: v for k, v in t.items() if k != "init"}
+    for key, axis in TOKEN_AXES:
+        one[key] = t[key].narrow(axis, lo, hi - lo)
+    return one
+
+
+def check_packed_against_alone(
+    case, dtype, cu_seqlens, seqlen, with_states, final_states=True, chunk_size=4, device="cpu"
+):
+    """Sequences packed in a batch of one by ``cu_seqlens`` (its last entry may be below ``seqlen``: the
+    rest is padding; an entry may repeat: an empty sequence) through the public op on ``device``,
+    against the float64 oracle run on each sequence alone (from its own input state with
+    ``with_states``, else zeros): each sequence's output rows, its final states and the gradient of
+    every input (through the output, and the final states with ``final_states``) within TOL[dtype];
+    the padding rows' output and the gradients of their token-wise inputs are exactly 0. Returns the
+    op's (out, final states or None, {input name: gradient}) for further comparison."""
+    bounds = [int(c) for c in cu_seqlens]
+    nseq = len(bounds) - 1
+    base = make_inputs(case, batch=1, seqlen=seqlen, states=nseq if with_states else 0)
+    got_in, ref_in = leaves(base, dtype, device), _rounded_reference_leaves(base, dtype)
+    out, states = run_op(
+        case, got_in, chunk_size=chunk_size, cu_seqlens=cu_seqlens.to(device), states=final_states
+    )
+    assert out.dtype == dtype
+
+    rank, _, h, n, a, _ = spec(case)
+    R, p = rank or 1, base["v"].shape[-1]
+    routs, rstates = [], []
+    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        init = tuple(s[i : i + 1] for s in ref_in["init"]) if with_states else None
+        if hi == lo:  # nothing to scan: the sequence ends where it starts
+            shapes = ((1, h, a), (1, h, p, n), (1, R, h, n), (1, h, p))
+            rstates.append(init or tuple(torch.zeros(s, dtype=torch.float64) for s in shapes))
+            continue
+        one = _sequence(ref_in, lo, hi)
+        if init is not None:
+            one["init"] = init
+        o, s = run_ref(case, one)
+        routs.append(o)
+        rstates.append(s)
+    routs.append(torch.zeros(1, seqlen - bounds[-1], h, p, dtype=torch.float64))  # padding: 0
+    rout = torch.cat(routs, dim=1)
+    rstate = tuple(torch.cat([s[i] for s in rstates]) for i in range(4))
+    close(out, rout, dtype, f"{case} packed out")
+    assert bool((out[:, bounds[-1] :] == 0).all()), f"{case}: padding rows are not 0"
+    for name, s, r in zip(("angle", "ssm", "k", "v"), states or (), rstate):
+        close(s, r, dtype, f"{case} packed final {name} state")
+
+    gen = torch.Generator().manual_seed(1)
+    weights = [torch.randn(rout.shape, generator=gen, dtype=torch.float64)]
+    weights += [torch.randn(r.shape, generator=gen, dtype=torch.float64) for r in rstate]
+    weights[1] = weights[1] * 0  # d/d(angle mod 2 pi) is 1 except at the wrap: not compared
+    for loss in (
+        _loss(out, states, [w.to(device) for w in weights]),
+        _loss(rout, rstate if final_states else None, weights),
+    ):
+        if loss.requires_grad:  # nothing to differentiate: only padding, no input states
+            loss.backward()
+    grads = {}
+    for key in base:
+        pairs = zip(*(v if isinstance(v, tuple) else (v,) for v in (got_in[key], ref_in[key])))
+        for i, (g_leaf, r_leaf) in enumerate(pairs):
+            name = f"d{key}[{i}]" if isinstance(base[key], tuple) else f"d{key}"
+            # no gradient (an input nothing reads, e.g. with only padding) is a zero one
+            got = g_leaf.grad if g_leaf.grad is not None else torch.zeros_like(g_leaf)
+            want = r_leaf.grad if r_leaf.grad is not None else torch.zeros_like(r_leaf)
+            close(got, want, dtype, f"{case} packed {name}")
+            grads[name] = got
+    for key, axis in TOKEN_AXES:
+        pad = grads[f"d{key}"].narrow(axis, bounds[-1], seqlen - bounds[-1])
+        assert bool((pad == 0).all()), f"{case}: d{key} is not 0 on the padding rows"
+    return out, states, grads

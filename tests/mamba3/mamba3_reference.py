@@ -73,8 +73,13 @@ def recurrence(
     (angle (S, h, a), ssm (S, h, p, n), k (S, R, h, n), v (S, h, p)) for the first sequence of each row
     (S = b) or for each packed sequence (cu_seqlens, S = its number of sequences); seq_idx (b, l).
 
+    Packed sequences (the rule of mamba_ssm.ops.backends._packing, restated): the tokens from
+    cu_seqlens[-1] on, and those with a negative seq_idx, are padding: their output is 0 and the
+    recurrence skips them (no state read or written); a sequence's first token starts from its own
+    state, never from the token before it.
+
     Returns (out ((b, l, h, p) with mimo_o else (b, l, R, h, p)), final states per row or sequence as
-    (angle, ssm, k, v)).
+    (angle, ssm, k, v); a row ending in padding, or an empty sequence without input states: zeros).
     """
     f = torch.float64
     q, k, v, adt, dt, trap, q_bias, k_bias, angles = (
@@ -84,8 +89,9 @@ def recurrence(
     h, p = v.shape[2], v.shape[3]
     a = angles.shape[-1]
     if cu_seqlens is not None:
-        lengths = torch.diff(cu_seqlens.to(torch.long))
-        seq_idx = torch.repeat_interleave(torch.arange(len(lengths)), lengths).unsqueeze(0)
+        bounds = [int(c) for c in cu_seqlens]
+        ids = [i for i in range(len(bounds) - 1) for _ in range(bounds[i], bounds[i + 1])]
+        seq_idx = torch.tensor([ids + [-1] * (l - bounds[-1])]).reshape(1, l)
     head_group = torch.arange(h) // (h // g)
     mx = None if mimo_x is None else mimo_x.to(f)
 
@@ -112,6 +118,8 @@ def recurrence(
         theta, ssm, kprev, vprev = start_state(row, 0)
         for t in range(l):
             sid = int(seq_idx[row, t]) if seq_idx is not None else 0
+            if sid < 0:  # padding: output 0 (outs starts at zeros), the recurrence skips it
+                continue
             if t > 0 and seq_idx is not None and sid != int(seq_idx[row, t - 1]):
                 if cu_seqlens is not None:
                     theta, ssm, kprev, vprev = start_state(row, sid)

@@ -1,10 +1,14 @@
 """The Mamba-3 ops (mamba3_siso_combined, mamba3_mimo, mamba3_step / mamba3_siso_step) against the float64
 sequential oracle (mamba3_reference.py): outputs, final states and the gradient of every input, SISO
 and MIMO, rope_fraction 0.5 and 1.0 (with each variant's pairing), ngroups > 1, a seqlen that is not a
-multiple of chunk_size, input states, seq_idx, and cu_seqlens (packed == separate). float64 within
-1e-10, float32 within 1e-4 (relative to the reference's largest magnitude)."""
+multiple of chunk_size, input states, seq_idx, and cu_seqlens (packed == separate; with padding rows
+after its last entry and empty sequences, each sequence == the oracle on it alone; padding in seq_idx;
+bad cu_seqlens named with their values). float64 within 1e-10, float32 within 1e-4 (relative to the
+reference's largest magnitude)."""
 
 from __future__ import annotations
+
+import re
 
 import mamba3_reference as ref
 import pytest
@@ -12,7 +16,9 @@ import torch
 from mamba3_cases import (
     CASES,
     HEADDIM,
+    PADDED_SEQ_IDX,
     check_against_reference,
+    check_packed_against_alone,
     check_steps,
     close,
     make_inputs,
@@ -67,6 +73,34 @@ def test_cu_seqlens_packed_equals_separate(case, with_states):
         close(packed[:, lo:hi], alone, torch.float64, f"sequence {i} out")
         for name, s, a in zip(("angle", "ssm", "k", "v"), packed_states, alone_states):
             close(s[i : i + 1], a, torch.float64, f"sequence {i} {name} state")
+
+
+# cu_seqlens over 13 tokens whose last entry may be below 13: the rows after it are padding
+PADDED = {
+    "trailing-padding": [0, 5, 11],
+    "empty-in-the-middle": [0, 4, 4, 10],
+    "only-padding": [0, 0],
+}
+
+
+@pytest.mark.parametrize("with_states", [False, True], ids=["zero-start", "input-states"])
+@pytest.mark.parametrize("cu", list(PADDED))
+@pytest.mark.parametrize("case", ["siso-rope0.5", "mimo-rope1.0-norm"])
+def test_padded_cu_seqlens_equal_each_sequence_alone(case, cu, with_states):
+    """Each packed sequence's outputs, final states and gradients == the oracle on it alone; padding
+    rows output 0 and get zero gradients; an empty sequence ends in its input state (zero without)."""
+    check_packed_against_alone(
+        case, torch.float64, torch.tensor(PADDED[cu], dtype=torch.int32), 13, with_states
+    )
+
+
+@pytest.mark.parametrize("case", ["siso-rope1.0-groups", "mimo-rope0.5-groups"])
+def test_seq_idx_padding_is_a_boundary_on_both_sides(case):
+    """seq_idx -1 (padding) before, between and after sequences: output 0, no state read or written
+    (the angle sum and the trapezoid's previous-token term restart after it); a row that ends in
+    padding has zero final states."""
+    seq_idx = torch.tensor(PADDED_SEQ_IDX, dtype=torch.int32)
+    check_against_reference(case, torch.float64, states_rows=2, seq_idx=seq_idx, final_states=True)
 
 
 @pytest.mark.parametrize("chunk_size", [1, 3, 13, 64])
@@ -171,6 +205,22 @@ def test_bad_arguments_are_named():
             rotary_dim_divisor=3,
             dtype=torch.float64,
         )
+
+
+@pytest.mark.parametrize(
+    ("case", "op"), [("siso-rope0.5", "mamba3_siso_combined"), ("mimo-rope0.5-groups", "mamba3_mimo")]
+)
+def test_bad_cu_seqlens_are_named_with_their_values(case, op):
+    t = make_inputs(case, batch=1)  # 13 tokens
+    for bad in ([0, 5, 14], [0, 7, 5, 13], [1, 5, 13]):  # past the tokens, decreasing, not from 0
+        with pytest.raises(
+            ValueError,
+            match=rf"{op}: cu_seqlens must be non-decreasing cumulative lengths from 0 to at most the 13 "
+            rf"packed tokens \(rows after the last entry are padding\), got {re.escape(str(bad))}",
+        ):
+            run_op(case, t, cu_seqlens=torch.tensor(bad))
+    with pytest.raises(ValueError, match=rf"{op}: cu_seqlens must be a 1-D integer tensor"):
+        run_op(case, t, cu_seqlens=torch.tensor([0.0, 13.0]))
 
 
 def test_the_dispatcher_runs_the_pytorch_path_on_the_cpu():

@@ -3,7 +3,9 @@
 Several sequences packed one after another along the token axis are described by ``cu_seqlens``, their
 cumulative lengths: sequence ``i`` is rows ``[cu_seqlens[i], cu_seqlens[i + 1])``. The rule, the same
 in :func:`mamba_ssm.ops.causal_conv1d.causal_conv1d_varlen_states`,
-:func:`mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined` and ``Mamba2``'s varlen inference:
+:func:`mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`, ``Mamba2``'s varlen inference, the
+Mamba-3 ops (:func:`mamba_ssm.ops.triton.mamba3.mamba3_siso_combined.mamba3_siso_combined`,
+:func:`mamba_ssm.ops.tilelang.mamba3.mamba3_mimo.mamba3_mimo`) and ``Mamba3``:
 
 * ``cu_seqlens`` is 1-D, integer, starts at 0 and does not decrease;
 * its last entry may be smaller than the number of tokens: the rows after it are padding, which belong to

@@ -1,17 +1,19 @@
 """Mamba-3's recurrent state record and the helpers its PyTorch path and its Triton kernels share
 (:mod:`mamba_ssm.ops.triton.mamba3.mamba3_torch`, :mod:`mamba_ssm.ops.triton._kernels.mamba3`): the
 state between calls, the rotation of d_state pairs by the data-dependent angles (Mamba-3, arXiv
-2603.15569: the complex-valued state as a rotary embedding) and packed sequences run one at a time.
-torch only (no triton), so both paths import it.
+2603.15569: the complex-valued state as a rotary embedding), packed sequences run one at a time, and
+the padding tokens of packed sequences (the rule of :mod:`mamba_ssm.ops.backends._packing`: seq_idx
+:data:`~mamba_ssm.ops.backends._packing.PADDING`, output 0, no state read or written). torch only (no
+triton), so both paths import it.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
-__all__ = ["Mamba3States", "compute_dtype", "per_sequence", "rotate"]
+__all__ = ["Mamba3States", "compute_dtype", "drop_padding", "per_sequence", "rotate"]
 
 
 class Mamba3States(NamedTuple):
@@ -47,12 +49,32 @@ def rotate(x, theta, pairing):
     return torch.cat([r1, x[..., a:half], r2, x[..., half + a :]], dim=-1)
 
 
+def drop_padding(
+    out: torch.Tensor, states: Optional[Mamba3States], seq_idx: Optional[torch.Tensor]
+) -> tuple[torch.Tensor, Optional[Mamba3States]]:
+    """The chunked scan's results with padding (``seq_idx`` (b, l) < 0) taken out: ``out`` (b, l, ...)
+    is 0 on padding rows (so no gradient flows from them), and ``states`` (a :class:`Mamba3States` of
+    each row's end, or None) is zero for a row whose last token is padding (it ends in no sequence, as
+    Mamba-2's final state). Returns (out, states)."""
+    if seq_idx is None:
+        return out, states
+    real = (seq_idx >= 0).to(out.device)
+    out = torch.where(real.view(*real.shape, *([1] * (out.dim() - 2))), out, out.new_zeros(()))
+    if states is not None:
+        ends = real[:, -1]
+        states = Mamba3States(
+            *(torch.where(ends.view(-1, *([1] * (s.dim() - 1))), s, s.new_zeros(())) for s in states)
+        )
+    return out, states
+
+
 def per_sequence(scan, arguments, initial_states, cu_seqlens, return_final_states):
-    """Packed sequences (batch 1, ``cu_seqlens``) one at a time through ``scan`` (a chunked scan with
-    the arguments of :func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_chunk_scan_torch`; ``arguments``: its keyword arguments but
-    initial_states, seq_idx, cu_seqlens and return_final_states): each sequence starts from its row of
-    ``initial_states`` (zeros when None) and ends in its own final state (an empty sequence's is its
-    initial state). Returns what that function returns."""
+    """Packed sequences (batch 1, ``cu_seqlens``, checked) one at a time through ``scan`` (a chunked
+    scan with the arguments of :func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_chunk_scan_torch`;
+    ``arguments``: its keyword arguments but initial_states, seq_idx, cu_seqlens and
+    return_final_states): each sequence starts from its row of ``initial_states`` (zeros when None) and
+    ends in its own final state (an empty sequence's is its initial state, zero when None); the rows
+    after ``cu_seqlens[-1]`` are padding: output 0, never scanned. Returns what that function returns."""
     v, q = arguments["v"], arguments["q"]
     cdtype = compute_dtype(v)
     R, n, h, p = q.shape[2], q.shape[-1], v.shape[2], v.shape[3]
@@ -80,10 +102,9 @@ def per_sequence(scan, arguments, initial_states, cu_seqlens, return_final_state
         res = scan(**one, initial_states=init, return_final_states=True)
         outs.append(res[0])
         finals.append(res[1])
-    if outs:
-        out = torch.cat(outs, dim=1)
-    else:
-        out = v.new_zeros((1, 0, h, p) if arguments.get("mimo_o") is not None else (1, 0, R, h, p))
+    token = (h, p) if arguments.get("mimo_o") is not None else (R, h, p)
+    outs.append(v.new_zeros(1, v.shape[1] - bounds[-1], *token))  # the padding rows
+    out = torch.cat(outs, dim=1)
     if not return_final_states:
         return out
     return out, Mamba3States(

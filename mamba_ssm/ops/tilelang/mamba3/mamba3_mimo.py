@@ -57,25 +57,35 @@ def mamba3_mimo(
         rotary_dim_divisor: 2 (rope_fraction 1.0) or 4 (0.5); checked, the angles' count decides.
         dtype: the output dtype (e.g. V.dtype); the computation is float32 (float64 for float64 V).
         return_state: also return the states after each row's (sequence's) last token.
-        cu_seqlens: (num_seqs + 1,) cumulative lengths of sequences packed in a batch of one.
+        cu_seqlens: (num_seqs + 1,) int cumulative lengths of sequences packed in a batch of one, the
+            rule of :mod:`mamba_ssm.ops.backends._packing`: 0 first, non-decreasing, at most seqlen
+            last; the rows after the last entry are padding (seq_idx -1); an empty sequence (two equal
+            entries) ends in its input state (zero without Input_States).
         fuse_pregate_headwise_rms_norm, outproj_norm_weight ((nheads * headdim,) or (nheads, headdim)),
             outproj_norm_eps: the RMSNorm over headdim of each rank's y before the gate (needs Z,
             MIMO_Z and MIMO_Out, as upstream).
         Input_States, seq_idx: extensions of upstream's signature: initial states (angle (S, nheads,
             num_angles), ssm (S, nheads, headdim, d_state), k (S, mimo_rank, nheads, d_state),
-            v (S, nheads, headdim)) and packed-sequence ids (batch, seqlen).
+            v (S, nheads, headdim)) and packed-sequence ids (batch, seqlen) (derived from cu_seqlens
+            when not given; nothing crosses from one id to the next: the state, the angle sum, the
+            trapezoid's term of the previous token; a negative id marks a padding token).
 
     Returns:
         out ((batch, seqlen, nheads, headdim), or (batch, seqlen, mimo_rank, nheads, headdim) without
-        MIMO_Out) in ``dtype``; with ``return_state`` the tuple (out, angle_state, ssm_state (S,
+        MIMO_Out) in ``dtype``; its rows at padding tokens are 0 (the whole row: D, the gate, the norm
+        and MIMO_Out included), and padding reads and writes no state (the gradients of a padding
+        token's inputs are 0). With ``return_state`` the tuple (out, angle_state, ssm_state (S,
         nheads, headdim, d_state), k_state (S, mimo_rank, nheads, d_state), v_state (S, nheads,
-        headdim)), differentiable (upstream's are not).
+        headdim)), differentiable (upstream's are not); without cu_seqlens a row that ends in padding
+        has zero states.
 
     Runs the Triton kernels on CUDA/ROCm devices (ranks that are powers of two up to 16), the PyTorch
     path elsewhere (``mamba_ssm._dispatch`` op ``mamba3_mimo``; doctor says which).
 
     Raises:
-        TypeError / ValueError: a missing or non-float tensor, a wrong shape or argument (named).
+        TypeError / ValueError: a missing or non-float tensor, a wrong shape or argument (named); bad
+            cu_seqlens (not 1-D integer, not from 0, decreasing, past seqlen, or with batch > 1: the
+            message shows the values).
     """
     c = Checker("mamba3_mimo")
     c.tensor("Q", Q, ("batch", "seqlen", "mimo_rank", "ngroups", "d_state"))
@@ -114,7 +124,7 @@ def mamba3_mimo(
                 f"shape {tuple(outproj_norm_weight.shape)}"
             )
         norm_weight = outproj_norm_weight.reshape(h, p)
-    rows = c.packing(cu_seqlens, seq_idx)
+    rows, cu_seqlens, seq_idx = c.packing(cu_seqlens, seq_idx, V.device)
     states = c.states(Input_States, rows, mimo=True)
     res = run_chunked(
         "mamba3_mimo",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from mamba_ssm.ops.backends import _packing
 from mamba_ssm.ops.triton import _route
 from mamba_ssm.ops.triton.mamba3 import _triton_hook
 from mamba_ssm.ops.triton.mamba3.mamba3_torch import Mamba3States, mamba3_chunk_scan_torch, mamba3_step_torch
@@ -70,27 +71,35 @@ class Checker:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"{self.op}: chunk_size must be a positive int, got {chunk_size!r}")
 
-    def packing(self, cu_seqlens, seq_idx):
-        """cu_seqlens (batch 1) and seq_idx (batch, seqlen); returns the number of state rows S."""
+    def packing(self, cu_seqlens, seq_idx, device):
+        """Packed sequences after the rule of :mod:`mamba_ssm.ops.backends._packing` (one implementation:
+        ``check_cu_seqlens`` / ``seq_idx_from_cu_seqlens``): cu_seqlens (num_seqs + 1,) packs a batch of
+        one, its rows from cu_seqlens[-1] on being padding; seq_idx (batch, seqlen) int ids, negative
+        for padding.
+
+        Returns (S: the number of state rows, cu_seqlens as int64 on ``device`` or None, seq_idx on
+        ``device``: the given one, else derived from cu_seqlens (padding rows
+        :data:`~mamba_ssm.ops.backends._packing.PADDING`), else None).
+
+        Raises:
+            ValueError: seq_idx's shape; cu_seqlens not 1-D integer, not from 0, decreasing or past
+                seqlen (the message shows the values), or with batch > 1.
+        """
         b, l = self.sizes["batch"], self.sizes["seqlen"]
         if seq_idx is not None:
             self.tensor("seq_idx", seq_idx, ("batch", "seqlen"), floating=False)
+            seq_idx = seq_idx.to(device)
         if cu_seqlens is None:
-            return b
-        if (
-            not isinstance(cu_seqlens, torch.Tensor)
-            or cu_seqlens.dim() != 1
-            or cu_seqlens.is_floating_point()
-        ):
-            raise ValueError(f"{self.op}: cu_seqlens must be a 1-D integer tensor (num_seqs + 1,)")
+            return b, None, seq_idx
+        cu = _packing.check_cu_seqlens(self.op, cu_seqlens, l)
         if b != 1:
-            raise ValueError(f"{self.op}: cu_seqlens packs sequences into a batch of one, got batch {b}")
-        cu = cu_seqlens.tolist()
-        if len(cu) < 2 or cu[0] != 0 or cu[-1] != l or any(y < x for x, y in zip(cu, cu[1:])):
             raise ValueError(
-                f"{self.op}: cu_seqlens must be non-decreasing cumulative lengths from 0 to seqlen={l}, got {cu}"
+                f"{self.op}: cu_seqlens packs sequences into a batch of one, got batch {b}; pass a batch "
+                f"of one row, or seq_idx (batch, seqlen) for several rows"
             )
-        return len(cu) - 1
+        if seq_idx is None:
+            seq_idx = _packing.seq_idx_from_cu_seqlens(cu, l, self.op).to(device)
+        return cu.numel() - 1, cu.to(device), seq_idx
 
     def states(self, states, rows, mimo):
         """Input states (angle, ssm, k, v) as :class:`Mamba3States` (k with a rank dim), or None."""

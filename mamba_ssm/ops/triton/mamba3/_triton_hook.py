@@ -13,7 +13,9 @@ The arguments (keywords, already checked by the public ops; the canonical layout
         pairing "adjacent" (SISO) or "halves" (MIMO); chunk_size; D (h,) | None; z (b, l, h, p) | None;
         mimo_x, mimo_z, mimo_o (h, R, p) | None; norm_weight (h, p) | None, norm_eps; initial_states
         Mamba3States(angle (S, h, a), ssm (S, h, p, n), k (S, R, h, n), v (S, h, p)) | None; seq_idx
-        (b, l) | None; cu_seqlens (S + 1,) | None (batch 1); return_final_states.
+        (b, l) | None (negative: padding, output 0 and no state; the ops derive it from cu_seqlens);
+        cu_seqlens (S + 1,) int64 | None (batch 1; its last entry may be below l: the rule of
+        :mod:`mamba_ssm.ops.backends._packing`); return_final_states.
         Returns out ((b, l, h, p) with mimo_o, else (b, l, R, h, p)) in v's dtype, and with
         return_final_states also Mamba3States (angle, ssm, k in float32, v in v's dtype); differentiable
         with respect to every float input (a torch.autograd.Function).

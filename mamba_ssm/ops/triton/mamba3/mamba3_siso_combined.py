@@ -47,23 +47,32 @@ def mamba3_siso_combined(
             or the number of sequences with cu_seqlens (each packed sequence starts from its own).
         chunk_size: tokens per chunk (64).
         return_final_states: also return the states after each row's (sequence's) last token.
-        cu_seqlens: (num_seqs + 1,) int cumulative lengths of sequences packed in a batch of one.
-        seq_idx: (batch, seqlen) int ids of packed sequences (an extension of upstream's signature):
-            nothing crosses from one id to the next.
+        cu_seqlens: (num_seqs + 1,) int cumulative lengths of sequences packed in a batch of one, the
+            rule of :mod:`mamba_ssm.ops.backends._packing`: 0 first, non-decreasing, at most seqlen
+            last; the rows after the last entry are padding (seq_idx -1); an empty sequence (two equal
+            entries) ends in its input state (zero without Input_States).
+        seq_idx: (batch, seqlen) int ids of packed sequences (an extension of upstream's signature;
+            derived from cu_seqlens when not given): nothing crosses from one id to the next (the
+            state, the angle sum theta, the trapezoid's term of the previous token); a negative id
+            marks a padding token.
 
     Returns:
-        out (batch, seqlen, nheads, headdim) in V's dtype; with ``return_final_states`` the tuple
+        out (batch, seqlen, nheads, headdim) in V's dtype; its rows at padding tokens are 0 (the whole
+        row, D V and the Z gate included), and padding reads and writes no state (nothing flows back
+        to a padding token's inputs: their gradients are 0). With ``return_final_states`` the tuple
         (out, angle_state (S, nheads, num_angles), ssm_state (S, nheads, headdim, d_state),
         k_state (S, nheads, d_state), v_state (S, nheads, headdim)), states in float32 (float64 for
-        float64 V) except v_state (V's dtype).
+        float64 V) except v_state (V's dtype); without cu_seqlens a row that ends in padding has zero
+        states.
 
     Computed in float32 (float64 for float64 inputs): on CUDA/ROCm devices by the Triton kernels
     (:mod:`mamba_ssm.ops.triton._kernels.mamba3`), elsewhere and for the calls they do not take by the
     PyTorch path (``mamba_ssm._dispatch`` op ``mamba3_siso``; doctor says which).
 
     Raises:
-        TypeError / ValueError: a missing or non-float tensor, a wrong shape, bad cu_seqlens or
-            chunk_size (the message names the argument and the expected shape).
+        TypeError / ValueError: a missing or non-float tensor, a wrong shape, bad cu_seqlens (not
+            1-D integer, not from 0, decreasing, past seqlen, or with batch > 1: the message shows the
+            values) or chunk_size (the message names the argument and the expected shape).
     """
     c = Checker("mamba3_siso_combined")
     c.tensor("Q", Q, ("batch", "seqlen", "ngroups", "d_state"))
@@ -79,7 +88,7 @@ def mamba3_siso_combined(
     c.tensor("D", D, ("nheads",), optional=True)
     c.tensor("Z", Z, ("batch", "seqlen", "nheads", "headdim"), optional=True)
     c.chunk_size(chunk_size)
-    rows = c.packing(cu_seqlens, seq_idx)
+    rows, cu_seqlens, seq_idx = c.packing(cu_seqlens, seq_idx, V.device)
     states = c.states(Input_States, rows, mimo=False)
     res = run_chunked(
         "mamba3_siso",

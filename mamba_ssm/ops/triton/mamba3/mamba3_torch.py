@@ -41,7 +41,14 @@ import math
 import torch
 import torch.nn.functional as F
 
-from mamba_ssm.ops.backends.mamba3_states import Mamba3States, compute_dtype, per_sequence, rotate
+from mamba_ssm.ops.backends._packing import seq_idx_from_cu_seqlens
+from mamba_ssm.ops.backends.mamba3_states import (
+    Mamba3States,
+    compute_dtype,
+    drop_padding,
+    per_sequence,
+    rotate,
+)
 from mamba_ssm.ops.triton.ssd_combined import ssd_chunk_scan_weighted
 
 __all__ = [
@@ -60,15 +67,10 @@ PAIRINGS = ("adjacent", "halves")
 _TWO_PI = 2.0 * math.pi
 
 
-def _seq_idx(cu_seqlens, device):
-    """(1, total) sequence ids of the packed sequences of ``cu_seqlens`` (checked by the ops)."""
-    lengths = cu_seqlens.to(device=device, dtype=torch.long).diff()
-    return torch.repeat_interleave(torch.arange(lengths.numel(), device=device), lengths).unsqueeze(0)
-
-
 def angle_cumsum(angles, dt, chunk_size, initial=None, seq_idx=None):
     """theta_t = (theta_{t-1} + pi * tanh(angles_t) * dt_t) mod 2 pi, restarting from 0 where seq_idx
-    changes (``initial`` belongs to each row's first sequence).
+    changes (``initial`` belongs to each row's first sequence); a padding token (seq_idx < 0) is a
+    boundary on both sides: it sums nothing (theta 0) and passes nothing on.
 
     angles (b, l, h, a), dt (b, l, h), initial (b, h, a) or None, seq_idx (b, l) or None; all in the
     compute dtype. Summed within chunks of ``chunk_size`` and carried across them reduced mod 2 pi, so
@@ -89,10 +91,11 @@ def angle_cumsum(angles, dt, chunk_size, initial=None, seq_idx=None):
     else:
         sc = seq_idx.reshape(b, nc, q)
         tri = torch.ones(q, q, dtype=torch.bool, device=inc.device).tril()
-        mask = (tri & (sc.unsqueeze(-1) == sc.unsqueeze(-2))).to(inc.dtype)  # (b, c, i, j)
-        local = torch.einsum("bcij,bcjha->bciha", mask, inc)
+        real = sc >= 0
+        same = (sc.unsqueeze(-1) == sc.unsqueeze(-2)) & real.unsqueeze(-1)  # (b, c, i, j)
+        local = torch.einsum("bcij,bcjha->bciha", (tri & same).to(inc.dtype), inc)
         prev_end = torch.cat([sc[:, :1, 0], sc[:, :-1, -1]], dim=1)  # (b, c): the carried angle's sequence
-        use_in = (sc == prev_end.unsqueeze(-1)).to(inc.dtype)  # (b, c, q)
+        use_in = ((sc == prev_end.unsqueeze(-1)) & real).to(inc.dtype)  # (b, c, q)
     carry = torch.zeros(b, h, a, dtype=inc.dtype, device=inc.device) if initial is None else initial
     out = []
     for c in range(nc):
@@ -168,11 +171,17 @@ def mamba3_chunk_scan_torch(
     k_bias (h, R, n); angles (b, l, h, a) before tanh; pairing: one of :data:`PAIRINGS`; D (h,) or None;
     z (b, l, h, p) or None; mimo_x, mimo_z, mimo_o (h, R, p) or None; norm_weight (h, p) or None;
     initial_states: :class:`Mamba3States` with S = b (or the number of sequences with cu_seqlens), or
-    None (zeros); seq_idx (b, l) or None; cu_seqlens (S + 1,) (batch 1) or None.
+    None (zeros); seq_idx (b, l) or None (derived from cu_seqlens when None); cu_seqlens (S + 1,)
+    (batch 1) or None.
+
+    Packed sequences follow :mod:`mamba_ssm.ops.backends._packing`: a padding token (seq_idx < 0, the
+    rows from cu_seqlens[-1] on) has an output row of 0 and reads and writes no state; nothing crosses
+    a change of seq_idx (the angle sum, the trapezoid's previous-token term, the state).
 
     Returns out ((b, l, h, p) with mimo_o, else (b, l, R, h, p)) in v's dtype, and with
     ``return_final_states`` also the :class:`Mamba3States` after each row's (or sequence's) last token
-    (angle and ssm in the compute dtype, k in the compute dtype, v in v's dtype).
+    (angle and ssm in the compute dtype, k in the compute dtype, v in v's dtype): zero for a row that
+    ends in padding and for an empty sequence without input states.
     """
     if cu_seqlens is not None and initial_states is not None:
         arguments = {
@@ -188,14 +197,14 @@ def mamba3_chunk_scan_torch(
     b, l, R, _, n = q.shape
     h, p = v.shape[2], v.shape[3]
     if cu_seqlens is not None and seq_idx is None:
-        seq_idx = _seq_idx(cu_seqlens, v.device)
+        seq_idx = seq_idx_from_cu_seqlens(cu_seqlens, l, "mamba3_chunk_scan_torch").to(v.device)
     dtf = dt.to(cdtype).transpose(1, 2)  # (b, l, h)
     lam = torch.sigmoid(trap.to(cdtype)).transpose(1, 2)
     gamma = lam * dtf
     share = (1 - lam) * dtf  # c_t
     next_share = F.pad(share[:, 1:], (0, 0, 0, 1))  # c_{t+1}; 0 after the last token
-    if seq_idx is not None:
-        same_next = F.pad((seq_idx[:, 1:] == seq_idx[:, :-1]).to(cdtype), (0, 1))
+    if seq_idx is not None:  # c_{t+1} stays within a sequence (a padding token has no next token)
+        same_next = F.pad(((seq_idx[:, 1:] == seq_idx[:, :-1]) & (seq_idx[:, :-1] >= 0)).to(cdtype), (0, 1))
         next_share = next_share * same_next.unsqueeze(-1)
     w = gamma + next_share
     init = None if initial_states is None else initial_states
@@ -241,18 +250,17 @@ def mamba3_chunk_scan_torch(
         y = y + D.to(cdtype).view(h, 1) * xr
     out = _gate_and_project(y, z, mimo_z, mimo_o, norm_weight, norm_eps).to(v.dtype)
     if not return_final_states:
-        return out
+        return drop_padding(out, None, seq_idx)[0]
     if cu_seqlens is None:
-        states = Mamba3States(theta[:, -1], final, kr[:, -1], v[:, -1])
-    else:
-        ends = (cu_seqlens[1:].to(torch.long) - 1).clamp(min=0).to(v.device)
-        empty = (cu_seqlens[1:] == cu_seqlens[:-1]).to(v.device)
+        return drop_padding(out, Mamba3States(theta[:, -1], final, kr[:, -1], v[:, -1]), seq_idx)
+    ends = (cu_seqlens[1:].to(torch.long) - 1).clamp(min=0).to(v.device)
+    empty = (cu_seqlens[1:] == cu_seqlens[:-1]).to(v.device)
 
-        def pick(t):  # (S, ...): an empty sequence's state stays zero
-            return t.masked_fill(empty.view(-1, *([1] * (t.dim() - 1))), 0)
+    def pick(t):  # (S, ...): an empty sequence's state stays zero
+        return t.masked_fill(empty.view(-1, *([1] * (t.dim() - 1))), 0)
 
-        states = Mamba3States(pick(theta[0, ends]), pick(picked), pick(kr[0, ends]), pick(v[0, ends]))
-    return out, states
+    states = Mamba3States(pick(theta[0, ends]), pick(picked), pick(kr[0, ends]), pick(v[0, ends]))
+    return drop_padding(out, None, seq_idx)[0], states
 
 
 def mamba3_step_torch(
