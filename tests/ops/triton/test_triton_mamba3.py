@@ -5,7 +5,8 @@ oracle of tests/mamba3 (mamba3_reference.py): the output, the final states and t
 input (through both), SISO and MIMO (ranks 2 and 4, the fused head-wise norm), rope_fraction 0.5 and 1.0
 with each variant's pairing, ngroups > 1, seqlens that cross SSD chunks and angle blocks without being a
 multiple of either, input states, seq_idx, cu_seqlens (one masked call, and one call per sequence with
-states), the decode step; float32 within 1e-4 and bfloat16 within 6e-2 of the reference's largest
+states), padding (rows after cu_seqlens[-1], seq_idx -1: output and gradients 0, the PyTorch path's
+results too), the decode step; float32 within 1e-4 and bfloat16 within 6e-2 of the reference's largest
 magnitude. Calls the kernels do not take run the PyTorch path with a warning that says why.
 
 Shapes are tiny (the interpreter runs every program in Python); the same kernels are compiled for GPUs
@@ -17,7 +18,7 @@ import sys
 import pytest
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mamba3"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "mamba3"))
 
 import mamba3_cases as M3  # from tests/mamba3 (on the path above)
 
@@ -77,6 +78,44 @@ def test_cu_seqlens(triton_mamba3, case, states_rows, final_states):
         case, F32, states_rows=states_rows, cu_seqlens=cu, batch=1, seqlen=37, final_states=final_states
     )
     assert triton_mamba3["chunk_scan"] == (1 if not final_states else 1 + 3)
+
+
+@pytest.mark.parametrize("case", ["siso-rope1.0-groups", "mimo4-rope1.0-norm"])
+def test_seq_idx_padding_is_a_boundary_on_both_sides(triton_mamba3, case):
+    """seq_idx -1 before, between and after sequences (one masked call): the oracle's outputs, final
+    states (zero for the row that ends in padding) and gradients."""
+    seq = torch.tensor(M3.PADDED_SEQ_IDX, dtype=torch.int32)
+    M3.check_against_reference(case, F32, states_rows=2, seq_idx=seq, final_states=True)
+    assert triton_mamba3["chunk_scan"] == 1
+
+
+@pytest.mark.parametrize(
+    ("case", "with_states", "cu"),
+    [
+        ("siso-rope0.5", False, [0, 4, 4, 15]),
+        ("mimo-rope0.5-groups", True, [0, 4, 4, 15]),
+        ("siso-rope0.5", False, [0, 0]),
+    ],
+    ids=["siso-one-masked-call", "mimo2-input-states", "siso-only-padding"],
+)
+def test_padded_cu_seqlens(triton_mamba3, monkeypatch, case, with_states, cu):
+    """cu_seqlens that ends before the 21 tokens (the rest is padding) and holds an empty sequence: on
+    the kernels each sequence == the oracle on it alone (outputs, final states with input states,
+    gradients), the padding rows' outputs and gradients 0; the same on the PyTorch path, and the two
+    paths agree within float32's tolerance."""
+    args = (case, F32, torch.tensor(cu, dtype=torch.int32), 21, with_states, with_states)
+    out, states, grads = M3.check_packed_against_alone(*args)
+    calls = 1 if not with_states else 1 + 2  # masked, or one call per non-empty sequence
+    assert triton_mamba3["chunk_scan"] == calls
+    monkeypatch.setenv("MAMBA_SSM_BACKEND", "torch")
+    _dispatch._reset_for_tests()
+    tout, tstates, tgrads = M3.check_packed_against_alone(*args)
+    assert triton_mamba3["chunk_scan"] == calls, "MAMBA_SSM_BACKEND=torch runs the PyTorch path"
+    M3.close(out, tout, F32, f"{case} Triton vs PyTorch out")
+    for name, s, t in zip(("angle", "ssm", "k", "v"), states or (), tstates or ()):
+        M3.close(s, t, F32, f"{case} Triton vs PyTorch final {name} state")
+    for name in grads:
+        M3.close(grads[name], tgrads[name], F32, f"{case} Triton vs PyTorch {name}")
 
 
 # id: (case, dtype, headdim, tokens); a headdim of 160 takes two blocks of 128 (state tiles of 2048

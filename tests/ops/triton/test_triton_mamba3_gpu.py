@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mamba3"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "mamba3"))
 
 import mamba3_cases as M3  # from tests/mamba3 (on the path above)
 

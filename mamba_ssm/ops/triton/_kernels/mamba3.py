@@ -7,7 +7,8 @@ math); :mod:`mamba_ssm.ops.triton.mamba3._triton_hook` calls them.
 The chunked scan is the SSD scan of :mod:`.ssd` (its ``core_forward`` / ``core_backward``) with a
 separate input weight, between a prologue and an epilogue of Mamba-3's own. Per batch entry b, head h,
 token t and rank r (R ranks; SISO is R = 1), with lambda_t = sigmoid(trap_t), c_t = (1 - lambda_t) dt_t
-and n_t = c_{t+1} (0 at a sequence's last token):
+and n_t = c_{t+1} (0 at a sequence's last token and at padding, seq_idx < 0: a padding token is a
+boundary on both sides, outputs 0 and reads and writes no state):
 
     _angles_fwd   [b * nheads]             theta_t = (theta_{t-1} + pi tanh(angles_t) dt_t) mod 2 pi,
                                            restarting from 0 where seq_idx changes (sequential in t, a
@@ -41,7 +42,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mamba_ssm.ops.backends.mamba3_states import Mamba3States, per_sequence, rotate
+from mamba_ssm.ops.backends._packing import seq_idx_from_cu_seqlens
+from mamba_ssm.ops.backends.mamba3_states import Mamba3States, drop_padding, per_sequence, rotate
 
 from . import ssd
 from ._common import pow2, unsupported_dtype
@@ -169,7 +171,8 @@ def _angles_fwd(
     BLOCK_A: tl.constexpr,
 ):
     """THETA[b, t, h, :] (float32, contiguous) for one (b, h), a block of tokens at a time; the angle
-    carried into a block counts only for its tokens of the carried angle's sequence."""
+    carried into a block counts only for its tokens of the carried angle's sequence. A padding token
+    (seq_idx < 0) sums nothing and passes nothing on (theta 0)."""
     bh = tl.program_id(0)
     b = (bh // nheads).to(tl.int64)
     h = bh % nheads
@@ -195,8 +198,8 @@ def _angles_fwd(
         keep = ri[:, None] >= ri[None, :]
         if HAS_SEQ:
             sq = tl.load(SEQ + b * s_b + t * s_l, mask=mt, other=-1)
-            keep = keep & (sq[:, None] == sq[None, :])
-            use = (sq == seq_prev).to(tl.float32)
+            keep = keep & (sq[:, None] == sq[None, :]) & (sq[:, None] >= 0)
+            use = ((sq == seq_prev) & (sq >= 0)).to(tl.float32)
         else:
             use = tl.full([BLOCK_T], 1.0, tl.float32)
         local = tl.dot(keep.to(tl.float32), inc, input_precision="ieee")
@@ -262,8 +265,8 @@ def _angles_bwd(
         if HAS_SEQ:
             sq = tl.load(SEQ + b * s_b + t * s_l, mask=mt, other=-1)
             seq_prev = tl.load(SEQ + b * s_b + tl.maximum(t0 - 1, 0) * s_l)
-            keep = keep & (sq[:, None] == sq[None, :])
-            use = (sq == seq_prev).to(tl.float32)
+            keep = keep & (sq[:, None] == sq[None, :]) & (sq[:, None] >= 0)
+            use = ((sq == seq_prev) & (sq >= 0)).to(tl.float32)
         else:
             use = tl.full([BLOCK_T], 1.0, tl.float32)
         dinc = tl.dot(tl.trans(keep.to(tl.float32)), dth, input_precision="ieee")
@@ -333,7 +336,7 @@ def _decay_fwd(
     if HAS_SEQ:
         s0 = tl.load(SEQ + b * s_b + t * s_l, mask=m, other=-1)
         s1 = tl.load(SEQ + b * s_b + (t + 1) * s_l, mask=m1, other=-2)
-        m1 = m1 & (s0 == s1)
+        m1 = m1 & (s0 == s1) & (s0 >= 0)
     ns = tl.where(m1, ns, 0.0)
     w = tl.where(m, lam * dtv + ns, 0.0)
     cs = tl.cumsum(adt, axis=0)
@@ -395,7 +398,9 @@ def _decay_bwd(
     if HAS_SEQ:
         s0 = tl.load(SEQ + b * s_b + t * s_l, mask=m, other=-1)
         s1 = tl.load(SEQ + b * s_b + tp * s_l, mask=mp, other=-2)
-        mp = mp & (s0 == s1)
+        mp = mp & (s0 == s1) & (s0 >= 0)
+        # a padding token's decay reaches no sequence: exactly 0, not the rounding left by the sum above
+        dadt = tl.where(s0 >= 0, dadt, 0.0)
     dshare = tl.where(mp, dshare, 0.0)
     dtv = tl.load(DT + b * dt_b + h * dt_h + t * dt_l, mask=m, other=0.0).to(tl.float32)
     lam = tl.sigmoid(tl.load(TRAP + b * tr_b + h * tr_h + t * tr_l, mask=m, other=0.0).to(tl.float32))
@@ -1456,7 +1461,9 @@ def chunk_scan(
     k in float32, v in v's dtype).
 
     Packed sequences (cu_seqlens) with input or final states run one sequence at a time (each starts
-    from its own state and ends in its own); otherwise seq_idx (built from cu_seqlens) masks them.
+    from its own state and ends in its own); otherwise seq_idx (built from cu_seqlens when None) masks
+    them. Padding (seq_idx < 0, the rows from cu_seqlens[-1] on; :mod:`mamba_ssm.ops.backends._packing`)
+    outputs 0 and reads and writes no state; a row that ends in padding has zero final states.
     """
     arguments = {
         "q": q, "k": k, "v": v, "adt": adt, "dt": dt, "trap": trap, "q_bias": q_bias, "k_bias": k_bias,
@@ -1465,9 +1472,8 @@ def chunk_scan(
     }  # fmt: skip
     if cu_seqlens is not None and (initial_states is not None or return_final_states):
         return per_sequence(chunk_scan, arguments, initial_states, cu_seqlens, return_final_states)
-    if cu_seqlens is not None:
-        lengths = torch.diff(cu_seqlens.to(device=v.device, dtype=torch.long))
-        seq_idx = torch.repeat_interleave(torch.arange(lengths.numel(), device=v.device), lengths)[None]
+    if cu_seqlens is not None and seq_idx is None:
+        seq_idx = seq_idx_from_cu_seqlens(cu_seqlens, v.shape[1], "mamba3 chunk_scan").to(v.device)
     if seq_idx is not None and seq_idx.dtype not in (torch.int32, torch.int64):
         seq_idx = seq_idx.long()
     b, h = v.shape[0], v.shape[2]
@@ -1485,10 +1491,11 @@ def chunk_scan(
         float(norm_eps),
     )  # fmt: skip
     if not return_final_states:
-        return out
+        return drop_padding(out, None, seq_idx)[0]
     ng = q.shape[3]
     k_last = k[:, -1].float().repeat_interleave(h // ng, dim=-2) + k_bias.float().transpose(0, 1)
-    return out, Mamba3States(theta_last, final, rotate(k_last, theta_last.unsqueeze(1), pairing), v[:, -1])
+    states = Mamba3States(theta_last, final, rotate(k_last, theta_last.unsqueeze(1), pairing), v[:, -1])
+    return drop_padding(out, states, seq_idx)
 
 
 def step(
