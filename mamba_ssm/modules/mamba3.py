@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mamba_ssm.modules._common import check_positive_sizes, check_sequence_input, inverse_softplus_dt
+from mamba_ssm.ops.backends._packing import check_cu_seqlens
 from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo
 from mamba_ssm.ops.triton.layernorm_gated import RMSNorm as RMSNormGated
 from mamba_ssm.ops.triton.mamba3.mamba3_siso_combined import mamba3_siso_combined
@@ -217,29 +218,36 @@ class Mamba3(nn.Module):
         Args:
             u: (batch, seqlen, d_model).
             seq_idx: (batch, seqlen) int ids of sequences packed in one row; nothing crosses from one
-                id to the next.
-            cu_seqlens: (num_seqs + 1,) cumulative lengths of sequences packed in a batch of one; with
-                ``inference_params`` the cache receives one state per sequence.
+                id to the next (the state, the angle sum, the trapezoid's term of the previous token);
+                -1 marks a padding token (its scan output is 0 and it reads and writes no state).
+            cu_seqlens: (num_seqs + 1,) cumulative lengths of sequences packed in a batch of one
+                (seq_idx is derived from it when not given); with ``inference_params`` the cache
+                receives one state per sequence. Its last entry may be below seqlen: the rest is
+                padding (seq_idx -1), and an empty sequence gets zero states (the rule of
+                :mod:`mamba_ssm.ops.backends._packing`, as in ``Mamba2``).
             inference_params: :class:`mamba_ssm.utils.generation.InferenceParams`: at
                 ``seqlen_offset == 0`` the prompt fills this layer's cache; afterwards one token is one
                 :meth:`step` and several continue from the cached states.
 
         Returns:
-            (batch, seqlen, d_model) in u's dtype.
+            (batch, seqlen, d_model) in u's dtype. A padding token's row is out_proj of the scan's
+            zero row, as in ``Mamba2``: 0 (out_proj has no bias), and the gradient of its u is 0.
 
         Raises:
-            ValueError: u's shape, cu_seqlens with batch > 1 or after the prompt, or no layer_idx with
-                inference_params.
+            ValueError: u's shape, cu_seqlens breaking the rule (the message shows the values), with
+                batch > 1 or after the prompt, or no layer_idx with inference_params.
         """
         check_sequence_input("Mamba3.forward", u, self.d_model)
         batch, seqlen, _ = u.shape
-        if cu_seqlens is not None and batch != 1:
-            raise ValueError(
-                f"Mamba3.forward: cu_seqlens packs sequences into a batch of one, got batch {batch}"
-            )
+        if cu_seqlens is not None:
+            if batch != 1:
+                raise ValueError(
+                    f"Mamba3.forward: cu_seqlens packs sequences into a batch of one, got batch {batch}"
+                )
+            cu_seqlens = check_cu_seqlens("Mamba3.forward", cu_seqlens, seqlen)
         cache = None
         if inference_params is not None:
-            rows = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else batch
+            rows = cu_seqlens.numel() - 1 if cu_seqlens is not None else batch
             cache = self._get_states_from_cache(inference_params, rows)
             if inference_params.seqlen_offset > 0:
                 if cu_seqlens is not None:

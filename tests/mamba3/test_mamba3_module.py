@@ -2,11 +2,12 @@
 parameter's gradient against the float64 oracle (mamba3_reference.layer) for SISO, MIMO, the
 out-projection norm (fused and not) and rope_fraction 1.0 with groups; packed sequences; decoding:
 step after a prefill (ending at chunk edges) == the full forward in float32 and bfloat16, and a prefill
-continued several tokens at a time."""
+continued several tokens at a time; cu_seqlens with padding rows and an empty sequence."""
 
 from __future__ import annotations
 
 import inspect
+import re
 
 import mamba3_reference as ref
 import pytest
@@ -193,6 +194,48 @@ def test_packed_sequences_equal_separate_ones(variant):
         _close(stepped[i], full[0, -1:], 1e-10, f"step after packed prefill, sequence {i}")
 
 
+@pytest.mark.parametrize(
+    "variant", ["siso", "siso-outproj-norm", "mimo-fused-norm", "mimo-unfused-norm-rope1.0"]
+)
+def test_padded_cu_seqlens_equal_each_sequence_alone(variant):
+    """cu_seqlens that ends 3 rows before the tokens (padding) and holds an empty sequence: each
+    sequence's output rows, du and every parameter's gradient == the float64 oracle run on each
+    sequence alone; the padding rows' output is out_proj of the scan's zero row (0: out_proj has no
+    bias, as Mamba2's padding rows) and their du is 0; the cache holds each sequence's final state
+    (zero for the empty one): one decode step per sequence == the oracle on the sequence plus that
+    token."""
+    m = _layer(variant)
+    cu = torch.tensor([0, 5, 5, 9], dtype=torch.int32)
+    bounds = cu.tolist()
+    total = 12
+    u = torch.randn(1, total, D_MODEL, dtype=torch.float64, requires_grad=True)
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in m.state_dict().items()}
+    cache = InferenceParams(max_seqlen=16, max_batch_size=3)
+    out = m(u, cu_seqlens=cu, inference_params=cache)
+    uref = u.detach().clone().requires_grad_(True)
+    alone = [ref.layer(params, _cfg(m), uref[:, lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+    want = torch.cat(alone + [torch.zeros(1, total - bounds[-1], D_MODEL, dtype=torch.float64)], dim=1)
+    _close(out, want, 1e-10, f"{variant} out")
+    assert bool((out[:, bounds[-1] :] == 0).all()), "padding rows are not 0"
+    w = torch.randn_like(want)
+    (out * w).sum().backward()
+    (want * w).sum().backward()
+    _close(u.grad, uref.grad, 1e-10, f"{variant} du")
+    assert bool((u.grad[:, bounds[-1] :] == 0).all()), "du is not 0 on the padding rows"
+    for name, p in m.named_parameters():
+        # float32 parameters (dt_bias, D, ...) hold their gradient rounded once, the oracle's sum of
+        # three float32 gradients is rounded at each term
+        tol = 1e-10 if p.dtype == torch.float64 else 4 * torch.finfo(torch.float32).eps
+        _close(p.grad, params[name].grad, tol, f"{variant} d{name}")
+    nxt = torch.randn(3, 1, D_MODEL, dtype=torch.float64)
+    cache.seqlen_offset = total
+    with torch.no_grad():
+        stepped = m(nxt, inference_params=cache)
+        for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+            full = ref.layer(params, _cfg(m), torch.cat([u[:, lo:hi].detach(), nxt[i : i + 1]], dim=1))
+            _close(stepped[i], full[0, -1:], 1e-10, f"{variant} step after the packed prefill, sequence {i}")
+
+
 def _decode(m, u, prefill):
     """Prefill ``prefill`` tokens, then one step per remaining token; the outputs concatenated."""
     params = InferenceParams(max_seqlen=u.shape[1], max_batch_size=u.shape[0])
@@ -274,6 +317,13 @@ def test_bad_configurations_and_inputs_are_named():
         m(torch.randn(2, 3, D_MODEL + 1, dtype=torch.float64))
     with pytest.raises(ValueError, match="cu_seqlens packs sequences into a batch of one"):
         m(torch.randn(2, 3, D_MODEL, dtype=torch.float64), cu_seqlens=torch.tensor([0, 3]))
+    for bad in ([0, 4], [0, 2, 1, 3], [1, 3]):  # past the 3 tokens, decreasing, not from 0
+        with pytest.raises(
+            ValueError,
+            match=r"Mamba3.forward: cu_seqlens must be non-decreasing cumulative lengths from 0 to at most "
+            rf"the 3 packed tokens \(rows after the last entry are padding\), got {re.escape(str(bad))}",
+        ):
+            m(torch.randn(1, 3, D_MODEL, dtype=torch.float64), cu_seqlens=torch.tensor(bad))
     with pytest.raises(ValueError, match="decodes one token at a time"):
         m.step(torch.randn(2, 2, D_MODEL, dtype=torch.float64), *m.allocate_inference_cache(2, 4))
     no_idx = Mamba3(D_MODEL, **SMALL)
