@@ -20,7 +20,7 @@
 // cache while every channel of the group reads it; each channel's state is carried between tiles.
 //
 // Backward (per channel, the whole sequence): pass 1 runs the recurrence to find the state entering
-// each segment (segment_len(): kSegBytes of kept values; 4096 timesteps at d_state 16, at least 64);
+// each segment (segment_len(): kSegBytes of kept values; 8192 timesteps at d_state 16, at least 64);
 // then, segments last to first, the segment is recomputed once, keeping per step the decay a_t and
 // q_t = a_t h_{t-1} (in cache), and the reverse recurrence
 //   G_t = C_t dy_t + a_{t+1} G_{t+1}     (G = dL/dh_t; the step past the end is dlast_state)
@@ -59,7 +59,7 @@ namespace MAMBA_CPU_NS {
 
 constexpr int kLanes = MAMBA_CPU_LANES;
 constexpr int64_t kTile = 512;             // forward: timesteps per tile (B/C transposed per tile)
-constexpr int64_t kSegBytes = 512 << 10;   // backward: bytes of the kept a_t, q_t of one segment
+constexpr int64_t kSegBytes = 1 << 20;     // backward: bytes of the kept a_t, q_t of one segment
 constexpr float kLog2e = 1.44269504088896341f;
 
 // ------------------------------------------------------------------------------------ conversions

@@ -72,12 +72,12 @@ def test_each_isa(compiled, isa, dtype):
 
 @pytest.mark.parametrize("bc", ["constant", "grouped2"])
 def test_long_sequences(compiled, isa, bc):
-    """Past the tiles and segments: seqlen 1100 at d_state 64 (gradients; the backward keeps 1024-step
-    segments there, 512 KiB of decays and states, so the first one's states are recomputed from pass 1)
+    """Past the tiles and segments: seqlen 2100 at d_state 64 (gradients; the backward keeps 2048-step
+    segments there, 1 MiB of decays and states, so the first one's states are recomputed from pass 1)
     and seqlen 2100 (forward, past four 512-step forward tiles)."""
     run_and_check(
         compiled,
-        make_inputs(1, 2, 1100, 64, bc, True, True, True, torch.float32, seed=3),
+        make_inputs(1, 2, 2100, 64, bc, True, True, True, torch.float32, seed=3),
         True,
         torch.float32,
     )
@@ -91,14 +91,14 @@ def test_long_sequences(compiled, isa, bc):
 
 
 def test_two_channel_passes_across_segments(compiled, isa):
-    """d_state 16 over 4100 steps: the backward's 4096-step segments at d_state 16 (pass 1 runs), with
+    """d_state 16 over 8200 steps: the backward's 8192-step segments at d_state 16 (pass 1 runs), with
     the recompute / reverse passes taking two channels of a group at once where the build does (AVX-512;
     two groups of three channels also leave single channels). The float64 per-timestep reference
     is too slow at this length, so the float64 PyTorch fallback (a chunked parallel scan: a separate
     implementation, itself checked against that reference in tests/ops) is the reference."""
     from mamba_ssm.ops.backends import torch_scan
 
-    args = make_inputs(2, 6, 4100, 16, "grouped2", True, True, True, torch.float32, seed=5)
+    args = make_inputs(2, 6, 8200, 16, "grouped2", True, True, True, torch.float32, seed=5)
     leaves = [None if x is None else x.detach().clone().requires_grad_() for x in args]
     out, last = compiled.selective_scan(*leaves, delta_softplus=True, return_last_state=True)
     ref = [None if x is None else x.detach().double().requires_grad_() for x in args]
