@@ -131,7 +131,7 @@ def reinstall_command(version: str | None = None, index: str | None = None) -> s
 
 def source_build_command(version: str | None = None, env_prefix: str = "") -> str:
     """A source build of this version against the torch installed (``env_prefix``: more variables,
-    e.g. ``"TORCH_CUDA_ARCH_LIST=8.0 "``)."""
+    e.g. ``"MAMBA_CUDA_ARCHS=80 "``)."""
     return (
         f"{env_prefix}MAMBA_FORCE_BUILD=TRUE python -m pip install --no-build-isolation --no-cache-dir "
         f"--force-reinstall --no-deps {requirement(version)}"
@@ -379,11 +379,14 @@ def coverage_fix(device_type: str, arch: str | None, torch_cuda: str | None, ind
     unservable = gpu_unservable(arch, torch_cuda)
     if unservable:  # a GPU older than everything this torch's CUDA can build for: no build helps
         return unservable
-    capability = arch or "<compute capability>"
+    try:  # MAMBA_CUDA_ARCHS wins over a TORCH_CUDA_ARCH_LIST the user may have set
+        targets = archs.arch_list_assignment(archs.ArchSpec(sass=(archs.parse_arch(arch or "").sass,))) + " "
+    except ValueError:  # capability unknown: the default archs (torch's that nvcc supports)
+        targets = ""
     return (
-        f"install a wheel whose kernels cover compute capability {capability} "
+        f"install a wheel whose kernels cover {'compute capability ' + arch if arch else 'this GPU'} "
         f"(`{kernels}` picks one), or build from source for it: "
-        f"`TORCH_CUDA_ARCH_LIST={capability} {source_build_command()}`"
+        f"`{source_build_command(env_prefix=targets)}`"
     )
 
 

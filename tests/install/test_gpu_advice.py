@@ -169,6 +169,6 @@ def test_the_runtime_fix_for_an_old_gpu_is_not_a_build_it_cannot_run(monkeypatch
     gpu = _devices.DeviceKey("cuda", 0)
     monkeypatch.setattr(_devices, "device_arch", lambda device: "6.0")
     fix = backends._coverage_fix(gpu)
-    assert "TORCH_CUDA_ARCH_LIST" not in fix and "PyTorch fallback" in fix and "CUDA 12" in fix
+    assert "MAMBA_CUDA_ARCHS" not in fix and "PyTorch fallback" in fix and "CUDA 12" in fix
     monkeypatch.setattr(_devices, "device_arch", lambda device: "8.0")
-    assert "TORCH_CUDA_ARCH_LIST=8.0" in backends._coverage_fix(gpu)
+    assert "MAMBA_CUDA_ARCHS=80 MAMBA_FORCE_BUILD=TRUE python -m pip install " in backends._coverage_fix(gpu)
