@@ -93,6 +93,32 @@ def _version_file(version):
     return out
 
 
+def _venv_with_mamba(venv, source, env):
+    """A venv at ``venv`` sharing this torch through a .pth file, with mamba-ssm installed by pip from
+    ``source`` (an sdist or a folder; the pure-Python package). Returns its python and site folder."""
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env)
+    py = str(venv / "bin" / "python")
+    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env).stdout.strip()
+    with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:
+        fh.write(SHARED_SITE + "\n")
+    _run(
+        [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-cache-dir",
+            str(source),
+        ],
+        dict(env, MAMBA_SKIP_CUDA_BUILD="TRUE"),
+        timeout=600,
+    )
+    return py, site
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     if not os.path.isdir("/proc") or sys.version_info[:2] != (3, 11):
@@ -127,16 +153,7 @@ def world(tmp_path_factory):
     )
     # the venv: torch 2.14.1 shared, mamba-ssm installed from the sdist (pure Python), then a _C whose
     # build info says torch 2.13 + CUDA 12.6, as pip's wheel cache can hand over
-    _run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], env)
-    py = str(work / "venv" / "bin" / "python")
-    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env).stdout.strip()
-    with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:
-        fh.write(SHARED_SITE + "\n")
-    _run(
-        [py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-cache-dir", sdist],
-        dict(env, MAMBA_SKIP_CUDA_BUILD="TRUE"),
-        timeout=600,
-    )
+    py, site = _venv_with_mamba(work / "venv", sdist, env)
     blob = (
         b"\x7fELF-fake"
         b"MAMBA_SSM_BUILD_INFO_BEGIN"
@@ -332,26 +349,7 @@ def dev_world(world):
         dest = checkout / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(os.path.join(REPO, rel), dest)
-    _run([sys.executable, "-m", "venv", "--without-pip", str(work / "devvenv")], env)
-    py = str(work / "devvenv" / "bin" / "python")
-    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env).stdout.strip()
-    with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:
-        fh.write(SHARED_SITE + "\n")
-    _run(
-        [
-            py,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-cache-dir",
-            str(checkout),
-        ],
-        dict(env, MAMBA_SKIP_CUDA_BUILD="TRUE"),
-        timeout=600,
-    )
+    py, site = _venv_with_mamba(work / "devvenv", checkout, env)
     with open(os.path.join(site, "mamba_ssm", "_C.abi3.so"), "wb") as fh:
         fh.write(world["blob"].replace(f'"{VERSION}"'.encode(), f'"{dev}"'.encode()))
     return dict(world, py=py, site=site, version=dev, checkout=str(checkout))
