@@ -45,6 +45,7 @@ __all__ = [
     "check_failed_fix",
     "coverage_fix",
     "gpu_unservable",
+    "in_a_checkout",
     "install_kernels_command",
     "install_notes",
     "installed_version",
@@ -177,9 +178,15 @@ def _rebuild_command(version: str, env_prefix: str, src: RebuildSource) -> str:
         return f"cd {shlex.quote(src.path)} && {env_prefix}{SOURCE_INSTALL} {_REBUILD_FLAGS} ."
     if src.kind == "sdist" and src.path:
         return f"{env_prefix}{SOURCE_INSTALL} {_REBUILD_FLAGS} {shlex.quote(src.path)}"
-    # the test keeps `.` from installing whatever project the shell happens to be in
+    return in_a_checkout(f"{env_prefix}{SOURCE_INSTALL} {_REBUILD_FLAGS} .", version)
+
+
+def in_a_checkout(command: str, version: str) -> str:
+    """``command``, which installs ``.``, run only in a mamba-ssm source tree (``test -f
+    mamba_ssm/_version.py &&``: elsewhere it would install whatever project the shell is in), with a
+    comment saying which tree (``version`` is on no index)."""
     return (
-        f"test -f mamba_ssm/_version.py && {env_prefix}{SOURCE_INSTALL} {_REBUILD_FLAGS} .  "
+        f"test -f mamba_ssm/_version.py && {command}  "
         f"# in a source checkout of mamba-ssm {version}: no package index has a development version"
     )
 
