@@ -30,6 +30,7 @@ import os
 import platform
 import re
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -203,9 +204,10 @@ def main(argv=None) -> int:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     ok_wall = all(r["clean"]["wall_s"] <= GOAL_WALL_S for r in runs.values())
     ok_size = all(r["size_mb"] <= GOAL_SIZE_MB for r in runs.values())
+    archs = shlex.quote(args.archs)  # '80;90+PTX' pasted unquoted would end the command at ';'
     cmd = (
-        f"CUDA_HOME={env['CUDA_HOME']} python benchmarks/bench_build.py --jobs {args.jobs} --archs {args.archs} "
-        f"--torch-abi {args.torch_abi}"
+        f"CUDA_HOME={shlex.quote(env['CUDA_HOME'])} python benchmarks/bench_build.py --jobs {args.jobs} "
+        f"--archs {archs} --torch-abi {args.torch_abi}"
     )
 
     def row(name, fmt, goal="", upstream=""):
@@ -220,7 +222,7 @@ Machine: {machine()}
 Date: {date}
 
 Clean build (ccache disabled) of a fresh copy of the project per binding, `MAMBA_FORCE_BUILD=TRUE
-MAMBA_CUDA_ARCHS={args.archs} MAX_JOBS={args.jobs} MAMBA_TORCH_STABLE_ABI=0|2.10 python setup.py build_ext --inplace`
+MAMBA_CUDA_ARCHS={archs} MAX_JOBS={args.jobs} MAMBA_TORCH_STABLE_ABI=0|2.10 python setup.py build_ext --inplace`
 ({first["n_tu"]} ninja steps; kernels {", ".join(first["info"].kernels)}; SASS {", ".join(first["info"].sass_archs) or "-"};
 PTX {", ".join(first["info"].ptx_archs) or "-"}), the bindings one after the other.
 

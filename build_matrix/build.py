@@ -434,7 +434,10 @@ def build_cell(cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], ho
         spec = compat_archs.parse_arch_list(args.archs)
     else:
         spec = compat_archs.ArchSpec(sass=tuple(cell.sass), ptx=tuple(cell.ptx))
-    archs_text = compat_archs.to_torch_arch_list(spec) if cell.toolkit_kind == "cuda" else ""
+    cuda = cell.toolkit_kind == "cuda"
+    archs_text = compat_archs.to_arch_list(spec) if cuda else ""
+    # what the build sets, as the user would paste it (docs/build.md's syntax, shell-quoted)
+    archs_shown = compat_archs.arch_list_assignment(spec) if cuda else "MAMBA_CUDA_ARCHS unset"
 
     work = CELLS_HOME / (f"{cell.id}-py{py_minor.replace('.', '')}" + ("-pypi-nvcc" if pypi_toolkit else ""))
     log = Log(work / "build.log", cell.id)
@@ -467,7 +470,7 @@ def build_cell(cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], ho
     if args.plan_only:
         log.step(f"tools: {', '.join(f'{k} {v}' for k, v in tools.items())}")
         log.step(
-            f"would build with {python}, torch {requirement or torch_from}, archs {archs_text or '-'}, "
+            f"would build with {python}, torch {requirement or torch_from}, {archs_shown}, "
             f"CUDA_HOME {cuda_home or ('nvcc ' + pypi_toolkit + ' from PyPI') if pypi_toolkit else cuda_home or '-'}"
         )
         return Path()
@@ -554,8 +557,7 @@ def build_cell(cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], ho
     raw = work / "raw"
     shutil.rmtree(raw, ignore_errors=True)
     log.run(
-        f"pip wheel (MAMBA_CUDA_ARCHS={archs_text or '-'}, MAMBA_LOCAL_VERSION={cell.label}, "
-        f"MAX_JOBS={env['MAX_JOBS']})",
+        f"pip wheel ({archs_shown}, MAMBA_LOCAL_VERSION={cell.label}, MAX_JOBS={env['MAX_JOBS']})",
         [vpy, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir", "-w", raw, "."],
         env=env,
         cwd=src,

@@ -235,7 +235,7 @@ def cibuildwheel_options(
         "PATH": "/opt/ccache-bin:$PATH",
     }
     if cell.toolkit_kind == "cuda":
-        env["MAMBA_CUDA_ARCHS"] = archs.to_torch_arch_list(
+        env["MAMBA_CUDA_ARCHS"] = archs.to_arch_list(
             archs.ArchSpec(sass=tuple(cell.sass), ptx=tuple(cell.ptx))
         )
     elif cell.toolkit_kind == "rocm":

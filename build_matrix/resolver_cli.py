@@ -126,7 +126,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 def cmd_mirror(args: argparse.Namespace) -> int:
     from build_matrix.index import write_index
-    from mamba_ssm._advice import requirement
+    from mamba_ssm._advice import in_a_checkout, is_on_an_index, requirement
     from mamba_ssm._install.fetch import FetchError, fetch_wheel
     from mamba_ssm._install.index import wheel_url
     from mamba_ssm._install.resolve import resolve
@@ -164,10 +164,12 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         print(f"mirrored {entry.filename}")
     write_index(root, wanted)
     version = args.version or _sdist_version()
-    print(
-        f"index for this target at {root}: MAMBA_WHEEL_INDEX={shlex.quote('file://' + root)} python -m pip install "
-        f"{requirement(version)}"
-    )
+    index = f"MAMBA_WHEEL_INDEX={shlex.quote('file://' + root)}"
+    if is_on_an_index(version):
+        install = f"{index} python -m pip install {requirement(version)}"
+    else:  # the target installs a copy of the checkout, its resolver taking the wheel from the mirror
+        install = in_a_checkout(f"{index} python -m pip install --no-build-isolation .", version)
+    print(f"index for this target at {root}: {install}")
     return 0
 
 

@@ -21,7 +21,9 @@ fi
 export MAMBA_CUDA_ARCHS="${MAMBA_CUDA_ARCHS:-90}"
 if [ "${MAMBA_CI_SKIP_BUILD:-0}" != "1" ]; then
   if compgen -G "csrc/*.cpp" >/dev/null; then
-    echo "[test] building mamba_ssm._C in place (MAMBA_CUDA_ARCHS=$MAMBA_CUDA_ARCHS, CUDA_HOME=${CUDA_HOME:-unset})"
+    archs_shown="$MAMBA_CUDA_ARCHS"  # quoted as shlex.quote does, so the line pastes into a shell
+    case "$archs_shown" in *[!A-Za-z0-9_@%+=:,./-]*) archs_shown="'$archs_shown'" ;; esac
+    echo "[test] building mamba_ssm._C in place (MAMBA_CUDA_ARCHS=$archs_shown, CUDA_HOME=${CUDA_HOME:-unset})"
     start=$(date +%s)
     mkdir -p build
     log=build/ci_inplace_build.log

@@ -4,7 +4,10 @@ The loader, the dispatch, doctor, the resolver, ``install-kernels`` and setup.py
 text from here, so they say the same thing. Every command is safe to paste:
 
 * it pins this install's version, ``mamba-ssm==<installed public version>``: an unpinned name fetches
-  whatever the user's index has (PyPI's upstream release, another project's build);
+  whatever the user's index has (PyPI's upstream release, another project's build). A development
+  version (``2.4.0.dev0``) is on no index, so for it the command rebuilds the source it came from
+  (:func:`rebuild_source`): the checkout holding the package, built in place (docs/build.md), or the
+  folder or sdist pip installed it from, with README.md's source-install command;
 * it can never change torch: a pip command that reinstalls carries ``--no-deps`` (``--force-reinstall``
   alone reinstalls every dependency, torch and its CUDA wheels included), or the fix is
   ``python -m mamba_ssm install-kernels``, which installs our wheel with ``--no-deps``;
@@ -19,10 +22,13 @@ Standard library only (the install record's types and the release index are impo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
-from typing import TYPE_CHECKING
+import urllib.parse
+import urllib.request
+from typing import TYPE_CHECKING, NamedTuple
 
 from ._compat import archs
 
@@ -30,20 +36,26 @@ if TYPE_CHECKING:
     from ._install.record import InstallRecord
 
 __all__ = [
+    "IN_PLACE_BUILD",
     "MIRROR_HINT",
     "REPAIR_TORCH",
+    "SOURCE_INSTALL",
+    "RebuildSource",
     "backend_choice_fix",
     "check_failed_fix",
     "coverage_fix",
     "gpu_unservable",
+    "in_a_checkout",
     "install_kernels_command",
     "install_notes",
     "installed_version",
+    "is_on_an_index",
     "mirror_hint",
     "mismatch_fix",
     "missing_kernels_fix",
     "no_candidate_fix",
     "no_isolation_command",
+    "rebuild_source",
     "reinstall_command",
     "reinstall_fix",
     "requirement",
@@ -64,14 +76,28 @@ REPAIR_TORCH = (
 
 #: How to make a local wheel mirror for an offline machine. ``build_matrix`` ships in the sdist and the
 #: repository, not in the installed wheel, so the hint says where to run it.
+_MIRROR_HERE = (
+    "`python -m mamba_ssm install-kernels --print-env > ENV.json` here, then on a connected machine, in "
+)
+_MIRROR_THERE = ": `python -m build_matrix mirror --for ENV.json --to DIR`; copy DIR here"
 MIRROR_HINT = (
-    "`python -m mamba_ssm install-kernels --print-env > ENV.json` here, then on a connected machine, in an "
-    "unpacked sdist or a checkout of this version (`python -m pip download --no-deps --no-binary :all: "
-    "mamba-ssm==VERSION`): `python -m build_matrix mirror --for ENV.json --to DIR`; copy DIR here"
+    _MIRROR_HERE + "an unpacked sdist or a checkout of this version (`python -m pip download --no-deps "
+    "--no-binary :all: mamba-ssm==VERSION`)" + _MIRROR_THERE
 )
 
 #: The last minor release of each older CUDA major (its nvcc's arch table, ``_compat.archs``).
 _LAST_MINOR = {12: 9, 11: 8}
+
+
+#: The package folder whose install the fixes describe (this one).
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+#: README.md's source install ("Building from source"), run in the source tree; the rebuild adds
+#: ``--no-cache-dir --force-reinstall --no-deps`` (a fresh build, never another package).
+SOURCE_INSTALL = "MAMBA_FORCE_BUILD=TRUE python -m pip install --no-build-isolation"
+_REBUILD_FLAGS = "--no-cache-dir --force-reinstall --no-deps"
+#: docs/build.md's in-place build, for a checkout imported where it lies (or an editable install).
+IN_PLACE_BUILD = "python setup.py build_ext --inplace"
 
 
 # ----------------------------------------------------------------------------- the commands
@@ -79,10 +105,96 @@ def _public(version: str) -> str:
     return version.split("+", 1)[0]
 
 
+def is_on_an_index(version: str) -> bool:
+    """Whether ``mamba-ssm==<version>`` can be installed from a package index: False for a development
+    release (``2.4.0.dev0``, what a checkout carries between releases: no index has it) and for text
+    that is not a PEP 440 version; True for a final, pre- or post-release (every ``v*`` tag publishes
+    its sdist; ``==`` admits a pre-release). A local label is ignored: the pin names the public
+    version."""
+    from packaging.version import InvalidVersion, Version  # only when a command is printed
+
+    try:
+        return not Version(version).is_devrelease
+    except InvalidVersion:
+        return False
+
+
+class RebuildSource(NamedTuple):
+    """Where a development version is rebuilt from: ``kind`` ``in-place`` (the checkout holding the
+    package), ``folder`` or ``sdist`` (what pip installed it from), or ``unknown``; ``path`` names it
+    (None when unknown)."""
+
+    kind: str
+    path: str | None = None
+
+
+def _is_source_tree(path: str) -> bool:
+    return all(os.path.isfile(os.path.join(path, f)) for f in ("setup.py", "pyproject.toml"))
+
+
+def _direct_url(package_dir: str) -> dict[str, object] | None:
+    """PEP 610's ``direct_url.json`` of the ``mamba_ssm-*.dist-info`` next to the package (pip writes it
+    for an install from a URL, a folder or a file), or None."""
+    site = os.path.dirname(package_dir)
+    try:
+        names = [n for n in os.listdir(site) if _DIST_INFO.match(n)]
+    except OSError:
+        return None
+    if len(names) != 1:
+        return None
+    try:
+        with open(os.path.join(site, names[0], "direct_url.json")) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def rebuild_source(package_dir: str | None = None) -> RebuildSource:
+    """Where the install of the package at ``package_dir`` (default: this one) can be rebuilt from
+    when its version is on no index: the source tree holding the package (a checkout on ``sys.path``,
+    an editable install: built in place); else the local folder or sdist pip installed it from
+    (``direct_url.json``, PEP 610), while it still exists; else ``unknown``."""
+    package_dir = package_dir or _PACKAGE_DIR
+    tree = os.path.dirname(os.path.abspath(package_dir))
+    if _is_source_tree(tree):
+        return RebuildSource("in-place", tree)
+    data = _direct_url(package_dir) or {}
+    url = str(data.get("url") or "")
+    if url.startswith("file://"):
+        path = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
+        if "dir_info" in data and _is_source_tree(path):
+            return RebuildSource("folder", path)
+        if "archive_info" in data and path.endswith((".tar.gz", ".zip")) and os.path.isfile(path):
+            return RebuildSource("sdist", path)
+    return RebuildSource("unknown")
+
+
+def _rebuild_command(version: str, env_prefix: str, src: RebuildSource) -> str:
+    """A source build of ``version`` (on no index) from ``src``."""
+    if src.kind == "in-place" and src.path:
+        return f"cd {shlex.quote(src.path)} && {env_prefix}{IN_PLACE_BUILD}"
+    if src.kind == "folder" and src.path:
+        return f"cd {shlex.quote(src.path)} && {env_prefix}{SOURCE_INSTALL} {_REBUILD_FLAGS} ."
+    if src.kind == "sdist" and src.path:
+        return f"{env_prefix}{SOURCE_INSTALL} {_REBUILD_FLAGS} {shlex.quote(src.path)}"
+    return in_a_checkout(f"{env_prefix}{SOURCE_INSTALL} {_REBUILD_FLAGS} .", version)
+
+
+def in_a_checkout(command: str, version: str) -> str:
+    """``command``, which installs ``.``, run only in a mamba-ssm source tree (``test -f
+    mamba_ssm/_version.py &&``: elsewhere it would install whatever project the shell is in), with a
+    comment saying which tree (``version`` is on no index)."""
+    return (
+        f"test -f mamba_ssm/_version.py && {command}  "
+        f"# in a source checkout of mamba-ssm {version}: no package index has a development version"
+    )
+
+
 def installed_version(package_dir: str | None = None) -> str:
     """The public version of this install (``2.4.0.dev0``): from the ``mamba_ssm-<v>.dist-info``
     next to the package (what pip installed), else ``mamba_ssm/_version.py`` (a source checkout)."""
-    package_dir = package_dir or os.path.dirname(os.path.abspath(__file__))
+    package_dir = package_dir or _PACKAGE_DIR
     site = os.path.dirname(package_dir)
     try:
         found = sorted(m.group(1) for m in map(_DIST_INFO.match, os.listdir(site)) if m)
@@ -103,11 +215,14 @@ def requirement(version: str | None = None) -> str:
 
 
 def mirror_hint(version: str | None = None) -> str:
-    """:data:`MIRROR_HINT` with this install's version (or ``version``) filled in."""
+    """:data:`MIRROR_HINT` with this install's version (or ``version``) filled in; for a version on no
+    index, without the sdist download (only a checkout of it has the sources)."""
     try:
         v = _public(version or installed_version())
     except (OSError, ValueError):  # a hint must never fail: keep the placeholder
         v = "VERSION"
+    if v != "VERSION" and not is_on_an_index(v):
+        return f"{_MIRROR_HERE}a checkout of mamba-ssm {v} (no package index has its sdist){_MIRROR_THERE}"
     return MIRROR_HINT.replace("VERSION", v)
 
 
@@ -123,24 +238,34 @@ def _with_index(cmd: str, index: str | None) -> str:
 
 def reinstall_command(version: str | None = None, index: str | None = None) -> str:
     """Rebuild this version from its sdist (the resolver runs again for the torch now installed),
-    bypassing pip's wheel cache, never touching any other package."""
-    return _with_index(
-        f"python -m pip install --no-cache-dir --force-reinstall --no-deps {requirement(version)}", index
-    )
+    bypassing pip's wheel cache, never touching any other package. A version on no index
+    (:func:`is_on_an_index`) is rebuilt from its source instead (:func:`source_build_command`)."""
+    v = _public(version or installed_version())
+    if not is_on_an_index(v):
+        return source_build_command(version)
+    return _with_index(f"python -m pip install {_REBUILD_FLAGS} {requirement(v)}", index)
 
 
 def source_build_command(version: str | None = None, env_prefix: str = "") -> str:
     """A source build of this version against the torch installed (``env_prefix``: more variables,
-    e.g. ``"TORCH_CUDA_ARCH_LIST=8.0 "``)."""
-    return (
-        f"{env_prefix}MAMBA_FORCE_BUILD=TRUE python -m pip install --no-build-isolation --no-cache-dir "
-        f"--force-reinstall --no-deps {requirement(version)}"
-    )
+    e.g. ``"MAMBA_CUDA_ARCHS=80 "``): README.md's source install of the pinned sdist, or for a version
+    on no index, of this install's source (:func:`rebuild_source`; ``version`` given: a version other
+    than this install's, so no local source is assumed)."""
+    v = _public(version or installed_version())
+    if not is_on_an_index(v):
+        return _rebuild_command(
+            v, env_prefix, rebuild_source() if version is None else RebuildSource("unknown")
+        )
+    return f"{env_prefix}{SOURCE_INSTALL} {_REBUILD_FLAGS} {requirement(v)}"
 
 
 def no_isolation_command(version: str | None = None) -> str:
-    """Install this version built against the torch already installed (no build isolation)."""
-    return f"python -m pip install --no-build-isolation --no-deps {requirement(version)}"
+    """Install this version built against the torch already installed (no build isolation); for a
+    version on no index, the source build of :func:`source_build_command`."""
+    v = _public(version or installed_version())
+    if not is_on_an_index(v):
+        return source_build_command(version)
+    return f"python -m pip install --no-build-isolation --no-deps {requirement(v)}"
 
 
 def triton_install_command() -> str | None:
@@ -379,11 +504,14 @@ def coverage_fix(device_type: str, arch: str | None, torch_cuda: str | None, ind
     unservable = gpu_unservable(arch, torch_cuda)
     if unservable:  # a GPU older than everything this torch's CUDA can build for: no build helps
         return unservable
-    capability = arch or "<compute capability>"
+    try:  # MAMBA_CUDA_ARCHS wins over a TORCH_CUDA_ARCH_LIST the user may have set
+        targets = archs.arch_list_assignment(archs.ArchSpec(sass=(archs.parse_arch(arch or "").sass,))) + " "
+    except ValueError:  # capability unknown: the default archs (torch's that nvcc supports)
+        targets = ""
     return (
-        f"install a wheel whose kernels cover compute capability {capability} "
+        f"install a wheel whose kernels cover {'compute capability ' + arch if arch else 'this GPU'} "
         f"(`{kernels}` picks one), or build from source for it: "
-        f"`TORCH_CUDA_ARCH_LIST={capability} {source_build_command()}`"
+        f"`{source_build_command(env_prefix=targets)}`"
     )
 
 

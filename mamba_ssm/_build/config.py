@@ -56,12 +56,16 @@ class BuildTorch:
     limited_api: Optional[str] = None
 
 
-def _no_isolation_fix() -> str:
-    """The pinned, torch-safe command (:mod:`mamba_ssm._advice`) for this source tree's version."""
-    from .._advice import no_isolation_command
+def _no_isolation_fix() -> str | None:
+    """The pinned, torch-safe command (:mod:`mamba_ssm._advice`) for this source tree's version; None
+    for a development version, which no index has (only its source tree builds it)."""
+    from .._advice import is_on_an_index, no_isolation_command
     from .._version import __version__
 
-    return no_isolation_command(__version__)
+    return no_isolation_command(__version__) if is_on_an_index(__version__) else None
+
+
+_CHECKOUT_NO_ISOLATION = "python -m pip install --no-build-isolation --no-deps ."
 
 
 def _broken_torch(need: str, exc: BaseException, torch: Any = None) -> str:
@@ -83,11 +87,16 @@ def probe_torch(need: str) -> BuildTorch:
     except ImportError as e:
         if getattr(e, "name", None) not in (None, "torch"):  # torch is there but one of its imports fails
             raise PreflightError(_broken_torch(need, e)) from None
+        fix = _no_isolation_fix()
         raise PreflightError(
             f"{need} needs torch in the build environment, but it cannot be imported ({e}). pip builds in "
             "an isolated environment without torch: install torch first, then build against it with "
-            f"'{_no_isolation_fix()}' (from a source checkout: 'python -m pip install --no-build-isolation "
-            "--no-deps .')."
+            + (
+                f"'{fix}' (from a source checkout: '{_CHECKOUT_NO_ISOLATION}')."
+                if fix
+                else f"'{_CHECKOUT_NO_ISOLATION}' in the source checkout (no package index has a "
+                "development version)."
+            )
         ) from None
     except Exception as e:  # noqa: BLE001 - a torch that fails while importing (a missing library, ...)
         raise PreflightError(_broken_torch(need, e)) from None

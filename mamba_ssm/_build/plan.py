@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import shlex
 import sys
 import types
 from dataclasses import dataclass
@@ -243,13 +244,13 @@ def plan_build(kind: CommandKind | str, env: Mapping[str, str] | None = None, ro
         return BuildPlan(BuildMode.METADATA)
     s = Settings.from_env(env)
     if s.skip_cuda_build:
-        reason = "MAMBA_SKIP_CUDA_BUILD=TRUE"
+        reason = _as_set(env, "MAMBA_SKIP_CUDA_BUILD")
         if s.force_build:
             reason += " (" + BOTH_FLAGS_WARNING + ")"
             print(f"mamba-ssm: warning: {BOTH_FLAGS_WARNING}", file=sys.stderr, flush=True)
         return _requested(BuildPlan(BuildMode.PYTHON, reason=reason), kind, env)
     if s.force_build:
-        plan = _requested(BuildPlan(BuildMode.SOURCE, reason="MAMBA_FORCE_BUILD=TRUE"), kind, env)
+        plan = _requested(BuildPlan(BuildMode.SOURCE, reason=_as_set(env, "MAMBA_FORCE_BUILD")), kind, env)
         try:
             probe_torch("MAMBA_FORCE_BUILD=TRUE")  # fail at once under build isolation
             return dataclasses.replace(plan, config=resolve_config(env, root=root))
@@ -287,6 +288,11 @@ def plan_build(kind: CommandKind | str, env: Mapping[str, str] | None = None, ro
             record_decision(hook, outcome, InstallMode.ERROR)
             raise
     return dataclasses.replace(plan, outcome=outcome, hook=hook)
+
+
+def _as_set(env: Mapping[str, str], name: str) -> str:
+    """``NAME=value`` with the value as the user set it (``MAMBA_FORCE_BUILD=1``), quoted for a shell."""
+    return f"{name}={shlex.quote(str(env.get(name, '')).strip())}"
 
 
 def _requested(plan: BuildPlan, kind: CommandKind, env: Mapping[str, str]) -> BuildPlan:

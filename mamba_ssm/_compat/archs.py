@@ -17,6 +17,7 @@ Capabilities are written ``sm_<major><minor>`` with a one-digit minor: ``sm_90``
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -24,6 +25,7 @@ __all__ = [
     "KNOWN_BAD",
     "Arch",
     "ArchSpec",
+    "arch_list_assignment",
     "coverage",
     "default_arch_spec",
     "default_gfx_archs",
@@ -34,6 +36,7 @@ __all__ = [
     "parse_arch_list",
     "parse_capability",
     "parse_gfx_list",
+    "to_arch_list",
     "to_torch_arch_list",
     "unsupported_archs",
 ]
@@ -174,22 +177,42 @@ def parse_arch_list(text: str) -> ArchSpec:
     return ArchSpec(tuple(sorted(sass, key=_sort_key)), tuple(sorted(ptx, key=_sort_key)))
 
 
+def _written(spec: ArchSpec, dotted: bool) -> str:
+    """``X`` per SASS target (``X+PTX`` with its PTX), ``compute_XY`` for a PTX target without its
+    SASS, ``;``-separated; ``X`` is ``9.0a`` (``dotted``) or ``90a``."""
+    out: List[str] = []
+    sass = {parse_arch(s) for s in spec.sass}
+    ptx = {parse_arch(p) for p in spec.ptx}
+    for a in sorted(sass | ptx):
+        base = f"{a.major}.{a.minor}{a.suffix}" if dotted else a.digits
+        if a in sass:
+            out.append(base + ("+PTX" if a in ptx else ""))
+        else:
+            out.append(a.ptx)
+    return ";".join(out)
+
+
 def to_torch_arch_list(spec: ArchSpec) -> str:
     """The spec in ``TORCH_CUDA_ARCH_LIST`` syntax: sm_80 + sm_90 + compute_90 -> ``"8.0;9.0+PTX"``.
 
     A PTX target without the matching SASS cannot be written in torch's syntax; it is listed as
     ``compute_XY``.
     """
-    out: List[str] = []
-    sass = {parse_arch(s) for s in spec.sass}
-    ptx = {parse_arch(p) for p in spec.ptx}
-    for a in sorted(sass | ptx):
-        base = f"{a.major}.{a.minor}{a.suffix}"
-        if a in sass:
-            out.append(base + ("+PTX" if a in ptx else ""))
-        else:
-            out.append(a.ptx)
-    return ";".join(out)
+    return _written(spec, dotted=True)
+
+
+def to_arch_list(spec: ArchSpec) -> str:
+    """The spec in ``MAMBA_CUDA_ARCHS`` syntax, as README.md and docs/build.md write it: sm_90 -> ``"90"``,
+    sm_80 + sm_90 + compute_90 -> ``"80;90+PTX"``, sm_90a -> ``"90a"``, compute_90 alone ->
+    ``"compute_90"``. :func:`parse_arch_list` reads it back to ``spec``."""
+    return _written(spec, dotted=False)
+
+
+def arch_list_assignment(spec: ArchSpec) -> str:
+    """``MAMBA_CUDA_ARCHS=<to_arch_list(spec)>`` as a user pastes it into a POSIX shell:
+    ``MAMBA_CUDA_ARCHS=90``, ``MAMBA_CUDA_ARCHS='80;90+PTX'`` (``shlex.quote``: an unquoted ``;`` ends
+    the command)."""
+    return f"MAMBA_CUDA_ARCHS={shlex.quote(to_arch_list(spec))}"
 
 
 # ----------------------------------------------------------------------------- nvcc support table

@@ -21,34 +21,65 @@ def _yes(value: object) -> str:
     return "yes" if value else "no"
 
 
+def _user_set(record: InstallRecord) -> bool:
+    """The user set the mode (``MAMBA_FORCE_BUILD`` / ``MAMBA_SKIP_CUDA_BUILD``): the resolver did not run,
+    so the record holds no decision of its."""
+    return record.status_text() == "requested"
+
+
 def _others(record: InstallRecord) -> dict[str, object]:
     """The record's fields without a line of their own, and what another version wrote."""
     shown = {"status", "final_mode", "error_kind"}
     out: dict[str, object] = {k: v for k, v in record.extra.items() if k not in shown}
-    if record.requested:
+    if record.requested and not _user_set(record):
         out["requested"] = record.requested
     if record.gpu_unservable:
         out["gpu_unservable"] = list(record.gpu_unservable)
     return out
 
 
+def _user_set_title(record: InstallRecord, when: str) -> str:
+    """What the user's variable made setup.py do, named as set (``MAMBA_FORCE_BUILD=1``)."""
+    asked = record.requested or "an install-time variable"
+    if "MAMBA_SKIP_CUDA_BUILD" in asked:  # it wins over MAMBA_FORCE_BUILD when both are set
+        what = f"the pure-Python package (no kernels), requested with {asked}"
+    elif "MAMBA_FORCE_BUILD" in asked:
+        what = f"a source build, forced with {asked}"
+    else:
+        what = f"the mode set with {asked}"
+    return (
+        f"Install (recorded by setup.py{when}): {what}; the resolver was not asked, so no prebuilt wheel "
+        "was looked for:"
+    )
+
+
 def render_record(record: InstallRecord, error: str | None = None) -> list[str]:
     """The install record as readable lines: final mode, chosen wheel, index, when, what was looked
-    for, the rejected candidates with reasons (``error``: why the record could not be read)."""
-    out = [f"Install decision (recorded by the resolver{', ' + record.time if record.time else ''}):"]
+    for, the rejected candidates with reasons (``error``: why the record could not be read). A record
+    of a mode the user set (status ``requested``) is titled by the variable, with no resolver status and
+    no wheel choice: the resolver made none."""
+    from .._install.record import requested_message  # a record implies the resolver's package
+
+    when = f", {record.time}" if record.time else ""
+    user_set = _user_set(record)
+    title = (
+        _user_set_title(record, when) if user_set else f"Install decision (recorded by the resolver{when}):"
+    )
+    out = [title]
     add = out.append
     if error:
         add(f"  ! {error}")
     mode = record.final_mode_text() or "-"
     status = record.status_text()
-    add(f"  final mode: {mode}" + (f" (resolver status: {status})" if status and status != mode else ""))
+    shown_status = status and status != mode and not user_set
+    add(f"  final mode: {mode}" + (f" (resolver status: {status})" if shown_status else ""))
     sel = record.selection
     wheel = record.wheel or (sel.chosen if sel else None)
     if wheel:
         add(f"  wheel: {wheel}" + (f" (sha256 {record.sha256})" if record.sha256 else ""))
         if record.installed_wheel and record.installed_wheel != wheel:
             add(f"    installed as: {record.installed_wheel}")
-    else:
+    elif not user_set:
         add("  wheel: none chosen")
     if record.index:
         add(f"  index: {record.index}")
@@ -76,8 +107,8 @@ def render_record(record: InstallRecord, error: str | None = None) -> list[str]:
     kind = record.error_kind or record.extra.get("error_kind")
     if kind:
         add(f"  error kind: {kind}")
-    if record.message:
-        add(f"  message: {record.message}")
+    if record.message and not (user_set and record.message == requested_message(record.requested or "")):
+        add(f"  message: {record.message}")  # the title says what the standard requested message does
     build = record.build
     if build is not None:  # what setup.py built when no prebuilt wheel was used
         kernels = ", ".join(build.kernels) or "none"

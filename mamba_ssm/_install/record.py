@@ -70,6 +70,7 @@ __all__ = [
     "ownership",
     "read_record",
     "record_path",
+    "requested_message",
     "write_record",
 ]
 
@@ -97,6 +98,12 @@ class ResolutionStatus(TextEnum):
     NO_CANDIDATE = "no-candidate"  # the index has no fitting wheel
     ERROR = "error"  # detection, the index or the download failed (``error_kind`` says which)
     REQUESTED = "requested"  # not asked: MAMBA_SKIP_CUDA_BUILD / MAMBA_FORCE_BUILD chose the mode
+
+
+def requested_message(reason: str) -> str:
+    """The message of a record whose mode the user set (status ``requested``): ``reason`` names the
+    variable(s) as set; the resolver did not run, so the record holds no decision of its."""
+    return f"{reason}: the resolver was not asked (no prebuilt wheel looked for)."
 
 
 class SelectionStatus(TextEnum):

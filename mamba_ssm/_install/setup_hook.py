@@ -26,7 +26,15 @@ from typing import Protocol
 
 from .._gpus import Gpu
 from .environment import Environment
-from .record import BuildNote, InstallIdentity, InstallMode, InstallRecord, ResolutionStatus, write_record
+from .record import (
+    BuildNote,
+    InstallIdentity,
+    InstallMode,
+    InstallRecord,
+    ResolutionStatus,
+    requested_message,
+    write_record,
+)
 from .relabel import relabel_wheel
 from .resolve import resolve
 
@@ -143,7 +151,7 @@ def requested(version: str, reason: str) -> Outcome:
     """The Outcome for a build whose mode the user asked for (``MAMBA_SKIP_CUDA_BUILD=TRUE``: the
     pure-Python wheel, ``MAMBA_FORCE_BUILD=TRUE``: a source build): the resolver did not run. ``reason``
     names the variable(s); it becomes the record's message. Never raises."""
-    message = f"{reason}: the resolver was not asked (no prebuilt wheel looked for)."
+    message = requested_message(reason)
     rec = InstallRecord(
         package_version=version, status=ResolutionStatus.REQUESTED, requested=reason, message=message
     )
@@ -181,5 +189,6 @@ def record(
     except Exception as exc:  # noqa: BLE001 - the install goes on without a record
         _say(f"could not record the decision ({type(exc).__name__}: {exc})")
         return None
-    _say(f"decision recorded in {path} (shown by python -m mamba_ssm doctor)")
+    what = "install" if outcome.status is ResolutionStatus.REQUESTED else "decision"  # requested: none made
+    _say(f"{what} recorded in {path} (shown by python -m mamba_ssm doctor)")
     return path

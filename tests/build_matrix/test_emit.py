@@ -345,6 +345,7 @@ def test_cibuildwheel_config_is_the_cells_plan():
         if c.toolkit_kind == "cuda":
             spec = archs.parse_arch_list(env["MAMBA_CUDA_ARCHS"])
             assert (spec.sass, spec.ptx) == (tuple(c.sass), tuple(c.ptx)), c.id
+            assert "." not in env["MAMBA_CUDA_ARCHS"], "docs/build.md's syntax: 80;90+PTX, not 8.0;9.0+PTX"
         else:
             assert "MAMBA_CUDA_ARCHS" not in env
         if c.toolkit_kind == "rocm":

@@ -1,5 +1,6 @@
 """sdist-check (contents; the full rebuild from the sdist is the slow path) and build's refusals."""
 
+import re
 import subprocess
 import sys
 
@@ -93,3 +94,23 @@ def test_source_hash_changes_with_sources(tmp_path):
     h1 = build.source_hash(["a.txt"], tmp_path)
     (tmp_path / "a.txt").write_text("y")
     assert build.source_hash(["a.txt"], tmp_path) != h1
+
+
+@pytest.mark.parametrize("typed", ["90", "80;90+PTX"])
+def test_build_shows_the_archs_as_the_variable_takes_them(typed):
+    """The main job's `build --host --archs 90` shows MAMBA_CUDA_ARCHS=90 (not torch's 9.0), quoted for a
+    shell when it holds ';': a shell pasting it sets what the user typed."""
+    out = _build("--host", "--archs", typed)
+    if out.returncode == 2:
+        pytest.skip(f"this machine cannot build the host cell: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    (line,) = [l for l in out.stdout.splitlines() if "would build with" in l]
+    (shown,) = re.findall(r"MAMBA_CUDA_ARCHS=('[^']*'|[^,\s]+)", line)
+    assert shown == (f"'{typed}'" if ";" in typed else typed), line
+    pasted = subprocess.run(
+        ["bash", "-c", f'MAMBA_CUDA_ARCHS={shown}; printf %s "$MAMBA_CUDA_ARCHS"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert pasted == typed

@@ -1,6 +1,7 @@
 """mamba_ssm._compat.archs: arch-list syntax, nvcc tables, gencode flags, GPU coverage."""
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -8,6 +9,7 @@ import pytest
 
 from mamba_ssm._compat.archs import (
     ArchSpec,
+    arch_list_assignment,
     coverage,
     default_arch_spec,
     default_gfx_archs,
@@ -16,6 +18,7 @@ from mamba_ssm._compat.archs import (
     nvcc_supported_archs,
     parse_arch_list,
     parse_gfx_list,
+    to_arch_list,
     to_torch_arch_list,
     unsupported_archs,
 )
@@ -60,6 +63,39 @@ def test_to_torch_arch_list_roundtrip():
     spec = parse_arch_list("8.0;9.0+PTX")
     assert to_torch_arch_list(spec) == "8.0;9.0+PTX"
     assert parse_arch_list(to_torch_arch_list(spec)) == spec
+
+
+def _documented_mamba_archs():
+    """The MAMBA_CUDA_ARCHS values docs/build.md gives as examples (its settings table)."""
+    doc = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "docs", "build.md")
+    with open(doc) as fh:
+        (row,) = [line for line in fh if line.startswith("| `MAMBA_CUDA_ARCHS` |")]
+    return re.findall(r"`([^`]+)`", row.split("|")[2])
+
+
+def test_mamba_arch_list_is_written_as_the_docs_write_it():
+    documented = _documented_mamba_archs()
+    assert documented == ["90", "80;90", "90+PTX", "sm_90a", "compute_90"]
+    for text in documented:
+        spec = parse_arch_list(text)
+        assert parse_arch_list(to_arch_list(spec)) == spec
+        if not text.startswith("sm_"):  # sm_90a is accepted; the short form is 90a
+            assert to_arch_list(spec) == text
+    assert to_arch_list(parse_arch_list("sm_90a")) == "90a"
+    assert to_arch_list(parse_arch_list("8.0;9.0+PTX;12.1")) == "80;90+PTX;121"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("typed", ["90", "80;90+PTX", "80;90"])
+def test_arch_assignment_pastes_into_a_shell_as_typed(typed):
+    """What a shell sets from the printed assignment is the value the user typed."""
+    line = arch_list_assignment(parse_arch_list(typed))
+    if ";" not in typed:
+        assert line == f"MAMBA_CUDA_ARCHS={typed}"
+    got = subprocess.run(
+        ["bash", "-c", f'{line}; printf %s "$MAMBA_CUDA_ARCHS"'], capture_output=True, text=True, check=True
+    ).stdout
+    assert got == typed
 
 
 def test_gencode_flags():

@@ -1,12 +1,17 @@
-"""Issue 11, item 1: every fix command we print is safe to paste, and is tested by running it.
+"""Every fix command we print is safe to paste, and is tested by running it.
 
 A venv whose torch (2.14.1, shared from the dev venv through a .pth file) differs from its installed
 mamba-ssm's ``_C`` (build info: torch 2.13 + CUDA 12.6) gets the loader's and doctor's fixes, and the
-fixes that follow each recorded decision. Every ``pip install`` command among them must pin the
-installed version, and, executed with ``pip --dry-run --report`` against a loopback PEP 503 index
-that serves the built sdist (plus a torch 2.13.0 and a packaging wheel, as a real index would), must
-plan to install mamba-ssm and nothing else. The unpinned ``--force-reinstall`` command these
-messages printed before plans torch as well (checked as a control, so the harness can fail).
+fixes that follow each recorded decision. The installed mamba-ssm is a released version (the sdist
+of this tree with ``_version.py`` saying 2.4.0): every ``pip install`` command among them must pin it,
+and, executed with ``pip --dry-run --report`` against a loopback PEP 503 index that serves that sdist
+(plus a torch 2.13.0 and a packaging wheel, as PyPI would), must plan to install mamba-ssm and nothing
+else. The unpinned ``--force-reinstall`` command these messages printed before plans torch as well
+(checked as a control, so the harness can fail).
+
+A development version (this tree's ``2.4.0.dev0``) is on no index, so a pinned command for it fails
+when pasted: installed by pip from a folder (a second venv), its fixes rebuild that folder with
+README.md's source-install command, which a dry run in that folder plans as mamba-ssm alone.
 
 The index serves no setuptools, so the dry runs add ``--no-build-isolation`` (pip then prepares our
 sdist's metadata with the venv's setuptools; the dependency plan is the same). pip's own
@@ -17,25 +22,27 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import glob
 import http.server
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import sysconfig
 import threading
+from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 sys.path.insert(0, os.path.dirname(__file__))
 from helpers import build_info, make_wheel
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED_SITE = sysconfig.get_paths()["purelib"]
-VERSION = "2.4.0.dev0"
+VERSION = "2.4.0"  # a final release (PEP 440): an index serves it
 CUSTOM_INDEX = "https://wheels.example.invalid/mamba/"
 
 
@@ -77,6 +84,41 @@ def _fake_wheel(folder, name, version):
     return os.path.basename(path)
 
 
+def _version_file(version):
+    """mamba_ssm/_version.py of this tree with ``version`` as ``__version__``."""
+    with open(os.path.join(REPO, "mamba_ssm", "_version.py")) as fh:
+        text = fh.read()
+    out, n = re.subn(r'^__version__ = "[^"]+"$', f'__version__ = "{version}"', text, flags=re.MULTILINE)
+    assert n == 1
+    return out
+
+
+def _venv_with_mamba(venv, source, env):
+    """A venv at ``venv`` sharing this torch through a .pth file, with mamba-ssm installed by pip from
+    ``source`` (an sdist or a folder; the pure-Python package). Returns its python and site folder."""
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env)
+    py = str(venv / "bin" / "python")
+    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env).stdout.strip()
+    with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:
+        fh.write(SHARED_SITE + "\n")
+    _run(
+        [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-cache-dir",
+            str(source),
+        ],
+        dict(env, MAMBA_SKIP_CUDA_BUILD="TRUE"),
+        timeout=600,
+    )
+    return py, site
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     if not os.path.isdir("/proc") or sys.version_info[:2] != (3, 11):
@@ -84,14 +126,12 @@ def world(tmp_path_factory):
     work = tmp_path_factory.mktemp("fixes")
     env = _pip_env(dict(os.environ, MAMBA_SSM_CACHE_DIR=str(work / "cache")))
     env.pop("MAMBA_WHEEL_INDEX", None)
-    # the built sdist, served as a PEP 503 project with a torch and a packaging wheel
-    sdist_dir = work / "sdist"
-    _run(
-        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(sdist_dir), REPO],
-        env,
-        timeout=600,
-    )
-    sdist = glob.glob(str(sdist_dir / "mamba_ssm-*.tar.gz"))[0]
+    # the sdist of this tree as the released VERSION, served as a PEP 503 project with a torch and a
+    # packaging wheel
+    from build_matrix import sdist_check
+
+    sdist = str(sdist_check.build_sdist(work / "sdist", {"mamba_ssm/_version.py": _version_file(VERSION)}))
+    assert os.path.basename(sdist) == f"mamba_ssm-{VERSION}.tar.gz"
     simple = work / "index" / "simple"
     for project, files in (
         ("mamba-ssm", [sdist]),
@@ -113,16 +153,7 @@ def world(tmp_path_factory):
     )
     # the venv: torch 2.14.1 shared, mamba-ssm installed from the sdist (pure Python), then a _C whose
     # build info says torch 2.13 + CUDA 12.6, as pip's wheel cache can hand over
-    _run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], env)
-    py = str(work / "venv" / "bin" / "python")
-    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env).stdout.strip()
-    with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:
-        fh.write(SHARED_SITE + "\n")
-    _run(
-        [py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-cache-dir", sdist],
-        dict(env, MAMBA_SKIP_CUDA_BUILD="TRUE"),
-        timeout=600,
-    )
+    py, site = _venv_with_mamba(work / "venv", sdist, env)
     blob = (
         b"\x7fELF-fake"
         b"MAMBA_SSM_BUILD_INFO_BEGIN"
@@ -132,7 +163,7 @@ def world(tmp_path_factory):
     with open(os.path.join(site, "mamba_ssm", "_C.abi3.so"), "wb") as fh:
         fh.write(blob)
     with _static_server(str(work / "index")) as url:
-        yield {"work": work, "py": py, "site": site, "env": env, "simple": url + "simple/"}
+        yield {"work": work, "py": py, "site": site, "env": env, "simple": url + "simple/", "blob": blob}
 
 
 @contextlib.contextmanager
@@ -156,11 +187,15 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def _dry_run(world, command, name):
-    """Execute ``command`` as printed (``VAR=value ... python -m pip install ...``) in the venv with
-    ``--dry-run``; returns the names pip would install."""
-    words = shlex.split(command)
+def _dry_run(world, command, name, versions=False):
+    """Execute ``command`` as printed (``[cd DIR &&] VAR=value ... python -m pip install ...``) in the
+    venv with ``--dry-run``; returns the names pip would install (``name==version`` with ``versions``)."""
+    words = shlex.split(command, comments=True)
     env = dict(world["env"])
+    cwd = str(world["work"])
+    if words[0] == "cd" and words[2] == "&&":  # `cd <source tree> && ...`
+        cwd = words[1]
+        words = words[3:]
     while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
         key, value = words.pop(0).split("=", 1)
         env[key] = value
@@ -169,12 +204,13 @@ def _dry_run(world, command, name):
     args = [world["py"]] + words[1:] + ["--dry-run", "--report", report, "--index-url", world["simple"]]
     if "--no-build-isolation" not in args:
         args.append("--no-build-isolation")
-    proc = _run(args, env, check=False, cwd=str(world["work"]))
+    proc = _run(args, env, check=False, cwd=cwd)
     assert proc.returncode == 0, (
         f"{command!r} failed under --dry-run:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     )
     with open(report) as fh:
-        return sorted(item["metadata"]["name"].lower() for item in json.load(fh)["install"])
+        meta = [item["metadata"] for item in json.load(fh)["install"]]
+    return sorted(m["name"].lower() + (f"=={m['version']}" if versions else "") for m in meta)
 
 
 def _commands(text):
@@ -208,11 +244,9 @@ def test_every_printed_fix_pins_the_version_and_never_changes_torch(world, print
     assert "2.13" not in out["incompatible"] and "install-kernels" in out["incompatible"]
     # the first fix for a wheel built for another torch is install-kernels, which installs only our wheel
     assert out["incompatible"].index("install-kernels") < out["incompatible"].index("pip install")
-    from mamba_ssm._build.config import _no_isolation_fix
-
-    texts = dict(out, setup_probe_torch=_no_isolation_fix())
+    assert not Version(VERSION).is_devrelease and not Version(VERSION).is_prerelease
     commands = {}
-    for key, text in texts.items():
+    for key, text in out.items():
         found = _commands(text) if "`" in text or "'" in text else [text]
         for cmd in found:
             if "pip install" in cmd:
@@ -261,8 +295,9 @@ def test_install_kernels_uses_the_index_the_install_used(world, tmp_path):
     make_wheel(
         str(root),
         "cu12torch2.13cxx11abiTRUE",
-        build_info(torch="2.13.0+cu126", cuda="12.6", nvcc="12.6"),
+        build_info(torch="2.13.0+cu126", cuda="12.6", nvcc="12.6", version=VERSION),
         platform="manylinux_2_28_x86_64",
+        version=VERSION,
     )
     from build_matrix.index import build_index
 
@@ -283,3 +318,86 @@ def test_install_kernels_uses_the_index_the_install_used(world, tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"wheel index {index}: the one this install used" in proc.stderr
     assert "cu12torch2.13cxx11abitrue" in (proc.stdout + proc.stderr).lower()
+
+
+def _readme_source_install():
+    """README.md's source-install command ("Building from source"), without the variables that say where
+    this machine's toolkit is and which archs to build (the defaults serve any machine)."""
+    with open(os.path.join(REPO, "README.md")) as fh:
+        text = fh.read()
+    block = text[text.index("## Building from source") :].split("```", 2)[1]
+    (line,) = [l for l in block.splitlines() if "pip install --no-build-isolation" in l]
+    words = shlex.split(line)
+    while words[0].split("=", 1)[0] in ("CUDA_HOME", "MAMBA_CUDA_ARCHS"):
+        words.pop(0)
+    return words
+
+
+@pytest.fixture(scope="module")
+def dev_world(world):
+    """A second venv (torch shared the same way) where pip installed this tree's development version
+    from a folder holding its sources (a checkout), with the same incompatible ``_C``."""
+    from build_matrix.build import source_files
+
+    with open(os.path.join(REPO, "mamba_ssm", "_version.py")) as fh:
+        (dev,) = re.findall(r'^__version__ = "([^"]+)"$', fh.read(), flags=re.MULTILINE)
+    if not Version(dev).is_devrelease:
+        pytest.skip(f"this tree's version {dev} is not a development version")
+    work, env = world["work"], world["env"]
+    checkout = work / "checkout of mamba-ssm"  # a space: the printed `cd` must quote it
+    for rel in source_files():
+        dest = checkout / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(os.path.join(REPO, rel), dest)
+    py, site = _venv_with_mamba(work / "devvenv", checkout, env)
+    with open(os.path.join(site, "mamba_ssm", "_C.abi3.so"), "wb") as fh:
+        fh.write(world["blob"].replace(f'"{VERSION}"'.encode(), f'"{dev}"'.encode()))
+    return dict(world, py=py, site=site, version=dev, checkout=str(checkout))
+
+
+def test_a_development_version_is_rebuilt_from_the_folder_pip_installed_it_from(dev_world):
+    """No index has a .dev version (PEP 440 development release), so `pip install mamba-ssm==<it>` fails
+    when pasted: every fix rebuilds the folder pip installed it from (PEP 610 direct_url.json) with
+    README.md's source-install command plus --no-cache-dir --force-reinstall --no-deps, and a dry run
+    of each in that folder plans this version of mamba-ssm alone."""
+    dev, checkout = dev_world["version"], dev_world["checkout"]
+    (direct_url,) = Path(dev_world["site"]).glob("mamba_ssm-*.dist-info/direct_url.json")
+    assert json.loads(direct_url.read_text())["url"] == Path(checkout).as_uri()  # what pip recorded
+    out = json.loads(
+        _run(
+            [
+                dev_world["py"],
+                os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "collect_fix_commands.py"),
+            ]
+            + [dev, CUSTOM_INDEX],
+            dev_world["env"],
+            cwd=str(dev_world["work"]),
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    assert out["setup_probe_torch"] == ""  # setup.py names only the checkout command for it
+    expected = ["cd", checkout, "&&"] + _readme_source_install()
+    expected[-1:-1] = ["--no-cache-dir", "--force-reinstall", "--no-deps"]
+    commands = {}
+    for key, text in out.items():
+        for cmd in _commands(text):
+            commands.setdefault(cmd, key)
+    assert f"mamba-ssm=={dev}" not in json.dumps(out)
+    # a resolver message names a version, not this install: the checkout is unknown there
+    guarded = [c for c in commands if c.startswith("test -f mamba_ssm/_version.py && ")]
+    assert [commands[c] for c in guarded] == ["no_candidate_msg"], guarded
+    for cmd in set(commands) - set(guarded):
+        assert shlex.split(cmd) == expected, (commands[cmd], cmd)
+    assert len(commands) == 2, commands
+    planned = _dry_run(dev_world, [c for c in commands if c not in guarded][0], "dev", versions=True)
+    assert planned == [f"mamba-ssm=={dev}"]
+    # the guarded command runs in a source tree only (its comment says which), there the same build
+    (cmd,) = guarded
+    assert shlex.split(cmd, comments=True)[4:] == expected[3:]
+    assert cmd.endswith(
+        f"# in a source checkout of mamba-ssm {dev}: no package index has a development version"
+    )
+    planned = _dry_run(dev_world, f"cd {shlex.quote(checkout)} && " + cmd.split(" && ", 1)[1], "guarded")
+    assert planned == ["mamba-ssm"]
+    assert "MAMBA_FORCE_BUILD=TRUE" in cmd and "mamba-ssm==" not in cmd

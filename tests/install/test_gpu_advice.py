@@ -8,6 +8,7 @@ sm_60, a GTX 780 sm_35, a Tesla K10 sm_30.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
@@ -169,6 +170,10 @@ def test_the_runtime_fix_for_an_old_gpu_is_not_a_build_it_cannot_run(monkeypatch
     gpu = _devices.DeviceKey("cuda", 0)
     monkeypatch.setattr(_devices, "device_arch", lambda device: "6.0")
     fix = backends._coverage_fix(gpu)
-    assert "TORCH_CUDA_ARCH_LIST" not in fix and "PyTorch fallback" in fix and "CUDA 12" in fix
+    assert "MAMBA_CUDA_ARCHS" not in fix and "PyTorch fallback" in fix and "CUDA 12" in fix
     monkeypatch.setattr(_devices, "device_arch", lambda device: "8.0")
-    assert "TORCH_CUDA_ARCH_LIST=8.0" in backends._coverage_fix(gpu)
+    # docs/build.md's syntax for compute capability 8.0, before the build (pip's, or in place in a checkout)
+    assert re.search(
+        r"MAMBA_CUDA_ARCHS=80 (MAMBA_FORCE_BUILD=TRUE python -m pip install |python setup.py build_ext)",
+        backends._coverage_fix(gpu),
+    ), backends._coverage_fix(gpu)

@@ -16,12 +16,14 @@ import tarfile
 import zipfile
 
 import pytest
+from packaging.version import Version
 
 sys.path.insert(0, os.path.dirname(__file__))
 from helpers import build_info, env_dict, make_wheel
 
 from build_matrix.index import IndexError_, build_index, pin_sdist
 from build_matrix.resolver_cli import main as cli
+from mamba_ssm import _version
 from mamba_ssm._install.manifest import load_pinned_hashes
 from mamba_ssm._install.relabel import relabel_wheel
 
@@ -205,6 +207,19 @@ def test_cli_resolve_for_declared_targets_and_mirror(index, capsys):
         cli(["mirror", "--for", str(env_file), "--to", str(mirror), "--index", root.as_uri(), "--no-pins"])
         == 0
     )
+    # the install command for the target: a pin of a release; no index has a development release
+    # (PEP 440), so for one the target installs a copy of the checkout
+    printed = capsys.readouterr().out.splitlines()[-1]
+    version = Version(_version.__version__)
+    if version.is_devrelease:
+        assert f"mamba-ssm=={version}" not in printed, printed
+        assert printed.endswith(
+            f"test -f mamba_ssm/_version.py && MAMBA_WHEEL_INDEX=file://{mirror} python -m pip install "
+            f"--no-build-isolation .  # in a source checkout of mamba-ssm {version}: no package index has "
+            "a development version"
+        ), printed
+    else:
+        assert printed.endswith(f"python -m pip install mamba-ssm=={version.public}"), printed
     data = json.loads((mirror / "manifest.json").read_text())
     assert [w["filename"] for w in data["wheels"]] == [out["wheel"]]
     assert sha(mirror / LABEL / "mamba-ssm" / out["wheel"]) == expected[out["wheel"]]

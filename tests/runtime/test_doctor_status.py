@@ -216,3 +216,47 @@ def test_fix_follows_the_recorded_cause(tmp_path, cause):
             and "install-kernels" in f
             for f in fixes
         ), fixes
+
+
+def test_forced_source_build_is_titled_by_the_variable_not_as_a_resolver_decision(
+    site, monkeypatch, tmp_path
+):
+    """A wheel built with MAMBA_FORCE_BUILD set: setup.py's real plan and record calls write the record
+    (the resolver never runs), and doctor names the variable as the user set it, with no resolver
+    status and no wheel choice."""
+    from mamba_ssm._build.commands import build_note
+    from mamba_ssm._build.plan import plan_build, record_decision
+
+    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda-13.0")
+    if not os.access(os.path.join(cuda_home, "bin", "nvcc"), os.X_OK):
+        pytest.skip(f"no nvcc under CUDA_HOME={cuda_home}")
+    project = tmp_path / "proj"
+    (project / "csrc").mkdir(parents=True)
+    (project / "csrc" / "tiny.cpp").write_text("int mamba_tiny() { return 1; }\n")
+    typed = "1"  # any of env_flag's spellings; doctor must repeat this one
+    env = {
+        "PATH": os.environ["PATH"],
+        "CUDA_HOME": cuda_home,
+        "MAMBA_CUDA_ARCHS": "90",
+        "MAMBA_FORCE_BUILD": typed,
+    }
+    plan = plan_build("wheel", env, str(project))
+    assert plan.mode == "source" and plan.hook is not None
+    record_decision(plan.hook, plan.outcome, plan.final_mode, "d" * 32, build=build_note(plan, 12.3))
+    _install(site, "d" * 32)
+
+    text, dec = _text_and_decision(monkeypatch)
+    assert dec["current"] is True and dec["decision"]["status"] == "requested"
+    section = text[text.index("Install") : text.index("Backend requested:")].splitlines()
+    when = dec["decision"]["time"]
+    assert section[0] == (
+        f"Install (recorded by setup.py, {when}): a source build, forced with MAMBA_FORCE_BUILD={typed}; "
+        "the resolver was not asked, so no prebuilt wheel was looked for:"
+    )
+    assert section[1] == "  final mode: source"
+    assert section[-2].startswith("  install-time build: source (kernels: ") and section[-2].endswith(
+        f"; 12.3 s): MAMBA_FORCE_BUILD={typed}"
+    )
+    assert section[-1] == f"  record: {dec['decision']['path']}"
+    assert "resolver status" not in text and "recorded by the resolver" not in text
+    assert "wheel: none chosen" not in text and "MAMBA_FORCE_BUILD=TRUE" not in text

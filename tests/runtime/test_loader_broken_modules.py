@@ -68,22 +68,23 @@ def _make(kind, path):
     raise AssertionError(kind)
 
 
+REBUILD = "rebuild"  # the copy's rebuild command (S.rebuild_fix: pinned for a release, else from source)
 KINDS = {
     # kind: (loader kind, what the fix must name)
     "missing": ("missing", "python -m mamba_ssm install-kernels"),
-    "garbage": ("bad-build-info", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
-    "not_elf": ("load-error", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
-    "undefined_symbol": ("load-error", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
-    "torch_minor": ("incompatible", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
-    "cxx11_abi": ("incompatible", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
-    "cuda_major": ("incompatible", "pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm=="),
+    "garbage": ("bad-build-info", REBUILD),
+    "not_elf": ("load-error", REBUILD),
+    "undefined_symbol": ("load-error", REBUILD),
+    "torch_minor": ("incompatible", REBUILD),
+    "cxx11_abi": ("incompatible", REBUILD),
+    "cuda_major": ("incompatible", REBUILD),
 }
 
 
 @pytest.fixture(scope="module", params=sorted(KINDS))
 def broken(request, tmp_path_factory):
     """Run the child once per kind; return (kind, expected reason parts, child output, tensors path,
-    marker path)."""
+    marker path, what the fix must name)."""
     kind = request.param
     tmp = tmp_path_factory.mktemp(f"broken_{kind}")
     root = S.make_package(tmp)
@@ -94,11 +95,12 @@ def broken(request, tmp_path_factory):
     env = S.child_env(root, MAMBA_SSM_TEST_DLOPEN_MARKER=marker)
     proc = S.run_prog(root, "broken_module_child", args=[str(tensors)], env=env)
     assert proc.returncode == 0, f"child failed for {kind}:\n{proc.stdout}\n{proc.stderr}"
-    return kind, expected, S.last_json(proc.stdout), tensors, marker
+    fix = S.rebuild_fix(root) if KINDS[kind][1] == REBUILD else KINDS[kind][1]
+    return kind, expected, S.last_json(proc.stdout), tensors, marker, fix
 
 
 def test_import_is_light_and_loader_reports_reason(broken):
-    kind, expected, out, _, marker = broken
+    kind, expected, out, _, marker, fix = broken
     assert out["torch_imported_by_import"] is False
     assert out["cuda_initialized_after_import"] is False
     load = out["load"]
@@ -107,7 +109,7 @@ def test_import_is_light_and_loader_reports_reason(broken):
     assert load["found"] is (kind != "missing")
     for part in expected:
         assert part in load["reason"], (part, load["reason"])
-    assert KINDS[kind][1] in load["fix"], load["fix"]
+    assert fix in load["fix"], load["fix"]
     if kind in ("torch_minor", "cxx11_abi", "cuda_major"):
         assert load["incompatibilities"], load
         assert load["build_info"] is not None
@@ -119,7 +121,7 @@ def test_import_is_light_and_loader_reports_reason(broken):
 
 
 def test_doctor_exit_1_with_reason_and_fix(broken):
-    kind, expected, out, _, _ = broken
+    kind, expected, out, _, _, fix = broken
     assert out["doctor_code"] == 1
     doc = out["doctor"]
     assert doc["exit_code"] == 1 and doc["status"] == "fallback"
@@ -128,7 +130,7 @@ def test_doctor_exit_1_with_reason_and_fix(broken):
     reasons = [p["reason"] for p in doc["problems"]]
     assert out["load"]["reason"] in reasons, reasons
     problem = doc["problems"][reasons.index(out["load"]["reason"])]
-    assert KINDS[kind][1] in problem["fix"]
+    assert fix in problem["fix"]
     assert problem["devices"] == ["cpu"] + [g["device"] for g in doc["gpus"]["devices"]]
     cpu = [d for d in doc["devices"] if d["device"] == "cpu"][0]
     assert cpu["ops"]["selective_scan"]["backend"] == "torch"
@@ -138,7 +140,7 @@ def test_doctor_exit_1_with_reason_and_fix(broken):
 def test_ops_run_on_fallback(broken):
     import torch
 
-    kind, _, out, tensors, _ = broken
+    kind, _, out, tensors, _, fix = broken
     if "ops_unavailable" in out:
         pytest.skip(f"mamba_ssm.selective_scan_fn is not importable yet (ops part): {out['ops_unavailable']}")
     assert out["cuda_initialized_after_ops"] is False
@@ -153,5 +155,5 @@ def test_ops_run_on_fallback(broken):
     w = out["warnings"][0]
     assert w["user_warning"] is True
     assert out["load"]["reason"] in w["message"]
-    assert KINDS[kind][1] in w["message"]
+    assert fix in w["message"]
     assert "MAMBA_SSM_NO_FALLBACK_WARNING" in w["message"]

@@ -84,6 +84,27 @@ def make_package(tmp_path):
     return root
 
 
+def rebuild_fix(root):
+    """The rebuild a package copy under ``root`` (no dist-info beside it, no setup.py above it) must
+    print, from its ``_version.py`` and PEP 440: the pinned sdist for a release; for a development
+    version, which no index has, README.md's source install (``MAMBA_FORCE_BUILD=TRUE python -m pip
+    install --no-build-isolation``, plus the flags that keep the rebuild fresh and away from torch) of
+    ``.``, run only where ``mamba_ssm/_version.py`` shows a source tree."""
+    import re
+
+    from packaging.version import Version
+
+    with open(os.path.join(root, "mamba_ssm", "_version.py")) as fh:
+        (version,) = re.findall(r'^__version__ = "([^"]+)"$', fh.read(), flags=re.MULTILINE)
+    flags = "--no-cache-dir --force-reinstall --no-deps"
+    if not Version(version).is_devrelease:
+        return f"python -m pip install {flags} mamba-ssm=={Version(version).public}"
+    return (
+        "test -f mamba_ssm/_version.py && MAMBA_FORCE_BUILD=TRUE python -m pip install --no-build-isolation "
+        f"{flags} ."
+    )
+
+
 def write_garbage(path):
     """A file that is neither a shared object nor carries build info."""
     path.write_bytes(b"this is not an ELF shared object\n" * 64)

@@ -3,19 +3,22 @@
 Run as ``python tests/install/progs/collect_fix_commands.py VERSION INDEX_URL`` with the venv's python (mamba-ssm
 installed there); writes one install record per scenario (a custom-index prebuilt, no candidate, an
 unreachable index, deferred, a requested skip) and prints one JSON object of the commands printed:
-``incompatible``, ``main``, ``no_candidate_msg`` and ``<scenario>:missing|mismatch|FIX_REINSTALL``.
+``incompatible``, ``main``, ``no_candidate_msg``, ``setup_probe_torch`` (setup.py's fix when torch is
+missing from the build environment; "" when it has none for this version) and ``<scenario>:missing|mismatch|FIX_REINSTALL``.
 """
 
 import json
 import sys
 
 from mamba_ssm import _advice, _loader
+from mamba_ssm._build.config import _no_isolation_fix
 from mamba_ssm._install import record as D
 
 out = {
     "incompatible": _loader.load().fix,
     "main": _advice.reinstall_command(),
     "no_candidate_msg": _advice.resolver_no_candidate_fix(sys.argv[1]),
+    "setup_probe_torch": _no_isolation_fix() or "",
 }
 ident = D.dist_info_identity()
 base = {

@@ -1,0 +1,123 @@
+"""The rebuild command for a version no index has (a PEP 440 development release): in place for a
+checkout, from the folder or sdist pip installed it from (PEP 610 ``direct_url.json``), and a guarded
+``.`` build when neither is known; the pinned ``mamba-ssm==X`` for a release. The real pip runs of
+these commands are in test_fix_commands.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+
+import pytest
+
+from mamba_ssm import _advice
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize(
+    ("version", "on_an_index"),
+    [
+        ("2.4.0", True),
+        ("2.4.0rc1", True),  # a tagged pre-release is published; `==` admits it
+        ("2.4.0.post1", True),
+        ("2.4.0+cu13torch2.14", True),  # the pin names the public version, 2.4.0
+        ("2.4.0.dev0", False),
+        ("2.4.0.dev0+cu13torch2.14", False),
+        ("2.4.0rc1.dev3", False),
+        ("not a version", False),
+    ],
+)
+def test_which_versions_an_index_has(version, on_an_index):
+    """PEP 440's development releases (``.devN``) are what a checkout carries between releases."""
+    assert _advice.is_on_an_index(version) is on_an_index
+
+
+def _docs_build_line(marker):
+    """The docs/build.md command after the comment line containing ``marker``, without the variables
+    naming this machine's toolkit and archs."""
+    with open(os.path.join(REPO, "docs", "build.md")) as fh:
+        lines = fh.read().split("```")[1].splitlines()
+    line = next(lines[i + 1] for i, l in enumerate(lines) if l.startswith("#") and marker in l)
+    words = shlex.split(line)
+    while words[0].split("=", 1)[0] in ("CUDA_HOME", "MAMBA_CUDA_ARCHS"):
+        words.pop(0)
+    return words
+
+
+def test_a_checkout_is_rebuilt_in_place():
+    """This tree, imported where it lies: docs/build.md's in-place build, in the tree."""
+    version = _advice.installed_version()
+    if _advice.is_on_an_index(version):
+        pytest.skip(f"this tree's version {version} is a release")
+    expected = ["cd", REPO, "&&"] + _docs_build_line("in place")
+    assert shlex.split(_advice.source_build_command()) == expected
+    assert shlex.split(_advice.reinstall_command(index="https://wheels.example.invalid/")) == expected
+    assert shlex.split(_advice.source_build_command(env_prefix="MAMBA_CUDA_ARCHS=80 ")) == (
+        expected[:3] + ["MAMBA_CUDA_ARCHS=80"] + expected[3:]
+    )
+
+
+def _installed(tmp_path, version, direct_url):
+    """A site folder as pip leaves it: the package and its dist-info with ``direct_url.json``."""
+    site = tmp_path / "site"
+    (site / "mamba_ssm").mkdir(parents=True)
+    di = site / f"mamba_ssm-{version}.dist-info"
+    di.mkdir()
+    (di / "RECORD").write_text("")
+    if direct_url is not None:
+        (di / "direct_url.json").write_text(json.dumps(direct_url))
+    return str(site / "mamba_ssm")
+
+
+def test_an_install_from_an_sdist_file_is_rebuilt_from_it_while_it_exists(tmp_path, monkeypatch):
+    sdist = tmp_path / "dist dir" / "mamba_ssm-2.4.0.dev0.tar.gz"
+    sdist.parent.mkdir()
+    sdist.write_bytes(b"")
+    # PEP 610: what pip records for `pip install ./dist/mamba_ssm-2.4.0.dev0.tar.gz`
+    url = {"url": sdist.as_uri(), "archive_info": {"hashes": {"sha256": "0" * 64}}}
+    monkeypatch.setattr(_advice, "_PACKAGE_DIR", _installed(tmp_path, "2.4.0.dev0", url))
+    words = shlex.split(_advice.reinstall_command())
+    assert words[-1] == str(sdist) and "mamba-ssm==2.4.0.dev0" not in words
+    assert words[:-1] == [
+        "MAMBA_FORCE_BUILD=TRUE",
+        "python",
+        "-m",
+        "pip",
+        "install",
+        "--no-build-isolation",
+        "--no-cache-dir",
+        "--force-reinstall",
+        "--no-deps",
+    ]
+    sdist.unlink()
+    assert _advice.rebuild_source().kind == "unknown"
+    assert _advice.reinstall_command().startswith("test -f mamba_ssm/_version.py && MAMBA_FORCE_BUILD=TRUE ")
+
+
+def test_a_release_keeps_the_pinned_command_wherever_it_came_from(tmp_path, monkeypatch):
+    url = {"url": (tmp_path / "mamba_ssm-2.4.0.tar.gz").as_uri(), "archive_info": {}}
+    monkeypatch.setattr(_advice, "_PACKAGE_DIR", _installed(tmp_path, "2.4.0", url))
+    assert _advice.reinstall_command() == (
+        "python -m pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm==2.4.0"
+    )
+    assert _advice.source_build_command().endswith(" --no-deps mamba-ssm==2.4.0")
+    assert "pip download --no-deps --no-binary :all: mamba-ssm==2.4.0`" in _advice.mirror_hint()
+
+
+def test_an_unknown_source_gets_a_command_that_builds_nothing_outside_a_mamba_ssm_tree(tmp_path, monkeypatch):
+    monkeypatch.setattr(_advice, "_PACKAGE_DIR", _installed(tmp_path, "2.4.0.dev0", None))
+    cmd = _advice.source_build_command()
+    assert cmd.startswith("test -f mamba_ssm/_version.py && ") and "mamba-ssm==" not in cmd
+    assert "pip download" not in _advice.mirror_hint() and "a checkout of mamba-ssm 2.4.0.dev0" in (
+        _advice.mirror_hint()
+    )
+    elsewhere = tmp_path / "some other project"
+    elsewhere.mkdir()
+    (elsewhere / "pyproject.toml").write_text('[project]\nname = "other"\nversion = "1"\n')
+    proc = subprocess.run(["bash", "-c", cmd], cwd=elsewhere, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == proc.stderr == ""  # pip never ran
+    assert re.search(r"# in a source checkout of mamba-ssm 2\.4\.0\.dev0\b", cmd)
