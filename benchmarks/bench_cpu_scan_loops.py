@@ -9,10 +9,10 @@ forward's steps (``fwd``), the backward's recompute (``rec``) and reverse pass (
 alone (``exp``: 2^(dt A log2 e) for every timestep and state), in interleaved rounds, minimum process
 CPU time, as nanoseconds per unit (one timestep of one channel, all of d_state).
 
-What the figures bound: a backward that recomputes the states evaluates every decay again, so
-forward+backward / forward >= 1 + (rec + rev) / fwd over these loops, before any per-call work (rows,
-transposes, allocation); ``exp`` is the part of ``fwd`` and ``rec`` that only storing the decays (16
-floats per unit, d_state times the input) would remove.
+What the figures say: over these loops alone, forward+backward / forward = 1 + (rec + rev) / fwd (the
+whole ops add per-call work, rows, transposes, allocation, to both sides); a backward that recomputes the
+states evaluates every decay again, so ``rec`` costs about a ``fwd``, and ``exp`` is the part of ``fwd``
+and ``rec`` that only storing the decays (16 floats per unit, d_state times the input) would remove.
 
     python benchmarks/bench_cpu_scan_loops.py [--seqlen 2048] [--rounds 7] [--write-doc]
 """
@@ -114,10 +114,11 @@ def report(rows: list[dict], cmdline: str, load: tuple[float, float]) -> str:
         )
     lines += [
         "",
-        "`1 + (rec + rev) / fwd` is the floor these loops put under the compiled forward+backward / forward "
-        "(bench_cpu_scan.py's ratio), before the per-call work. `exp / fwd` is the share of the forward "
-        "(and about the same of the recompute) that is the decays 2^(dt A log2 e): a backward that does not "
-        "evaluate them again needs them stored, d_state floats per timestep and channel (16x u at d_state "
+        "`1 + (rec + rev) / fwd` is forward+backward / forward (bench_cpu_scan.py's ratio) as these loops "
+        "alone give it: the whole ops add per-call work (rows, transposes, the epilogue, allocation) to both "
+        "sides. A backward that recomputes the states evaluates every decay again, so `rec` costs about a "
+        "`fwd`; `exp / fwd` is the share of the forward that is the decays 2^(dt A log2 e), which only "
+        "storing them would spare the backward (d_state floats per timestep and channel: 16x u at d_state "
         "16, 201 MB at (1, 1536, 16, 2048)).",
         END,
         "",
