@@ -38,16 +38,15 @@ def child(args: argparse.Namespace) -> None:
         os.path.abspath(args.child), "mamba_ssm"
     ):
         raise SystemExit(f"bench_cpu_scan_ab: imported mamba_ssm from {mamba_ssm.__file__}, not {args.child}")
+    # After mamba_ssm is imported from the child's folder: bench_cpu_scan puts its own checkout on sys.path.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_cpu_scan import make_inputs
+
     torch.set_num_threads(1)
     out = {}
     for spec in args.shapes.split(";"):
         batch, dim, d_state, seqlen = (int(v) for v in spec.split(","))
-        g = torch.Generator().manual_seed(0)
-        u = torch.randn(batch, dim, seqlen, generator=g)
-        delta = 0.1 * torch.rand(batch, dim, seqlen, generator=g)
-        A = -torch.rand(dim, d_state, generator=g) - 0.5
-        B = torch.randn(batch, d_state, seqlen, generator=g)
-        C = torch.randn(batch, d_state, seqlen, generator=g)
+        u, delta, A, B, C = make_inputs(batch, dim, d_state, seqlen)
         leaves = [x.clone().requires_grad_() for x in (u, delta, A, B, C)]
         for isa in args.isas.split(","):
             os.environ["MAMBA_SSM_CPU_ISA"] = isa
