@@ -44,6 +44,7 @@ __all__ = [
     "backend_choice_fix",
     "check_failed_fix",
     "coverage_fix",
+    "failed_attempt_fix",
     "gpu_unservable",
     "in_a_checkout",
     "install_kernels_command",
@@ -405,6 +406,20 @@ def mismatch_fix(record: InstallRecord | None) -> str:
 def reinstall_fix(record: InstallRecord | None = None) -> str:
     """Reinstall the package (a broken or partial install)."""
     return f"reinstall the package: `{reinstall_command(index=recorded_index(record))}`"
+
+
+def failed_attempt_fix(record: InstallRecord) -> str:
+    """What to do when the last install attempt failed (``final_mode`` ``error``) and installed nothing:
+    its full error is in that install's output; the prebuilt kernels need no build."""
+    index = recorded_index(record)
+    kernels = install_kernels_command(index)
+    if _no_candidate(record):
+        return no_candidate_fix(record)
+    return (
+        f"the error is in that install's output (pip shows a build's output with `-v`); run `{kernels}` "
+        f"to install the prebuilt kernels for this torch without building, or fix the cause and install "
+        f"again: `{reinstall_command(index=index)}`"
+    )
 
 
 def install_notes(record: InstallRecord | None, message: str) -> str:
