@@ -44,6 +44,7 @@ __all__ = [
     "backend_choice_fix",
     "check_failed_fix",
     "coverage_fix",
+    "failed_attempt_fix",
     "gpu_unservable",
     "in_a_checkout",
     "install_kernels_command",
@@ -362,11 +363,15 @@ def missing_kernels_fix(record: InstallRecord | None) -> str:
     if record is not None and _no_candidate(record):
         return no_candidate_fix(record)
     if _skip_requested(record):
+        reinstall = reinstall_command(index=index)
         return (
             "the pure-Python package was requested at install time (MAMBA_SKIP_CUDA_BUILD=TRUE), so no "
             f"kernels were installed; to get them run `{kernels}`, or reinstall without "
-            f"MAMBA_SKIP_CUDA_BUILD (`{reinstall_command(index=index)}`), or build from "
-            f"source with `{source}`"
+            + (
+                f"MAMBA_SKIP_CUDA_BUILD (`{reinstall}`), or build from source with `{source}`"
+                if reinstall != source
+                else f"MAMBA_SKIP_CUDA_BUILD, building from source: `{source}`"
+            )
         )
     if record is not None and record.kernels_deferred:
         return (
@@ -385,17 +390,36 @@ def mismatch_fix(record: InstallRecord | None) -> str:
     if record is not None and _no_candidate(record):
         return no_candidate_fix(record)
     index = recorded_index(record)
+    reinstall, source = reinstall_command(index=index), source_build_command()
     return (
         f"run `{install_kernels_command(index)}` to fetch the kernels built for this torch (it replaces "
-        f"only mamba-ssm's own files), or rebuild without pip's wheel cache, which can hand back a wheel built "
-        f"for another torch: `{reinstall_command(index=index)}`, or build from source with "
-        f"`{source_build_command()}`"
+        f"only mamba-ssm's own files), or "
+        + (
+            f"rebuild without pip's wheel cache, which can hand back a wheel built for another torch: "
+            f"`{reinstall}`, or build from source with `{source}`"
+            if reinstall != source
+            else f"rebuild from source: `{source}`"
+        )
     )
 
 
 def reinstall_fix(record: InstallRecord | None = None) -> str:
     """Reinstall the package (a broken or partial install)."""
     return f"reinstall the package: `{reinstall_command(index=recorded_index(record))}`"
+
+
+def failed_attempt_fix(record: InstallRecord) -> str:
+    """What to do when the last install attempt failed (``final_mode`` ``error``) and installed nothing:
+    its full error is in that install's output; the prebuilt kernels need no build."""
+    index = recorded_index(record)
+    kernels = install_kernels_command(index)
+    if _no_candidate(record):
+        return no_candidate_fix(record)
+    return (
+        f"the error is in that install's output (pip shows a build's output with `-v`); run `{kernels}` "
+        f"to install the prebuilt kernels for this torch without building, or fix the cause and install "
+        f"again: `{reinstall_command(index=index)}`"
+    )
 
 
 def install_notes(record: InstallRecord | None, message: str) -> str:

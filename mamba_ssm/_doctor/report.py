@@ -493,6 +493,12 @@ class _Problems:
                 return
         self.found.append((severity, reason, fix, [where] if where else [], [op] if op else []))
 
+    def join(self, severity: Severity, reason: str, op: str) -> None:
+        """Name ``op`` in the problem already found for ``reason`` too (none found: nothing added)."""
+        for p in self.found:
+            if p[1] == reason and p[0] is severity and op not in p[4]:
+                p[4].append(op)
+
     def frozen(self, deferred_fix: str | None) -> tuple[Problem, ...]:
         out = []
         for severity, reason, fix, devices, ops in self.found:
@@ -542,6 +548,11 @@ def _device_report(name: str, config: BackendReport, problems: _Problems) -> Dev
                     name,
                     op,
                 )
+    # The conv ops that run PyTorch code for the same reason are named in that problem as well.
+    for op in _dispatch.OPS:
+        o = ops[op]
+        if op in _dispatch.CONV1D_OPS and not o.error and o.backend in (Backend.TORCH, Backend.REF):
+            problems.join(Severity.FALLBACK, o.reason or "", op)
     return DeviceReport(
         device=name,
         ops=ops,

@@ -59,10 +59,8 @@ def _installed_version() -> str:
 
 
 def _recorded_index(prefix: str | None) -> str | None:
-    """The wheel index the record of this install used, when it was not the release index and
-    MAMBA_WHEEL_INDEX does not name one now (None: the resolver's default applies)."""
-    if os.environ.get("MAMBA_WHEEL_INDEX"):
-        return None
+    """The wheel index the record of this install used, when it was not the release index (None:
+    the resolver's default applies)."""
     try:
         rec = read_record(prefix)
     except RecordError:  # an unreadable record gives no index
@@ -70,6 +68,23 @@ def _recorded_index(prefix: str | None) -> str | None:
     if rec is None or not ownership(rec).current:
         return None
     return recorded_index(rec)
+
+
+def _index_and_origin(flag: str | None, prefix: str | None) -> tuple[str | None, str | None]:
+    """The index to pass to the resolver (None: MAMBA_WHEEL_INDEX, else the release index) and a
+    line naming where the index came from (None for the release index)."""
+    if flag:
+        return flag, f"wheel index {flag}: from --index"
+    env_index = os.environ.get("MAMBA_WHEEL_INDEX")
+    if env_index:
+        return None, f"wheel index {env_index}: from MAMBA_WHEEL_INDEX; --index chooses another"
+    recorded = _recorded_index(prefix)
+    if recorded:
+        return recorded, (
+            f"wheel index {recorded}: the one this install used (recorded decision); --index or "
+            f"MAMBA_WHEEL_INDEX choose another"
+        )
+    return None, None
 
 
 def _pip_command(wheel: str) -> list[str]:
@@ -126,12 +141,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m mamba_ssm install
         print(env.to_json())
         return EXIT_INSTALLED
     log: Callable[[str], None] | None = None if args.json else _log
-    index = args.index or _recorded_index(env.prefix)
-    if index and log:
-        log(
-            f"wheel index {index}: the one this install used (recorded decision); --index or MAMBA_WHEEL_INDEX "
-            f"choose another"
-        )
+    index, origin = _index_and_origin(args.index, env.prefix)
+    if origin and log:
+        log(origin)
     res = resolve(version, index=index, env=env, log=log)
     code = EXIT_INSTALLED
     message = res.message

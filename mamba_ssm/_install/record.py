@@ -550,8 +550,12 @@ class Ownership(NamedTuple):
 
 def ownership(record: InstallRecord, site_dir: str | None = None) -> Ownership:
     """Whether ``record`` describes the mamba-ssm installed next to this package. A record without an
-    ``install`` identity (written before records carried one) counts as an earlier install's."""
+    ``install`` identity counts as an earlier install's: an attempt that failed (``final_mode``
+    ``error``) installed nothing, and a record of another kind without one was written before records
+    carried one."""
     ident = record.install
+    if ident is None and record.final_mode is InstallMode.ERROR:
+        return Ownership(False, "the install attempt that wrote the record failed, so it installed nothing")
     if ident is None:
         return Ownership(False, "the record names no install (written by an older mamba-ssm)")
     if ident.install_id:

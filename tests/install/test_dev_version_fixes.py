@@ -121,3 +121,37 @@ def test_an_unknown_source_gets_a_command_that_builds_nothing_outside_a_mamba_ss
     proc = subprocess.run(["bash", "-c", cmd], cwd=elsewhere, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stdout == proc.stderr == ""  # pip never ran
     assert re.search(r"# in a source checkout of mamba-ssm 2\.4\.0\.dev0\b", cmd)
+
+
+def _backticked(text):
+    return re.findall(r"`([^`]+)`", text)
+
+
+@pytest.mark.parametrize("version", ["2.4.0.dev0", "2.4.0"])
+def test_each_fix_offers_each_command_once(tmp_path, monkeypatch, version):
+    """A development version is reinstalled by building its source, so the fixes for a pure-Python
+    install (MAMBA_SKIP_CUDA_BUILD) and for a ``_C`` built for another torch name that build once; a
+    release offers the pinned reinstall and the source build, two commands."""
+    from mamba_ssm._install.record import InstallRecord
+
+    tree = tmp_path / "checkout"
+    (tree / "mamba_ssm").mkdir(parents=True)
+    for name in ("setup.py", "pyproject.toml"):
+        (tree / name).write_text("")
+    (tree / "mamba_ssm" / "_version.py").write_text(f'__version__ = "{version}"\n')
+    if version == "2.4.0.dev0":  # a checkout holding the package: docs/build.md's in-place build
+        monkeypatch.setattr(_advice, "_PACKAGE_DIR", str(tree / "mamba_ssm"))
+        builds = [f"cd {tree} && " + shlex.join(_docs_build_line("in place"))]
+    else:
+        monkeypatch.setattr(_advice, "_PACKAGE_DIR", _installed(tmp_path, version, None))
+        pinned = f"--no-cache-dir --force-reinstall --no-deps mamba-ssm=={version}"
+        builds = [
+            f"python -m pip install {pinned}",
+            f"MAMBA_FORCE_BUILD=TRUE python -m pip install --no-build-isolation {pinned}",
+        ]
+    skip = InstallRecord.from_dict(
+        {"package_version": version, "final_mode": "python", "requested": "MAMBA_SKIP_CUDA_BUILD=TRUE"}
+    )
+    kernels = "python -m mamba_ssm install-kernels"
+    assert _backticked(_advice.missing_kernels_fix(skip)) == [kernels, *builds]
+    assert _backticked(_advice.mismatch_fix(None)) == [kernels, *builds]

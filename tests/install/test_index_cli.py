@@ -279,3 +279,36 @@ def test_cli_resolve_labels_a_declared_target_and_explain_lists_what_wheels_serv
     out = json.loads(capsys.readouterr().out)
     assert out["environment"]["target_source"] == f"declared, from {env_file}"
     assert len(out["decision"]["served"]) == 2
+
+
+def _install_kernels_log(args, tmp, **env):
+    """stderr's ``[install-kernels] wheel index`` lines of a dry run in this tree, with the install
+    record kept under ``tmp`` (no record unless the test writes one there)."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    base = {k: v for k, v in os.environ.items() if k != "MAMBA_WHEEL_INDEX"}
+    base.update(MAMBA_SSM_DECISION_DIR=str(tmp / "decisions"), MAMBA_SSM_NO_NVML="1", **env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mamba_ssm", "install-kernels", "--dry-run", *args],
+        env=base,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # no wheel for this torch: no-candidate
+    return [l for l in proc.stderr.splitlines() if l.startswith("[install-kernels] wheel index")]
+
+
+def test_install_kernels_names_where_its_index_came_from(tmp_path):
+    """The index named by --index or MAMBA_WHEEL_INDEX is reported as coming from there, not from a
+    recorded decision (this tree is no install, so no record of it applies)."""
+    root = tmp_path / "idx"
+    make_wheel(str(root), CPU, build_info("2.13.0+cpu", None, sass=()), platform="manylinux_2_28_x86_64")
+    build_index(str(root))
+    assert _install_kernels_log(["--index", str(root)], tmp_path) == [
+        f"[install-kernels] wheel index {root}: from --index"
+    ]
+    assert _install_kernels_log([], tmp_path, MAMBA_WHEEL_INDEX=str(root)) == [
+        f"[install-kernels] wheel index {root}: from MAMBA_WHEEL_INDEX; --index chooses another"
+    ]
+    # a recorded index is reported as the recorded one: test_fix_commands.py, in an installed venv

@@ -132,6 +132,17 @@ def test_text_report(missing_root):
     assert "Status: FALLBACK" in out and "(exit 1)" in out
     assert "fix: run `python -m mamba_ssm install-kernels`" in out
     assert re.search(r"^\s+selective_scan\s+torch$", out, re.MULTILINE), out
+    # the missing _C leaves every op with a kernel in it on PyTorch code here, the conv ops included
+    (where,) = re.findall(
+        r"^  - the compiled module mamba_ssm._C is not installed .*\[(.*)\]$", out, re.MULTILINE
+    )
+    assert where.split(", ") == [
+        "selective_scan",
+        "mamba_inner",
+        "causal_conv1d",
+        "causal_conv1d_update",
+        "cpu",
+    ]
 
 
 def test_bad_backend_env_is_broken(missing_root):
@@ -413,7 +424,10 @@ def test_gpus_listed_and_each_checked_against_the_build(tmp_path):
     assert by_device["cuda:1"]["ops"]["selective_scan"]["backend"] == "torch"
     assert "7.5" in by_device["cuda:1"]["coverage"]
     (p,) = report["problems"]
-    assert p["devices"] == ["cuda:1"] and p["ops"] == ["selective_scan", "mamba_inner"]
+    # no kernel of the build runs on sm_75: the conv ops run PyTorch code there too, for the same reason
+    assert p["devices"] == ["cuda:1"]
+    assert p["ops"] == ["selective_scan", "mamba_inner", "causal_conv1d", "causal_conv1d_update"]
+    assert [by_device["cuda:1"]["ops"][op]["backend"] for op in p["ops"]] == ["torch"] * 4
     assert (
         "7.5" in p["reason"]
         and "install-kernels" in p["fix"]

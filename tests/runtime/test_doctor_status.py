@@ -148,6 +148,30 @@ def test_record_without_install_identity_is_not_presented_as_current(site, monke
     assert "belongs to an earlier install (recorded 2026-01-01T00:00:00Z" in text
 
 
+def test_a_failed_install_attempt_is_reported_as_failed(site, monkeypatch):
+    """A source build that failed after setup.py recorded it (final mode ``error``, as setup.py's
+    preflight writes it through the setup hook) is the last attempt, which installed nothing: doctor
+    says so with the recorded error and what to do, not that an older mamba-ssm wrote the record."""
+    from mamba_ssm._install import setup_hook
+    from mamba_ssm._install.record import InstallMode
+
+    monkeypatch.setattr(setup_hook, "_say", lambda text: None)
+    outcome = setup_hook.requested("2.4.0.dev0", "MAMBA_FORCE_BUILD=TRUE")
+    error = "nvcc was not found (set CUDA_HOME to a CUDA toolkit)"
+    setup_hook.record(outcome, InstallMode.ERROR, message=f"{outcome.message} The build failed: {error}")
+    text, dec = _text_and_decision(monkeypatch)
+    assert dec["current"] is False
+    assert "older mamba-ssm" not in text and "older mamba-ssm" not in (dec["stale_reason"] or "")
+    lines = text.splitlines()
+    (i,) = [n for n, l in enumerate(lines) if l.startswith("Install decision:")]
+    assert lines[i].startswith("Install decision: the last install attempt failed (recorded 20")
+    assert lines[i].endswith(") and installed nothing; it recorded:")
+    assert "  final mode: error" in lines[i:]
+    assert any(l.startswith("  message: ") and l.endswith(f"The build failed: {error}") for l in lines[i:])
+    (todo,) = [l for l in lines if l.startswith("  what to do: ")]
+    assert "`python -m mamba_ssm install-kernels`" in todo
+
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _RECORDS = {
     "offline": {
