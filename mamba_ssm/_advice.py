@@ -31,6 +31,7 @@ import urllib.request
 from typing import TYPE_CHECKING, NamedTuple
 
 from ._compat import archs
+from ._compat.cudahome import wrapper_toolkit_root
 
 if TYPE_CHECKING:
     from ._install.record import InstallRecord
@@ -171,8 +172,16 @@ def rebuild_source(package_dir: str | None = None) -> RebuildSource:
     return RebuildSource("unknown")
 
 
+def _build_env(env_prefix: str) -> str:
+    """``env_prefix`` preceded by ``CUDA_HOME=<root> `` when torch would guess the toolkit root wrongly
+    (an ``nvcc`` wrapper script on PATH, CUDA_HOME/CUDA_PATH unset: :func:`wrapper_toolkit_root`)."""
+    root = wrapper_toolkit_root(os.environ)
+    return f"CUDA_HOME={shlex.quote(root)} {env_prefix}" if root else env_prefix
+
+
 def _rebuild_command(version: str, env_prefix: str, src: RebuildSource) -> str:
     """A source build of ``version`` (on no index) from ``src``."""
+    env_prefix = _build_env(env_prefix)
     if src.kind == "in-place" and src.path:
         return f"cd {shlex.quote(src.path)} && {env_prefix}{IN_PLACE_BUILD}"
     if src.kind == "folder" and src.path:
@@ -249,7 +258,8 @@ def reinstall_command(version: str | None = None, index: str | None = None) -> s
 
 def source_build_command(version: str | None = None, env_prefix: str = "") -> str:
     """A source build of this version against the torch installed (``env_prefix``: more variables,
-    e.g. ``"MAMBA_CUDA_ARCHS=80 "``): README.md's source install of the pinned sdist, or for a version
+    e.g. ``"MAMBA_CUDA_ARCHS=80 "``, after ``CUDA_HOME=<root>`` when an ``nvcc`` wrapper on PATH would
+    mislead torch's guess): README.md's source install of the pinned sdist, or for a version
     on no index, of this install's source (:func:`rebuild_source`; ``version`` given: a version other
     than this install's, so no local source is assumed)."""
     v = _public(version or installed_version())
@@ -257,7 +267,7 @@ def source_build_command(version: str | None = None, env_prefix: str = "") -> st
         return _rebuild_command(
             v, env_prefix, rebuild_source() if version is None else RebuildSource("unknown")
         )
-    return f"{env_prefix}{SOURCE_INSTALL} {_REBUILD_FLAGS} {requirement(v)}"
+    return f"{_build_env(env_prefix)}{SOURCE_INSTALL} {_REBUILD_FLAGS} {requirement(v)}"
 
 
 def no_isolation_command(version: str | None = None) -> str:

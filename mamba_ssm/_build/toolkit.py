@@ -16,6 +16,10 @@ import subprocess
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from .._compat import archs, versions
+from .._compat.cudahome import is_script as _is_script
+from .._compat.cudahome import is_toolkit_root as _is_toolkit_root
+from .._compat.cudahome import script_target_home as _script_target_home
+from .._compat.cudahome import wrapper_toolkit_root
 from .errors import PreflightError
 
 #: The environment a check reads (os.environ, or the mapping a test gives).
@@ -60,37 +64,6 @@ def check_ninja(env: Env) -> str:
 
 
 # ----------------------------------------------------------------------------- CUDA
-def _is_script(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(2) == b"#!"
-    except OSError:
-        return False
-
-
-def _script_target_home(path: str) -> Optional[str]:
-    """For a wrapper script like ``exec /usr/local/cuda-13.0/bin/nvcc "$@"``, the toolkit root."""
-    try:
-        with open(path, errors="replace") as f:
-            text = f.read(20000)
-    except OSError:
-        return None
-    m = re.search(r"(/[^\s\"']+)/bin/nvcc\b", text)
-    return m.group(1) if m else None
-
-
-def _is_toolkit_root(home: str) -> bool:
-    has_header = os.path.isfile(os.path.join(home, "include", "cuda_runtime.h")) or bool(
-        glob.glob(os.path.join(home, "targets", "*", "include", "cuda_runtime.h"))
-    )
-    has_lib = bool(
-        glob.glob(os.path.join(home, "lib64", "libcudart.so*"))
-        or glob.glob(os.path.join(home, "lib", "libcudart.so*"))
-        or glob.glob(os.path.join(home, "targets", "*", "lib", "libcudart.so*"))
-    )
-    return has_header and has_lib
-
-
 def locate_cuda(
     torch_cuda_home: Optional[str], env: Env, search_roots: Sequence[str] = ("/usr/local",)
 ) -> Tuple[str, str]:
@@ -142,8 +115,9 @@ def locate_cuda(
     home = torch_cuda_home
     nvcc = os.path.join(home, "bin", "nvcc")
     where = f"{set_by}={home}" if set_by else f"CUDA_HOME guessed by torch as {home}"
-    if not set_by and on_path and _is_script(on_path) and not _is_toolkit_root(home):
-        target = _script_target_home(on_path)
+    target = wrapper_toolkit_root(env, guessed=home)
+    if target or (not set_by and on_path and _is_script(on_path) and not _is_toolkit_root(home)):
+        # a wrapper naming no <root>/bin/nvcc leaves the root to the user
         hint = (
             f"CUDA_HOME={target}"
             if target

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 
 import pytest
@@ -155,3 +156,59 @@ def test_each_fix_offers_each_command_once(tmp_path, monkeypatch, version):
     kernels = "python -m mamba_ssm install-kernels"
     assert _backticked(_advice.missing_kernels_fix(skip)) == [kernels, *builds]
     assert _backticked(_advice.mismatch_fix(None)) == [kernels, *builds]
+
+
+def _fake_cuda_layout(tmp_path, monkeypatch, wrapper):
+    """A toolkit root (bin/nvcc, include/cuda_runtime.h, lib64/libcudart.so) under a folder with a space,
+    and PATH's only nvcc: with ``wrapper`` a ``#!/bin/sh`` script in another prefix that execs the
+    toolkit's nvcc (as /usr/local/bin/nvcc does on some machines), else the toolkit's own bin/.
+    CUDA_HOME and CUDA_PATH are unset. Returns the toolkit root."""
+    root = tmp_path / "cuda toolkits" / "cuda-13.0"
+    for sub in ("bin", "include", "lib64"):
+        (root / sub).mkdir(parents=True)
+    shutil.copy("/bin/true", root / "bin" / "nvcc")  # an executable, not a script
+    (root / "include" / "cuda_runtime.h").write_text("")
+    (root / "lib64" / "libcudart.so").write_text("")
+    bindir = root / "bin"
+    if wrapper:
+        bindir = tmp_path / "usr-local" / "bin"
+        bindir.mkdir(parents=True)
+        (bindir / "nvcc").write_text(f'#!/bin/sh\nexec "{root}/bin/nvcc" "$@"\n')
+        (bindir / "nvcc").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    return str(root)
+
+
+@pytest.mark.parametrize("version", ["2.4.0", "2.4.0.dev0"])
+def test_a_source_build_names_the_toolkit_behind_an_nvcc_wrapper(tmp_path, monkeypatch, version):
+    """torch would guess CUDA_HOME=dirname(dirname(wrapper)) (no toolkit): every printed source build
+    sets CUDA_HOME to the wrapper's toolkit root, quoted for the shell; a pinned wheel reinstall does not."""
+    root = _fake_cuda_layout(tmp_path, monkeypatch, wrapper=True)
+    monkeypatch.setattr(_advice, "_PACKAGE_DIR", _installed(tmp_path, version, None))
+    for cmd in (
+        _advice.source_build_command(),
+        _advice.source_build_command(env_prefix="MAMBA_CUDA_ARCHS=80 "),
+        _advice.no_isolation_command() if version.endswith("dev0") else _advice.source_build_command(),
+    ):
+        words = shlex.split(cmd.removeprefix("test -f mamba_ssm/_version.py && "))
+        assert words[0] == f"CUDA_HOME={root}", cmd
+        assert words[1] in ("MAMBA_FORCE_BUILD=TRUE", "MAMBA_CUDA_ARCHS=80"), cmd
+    if version == "2.4.0":
+        assert "CUDA_HOME" not in _advice.reinstall_command()
+        assert "CUDA_HOME" not in _advice.no_isolation_command()
+    else:
+        assert "CUDA_HOME" in _advice.reinstall_command()  # a dev version's reinstall is a source build
+
+
+@pytest.mark.parametrize("layout", ["CUDA_HOME set", "CUDA_PATH set", "nvcc in its toolkit"])
+def test_no_cuda_home_is_added_when_torch_guesses_right(tmp_path, monkeypatch, layout):
+    root = _fake_cuda_layout(tmp_path, monkeypatch, wrapper=layout != "nvcc in its toolkit")
+    if layout != "nvcc in its toolkit":
+        monkeypatch.setenv(layout.split()[0], root)
+    monkeypatch.setattr(_advice, "_PACKAGE_DIR", _installed(tmp_path, "2.4.0", None))
+    assert _advice.source_build_command() == (
+        "MAMBA_FORCE_BUILD=TRUE python -m pip install --no-build-isolation --no-cache-dir --force-reinstall "
+        "--no-deps mamba-ssm==2.4.0"
+    )
