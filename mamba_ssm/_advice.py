@@ -421,10 +421,10 @@ def reinstall_fix(record: InstallRecord | None = None) -> str:
 def failed_attempt_fix(record: InstallRecord) -> str:
     """What to do when the last install attempt failed (``final_mode`` ``error``) and installed nothing:
     its full error is in that install's output; the prebuilt kernels need no build."""
-    index = recorded_index(record)
-    kernels = install_kernels_command(index)
     if _no_candidate(record):
         return no_candidate_fix(record)
+    index = recorded_index(record)
+    kernels = install_kernels_command(index)
     return (
         f"the error is in that install's output (pip shows a build's output with `-v`); run `{kernels}` "
         f"to install the prebuilt kernels for this torch without building, or fix the cause and install "

@@ -18,8 +18,8 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 from .._compat import archs, versions
 from .._compat.cudahome import is_script as _is_script
 from .._compat.cudahome import is_toolkit_root as _is_toolkit_root
+from .._compat.cudahome import misleading_wrapper
 from .._compat.cudahome import script_target_home as _script_target_home
-from .._compat.cudahome import wrapper_toolkit_root
 from .errors import PreflightError
 
 #: The environment a check reads (os.environ, or the mapping a test gives).
@@ -115,16 +115,16 @@ def locate_cuda(
     home = torch_cuda_home
     nvcc = os.path.join(home, "bin", "nvcc")
     where = f"{set_by}={home}" if set_by else f"CUDA_HOME guessed by torch as {home}"
-    target = wrapper_toolkit_root(env, guessed=home)
-    if target or (not set_by and on_path and _is_script(on_path) and not _is_toolkit_root(home)):
-        # a wrapper naming no <root>/bin/nvcc leaves the root to the user
+    wrapper = misleading_wrapper(env, guessed=home)
+    if wrapper:
+        target = _script_target_home(wrapper)  # None: the wrapper names no <root>/bin/nvcc
         hint = (
             f"CUDA_HOME={target}"
             if target
             else "CUDA_HOME=<the toolkit root that holds bin/nvcc, include/, lib64/>"
         )
         raise PreflightError(
-            f"the nvcc on PATH ({on_path}) is a wrapper script, so torch guessed CUDA_HOME={home}, which "
+            f"the nvcc on PATH ({wrapper}) is a wrapper script, so torch guessed CUDA_HOME={home}, which "
             "is not a CUDA toolkit root (no include/cuda_runtime.h or libcudart there): the link would "
             f"fail on -lcudart. Fix: set {hint} and build again."
         )

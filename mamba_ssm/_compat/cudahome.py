@@ -53,13 +53,12 @@ def is_toolkit_root(home: str) -> bool:
     return has_header and has_lib
 
 
-def wrapper_toolkit_root(env: Mapping[str, str], guessed: Optional[str] = None) -> Optional[str]:
-    """The toolkit root a build must be given as ``CUDA_HOME`` because torch's guess is wrong, or None.
+def misleading_wrapper(env: Mapping[str, str], guessed: Optional[str] = None) -> Optional[str]:
+    """The ``nvcc`` wrapper script on ``env["PATH"]`` that makes torch guess a wrong toolkit root, or None.
 
-    A root is returned only when ``CUDA_HOME`` and ``CUDA_PATH`` are unset in ``env``, the ``nvcc`` on
-    ``env["PATH"]`` is a wrapper script, the folder torch guesses (``guessed``, default
-    ``dirname(dirname(which nvcc))``) is not a toolkit root, and the wrapper names ``<root>/bin/nvcc``;
-    the root is the wrapper's text, not checked further. Never raises.
+    It is returned only when ``CUDA_HOME`` and ``CUDA_PATH`` are unset in ``env``, the ``nvcc`` on PATH is
+    a script, and the folder torch guesses (``guessed``, default ``dirname(dirname(which nvcc))``) is not
+    a toolkit root. Never raises.
     """
     if env.get("CUDA_HOME") or env.get("CUDA_PATH"):
         return None
@@ -68,4 +67,12 @@ def wrapper_toolkit_root(env: Mapping[str, str], guessed: Optional[str] = None) 
         return None
     if is_toolkit_root(guessed or os.path.dirname(os.path.dirname(on_path))):
         return None
-    return script_target_home(on_path)
+    return on_path
+
+
+def wrapper_toolkit_root(env: Mapping[str, str], guessed: Optional[str] = None) -> Optional[str]:
+    """The toolkit root a build must be given as ``CUDA_HOME`` because torch's guess is wrong, or None:
+    the ``<root>`` of the ``<root>/bin/nvcc`` that :func:`misleading_wrapper`'s script names (the
+    script's text, not checked further). Never raises."""
+    wrapper = misleading_wrapper(env, guessed)
+    return script_target_home(wrapper) if wrapper else None
