@@ -10,12 +10,21 @@ used, which every comparator supports), and for each thread count (``--threads``
 * the forward output of every implementation is first compared with a float64 per-timestep loop
   (max error relative to the output's scale; a failure stops the run);
 * forward (no autograd) and forward+backward (all five inputs require grad), timed round-robin: each
-  round runs every implementation once, so load changes hit them alike; medians of process CPU time
-  (the primary figure on a shared machine) and wall time;
+  round runs every implementation once, in an order shuffled per round (seeded), so load changes and
+  what a call leaves behind for the next one (OpenMP workers still spinning, freed memory faulted in
+  again: +50-100% CPU time for a 2-thread fallback forward at (2,64,16,1024) that always ran right after
+  mambapy) fall on them alike; medians of process CPU time (the primary figure on a shared machine) and
+  wall time;
 * the compiled kernel once per build in ``--isas`` (default: every build this CPU runs of avx512 and
   avx2), as ``compiled-<isa>`` rows: ``MAMBA_SSM_CPU_ISA`` is set around each call (the library reads
   it at every call), so the builds are timed in the same rounds; an AVX-512 machine measures its AVX2
   build this way;
+* glibc's allocator fixed for the timing (``--malloc steady``, the default; the script re-runs itself with
+  the settings, which glibc reads at process start): blocks under 32 MiB (MALLOC_MMAP_THRESHOLD_) come
+  from the heap, which is never trimmed (MALLOC_TRIM_THRESHOLD_), so a call reuses the memory the last
+  one freed. With glibc's default, dynamic threshold, whether an implementation's buffers are faulted in
+  afresh depends on what ran before it: mambapy's forward at (2,64,16,1024) took 20-60 ms from run to run
+  for about 20 ms of work. ``--malloc default`` keeps glibc's behaviour;
 * peak memory (1-thread rows): in a child process per measurement, the rise of its RSS above the level
   just before one call (after a warm-up call), sampled every 0.2 ms by a thread reading /proc/self/statm
   (the only measure that sees the kernels' own malloc'ed buffers; torch has no CPU allocator
@@ -50,6 +59,7 @@ import datetime
 import json
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -319,11 +329,14 @@ def measure_shape(impls, shape, threads, repeats, loop_repeats, emit, mambapy_pa
         for name, fn in calls.items():  # warm-up (not the slow loop: nothing to warm)
             if name != "loop":
                 fn()
+        order = random.Random(f"{shape}{threads}{mode}")
         for r in range(repeats):
-            for name, fn in calls.items():
+            names = list(calls)
+            order.shuffle(names)
+            for name in names:
                 if name == "loop" and r >= loop_repeats:
                     continue
-                times[name].append(timed(fn))
+                times[name].append(timed(calls[name]))
         for impl in impls:
             t = times[impl.name]
             row = {
@@ -528,7 +541,12 @@ def to_markdown(rows, info):
             if info.get("busy_threads")
             else ""
         )
-        + "."
+        + (
+            "; glibc's heap reused between calls (`--malloc steady`)"
+            if info.get("malloc") == "steady"
+            else "; glibc's default allocator behaviour (`--malloc default`)"
+        )
+        + "; each round in a shuffled order."
     )
     lines = [
         head,
@@ -587,6 +605,7 @@ def measure_memory(name, shape, mode, mambapy_path, dtype="float32"):
     dynamic threshold keeps freed buffers resident, so RSS would not show a later call's peak (and
     fixing the threshold there would slow the allocation-heavy implementations down)."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    env.pop("MALLOC_TRIM_THRESHOLD_", None)
     cmd = [
         sys.executable,
         os.path.abspath(__file__),
@@ -600,6 +619,10 @@ def measure_memory(name, shape, mode, mambapy_path, dtype="float32"):
         print(f"[bench] memory of {name} {shape} {mode}: {proc.stderr.strip()[-300:]}", file=sys.stderr)
         return None
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+#: glibc allocator settings of the timing process with ``--malloc steady`` (see the module docstring).
+STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**40)}
 
 
 def main(argv=None):
@@ -632,11 +655,26 @@ def main(argv=None):
     )
     ap.add_argument("--out", help="write the rows as JSON here as they complete")
     ap.add_argument("--write-doc", action="store_true", help="update docs/benchmarks.md")
+    ap.add_argument(
+        "--malloc",
+        choices=("steady", "default"),
+        default="steady",
+        help="steady: glibc's heap reused between calls (re-runs the script with STEADY_MALLOC set); "
+        "default: glibc's own, dynamic behaviour",
+    )
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)  # internal: one memory measurement
     ns = ap.parse_args(argv)
     if ns.memory_child:
         memory_child(ns.memory_child, ns.mambapy_path)
         return 0
+    if ns.malloc == "steady" and any(os.environ.get(k) != v for k, v in STEADY_MALLOC.items()):
+        args = list(argv if argv is not None else sys.argv[1:])
+        sys.stdout.flush()
+        os.execve(
+            sys.executable,
+            [sys.executable, os.path.abspath(__file__), *args],
+            {**os.environ, **STEADY_MALLOC},
+        )
     shapes = [tuple(int(v) for v in s.split(",")) for s in ns.shapes.split(";")] if ns.shapes else SHAPES
     names = ns.impls.split(",")
     has_compiled = any(n.startswith("compiled") for n in names)
@@ -665,6 +703,7 @@ def main(argv=None):
         "widest": with_isa("", torch.ops.mamba_ssm.cpu_isa)() if has_compiled else "-",
         "isas": ", ".join(isas) if isas else "-",
         "load_start": os.getloadavg()[0],
+        "malloc": ns.malloc,
     }
     for threads in (int(t) for t in ns.threads.split(",")):
         for shape in shapes:
