@@ -249,12 +249,27 @@ GRAD_CASES = [
 ]
 
 
-def _grad_check(seqlen, bc, flags, dtype=torch.float32, budget=None, monkeypatch=None, batch=2, dim=4):
+def _grad_check(
+    seqlen,
+    bc,
+    flags,
+    dtype=torch.float32,
+    budget=None,
+    monkeypatch=None,
+    batch=2,
+    dim=4,
+    time_strided=False,
+):
     inp = ref.make_scan_inputs(batch, dim, 3, seqlen, bc, flags, flags, flags, flags, dtype, seed=seqlen)
     names = [k for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias") if inp[k] is not None]
+    if time_strided:  # same values, time not the innermost dimension (as Mamba's projections give them)
+        for k in ("u", "delta", "B", "C", "z"):
+            if inp[k] is not None and inp[k].dim() >= 3:
+                inp[k] = inp[k].transpose(-1, -2).contiguous().transpose(-1, -2)
+                assert inp[k].stride(-1) != 1
     if budget and monkeypatch is not None:
         monkeypatch.setenv("MAMBA_SSM_SCAN_MEMORY_MB", budget)
-    leaves = {k: inp[k].clone().requires_grad_() for k in names}
+    leaves = {k: inp[k].clone().requires_grad_() for k in names}  # clone keeps the strides
     args = {**inp, **leaves}
     out, last = ssi.selective_scan_fn(**args, return_last_state=True)
     g = torch.Generator().manual_seed(7)
@@ -281,6 +296,13 @@ def _grad_check(seqlen, bc, flags, dtype=torch.float32, budget=None, monkeypatch
 @pytest.mark.parametrize("seqlen,bc,flags", GRAD_CASES)
 def test_gradients_of_every_input(backend, seqlen, bc, flags, monkeypatch):
     _grad_check(seqlen, bc, flags, budget="0.01" if flags else None, monkeypatch=monkeypatch)
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"], indirect=True)
+@pytest.mark.parametrize("bc", ["variable", "grouped2"])
+def test_gradients_time_strided_inputs(backend, bc, monkeypatch):
+    """u, delta, B, C and z with time not the innermost dimension, over several segments and chunks."""
+    _grad_check(300, bc, True, budget="0.01", monkeypatch=monkeypatch, time_strided=True)
 
 
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)

@@ -164,11 +164,12 @@ def _dot_n(x: torch.Tensor, X: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
 
 
 def _time_major(x: torch.Tensor, cdtype) -> torch.Tensor:
-    """(*P, L) -> (L, *P), contiguous in the compute dtype, through one 2-D transpose: torch copies a 2-D
-    transpose about 4x faster than the same permutation of a 4-D tensor (110 vs 414 us for (2, 1, 64,
-    1024) fp32, one thread), and each segment's chunk layout is then a copy of whole rows."""
+    """(*P, L) -> (L, *P), contiguous in the compute dtype. Time innermost (x.stride(-1) == 1): one 2-D
+    transpose (torch copies a 2-D transpose about 4x faster than the same permutation of a 4-D tensor:
+    110 vs 414 us for (2, 1, 64, 1024) fp32, one thread); time already strided (a transposed view, as
+    Mamba's projections give delta, B and C): a copy of whole rows of the last leading dim."""
     x = x.to(cdtype)
-    if x.numel() == 0:
+    if x.numel() == 0 or x.stride(-1) != 1:
         return x.movedim(-1, 0).contiguous()
     lead, length = tuple(x.shape[:-1]), x.shape[-1]
     return x.reshape(-1, length).t().contiguous().view(length, *lead)
