@@ -12,9 +12,9 @@ How it is computed (no Python loop over every timestep):
 
 * The sequence is cut into *segments* whose length comes from a memory budget (bytes per timestep =
   batch * dim * d_state * itemsize * buffers), processed one after the other with the state carried
-  between them, so memory stays bounded for any seqlen. On CPU the budget grows with the per-step size
-  (256 timesteps' worth, between 8 and 64 MiB), so that wide models get long segments and few, large
-  ops instead of many small ones.
+  between them, so the d_state-sized working set stays bounded for any seqlen. On CPU the budget grows
+  with the per-step size (256 timesteps' worth, between 8 and 64 MiB), so that wide models get long
+  segments and few, large ops instead of many small ones.
 * On CPU the core runs its ops with one intra-op thread (``MAMBA_SSM_SCAN_THREADS`` changes it; 0 keeps
   torch's setting): it issues hundreds of small elementwise ops, and with torch's default OpenMP threads
   each op waits at a barrier for a worker thread that, on a busy machine, is not scheduled for a
@@ -35,8 +35,10 @@ How it is computed (no Python loop over every timestep):
   matrix products over (T, batch, groups, chunks) instead of a product tensor and a sum, and the big
   per-segment buffers are allocated once per call and reused by every segment. The per-step tensors
   (u, delta, variable B and C, dy, and y and the gradients on the way out) are made time-major,
-  (seqlen, ...), once per call by a 2-D transpose, so a segment's chunk layout is a copy of whole rows
-  (a 4-D permuted copy per segment ran at about 3 ns per element).
+  (seqlen, ...), once per call (a 2-D transpose, or a row copy where time is not the innermost
+  dimension), so a segment's chunk layout is a copy of whole rows (a 4-D permuted copy per segment ran
+  at about 3 ns per element). These whole-sequence copies are the size of the inputs: memory grows with
+  seqlen like the inputs and outputs do, while the (.., d_state) buffers stay within the segment budget.
 * Decays are ``exp2(delta * A log2 e)`` (torch's CPU exp2 takes a third of exp's time).
 * Backward is a custom autograd function: it keeps only the inputs and one state per segment, recomputes
   a segment's states, runs the reverse scan ``g_t = C_t dy_t + exp(delta_{t+1} A) g_{t+1}`` with the same
