@@ -123,11 +123,6 @@ def render_record(record: InstallRecord, error: str | None = None) -> list[str]:
     return out
 
 
-def _failed_attempt(record: InstallRecord) -> bool:
-    """The record is of an install attempt that failed (``final_mode`` ``error``, no install named)."""
-    return record.final_mode_text() == "error" and record.install is None
-
-
 def _ok_title(report: Report) -> str:
     """The OK status line, naming which ops have kernels (exit 0 means: every op that has a kernel runs
     it on every device it targets; the others run PyTorch code there)."""
@@ -227,19 +222,20 @@ def _compiled_lines(report: Report) -> list[str]:
 
 def _record_lines(report: Report) -> list[str]:
     rec = report.install_record
-    if rec.record is not None and not rec.current and not rec.error and _failed_attempt(rec.record):
-        r = rec.record
-        from .. import _advice
-
-        when = r.time or "at an unknown time"
-        title = f"Install decision: the last install attempt failed (recorded {when}) and installed nothing;"
-        return [
-            f"{title} it recorded:",
-            *render_record(r)[1:],
-            f"  what to do: {_advice.failed_attempt_fix(r)}",
-        ]
     if rec.record is not None and not rec.current and not rec.error:
         r = rec.record
+        if r.failed_attempt():
+            from .. import _advice
+
+            when = r.time or "at an unknown time"
+            title = (
+                f"Install decision: the last install attempt failed (recorded {when}) and installed nothing;"
+            )
+            return [
+                f"{title} it recorded:",
+                *render_record(r)[1:],
+                f"  what to do: {_advice.failed_attempt_fix(r)}",
+            ]
         return [
             f"Install decision: the recorded decision belongs to an earlier install (recorded "
             f"{r.time or 'at an unknown time'}, final mode {r.final_mode_text() or '-'}): "

@@ -327,6 +327,11 @@ class InstallRecord:
         raw = self.extra.get("status")
         return None if raw is None else str(raw)
 
+    def failed_attempt(self) -> bool:
+        """Whether this records an install attempt that failed (``final_mode`` ``error``) and so names no
+        install."""
+        return self.final_mode is InstallMode.ERROR and self.install is None
+
     def final_mode_text(self) -> str | None:
         """``final_mode`` as recorded (a value another version wrote is shown as written)."""
         if self.final_mode is not None:
@@ -554,7 +559,7 @@ def ownership(record: InstallRecord, site_dir: str | None = None) -> Ownership:
     ``error``) installed nothing, and a record of another kind without one was written before records
     carried one."""
     ident = record.install
-    if ident is None and record.final_mode is InstallMode.ERROR:
+    if record.failed_attempt():
         return Ownership(False, "the install attempt that wrote the record failed, so it installed nothing")
     if ident is None:
         return Ownership(False, "the record names no install (written by an older mamba-ssm)")

@@ -152,9 +152,18 @@ def _segments(seqlen: int, segment: int, chunk: int) -> List[Tuple[int, int, int
 # matrix products.
 
 
-def _const_bc(X: torch.Tensor, cdtype) -> torch.Tensor:
-    """Constant B or C (G, H, N) -> (1, 1, G, 1, H, N), broadcasting against the chunk layout."""
+def _bc_layout(X: torch.Tensor, cdtype) -> torch.Tensor:
+    """B or C for the whole call, in the compute dtype: variable (Bt, G, L, N) -> time-major (L, Bt, G, N)
+    (:func:`_time_major`); constant (G, H, N) -> (1, 1, G, 1, H, N), which broadcasts against the chunk
+    layout."""
+    if X.dim() == 4:
+        return _time_major(X.transpose(-1, -2), cdtype)
     return X.to(cdtype).reshape(1, 1, X.shape[0], 1, *X.shape[1:])
+
+
+def _bc_segment(X: torch.Tensor, s: int, e: int, nc: int, t: int) -> torch.Tensor:
+    """Steps [s, e) of :func:`_bc_layout`'s result: variable -> (T, Bt, G, NC, 1, N); constant as it is."""
+    return _tm_chunks(X, s, e, nc, t).unsqueeze(4) if X.dim() == 4 else X
 
 
 def _dot_n(x: torch.Tensor, X: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
@@ -363,11 +372,10 @@ def _scan_forward_core(u, dt, A, B, C, h0, segs):
     bt, g, hh, seqlen = u.shape
     n = A.shape[-1]
     A2 = A.reshape(1, 1, g, 1, hh, n) * _LOG2E
-    # Per-step inputs and the output time-major ((L, Bt, G, H) / (L, Bt, G, N)); B, C constant stay as
-    # they are.
+    # Per-step inputs and the output time-major ((L, Bt, G, H) / (L, Bt, G, N)); constant B, C reshaped
+    # once to broadcast.
     dtm, utm = _time_major(dt, cdtype), _time_major(u, cdtype)
-    Btm = _time_major(B.transpose(-1, -2), cdtype) if B.dim() == 4 else None
-    Ctm = _time_major(C.transpose(-1, -2), cdtype) if C.dim() == 4 else None
+    Bl, Cl = _bc_layout(B, cdtype), _bc_layout(C, cdtype)
     ytm = torch.empty(seqlen, bt, g, hh, dtype=cdtype, device=u.device)
     cur = torch.zeros(bt, g, hh, n, dtype=cdtype, device=u.device) if h0 is None else h0.to(cdtype)
     starts = []
@@ -379,11 +387,11 @@ def _scan_forward_core(u, dt, A, B, C, h0, segs):
         dts = _tm_chunks(dtm, s, e, nc, t).unsqueeze(-1)
         a = torch.mul(dts, A2, out=ws.get("a", shape)).exp2_()
         dtu = dts * _tm_chunks(utm, s, e, nc, t).unsqueeze(-1)
-        Bs = _tm_chunks(Btm, s, e, nc, t).unsqueeze(4) if Btm is not None else _const_bc(B, cdtype)
+        Bs = _bc_segment(Bl, s, e, nc, t)
         b = torch.mul(dtu, Bs, out=ws.get("b", shape))
         hbuf = _forward_states(a, b, dts, A2, cur, ws.get("h", (t + 1,) + shape[1:]))
         cur = hbuf[t][:, :, nc - 1].clone()
-        Cs = _tm_chunks(Ctm, s, e, nc, t).unsqueeze(4) if Ctm is not None else _const_bc(C, cdtype)
+        Cs = _bc_segment(Cl, s, e, nc, t)
         _tm_put(ytm, s, e, _dot_n(hbuf[1:], Cs, ws.get("b", shape)))
     del ws
     return _from_time_major(ytm), cur, starts
@@ -406,8 +414,7 @@ def _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
     new = lambda *shape: torch.empty(*shape, dtype=cdtype, device=u.device)  # noqa: E731
     # Time-major ((L, Bt, G, H) / (L, Bt, G, N)) per-step inputs and gradients, as in the forward.
     dtm, utm = _time_major(dt, cdtype), _time_major(u, cdtype)
-    Btm = _time_major(B.transpose(-1, -2), cdtype) if var_b else None
-    Ctm = _time_major(C.transpose(-1, -2), cdtype) if var_c else None
+    Bl, Cl = _bc_layout(B, cdtype), _bc_layout(C, cdtype)
     dytm = (
         torch.zeros(seqlen, bt, g, hh, dtype=cdtype, device=u.device)
         if dy is None
@@ -428,8 +435,7 @@ def _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
         dts = _tm_chunks(dtm, s, e, nc, t).unsqueeze(-1)
         us = _tm_chunks(utm, s, e, nc, t).unsqueeze(-1)
         dys = _tm_chunks(dytm, s, e, nc, t).unsqueeze(-1)
-        Bs = _tm_chunks(Btm, s, e, nc, t).unsqueeze(4) if var_b else _const_bc(B, cdtype)
-        Cs = _tm_chunks(Ctm, s, e, nc, t).unsqueeze(4) if var_c else _const_bc(C, cdtype)
+        Bs, Cs = _bc_segment(Bl, s, e, nc, t), _bc_segment(Cl, s, e, nc, t)
         a = torch.mul(dts, A2, out=ws.get("a", shape)).exp2_()
         dtu = dts * us
         tmp = ws.get("tmp", shape)
