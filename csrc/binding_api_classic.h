@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "binding_common.h"
+#include "cpu_parallel.h"
 
 namespace mamba_ssm {
 
@@ -96,6 +97,12 @@ struct ClassicApi {
 
   // torch's intra-op thread count; 1 inside a parallel region (no nested threads).
   static int64_t cpu_threads() { return at::in_parallel_region() ? 1 : at::get_num_threads(); }
+
+  // fn(begin, end) over [0, n_tasks) in TaskBlocks on at most n_threads threads (cpu_parallel.h).
+  template <typename F>
+  static void parallel_tasks(int64_t n_tasks, int64_t n_threads, const F& fn) {
+    run_parallel(n_tasks, n_threads, fn);
+  }
 
 #ifdef MAMBA_SSM_WITH_CUDA
   // The inputs' device for the op's duration (CUDA, or HIP through torch's hipified c10/cuda names).

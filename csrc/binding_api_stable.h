@@ -3,7 +3,7 @@
 // torch::stable::Tensor. Compiled with -DTORCH_TARGET_VERSION=<floor>: a header or function newer than
 // the floor, or any non-stable torch header, fails the build. What each call needs (torch 2.14 headers):
 // Tensor metadata, transpose, zero_, copy_, DeviceGuard: 2.9; to, contiguous, view, sum, typed data
-// pointers, get_num_threads: 2.10; the C shim's aoti_torch_empty_strided / aoti_torch_zero_ (allocation
+// pointers, get_num_threads, parallel_for: 2.10; the C shim's aoti_torch_empty_strided / aoti_torch_zero_ (allocation
 // without a boxed dispatcher call) are exported by every torch from 2.10 (the audit checks the floor's).
 #pragma once
 #include <torch/csrc/stable/accelerator.h>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "binding_common.h"
+#include "cpu_parallel.h"
 
 #if !defined(TORCH_TARGET_VERSION) || TORCH_TARGET_VERSION < TORCH_VERSION_2_10_0
 #error "the stable-ABI binding needs -DTORCH_TARGET_VERSION >= 2.10 (setup.py passes the floor)"
@@ -141,8 +142,28 @@ struct StableApi {
   }
 
   // torch's intra-op thread count (the stable ABI cannot tell whether the caller is inside a parallel
-  // region).
+  // region; parallel_tasks runs serially there).
   static int64_t cpu_threads() { return static_cast<int64_t>(torch::stable::get_num_threads()); }
+
+  // fn(begin, end) over [0, n_tasks) in TaskBlocks (cpu_parallel.h) on min(n_threads, n_tasks) threads of
+  // torch's own intra-op pool (at::parallel_for through the C shim): the threads torch's CPU ops use, so
+  // none is started per call and none competes with torch's waiting workers; serial inside a parallel
+  // region. A task's exception is rethrown here, after every task has ended (it never crosses the shim).
+  template <typename F>
+  static void parallel_tasks(int64_t n_tasks, int64_t n_threads, const F& fn) {
+    if (n_tasks <= 0) return;
+    if (n_threads <= 1 || n_tasks == 1) {
+      fn(0, n_tasks);
+      return;
+    }
+    const int64_t workers = std::min(n_threads, n_tasks);
+    TaskBlocks blocks(n_tasks, workers);
+    FirstError errors;
+    torch::stable::parallel_for(0, workers, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t w = begin; w < end; ++w) errors.run([&] { blocks.drain(fn); });
+    });
+    errors.rethrow();
+  }
 
 #ifdef MAMBA_SSM_WITH_CUDA
   // The inputs' device for the op's duration.

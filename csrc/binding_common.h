@@ -7,7 +7,8 @@
 // element_size, is_contiguous, dtype (-> DType), dtype_name, shape (-> Shape), device_name,
 // same_device, data<T>`; dispatcher calls `to (dtype), contiguous, resolve_conj, empty, empty_strided,
 // zeros (on a tensor's device), sum (over one dim), view, transpose, zero_, copy_, to_device_of`;
-// `cpu_threads()` (the intra-op thread count, 1 inside a parallel region where torch says so). GPU
+// `cpu_threads()` (the intra-op thread count, 1 inside a parallel region where torch says so),
+// `parallel_tasks(n_tasks, n_threads, fn)` (fn(begin, end) over blocks of independent tasks). GPU
 // bindings also use `DeviceGuard` (constructed from a tensor) and `stream(t)` (the current cudaStream_t / hipStream_t of
 // t's device).
 #pragma once

@@ -11,7 +11,6 @@
 
 #include "binding_common.h"
 #include "binding_scan_ops.h"
-#include "cpu_parallel.h"
 #include "scan_complex.h"
 #include "scan_gpu.h"
 
@@ -99,7 +98,7 @@ FwdResult<A> selective_scan_complex_fwd_cpu(const typename A::Tensor& u, const t
   auto last = A::zeros({r.batch, r.dim, r.dstate}, DType::kComplex64, r.u);
   p.out = A::template data<void>(out);
   p.last_state = f32_data<A>(last);
-  run_parallel(r.batch * r.dim, A::cpu_threads(),
+  A::parallel_tasks(r.batch * r.dim, A::cpu_threads(),
                [&](int64_t begin, int64_t end) { scan_complex_fwd_cpu(p, begin, end); });
   return {in_dtype<A>(out, A::dtype(u)), last};
 }
@@ -135,7 +134,7 @@ BwdResult<A> selective_scan_complex_bwd_cpu(const typename A::Tensor& u, const t
   g.dC = grad_bc(r.c_variable);
   bind_bwd_buffers(g, dout_c, dlast, p);
   p.cpu_n_split = n_split;
-  run_parallel(r.batch * n_split, n_threads, [&](int64_t begin, int64_t end) {
+  A::parallel_tasks(r.batch * n_split, n_threads, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) scan_complex_bwd_cpu(p, task);
   });
   return finish_bwd<A>(g, r, /*sum_variable_bc=*/true, u, delta, Am, B, C, D, z, delta_bias);

@@ -8,7 +8,6 @@
 #include "binding_conv1d_common.h"
 #include "conv1d_cpu.h"
 #include "conv1d_gpu.h"
-#include "cpu_parallel.h"
 
 namespace mamba_ssm {
 
@@ -20,7 +19,7 @@ void conv_run(int64_t n_tasks, int64_t elems, const F& fn) {
   if (elems < kConvSerialElems) {
     if (n_tasks > 0) fn(0, n_tasks);
   } else {
-    run_parallel(n_tasks, A::cpu_threads(), fn);
+    A::parallel_tasks(n_tasks, A::cpu_threads(), fn);
   }
 }
 

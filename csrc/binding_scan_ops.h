@@ -7,7 +7,6 @@
 #include <cstdint>
 
 #include "binding_common.h"
-#include "cpu_parallel.h"
 #include "scan_cpu.h"
 #include "scan_gpu.h"
 
@@ -56,7 +55,7 @@ FwdResult<A> selective_scan_fwd_cpu(const typename A::Tensor& u, const typename 
   auto last = A::zeros({r.batch, r.dim, r.dstate}, DType::kFloat32, r.u);
   p.out = A::template data<void>(out);
   p.last_state = A::template data<float>(last);
-  run_parallel(r.batch * r.dim, A::cpu_threads(),
+  A::parallel_tasks(r.batch * r.dim, A::cpu_threads(),
                [&](int64_t begin, int64_t end) { scan_fwd_cpu(p, k, begin, end); });
   return {out, last};
 }
@@ -95,7 +94,7 @@ BwdResult<A> selective_scan_bwd_cpu(const typename A::Tensor& u, const typename 
   g.dC = grad_bc(r.c_variable);
   bind_bwd_buffers(g, dout_c, dlast, p);
   p.cpu_n_split = n_split;
-  run_parallel(r.batch * n_split, n_threads, [&](int64_t begin, int64_t end) {
+  A::parallel_tasks(r.batch * n_split, n_threads, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) scan_bwd_cpu(p, k, task);
   });
   // Reduce the partials (over batch, or over the task split for variable B/C) and restore dtypes/shapes.

@@ -332,3 +332,25 @@ def test_cpu_isa_choice(compiled, monkeypatch):
     args = make_inputs(1, 2, 5, 3, "variable", False, False, False, torch.float32)
     with pytest.raises(Exception, match="MAMBA_SSM_CPU_ISA=sse9"):
         compiled.selective_scan(*args)
+
+
+@pytest.fixture
+def torch_threads():
+    """Sets torch's intra-op thread count for the test (the CPU ops split their tasks across that many
+    threads of torch's own pool) and restores it after."""
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 5])
+@pytest.mark.parametrize("shape", [(1, 1), (2, 6), (3, 7)], ids=lambda s: f"b{s[0]}d{s[1]}")
+def test_thread_counts(compiled, torch_threads, threads, shape):
+    """Forward, last state and every gradient at 1-5 threads, with one task (batch*dim 1), tasks that
+    split evenly and tasks that do not (6 / 7 channels, grouped B/C so that the backward's split of
+    channels, which follows the thread count, crosses a group): each against the float64 reference."""
+    torch_threads(threads)
+    batch, dim = shape
+    bc = "grouped2" if dim % 2 == 0 else "variable"
+    args = make_inputs(batch, dim, 70, 5, bc, True, True, True, torch.float32, seed=threads * 10 + dim)
+    run_and_check(compiled, args, True, torch.float32)
