@@ -98,7 +98,8 @@ struct ClassicApi {
   // torch's intra-op thread count; 1 inside a parallel region (no nested threads).
   static int64_t cpu_threads() { return at::in_parallel_region() ? 1 : at::get_num_threads(); }
 
-  // fn(begin, end) over [0, n_tasks) in TaskBlocks on at most n_threads threads (cpu_parallel.h).
+  // fn(begin, end) over [0, n_tasks) in TaskBlocks on at most n_threads threads of its own
+  // (run_parallel with OwnThreads, cpu_parallel.h).
   template <typename F>
   static void parallel_tasks(int64_t n_tasks, int64_t n_threads, const F& fn) {
     run_parallel(n_tasks, n_threads, fn);

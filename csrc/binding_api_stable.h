@@ -145,24 +145,17 @@ struct StableApi {
   // region; parallel_tasks runs serially there).
   static int64_t cpu_threads() { return static_cast<int64_t>(torch::stable::get_num_threads()); }
 
-  // fn(begin, end) over [0, n_tasks) in TaskBlocks (cpu_parallel.h) on min(n_threads, n_tasks) threads of
-  // torch's own intra-op pool (at::parallel_for through the C shim): the threads torch's CPU ops use, so
-  // none is started per call and none competes with torch's waiting workers; serial inside a parallel
-  // region. A task's exception is rethrown here, after every task has ended (it never crosses the shim).
+  // fn(begin, end) over [0, n_tasks) in TaskBlocks on at most n_threads threads of torch's own intra-op
+  // pool (run_parallel in cpu_parallel.h, launched by at::parallel_for through the C shim): the threads
+  // torch's CPU ops use, so none is started per call and none competes with torch's waiting workers;
+  // serial inside a parallel region (at::parallel_for's rule). Exceptions never cross the shim.
   template <typename F>
   static void parallel_tasks(int64_t n_tasks, int64_t n_threads, const F& fn) {
-    if (n_tasks <= 0) return;
-    if (n_threads <= 1 || n_tasks == 1) {
-      fn(0, n_tasks);
-      return;
-    }
-    const int64_t workers = std::min(n_threads, n_tasks);
-    TaskBlocks blocks(n_tasks, workers);
-    FirstError errors;
-    torch::stable::parallel_for(0, workers, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t w = begin; w < end; ++w) errors.run([&] { blocks.drain(fn); });
+    run_parallel(n_tasks, n_threads, fn, [](int64_t n_workers, const auto& work) {
+      torch::stable::parallel_for(0, n_workers, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t w = begin; w < end; ++w) work();
+      });
     });
-    errors.rethrow();
   }
 
 #ifdef MAMBA_SSM_WITH_CUDA

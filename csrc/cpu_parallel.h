@@ -1,6 +1,6 @@
-// The CPU ops' parallel loop over independent kernel tasks (selective scan, causal conv1d): the tensor
-// API's parallel_tasks (binding_common.h), which is run_parallel below in the classic binding and torch's
-// own intra-op pool in the stable one. Includes no torch header.
+// The CPU ops' parallel loop over independent kernel tasks (selective scan, causal conv1d): run_parallel,
+// which the tensor API's parallel_tasks (binding_common.h) calls with its launcher of worker threads.
+// Includes no torch header.
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -58,27 +58,36 @@ class TaskBlocks {
   std::atomic<int64_t> next_{0};
 };
 
-// Runs fn(begin, end) over [0, n_tasks) in TaskBlocks on min(max_threads, n_tasks) threads: the calling
-// one and threads of its own (the classic binding's loop; the stable binding runs TaskBlocks on torch's
-// intra-op pool, binding_api_stable.h). max_threads: torch's intra-op thread count, 1 inside a parallel
-// region where the binding can tell. Not at::parallel_for in the classic binding: with an OpenMP torch
-// its body is an inline `#pragma omp parallel`, which runs serially unless the extension itself is built
-// with -fopenmp (and linking a second OpenMP runtime next to torch's is worse).
-template <typename F>
-inline void run_parallel(int64_t n_tasks, int64_t max_threads, const F& fn) {
-  const int64_t n_threads = std::min<int64_t>(max_threads, n_tasks);
-  if (n_threads <= 1) {
+// Starts work() on n_workers threads: the calling one and n_workers - 1 of its own, joined before it
+// returns (the classic binding's launcher). Not at::parallel_for there: with an OpenMP torch its body is
+// an inline `#pragma omp parallel`, which runs serially unless the extension itself is built with
+// -fopenmp (and linking a second OpenMP runtime next to torch's is worse).
+struct OwnThreads {
+  template <typename W>
+  void operator()(int64_t n_workers, const W& work) const {
+    std::vector<std::thread> pool;
+    pool.reserve(n_workers - 1);
+    for (int64_t i = 1; i < n_workers; ++i) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+  }
+};
+
+// Runs fn(begin, end) over [0, n_tasks) in TaskBlocks on min(max_threads, n_tasks) workers that
+// launch(n_workers, work) starts (OwnThreads in the classic binding, torch's intra-op pool in the stable
+// one, binding_api_stable.h); on the calling thread alone when that is one. max_threads: torch's intra-op
+// thread count, 1 inside a parallel region where the binding can tell. A task's exception is rethrown
+// here, after every task has ended.
+template <typename F, typename Launch = OwnThreads>
+inline void run_parallel(int64_t n_tasks, int64_t max_threads, const F& fn, const Launch& launch = {}) {
+  const int64_t n_workers = std::min<int64_t>(max_threads, n_tasks);
+  if (n_workers <= 1) {
     if (n_tasks > 0) fn(0, n_tasks);
     return;
   }
-  TaskBlocks blocks(n_tasks, n_threads);
+  TaskBlocks blocks(n_tasks, n_workers);
   FirstError errors;
-  auto work = [&] { errors.run([&] { blocks.drain(fn); }); };
-  std::vector<std::thread> pool;
-  pool.reserve(n_threads - 1);
-  for (int64_t i = 1; i < n_threads; ++i) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  launch(n_workers, [&] { errors.run([&] { blocks.drain(fn); }); });
   errors.rethrow();
 }
 
