@@ -320,7 +320,14 @@ class Log:
 
 
 def _copy_sources(files: List[str], dest: Path) -> None:
-    """Mirror the source files into dest (keeping dest/build), removing files no longer present."""
+    """Mirror the source files into dest, removing files no longer present, and keep of dest/build only
+    what ninja and build_ext may reuse: the compiled objects and the extension modules.
+
+    A file whose content changed is written with the copy's time as its mtime, not its source's:
+    ninja, build_ext and build_py rebuild by comparing mtimes, and a source file older than a build made
+    from another copy (another checkout, or a release dry run's ``_version.py``) would otherwise be
+    skipped. Every other file under dest/build/lib* is removed, so that build_py copies each Python file
+    afresh and none the sources no longer have is packed into the wheel."""
     dest.mkdir(parents=True, exist_ok=True)
     wanted = set(files)
     for f in files:
@@ -328,7 +335,12 @@ def _copy_sources(files: List[str], dest: Path) -> None:
         if dst.exists() and dst.stat().st_size == src.stat().st_size and dst.read_bytes() == src.read_bytes():
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst)
+        shutil.copyfile(src, dst)
+        shutil.copymode(src, dst)
+    for lib in dest.glob("build/lib*"):
+        for p in list(lib.rglob("*")):
+            if p.is_file() and not p.name.endswith((".so", ".pyd")):
+                p.unlink()
     for p in list(dest.rglob("*")):
         rel = str(p.relative_to(dest))
         if (

@@ -1,5 +1,6 @@
 """sdist-check (contents; the full rebuild from the sdist is the slow path) and build's refusals."""
 
+import os
 import re
 import subprocess
 import sys
@@ -114,3 +115,28 @@ def test_build_shows_the_archs_as_the_variable_takes_them(typed):
         check=True,
     ).stdout
     assert pasted == typed
+
+
+def test_cell_copy_rebuilds_what_changed_and_packs_no_stale_python(tmp_path):
+    """The cell's source copy keeps dest/build between builds. A file whose content differs from the
+    copy (here the _version.py a release dry run rewrote) must come out newer than what the previous
+    build made from it, whatever its source's mtime, and build/lib may keep only extension modules."""
+    rel = "mamba_ssm/_version.py"
+    src = ROOT / rel
+    dest = tmp_path / "src"
+    build._copy_sources([rel], dest)
+    (dest / rel).write_text('__version__ = "9.9.9.dev1"\n')  # as a release dry run leaves it
+    built = src.stat().st_mtime + 1  # the previous build ran after the source was written
+    obj = dest / "build" / "temp.linux-x86_64-cpython-311" / "csrc" / "binding.o"
+    lib = dest / "build" / "lib.linux-x86_64-cpython-311" / "mamba_ssm"
+    for path in (obj, lib / "_version.py", lib / "removed_module.py", lib / "_C.abi3.so"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("from an earlier build")
+        os.utime(path, (built, built))
+
+    build._copy_sources([rel], dest)
+
+    assert (dest / rel).read_bytes() == src.read_bytes()
+    assert (dest / rel).stat().st_mtime > built, "a changed file kept its source's older mtime"
+    assert sorted(p.name for p in lib.iterdir()) == ["_C.abi3.so"]
+    assert obj.is_file()
