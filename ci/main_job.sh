@@ -104,5 +104,8 @@ else
 fi
 
 step "7. doctor --check (the installed kernels against the float64 reference; the job fails unless OK)"
+echo "(the installed package is in $WORK/venv; to ask it yourself, outside this clone, whose source tree"
+echo " would be imported instead, with the install decision this job recorded:"
+echo " cd /tmp && MAMBA_SSM_CACHE_DIR=$WORK/home/cache $WORK/venv/bin/python -m mamba_ssm doctor)"
 cd "$WORK"
 MAMBA_SSM_CACHE_DIR="$WORK/home/cache" "$WORK/venv/bin/python" -m mamba_ssm doctor --check
