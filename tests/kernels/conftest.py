@@ -30,6 +30,17 @@ def compiled():
     return backend
 
 
+@pytest.fixture
+def torch_threads():
+    """Sets torch's intra-op thread count for the test (the CPU ops split their tasks across that many
+    threads) and restores it after: call it with the count."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
 # Case counts of the HIP-CPU emulation (test_hipcpu_kernels.py::test_emulated) per layout and resume
 # schedule, printed in the terminal summary (shown under -q as well), so CI's log says how many ran.
 _HIPCPU_TALLY = {}

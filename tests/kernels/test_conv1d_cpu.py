@@ -341,16 +341,12 @@ def test_public_ops_under_torch_compile(conv, layout):
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("layout", ["contiguous", "channel_last"])
-def test_thread_counts(conv, threads, layout):
+def test_thread_counts(conv, torch_threads, threads, layout):
     """A call large enough to be split across threads (2 x 67 x 520 elements, over the serial cutoff
     of 2^16; 67 channels: a full 64-channel block and a partial one) at 1-3 torch threads, packed
     sequences and initial states included: values and every gradient against the float64 reference."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        args = make_conv_inputs(
-            2, 67, 520, 4, torch.float32, layout=layout, bias=True, seq=True, init=True, seed=threads
-        )
-        run_conv_and_check(_fn(conv), *args, True, torch.float32)
-    finally:
-        torch.set_num_threads(before)
+    torch_threads(threads)
+    args = make_conv_inputs(
+        2, 67, 520, 4, torch.float32, layout=layout, bias=True, seq=True, init=True, seed=threads
+    )
+    run_conv_and_check(_fn(conv), *args, True, torch.float32)

@@ -334,15 +334,6 @@ def test_cpu_isa_choice(compiled, monkeypatch):
         compiled.selective_scan(*args)
 
 
-@pytest.fixture
-def torch_threads():
-    """Sets torch's intra-op thread count for the test (the CPU ops split their tasks across that many
-    threads of torch's own pool) and restores it after."""
-    before = torch.get_num_threads()
-    yield torch.set_num_threads
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("threads", [1, 2, 3, 5])
 @pytest.mark.parametrize("shape", [(1, 1), (2, 6), (3, 7)], ids=lambda s: f"b{s[0]}d{s[1]}")
 def test_thread_counts(compiled, torch_threads, threads, shape):
