@@ -66,6 +66,7 @@ __all__ = [
     "source_build_command",
     "triton_install_command",
     "unforce_fix",
+    "wheel_kernels_fix",
 ]
 
 _DIST_INFO = re.compile(r"^mamba_ssm-([^-]+)\.dist-info$")
@@ -410,6 +411,20 @@ def mismatch_fix(record: InstallRecord | None) -> str:
             if reinstall != source
             else f"rebuild from source: `{source}`"
         )
+    )
+
+
+def wheel_kernels_fix(index: str | None = None) -> str:
+    """What to do when none of the per-platform wheel's kernel modules (``mamba_ssm/_kernels/``) serves
+    the running torch or its GPUs: a torch older than their stable-ABI floor (2.10), a ROCm torch, a CUDA
+    major without a module. ``install-kernels`` fetches the wheel built for this torch (a classic or a
+    ROCm build) from the project's wheel index and installs it over this one with ``--no-deps``; its
+    top-level ``mamba_ssm/_C`` then wins over the wheel's modules. (Reinstalling from PyPI would bring
+    back the same wheel.)"""
+    return (
+        f"run `{install_kernels_command(index)}`: it installs the mamba-ssm wheel built for this torch from "
+        "the project's wheel index over this install (it replaces only mamba-ssm's own files, never torch), "
+        "and that wheel's compiled module is used instead of the kernel modules this one carries"
     )
 
 

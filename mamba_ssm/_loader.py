@@ -5,6 +5,12 @@ version-specific name such as ``_C.cpython-311-x86_64-linux-gnu.so``. It is neve
 Python module: its static initialisers register the ``mamba_ssm`` operators with ``torch.library``
 when :func:`torch.ops.load_library` dlopens it.
 
+When there is none, the per-platform wheel's kernel modules are looked at: ``_kernels/<folder>/_C.abi3.so``
+(``cpu``, ``cu12``, ``cu13``; :mod:`mamba_ssm._compat.kernel_modules`). They register the same operators,
+so the running torch picks exactly one of them before anything is dlopened
+(:func:`mamba_ssm._compat.kernel_modules.choose_module`); the choice is kept on the result
+(``LoadResult.module``). A top-level ``_C*.so`` always wins over them.
+
 Before anything is dlopened, the build-info record embedded in the file's bytes is read
 (:func:`mamba_ssm._compat.buildinfo.read_build_info`) and checked against the running torch with the
 one compatibility rule (:func:`mamba_ssm._compat.buildinfo.incompatibilities`: same torch
@@ -34,10 +40,20 @@ from ._compat.textenum import TextEnum
 
 if TYPE_CHECKING:
     from ._compat.buildinfo import BuildInfo
+    from ._compat.kernel_modules import ModuleChoice
     from ._compat.versions import TorchBuild
     from ._install.record import InstallRecord
 
-__all__ = ["PACKAGE_DIR", "LoadKind", "LoadResult", "find_compiled_module", "install_record", "load", "peek"]
+__all__ = [
+    "PACKAGE_DIR",
+    "LoadKind",
+    "LoadResult",
+    "find_compiled_module",
+    "find_wheel_modules",
+    "install_record",
+    "load",
+    "peek",
+]
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -46,7 +62,8 @@ class LoadKind(TextEnum):
     """How looking for and loading ``mamba_ssm._C`` ended (doctor's JSON carries the value)."""
 
     LOADED = "loaded"
-    MISSING = "missing"  # no _C*.so next to the package (a pure-Python install)
+    MISSING = "missing"  # no _C*.so next to the package (a pure-Python install), or none of the
+    # wheel's kernel modules can serve this torch
     NO_TORCH = "torch-unavailable"  # torch itself cannot be imported
     BAD_BUILD_INFO = "bad-build-info"  # the file carries no readable build-info record
     INCOMPATIBLE = "incompatible"  # the build info fails the compatibility rule: never dlopened
@@ -67,6 +84,8 @@ class LoadResult:
         fix: when not loaded, what the user should run; None when loaded.
         kind: how it ended (:class:`LoadKind`).
         incompatibilities: the failed compatibility checks (empty unless ``kind`` is incompatible).
+        module: which of the wheel's kernel modules (``_kernels/<folder>``) the running torch chose, and
+            why; None when a top-level ``_C*.so`` was used or the install has no such modules.
     """
 
     found: bool
@@ -77,6 +96,7 @@ class LoadResult:
     fix: str | None
     kind: LoadKind
     incompatibilities: tuple[str, ...] = ()
+    module: ModuleChoice | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object ``doctor --json`` shows (stable keys)."""
@@ -89,6 +109,7 @@ class LoadResult:
             "fix": self.fix,
             "incompatibilities": list(self.incompatibilities),
             "build_info": None if self.build_info is None else dataclasses.asdict(self.build_info),
+            "module_choice": None if self.module is None else self.module.to_dict(),
         }
 
 
@@ -123,6 +144,26 @@ def find_compiled_module(package_dir: str | None = None) -> str | None:
     if not candidates:
         return None
     return os.path.abspath(min(candidates, key=_suffix_rank))
+
+
+def find_wheel_modules(package_dir: str | None = None) -> dict[str, str]:
+    """The per-platform wheel's kernel modules: each folder of ``<package_dir>/_kernels/`` holding a
+    ``_C*.so`` (chosen as :func:`find_compiled_module` chooses), mapped to its absolute path; empty when
+    there is no such folder. Reads the directory only: nothing is opened or loaded."""
+    from ._compat.kernel_modules import KERNELS_DIR  # standard library only
+
+    root = os.path.join(package_dir or PACKAGE_DIR, KERNELS_DIR)
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:  # absent (every install but the per-platform wheel) or unreadable
+        return {}
+    found = {}
+    for name in names:
+        folder = os.path.join(root, name)
+        path = find_compiled_module(folder) if os.path.isdir(folder) else None
+        if path is not None:
+            found[name] = path
+    return found
 
 
 def install_record() -> InstallRecord | None:
@@ -200,16 +241,74 @@ def _not_loaded(kind: LoadKind, path: str | None, reason: str, fix: str, **more:
     return LoadResult(path is not None, path, more.pop("build_info", None), False, reason, fix, kind, **more)
 
 
-def _load_uncached(package_dir: str | None = None) -> LoadResult:  # one return per outcome
-    path = find_compiled_module(package_dir)
-    if path is None:
-        where = package_dir or PACKAGE_DIR
+def _choose_wheel_module(where: str, modules: dict[str, str]) -> tuple[ModuleChoice, str] | LoadResult:
+    """The wheel's kernel module the running torch takes and its file (imports torch), or why none can
+    be loaded."""
+    from ._compat.kernel_modules import KERNELS_DIR, choose_module  # packaging only once modules are there
+
+    listed = ", ".join(sorted(modules))
+    try:
+        import torch  # never at import mamba_ssm
+    except Exception as exc:  # noqa: BLE001
+        return _not_loaded(
+            LoadKind.NO_TORCH,
+            None,
+            f"torch cannot be imported ({_exception_text(exc)}), so none of the kernel modules in "
+            f"{os.path.join(where, KERNELS_DIR)} ({listed}) can be chosen",
+            _advice.REPAIR_TORCH,
+        )
+    try:
+        choice = choose_module(runtime_torch(torch), modules)
+    except Exception as exc:  # noqa: BLE001 - e.g. a torch version that is not PEP 440
         return _not_loaded(
             LoadKind.MISSING,
             None,
-            f"the compiled module mamba_ssm._C is not installed (no _C*.so in {where})",
-            _advice.missing_kernels_fix(install_record()),
+            f"cannot choose among the kernel modules in {os.path.join(where, KERNELS_DIR)} ({listed}) for "
+            f"torch {getattr(torch, '__version__', '?')}: {_exception_text(exc)}",
+            _advice.wheel_kernels_fix(_advice.recorded_index(install_record())),
         )
+    if choice.path is None:
+        return _not_loaded(
+            LoadKind.MISSING,
+            None,
+            f"no compiled module of {os.path.join(where, KERNELS_DIR)} fits: {choice.reason}",
+            _advice.wheel_kernels_fix(_advice.recorded_index(install_record())),
+            module=choice,
+        )
+    return choice, choice.path
+
+
+def _load_uncached(package_dir: str | None = None) -> LoadResult:  # one return per outcome
+    where = package_dir or PACKAGE_DIR
+    path = find_compiled_module(package_dir)
+    choice: ModuleChoice | None = None
+    if path is None:
+        modules = find_wheel_modules(package_dir)
+        if not modules:
+            return _not_loaded(
+                LoadKind.MISSING,
+                None,
+                f"the compiled module mamba_ssm._C is not installed (no _C*.so in {where})",
+                _advice.missing_kernels_fix(install_record()),
+            )
+        chosen = _choose_wheel_module(where, modules)
+        if isinstance(chosen, LoadResult):
+            return chosen
+        choice, path = chosen
+    result = _check_and_load(path, choice)
+    return dataclasses.replace(result, module=choice) if choice is not None else result
+
+
+def _check_and_load(path: str, choice: ModuleChoice | None) -> LoadResult:  # one return per outcome
+    """Read ``path``'s build info, check it against the running torch and load it (``choice``: the
+    wheel's kernel module it is; its fixes then fetch the wheel built for this torch)."""
+
+    def mismatch_fix() -> str:
+        record = install_record()
+        if choice is not None:  # reinstalling would bring back the same wheel
+            return _advice.wheel_kernels_fix(_advice.recorded_index(record))
+        return _advice.mismatch_fix(record)
+
     try:
         from ._compat import buildinfo  # packaging only once a module is there
     except Exception as exc:  # noqa: BLE001 - a broken install: report, never raise
@@ -247,7 +346,7 @@ def _load_uncached(package_dir: str | None = None) -> LoadResult:  # one return 
             LoadKind.INCOMPATIBLE,
             path,
             f"cannot check {path} against torch {torch.__version__}: {_exception_text(exc)}",
-            _advice.mismatch_fix(install_record()),
+            mismatch_fix(),
             build_info=build,
         )
     if problems:
@@ -260,7 +359,7 @@ def _load_uncached(package_dir: str | None = None) -> LoadResult:  # one return 
             LoadKind.INCOMPATIBLE,
             path,
             reason,
-            _advice.mismatch_fix(install_record()),
+            mismatch_fix(),
             build_info=build,
             incompatibilities=tuple(problems),
         )
@@ -272,7 +371,7 @@ def _load_uncached(package_dir: str | None = None) -> LoadResult:  # one return 
                 LoadKind.LOAD_ERROR,
                 path,
                 f"loading {path} failed: {_dlopen_error_text(exc, path)}",
-                _advice.mismatch_fix(install_record()),
+                mismatch_fix(),
                 build_info=build,
             )
     return LoadResult(True, path, build, True, None, None, LoadKind.LOADED)

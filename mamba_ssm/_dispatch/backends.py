@@ -78,6 +78,13 @@ def _coverage_fix(device: _devices.DeviceKey) -> str:
     import torch  # a device was asked about, so torch is there
 
     index = _advice.recorded_index(_loader.install_record())
+    loaded = _loader.peek()
+    if loaded is not None and loaded.module is not None and loaded.build_info is not None:
+        # One of the per-platform wheel's kernel modules: a GPU kind it has no kernels for (a ROCm GPU,
+        # a CUDA major without a module) is served by the wheel built for this torch, not by this wheel.
+        gpu = "hip" if getattr(torch.version, "hip", None) else "cuda"
+        if device.type == "cuda" and gpu not in loaded.build_info.kernels:
+            return _advice.wheel_kernels_fix(index)
     return _advice.coverage_fix(
         device.type, _devices.device_arch(device), getattr(torch.version, "cuda", None), index
     )

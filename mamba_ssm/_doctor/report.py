@@ -184,6 +184,7 @@ class CompiledModuleReport:
                 "fix": _advice.reinstall_fix(),
                 "incompatibilities": [],
                 "build_info": None,
+                "module_choice": None,
                 "cpu_isa": None,
                 "complex_a": None,
             }
@@ -296,7 +297,22 @@ class Report:
     def exit_code(self) -> int:
         return self.status.exit_code
 
+    @property
+    def wheel_install(self) -> str | None:
+        """How a per-platform wheel install got its kernels, in one sentence, when the compiled module
+        was chosen among the wheel's kernel modules and no install record describes this install (no
+        setup hook ran for a wheel, so there is no resolver decision to show); else None."""
+        load = self.compiled_module.load
+        if load is None or load.module is None or self.install_record.current:
+            return None
+        m = load.module
+        return (
+            f"installed from the wheel (kernel modules {', '.join(m.available) or 'none'}; chosen: "
+            f"{m.folder or 'none'}); no install-time resolver ran, so no decision was recorded"
+        )
+
     def to_dict(self) -> dict[str, Any]:
+        decision = dict(self.install_record.to_dict(), wheel_install=self.wheel_install)
         out: dict[str, Any] = {
             "schema": self.schema,
             "package": _plain(self.package),
@@ -305,7 +321,7 @@ class Report:
             "gpus": self.gpus.to_dict(),
             "driver": _plain(self.driver),
             "compiled_module": self.compiled_module.to_dict(),
-            "install_decision": self.install_record.to_dict(),
+            "install_decision": decision,
             "backend": _plain(self.backend),
             "devices": [_plain(d) for d in self.devices],
             "problems": [_plain(p) for p in self.problems],

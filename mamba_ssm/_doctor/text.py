@@ -191,6 +191,12 @@ def _compiled_lines(report: Report) -> list[str]:
     lines = ["Compiled module mamba_ssm._C:"]
     add = lines.append
     add(f"  found: {_yes(view['found'])}{'  ' + view['path'] if view['path'] else ''}")
+    module = cm.load.module if cm.load is not None else None
+    if module is not None:
+        add(
+            f"  wheel kernel module: {module.folder or 'none'} (of {', '.join(module.available)}): "
+            f"{module.reason}"
+        )
     bi = cm.load.build_info if cm.load is not None else None
     if bi is not None:
         add(
@@ -221,6 +227,16 @@ def _compiled_lines(report: Report) -> list[str]:
 
 
 def _record_lines(report: Report) -> list[str]:
+    wheel = report.wheel_install
+    lines = _recorded_lines(report)
+    if wheel is None:
+        return lines
+    if report.install_record.record is None and report.install_record.unreadable_path is None:
+        return [f"Install: {wheel}"]  # instead of "none recorded"
+    return [f"Install: {wheel}", *lines]
+
+
+def _recorded_lines(report: Report) -> list[str]:
     rec = report.install_record
     if rec.record is not None and not rec.current and not rec.error:
         r = rec.record

@@ -131,14 +131,15 @@ def c_string(data: bytes) -> str:
     return '"' + "".join(out) + '"'
 
 
-def compile_so(path, info, undefined_symbol=False, marker=True):
+def compile_so(path, info, undefined_symbol=False, marker=True, marker_text="loaded"):
     """Compile a real shared object with gcc carrying ``info`` as its build-info block.
 
     Args:
         undefined_symbol: reference a data symbol no library defines, so dlopen fails with
             "undefined symbol: ..." (a data relocation: resolved at load time even with lazy binding).
-        marker: a constructor that, when the library is dlopened, writes a file named by the
-            environment variable MAMBA_SSM_TEST_DLOPEN_MARKER (proves whether it was loaded).
+        marker: a constructor that, when the library is dlopened, appends ``marker_text`` to the file
+            named by the environment variable MAMBA_SSM_TEST_DLOPEN_MARKER (proves whether, and which
+            one, was loaded).
     """
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed: cannot make a real shared object for this test")
@@ -149,11 +150,12 @@ def compile_so(path, info, undefined_symbol=False, marker=True):
         parts.append(f"extern int {UNDEFINED_SYMBOL};")
         parts.append(f"__attribute__((used)) int *mamba_ssm_test_ref = &{UNDEFINED_SYMBOL};")
     if marker:
+        parts.append(f"#define MARKER_TEXT {c_string(marker_text.encode())}")
         parts.append(
             textwrap.dedent("""
             __attribute__((constructor)) static void mamba_ssm_test_loaded(void) {
                 const char *p = getenv("MAMBA_SSM_TEST_DLOPEN_MARKER");
-                if (p) { FILE *f = fopen(p, "w"); if (f) { fputs("loaded", f); fclose(f); } }
+                if (p) { FILE *f = fopen(p, "a"); if (f) { fputs(MARKER_TEXT, f); fclose(f); } }
             }
         """)
         )
