@@ -202,12 +202,13 @@ def _angles_fwd(
             use = ((sq == seq_prev) & (sq >= 0)).to(tl.float32)
         else:
             use = tl.full([BLOCK_T], 1.0, tl.float32)
-        # The masked product runs on the finite increments (no 0 * inf from a later token); a non-finite
-        # one makes the angles of its column non-finite from its token on.
+        # The masked product runs on the finite increments (no 0 * inf from a later token); from a token
+        # with a non-finite increment on, the block's angles are non-finite (all of a row's: every one of
+        # them turns q and k, so the outputs from that token on are non-finite either way).
         fin = tl.abs(inc) < float("inf")
-        first = tl.min(tl.where(fin, BLOCK_T, ri[:, None]), axis=0)
         local = tl.dot(keep.to(tl.float32), tl.where(fin, inc, 0.0), input_precision="ieee")
-        local = tl.where(ri[:, None] >= first[None, :], float("nan"), local)
+        reached = tl.cumsum(tl.max(tl.where(fin, 0, 1), axis=1), axis=0)  # (BLOCK_T,)
+        local = tl.where(reached[:, None] > 0, float("nan"), local)
         theta = _mod_two_pi(local + carry[None, :] * use[:, None])
         tl.store(
             THETA + ((b * seqlen + t[:, None]) * nheads + h) * nangles + ra[None, :],
