@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mamba_ssm.ops.backends._packing import check_cu_seqlens
+from mamba_ssm.ops.backends._packing import check_cu_seqlens, check_rows
 
 __all__ = [
     "causal_conv1d_fn",
@@ -133,11 +133,41 @@ def _cdtype(*xs):
     return torch.float64 if any(x is not None and x.dtype == torch.float64 for x in xs) else torch.float32
 
 
-def _check_x_weight(name, x, weight, bias):
-    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _check_float(name, arg, t, optional=False):
+    """TypeError naming ``arg`` unless ``t`` is a real float tensor (or None when ``optional``)."""
+    if t is None and optional:
+        return
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in _FLOATS:
         raise TypeError(
-            f"{name}: x and weight must be torch.Tensor, got {type(x).__name__} and {type(weight).__name__}"
+            f"{name}: {arg} has dtype {t.dtype}; expected float16, bfloat16, float32 or float64 "
+            f"(cast it with {arg}.float())"
         )
+
+
+def _check_int(name, arg, t):
+    """TypeError naming ``arg`` unless ``t`` is an integer tensor (or None)."""
+    if t is not None and (
+        not isinstance(t, torch.Tensor) or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool
+    ):
+        got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+        raise TypeError(f"{name}: {arg} must be an integer tensor (e.g. torch.int32), got {got}")
+
+
+def _check_x_weight(name, x, weight, bias, x_dims=(3,)):
+    """The checks of x, weight and bias shared by every backend (TypeError / ValueError naming the
+    argument): real float tensors, x of rank ``x_dims`` with dim = weight's channels, weight (dim, width),
+    bias (dim,)."""
+    _check_float(name, "x", x)
+    _check_float(name, "weight", weight)
+    _check_float(name, "bias", bias, optional=True)
+    if x.dim() not in x_dims:
+        shapes = " or ".join({2: "(batch, dim)", 3: "(batch, dim, seqlen)"}[d] for d in x_dims)
+        raise ValueError(f"{name}: x must have shape {shapes}, got {tuple(x.shape)}")
     if weight.dim() != 2:
         raise ValueError(f"{name}: weight must have shape (dim, width), got {tuple(weight.shape)}")
     if x.shape[1] != weight.shape[0]:
@@ -149,19 +179,22 @@ def _check_x_weight(name, x, weight, bias):
         raise ValueError(f"{name}: bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
 
 
-def _check_conv_extras(x, weight, seq_idx, initial_states):
-    """The shape checks of seq_idx / initial_states, as ValueError before the compiled kernels run."""
+def _check_conv_extras(x, weight, seq_idx, initial_states, final_states_out=None):
+    """The checks of seq_idx / initial_states / final_states_out (TypeError / ValueError naming the
+    argument), in front of every backend."""
+    fn = "causal_conv1d_fn"
+    _check_int(fn, "seq_idx", seq_idx)
+    _check_float(fn, "initial_states", initial_states, optional=True)
+    _check_float(fn, "final_states_out", final_states_out, optional=True)
     batch, dim, seqlen = x.shape
     width = weight.shape[1]
-    if initial_states is not None and tuple(initial_states.shape) != (batch, dim, width - 1):
-        raise ValueError(
-            f"causal_conv1d_fn: initial_states must have shape ({batch}, {dim}, {width - 1}), got "
-            f"{tuple(initial_states.shape)}"
-        )
+    for arg, t in (("initial_states", initial_states), ("final_states_out", final_states_out)):
+        if t is not None and tuple(t.shape) != (batch, dim, width - 1):
+            raise ValueError(
+                f"{fn}: {arg} must have shape ({batch}, {dim}, {width - 1}), got {tuple(t.shape)}"
+            )
     if seq_idx is not None and tuple(seq_idx.shape) != (batch, seqlen):
-        raise ValueError(
-            f"causal_conv1d_fn: seq_idx must have shape ({batch}, {seqlen}), got {tuple(seq_idx.shape)}"
-        )
+        raise ValueError(f"{fn}: seq_idx must have shape ({batch}, {seqlen}), got {tuple(seq_idx.shape)}")
 
 
 def causal_conv1d_fn(
@@ -194,15 +227,15 @@ def causal_conv1d_fn(
         or (out, final_states).
 
     Raises:
-        ValueError / TypeError: bad shapes, types or activation.
+        TypeError: a non-float x, weight, bias, initial_states or final_states_out, a non-integer seq_idx
+            (the message names the argument; the same on every backend).
+        ValueError: bad shapes or activation, naming the argument.
     """
     _check_activation(activation)
     _check_x_weight("causal_conv1d_fn", x, weight, bias)
-    if x.dim() != 3:
-        raise ValueError(f"causal_conv1d_fn: x must have shape (batch, dim, seqlen), got {tuple(x.shape)}")
+    _check_conv_extras(x, weight, seq_idx, initial_states, final_states_out)
     kernels, ext = _route("causal_conv1d", x, weight, bias, seq_idx, initial_states)
     if kernels is not None:
-        _check_conv_extras(x, weight, seq_idx, initial_states)
         out, final = kernels.conv1d(x, weight, bias, seq_idx, initial_states, activation is not None)
         if not return_final_states:
             return out
@@ -260,7 +293,9 @@ def causal_conv1d_ref(
             f"causal_conv1d_fn: seq_idx must have shape ({batch}, {seqlen}), got {tuple(seq_idx.shape)}"
         )
     sid = None
-    if seq_idx is None or seqlen == 0:
+    if seqlen == 0:  # no output positions (F.conv1d refuses an input shorter than the kernel)
+        out = xpad.new_zeros(batch, dim, 0)
+    elif seq_idx is None:
         out = F.conv1d(xpad, w.unsqueeze(1), None, groups=dim)
     else:
         sid = torch.cat([seq_idx[:, :1].expand(batch, width - 1), seq_idx], dim=-1)  # q(s), s >= -(W-1)
@@ -289,7 +324,12 @@ def causal_conv1d_ref(
 
 
 def _check_update_args(x, conv_state, weight, cache_seqlens, conv_state_indices):
-    """causal_conv1d_update's shape checks (ValueError naming the argument), before any backend runs."""
+    """causal_conv1d_update's checks (TypeError / ValueError naming the argument), before any backend
+    runs."""
+    fn = "causal_conv1d_update"
+    _check_float(fn, "conv_state", conv_state)
+    _check_int(fn, "cache_seqlens", cache_seqlens)
+    _check_int(fn, "conv_state_indices", conv_state_indices)
     batch, dim = x.shape[0], x.shape[1]
     width = weight.shape[1]
     if conv_state.dim() != 3 or conv_state.shape[1] != dim or conv_state.shape[2] < width - 1:
@@ -303,14 +343,15 @@ def _check_update_args(x, conv_state, weight, cache_seqlens, conv_state_indices)
                 f"causal_conv1d_update: conv_state has {conv_state.shape[0]} rows for x's batch "
                 f"{batch}; pass conv_state_indices to pick rows"
             )
-    elif tuple(conv_state_indices.shape) != (batch,) or conv_state_indices.is_floating_point():
-        raise ValueError(
-            f"causal_conv1d_update: conv_state_indices must be ({batch},) integers, got "
-            f"{tuple(conv_state_indices.shape)} {conv_state_indices.dtype}"
-        )
-    if cache_seqlens is not None and (
-        tuple(cache_seqlens.shape) != (batch,) or cache_seqlens.is_floating_point()
-    ):
+    else:
+        if tuple(conv_state_indices.shape) != (batch,):
+            raise ValueError(
+                f"causal_conv1d_update: conv_state_indices must be ({batch},) integers, got "
+                f"{tuple(conv_state_indices.shape)} {conv_state_indices.dtype}"
+            )
+        if conv_state_indices.device.type == "cpu":
+            check_rows(fn, "conv_state_indices", conv_state_indices, conv_state.shape[0])
+    if cache_seqlens is not None and tuple(cache_seqlens.shape) != (batch,):
         raise ValueError(
             f"causal_conv1d_update: cache_seqlens must be ({batch},) integers, got "
             f"{tuple(cache_seqlens.shape)} {cache_seqlens.dtype}"
@@ -339,10 +380,13 @@ def causal_conv1d_update(
         out with x's shape and dtype.
 
     Raises:
-        TypeError / ValueError: bad types, shapes or activation, naming the argument.
+        TypeError / ValueError: bad types, shapes or activation, naming the argument; an index of
+            ``conv_state_indices`` that is not a row of ``conv_state`` (checked in front of every backend
+            for CPU tensors, on the PyTorch path for the others: a GPU kernel's path is not synchronised
+            for it).
     """
     _check_activation(activation)
-    _check_x_weight("causal_conv1d_update", x, weight, bias)
+    _check_x_weight("causal_conv1d_update", x, weight, bias, x_dims=(2, 3))
     _check_update_args(x, conv_state, weight, cache_seqlens, conv_state_indices)
     kernels, package = _route(
         "causal_conv1d_update", x, weight, conv_state, bias, cache_seqlens, conv_state_indices
@@ -369,6 +413,8 @@ def causal_conv1d_update(
     if conv_state_indices is None:
         state = conv_state
     else:
+        if conv_state_indices.device.type != "cpu":  # (checked in front for CPU tensors)
+            check_rows("causal_conv1d_update", "conv_state_indices", conv_state_indices, conv_state.shape[0])
         valid = conv_state_indices >= 0
         state = conv_state[conv_state_indices.clamp(min=0).long()]
     cdtype = _cdtype(x, weight)

@@ -383,6 +383,17 @@ def _mamba_inner(
         ("A", A),
     ):
         _require_tensor(fn, name, x)
+    for name, x in (
+        ("xz", xz),
+        ("conv1d_weight", conv1d_weight),
+        ("conv1d_bias", conv1d_bias),
+        ("x_proj_weight", x_proj_weight),
+        ("delta_proj_weight", delta_proj_weight),
+        ("out_proj_weight", out_proj_weight),
+        ("out_proj_bias", out_proj_bias),
+    ):
+        _require_tensor(fn, name, x, optional=True)
+        _require_float(fn, name, x)
     if not A.is_complex():  # a complex A is checked by selective_scan_fn
         _require_float(fn, "A", A)
     if checkpoint_lvl not in (0, 1):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["PADDING", "check_cu_seqlens", "seq_idx_from_cu_seqlens"]
+__all__ = ["PADDING", "check_cu_seqlens", "check_rows", "seq_idx_from_cu_seqlens"]
 
 #: The seq_idx of a padding token.
 PADDING = -1
@@ -66,3 +66,15 @@ def seq_idx_from_cu_seqlens(cu_seqlens, total: int, fn: str = "seq_idx_from_cu_s
     if pad:
         ids = torch.cat([ids, torch.full((pad,), PADDING, dtype=ids.dtype, device=ids.device)])
     return ids.to(torch.int32).unsqueeze(0)
+
+
+def check_rows(name: str, arg: str, indices: torch.Tensor, rows: int) -> None:
+    """ValueError naming ``arg`` when an index of ``indices`` (a negative one marks a padded slot) is not
+    a row of a ``rows``-row cache. Reads the values: the ops call it in front of every backend for CPU
+    tensors, and on the PyTorch path for the others (a GPU kernel's path is not synchronised for it)."""
+    if indices.numel() and int(indices.max()) >= rows:
+        bad = int(indices.max())
+        raise ValueError(
+            f"{name}: {arg} holds {bad}, not a row of the cache ({rows} rows: 0..{rows - 1}; a negative "
+            f"index marks a padded slot)"
+        )

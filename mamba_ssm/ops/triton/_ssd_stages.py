@@ -192,7 +192,6 @@ def chunk_scan(cb, x, dt, cs, C, prev_states, D=None, z=None, seq_idx=None):
     cb = cb.to(cd)
     if cb.dim() == 4:
         cb = cb.unsqueeze(2)
-    cbh = cb.repeat_interleave(h // cb.shape[2], dim=2).transpose(1, 2)  # (b, h, c, i, j)
     cs = cs.to(cd)
     seg = cs.unsqueeze(-1) - cs.unsqueeze(-2)  # (b, h, c, i, j)
     mask = torch.ones(Q, Q, dtype=torch.bool, device=x.device).tril()
@@ -203,10 +202,18 @@ def chunk_scan(cb, x, dt, cs, C, prev_states, D=None, z=None, seq_idx=None):
         mask = mask & ((sc.unsqueeze(-1) == sc.unsqueeze(-2)) & real.unsqueeze(-1)).unsqueeze(1)
         use_in = (sc == _prev_seq(sc).unsqueeze(-1)) & real  # (b, c, i)
         decay_in = decay_in * use_in.unsqueeze(1).to(cd)
+    # Causality holds for non-finite inputs too: a masked (i < j) term is never 0 * (a NaN or inf of a
+    # later token). The masked exponent is -inf before exp (no overflow, no NaN gradient), C_i . B_j is
+    # selected, not multiplied, by the mask, and the product over j runs on the finite inputs only; a
+    # non-finite input x_j dt_j reaches the outputs i >= j of its chunk through a (causal) cumsum.
+    cb = torch.where(mask if mask.dim() == 2 else mask.transpose(1, 2), cb, cb.new_zeros(()))
+    cbh = cb.repeat_interleave(h // cb.shape[2], dim=2).transpose(1, 2)  # (b, h, c, i, j)
     weights = torch.exp(torch.where(mask, seg, torch.full_like(seg, float("-inf")))) * cbh
     xc = chunked(x.to(cd), Q)  # (b, c, Q, h, p)
     xdt = xc * dt.to(cd).permute(0, 2, 3, 1).unsqueeze(-1)
-    y = torch.einsum("bhcij,bcjhp->bcihp", weights, xdt)
+    xdt_finite = torch.nan_to_num(xdt, nan=0.0, posinf=0.0, neginf=0.0)
+    y = torch.einsum("bhcij,bcjhp->bcihp", weights, xdt_finite)
+    y = y + (xdt - xdt_finite).cumsum(dim=2)  # 0 but at (and so after) a non-finite input
     Ch = per_head(chunked(C.to(cd), Q), h)  # (b, c, Q, h, n)
     y = y + torch.einsum("bcihn,bchpn,bhci->bcihp", Ch, prev_states.to(cd), decay_in)
     y = y.reshape(b, -1, h, p)[:, :l]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mamba_ssm.ops.backends._packing import check_rows
 from mamba_ssm.ops.triton import _route
 
 __all__ = ["selective_state_update", "selective_state_update_ref"]
@@ -88,7 +89,9 @@ def selective_state_update(
         out with x's shape and dtype.
 
     Raises:
-        TypeError / ValueError: a non-tensor or non-float argument, shapes that disagree.
+        TypeError / ValueError: a non-tensor or non-float argument, shapes that disagree, an index of
+            ``state_batch_indices`` that is not a row of ``state`` (checked on the PyTorch path, and in
+            front of the Triton kernel for CPU tensors; a GPU kernel's path is not synchronised for it).
     """
     for name, t in (("state", state), ("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
         if not isinstance(t, torch.Tensor):
@@ -120,6 +123,8 @@ def selective_state_update(
                 f"selective_state_update: state_batch_indices must be (batch,) integers, got "
                 f"{_shape(state_batch_indices)} {state_batch_indices.dtype}"
             )
+        if state_batch_indices.device.type == "cpu":  # (a GPU's indices: on the PyTorch path below)
+            check_rows("selective_state_update", "state_batch_indices", state_batch_indices, state_h.shape[0])
         valid = state_batch_indices >= 0
         batch = state_batch_indices.shape[0]
     expect = (batch, nheads, dim)
@@ -180,6 +185,8 @@ def selective_state_update(
             state_h.copy_(new)
         out = torch.matmul(new, Cf.unsqueeze(-1)).squeeze(-1)
     else:
+        if state_batch_indices.device.type != "cpu" and not torch.cuda.is_current_stream_capturing():
+            check_rows("selective_state_update", "state_batch_indices", state_batch_indices, state_h.shape[0])
         out = _indexed_steps(state_h, state_batch_indices, valid, dA, dtx, Bf, Cf, cdtype)
     if D_h is not None:
         out = out + xf * (D_h.to(cdtype) if D_h.dim() == 2 else D_h.to(cdtype)[:, None])

@@ -202,7 +202,13 @@ def _angles_fwd(
             use = ((sq == seq_prev) & (sq >= 0)).to(tl.float32)
         else:
             use = tl.full([BLOCK_T], 1.0, tl.float32)
-        local = tl.dot(keep.to(tl.float32), inc, input_precision="ieee")
+        # The masked product runs on the finite increments (no 0 * inf from a later token); from a token
+        # with a non-finite increment on, the block's angles are non-finite (all of a row's: every one of
+        # them turns q and k, so the outputs from that token on are non-finite either way).
+        fin = tl.abs(inc) < float("inf")
+        local = tl.dot(keep.to(tl.float32), tl.where(fin, inc, 0.0), input_precision="ieee")
+        reached = tl.cumsum(tl.max(tl.where(fin, 0, 1), axis=1), axis=0)  # (BLOCK_T,)
+        local = tl.where(reached[:, None] > 0, float("nan"), local)
         theta = _mod_two_pi(local + carry[None, :] * use[:, None])
         tl.store(
             THETA + ((b * seqlen + t[:, None]) * nheads + h) * nangles + ra[None, :],
@@ -337,7 +343,9 @@ def _decay_fwd(
         s0 = tl.load(SEQ + b * s_b + t * s_l, mask=m, other=-1)
         s1 = tl.load(SEQ + b * s_b + (t + 1) * s_l, mask=m1, other=-2)
         m1 = m1 & (s0 == s1) & (s0 >= 0)
-    ns = tl.where(m1, ns, 0.0)
+    # (a non-finite c_{t+1} counts as 0: it would reach y_t, before its token; token t + 1 still sees it
+    # through its own lambda dt, non-finite whenever c_{t+1} is)
+    ns = tl.where(m1 & (tl.abs(ns) < float("inf")), ns, 0.0)
     w = tl.where(m, lam * dtv + ns, 0.0)
     cs = tl.cumsum(adt, axis=0)
     base = b * nheads + h
@@ -662,7 +670,11 @@ def _rows(
         qk = tl.dot(q, tl.trans(k), input_precision="ieee")
         same = t[:, None] == t[None, :]
         coef = tl.where(same, tl.where(r[None, :] > r[:, None], w[:, None], 0.0) - ns[:, None], 0.0)
-        y += tl.dot(coef * qk, x, input_precision="ieee")
+        # Another token's non-finite q, k or x never enters a row as 0 * inf: the products of other
+        # tokens are selected away and the product runs on the finite x (a row's own token's non-finite
+        # x already made its SSD output non-finite).
+        fin = tl.abs(x) < float("inf")
+        y += tl.dot(tl.where(same, coef * qk, 0.0), tl.where(fin, x, 0.0), input_precision="ieee")
     else:
         qk = tl.sum(q * k, axis=1)
         coef = -ns

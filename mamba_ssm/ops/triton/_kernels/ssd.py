@@ -454,7 +454,17 @@ def _chunk_scan_fwd(
             mask=mj[:, None] & mp[None, :],
             other=0.0,
         )
-        acc += _dot(cb * decay * dt_j[None, :], xj, DOT_DT, IEEE)
+        # Causal for non-finite inputs too: a masked (j > i) weight is selected to 0, never 0 * (a later
+        # token's NaN or inf in B or dt); in the blocks that hold j > i a non-finite x_j enters the dot as
+        # 0 and makes the rows i >= j non-finite afterwards (no 0 * inf into an earlier row).
+        w = tl.where(keep, cb * decay * dt_j[None, :], 0.0)
+        if j0 + BLOCK_J > i0:
+            fin = tl.abs(xj.to(tl.float32)) < float("inf")  # False for NaN and +-inf
+            first = tl.min(tl.where(fin, Q, rj[:, None]), axis=0)  # per column: the first non-finite row
+            acc += _dot(w, tl.where(fin, xj, 0.0), DOT_DT, IEEE)
+            acc = tl.where(ri[:, None] >= first[None, :], float("nan"), acc)
+        else:
+            acc += _dot(w, xj, DOT_DT, IEEE)
     mo = mi[:, None] & mp[None, :]
     if HAS_D:
         dv = tl.load(Dp + h * d_h + rp * d_p, mask=mp, other=0.0).to(tl.float32)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from mamba_ssm.ops.backends import _packing
+from mamba_ssm.ops.backends.mamba3_states import compute_dtype
 from mamba_ssm.ops.triton import _route
 from mamba_ssm.ops.triton.mamba3 import _triton_hook
 from mamba_ssm.ops.triton.mamba3.mamba3_torch import Mamba3States, mamba3_chunk_scan_torch, mamba3_step_torch
@@ -124,9 +125,36 @@ class Checker:
         return Mamba3States(angle, ssm, k, v)
 
 
+def _empty_scan(arguments):
+    """The chunked scan's results at seqlen 0, as the recurrence defines them: no output rows, and the
+    final states are the input states (zeros without them): every backend returns these."""
+    q, v, init = arguments["q"], arguments["v"], arguments["initial_states"]
+    b, _, R, _, n = q.shape
+    h, p = v.shape[2], v.shape[3]
+    cd = compute_dtype(v)
+    shape = (b, 0, h, p) if arguments.get("mimo_o") is not None else (b, 0, R, h, p)
+    out = v.new_zeros(shape)
+    if not arguments["return_final_states"]:
+        return out
+    if init is not None:
+        return out, Mamba3States(init.angle.to(cd), init.ssm.to(cd), init.k.to(cd), init.v.to(v.dtype))
+    cu = arguments["cu_seqlens"]
+    rows = b if cu is None else cu.numel() - 1
+    a = arguments["angles"].shape[-1]
+    zeros = v.new_zeros
+    return out, Mamba3States(
+        zeros(rows, h, a, dtype=cd),
+        zeros(rows, h, p, n, dtype=cd),
+        zeros(rows, R, h, n, dtype=cd),
+        zeros(rows, h, p),
+    )
+
+
 def run_chunked(op, entry, arguments):
     """The chunked scan for ``op`` ("mamba3_siso" or "mamba3_mimo") on the backend the dispatcher picks:
     the Triton kernel (``_triton_hook.<entry>``) when it takes the call, else the PyTorch path."""
+    if arguments["v"].shape[1] == 0:
+        return _empty_scan(arguments)
     if _route.use_triton(op, arguments["v"], lambda: _triton_hook.unsupported(op, **arguments)):
         return getattr(_triton_hook, entry)(**arguments)
     return mamba3_chunk_scan_torch(**arguments)

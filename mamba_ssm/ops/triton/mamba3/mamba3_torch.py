@@ -93,7 +93,11 @@ def angle_cumsum(angles, dt, chunk_size, initial=None, seq_idx=None):
         tri = torch.ones(q, q, dtype=torch.bool, device=inc.device).tril()
         real = sc >= 0
         same = (sc.unsqueeze(-1) == sc.unsqueeze(-2)) & real.unsqueeze(-1)  # (b, c, i, j)
-        local = torch.einsum("bcij,bcjha->bciha", (tri & same).to(inc.dtype), inc)
+        # (the masked sum runs on the finite increments; a non-finite one reaches the later tokens of
+        # its chunk through a causal cumsum, never the earlier ones through 0 * inf)
+        finite = torch.nan_to_num(inc, nan=0.0, posinf=0.0, neginf=0.0)
+        local = torch.einsum("bcij,bcjha->bciha", (tri & same).to(inc.dtype), finite)
+        local = local + (inc - finite).cumsum(dim=2)
         prev_end = torch.cat([sc[:, :1, 0], sc[:, :-1, -1]], dim=1)  # (b, c): the carried angle's sequence
         use_in = ((sc == prev_end.unsqueeze(-1)) & real).to(inc.dtype)  # (b, c, q)
     carry = torch.zeros(b, h, a, dtype=inc.dtype, device=inc.device) if initial is None else initial
@@ -202,7 +206,10 @@ def mamba3_chunk_scan_torch(
     lam = torch.sigmoid(trap.to(cdtype)).transpose(1, 2)
     gamma = lam * dtf
     share = (1 - lam) * dtf  # c_t
-    next_share = F.pad(share[:, 1:], (0, 0, 0, 1))  # c_{t+1}; 0 after the last token
+    # c_{t+1}; 0 after the last token. It enters g_t (and leaves y_t through the correction below), so a
+    # non-finite c_{t+1} would reach y_t, before its token: it counts as 0 here, and token t+1 still
+    # sees it through its own lambda dt (non-finite whenever c_{t+1} is).
+    next_share = torch.nan_to_num(F.pad(share[:, 1:], (0, 0, 0, 1)), nan=0.0, posinf=0.0, neginf=0.0)
     if seq_idx is not None:  # c_{t+1} stays within a sequence (a padding token has no next token)
         same_next = F.pad(((seq_idx[:, 1:] == seq_idx[:, :-1]) & (seq_idx[:, :-1] >= 0)).to(cdtype), (0, 1))
         next_share = next_share * same_next.unsqueeze(-1)
