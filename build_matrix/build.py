@@ -26,6 +26,7 @@ runs, with the reason and the fix (exit 2).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import hashlib
 import json
@@ -36,20 +37,23 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from packaging.specifiers import SpecifierSet
 
 from mamba_ssm._compat import archs as compat_archs
 from mamba_ssm._compat import variant, versions
+from mamba_ssm._install.fetch import file_lock
 
 from . import matrix as mx
 
 # shared with audit.py, which never imports this module (build runs audit: one direction only)
 from .layout import CELLS_HOME, DEV_HOME, EXCLUDE_LIBS, EXCLUDE_PATTERNS, REPO_ROOT, SHARED_TORCH_VENV  # noqa: F401
+from .progress import relay
 from .tools import MissingTools, check_tools, path_for_tools
 
 
@@ -297,19 +301,32 @@ class Log:
         env: Optional[Dict[str, str]] = None,
         cwd: Optional[Path] = None,
         timeout: Optional[float] = None,
-    ) -> subprocess.CompletedProcess[bytes]:
+    ) -> subprocess.CompletedProcess[str]:
         self.step(what)
         self.fh.write("$ " + " ".join(map(str, cmd)) + "\n")
         self.fh.flush()
-        proc = subprocess.run(
+        # the output goes to the log; the terminal gets a line per compiled unit and one whenever the
+        # step has been quiet for a while (build_matrix.progress)
+        with subprocess.Popen(
             list(map(str, cmd)),
-            stdout=self.fh,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,
             cwd=cwd,
-            timeout=timeout,
-            check=False,
-        )
+            text=True,
+            errors="replace",
+        ) as popen:
+            killer = threading.Timer(timeout, popen.kill) if timeout else None
+            if killer:
+                killer.start()
+            try:
+                out: Iterable[str] = popen.stdout or []  # a pipe: stdout=PIPE
+                relay(out, self.fh, lambda text: self.step(f"  {text}"), what.split(" (", maxsplit=1)[0])
+                returncode = popen.wait()
+            finally:
+                if killer:
+                    killer.cancel()
+        proc: subprocess.CompletedProcess[str] = subprocess.CompletedProcess(list(map(str, cmd)), returncode)
         if proc.returncode != 0:
             self.fh.flush()
             tail = self.path.read_text(errors="replace").splitlines()[-30:]
@@ -375,8 +392,67 @@ def _make_venv(python: Path, venv: Path, torch_from: Optional[Path], log: Log) -
     return vpy
 
 
+#: Seconds between the lines a build waiting for another build of its cell prints.
+LOCK_NOTE_EVERY = 25.0
+
+
+@contextlib.contextmanager
+def cell_lock(work: Path, label: str, note_every: float = LOCK_NOTE_EVERY) -> Iterator[None]:
+    """Hold the lock of the cell directory ``work`` (the file ``<work>.lock`` beside it) while the body
+    runs, so that two builds of one cell (two terminals, a release dry run beside a build, CI jobs on one
+    runner) run one after the other instead of sharing ``src/``, ``raw/`` and ``repaired/``.
+
+    A build that finds the lock held prints that it waits for the other build (pid and command, from
+    ``<work>.lock.owner``), then a line every ``note_every`` seconds until it has the lock. The lock is
+    ``filelock``'s where importable, else ``fcntl``'s (:func:`mamba_ssm._install.fetch.file_lock`), and
+    is released when the body ends or the process dies.
+    """
+    work.parent.mkdir(parents=True, exist_ok=True)
+    path = work.parent / f"{work.name}.lock"
+    owner = work.parent / f"{work.name}.lock.owner"
+    start = time.monotonic()
+    with contextlib.ExitStack() as held:
+        wait = 0.0
+        while True:
+            try:
+                held.enter_context(file_lock(str(path), timeout=wait))
+                break
+            except TimeoutError:
+                waited = time.monotonic() - start
+                if not wait:
+                    try:
+                        who = owner.read_text().strip()
+                    except OSError:
+                        who = "owner unknown"
+                    print(
+                        f"[{label}] waiting for another build of this cell ({who}); lock {path}", flush=True
+                    )
+                else:
+                    print(
+                        f"[{label}] still waiting for the other build of this cell ({waited:.0f} s)",
+                        flush=True,
+                    )
+                wait = note_every
+        if wait:
+            print(f"[{label}] the other build is done (waited {time.monotonic() - start:.0f} s)", flush=True)
+        owner.write_text(f"pid {os.getpid()}: {' '.join(sys.argv)}; since {time.strftime('%H:%M:%S')}\n")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                owner.unlink()
+
+
 def build_cell(cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], host: Host) -> Path:
-    """Build, repair and audit ``cell``; returns the audited wheel (Refused / BuildFailed otherwise)."""
+    """Build, repair and audit ``cell``; returns the audited wheel (Refused / BuildFailed otherwise).
+    The cell directory is locked (:func:`cell_lock`) from the up-to-date check to the end."""
+    with contextlib.ExitStack() as held:
+        return _build_cell(cell, args, data, host, held)
+
+
+def _build_cell(
+    cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], host: Host, held: contextlib.ExitStack
+) -> Path:
     # ---- refuse early, with the reason
     if cell.platform != host.machine:
         raise Refused(f"cell {cell.id} is for {cell.platform}; this machine is {host.machine}")
@@ -452,6 +528,8 @@ def build_cell(cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], ho
     archs_shown = compat_archs.arch_list_assignment(spec) if cuda else "MAMBA_CUDA_ARCHS unset"
 
     work = CELLS_HOME / (f"{cell.id}-py{py_minor.replace('.', '')}" + ("-pypi-nvcc" if pypi_toolkit else ""))
+    if not args.plan_only:
+        held.enter_context(cell_lock(work, cell.id))
     log = Log(work / "build.log", cell.id)
     files = source_files()
     version = getattr(args, "version", None)
@@ -570,7 +648,20 @@ def build_cell(cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], ho
     shutil.rmtree(raw, ignore_errors=True)
     log.run(
         f"pip wheel ({archs_shown}, MAMBA_LOCAL_VERSION={cell.label}, MAX_JOBS={env['MAX_JOBS']})",
-        [vpy, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir", "-w", raw, "."],
+        # -v: pip passes the build's output on (ninja's [n/N] lines, which the log's relay shows)
+        [
+            vpy,
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-cache-dir",
+            "-w",
+            raw,
+            ".",
+        ],
         env=env,
         cwd=src,
     )

@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Sourced by ci/test.sh and ci/main_job.sh: makes (once) and activates the shared development venv.
 #
-# One CUDA torch venv is 5.4 GiB, so every test venv shares this one torch install: tests that need a
-# fresh venv create it with a .pth file pointing at this venv's site-packages (tests/venvs.py).
+# One CUDA torch venv is 5.9 GiB (torch 2.14.1+cu130, its CUDA libraries and the dev tools, measured with
+# du), so every test venv shares this one torch install: tests that need a fresh venv create it with a
+# .pth file pointing at this venv's site-packages (tests/venvs.py).
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export REPO_ROOT
@@ -13,10 +14,21 @@ VENV="$MAMBA_DEV_HOME/torch-$MAMBA_DEV_TORCH-cp311"
 export VENV
 mkdir -p "$MAMBA_DEV_HOME"
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
-  echo "[env] creating $VENV with torch==$MAMBA_DEV_TORCH (once; about 5.4 GiB)"
+  echo "[env] creating $VENV with torch==$MAMBA_DEV_TORCH: once, about 5.9 GiB on disk (torch's CUDA"
+  echo "[env] libraries, downloaded from PyPI: minutes); pip's progress follows, and a line every ${MAMBA_ENV_NOTE_EVERY:-30} s"
   rm -rf "$VENV"
   "$MAMBA_DEV_PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install -q "torch==$MAMBA_DEV_TORCH"
+  "$VENV/bin/pip" install "torch==$MAMBA_DEV_TORCH" &
+  pip_pid=$!
+  waited=0
+  while kill -0 "$pip_pid" 2>/dev/null; do
+    sleep 1
+    waited=$((waited + 1))
+    if [ $((waited % ${MAMBA_ENV_NOTE_EVERY:-30})) -eq 0 ] && kill -0 "$pip_pid" 2>/dev/null; then
+      echo "[env] still installing torch ($waited s; $(du -sh "$VENV" 2>/dev/null | cut -f1) in $VENV so far)"
+    fi
+  done
+  wait "$pip_pid"
 fi
 # Development tools; pip skips what is already there.
 "$VENV/bin/pip" install -q -r "$REPO_ROOT/ci/requirements-dev.txt" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true

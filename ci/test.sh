@@ -27,7 +27,9 @@ if [ "${MAMBA_CI_SKIP_BUILD:-0}" != "1" ]; then
     start=$(date +%s)
     mkdir -p build
     log=build/ci_inplace_build.log
-    if ! MAMBA_FORCE_BUILD=TRUE python setup.py build_ext --inplace >"$log" 2>&1; then
+    # the whole output to $log; a line per compiled unit (and one when quiet for a while) here
+    if ! MAMBA_FORCE_BUILD=TRUE python setup.py build_ext --inplace 2>&1 |
+      python -m build_matrix.progress "$log" "the in-place build"; then
       grep -v -e "Deprecat" -e "^!!" -e "^ *\*\*\*" "$log" | tail -n 80
       echo "[test] the in-place build of mamba_ssm._C failed (full log: $log)"
       exit 1

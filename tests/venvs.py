@@ -31,13 +31,33 @@ def share_torch(site: str) -> None:
         fh.write(SHARED_SITE + "\n")
 
 
+def _normalized(name: str) -> str:
+    return name.lower().replace("-", "_")
+
+
+def shared_site_without(folder: str, hide: tuple[str, ...]) -> str:
+    """A folder of links to every entry of :data:`SHARED_SITE` except the distributions ``hide`` names
+    (their import packages and ``.dist-info``), so a venv sharing it sees torch but not, e.g., ``ninja`` or
+    ``einops``, as a fresh machine would. Returns the folder."""
+    os.makedirs(folder, exist_ok=True)
+    hidden = tuple(_normalized(h) for h in hide)
+    for entry in os.listdir(SHARED_SITE):
+        base = _normalized(entry.split(".", 1)[0].split("-", 1)[0])
+        if base in hidden:
+            continue
+        os.symlink(os.path.join(SHARED_SITE, entry), os.path.join(folder, entry))
+    return folder
+
+
 def fresh_venv(
     path: str | os.PathLike[str],
     base_python: str = sys.executable,
     shared: bool = True,
     with_pip: bool = True,
+    hide: tuple[str, ...] = (),
 ) -> tuple[str, str]:
-    """Create a venv at ``path`` from ``base_python``; with ``shared``, torch comes from this interpreter.
+    """Create a venv at ``path`` from ``base_python``; with ``shared``, torch comes from this interpreter
+    (without the distributions ``hide`` names: :func:`shared_site_without`).
 
     Returns:
         (the venv's python, its site-packages folder).
@@ -46,6 +66,9 @@ def fresh_venv(
     subprocess.run(argv, check=True, capture_output=True, timeout=600)
     python = os.path.join(os.fspath(path), "bin", "python")
     site = site_packages(python)
-    if shared:
+    if shared and hide:
+        with open(os.path.join(site, PTH_NAME), "w") as fh:
+            fh.write(shared_site_without(os.fspath(path) + "-shared-site", hide) + "\n")
+    elif shared:
         share_torch(site)
     return python, site

@@ -242,6 +242,20 @@ def make_extension(cfg: BuildConfig) -> Any:
     return cpp_extension.CppExtension(extra_compile_args={"cxx": list(cfg.cxx_flags)}, **kwargs)
 
 
+#: What every wheel requires besides torch: ``packaging`` (the loader's and resolver's version logic) and
+#: ``einops``, which upstream mamba-ssm's install brings and its users' scripts import. The wheel's torch
+#: requirement comes first (:func:`install_requires`).
+RUNTIME_REQUIREMENTS = ("packaging", "einops")
+
+
+def install_requires(plan: BuildPlan) -> list[str]:
+    """The wheel's ``Requires-Dist``: the torch its ``_C`` serves (``torch>=2.10`` for a stable-ABI build,
+    ``torch==X.Y.*`` for a classic one; plain ``torch`` without kernels or for metadata), then
+    :data:`RUNTIME_REQUIREMENTS`."""
+    torch = torch_requirement(plan.config) if plan.mode is BuildMode.SOURCE and plan.config else "torch"
+    return [torch, *RUNTIME_REQUIREMENTS]
+
+
 def setup_kwargs(plan: BuildPlan, version: str) -> dict[str, Any]:
     """Arguments to ``setuptools.setup`` for ``plan``."""
     kw: dict[str, Any] = dict(
@@ -251,10 +265,9 @@ def setup_kwargs(plan: BuildPlan, version: str) -> dict[str, Any]:
         include_package_data=False,
         zip_safe=False,
         cmdclass=make_cmdclass(plan),
-        install_requires=["torch", "packaging"],  # pyproject.toml: dependencies are dynamic
+        install_requires=install_requires(plan),  # pyproject.toml: dependencies are dynamic
     )
     if plan.mode is BuildMode.SOURCE and plan.config is not None:
-        kw["install_requires"] = [torch_requirement(plan.config), "packaging"]
         kw["ext_modules"] = [make_extension(plan.config)]
         kw["options"] = {"bdist_wheel": {"py_limited_api": plan.config.python_tag}}
     return kw

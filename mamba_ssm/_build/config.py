@@ -14,7 +14,16 @@ from typing import Any, List, Mapping, Optional, Tuple
 from .._compat import archs, buildinfo, versions
 from . import toolkit
 from .errors import PreflightError
-from .settings import CSRC, ROOT, TRUE_VALUES, Settings, default_max_jobs, package_version
+from .settings import (
+    CSRC,
+    FALSE_VALUES,
+    ROOT,
+    TRUE_VALUES,
+    Settings,
+    default_max_jobs,
+    package_version,
+    spellings,
+)
 
 # The limited API setup.py targets when torch defines none itself (torch < 2.7): Python 3.9, the
 # lower bound of requires-python. torch >= 2.7 compiles py_limited_api extensions with
@@ -122,7 +131,6 @@ def probe_torch(need: str) -> BuildTorch:
 
 
 # ----------------------------------------------------------------------------- the torch ABI
-_CLASSIC_VALUES = ("0", "FALSE", "NO", "OFF")
 
 
 def stable_abi_hex(floor: str) -> str:
@@ -138,8 +146,9 @@ def resolve_torch_abi(
     """``MAMBA_TORCH_STABLE_ABI`` (``raw``) -> (``"stable"`` | ``"classic"``, the floor or None, why).
 
     Unset: the stable-ABI binding with floor ``buildinfo.STABLE_ABI_MIN_FLOOR`` (2.10) when the build
-    torch is at least that and the build has no HIP kernels, else classic. ``0``/``FALSE``/``NO``/``OFF``:
-    classic. ``1``/``TRUE``/``YES``/``ON``: stable at the default floor. ``X.Y``: stable at that floor,
+    torch is at least that and the build has no HIP kernels, else classic. A false spelling
+    (``settings.FALSE_VALUES``: ``0``/``FALSE``/``NO``/``OFF``, any case): classic. A true one
+    (``settings.TRUE_VALUES``: ``1``/``TRUE``/``YES``/``ON``): stable at the default floor. ``X.Y``: stable at that floor,
     which must be >= 2.10 and <= the build torch. Raises ``PreflightError`` naming the value otherwise,
     or when a stable build is asked of a ROCm build (the stable binding registers no HIP kernels).
     """
@@ -152,7 +161,7 @@ def resolve_torch_abi(
         if gpu == "hip":
             return "classic", None, "the stable-ABI binding has no HIP kernels"
         return "stable", buildinfo.STABLE_ABI_MIN_FLOOR, "the default for torch >= 2.10"
-    if value.upper() in _CLASSIC_VALUES:
+    if value.upper() in FALSE_VALUES:
         return "classic", None, f"MAMBA_TORCH_STABLE_ABI={value}"
     floor = buildinfo.STABLE_ABI_MIN_FLOOR if value.upper() in TRUE_VALUES else value
     try:
@@ -163,7 +172,8 @@ def resolve_torch_abi(
         raise PreflightError(
             f"MAMBA_TORCH_STABLE_ABI={raw!r} is not a stable-ABI floor: set it to a torch version "
             f"MAJOR.MINOR >= {buildinfo.STABLE_ABI_MIN_FLOOR} (e.g. MAMBA_TORCH_STABLE_ABI="
-            f"{buildinfo.STABLE_ABI_MIN_FLOOR}), to 0 for the classic binding, or unset it (stable with floor "
+            f"{buildinfo.STABLE_ABI_MIN_FLOOR}), to a boolean ({spellings()}: true is stable with floor "
+            f"{buildinfo.STABLE_ABI_MIN_FLOOR}, false the classic binding), or unset it (stable with floor "
             f"{buildinfo.STABLE_ABI_MIN_FLOOR} for torch >= {buildinfo.STABLE_ABI_MIN_FLOOR}, else classic)"
         )
     floor = f"{want[0]}.{want[1]}"
@@ -275,6 +285,7 @@ def resolve_config(
     accelerator (the auto fallback on a machine without a GPU: only a C++ compiler needed)."""
     env = os.environ if env is None else env
     s = Settings.from_env(env)
+    s.check_flags()
     version = package_version(env)
     if torch_info is None:
         torch_info = probe_torch("a source build of mamba_ssm._C")

@@ -243,6 +243,7 @@ def plan_build(kind: CommandKind | str, env: Mapping[str, str] | None = None, ro
     if kind is CommandKind.METADATA:
         return BuildPlan(BuildMode.METADATA)
     s = Settings.from_env(env)
+    s.check_flags()  # a misspelt boolean fails here, before the resolver or a build runs
     if s.skip_cuda_build:
         reason = _as_set(env, "MAMBA_SKIP_CUDA_BUILD")
         if s.force_build:

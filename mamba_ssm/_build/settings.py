@@ -2,15 +2,15 @@
 with its local label, and the classification of a setup.py command line.
 
 Every variable is documented in ``docs/build.md``. Reading never fails: values are checked where they
-are used (``Settings.max_jobs_or`` / ``nvcc_threads_or``, ``package_version``, ``fallback_choice``), so a
-metadata command with a bad ``MAX_JOBS`` still succeeds, as it always has.
+are used (``Settings.max_jobs_or`` / ``nvcc_threads_or``, ``package_version``, ``fallback_choice``,
+``check_flags``), so a metadata command with a bad ``MAX_JOBS`` still succeeds, as it always has.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from .._compat.textenum import TextEnum
 from .._version import __version__ as BASE_VERSION
@@ -20,7 +20,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PACKAGE = "mamba_ssm"
 EXT_NAME = "mamba_ssm._C"
 CSRC = "csrc"
+#: The spellings of a boolean variable, compared case-insensitively after stripping blanks; docs/build.md
+#: lists exactly these. An empty value is the same as unset (false); anything else is an error.
 TRUE_VALUES = ("1", "TRUE", "YES", "ON")
+FALSE_VALUES = ("0", "FALSE", "NO", "OFF")
+#: The boolean build variables (``Settings``' flags).
+FLAG_VARIABLES = (
+    "MAMBA_SKIP_CUDA_BUILD",
+    "MAMBA_FORCE_BUILD",
+    "HIP_BUILD",
+    "MAMBA_FORCE_CXX11_ABI",
+    "MAMBA_DEBUG_BUILD",
+    "MAMBA_KEEP_CUDA_BUILD",
+)
 
 
 class Fallback(TextEnum):
@@ -44,9 +56,32 @@ class CommandKind(TextEnum):
     METADATA = "metadata"  # egg_info, sdist, --version, ...: nothing is built
 
 
+def spellings() -> str:
+    """The accepted spellings of a boolean variable, for error messages."""
+    return f"{', '.join(TRUE_VALUES)} (true) or {', '.join(FALSE_VALUES)} (false), in any case"
+
+
+def parse_flag(name: str, raw: str) -> bool:
+    """The boolean variable ``name`` set to ``raw``: one of :data:`TRUE_VALUES` -> True, one of
+    :data:`FALSE_VALUES` or empty -> False (any case, blanks stripped).
+
+    Raises ``PreflightError`` naming the variable, the value and the accepted spellings otherwise.
+    """
+    value = str(raw).strip().upper()
+    if value in TRUE_VALUES:
+        return True
+    if not value or value in FALSE_VALUES:
+        return False
+    raise PreflightError(
+        f"{name}={str(raw).strip()!r} is not a boolean: use one of {spellings()}, or unset {name}"
+    )
+
+
 def env_flag(env: Mapping[str, str], name: str) -> bool:
-    """``TRUE``/``1``/``YES``/``ON`` (any case) -> True; anything else, or unset, -> False."""
-    return str(env.get(name, "")).strip().upper() in TRUE_VALUES
+    """The boolean variable ``name`` of ``env`` (:func:`parse_flag`); unset -> False.
+
+    Raises ``PreflightError`` for a value that is not one of the accepted spellings."""
+    return parse_flag(name, str(env.get(name, "")))
 
 
 def _text(env: Mapping[str, str], name: str) -> str:
@@ -73,8 +108,8 @@ def positive_int(name: str, raw: str, default: int) -> int:
 class Settings:
     """The knobs of a mamba-ssm build, as the environment gives them.
 
-    Flags are booleans (``TRUE``/``1``/``YES``/``ON``, any case); the rest are stripped strings ("" when
-    unset). Tool locations (``PATH``, ``CUDA_HOME``, ``CC``, ``ROCM_PATH``, ...) are not here: the toolkit
+    Flags are booleans (:func:`parse_flag`; a value that is not one of its spellings reads as False here
+    and is kept in ``bad_flags`` for :meth:`check_flags`); the rest are stripped strings ("" when unset). Tool locations (``PATH``, ``CUDA_HOME``, ``CC``, ``ROCM_PATH``, ...) are not here: the toolkit
     discovery in ``toolkit`` reads them, as torch's cpp_extension does.
     """
 
@@ -93,28 +128,47 @@ class Settings:
     setup_hook: str = ""  # MAMBA_SETUP_HOOK: a file replacing the resolver hook
     git_commit: str = ""  # MAMBA_GIT_COMMIT: the commit recorded in the build info
     torch_stable_abi: str = ""  # MAMBA_TORCH_STABLE_ABI (checked by config.resolve_torch_abi)
+    bad_flags: Tuple[str, ...] = ()  # the flag variables set to something else than a boolean spelling
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> Settings:
         """Read ``env`` (default ``os.environ``). Never raises."""
         env = os.environ if env is None else env
+        flag: Dict[str, bool] = {}
+        bad: List[str] = []
+        for name in FLAG_VARIABLES:
+            try:
+                flag[name] = env_flag(env, name)
+            except PreflightError:  # reported by check_flags where the flags are used
+                flag[name] = False
+                bad.append(name)
         return cls(
-            skip_cuda_build=env_flag(env, "MAMBA_SKIP_CUDA_BUILD"),
-            force_build=env_flag(env, "MAMBA_FORCE_BUILD"),
+            skip_cuda_build=flag["MAMBA_SKIP_CUDA_BUILD"],
+            force_build=flag["MAMBA_FORCE_BUILD"],
             fallback=_text(env, "MAMBA_FALLBACK").lower() or "auto",
             local_version=_text(env, "MAMBA_LOCAL_VERSION").lstrip("+"),
             cuda_archs=_text(env, "MAMBA_CUDA_ARCHS"),
             torch_cuda_arch_list=_text(env, "TORCH_CUDA_ARCH_LIST"),
-            hip_build=env_flag(env, "HIP_BUILD"),
-            force_cxx11_abi=env_flag(env, "MAMBA_FORCE_CXX11_ABI"),
-            debug_build=env_flag(env, "MAMBA_DEBUG_BUILD"),
-            keep_cuda_build=env_flag(env, "MAMBA_KEEP_CUDA_BUILD"),
+            hip_build=flag["HIP_BUILD"],
+            force_cxx11_abi=flag["MAMBA_FORCE_CXX11_ABI"],
+            debug_build=flag["MAMBA_DEBUG_BUILD"],
+            keep_cuda_build=flag["MAMBA_KEEP_CUDA_BUILD"],
             max_jobs=_text(env, "MAX_JOBS"),
             nvcc_threads=_text(env, "NVCC_THREADS"),
             setup_hook=str(env.get("MAMBA_SETUP_HOOK", "") or ""),
             git_commit=str(env.get("MAMBA_GIT_COMMIT", "") or ""),
             torch_stable_abi=_text(env, "MAMBA_TORCH_STABLE_ABI"),
+            bad_flags=tuple(f"{name}={_text(env, name)!r}" for name in bad),
         )
+
+    def check_flags(self) -> None:
+        """``PreflightError`` naming every boolean variable whose value is not one of the accepted
+        spellings (``MAMBA_FORCE_BUILD='maybe'``) and the spellings; nothing when all are valid."""
+        if self.bad_flags:
+            plural = "are not booleans" if len(self.bad_flags) > 1 else "is not a boolean"
+            raise PreflightError(
+                f"{', '.join(self.bad_flags)} {plural}: use one of {spellings()}, or unset the variable"
+            )
 
     def max_jobs_or(self, default: int) -> int:
         """``MAX_JOBS`` as a positive integer, else ``default``; ``PreflightError`` when malformed."""

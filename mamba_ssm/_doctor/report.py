@@ -168,6 +168,7 @@ class CompiledModuleReport:
     cpu_isa: str | None = None
     loader_error: str | None = None
     complex_a: bool | None = None
+    cpu_isa_cap: str | None = None  # MAMBA_SSM_CPU_ISA when set (it caps cpu_isa), else None
 
     @property
     def loaded(self) -> bool:
@@ -186,9 +187,12 @@ class CompiledModuleReport:
                 "build_info": None,
                 "module_choice": None,
                 "cpu_isa": None,
+                "cpu_isa_cap": self.cpu_isa_cap,
                 "complex_a": None,
             }
-        return dict(self.load.to_dict(), cpu_isa=self.cpu_isa, complex_a=self.complex_a)
+        return dict(
+            self.load.to_dict(), cpu_isa=self.cpu_isa, cpu_isa_cap=self.cpu_isa_cap, complex_a=self.complex_a
+        )
 
 
 @dataclass(frozen=True)
@@ -476,13 +480,14 @@ def _complex_a_kernels() -> bool:
 
 def compiled_module_report() -> CompiledModuleReport:
     """The compiled module (loaded here if nothing loaded it yet)."""
+    cap = os.environ.get("MAMBA_SSM_CPU_ISA", "").strip() or None
     try:
         load = _loader.load()
     except Exception as exc:  # noqa: BLE001 - the loader never raises; a broken install may
-        return CompiledModuleReport(None, loader_error=_error_text(exc))
+        return CompiledModuleReport(None, loader_error=_error_text(exc), cpu_isa_cap=cap)
     if not load.loaded:
-        return CompiledModuleReport(load)
-    return CompiledModuleReport(load, _cpu_isa(), complex_a=_complex_a_kernels())
+        return CompiledModuleReport(load, cpu_isa_cap=cap)
+    return CompiledModuleReport(load, _cpu_isa(), complex_a=_complex_a_kernels(), cpu_isa_cap=cap)
 
 
 # ----------------------------------------------------------------------------- the verdict

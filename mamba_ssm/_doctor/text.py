@@ -217,7 +217,8 @@ def _compiled_lines(report: Report) -> list[str]:
         )
     add(f"  loaded: {_yes(cm.loaded)}")
     if cm.cpu_isa:
-        add(f"  CPU kernel build: {cm.cpu_isa} (MAMBA_SSM_CPU_ISA caps it)")
+        why = f"MAMBA_SSM_CPU_ISA={cm.cpu_isa_cap} caps it" if cm.cpu_isa_cap else "the widest this CPU runs"
+        add(f"  CPU kernel build: {cm.cpu_isa} ({why})")
     if cm.complex_a is not None:
         where = "compiled kernels" if cm.complex_a else "PyTorch fallback (this build has no complex-A ops)"
         add(f"  complex A (selective_scan_fn, mamba_inner_fn): {where}")

@@ -488,6 +488,47 @@ def file_lock(path: str, timeout: float = 900.0) -> Iterator[None]:
         os.close(fd)
 
 
+#: Seconds between two progress lines of a wheel download (one line when it starts, one when it ends).
+PROGRESS_EVERY = 2.0
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+class _DownloadProgress:
+    """Progress of one download attempt through ``log``: ``downloading NAME (SIZE)`` first, then
+    ``downloading NAME: GOT of SIZE (P%) at RATE`` every :data:`PROGRESS_EVERY` seconds, and
+    ``downloaded NAME: GOT in T s (RATE)`` at the end. Silent when ``log`` is None."""
+
+    def __init__(self, name: str, size: int, log: Optional[Callable[[str], None]]) -> None:
+        self.name, self.size, self.log = name, size, log
+        self.got = 0
+        self.start = self.last = time.monotonic()
+        if log:
+            log(f"downloading {name} ({_mib(size)})")
+
+    def _rate(self, now: float) -> str:
+        return f"{_mib(self.got / max(now - self.start, 1e-6))}/s"
+
+    def add(self, n: int) -> None:
+        self.got += n
+        now = time.monotonic()
+        if self.log and now - self.last >= PROGRESS_EVERY:
+            self.last = now
+            share = f" ({100 * self.got // self.size}%)" if self.size else ""
+            self.log(
+                f"downloading {self.name}: {_mib(self.got)} of {_mib(self.size)}{share} at {self._rate(now)}"
+            )
+
+    def done(self) -> None:
+        now = time.monotonic()
+        if self.log:
+            self.log(
+                f"downloaded {self.name}: {_mib(self.got)} in {now - self.start:.1f} s ({self._rate(now)})"
+            )
+
+
 def _existing_parent(path: str) -> str:
     while path and not os.path.isdir(path) and os.path.dirname(path) != path:
         path = os.path.dirname(path)
@@ -541,6 +582,7 @@ def fetch_wheel(
                     os.close(fd)
                     raise local_error(exc, folder) from None
                 try:
+                    progress = _DownloadProgress(filename, size, log)
 
                     def sink(chunk: bytes) -> None:
                         h.update(chunk)
@@ -548,8 +590,10 @@ def fetch_wheel(
                             fh.write(chunk)
                         except OSError as exc:  # ENOSPC, EDQUOT, EIO: local, not the network
                             raise local_error(exc, folder) from None
+                        progress.add(len(chunk))
 
                     _stream(url, sink, size, size, settings, environ)
+                    progress.done()
                     try:
                         fh.flush()
                         os.fsync(fh.fileno())

@@ -44,6 +44,19 @@ EXIT_INSTALLED = 0
 EXIT_NO_CANDIDATE = 1
 EXIT_ERROR = 2
 
+# --help is plain text (the module docstring is reST, for developers)
+HELP_DESCRIPTION = """\
+Add the prebuilt kernels that fit the torch now installed: resolve the wheel for
+this environment, download and verify it, and install it with the environment's
+installer. Also fixes a wheel that pip's cache served for another torch."""
+HELP_EPILOG = """\
+exit status: 0 installed (with --dry-run: resolved), 1 no fitting wheel, 2 error
+
+on an air-gapped machine:
+  there:                 {prog} --print-env > env.json
+  on a connected one:    python -m build_matrix mirror --for env.json --to DIR
+  there, DIR copied in:  MAMBA_WHEEL_INDEX=DIR {prog}"""
+
 
 def _installed_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -114,7 +127,12 @@ def _log(text: str) -> None:
 
 def main(argv: list[str] | None = None, prog: str = "python -m mamba_ssm install-kernels") -> int:
     """Entry point (``python -m mamba_ssm install-kernels [--index URL] [--dry-run] [--json]``)."""
-    parser = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=HELP_DESCRIPTION,
+        epilog=HELP_EPILOG.format(prog=prog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--index",
         help="wheel index URL or path (default: MAMBA_WHEEL_INDEX, else the index this install "
@@ -126,7 +144,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m mamba_ssm install
     parser.add_argument(
         "--print-env",
         action="store_true",
-        help="print this environment as JSON (for `python -m build_matrix mirror --for ENV.json` "
+        help="print this environment as JSON (for python -m build_matrix mirror --for ENV.json "
         "on a connected machine) and exit",
     )
     args = parser.parse_args(argv)

@@ -62,10 +62,29 @@ def for_here(line: str, home: str) -> str:
     return line
 
 
-def venv_env(venv: str, tmp_path) -> dict[str, str]:
+def path_without(tool: str, tmp_path) -> str:
+    """This PATH with every folder that holds ``tool`` replaced by a folder of links to everything else in
+    it (a machine without ``tool``), and without this interpreter's venv's bin."""
+    here_bin = os.path.dirname(sys.executable)
+    folders = []
+    for i, folder in enumerate(os.environ["PATH"].split(os.pathsep)):
+        if not folder or os.path.realpath(folder) == os.path.realpath(here_bin):
+            continue
+        if os.path.exists(os.path.join(folder, tool)):
+            shadow = tmp_path / f"path-{i}"
+            shadow.mkdir()
+            for name in os.listdir(folder):
+                if name != tool:
+                    os.symlink(os.path.join(folder, name), shadow / name)
+            folder = str(shadow)
+        folders.append(folder)
+    return os.pathsep.join(folders)
+
+
+def venv_env(venv: str, tmp_path, path: str | None = None) -> dict[str, str]:
     env = dict(
         os.environ,
-        PATH=os.path.join(venv, "bin") + os.pathsep + os.environ["PATH"],
+        PATH=os.path.join(venv, "bin") + os.pathsep + (path or os.environ["PATH"]),
         VIRTUAL_ENV=venv,
         MAMBA_SSM_CACHE_DIR=str(tmp_path / "cache"),
         MAMBA_SSM_NO_NVML="1",
@@ -97,16 +116,20 @@ def venv_setuptools(py: str) -> str | None:
 
 
 def test_readme_source_build_in_a_fresh_venv_of_this_python(tmp_path):
-    """This interpreter's Python, torch shared: the build command alone stops at setup.py's setuptools
-    preflight naming the fix (never the license error); README's lines in order build, install and load
-    the kernels."""
+    """This interpreter's Python, torch shared but no ninja (neither the Python package nor on PATH, as on a
+    fresh machine): the build command alone stops at setup.py's setuptools preflight naming the fix (never
+    the license error); README's lines in order build, install and load the kernels (issue 36: the recipe
+    lacked ninja, and the build stopped at the ninja preflight)."""
     pytest.importorskip("torch")
     requirements, build = readme_commands()
     home = cuda_home()
     build = for_here(build, home)
     venv = str(tmp_path / "venv")
-    py, site = fresh_venv(venv)
-    env = venv_env(venv, tmp_path)
+    py, site = fresh_venv(venv, hide=("ninja",))
+    env = venv_env(venv, tmp_path, path_without("ninja", tmp_path))
+    assert shutil.which("ninja", path=env["PATH"]) is None
+    hidden = subprocess.run([py, "-c", "import ninja"], env=env, capture_output=True, timeout=300)
+    assert hidden.returncode != 0, "the fresh venv must not see the dev venv's ninja"
 
     old = venv_setuptools(py)
     if old is not None and int(old.split(".")[0]) < 77:  # Python <= 3.11: ensurepip's setuptools
@@ -137,6 +160,15 @@ def test_readme_source_build_in_a_fresh_venv_of_this_python(tmp_path):
     assert result["loaded"], result
     assert result["path"].startswith(site), result
     assert "cuda" in result["build_info"]["kernels"] and result["build_info"]["sass_archs"] == ["sm_90"]
+    requires = subprocess.run(
+        [py, "-c", "from importlib.metadata import requires; print(requires('mamba-ssm'))"],
+        env=env,
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "einops" in requires.stdout, requires  # the source build's wheel requires it too (issue 36)
 
 
 def other_pythons() -> list[str]:

@@ -44,6 +44,8 @@ def test_host_cell_builds_and_audits(tmp_path):
     assert "Version: 2.4.0.dev0+cu13torch2.10stable" in meta
     # the wheel requires the torches its _C serves: every torch from the floor on
     assert "Requires-Dist: torch>=2.10" in meta.splitlines()
+    # and what upstream's install brings that its users' scripts import (issue 36)
+    assert "Requires-Dist: einops" in meta.splitlines()
     # an independent audit run (with the runtime check) of the produced wheel
     rep = audit.audit_wheel(
         wheels[0],

@@ -5,7 +5,7 @@ mamba-ssm's ``_C`` (build info: torch 2.13 + CUDA 12.6) gets the loader's and do
 fixes that follow each recorded decision. The installed mamba-ssm is a released version (the sdist
 of this tree with ``_version.py`` saying 2.4.0): every ``pip install`` command among them must pin it,
 and, executed with ``pip --dry-run --report`` against a loopback PEP 503 index that serves that sdist
-(plus a torch 2.13.0 and a packaging wheel, as PyPI would), must plan to install mamba-ssm and nothing
+(plus a torch 2.13.0, a packaging and an einops wheel, as PyPI would), must plan to install mamba-ssm and nothing
 else. The unpinned ``--force-reinstall`` command these messages printed before plans torch as well
 (checked as a control, so the harness can fail).
 
@@ -126,8 +126,8 @@ def world(tmp_path_factory):
     work = tmp_path_factory.mktemp("fixes")
     env = _pip_env(dict(os.environ, MAMBA_SSM_CACHE_DIR=str(work / "cache")))
     env.pop("MAMBA_WHEEL_INDEX", None)
-    # the sdist of this tree as the released VERSION, served as a PEP 503 project with a torch and a
-    # packaging wheel
+    # the sdist of this tree as the released VERSION, served as a PEP 503 project with a torch, a
+    # packaging and an einops wheel (its dependencies)
     from build_matrix import sdist_check
 
     sdist = str(sdist_check.build_sdist(work / "sdist", {"mamba_ssm/_version.py": _version_file(VERSION)}))
@@ -137,6 +137,7 @@ def world(tmp_path_factory):
         ("mamba-ssm", [sdist]),
         ("torch", ["torch:2.13.0"]),
         ("packaging", ["packaging:24.0"]),
+        ("einops", ["einops:0.8.1"]),
     ):
         folder = simple / project
         folder.mkdir(parents=True)
@@ -150,6 +151,7 @@ def world(tmp_path_factory):
         (folder / "index.html").write_text("".join(f'<a href="{n}">{n}</a>\n' for n in names))
     (simple / "index.html").write_text(
         '<a href="mamba-ssm/">mamba-ssm</a><a href="torch/">torch</a><a href="packaging/">packaging</a>'
+        '<a href="einops/">einops</a>'
     )
     # the venv: torch 2.14.1 shared, mamba-ssm installed from the sdist (pure Python), then a _C whose
     # build info says torch 2.13 + CUDA 12.6, as pip's wheel cache can hand over
