@@ -152,8 +152,9 @@ def test_a_failed_install_attempt_is_reported_as_failed(site, monkeypatch):
     """A source build that failed after setup.py recorded it (final mode ``error``, as setup.py's
     preflight writes it through the setup hook) is the last attempt, which installed nothing: doctor
     says so with the recorded error and what to do, not that an older mamba-ssm wrote the record."""
+    from mamba_ssm import _advice
     from mamba_ssm._install import setup_hook
-    from mamba_ssm._install.record import InstallMode
+    from mamba_ssm._install.record import InstallMode, InstallRecord
 
     monkeypatch.setattr(setup_hook, "_say", lambda text: None)
     outcome = setup_hook.requested("2.4.0.dev0", "MAMBA_FORCE_BUILD=TRUE")
@@ -169,7 +170,17 @@ def test_a_failed_install_attempt_is_reported_as_failed(site, monkeypatch):
     assert "  final mode: error" in lines[i:]
     assert any(l.startswith("  message: ") and l.endswith(f"The build failed: {error}") for l in lines[i:])
     (todo,) = [l for l in lines if l.startswith("  what to do: ")]
-    assert "`python -m mamba_ssm install-kernels`" in todo
+    # a development version is on no index: the rebuild leads, install-kernels is not offered
+    rebuild = _advice.reinstall_command()
+    assert todo.startswith("  what to do: the error is in that install's output")
+    assert f"fix its cause and build again: `{rebuild}`" in todo and "install-kernels" not in todo
+    assert "is a development version, which no published wheel index has" in todo
+    # a release (an index has it): the rebuild still leads, then the prebuilt kernels
+    monkeypatch.setattr(_advice, "installed_version", lambda *a: "2.4.0")
+    release = _advice.failed_attempt_fix(
+        InstallRecord.from_dict(json.loads(open(dec["decision"]["path"]).read()))
+    )
+    assert release.index("build again") < release.index("`python -m mamba_ssm install-kernels`")
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
