@@ -25,7 +25,7 @@ where needed).
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.machinery
 import json
 import os
 import re
@@ -67,6 +67,7 @@ __all__ = [
     "missing_kernels_fix",
     "no_candidate_fix",
     "no_isolation_command",
+    "pip_importable",
     "rebuild_source",
     "reinstall_command",
     "reinstall_fix",
@@ -166,9 +167,16 @@ def installer(
         return Installer("uv", python)
     if environ.get("PIP_BUILD_TRACKER"):
         return Installer("pip", python)
-    if environ.get("UV") or importlib.util.find_spec("pip") is None:
+    if environ.get("UV") or not pip_importable():
         return Installer("uv", python)
     return Installer("pip", python)
+
+
+def pip_importable() -> bool:
+    """Whether this interpreter can import pip, looked up on ``sys.path`` alone: the import system's
+    meta-path hooks are not asked (setuptools' distutils hook takes a lookup of ``pip`` for pip
+    running, and stops serving setuptools' distutils in this process)."""
+    return importlib.machinery.PathFinder.find_spec("pip") is not None
 
 
 def _source_install(inst: Installer, args: str) -> str:

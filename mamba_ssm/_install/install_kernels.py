@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import os
 import shlex
@@ -36,6 +35,7 @@ from .._advice import (
     installed_version,
     installer,
     kernels_fetchable,
+    pip_importable,
     recorded_index,
     source_build_command,
 )
@@ -123,7 +123,7 @@ def _install_command(wheel: str) -> list[str]:
     here; else uv (:func:`find_uv`), else pip when it imports. RuntimeError, with the exact uv
     command to run, when neither can run."""
     uv_first = installer().kind == "uv"
-    has_pip = importlib.util.find_spec("pip") is not None
+    has_pip = pip_importable()
     if has_pip and not uv_first:
         return [
             sys.executable,

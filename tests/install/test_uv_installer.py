@@ -232,3 +232,32 @@ def test_doctor_fix_in_a_uv_venv_is_the_uv_rebuild_and_uv_runs_it(uv_world):
         dry = _run(["bash", "-c", command + " --dry-run"], env)
         planned = re.findall(r"^ [+-] (\S+)", dry.stderr, re.MULTILINE)
         assert planned and {p.split("==")[0] for p in planned} == {"mamba-ssm"}, dry.stderr
+
+
+def test_setup_py_names_the_build_requirements_in_uv_form_and_uv_installs_them(uv_world, tmp_path):
+    """A --no-build-isolation build run by uv (uv sets UV) in a venv whose setuptools is older than 77
+    (Python 3.11's ensurepip): setup.py's fix is the uv command for that interpreter, which works."""
+    py = os.path.join(str(tmp_path / "old"), "bin", "python")
+    _run([sys.executable, "-m", "venv", str(tmp_path / "old")], uv_world["env"])
+    old = _run([py, "-c", "import setuptools; print(setuptools.__version__)"], uv_world["env"]).stdout.strip()
+    if int(old.split(".")[0]) >= 77:
+        pytest.skip(f"this Python's venv brings setuptools {old}")
+    env = dict(uv_world["env"], UV=uv_world["uv"], PATH=_path_with(uv_world["work"], {"uv": uv_world["uv"]}))
+    proc = _run([py, "setup.py", "--version"], env, check=False, cwd=str(uv_world["tree"]))
+    assert proc.returncode != 0 and f"setuptools {old} is older than 77" in proc.stderr, proc.stderr
+    (command,) = re.findall(r"Fix: (uv pip install .*), then build again", proc.stderr)
+    assert shlex.split(command) == [
+        "uv",
+        "pip",
+        "install",
+        "--python",
+        py,
+        "setuptools>=77",
+        "wheel",
+        "packaging>=22",
+    ]
+    # the command as printed; the user's index is this machine's local PyPI mirror
+    env.pop("UV_OFFLINE")
+    _run(["bash", "-c", command], dict(env, UV_INDEX_URL="file:///opt/pypi/simple"))
+    proc = _run([py, "setup.py", "--version"], env, check=False, cwd=str(uv_world["tree"]))
+    assert proc.returncode == 0 and re.match(r"^\d+\.\d+", proc.stdout.strip().splitlines()[-1]), proc.stderr

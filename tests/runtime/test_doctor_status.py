@@ -1,6 +1,7 @@
 """doctor's text report: the status line, the fix that follows the recorded install decision, and a
 decision record that belongs to an earlier install."""
 
+import dataclasses
 import json
 import os
 
@@ -295,3 +296,35 @@ def test_forced_source_build_is_titled_by_the_variable_not_as_a_resolver_decisio
     assert section[-1] == f"  record: {dec['decision']['path']}"
     assert "resolver status" not in text and "recorded by the resolver" not in text
     assert "wheel: none chosen" not in text and "MAMBA_FORCE_BUILD=TRUE" not in text
+
+
+def test_a_failed_attempt_before_the_module_in_use_is_not_shown_as_current(site, monkeypatch):
+    """A failed install attempt recorded before the compiled module now loaded was built (a later
+    in-place or source build that wrote no record): doctor says the attempt came first and shows none
+    of its advice; recorded after it, the attempt is the last word, with what to do."""
+    import time
+
+    from mamba_ssm import _loader
+    from mamba_ssm._install import setup_hook
+    from mamba_ssm._install.record import InstallMode
+
+    load = _loader.load()
+    if not load.loaded or not load.path:
+        pytest.skip("no compiled module loads here")
+    monkeypatch.setattr(setup_hook, "_say", lambda text: None)
+    built = os.stat(load.path).st_mtime
+    for when, superseded in ((built - 120, True), (time.time() + 5, False)):
+        outcome = setup_hook.requested("2.4.0.dev0", "MAMBA_FORCE_BUILD=TRUE")
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+        outcome = dataclasses.replace(outcome, record=dataclasses.replace(outcome.record, time=stamp))
+        setup_hook.record(outcome, InstallMode.ERROR, message="The build failed: MAMBA_CUDA_ARCHS='95'")
+        text, dec = _text_and_decision(monkeypatch)
+        (line,) = [l for l in text.splitlines() if l.startswith("Install decision:")]
+        if superseded:
+            assert line.startswith(f"Install decision: an install attempt failed earlier (recorded {stamp})")
+            assert f"the compiled module in use, {load.path}, made 20" in line
+            assert "what to do:" not in text and "  message: " not in text
+            assert dec["superseded_by"].startswith(f"the compiled module in use, {load.path}")
+        else:
+            assert line.startswith("Install decision: the last install attempt failed")
+            assert "  what to do: " in text and dec["superseded_by"] is None
