@@ -31,10 +31,13 @@ reach them through this file.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import os
+import shlex
 import sys
 import types
+from typing import Mapping
 
 import setuptools
 from setuptools import setup
@@ -69,6 +72,19 @@ def missing_build_requirements(setuptools_version: str) -> list[str]:
     return missing
 
 
+def requirements_command(environ: Mapping[str, str] | None = None) -> str:
+    """The command that installs pyproject.toml's build requirements into this interpreter, in its
+    installer's form: uv's (``uv pip install --python <this python>``) when uv runs this build (it sets
+    ``UV``) or pip cannot be imported here (a ``uv venv``), else ``python -m pip install``."""
+    environ = os.environ if environ is None else environ
+    reqs = "'setuptools>=77' wheel 'packaging>=22'"
+    if not environ.get("PIP_BUILD_TRACKER") and (
+        environ.get("UV") or importlib.machinery.PathFinder.find_spec("pip") is None
+    ):
+        return f"uv pip install --python {shlex.quote(sys.executable)} {reqs}"
+    return f"python -m pip install {reqs}"
+
+
 def check_build_requirements(setuptools_version: str) -> None:
     """Exit with the fix when :func:`missing_build_requirements` finds any (before anything imports
     ``packaging``)."""
@@ -76,8 +92,8 @@ def check_build_requirements(setuptools_version: str) -> None:
     if missing:
         sys.exit(
             f"\nmamba-ssm setup.py: {'; '.join(missing)}: this build needs pyproject.toml's build requirements "
-            "(with --no-build-isolation pip uses the environment's own). Fix: "
-            "python -m pip install 'setuptools>=77' wheel 'packaging>=22', then build again.\n"
+            "(with --no-build-isolation the installer uses the environment's own). Fix: "
+            f"{requirements_command()}, then build again.\n"
         )
 
 

@@ -17,18 +17,23 @@ text from here, so they say the same thing. Every command is safe to paste:
   can target (:func:`gpu_unservable` names what can).
 
 ``python -m pip`` rather than ``pip``: the ``pip`` first on PATH may belong to another environment.
-Standard library only (the install record's types and the release index are imported where needed).
+In an environment uv manages (no pip inside, or mamba-ssm installed by uv: :func:`installer`) every
+command is the uv form, ``uv pip install --python <that interpreter> ...``, with the same pin and
+``--no-deps``. Standard library only (the install record's types and the release index are imported
+where needed).
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import re
 import shlex
+import sys
 import urllib.parse
 import urllib.request
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Mapping, NamedTuple
 
 from ._compat import archs
 from ._compat.cudahome import wrapper_toolkit_root
@@ -41,26 +46,33 @@ __all__ = [
     "MIRROR_HINT",
     "REPAIR_TORCH",
     "SOURCE_INSTALL",
+    "Installer",
     "RebuildSource",
     "backend_choice_fix",
     "check_failed_fix",
     "coverage_fix",
+    "deferred_fix",
+    "dev_version_fix",
     "failed_attempt_fix",
     "gpu_unservable",
     "in_a_checkout",
     "install_kernels_command",
     "install_notes",
     "installed_version",
+    "installer",
     "is_on_an_index",
+    "kernels_fetchable",
     "mirror_hint",
     "mismatch_fix",
     "missing_kernels_fix",
     "no_candidate_fix",
     "no_isolation_command",
+    "pip_importable",
     "rebuild_source",
     "reinstall_command",
     "reinstall_fix",
     "requirement",
+    "resolver_dev_version_fix",
     "resolver_index_fix",
     "resolver_no_candidate_fix",
     "source_build_command",
@@ -98,9 +110,80 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 #: README.md's source install ("Building from source"), run in the source tree; the rebuild adds
 #: ``--no-cache-dir --force-reinstall --no-deps`` (a fresh build, never another package).
 SOURCE_INSTALL = "MAMBA_FORCE_BUILD=TRUE python -m pip install --no-build-isolation"
+_SOURCE_VARIABLES = "MAMBA_FORCE_BUILD=TRUE"
 _REBUILD_FLAGS = "--no-cache-dir --force-reinstall --no-deps"
 #: docs/build.md's in-place build, for a checkout imported where it lies (or an editable install).
 IN_PLACE_BUILD = "python setup.py build_ext --inplace"
+#: pip's flags in these commands, spelled as ``uv pip install`` takes them.
+_UV_FLAGS = {"--no-cache-dir": "--no-cache", "--force-reinstall": "--reinstall"}
+
+
+# ----------------------------------------------------------------------------- the installer
+class Installer(NamedTuple):
+    """The installer of the environment a fix is for: ``kind`` ``"pip"`` or ``"uv"``, and ``python``,
+    the interpreter a uv command names with ``--python`` (uv installs into no environment by default
+    outside an activated one)."""
+
+    kind: str
+    python: str
+
+    def install(self, args: str) -> str:
+        """``python -m pip install <args>``, or ``uv pip install --python <python> <args>`` with pip's
+        flags in uv's spelling (``--no-cache``, ``--reinstall``); ``args`` is shell text (flags, quoted
+        paths, pinned requirements), kept as given otherwise."""
+        if self.kind != "uv":
+            return f"python -m pip install {args}"
+        words = [_UV_FLAGS.get(word, word) for word in args.split(" ")]
+        return f"uv pip install --python {shlex.quote(self.python)} {' '.join(words)}"
+
+
+def _recorded_installer(package_dir: str) -> str | None:
+    """The ``INSTALLER`` file (PEP 376: ``pip``, ``uv``, ...) of the ``mamba_ssm-*.dist-info`` next to
+    the package, lower-cased, or None (a checkout, or no such file)."""
+    site = os.path.dirname(package_dir)
+    try:
+        names = [n for n in os.listdir(site) if _DIST_INFO.match(n)]
+    except OSError:
+        return None
+    if len(names) != 1:
+        return None
+    try:
+        with open(os.path.join(site, names[0], "INSTALLER")) as fh:
+            return fh.read().strip().lower() or None
+    except OSError:
+        return None
+
+
+def installer(
+    package_dir: str | None = None, environ: Mapping[str, str] | None = None, python: str | None = None
+) -> Installer:
+    """The installer the fixes for this environment use, as tools tell it: uv when mamba-ssm's
+    dist-info says uv installed it (``INSTALLER``); inside a build, the installer running it (pip sets
+    ``PIP_BUILD_TRACKER``, uv sets ``UV``); else uv when this interpreter cannot import pip (a ``uv
+    venv``), pip otherwise. ``python``: the interpreter a uv command targets (default this one; a
+    build under uv runs in uv's own build venv, so its caller names the target's)."""
+    environ = os.environ if environ is None else environ
+    python = python or sys.executable
+    if _recorded_installer(package_dir or _PACKAGE_DIR) == "uv":
+        return Installer("uv", python)
+    if environ.get("PIP_BUILD_TRACKER"):
+        return Installer("pip", python)
+    if environ.get("UV") or not pip_importable():
+        return Installer("uv", python)
+    return Installer("pip", python)
+
+
+def pip_importable() -> bool:
+    """Whether this interpreter can import pip, looked up on ``sys.path`` alone: the import system's
+    meta-path hooks are not asked (setuptools' distutils hook takes a lookup of ``pip`` for pip
+    running, and stops serving setuptools' distutils in this process)."""
+    return importlib.machinery.PathFinder.find_spec("pip") is not None
+
+
+def _source_install(inst: Installer, args: str) -> str:
+    """README.md's source install of ``args`` (``MAMBA_FORCE_BUILD=TRUE``, no build isolation) with
+    the rebuild flags, in ``inst``'s form."""
+    return f"{_SOURCE_VARIABLES} {inst.install(f'--no-build-isolation {_REBUILD_FLAGS} {args}')}"
 
 
 # ----------------------------------------------------------------------------- the commands
@@ -173,23 +256,40 @@ def rebuild_source(package_dir: str | None = None) -> RebuildSource:
     return RebuildSource("unknown")
 
 
-def _build_env(env_prefix: str) -> str:
+def _torch_is_cuda() -> bool | None:
+    """Whether the torch this process imported is a CUDA build (None: torch not imported here)."""
+    torch = sys.modules.get("torch")
+    version = getattr(torch, "version", None)
+    if version is None:
+        return None
+    return bool(getattr(version, "cuda", None))
+
+
+def _build_env(env_prefix: str, cuda_torch: bool | None = None) -> str:
     """``env_prefix`` preceded by ``CUDA_HOME=<root> `` when torch would guess the toolkit root wrongly
-    (an ``nvcc`` wrapper script on PATH, CUDA_HOME/CUDA_PATH unset: :func:`wrapper_toolkit_root`)."""
+    (an ``nvcc`` wrapper script on PATH, CUDA_HOME/CUDA_PATH unset: :func:`wrapper_toolkit_root`) and
+    the build is for a CUDA torch: a CPU or ROCm torch builds no CUDA code, so no toolkit is named.
+    ``cuda_torch`` None: the torch imported here decides (not imported: named, as for a CUDA torch)."""
+    if cuda_torch is None:
+        cuda_torch = _torch_is_cuda()
+    if cuda_torch is False:
+        return env_prefix
     root = wrapper_toolkit_root(os.environ)
     return f"CUDA_HOME={shlex.quote(root)} {env_prefix}" if root else env_prefix
 
 
-def _rebuild_command(version: str, env_prefix: str, src: RebuildSource) -> str:
+def _rebuild_command(
+    version: str, env_prefix: str, src: RebuildSource, inst: Installer, cuda_torch: bool | None = None
+) -> str:
     """A source build of ``version`` (on no index) from ``src``."""
-    env_prefix = _build_env(env_prefix)
+    env_prefix = _build_env(env_prefix, cuda_torch)
     if src.kind == "in-place" and src.path:
         return f"cd {shlex.quote(src.path)} && {env_prefix}{IN_PLACE_BUILD}"
     if src.kind == "folder" and src.path:
-        return f"cd {shlex.quote(src.path)} && {env_prefix}{SOURCE_INSTALL} {_REBUILD_FLAGS} ."
+        return f"cd {shlex.quote(src.path)} && {env_prefix}{_source_install(inst, '.')}"
     if src.kind == "sdist" and src.path:
-        return f"{env_prefix}{SOURCE_INSTALL} {_REBUILD_FLAGS} {shlex.quote(src.path)}"
-    return in_a_checkout(f"{env_prefix}{SOURCE_INSTALL} {_REBUILD_FLAGS} .", version)
+        return f"{env_prefix}{_source_install(inst, shlex.quote(src.path))}"
+    return in_a_checkout(f"{env_prefix}{_source_install(inst, '.')}", version)
 
 
 def in_a_checkout(command: str, version: str) -> str:
@@ -247,42 +347,85 @@ def _with_index(cmd: str, index: str | None) -> str:
     return f"MAMBA_WHEEL_INDEX={shlex.quote(index)} {cmd}" if index else cmd
 
 
-def reinstall_command(version: str | None = None, index: str | None = None) -> str:
+def kernels_fetchable(index: str | None = None, version: str | None = None) -> bool:
+    """Whether ``python -m mamba_ssm install-kernels`` can find a wheel index holding ``version``
+    (default: this install's): a wheel index given (``index``, ``MAMBA_WHEEL_INDEX``), a version that
+    is published (:func:`is_on_an_index`), or a release dry run's sdist carrying its index. A
+    development version has no published index, so for it the fixes lead with the rebuild."""
+    if index or os.environ.get("MAMBA_WHEEL_INDEX"):
+        return True
+    v = _public(version or installed_version())
+    if is_on_an_index(v):
+        return True
+    try:
+        from ._install.index import release_index  # only for a development version
+
+        recorded = release_index()
+    except (ImportError, ValueError):
+        return False
+    return recorded is not None and _public(recorded.version or "") == v
+
+
+def dev_version_fix(version: str | None = None, source: str | None = None) -> str:
+    """What to do for a development version that no wheel index has: the rebuild command (``source``,
+    default :func:`source_build_command`), or a local index that has it."""
+    v = _public(version or installed_version())
+    source = source or source_build_command()
+    return (
+        f"mamba-ssm {v} is a development version, which no published wheel index has: build the kernels "
+        f"from source with `{source}` (needs a C++ compiler, and nvcc for GPU kernels), or point "
+        f"MAMBA_WHEEL_INDEX at a local index that has this version (a release dry run's) and run "
+        f"`{install_kernels_command()}`"
+    )
+
+
+def reinstall_command(
+    version: str | None = None, index: str | None = None, inst: Installer | None = None
+) -> str:
     """Rebuild this version from its sdist (the resolver runs again for the torch now installed),
-    bypassing pip's wheel cache, never touching any other package. A version on no index
-    (:func:`is_on_an_index`) is rebuilt from its source instead (:func:`source_build_command`)."""
+    bypassing the installer's wheel cache, never touching any other package. A version on no index
+    (:func:`is_on_an_index`) is rebuilt from its source instead (:func:`source_build_command`).
+    ``inst``: the installer whose form the command takes (default :func:`installer`)."""
+    inst = inst or installer()
     v = _public(version or installed_version())
     if not is_on_an_index(v):
-        return source_build_command(version)
-    return _with_index(f"python -m pip install {_REBUILD_FLAGS} {requirement(v)}", index)
+        return source_build_command(version, inst=inst)
+    return _with_index(inst.install(f"{_REBUILD_FLAGS} {requirement(v)}"), index)
 
 
-def source_build_command(version: str | None = None, env_prefix: str = "") -> str:
+def source_build_command(
+    version: str | None = None,
+    env_prefix: str = "",
+    inst: Installer | None = None,
+    cuda_torch: bool | None = None,
+) -> str:
     """A source build of this version against the torch installed (``env_prefix``: more variables,
     e.g. ``"MAMBA_CUDA_ARCHS=80 "``, after ``CUDA_HOME=<root>`` when an ``nvcc`` wrapper on PATH would
-    mislead torch's guess): README.md's source install of the pinned sdist, or for a version
-    on no index, of this install's source (:func:`rebuild_source`; ``version`` given: a version other
-    than this install's, so no local source is assumed)."""
+    mislead torch's guess and the torch is a CUDA one, ``cuda_torch``, default: the torch imported
+    here): README.md's source install of the pinned sdist, or for a version on no index, of this
+    install's source (:func:`rebuild_source`; ``version`` given: a version other than this install's,
+    so no local source is assumed). ``inst``: the installer's form (default :func:`installer`)."""
+    inst = inst or installer()
     v = _public(version or installed_version())
     if not is_on_an_index(v):
-        return _rebuild_command(
-            v, env_prefix, rebuild_source() if version is None else RebuildSource("unknown")
-        )
-    return f"{_build_env(env_prefix)}{SOURCE_INSTALL} {_REBUILD_FLAGS} {requirement(v)}"
+        src = rebuild_source() if version is None else RebuildSource("unknown")
+        return _rebuild_command(v, env_prefix, src, inst, cuda_torch)
+    return f"{_build_env(env_prefix, cuda_torch)}{_source_install(inst, requirement(v))}"
 
 
-def no_isolation_command(version: str | None = None) -> str:
+def no_isolation_command(version: str | None = None, inst: Installer | None = None) -> str:
     """Install this version built against the torch already installed (no build isolation); for a
     version on no index, the source build of :func:`source_build_command`."""
+    inst = inst or installer()
     v = _public(version or installed_version())
     if not is_on_an_index(v):
-        return source_build_command(version)
-    return f"python -m pip install --no-build-isolation --no-deps {requirement(v)}"
+        return source_build_command(version, inst=inst)
+    return inst.install(f"--no-build-isolation --no-deps {requirement(v)}")
 
 
 def triton_install_command() -> str | None:
     """A safe command that installs the Triton this torch wheel was built with (its pinned requirement,
-    so pip leaves torch alone), or None when torch's metadata names no Triton requirement."""
+    so the installer leaves torch alone), or None when torch's metadata names no Triton requirement."""
     from importlib import metadata  # read only when a Triton fix is needed
 
     try:
@@ -293,7 +436,7 @@ def triton_install_command() -> str | None:
         name = req.split(";")[0].strip()
         for dist in ("pytorch-triton-rocm", "pytorch-triton", "triton"):
             if name.startswith(dist + "==") and "extra ==" not in req:
-                return f"pip install '{name}' (the Triton your torch was built with)"
+                return f"{installer().install(shlex.quote(name))} (the Triton your torch was built with)"
     return None
 
 
@@ -347,11 +490,14 @@ def _skip_requested(record: InstallRecord | None) -> bool:
 
 def no_candidate_fix(record: InstallRecord) -> str:
     """When the record says no prebuilt wheel fitted: install-kernels fails the same way until torch
-    changes, so a source build or another torch."""
+    changes, so a source build or another torch (for a development version on no index: the rebuild)."""
+    index = recorded_index(record)
+    if not kernels_fetchable(index):
+        return dev_version_fix()
     where = record.environment or "this environment"
     return (
         f"at install time no prebuilt wheel on the index fitted {where}, so "
-        f"`{install_kernels_command(recorded_index(record))}` fails the same way until torch "
+        f"`{install_kernels_command(index)}` fails the same way until torch "
         f"changes: build from source with `{source_build_command()}` (needs a C++ compiler, and nvcc for GPU "
         "kernels), or move to a torch a prebuilt wheel serves (`python -m mamba_ssm install-kernels --dry-run` "
         "then names the wheel it would take) and run install-kernels"
@@ -359,9 +505,31 @@ def no_candidate_fix(record: InstallRecord) -> str:
 
 
 def missing_kernels_fix(record: InstallRecord | None) -> str:
-    """What to do when no ``mamba_ssm._C`` is installed, following the cause the record names."""
+    """What to do when no ``mamba_ssm._C`` is installed, following the cause the record names; for a
+    development version no index has, the rebuild first (:func:`dev_version_fix`)."""
     index = recorded_index(record)
     kernels, source = install_kernels_command(index), source_build_command()
+    fetchable = kernels_fetchable(index)
+    if _skip_requested(record):
+        reinstall = reinstall_command(index=index)
+        asked = (
+            "the pure-Python package was requested at install time (MAMBA_SKIP_CUDA_BUILD=TRUE), so no "
+            "kernels were installed; "
+        )
+        if not fetchable:
+            return asked + dev_version_fix(source=source)
+        return f"{asked}to get them run `{kernels}`, or reinstall without " + (
+            f"MAMBA_SKIP_CUDA_BUILD (`{reinstall}`), or build from source with `{source}`"
+            if reinstall != source
+            else f"MAMBA_SKIP_CUDA_BUILD, building from source: `{source}`"
+        )
+    if not fetchable:
+        deferred = record is not None and record.kernels_deferred
+        return (
+            "the kernels were deferred at install time (torch was being installed by the same command); "
+            if deferred
+            else ""
+        ) + dev_version_fix(source=source)
     unreachable = _unreachable_index(record)
     if unreachable and record is not None:
         return (
@@ -373,17 +541,6 @@ def missing_kernels_fix(record: InstallRecord | None) -> str:
         )
     if record is not None and _no_candidate(record):
         return no_candidate_fix(record)
-    if _skip_requested(record):
-        reinstall = reinstall_command(index=index)
-        return (
-            "the pure-Python package was requested at install time (MAMBA_SKIP_CUDA_BUILD=TRUE), so no "
-            f"kernels were installed; to get them run `{kernels}`, or reinstall without "
-            + (
-                f"MAMBA_SKIP_CUDA_BUILD (`{reinstall}`), or build from source with `{source}`"
-                if reinstall != source
-                else f"MAMBA_SKIP_CUDA_BUILD, building from source: `{source}`"
-            )
-        )
     if record is not None and record.kernels_deferred:
         return (
             "the kernels were deferred at install time because torch was being installed by the same "
@@ -402,12 +559,17 @@ def mismatch_fix(record: InstallRecord | None) -> str:
         return no_candidate_fix(record)
     index = recorded_index(record)
     reinstall, source = reinstall_command(index=index), source_build_command()
+    if not kernels_fetchable(index):
+        return (
+            f"rebuild it from source for this torch: `{source}` (mamba-ssm {installed_version()} is a "
+            "development version, which no published wheel index has)"
+        )
     return (
         f"run `{install_kernels_command(index)}` to fetch the kernels built for this torch (it replaces "
         f"only mamba-ssm's own files), or "
         + (
-            f"rebuild without pip's wheel cache, which can hand back a wheel built for another torch: "
-            f"`{reinstall}`, or build from source with `{source}`"
+            f"rebuild without the installer's wheel cache, which can hand back a wheel built for another "
+            f"torch: `{reinstall}`, or build from source with `{source}`"
             if reinstall != source
             else f"rebuild from source: `{source}`"
         )
@@ -435,16 +597,30 @@ def reinstall_fix(record: InstallRecord | None = None) -> str:
 
 def failed_attempt_fix(record: InstallRecord) -> str:
     """What to do when the last install attempt failed (``final_mode`` ``error``) and installed nothing:
-    its full error is in that install's output; the prebuilt kernels need no build."""
-    if _no_candidate(record):
-        return no_candidate_fix(record)
+    its full error is in that install's output; fix its cause and build again (the rebuild leads), or,
+    where an index has this version, install the prebuilt kernels without building."""
     index = recorded_index(record)
-    kernels = install_kernels_command(index)
-    return (
-        f"the error is in that install's output (pip shows a build's output with `-v`); run `{kernels}` "
-        f"to install the prebuilt kernels for this torch without building, or fix the cause and install "
-        f"again: `{reinstall_command(index=index)}`"
+    again = (
+        "the error is in that install's output (pip and uv show a build's output with `-v`): fix its "
+        f"cause and build again: `{reinstall_command(index=index)}`"
     )
+    if not kernels_fetchable(index):
+        return (
+            f"{again} (mamba-ssm {installed_version()} is a development version, which no published wheel "
+            "index has; MAMBA_WHEEL_INDEX can name a local one that has it)"
+        )
+    if _no_candidate(record):
+        return f"{again}; {no_candidate_fix(record)}"
+    return f"{again}; or install the prebuilt kernels for this torch without building: `{install_kernels_command(index)}`"
+
+
+def deferred_fix(record: InstallRecord | None) -> str:
+    """What to do when the kernels were deferred at install time (torch was being installed by the same
+    command): install-kernels, or for a development version on no index, the rebuild."""
+    index = recorded_index(record)
+    if not kernels_fetchable(index):
+        return f"the kernels were deferred at install time: {dev_version_fix()}"
+    return f"the kernels were deferred at install time: run `{install_kernels_command(index)}`"
 
 
 def install_notes(record: InstallRecord | None, message: str) -> str:
@@ -455,8 +631,12 @@ def install_notes(record: InstallRecord | None, message: str) -> str:
     text = ""
     if record.kernels_deferred and install_kernels_command() not in message:
         text += (
-            " The kernels were deferred at install time (torch was being installed by the same "
-            f"command): run `{install_kernels_command(recorded_index(record))}`."
+            " The kernels were deferred at install time (torch was being installed by the same command): "
+            + (
+                f"run `{install_kernels_command(recorded_index(record))}`."
+                if kernels_fetchable(recorded_index(record))
+                else dev_version_fix() + "."
+            )
         )
     if record.build is not None and record.build.mode == "python" and record.build.reason:
         text += f" At install time no kernels were built: {record.build.reason.rstrip('.')}."
@@ -464,13 +644,31 @@ def install_notes(record: InstallRecord | None, message: str) -> str:
 
 
 # ----------------------------------------------------------------------------- the resolver
-def resolver_no_candidate_fix(version: str) -> str:
-    """What to do when no wheel fits (the commands pin ``version`` and never change torch)."""
+def resolver_no_candidate_fix(
+    version: str, inst: Installer | None = None, cuda_torch: bool | None = None
+) -> str:
+    """What to do when no wheel fits (the commands pin ``version`` and never change torch; ``inst``
+    and ``cuda_torch``: the target's installer and whether its torch is a CUDA one)."""
+    source = source_build_command(version, inst=inst, cuda_torch=cuda_torch)
     return (
         "What to do: install a torch that a prebuilt wheel serves (`python -m mamba_ssm install-kernels "
         "--dry-run` lists them once installed), point MAMBA_WHEEL_INDEX at an index that has your variant, or "
-        f"build from source against the torch installed (`{source_build_command(version)}`; a CPU torch needs "
+        f"build from source against the torch installed (`{source}`; a CPU torch needs "
         "a C++ compiler, a CUDA torch nvcc as well)."
+    )
+
+
+def resolver_dev_version_fix(
+    version: str, inst: Installer | None = None, cuda_torch: bool | None = None
+) -> str:
+    """The resolver's message for a development version and the release index, which cannot have it:
+    nothing is looked for; what to do."""
+    source = source_build_command(version, inst=inst, cuda_torch=cuda_torch)
+    return (
+        f"mamba-ssm {_public(version)} is a development version, which no published wheel index has, so no "
+        f"prebuilt wheel was looked for (MAMBA_WHEEL_INDEX names a local index that has it, e.g. a "
+        f"release dry run's). What to do: build from source against the torch installed (`{source}`; a CPU "
+        "torch needs a C++ compiler, a CUDA torch nvcc as well)."
     )
 
 
@@ -538,7 +736,10 @@ def coverage_fix(device_type: str, arch: str | None, torch_cuda: str | None, ind
         index: the wheel index the install used, when it was not the release index.
     """
     kernels = install_kernels_command(index)
+    fetchable = kernels_fetchable(index)
     if device_type == "cpu":
+        if not fetchable:
+            return f"build from source, which builds the CPU kernel: `{source_build_command()}`"
         return (
             f"install the build for this torch, which carries the CPU kernel: `{kernels}`, "
             f"or build from source: `{source_build_command()}`"
@@ -546,10 +747,10 @@ def coverage_fix(device_type: str, arch: str | None, torch_cuda: str | None, ind
     if device_type != "cuda":
         return ""
     if arch and arch.startswith("gfx"):
-        return (
-            f"install a wheel built for {arch} (`{kernels}` picks one), or build "
-            f"from source for it: `HIP_BUILD=1 PYTORCH_ROCM_ARCH={arch} {source_build_command()}`"
-        )
+        build = source_build_command(env_prefix=f"HIP_BUILD=1 PYTORCH_ROCM_ARCH={arch} ")
+        if not fetchable:
+            return f"build from source for {arch}: `{build}`"
+        return f"install a wheel built for {arch} (`{kernels}` picks one), or build from source for it: `{build}`"
     unservable = gpu_unservable(arch, torch_cuda)
     if unservable:  # a GPU older than everything this torch's CUDA can build for: no build helps
         return unservable
@@ -557,11 +758,11 @@ def coverage_fix(device_type: str, arch: str | None, torch_cuda: str | None, ind
         targets = archs.arch_list_assignment(archs.ArchSpec(sass=(archs.parse_arch(arch or "").sass,))) + " "
     except ValueError:  # capability unknown: the default archs (torch's that nvcc supports)
         targets = ""
-    return (
-        f"install a wheel whose kernels cover {'compute capability ' + arch if arch else 'this GPU'} "
-        f"(`{kernels}` picks one), or build from source for it: "
-        f"`{source_build_command(env_prefix=targets)}`"
-    )
+    what = "compute capability " + arch if arch else "this GPU"
+    build = source_build_command(env_prefix=targets)
+    if not fetchable:
+        return f"build from source for {what}: `{build}`"
+    return f"install a wheel whose kernels cover {what} (`{kernels}` picks one), or build from source for it: `{build}`"
 
 
 # ----------------------------------------------------------------------------- backend choice

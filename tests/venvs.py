@@ -72,3 +72,18 @@ def fresh_venv(
     elif shared:
         share_torch(site)
     return python, site
+
+
+def share_site_except(site: str, farm: str | os.PathLike[str], names: tuple[str, ...]) -> None:
+    """Make the venv whose site-packages is ``site`` see :data:`SHARED_SITE` except the distributions
+    named ``names`` (``"pip"``, ``"uv"``: their packages, dist-infos and ``.pth`` hooks): ``farm`` becomes
+    a folder of links to everything else in it, named by a .pth file. A ``uv venv`` has no pip; this
+    keeps the shared one out of its reach as well."""
+    os.makedirs(farm, exist_ok=True)
+    for entry in os.listdir(SHARED_SITE):
+        stem = entry.split("-", 1)[0].split(".", 1)[0].lower()
+        if stem in names:
+            continue
+        os.symlink(os.path.join(SHARED_SITE, entry), os.path.join(farm, entry))
+    with open(os.path.join(site, PTH_NAME), "w") as fh:
+        fh.write(os.fspath(farm) + "\n")

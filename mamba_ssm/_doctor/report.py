@@ -7,11 +7,13 @@ raises for a broken install: every failure is recorded in the report, and ``exit
 
 from __future__ import annotations
 
+import calendar
 import dataclasses
 import os
 import platform
 import sys
 import sysconfig
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -198,7 +200,9 @@ class CompiledModuleReport:
 @dataclass(frozen=True)
 class RecordReport:
     """The install record, and whether it describes this install (``current``; why not:
-    ``stale_reason``). ``unreadable_path`` names a record file that exists but cannot be read."""
+    ``stale_reason``). ``unreadable_path`` names a record file that exists but cannot be read.
+    ``superseded_by``: for a failed attempt, what was installed or built after it (the loaded compiled
+    module, the installed distribution), so the attempt and its advice describe nothing in use."""
 
     resolver_present: bool = False
     record: InstallRecord | None = None
@@ -206,6 +210,7 @@ class RecordReport:
     unreadable_path: str | None = None
     current: bool = False
     stale_reason: str | None = None
+    superseded_by: str | None = None
 
     @property
     def recorded(self) -> bool:
@@ -229,6 +234,7 @@ class RecordReport:
             "error": self.error,
             "current": self.current,
             "stale_reason": self.stale_reason,
+            "superseded_by": self.superseded_by,
         }
 
 
@@ -456,6 +462,34 @@ def record_report() -> RecordReport:
     return RecordReport(True, record, current=current, stale_reason=why or None)
 
 
+def superseded_by(record: InstallRecord, compiled_path: str | None) -> str | None:
+    """For a failed install attempt, what in use was made after it: the compiled module at
+    ``compiled_path`` or the installed distribution's dist-info, written at least a second after the
+    attempt was recorded (the record's time has whole seconds); None when neither was, or the record is
+    not a failed attempt."""
+    if not record.failed_attempt() or not record.time:
+        return None
+    try:
+        recorded = calendar.timegm(time.strptime(record.time, "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return None
+    from .._install.record import installed_dist_infos  # a record implies the resolver's package
+
+    infos = installed_dist_infos()
+    for what, path in (
+        ("the compiled module", compiled_path),
+        ("the installed distribution", infos[0] if infos else None),
+    ):
+        try:
+            mtime = os.stat(path).st_mtime if path else None
+        except OSError:
+            mtime = None
+        if mtime is not None and mtime >= recorded + 1:
+            made = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(mtime))
+            return f"{what} in use, {path}, made {made}"
+    return None
+
+
 def _cpu_isa() -> str | None:
     """The build of the CPU kernel that runs (``avx512``, ``avx2``, ``generic``), or None when the loaded
     module has no CPU kernel op."""
@@ -609,6 +643,9 @@ def collect(check: bool = False, gpus: GpuReport | None = None) -> Report:
     problems = _Problems()
     compiled = compiled_module_report()
     record = record_report()
+    if record.record is not None and not record.current:
+        later = superseded_by(record.record, compiled.load.path if compiled.load is not None else None)
+        record = dataclasses.replace(record, superseded_by=later)
     devices: list[DeviceReport] = []
     if not torch_info.importable:
         backend = BackendReport(env=os.environ.get(_dispatch.ENV_BACKEND))
@@ -645,8 +682,7 @@ def collect(check: bool = False, gpus: GpuReport | None = None) -> Report:
         status = Status.OK
     deferred_fix = None
     if record.kernels_deferred and status is Status.FALLBACK:
-        kernels = _advice.install_kernels_command(_advice.recorded_index(_loader.install_record()))
-        deferred_fix = f"the kernels were deferred at install time: run `{kernels}`"
+        deferred_fix = _advice.deferred_fix(_loader.install_record())
     return Report(
         package=PackageInfo("mamba-ssm", _version.__version__, package_dir),
         python=python_info(),

@@ -241,6 +241,12 @@ def _recorded_lines(report: Report) -> list[str]:
     rec = report.install_record
     if rec.record is not None and not rec.current and not rec.error:
         r = rec.record
+        if r.failed_attempt() and rec.superseded_by:
+            return [
+                f"Install decision: an install attempt failed earlier (recorded {r.time}) and installed nothing; "
+                f"{rec.superseded_by}, came after it, so that attempt and its advice no longer apply"
+                + (f"; record: {r.path}" if r.path else "")
+            ]
         if r.failed_attempt():
             from .. import _advice
 

@@ -3,9 +3,13 @@
 When ``pip install mamba-ssm`` runs in a fresh environment, pip builds our sdist before it installs
 torch, so the resolver cannot know which kernels fit and the pure-Python package is installed with the
 kernels deferred. This command runs the same resolution in the environment it is started from (torch
-is there now), downloads and verifies the chosen wheel, and installs it with pip (``pip install
---no-deps --force-reinstall --no-cache-dir WHEEL``; ``uv pip install --python`` where the environment
-has no pip). It also fixes a wheel that pip's cache served for another torch.
+is there now), downloads and verifies the chosen wheel, and installs it with the environment's
+installer: pip (``pip install --no-deps --force-reinstall --no-cache-dir WHEEL``), or where the
+environment is uv's (no pip here, or mamba-ssm installed by uv) ``uv pip install --python <this
+python> --no-deps --reinstall --no-cache WHEEL``, uv being the ``uv`` package's binary or the one on
+PATH; without either, the exact uv command is printed. It also fixes a wheel that the installer's
+cache served for another torch. A development version has no published index:
+without ``--index`` / ``MAMBA_WHEEL_INDEX`` the command says so and prints the rebuild command (exit 1).
 
 Exit status: 0 installed (or, with --dry-run, resolved); 1 no fitting wheel; 2 error.
 
@@ -20,12 +24,21 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 from typing import Callable
 
-from .._advice import recorded_index
+from .._advice import (
+    dev_version_fix,
+    installed_version,
+    installer,
+    kernels_fetchable,
+    pip_importable,
+    recorded_index,
+    source_build_command,
+)
 from .environment import DetectionError, detect
 from .record import (
     InstallMode,
@@ -100,25 +113,59 @@ def _index_and_origin(flag: str | None, prefix: str | None) -> tuple[str | None,
     return None, None
 
 
-def _pip_command(wheel: str) -> list[str]:
-    args = ["install", "--no-deps", "--force-reinstall", "--no-cache-dir", wheel]
-    probe = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, check=False)
-    if probe.returncode == 0:
-        return [sys.executable, "-m", "pip", *args]
-    uv = shutil.which("uv")
-    if uv:
+def find_uv() -> str | None:
+    """The uv executable: the ``uv`` package's (``uv.find_uv_bin()``) when it is importable here, else
+    the ``uv`` on PATH; None when neither."""
+    try:
+        import uv  # type: ignore[import-not-found,unused-ignore]  # the uv PyPI package, when installed
+
+        return str(uv.find_uv_bin())
+    except (ImportError, FileNotFoundError, AttributeError):
+        return shutil.which("uv")
+
+
+def _uv_args(wheel: str) -> list[str]:
+    """``uv pip install`` of ``wheel`` into this interpreter, as pip's: no dependencies (torch is never
+    touched), reinstalled, no cache."""
+    return ["pip", "install", "--python", sys.executable, "--no-deps", "--reinstall", "--no-cache", wheel]
+
+
+def _install_command(wheel: str) -> list[str]:
+    """The command that installs ``wheel`` into this interpreter with its installer
+    (:func:`mamba_ssm._advice.installer`): pip (``-m pip``) where the environment is pip's and pip imports
+    here; else uv (:func:`find_uv`), else pip when it imports. RuntimeError, with the exact uv
+    command to run, when neither can run."""
+    uv_first = installer().kind == "uv"
+    has_pip = pip_importable()
+    if has_pip and not uv_first:
         return [
-            uv,
+            sys.executable,
+            "-m",
             "pip",
             "install",
-            "--python",
-            sys.executable,
             "--no-deps",
-            "--reinstall",
-            "--no-cache",
+            "--force-reinstall",
+            "--no-cache-dir",
             wheel,
         ]
-    raise RuntimeError(f"neither pip nor uv is available to install {wheel}; install it with your installer")
+    uv = find_uv()
+    if uv:
+        return [uv, *_uv_args(wheel)]
+    if has_pip:
+        return [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--force-reinstall",
+            "--no-cache-dir",
+            wheel,
+        ]
+    raise RuntimeError(
+        "this environment has no pip, and uv is neither importable here nor on PATH, so the verified wheel "
+        f"was not installed; install it with uv: `{shlex.join(['uv', *_uv_args(wheel)])}`"
+    )
 
 
 def _log(text: str) -> None:
@@ -162,13 +209,18 @@ def main(argv: list[str] | None = None, prog: str = "python -m mamba_ssm install
     index, origin = _index_and_origin(args.index, env.prefix)
     if origin and log:
         log(origin)
+    if index is None and not kernels_fetchable(None, version):
+        # a development version and the release index, which never has it: say so, without the network
+        source = None if version == installed_version() else source_build_command(version)
+        print(f"install-kernels: {dev_version_fix(version, source)}", file=sys.stderr)
+        return EXIT_NO_CANDIDATE
     res = resolve(version, index=index, env=env, log=log)
     code = EXIT_INSTALLED
     message = res.message
     final: InstallMode | None = InstallMode.INSTALL_KERNELS
     if res.status is ResolutionStatus.PREBUILT and res.wheel_path and not args.dry_run:
         try:
-            cmd = _pip_command(res.wheel_path)
+            cmd = _install_command(res.wheel_path)
             _log(" ".join(cmd))
             proc = subprocess.run(cmd, check=False)
             if proc.returncode != 0:

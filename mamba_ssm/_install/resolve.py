@@ -12,10 +12,17 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from .._advice import resolver_index_fix, resolver_no_candidate_fix
+from .._advice import (
+    Installer,
+    installer,
+    is_on_an_index,
+    resolver_dev_version_fix,
+    resolver_index_fix,
+    resolver_no_candidate_fix,
+)
 from .environment import DetectionError, Environment, detect
 from .fetch import FetchError, FetchErrorKind, HttpSettings, fetch_bytes, fetch_wheel, index_url
-from .index import default_index, wheel_url
+from .index import RELEASE_INDEX_URL, default_index, wheel_url
 from .manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, Pin, WheelEntry, load_pinned_hashes
 from .record import ErrorKind, ErrorStage, InstallRecord, ResolutionStatus, SelectionStatus
 from .selection import Selection, select
@@ -136,6 +143,17 @@ def resolve(  # every input of a resolution is a keyword the callers name
             env=env,
             log=tuple(lines),
         )
+    inst, cuda_torch = _target_form(env)
+    if where == index_url(RELEASE_INDEX_URL.format(version=_public(version))) and not is_on_an_index(version):
+        # a development version: the release index of a version that is never published
+        return Resolution(
+            ResolutionStatus.NO_CANDIDATE,
+            resolver_dev_version_fix(version, inst, cuda_torch),
+            version,
+            where,
+            env,
+            log=tuple(lines),
+        )
     manifest_url = where + "manifest.json"
     try:
         # a half-sent or garbled body is fetched again (check); a well-formed but wrong one is not
@@ -171,7 +189,8 @@ def resolve(  # every input of a resolution is a keyword the callers name
             unservable = " ".join(u.rstrip(".") + "." for u in selection.gpu_unservable)
             message = f"No prebuilt mamba-ssm wheel fits. {selection.explain()} {unservable}"
         else:
-            message = f"No prebuilt mamba-ssm wheel fits. {selection.explain()} {resolver_no_candidate_fix(version)}"
+            fix = resolver_no_candidate_fix(version, inst, cuda_torch)
+            message = f"No prebuilt mamba-ssm wheel fits. {selection.explain()} {fix}"
         return Resolution(
             ResolutionStatus.NO_CANDIDATE, message, version, where, env, selection, log=tuple(lines)
         )
@@ -187,6 +206,17 @@ def resolve(  # every input of a resolution is a keyword the callers name
             log=tuple(lines),
         )
     return _download(version, selection, env, where, pins, cache, settings, environ, say, lines)
+
+
+def _public(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def _target_form(env: Environment) -> tuple[Installer, bool | None]:
+    """The installer form of the commands printed for the target ``env`` (its interpreter named for
+    uv) and whether its torch is a CUDA build (a CPU or ROCm torch is never told about CUDA_HOME)."""
+    torch = env.torch
+    return installer(python=env.executable), (bool(torch.cuda) if torch is not None else None)
 
 
 def _download(  # the resolution's state, handed on
@@ -249,7 +279,7 @@ def _download(  # the resolution's state, handed on
         message = (
             f"No wheel was installed: {joined}. The index serves a mislabelled wheel; "
             f"it was not handed to the installer. {selection.explain()} "
-            f"{resolver_no_candidate_fix(version)}"
+            f"{resolver_no_candidate_fix(version, *_target_form(env))}"
         )
     else:
         message = (

@@ -177,18 +177,37 @@ def record(
     Returns the path, or None when it could not be written (never raises: a read-only home must not
     fail the install).
     """
+    if message is None:
+        message = outcome.record.message
+        if final_mode is InstallMode.SOURCE and _WHAT_TO_DO in message:
+            # the resolver's advice was for an install without kernels; the fallback built them
+            message = message.split(_WHAT_TO_DO, 1)[0].rstrip() + " " + _BUILT_INSTEAD
     try:
         rec = dataclasses.replace(
             outcome.record,
             final_mode=final_mode,
             install=InstallIdentity(install_id=install_id) if install_id else outcome.record.install,
             build=build or outcome.record.build,
-            message=outcome.record.message if message is None else message,
+            message=message,
         )
         path = write_record(rec, outcome.prefix)
     except Exception as exc:  # noqa: BLE001 - the install goes on without a record
         _say(f"could not record the decision ({type(exc).__name__}: {exc})")
         return None
-    what = "install" if outcome.status is ResolutionStatus.REQUESTED else "decision"  # requested: none made
-    _say(f"{what} recorded in {path} (shown by python -m mamba_ssm doctor)")
+    if final_mode is InstallMode.ERROR:  # nothing was installed: the record says so, and so does this line
+        _say(
+            f"this failed attempt (nothing installed) is recorded in {path} (shown by python -m mamba_ssm doctor)"
+        )
+    else:
+        what = (
+            "install" if outcome.status is ResolutionStatus.REQUESTED else "decision"
+        )  # requested: none made
+        _say(f"{what} recorded in {path} (shown by python -m mamba_ssm doctor)")
     return path
+
+
+#: Where the resolver's message turns to advice (``_advice.resolver_*_fix``).
+_WHAT_TO_DO = "What to do:"
+_BUILT_INSTEAD = (
+    "The install went on with a source build of the kernels (the fallback), so nothing is left to do."
+)

@@ -1,6 +1,7 @@
 """doctor's text report: the status line, the fix that follows the recorded install decision, and a
 decision record that belongs to an earlier install."""
 
+import dataclasses
 import json
 import os
 
@@ -152,8 +153,9 @@ def test_a_failed_install_attempt_is_reported_as_failed(site, monkeypatch):
     """A source build that failed after setup.py recorded it (final mode ``error``, as setup.py's
     preflight writes it through the setup hook) is the last attempt, which installed nothing: doctor
     says so with the recorded error and what to do, not that an older mamba-ssm wrote the record."""
+    from mamba_ssm import _advice
     from mamba_ssm._install import setup_hook
-    from mamba_ssm._install.record import InstallMode
+    from mamba_ssm._install.record import InstallMode, InstallRecord
 
     monkeypatch.setattr(setup_hook, "_say", lambda text: None)
     outcome = setup_hook.requested("2.4.0.dev0", "MAMBA_FORCE_BUILD=TRUE")
@@ -169,7 +171,17 @@ def test_a_failed_install_attempt_is_reported_as_failed(site, monkeypatch):
     assert "  final mode: error" in lines[i:]
     assert any(l.startswith("  message: ") and l.endswith(f"The build failed: {error}") for l in lines[i:])
     (todo,) = [l for l in lines if l.startswith("  what to do: ")]
-    assert "`python -m mamba_ssm install-kernels`" in todo
+    # a development version is on no index: the rebuild leads, install-kernels is not offered
+    rebuild = _advice.reinstall_command()
+    assert todo.startswith("  what to do: the error is in that install's output")
+    assert f"fix its cause and build again: `{rebuild}`" in todo and "install-kernels" not in todo
+    assert "is a development version, which no published wheel index has" in todo
+    # a release (an index has it): the rebuild still leads, then the prebuilt kernels
+    monkeypatch.setattr(_advice, "installed_version", lambda *a: "2.4.0")
+    release = _advice.failed_attempt_fix(
+        InstallRecord.from_dict(json.loads(open(dec["decision"]["path"]).read()))
+    )
+    assert release.index("build again") < release.index("`python -m mamba_ssm install-kernels`")
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -284,3 +296,35 @@ def test_forced_source_build_is_titled_by_the_variable_not_as_a_resolver_decisio
     assert section[-1] == f"  record: {dec['decision']['path']}"
     assert "resolver status" not in text and "recorded by the resolver" not in text
     assert "wheel: none chosen" not in text and "MAMBA_FORCE_BUILD=TRUE" not in text
+
+
+def test_a_failed_attempt_before_the_module_in_use_is_not_shown_as_current(site, monkeypatch):
+    """A failed install attempt recorded before the compiled module now loaded was built (a later
+    in-place or source build that wrote no record): doctor says the attempt came first and shows none
+    of its advice; recorded after it, the attempt is the last word, with what to do."""
+    import time
+
+    from mamba_ssm import _loader
+    from mamba_ssm._install import setup_hook
+    from mamba_ssm._install.record import InstallMode
+
+    load = _loader.load()
+    if not load.loaded or not load.path:
+        pytest.skip("no compiled module loads here")
+    monkeypatch.setattr(setup_hook, "_say", lambda text: None)
+    built = os.stat(load.path).st_mtime
+    for when, superseded in ((built - 120, True), (time.time() + 5, False)):
+        outcome = setup_hook.requested("2.4.0.dev0", "MAMBA_FORCE_BUILD=TRUE")
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+        outcome = dataclasses.replace(outcome, record=dataclasses.replace(outcome.record, time=stamp))
+        setup_hook.record(outcome, InstallMode.ERROR, message="The build failed: MAMBA_CUDA_ARCHS='95'")
+        text, dec = _text_and_decision(monkeypatch)
+        (line,) = [l for l in text.splitlines() if l.startswith("Install decision:")]
+        if superseded:
+            assert line.startswith(f"Install decision: an install attempt failed earlier (recorded {stamp})")
+            assert f"the compiled module in use, {load.path}, made 20" in line
+            assert "what to do:" not in text and "  message: " not in text
+            assert dec["superseded_by"].startswith(f"the compiled module in use, {load.path}")
+        else:
+            assert line.startswith("Install decision: the last install attempt failed")
+            assert "  what to do: " in text and dec["superseded_by"] is None
