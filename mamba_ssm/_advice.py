@@ -112,6 +112,10 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 SOURCE_INSTALL = "MAMBA_FORCE_BUILD=TRUE python -m pip install --no-build-isolation"
 _SOURCE_VARIABLES = "MAMBA_FORCE_BUILD=TRUE"
 _REBUILD_FLAGS = "--no-cache-dir --force-reinstall --no-deps"
+#: A pinned rebuild or source build names the sdist: the same version's per-platform wheel (PyPI serves
+#: it beside the sdist) carries the stable-ABI modules, not a build for this torch, and is what pip or
+#: uv would take otherwise.
+_SDIST_ONLY = "--no-binary mamba-ssm"
 #: docs/build.md's in-place build, for a checkout imported where it lies (or an editable install).
 IN_PLACE_BUILD = "python setup.py build_ext --inplace"
 #: pip's flags in these commands, spelled as ``uv pip install`` takes them.
@@ -390,7 +394,7 @@ def reinstall_command(
     v = _public(version or installed_version())
     if not is_on_an_index(v):
         return source_build_command(version, inst=inst)
-    return _with_index(inst.install(f"{_REBUILD_FLAGS} {requirement(v)}"), index)
+    return _with_index(inst.install(f"{_REBUILD_FLAGS} {_SDIST_ONLY} {requirement(v)}"), index)
 
 
 def source_build_command(
@@ -410,7 +414,7 @@ def source_build_command(
     if not is_on_an_index(v):
         src = rebuild_source() if version is None else RebuildSource("unknown")
         return _rebuild_command(v, env_prefix, src, inst, cuda_torch)
-    return f"{_build_env(env_prefix, cuda_torch)}{_source_install(inst, requirement(v))}"
+    return f"{_build_env(env_prefix, cuda_torch)}{_source_install(inst, f'{_SDIST_ONLY} {requirement(v)}')}"
 
 
 def no_isolation_command(version: str | None = None, inst: Installer | None = None) -> str:
@@ -420,7 +424,7 @@ def no_isolation_command(version: str | None = None, inst: Installer | None = No
     v = _public(version or installed_version())
     if not is_on_an_index(v):
         return source_build_command(version, inst=inst)
-    return inst.install(f"--no-build-isolation --no-deps {requirement(v)}")
+    return inst.install(f"--no-build-isolation --no-deps {_SDIST_ONLY} {requirement(v)}")
 
 
 def triton_install_command() -> str | None:

@@ -14,7 +14,7 @@ import ssl
 import threading
 import time
 import zipfile
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Sequence
 
 from packaging import tags as ptags
 
@@ -68,12 +68,14 @@ def make_wheel(
     wheel_tag: Optional[str] = None,
     requires_python: Optional[str] = ">=3.9",
     meta_name: str = "mamba-ssm",
+    requires_dist: Sequence[str] = (),
 ) -> str:
     """Write a valid wheel ``mamba_ssm-<version>+<label>-<py>-<abi>-<platform>.whl`` whose
     ``mamba_ssm/_C.abi3.so`` is a byte blob carrying ``info`` between the build-info markers
     (``padding`` extra zero bytes make it bigger uncompressed, ``noise`` random bytes bigger on disk).
     ``wheel_tag`` overrides the WHEEL ``Tag:`` line (default: the file name's), ``requires_python`` the
-    METADATA Requires-Python (None: absent), ``meta_name`` its Name. Returns its path."""
+    METADATA Requires-Python (None: absent), ``meta_name`` its Name, ``requires_dist`` its Requires-Dist
+    lines. Returns its path."""
     full = f"{version}+{label}" if label else version
     from packaging.version import Version
 
@@ -94,6 +96,7 @@ def make_wheel(
     files[f"{dist}/METADATA"] = (
         f"Metadata-Version: 2.1\nName: {meta_name}\nVersion: {norm}\n"
         + (f"Requires-Python: {requires_python}\n" if requires_python else "")
+        + "".join(f"Requires-Dist: {r}\n" for r in requires_dist)
     ).encode()
     files[f"{dist}/WHEEL"] = (
         f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\n"

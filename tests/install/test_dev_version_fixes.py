@@ -103,9 +103,9 @@ def test_a_release_keeps_the_pinned_command_wherever_it_came_from(tmp_path, monk
     url = {"url": (tmp_path / "mamba_ssm-2.4.0.tar.gz").as_uri(), "archive_info": {}}
     monkeypatch.setattr(_advice, "_PACKAGE_DIR", _installed(tmp_path, "2.4.0", url))
     assert _advice.reinstall_command() == (
-        "python -m pip install --no-cache-dir --force-reinstall --no-deps mamba-ssm==2.4.0"
+        "python -m pip install --no-cache-dir --force-reinstall --no-deps --no-binary mamba-ssm mamba-ssm==2.4.0"
     )
-    assert _advice.source_build_command().endswith(" --no-deps mamba-ssm==2.4.0")
+    assert _advice.source_build_command().endswith(" --no-deps --no-binary mamba-ssm mamba-ssm==2.4.0")
     assert "pip download --no-deps --no-binary :all: mamba-ssm==2.4.0`" in _advice.mirror_hint()
 
 
@@ -145,7 +145,7 @@ def test_each_fix_offers_each_command_once(tmp_path, monkeypatch, version):
         builds = [f"cd {tree} && " + shlex.join(_docs_build_line("in place"))]
     else:
         monkeypatch.setattr(_advice, "_PACKAGE_DIR", _installed(tmp_path, version, None))
-        pinned = f"--no-cache-dir --force-reinstall --no-deps mamba-ssm=={version}"
+        pinned = f"--no-cache-dir --force-reinstall --no-deps --no-binary mamba-ssm mamba-ssm=={version}"
         builds = [
             f"python -m pip install {pinned}",
             f"MAMBA_FORCE_BUILD=TRUE python -m pip install --no-build-isolation {pinned}",
@@ -215,5 +215,5 @@ def test_no_cuda_home_is_added_when_torch_guesses_right(tmp_path, monkeypatch, l
     monkeypatch.setattr(_advice, "_PACKAGE_DIR", _installed(tmp_path, "2.4.0", None))
     assert _advice.source_build_command() == (
         "MAMBA_FORCE_BUILD=TRUE python -m pip install --no-build-isolation --no-cache-dir --force-reinstall "
-        "--no-deps mamba-ssm==2.4.0"
+        "--no-deps --no-binary mamba-ssm mamba-ssm==2.4.0"
     )

@@ -133,8 +133,18 @@ def world(tmp_path_factory):
     sdist = str(sdist_check.build_sdist(work / "sdist", {"mamba_ssm/_version.py": _version_file(VERSION)}))
     assert os.path.basename(sdist) == f"mamba_ssm-{VERSION}.tar.gz"
     simple = work / "index" / "simple"
+    # beside the sdist, the same version's per-platform wheel, as PyPI serves it: a printed rebuild must
+    # still take the sdist (pip and uv prefer a wheel)
+    pypi_wheel = make_wheel(
+        str(work / "pypi-wheel"),
+        "",
+        None,
+        version=VERSION,
+        python_tag="cp310",
+        requires_dist=("torch>=2.10", "packaging", "einops"),
+    )
     for project, files in (
-        ("mamba-ssm", [sdist]),
+        ("mamba-ssm", [sdist, pypi_wheel]),
         ("torch", ["torch:2.13.0"]),
         ("packaging", ["packaging:24.0"]),
         ("einops", ["einops:0.8.1"]),
@@ -189,9 +199,10 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def _dry_run(world, command, name, versions=False):
+def _dry_run(world, command, name, versions=False, files=None):
     """Execute ``command`` as printed (``[cd DIR &&] VAR=value ... python -m pip install ...``) in the
-    venv with ``--dry-run``; returns the names pip would install (``name==version`` with ``versions``)."""
+    venv with ``--dry-run``; returns the names pip would install (``name==version`` with ``versions``).
+    ``files``: a dict that receives each planned name's file (the last part of its URL)."""
     words = shlex.split(command, comments=True)
     env = dict(world["env"])
     cwd = str(world["work"])
@@ -211,7 +222,11 @@ def _dry_run(world, command, name, versions=False):
         f"{command!r} failed under --dry-run:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     )
     with open(report) as fh:
-        meta = [item["metadata"] for item in json.load(fh)["install"]]
+        items = json.load(fh)["install"]
+    meta = [item["metadata"] for item in items]
+    if files is not None:
+        for item in items:
+            files[item["metadata"]["name"].lower()] = item["download_info"]["url"].rsplit("/", 1)[-1]
     return sorted(m["name"].lower() + (f"=={m['version']}" if versions else "") for m in meta)
 
 
@@ -258,9 +273,13 @@ def test_every_printed_fix_pins_the_version_and_never_changes_torch(world, print
         assert f"mamba-ssm=={VERSION}" in cmd.split(), (key, cmd)
         assert "--force-reinstall" not in cmd or "--no-deps" in cmd, (key, cmd)
     for i, (cmd, key) in enumerate(sorted(commands.items())):
-        planned = _dry_run(world, cmd, f"{i}")
+        files: dict = {}
+        planned = _dry_run(world, cmd, f"{i}", files=files)
         # a reinstall plans mamba-ssm alone; a plain install finds it already there and plans nothing
         assert planned == (["mamba-ssm"] if "--force-reinstall" in cmd else []), (key, cmd, planned)
+        # ... from the sdist, though the index also serves the per-platform wheel of that version
+        if planned:
+            assert files["mamba-ssm"] == f"mamba_ssm-{VERSION}.tar.gz", (key, cmd, files)
 
 
 def test_the_harness_sees_torch_in_the_old_unpinned_fix(world):

@@ -124,7 +124,9 @@ def only_the_stand_in_was_asked(server, wheel):
 
 def doctor(py, env):
     check = run([py, "-m", "mamba_ssm", "doctor", "--check"], env=env, check=False, cwd="/")
-    report = json.loads(run([py, "-m", "mamba_ssm", "doctor", "--json"], env=env, check=False, cwd="/").stdout)
+    report = json.loads(
+        run([py, "-m", "mamba_ssm", "doctor", "--json"], env=env, check=False, cwd="/").stdout
+    )
     return check, report
 
 
@@ -159,7 +161,15 @@ def test_pip_installs_the_wheel_and_doctor_checks(tmp_path, server, stand_in):
     server.hits.clear()
     start = time.monotonic()
     proc = run(
-        [py, "-m", "pip", "install", "--index-url", server.url + "pypi/simple/", f"mamba-ssm=={version_of(wheel)}"],
+        [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "--index-url",
+            server.url + "pypi/simple/",
+            f"mamba-ssm=={version_of(wheel)}",
+        ],
         env=env,
     )
     took = time.monotonic() - start
@@ -284,7 +294,9 @@ def test_the_fitting_module_runs_under_other_torches(tmp_path, python, stand_in)
     version, cuda = (run([python, "-c", probe], cwd="/").stdout.splitlines() + [""])[:2]
     want = f"cu{cuda.split('.')[0]}" if cuda else "cpu"
     if not os.path.isdir(os.path.join(target, "mamba_ssm", "_kernels", want)):
-        pytest.skip(f"{os.path.basename(wheel)} has no {want} module (MAMBA_E2E_PYPI_WHEEL: a wheel with all three)")
+        pytest.skip(
+            f"{os.path.basename(wheel)} has no {want} module (MAMBA_E2E_PYPI_WHEEL: a wheel with all three)"
+        )
     env = dict(os.environ, PYTHONPATH=target, MAMBA_SSM_NO_FALLBACK_WARNING="1")
     env.pop("MAMBA_SSM_BACKEND", None)
     got = json.loads(run([python, CHILD, TESTS], env=env, cwd="/").stdout.strip().splitlines()[-1])

@@ -13,11 +13,11 @@ import sys
 
 sys.path.insert(0, sys.argv[1])
 
-import torch  # noqa: E402
-from oracles import selective_scan  # noqa: E402
+import torch
+from oracles import selective_scan
 
-import mamba_ssm  # noqa: E402
-from mamba_ssm import _loader  # noqa: E402
+import mamba_ssm
+from mamba_ssm import _loader
 
 OPS = ("selective_scan_fwd", "causal_conv1d_fwd")
 
