@@ -223,6 +223,9 @@ def torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> str:
     for d in _find_links():
         if list(d.glob(pattern)):
             return cell.torch_spec
+    other = stable_torch_source(cell, py_minor, data)
+    if other:
+        return other
     raise Refused(
         f"torch {cell.torch_version}+{cell.build_against} for Python {py_minor} is not available here: PyPI "
         f"serves only +{rel.get('pypi_default')} for torch {cell.series}, and no configured find-links "
@@ -230,6 +233,32 @@ def torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> str:
         f"download.pytorch.org/whl/{cell.build_against} into one, set {TORCH_INDEX_ENV}="
         f"https://download.pytorch.org/whl, or pass --python for a tag that is there"
     )
+
+
+def stable_torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> Optional[str]:
+    """For a stable-ABI cell whose own torch is not available here: the pip requirement of the newest
+    other torch build it serves (``Cell.torch_mismatch``) that is: a series' PyPI default build
+    (x86_64), else a ``torch-<version>+<accelerator>`` wheel in a configured find-links directory.
+    None for a classic cell or when there is none (``torch_source`` then refuses)."""
+    if cell.torch_abi != "stable":
+        return None
+    tag = f"cp{py_minor.replace('.', '')}"
+    links = _find_links()
+    for series in sorted(cell.serves_series, key=lambda s: tuple(map(int, s.split("."))), reverse=True):
+        rel = data["releases"].get(series, {})
+        if rel.get("python") and py_minor not in SpecifierSet(rel["python"]):
+            continue
+        for version in reversed(rel.get("versions", [])):
+            default = rel.get("pypi_default")
+            if cell.platform == "x86_64" and default and cell.torch_mismatch(f"{version}+{default}") is None:
+                return f"torch=={version}"
+            for acc in cell.serves:
+                pattern = f"torch-{version}+{acc}-{tag}-*{cell.platform}*.whl"
+                if cell.torch_mismatch(f"{version}+{acc}") is None and any(
+                    list(d.glob(pattern)) for d in links
+                ):
+                    return f"torch=={version}+{acc}"
+    return None
 
 
 def source_commit(root: Path = REPO_ROOT) -> Optional[str]:
@@ -420,10 +449,11 @@ def build_cell(cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], ho
         torch_from = SHARED_TORCH_VENV
     if torch_from is not None:
         info = torch_info(torch_from / "bin" / "python")
-        if info is None or info["version"] != f"{cell.torch_version}+{cell.build_against}":
+        why = cell.torch_mismatch(info["version"]) if info else "no torch there"
+        if why:
             raise Refused(
                 f"--torch-from {torch_from} has torch {info and info['version']}, the cell needs "
-                f"{cell.torch_version}+{cell.build_against}"
+                f"{cell.torch_version}+{cell.build_against}: {why}"
             )
         vpy_minor = _run(
             [
@@ -514,7 +544,7 @@ def build_cell(cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], ho
             )
         info = torch_info(vpy)
         want = f"{cell.torch_version}+{cell.build_against}"
-        if info is None or info["version"] != want:
+        if info is None or cell.torch_mismatch(info["version"]):
             raise BuildFailed(
                 f"the cell venv has torch {info and info['version']}, the cell needs {want} "
                 f"(PyPI's default build changed? see data/torch_builds.toml pypi_default)"
