@@ -77,8 +77,10 @@ def _run(cmd: Sequence[str | Path], **kw: Any) -> subprocess.CompletedProcess[st
 def detect_host() -> Host:
     """The machine's platform and the CUDA toolkits found under /usr/local/cuda-* and CUDA_HOME."""
     host = Host(machine=_platform.machine())
-    roots = set(glob.glob("/usr/local/cuda-*")) | (
-        {os.environ["CUDA_HOME"]} if os.environ.get("CUDA_HOME") else set()
+    roots = (
+        set(glob.glob("/usr/local/cuda-*"))
+        | ({os.environ["CUDA_HOME"]} if os.environ.get("CUDA_HOME") else set())
+        | set(dev_toolkit_roots())
     )
     for root in sorted(roots):
         nvcc = Path(root) / "bin" / "nvcc"
@@ -92,6 +94,34 @@ def detect_host() -> Host:
         host.nvcc.setdefault(f"{major}.{minor}", Path(root))
     host.hipcc = shutil.which("hipcc")
     return host
+
+
+def dev_toolkit_roots() -> List[str]:
+    """CUDA toolkit roots assembled under ``$MAMBA_DEV_HOME/toolkits/`` (``<name>/bin/nvcc``), e.g. the
+    CUDA 12.4 of ci/cuda12_from_debian.sh: found like /usr/local/cuda-X.Y."""
+    return sorted(str(p.parent.parent) for p in (DEV_HOME / "toolkits").glob("*/bin/nvcc"))
+
+
+def same_major_nvcc(cell: mx.Cell, host: Host, archs: Optional[str]) -> Optional[str]:
+    """The newest nvcc version here (a key of ``host.nvcc``) of the cell toolkit's CUDA major that
+    targets every arch the build asks for (``archs``, else the cell's), or None. A stand-in for the
+    toolkit's own minor when that is absent: SASS from any nvcc 12.x runs under every CUDA 12 runtime
+    (minor-version compatibility), and the build info records the nvcc used."""
+    spec = (
+        compat_archs.parse_arch_list(archs) if archs else compat_archs.ArchSpec(sass=cell.sass, ptx=cell.ptx)
+    )
+    major = cell.toolkit_version.split(".")[0]
+    mine = sorted(
+        (v for v in host.nvcc if v.split(".")[0] == major),
+        key=lambda v: tuple(map(int, v.split("."))),
+        reverse=True,
+    )
+    for v in mine:
+        maj, mnr = (int(x) for x in v.split(".")[:2])
+        supported = set(compat_archs.nvcc_supported_archs((maj, mnr), variants=True))
+        if all(compat_archs.parse_arch(a).sass in supported for a in spec.sass + spec.ptx):
+            return v
+    return None
 
 
 PYPI_TOOLKIT_PACKAGES = (
@@ -415,6 +445,12 @@ def build_cell(cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], ho
     if cell.toolkit_kind == "cuda":
         want = ".".join(cell.toolkit_version.split(".")[:2])
         cuda_home = host.nvcc.get(want) if toolkit_choice in ("auto", "system") else None
+        stand_in = same_major_nvcc(cell, host, args.archs) if toolkit_choice in ("auto", "system") else None
+        if cuda_home is None and stand_in is not None:
+            cuda_home = host.nvcc[stand_in]
+            print(
+                f"build: nvcc {stand_in} at {cuda_home} stands in for toolkit {cell.toolkit} (same CUDA major)"
+            )
         if cuda_home is None and toolkit_choice in ("auto", "pypi") and int(want.split(".")[0]) >= 13:
             pypi_toolkit = want
         elif cuda_home is None:
@@ -422,7 +458,8 @@ def build_cell(cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], ho
                 f"cell {cell.id} is built with nvcc {want} (toolkit {cell.toolkit}); this machine has "
                 f"{', '.join(f'nvcc {v} at {p}' for v, p in host.nvcc.items()) or 'no nvcc'}"
                 + (
-                    " and PyPI's nvidia-cuda-nvcc-cu11/-cu12 wheels carry no nvcc (only CUDA 13.x comes from PyPI)"
+                    " and PyPI's nvidia-cuda-nvcc-cu11/-cu12 wheels carry no nvcc (only CUDA 13.x comes from PyPI);"
+                    " for CUDA 12, bash ci/cuda12_from_debian.sh assembles Debian's 12.4 (archs up to sm_90)"
                     if int(want.split(".")[0]) < 13
                     else ""
                 )

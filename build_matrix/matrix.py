@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -129,6 +129,7 @@ class Cell:
     torch_abi: str = "classic"  # "classic" | "stable" (the LibTorch stable ABI)
     torch_abi_floor: Optional[str] = None  # a stable cell's floor, e.g. "2.10"
     serves_series: Tuple[str, ...] = ()  # the torch series a stable cell serves (listed ones; later ones too)
+    torch_abi_build_min: Optional[str] = None  # a stable cell: the oldest torch whose headers build it
 
     @property
     def torch_abi_env(self) -> str:
@@ -144,8 +145,8 @@ class Cell:
         """Why the torch build ``version`` (``torch.__version__``, e.g. ``"2.13.0+cpu"``) cannot build this
         cell, or None when it can.  A classic cell: only its own ``torch_version+build_against``.  A
         stable-ABI cell: any build it serves from its floor on (the binary depends on the floor's stable
-        ABI and the CUDA major, not on the torch it was compiled against), e.g. PyPI's torch 2.10.0 (+cu128)
-        for ``cu12torch2.10stable``."""
+        ABI and the CUDA major, not on the torch it was compiled against) whose headers build the binding
+        (``[stable_abi] build_min``), e.g. torch 2.13.0+cpu for ``cputorch2.10stable``."""
         own = f"{self.torch_version}+{self.build_against}"
         if version == own:
             return None
@@ -158,8 +159,11 @@ class Cell:
         except ValueError:
             return f"torch {version!r} is not a PEP 440 version"
         acc = v.local or ""
-        if Version(f"{v.major}.{v.minor}") < Version(self.torch_abi_floor):
-            return f"torch {version} is older than the cell's stable-ABI floor {self.torch_abi_floor}"
+        if Version(f"{v.major}.{v.minor}") < Version(self.torch_abi_build_min or self.torch_abi_floor):
+            return (
+                f"torch {version} is older than {self.torch_abi_build_min or self.torch_abi_floor}, the oldest "
+                "torch whose stable headers build the binding ([stable_abi] build_min)"
+            )
         if acc not in self.serves:
             return (
                 f"torch {version} is a +{acc or '(no label)'} build; the stable cell {self.id} serves "
@@ -749,6 +753,9 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
         )
         if stable_cell is None:
             continue
+        stable_cell = replace(
+            stable_cell, torch_abi_build_min=stable_cfg["build_min"] if stable_cfg else None
+        )
         plan.errors += validate_cell_python(stable_cell, plan.python_versions, requires_python)
         plan.cells.append(stable_cell)
         plan.warnings += _coverage_warnings(stable_cell, data, matrix.get("policy", {}))
@@ -782,7 +789,18 @@ def stable_abi_settings(matrix: Dict[str, Any], errors: List[str]) -> Optional[D
     if bad:
         errors.append(f"[stable_abi] kinds {bad!r}: each must be cuda, cpu or rocm")
         return None
-    return {"floor": f"{want[0]}.{want[1]}", "kinds": kinds}
+    build_min = str(cfg.get("build_min", floor))
+    try:
+        low = buildinfo.parse_floor(build_min)
+    except ValueError as exc:
+        errors.append(f"[stable_abi] build_min: {exc}")
+        return None
+    if low < want:
+        errors.append(
+            f"[stable_abi] build_min {build_min!r} is below the floor {floor!r}; raise it to the floor or above"
+        )
+        return None
+    return {"floor": f"{want[0]}.{want[1]}", "kinds": kinds, "build_min": f"{low[0]}.{low[1]}"}
 
 
 def _stable_eligible(series: str, kind: str, cfg: Dict[str, Any]) -> bool:

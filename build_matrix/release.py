@@ -308,6 +308,19 @@ def write_pypi_page(sdists: List[Path], root: Path) -> Path:
     return proj
 
 
+def torch_venv_here(cell: Any, python_minor: str = "3.11") -> Optional[Path]:
+    """A venv under ``$MAMBA_DEV_HOME`` (``<name>/``, Python ``python_minor``) whose torch can build the
+    stable ``cell`` (``Cell.torch_mismatch``), read from ``torch/version.py`` without importing torch; so a
+    dry run reuses a multi-GB torch already here instead of downloading it into the cell's venv."""
+    from .layout import DEV_HOME
+
+    for version_py in sorted(DEV_HOME.glob(f"*/lib/python{python_minor}/site-packages/torch/version.py")):
+        m = re.search(r"^__version__ = '([^']+)'", version_py.read_text(), re.MULTILINE)
+        if m and cell.torch_mismatch(m.group(1)) is None:
+            return version_py.parents[4]
+    return None
+
+
 def _build_cell(
     cell_id: Optional[str],
     out: Path,
@@ -407,6 +420,8 @@ def dry_run(
             continue
         cell_id = pw.cell_of(fam)
         venv = (torch_from or {}).get(fam)
+        if venv is None and cell_id != host_id:
+            venv = torch_venv_here(plan.cell(cell_id))
         built[fam] = _build_cell(
             None if cell_id == host_id and venv is None else cell_id, cells_dir, archs, version, venv, say
         )
