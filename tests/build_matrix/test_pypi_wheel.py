@@ -322,3 +322,33 @@ def test_audit_catches_a_module_of_the_wrong_cuda_major(env, tmp_path):
     assert "cu12: DT_NEEDED: links ['libcudart.so.13'], toolkit cuda12.8 means ['libcudart.so.12']" in text
     assert "cu12: build info: nvcc_version '13.0' is not from toolkit cuda12.8" in text
     assert "cu13:" not in text and "cpu:" not in text
+
+
+# ------------------------------------------------- which torch may build a stable cell (the modules)
+def test_a_stable_cell_builds_against_any_torch_it_serves_from_build_min(tmp_path, monkeypatch):
+    """The CPU module builds against torch 2.13.0+cpu (a find-links wheel) when the cell's own
+    2.14.1+cpu is not reachable; 2.10.0 and 2.11.0 lack the stable headers the binding uses
+    ([stable_abi] build_min 2.13); another CUDA major never builds a CUDA cell; a classic cell takes
+    only its own torch."""
+    from build_matrix import build
+
+    plan = mx.load_plan()
+    data = mx.load_toml(mx.DATA_PATH)
+    cpu, cu12, cu13 = (plan.cell(f"{f}torch2.10stable-x86_64") for f in ("cpu", "cu12", "cu13"))
+    assert REAL["stable_abi"]["build_min"] == cpu.torch_abi_build_min == "2.13"
+    assert cpu.torch_mismatch("2.13.0+cpu") is None and cpu.torch_mismatch("2.14.1+cpu") is None
+    assert "older than 2.13" in cpu.torch_mismatch("2.11.0+cpu")
+    assert "older than 2.13" in cu12.torch_mismatch("2.10.0+cu128")
+    assert "serves +cu126, +cu128" in cu12.torch_mismatch("2.14.1+cu130")
+    assert cu13.torch_mismatch("2.15.0+cu132") is None  # a later release of the same major
+    classic = plan.cell("cu13torch2.9cxx11abiTRUE-x86_64")
+    assert "classic cell builds against its own torch only" in classic.torch_mismatch("2.9.0+cu130")
+
+    monkeypatch.setattr(build, "_find_links", lambda: [tmp_path])
+    with pytest.raises(build.Refused, match=r"torch 2.14.1\+cpu for Python 3.11 is not available here"):
+        build.torch_source(cpu, "3.11", data)
+    (tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    assert build.torch_source(cpu, "3.11", data) == "torch==2.13.0+cpu"
+    # PyPI's CUDA 12 torch (2.10.0, +cu128) is below build_min: the CUDA 12 cell is refused, not misbuilt
+    with pytest.raises(build.Refused, match=r"2.14.1\+cu126"):
+        build.torch_source(cu12, "3.11", data)
