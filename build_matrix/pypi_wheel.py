@@ -29,8 +29,10 @@ libraries torch provides), ``abi3audit`` and the size budget (``[pypi] size_budg
 from __future__ import annotations
 
 import argparse
+import calendar
 import dataclasses
 import json
+import os
 import re
 import sys
 import tarfile
@@ -272,24 +274,35 @@ def merge(
         base_files[RELEASE_INDEX] = (index_info, release_index)
     # written under its final name (WheelFile names the dist-info and RECORD after it) in a private
     # folder, then renamed into place: a reader of out_dir never sees a partial wheel
+    # RECORD gets the newest member's time stamp (wheel reads SOURCE_DATE_EPOCH), so the same cells give
+    # the same bytes
+    newest = max(zi.date_time for zi, _ in [*base_files.values(), *sos.values()])
+    saved = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = str(calendar.timegm((*newest, 0, 0, 0)))
     with tempfile.TemporaryDirectory(prefix=".pypi-wheel-", dir=out_dir) as work:
         part = Path(work) / dest.name
-        with WheelFile(part, "w") as wf:
-            for name in sorted(base_files):
-                zi, data = base_files[name]
-                wf.writestr(_copy_info(zi, name), data)
-            for fam in order:
-                zi, data = sos[fam]
-                wf.writestr(_copy_info(zi, module_path(fam)), data)
-            for name, (zi, data) in sorted(base_members.items()):
-                # the cell's install id (setup.py's, one per built wheel) describes no install of this one
-                if not name.startswith(base_info + "/") or name in (
-                    f"{base_info}/RECORD",
-                    f"{base_info}/{INSTALL_ID_FILE}",
-                ):
-                    continue
-                rel = name[len(base_info) + 1 :]
-                wf.writestr(_copy_info(zi, f"{dist_info}/{rel}"), metadata if rel == "METADATA" else data)
+        try:
+            with WheelFile(part, "w") as wf:
+                for name in sorted(base_files):
+                    zi, data = base_files[name]
+                    wf.writestr(_copy_info(zi, name), data)
+                for fam in order:
+                    zi, data = sos[fam]
+                    wf.writestr(_copy_info(zi, module_path(fam)), data)
+                for name, (zi, data) in sorted(base_members.items()):
+                    # the cell's install id (setup.py's, one per built wheel) describes no install of this one
+                    if not name.startswith(base_info + "/") or name in (
+                        f"{base_info}/RECORD",
+                        f"{base_info}/{INSTALL_ID_FILE}",
+                    ):
+                        continue
+                    rel = name[len(base_info) + 1 :]
+                    wf.writestr(_copy_info(zi, f"{dist_info}/{rel}"), metadata if rel == "METADATA" else data)
+        finally:
+            if saved is None:
+                os.environ.pop("SOURCE_DATE_EPOCH", None)
+            else:
+                os.environ["SOURCE_DATE_EPOCH"] = saved
         part.replace(dest)
     return dest
 
@@ -494,6 +507,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="FAMILY",
         help="leave out this module (a dry run on a machine that cannot build it); never for a release",
     )
+    p.add_argument(
+        "--any-manylinux",
+        action="store_true",
+        help="accept the cells' own manylinux tag (built outside the builder images, e.g. manylinux_2_34 "
+        "here); the wheel carries it. A release takes [platforms]' tag only",
+    )
     p.add_argument("--audit", type=Path, metavar="WHEEL", help="audit this PyPI wheel only (no merge)")
     p.add_argument("--json", action="store_true", help="print the audit report as JSON")
     p.set_defaults(func=main)
@@ -513,9 +532,21 @@ def main(args: argparse.Namespace) -> int:
                 raise MergeError(
                     "give --cells DIR and --out DIR (and --sdist for the release index), or --audit WHEEL"
                 )
-            cells = find_cell_wheels(pw, plan, args.cells)
+            cells = find_cell_wheels(pw, plan, args.cells, exact_tag=not args.any_manylinux)
+            other_tag = set(find_cell_wheels(pw, plan, args.cells, exact_tag=False)) - set(cells)
+            if other_tag:
+                raise MergeError(
+                    f"the cell wheels of {', '.join(sorted(other_tag))} in {args.cells} carry another manylinux tag "
+                    f"than {pw.platform_tag} (built outside the builder images): --any-manylinux merges them as they are"
+                )
             index = sdist_release_index(args.sdist) if args.sdist else None
-            wheel = merge(pw, plan, cells, args.out, index, args.allow_missing)
+            wheel = merge(
+                pw, plan, cells, args.out, index, args.allow_missing, exact_tag=not args.any_manylinux
+            )
+        if args.any_manylinux:
+            pw = dataclasses.replace(
+                pw, platform_tag=next(iter(parse_wheel_filename(wheel.name)[3])).platform
+            )
     except (MergeError, mx.MatrixError) as exc:
         print(f"pypi-wheel: {exc}", file=sys.stderr)
         return 2

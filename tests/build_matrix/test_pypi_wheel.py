@@ -352,3 +352,15 @@ def test_a_stable_cell_builds_against_any_torch_it_serves_from_build_min(tmp_pat
     # PyPI's CUDA 12 torch (2.10.0, +cu128) is below build_min: the CUDA 12 cell is refused, not misbuilt
     with pytest.raises(build.Refused, match=r"2.14.1\+cu126"):
         build.torch_source(cu12, "3.11", data)
+
+
+def test_merge_is_reproducible(env, tmp_path):
+    """The same cells give the same bytes (RECORD's time stamp is the newest member's, not the clock's)."""
+    import time
+
+    plan, pw, _sos, _tag, _ = env
+    cells = _cells(env, tmp_path / "cells")
+    first = pwm.merge(pw, plan, cells, tmp_path / "a", b"{}\n", allow_missing=["cu12"], exact_tag=False)
+    time.sleep(2.1)  # zip time stamps have a 2-second resolution
+    second = pwm.merge(pw, plan, cells, tmp_path / "b", b"{}\n", allow_missing=["cu12"], exact_tag=False)
+    assert first.read_bytes() == second.read_bytes()
