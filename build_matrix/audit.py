@@ -418,9 +418,14 @@ def _check_build_info(
         rep.check("build info", [str(exc)])
         return
     rep.facts["build_info"] = json.loads(info.to_json())
+    # a stable cell may be built against any torch build it serves from its floor on (Cell.torch_mismatch)
     want_torch = f"{cell.torch_version}+{cell.build_against}"
-    if info.torch_version != want_torch:
-        problems.append(f"built against torch {info.torch_version}, the cell says {want_torch}")
+    mismatch = cell.torch_mismatch(info.torch_version)
+    if mismatch:
+        problems.append(
+            f"built against torch {info.torch_version}, the cell says {want_torch}"
+            + (f" or another build it serves ({mismatch})" if cell.torch_abi == "stable" else "")
+        )
     if bool(info.cxx11_abi) != cell.cxx11abi:
         problems.append(f"cxx11_abi {info.cxx11_abi} != the cell's {cell.cxx11abi}")
     if (info.torch_abi, info.torch_abi_floor) != (cell.torch_abi, cell.torch_abi_floor):

@@ -81,8 +81,10 @@ def _run(cmd: Sequence[str | Path], **kw: Any) -> subprocess.CompletedProcess[st
 def detect_host() -> Host:
     """The machine's platform and the CUDA toolkits found under /usr/local/cuda-* and CUDA_HOME."""
     host = Host(machine=_platform.machine())
-    roots = set(glob.glob("/usr/local/cuda-*")) | (
-        {os.environ["CUDA_HOME"]} if os.environ.get("CUDA_HOME") else set()
+    roots = (
+        set(glob.glob("/usr/local/cuda-*"))
+        | ({os.environ["CUDA_HOME"]} if os.environ.get("CUDA_HOME") else set())
+        | set(dev_toolkit_roots())
     )
     for root in sorted(roots):
         nvcc = Path(root) / "bin" / "nvcc"
@@ -96,6 +98,34 @@ def detect_host() -> Host:
         host.nvcc.setdefault(f"{major}.{minor}", Path(root))
     host.hipcc = shutil.which("hipcc")
     return host
+
+
+def dev_toolkit_roots() -> List[str]:
+    """CUDA toolkit roots assembled under ``$MAMBA_DEV_HOME/toolkits/`` (``<name>/bin/nvcc``), e.g. the
+    CUDA 12.4 of ci/cuda12_from_debian.sh: found like /usr/local/cuda-X.Y."""
+    return sorted(str(p.parent.parent) for p in (DEV_HOME / "toolkits").glob("*/bin/nvcc"))
+
+
+def same_major_nvcc(cell: mx.Cell, host: Host, archs: Optional[str]) -> Optional[str]:
+    """The newest nvcc version here (a key of ``host.nvcc``) of the cell toolkit's CUDA major that
+    targets every arch the build asks for (``archs``, else the cell's), or None. A stand-in for the
+    toolkit's own minor when that is absent: SASS from any nvcc 12.x runs under every CUDA 12 runtime
+    (minor-version compatibility), and the build info records the nvcc used."""
+    spec = (
+        compat_archs.parse_arch_list(archs) if archs else compat_archs.ArchSpec(sass=cell.sass, ptx=cell.ptx)
+    )
+    major = cell.toolkit_version.split(".")[0]
+    mine = sorted(
+        (v for v in host.nvcc if v.split(".")[0] == major),
+        key=lambda v: tuple(map(int, v.split("."))),
+        reverse=True,
+    )
+    for v in mine:
+        maj, mnr = (int(x) for x in v.split(".")[:2])
+        supported = set(compat_archs.nvcc_supported_archs((maj, mnr), variants=True))
+        if all(compat_archs.parse_arch(a).sass in supported for a in spec.sass + spec.ptx):
+            return v
+    return None
 
 
 PYPI_TOOLKIT_PACKAGES = (
@@ -227,6 +257,9 @@ def torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> str:
     for d in _find_links():
         if list(d.glob(pattern)):
             return cell.torch_spec
+    other = stable_torch_source(cell, py_minor, data)
+    if other:
+        return other
     raise Refused(
         f"torch {cell.torch_version}+{cell.build_against} for Python {py_minor} is not available here: PyPI "
         f"serves only +{rel.get('pypi_default')} for torch {cell.series}, and no configured find-links "
@@ -234,6 +267,32 @@ def torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> str:
         f"download.pytorch.org/whl/{cell.build_against} into one, set {TORCH_INDEX_ENV}="
         f"https://download.pytorch.org/whl, or pass --python for a tag that is there"
     )
+
+
+def stable_torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> Optional[str]:
+    """For a stable-ABI cell whose own torch is not available here: the pip requirement of the newest
+    other torch build it serves (``Cell.torch_mismatch``) that is: a series' PyPI default build
+    (x86_64), else a ``torch-<version>+<accelerator>`` wheel in a configured find-links directory.
+    None for a classic cell or when there is none (``torch_source`` then refuses)."""
+    if cell.torch_abi != "stable":
+        return None
+    tag = f"cp{py_minor.replace('.', '')}"
+    links = _find_links()
+    for series in sorted(cell.serves_series, key=lambda s: tuple(map(int, s.split("."))), reverse=True):
+        rel = data["releases"].get(series, {})
+        if rel.get("python") and py_minor not in SpecifierSet(rel["python"]):
+            continue
+        for version in reversed(rel.get("versions", [])):
+            default = rel.get("pypi_default")
+            if cell.platform == "x86_64" and default and cell.torch_mismatch(f"{version}+{default}") is None:
+                return f"torch=={version}"
+            for acc in cell.serves:
+                pattern = f"torch-{version}+{acc}-{tag}-*{cell.platform}*.whl"
+                if cell.torch_mismatch(f"{version}+{acc}") is None and any(
+                    list(d.glob(pattern)) for d in links
+                ):
+                    return f"torch=={version}+{acc}"
+    return None
 
 
 def source_commit(root: Path = REPO_ROOT) -> Optional[str]:
@@ -462,6 +521,12 @@ def _build_cell(
     if cell.toolkit_kind == "cuda":
         want = ".".join(cell.toolkit_version.split(".")[:2])
         cuda_home = host.nvcc.get(want) if toolkit_choice in ("auto", "system") else None
+        stand_in = same_major_nvcc(cell, host, args.archs) if toolkit_choice in ("auto", "system") else None
+        if cuda_home is None and stand_in is not None:
+            cuda_home = host.nvcc[stand_in]
+            print(
+                f"build: nvcc {stand_in} at {cuda_home} stands in for toolkit {cell.toolkit} (same CUDA major)"
+            )
         if cuda_home is None and toolkit_choice in ("auto", "pypi") and int(want.split(".")[0]) >= 13:
             pypi_toolkit = want
         elif cuda_home is None:
@@ -469,7 +534,8 @@ def _build_cell(
                 f"cell {cell.id} is built with nvcc {want} (toolkit {cell.toolkit}); this machine has "
                 f"{', '.join(f'nvcc {v} at {p}' for v, p in host.nvcc.items()) or 'no nvcc'}"
                 + (
-                    " and PyPI's nvidia-cuda-nvcc-cu11/-cu12 wheels carry no nvcc (only CUDA 13.x comes from PyPI)"
+                    " and PyPI's nvidia-cuda-nvcc-cu11/-cu12 wheels carry no nvcc (only CUDA 13.x comes from PyPI);"
+                    " for CUDA 12, bash ci/cuda12_from_debian.sh assembles Debian's 12.4 (archs up to sm_90)"
                     if int(want.split(".")[0]) < 13
                     else ""
                 )
@@ -496,10 +562,11 @@ def _build_cell(
         torch_from = SHARED_TORCH_VENV
     if torch_from is not None:
         info = torch_info(torch_from / "bin" / "python")
-        if info is None or info["version"] != f"{cell.torch_version}+{cell.build_against}":
+        why = cell.torch_mismatch(info["version"]) if info else "no torch there"
+        if why:
             raise Refused(
                 f"--torch-from {torch_from} has torch {info and info['version']}, the cell needs "
-                f"{cell.torch_version}+{cell.build_against}"
+                f"{cell.torch_version}+{cell.build_against}: {why}"
             )
         vpy_minor = _run(
             [
@@ -592,7 +659,7 @@ def _build_cell(
             )
         info = torch_info(vpy)
         want = f"{cell.torch_version}+{cell.build_against}"
-        if info is None or info["version"] != want:
+        if info is None or cell.torch_mismatch(info["version"]):
             raise BuildFailed(
                 f"the cell venv has torch {info and info['version']}, the cell needs {want} "
                 f"(PyPI's default build changed? see data/torch_builds.toml pypi_default)"

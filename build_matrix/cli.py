@@ -51,6 +51,11 @@ def format_table(plan: mx.Plan, cells: List[mx.Cell], filters: Optional[List[str
     for title, items in (("rejected", plan.rejected), ("skipped", skipped), ("excluded", excluded)):
         for r in items:
             lines.append(f"{title}: {r.what}: {r.reason}")
+    for pw in plan.pypi:
+        lines.append(
+            f"PyPI wheel {pw.tags} (torch>={pw.torch_floor}, <= {pw.size_budget_mib:g} MiB): "
+            + ", ".join(f"_kernels/{fam} <- {cell_id}" for fam, cell_id in pw.modules)
+        )
     for e in plan.errors:
         lines.append(f"error: {e}")
     for w in plan.warnings:
@@ -107,6 +112,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "errors": plan.errors,
             "warnings": plan.warnings,
             "python_versions": plan.python_versions,
+            "pypi": [w.to_dict() for w in plan.pypi],
         }
         print(json.dumps(out, indent=2))
     elif args.format == "github":
@@ -230,9 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ccache-dir", help="a host folder mounted as the container's ccache (cibuildwheel)")
     p.set_defaults(func=cmd_emit)
 
-    from . import release
+    from . import pypi_wheel, release
 
     release.register(sub)
+    pypi_wheel.register(sub)
 
     p = sub.add_parser("sdist-check", help="build the sdist, rebuild from it, check the compiled sources")
     p.add_argument("--out", type=Path, default=None, help="keep the work here (default: a temp dir)")

@@ -7,8 +7,10 @@ Writes (relative to the repository root):
   wheel (actions/attest; the build jobs hold no OIDC token) -> publishing, each step gated on the
   previous: the wheels and the variant index as assets of the tag's GitHub Release -> GitHub Pages
   carrying every release's PEP 503 roots + manifest.json -> the sdist built after that, with the
-  manifest's sha256 pinned -> a job that fetches the deployed manifest and checks the pin -> the sdist
-  signed (PEP 740) and published to PyPI by trusted publishing.
+  manifest's sha256 pinned -> per ``[pypi]`` platform, the PyPI wheel merged from the stable-ABI cells'
+  wheels with the sdist's release_index.json (``python -m build_matrix pypi-wheel``, audited), attested
+  by a job of its own -> a job that fetches the deployed manifest and checks the pin -> the sdist and
+  the PyPI wheels signed (PEP 740) and published to PyPI by trusted publishing.
 * ``.github/workflows/builder-images.yml``: ``docker buildx bake`` of docker/ pushed to
   ``ghcr.io/<repository owner, lowercased>`` on changes to docker/ or matrix.toml and weekly.
 * ``.github/dependabot.yml``: Dependabot's bumps of the pinned actions.
@@ -66,6 +68,9 @@ AUDIT_REQUIRES = (
     "abi3audit==0.0.26",
     "tomli==2.5.0; python_version < '3.11'",
 )
+# What `python -m build_matrix pypi-wheel` needs (the merge job): the audit's tools and `wheel`, which
+# writes the merged wheel and its RECORD.
+PYPI_WHEEL_REQUIRES = (*AUDIT_REQUIRES[:4], "wheel==0.48.0")
 # What a --no-build-isolation build of setup.py needs besides torch (cibuildwheel's before-build).
 BUILD_REQUIRES = ("setuptools==84.2.1", "wheel==0.48.0", "ninja==1.13.2", "packaging==26.4")
 # cibuildwheel, from PyPI, in the wheel job: the version ci/requirements-dev.txt pins (the one tested here).
@@ -306,6 +311,12 @@ def workflow(plan: mx.Plan) -> str:
         CIBUILDWHEEL_VERSION=CIBUILDWHEEL_VERSION,
         INDEX_ASSET=INDEX_ASSET,
         PUBLISH_REQUIREMENTS=PUBLISH_REQUIREMENTS,
+        PYPI_PLATFORMS=", ".join(_q(w.platform) for w in plan.pypi),
+        PYPI_PLATFORMS_TEXT=", ".join(
+            f"{w.platform}: {', '.join(f for f, _ in w.modules)}" for w in plan.pypi
+        )
+        or "none",
+        PYPI_WHEEL_REQUIRES=" ".join(f'"{r}"' for r in PYPI_WHEEL_REQUIRES),
     )
 
 

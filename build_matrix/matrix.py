@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -129,6 +129,7 @@ class Cell:
     torch_abi: str = "classic"  # "classic" | "stable" (the LibTorch stable ABI)
     torch_abi_floor: Optional[str] = None  # a stable cell's floor, e.g. "2.10"
     serves_series: Tuple[str, ...] = ()  # the torch series a stable cell serves (listed ones; later ones too)
+    torch_abi_build_min: Optional[str] = None  # a stable cell: the oldest torch whose headers build it
 
     @property
     def torch_abi_env(self) -> str:
@@ -139,6 +140,36 @@ class Cell:
     def torch_spec(self) -> str:
         """The pip requirement of the torch this cell compiles against: 'torch==2.14.1+cu130'."""
         return f"torch=={self.torch_version}+{self.build_against}"
+
+    def torch_mismatch(self, version: str) -> Optional[str]:
+        """Why the torch build ``version`` (``torch.__version__``, e.g. ``"2.13.0+cpu"``) cannot build this
+        cell, or None when it can.  A classic cell: only its own ``torch_version+build_against``.  A
+        stable-ABI cell: any build it serves from its floor on (the binary depends on the floor's stable
+        ABI and the CUDA major, not on the torch it was compiled against) whose headers build the binding
+        (``[stable_abi] build_min``), e.g. torch 2.13.0+cpu for ``cputorch2.10stable``."""
+        own = f"{self.torch_version}+{self.build_against}"
+        if version == own:
+            return None
+        if self.torch_abi != "stable" or not self.torch_abi_floor:
+            return (
+                f"torch {version} is not the cell's {own} (a classic cell builds against its own torch only)"
+            )
+        try:
+            v = Version(version)
+        except ValueError:
+            return f"torch {version!r} is not a PEP 440 version"
+        acc = v.local or ""
+        if Version(f"{v.major}.{v.minor}") < Version(self.torch_abi_build_min or self.torch_abi_floor):
+            return (
+                f"torch {version} is older than {self.torch_abi_build_min or self.torch_abi_floor}, the oldest "
+                "torch whose stable headers build the binding ([stable_abi] build_min)"
+            )
+        if acc not in self.serves:
+            return (
+                f"torch {version} is a +{acc or '(no label)'} build; the stable cell {self.id} serves "
+                f"+{', +'.join(self.serves)} (one CUDA major / CPU per stable binary)"
+            )
+        return None
 
     def image_for(self, owner: str) -> str:
         """The builder image under a repository owner (lowercased: registry paths are lower case)."""
@@ -174,6 +205,157 @@ class Cell:
         d["torch_spec"] = self.torch_spec
         d["platform_tag"] = self.platform_tag
         return d
+
+
+@dataclass(frozen=True)
+class PypiWheel:
+    """The wheel PyPI serves for one platform (matrix.toml ``[pypi]``): the stable-ABI cells' modules,
+    one per family, merged under ``mamba_ssm/_kernels/<family>/``; no local version label."""
+
+    platform: str  # "x86_64" | "aarch64"
+    platform_tag: str  # "manylinux_2_28_x86_64"
+    python_tag: str  # "cp310" (the stable cells')
+    abi_tag: str  # "abi3"
+    torch_floor: str  # "2.10": Requires-Dist torch>=<floor>
+    modules: Tuple[
+        Tuple[str, str], ...
+    ]  # (family, stable cell id), e.g. ("cu13", "cu13torch2.10stable-x86_64")
+    size_budget_mib: float
+    runner: str
+
+    @property
+    def tags(self) -> str:
+        """``cp310-abi3-manylinux_2_28_x86_64``."""
+        return f"{self.python_tag}-{self.abi_tag}-{self.platform_tag}"
+
+    def filename(self, version: str) -> str:
+        """The wheel's file name for ``version`` (public, no local label):
+        ``mamba_ssm-2.4.0-cp310-abi3-manylinux_2_28_x86_64.whl``."""
+        if "+" in version:
+            raise MatrixError(f"the PyPI wheel's version {version!r} has a local label; PyPI refuses one")
+        return f"mamba_ssm-{version}-{self.tags}.whl"
+
+    def cell_of(self, family: str) -> str:
+        """The id of the stable cell that feeds module ``family``."""
+        for fam, cell_id in self.modules:
+            if fam == family:
+                return cell_id
+        raise MatrixError(
+            f"the PyPI wheel for {self.platform} has no module {family!r} (it has "
+            f"{', '.join(f for f, _ in self.modules)})"
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["modules"] = dict(self.modules)
+        d["tags"] = self.tags
+        return d
+
+
+PYPI_KEYS = ("platforms", "modules", "size_budget_mib")
+_PYPI_MODULE_RE = re.compile(r"^(cpu|cu\d+)$")
+
+
+def expand_pypi(matrix: Dict[str, Any], plan: Plan) -> List[PypiWheel]:
+    """matrix.toml's ``[pypi]`` -> one PypiWheel per platform, from the plan's stable-ABI cells.
+
+    Never raises for a bad entry: each problem goes to ``plan.errors`` naming the value and the fix (an
+    unknown key, a platform not in ``[platforms]``, a module that is not ``cpu`` / ``cuNN`` or has no
+    stable cell on a platform, no ``cpu`` module, a size budget that is not a positive number)."""
+    cfg = matrix.get("pypi")
+    if cfg is None:
+        return []
+    errors = plan.errors
+    if not isinstance(cfg, dict):
+        errors.append(f"[pypi] must be a table, got {cfg!r}")
+        return []
+    for key in cfg:
+        if key not in PYPI_KEYS:
+            errors.append(f"[pypi] has an unknown key {key!r} (it takes {', '.join(PYPI_KEYS)})")
+    platforms, modules = cfg.get("platforms"), cfg.get("modules")
+    known = matrix.get("platforms", {})
+    ok = True
+    if not isinstance(platforms, list) or not platforms or not all(isinstance(p, str) for p in platforms):
+        errors.append(f"[pypi] platforms must be a non-empty list of [platforms] names, got {platforms!r}")
+        ok = False
+    else:
+        for p in platforms:
+            if p not in known:
+                errors.append(f"[pypi] platforms: {p!r} is not in [platforms] ({', '.join(known)})")
+                ok = False
+        if len(set(platforms)) != len(platforms):
+            errors.append(f"[pypi] platforms {platforms!r} names a platform twice")
+            ok = False
+    if not isinstance(modules, list) or not modules or not all(isinstance(m, str) for m in modules):
+        errors.append(f"[pypi] modules must be a non-empty list of stable-ABI families, got {modules!r}")
+        ok = False
+    else:
+        for m in modules:
+            if not _PYPI_MODULE_RE.match(m):
+                why = (
+                    "the stable-ABI binding registers no HIP kernels, so ROCm stays on the sdist + resolver"
+                    if m.startswith("rocm")
+                    else "a module is an accelerator family of the stable-ABI cells"
+                )
+                errors.append(f"[pypi] modules: {m!r} is not cpu or cu<major> (e.g. cu13): {why}")
+                ok = False
+        if "cpu" not in modules:
+            errors.append(
+                f"[pypi] modules {modules!r} has no 'cpu': CPU and ROCm torch builds load the CPU module; add it"
+            )
+            ok = False
+        if len(set(modules)) != len(modules):
+            errors.append(f"[pypi] modules {modules!r} names a family twice")
+            ok = False
+    budget = cfg.get("size_budget_mib", 100)
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0:
+        errors.append(f"[pypi] size_budget_mib must be a positive number of MiB, got {budget!r}")
+        ok = False
+    if not ok or not isinstance(platforms, list) or not isinstance(modules, list):
+        return []
+    stable = {(c.family, c.platform): c for c in plan.cells if c.torch_abi == "stable"}
+    if not stable:
+        errors.append(
+            "[pypi] needs the stable-ABI cells ([stable_abi] with kinds cuda and cpu); there are none"
+        )
+        return []
+    out = []
+    for platform in platforms:
+        cells = []
+        for fam in modules:
+            cell = stable.get((fam, platform))
+            if cell is None:
+                have = sorted(f for f, p in stable if p == platform)
+                errors.append(
+                    f"[pypi] modules: {fam!r} has no stable-ABI cell on {platform} (stable families there: "
+                    f"{', '.join(have) or 'none'}): drop it from [pypi] modules or add its torch builds"
+                )
+                continue
+            cells.append(cell)
+        if len(cells) != len(modules):
+            continue
+        tags = {(c.python_tag, c.abi_tag, c.platform_tag) for c in cells}
+        floors = {c.torch_abi_floor for c in cells}
+        if len(tags) != 1 or len(floors) != 1:
+            errors.append(
+                f"[pypi] {platform}: the cells {', '.join(c.id for c in cells)} disagree on their tags "
+                f"{sorted(tags)} or floors {sorted(map(str, floors))}; one wheel has one tag and one torch floor"
+            )
+            continue
+        (py, abi, ptag), floor = next(iter(tags)), next(iter(floors))
+        out.append(
+            PypiWheel(
+                platform=platform,
+                platform_tag=ptag,
+                python_tag=py,
+                abi_tag=abi,
+                torch_floor=str(floor),
+                modules=tuple((c.family, c.id) for c in cells),
+                size_budget_mib=float(budget),
+                runner=cells[0].runner,
+            )
+        )
+    return out
 
 
 @dataclass
@@ -233,10 +415,21 @@ class Plan:
     errors: List[str] = field(default_factory=list)  # the matrix itself is wrong
     warnings: List[str] = field(default_factory=list)
     python_versions: List[str] = field(default_factory=list)
+    pypi: List[PypiWheel] = field(default_factory=list)  # [pypi]: one wheel per platform
 
     @property
     def ok(self) -> bool:
         return not self.errors and not self.rejected
+
+    def pypi_wheel(self, platform: str) -> PypiWheel:
+        """The PyPI wheel of ``platform``; MatrixError naming the platforms there are."""
+        for w in self.pypi:
+            if w.platform == platform:
+                return w
+        raise MatrixError(
+            f"no PyPI wheel for platform {platform!r} in matrix.toml [pypi] (it has "
+            f"{', '.join(w.platform for w in self.pypi) or 'none'})"
+        )
 
     def cell(self, cell_id: str) -> Cell:
         """The cell with this id; MatrixError listing near ids when absent or rejected."""
@@ -560,12 +753,16 @@ def expand(matrix: Dict[str, Any], data: Dict[str, Any], requires_python: str) -
         )
         if stable_cell is None:
             continue
+        stable_cell = replace(
+            stable_cell, torch_abi_build_min=stable_cfg["build_min"] if stable_cfg else None
+        )
         plan.errors += validate_cell_python(stable_cell, plan.python_versions, requires_python)
         plan.cells.append(stable_cell)
         plan.warnings += _coverage_warnings(stable_cell, data, matrix.get("policy", {}))
     plan.cells.sort(
         key=lambda c: (c.torch_abi == "stable", Version(c.series), c.family, c.cxx11abi, c.platform)
     )
+    plan.pypi = expand_pypi(matrix, plan)
     return plan
 
 
@@ -592,7 +789,18 @@ def stable_abi_settings(matrix: Dict[str, Any], errors: List[str]) -> Optional[D
     if bad:
         errors.append(f"[stable_abi] kinds {bad!r}: each must be cuda, cpu or rocm")
         return None
-    return {"floor": f"{want[0]}.{want[1]}", "kinds": kinds}
+    build_min = str(cfg.get("build_min", floor))
+    try:
+        low = buildinfo.parse_floor(build_min)
+    except ValueError as exc:
+        errors.append(f"[stable_abi] build_min: {exc}")
+        return None
+    if low < want:
+        errors.append(
+            f"[stable_abi] build_min {build_min!r} is below the floor {floor!r}; raise it to the floor or above"
+        )
+        return None
+    return {"floor": f"{want[0]}.{want[1]}", "kinds": kinds, "build_min": f"{low[0]}.{low[1]}"}
 
 
 def _stable_eligible(series: str, kind: str, cfg: Dict[str, Any]) -> bool:

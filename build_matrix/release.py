@@ -10,7 +10,9 @@ default the repository's GitHub Pages URL ``https://<owner>.github.io/<repo>/``)
     <index base>/v<version>/<label>/mamba-ssm/index.html              manifest and the PEP 503 roots,
                                                                       linking to the Release assets
     PyPI: the sdist, carrying mamba_ssm/_install/pinned_hashes.json (every wheel's sha256 and size)
-          and mamba_ssm/_install/release_index.json (index URL, wheels URL, the manifest's sha256)
+          and mamba_ssm/_install/release_index.json (index URL, wheels URL, the manifest's sha256),
+          and one wheel per [pypi] platform merged from the stable cells (build_matrix/pypi_wheel.py),
+          carrying the same release_index.json
 
 A Pages deploy replaces the whole site, so ``site`` rebuilds it from the index asset of every release
 (each sdist keeps pointing at its own version's root). Steps (workflow jobs, in order):
@@ -23,17 +25,21 @@ A Pages deploy replaces the whole site, so ``site`` rebuilds it from the index a
 * ``verify-pin``: fetch the deployed ``manifest.json``; its sha256 and every wheel's must be the ones
   in the sdist (the gate before trusted publishing).
 
-``--dry-run --out DIR [--base-url URL]``: everything that does not need GitHub, for the host cell:
-build + audit the wheel (``build --host``), ``DIR/releases/download/v<version>/`` (the Release
-assets), ``DIR/pages/`` (the site, with every earlier dry-run release in DIR), ``DIR/sdist/`` and
-``DIR/pypi/simple/mamba-ssm/`` (a PEP 503 page of the sdists, standing in for PyPI). Serving DIR at
-URL (default ``http://127.0.0.1:8000/``) gives what a user reaches: ``pip install --index-url
-URL/pypi/simple/ mamba-ssm``.
+``--dry-run --out DIR [--base-url URL]``: everything that does not need GitHub, for this machine's
+platform: build + audit the stable cells of the PyPI wheel's modules (matrix.toml ``[pypi]``; the host
+cell is one, ``build --host``) into ``DIR/cells/v<version>/``, ``DIR/releases/download/v<version>/``
+(the Release assets: those cells and the index), ``DIR/pages/`` (the site, with every earlier dry-run
+release in DIR), ``DIR/sdist/``, the PyPI wheel merged from the cells (``pypi_wheel``, audited) beside
+them, and ``DIR/pypi/simple/mamba-ssm/`` (a PEP 503 page of the sdists and PyPI wheels, standing in for
+PyPI). Serving DIR at URL (default ``http://127.0.0.1:8000/``) gives what a user reaches: ``pip install
+--index-url URL/pypi/simple/ mamba-ssm`` (the PyPI wheel; ``--no-binary mamba-ssm``: the sdist and its
+resolver).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import html
 import json
@@ -47,7 +53,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .layout import REPO_ROOT
 
@@ -302,6 +308,43 @@ def write_pypi_page(sdists: List[Path], root: Path) -> Path:
     return proj
 
 
+def torch_venv_here(cell: Any, python_minor: str = "3.11") -> Optional[Path]:
+    """A venv under ``$MAMBA_DEV_HOME`` (``<name>/``, Python ``python_minor``) whose torch can build the
+    stable ``cell`` (``Cell.torch_mismatch``), read from ``torch/version.py`` without importing torch; so a
+    dry run reuses a multi-GB torch already here instead of downloading it into the cell's venv."""
+    from .layout import DEV_HOME
+
+    for version_py in sorted(DEV_HOME.glob(f"*/lib/python{python_minor}/site-packages/torch/version.py")):
+        m = re.search(r"^__version__ = '([^']+)'", version_py.read_text(), re.MULTILINE)
+        if m and cell.torch_mismatch(m.group(1)) is None:
+            return version_py.parents[4]
+    return None
+
+
+def _build_cell(
+    cell_id: Optional[str],
+    out: Path,
+    archs: str,
+    version: str,
+    torch_from: Optional[Path],
+    say: Callable[[str], None],
+) -> Path:
+    """``python -m build_matrix build`` of one cell (``None``: the host cell) into ``out``; its wheel.
+    ``ReleaseError`` with the build's last output when it fails or is refused."""
+    cmd = [sys.executable, "-m", "build_matrix", "build"]
+    cmd += ["--cell", cell_id] if cell_id else ["--host"]
+    cmd += ([] if archs == "full" else ["--archs", archs]) + ["--out", str(out), "--version", version]
+    if torch_from is not None:
+        cmd += ["--torch-from", str(torch_from)]
+    say(f"[release] build + audit {cell_id or 'the host cell'}: {' '.join(cmd[1:])}")
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ReleaseError(
+            f"build {cell_id or '--host'} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}"
+        )
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
 def dry_run(
     out: Path,
     base_url: str = "http://127.0.0.1:8000/",
@@ -309,9 +352,22 @@ def dry_run(
     archs: str = "90",
     wheel: Optional[Path] = None,
     say: Callable[[str], None] = print,
-) -> Dict[str, str]:
-    """Every release step that does not need GitHub, for the host cell, into ``out`` (module
-    docstring). ``wheel``: use this audited host wheel instead of building (its version must match)."""
+    modules: Optional[List[str]] = None,
+    cell_wheels: Sequence[Path] = (),
+    torch_from: Optional[Dict[str, Path]] = None,
+) -> Dict[str, Any]:
+    """Every release step that does not need GitHub, for this machine's platform, into ``out`` (module
+    docstring): the cells of the PyPI wheel's ``modules`` (default: every ``[pypi]`` module; the host
+    cell among them), the Release assets and index of those cells, the Pages site, the sdist, the PyPI
+    wheel merged from the cells (``pypi_wheel.merge``, audited) beside them, and the PyPI stand-in
+    page listing the sdist and that wheel. ``wheel``: the audited host cell wheel to use instead of
+    building it; ``cell_wheels``: other cells' wheels built elsewhere; ``torch_from``: {family: venv}
+    whose torch builds that family's cell (any torch build the stable cell serves)."""
+    import platform as _platform
+
+    from . import matrix as mx
+    from . import pypi_wheel
+
     base_url = base_url if base_url.endswith("/") else base_url + "/"
     version = version or source_version()
     tag = f"v{version}"
@@ -321,48 +377,113 @@ def dry_run(
         "index_url": f"{base_url}pages/{tag}/",
         "wheels_url": f"{base_url}releases/download/{tag}/",
     }
+    plan = mx.load_plan()
+    try:
+        pw = plan.pypi_wheel(_platform.machine())
+    except mx.MatrixError as exc:
+        raise ReleaseError(str(exc)) from None
+    families = [f for f, _ in pw.modules]
+    wanted = list(modules) if modules else families
+    bad = [m for m in wanted if m not in families]
+    if bad or "cpu" not in wanted:
+        raise ReleaseError(
+            f"--modules {','.join(wanted)}: each must be one of the [pypi] modules {', '.join(families)}, cpu among them"
+        )
     assets = out / "releases" / "download" / tag
-    if wheel is None:
-        from .tools import MissingTools, check_tools
+    cells_dir = out / "cells" / tag
+    from .tools import MissingTools, check_tools
 
-        try:  # before the build compiles for minutes (the build checks them again, with its toolkit)
-            check_tools()
-        except MissingTools as exc:
-            raise ReleaseError(f"build --host: {exc}") from None
-        cells = out / "cells" / tag
-        cmd = [
-            sys.executable,
-            "-m",
-            "build_matrix",
-            "build",
-            "--host",
-            "--archs",
-            archs,
-            "--out",
-            str(cells),
-            "--version",
-            version,
-        ]
-        say(f"[release] build + audit the host cell: {' '.join(cmd[1:])}")
-        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise ReleaseError(
-                f"build --host failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}"
-            )
-        wheel = Path(proc.stdout.strip().splitlines()[-1])
+    try:  # before the builds compile for minutes (each build checks them again, with its toolkit)
+        check_tools()
+    except MissingTools as exc:
+        raise ReleaseError(f"build: {exc}") from None
+    from .build import host_cell_id
+
+    host_id = host_cell_id(plan)
+    given: Dict[str, Path] = {}
+    for w in [*cell_wheels, *([wheel] if wheel else [])]:
+        fam = next(
+            (
+                f
+                for f, cid in pw.modules
+                if pypi_wheel._cell_wheel_problem(Path(w), plan.cell(cid), False) is None
+            ),
+            None,
+        )
+        if fam is None:
+            raise ReleaseError(f"{Path(w).name} is the wheel of no [pypi] module's cell on {pw.platform}")
+        given[fam] = Path(w)
+    built: Dict[str, Path] = {}
+    for fam in wanted:
+        if fam in given:
+            built[fam] = given[fam]
+            continue
+        cell_id = pw.cell_of(fam)
+        venv = (torch_from or {}).get(fam)
+        if venv is None and cell_id != host_id:
+            venv = torch_venv_here(plan.cell(cell_id))
+        built[fam] = _build_cell(
+            None if cell_id == host_id and venv is None else cell_id, cells_dir, archs, version, venv, say
+        )
+    host_wheel = built.get(plan.cell(host_id).family) or next(iter(built.values()))
     shutil.rmtree(assets, ignore_errors=True)
     assets.mkdir(parents=True)
-    shutil.copyfile(wheel, assets / Path(wheel).name)
+    for w in built.values():
+        shutil.copyfile(w, assets / w.name)
     with tempfile.TemporaryDirectory(prefix="mamba-release-index-") as tmp:
-        tarball = write_release_index(version, [assets / Path(wheel).name], urls["wheels_url"], Path(tmp))
+        tarball = write_release_index(
+            version, [assets / w.name for w in built.values()], urls["wheels_url"], Path(tmp)
+        )
         shutil.copyfile(tarball, assets / INDEX_ASSET)
     say(f"[release] Release assets: {assets}")
     versions = assemble_site(out / "releases" / "download", out / "pages")
     say(f"[release] Pages tree: {out / 'pages'} (releases {', '.join(versions)})")
     sdist = build_release_sdist(assets / INDEX_ASSET, urls["index_url"], out / "sdist", version=version)
-    write_pypi_page(sorted((out / "sdist").glob("mamba_ssm-*.tar.gz")), out / "pypi")
-    say(f"[release] sdist: {sdist}; PyPI stand-in: {out / 'pypi' / 'simple'}")
-    return dict(urls, sdist=str(sdist), wheel=str(assets / Path(wheel).name))
+    missing = [f for f in families if f not in built]
+    try:
+        # built here, not in the manylinux_2_28 builder images: the cells carry this glibc's tag
+        pypi = pypi_wheel.merge(
+            pw,
+            plan,
+            built,
+            cells_dir,
+            pypi_wheel.sdist_release_index(sdist),
+            allow_missing=missing,
+            exact_tag=False,
+        )
+    except pypi_wheel.MergeError as exc:
+        raise ReleaseError(f"the PyPI wheel: {exc}") from None
+    from packaging.utils import parse_wheel_filename
+
+    pw = dataclasses.replace(pw, platform_tag=next(iter(parse_wheel_filename(pypi.name)[3])).platform)
+    report = pypi_wheel.audit_pypi_wheel(
+        pypi, pw, plan, None if archs == "full" else archs, allow_missing=missing
+    )
+    if not report.ok:
+        raise ReleaseError(f"the PyPI wheel {pypi.name} fails its audit:\n  " + "\n  ".join(report.findings))
+    say(
+        f"[release] PyPI wheel: {pypi} ({report.facts['size_mib']} MiB; modules {', '.join(built)}"
+        + (f"; left out: {', '.join(missing)}" if missing else "")
+        + ")"
+    )
+    (out / "pypi-wheels" / tag).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(pypi, out / "pypi-wheels" / tag / pypi.name)
+    write_pypi_page(
+        sorted((out / "sdist").glob("mamba_ssm-*.tar.gz"))
+        + sorted((out / "pypi-wheels").glob("*/mamba_ssm-*.whl")),
+        out / "pypi",
+    )
+    say(f"[release] sdist: {sdist}; PyPI stand-in (the sdist and the PyPI wheel): {out / 'pypi' / 'simple'}")
+    return dict(
+        urls,
+        sdist=str(sdist),
+        wheel=str(assets / host_wheel.name),
+        cells={fam: str(assets / w.name) for fam, w in built.items()},
+        pypi_wheel=str(pypi),
+        pypi_modules=list(built),
+        pypi_missing=missing,
+        pypi_audit=report.facts,
+    )
 
 
 # ------------------------------------------------------------------------------------------- CLI
@@ -378,8 +499,33 @@ def register(sub: Any) -> None:
         "--base-url", default="http://127.0.0.1:8000/", help="(--dry-run) where --out will be served"
     )
     p.add_argument("--version", help="(--dry-run) the release's version (default: mamba_ssm/_version.py)")
-    p.add_argument("--archs", default="90", help="(--dry-run) CUDA archs of the host build (default 90)")
+    p.add_argument(
+        "--archs",
+        default="90",
+        help="(--dry-run) CUDA archs of the CUDA cells (default 90, for time); 'full': each cell's own list "
+        "(matrix.toml [[toolkit]] sass + ptx), as the release builds them",
+    )
     p.add_argument("--wheel", type=Path, help="(--dry-run) an audited host wheel to use instead of building")
+    p.add_argument(
+        "--modules",
+        help="(--dry-run) the PyPI wheel's modules to build, e.g. cpu,cu13 (default: every [pypi] module; "
+        "one this machine cannot build must come from --cell-wheel)",
+    )
+    p.add_argument(
+        "--cell-wheel",
+        type=Path,
+        action="append",
+        default=[],
+        help="(--dry-run) an audited stable cell's wheel built elsewhere (repeatable)",
+    )
+    p.add_argument(
+        "--torch-from",
+        action="append",
+        default=[],
+        metavar="FAMILY=VENV",
+        help="(--dry-run) build that module's cell with this venv's torch (any build the stable cell serves, "
+        "e.g. cu12=<venv with PyPI's torch 2.10.0, +cu128>)",
+    )
     steps = p.add_subparsers(dest="step")
     s = steps.add_parser("urls", help="KEY=value lines: version, tag, index_url, wheels_url")
     s.add_argument("--repository", required=True, help="OWNER/REPO")
@@ -410,7 +556,22 @@ def main(args: argparse.Namespace) -> int:
         if args.dry_run:
             if args.step or not args.out:
                 raise ReleaseError("--dry-run takes --out DIR and no step")
-            res = dry_run(args.out, args.base_url, args.version, args.archs, args.wheel)
+            torch_from = {}
+            for item in args.torch_from:
+                fam, sep, venv = item.partition("=")
+                if not sep or not venv:
+                    raise ReleaseError(f"--torch-from {item!r} is not FAMILY=VENV (e.g. cu12=/path/to/venv)")
+                torch_from[fam] = Path(venv)
+            res = dry_run(
+                args.out,
+                args.base_url,
+                args.version,
+                args.archs,
+                args.wheel,
+                modules=[m for m in (args.modules or "").split(",") if m] or None,
+                cell_wheels=args.cell_wheel,
+                torch_from=torch_from,
+            )
             print(json.dumps(res, indent=1))
         elif args.step == "urls":
             for k, v in release_urls(args.repository, args.server_url, args.index_base, args.ref).items():

@@ -161,8 +161,10 @@ def test_publishing_in_order():
         ("site", "needs: [plan, release-assets]"),
         ("pages", "needs: [plan, site]"),
         ("sdist", "needs: [plan, pages]"),
+        ("pypi-wheels", "needs: [plan, sdist]"),
+        ("attest-pypi", "needs: pypi-wheels"),
         ("check-pin", "needs: [plan, sdist]"),
-        ("publish", "needs: [plan, check-pin]"),
+        ("publish", "needs: [plan, check-pin, attest-pypi]"),
     ]
     for job, needs in order:
         assert needs in _job(text, job), job
@@ -180,7 +182,8 @@ def test_publishing_in_order():
     # trusted publishing (no token, no password) with a Sigstore-signed PEP 740 attestation, by tools
     # installed from the hash-locked file only
     assert f"pip install --require-hashes --no-deps -r {emit.PUBLISH_REQUIREMENTS}" in publish
-    assert "python -m pypi_attestations sign dist/*.tar.gz" in publish
+    assert "python -m pypi_attestations sign dist/*.tar.gz dist/*.whl" in publish
+    assert "pattern: pypi-wheel-*" in publish and "name: sdist" in publish
     assert "twine upload --non-interactive --attestations dist/*" in publish
     assert "password" not in publish and "secrets." not in publish
     assert f"vars.{emit.PAGES_INDEX_VAR}" in _job(text, "plan")
@@ -269,6 +272,8 @@ PERMISSIONS = {
     "site": {"contents": "read"},
     "pages": {"pages": "write", "id-token": "write"},
     "sdist": {"contents": "read"},
+    "pypi-wheels": {"contents": "read"},
+    "attest-pypi": {"contents": "read", "id-token": "write", "attestations": "write"},
     "check-pin": {"contents": "read"},
     "publish": {"contents": "read", "id-token": "write"},
     "bake": {"contents": "read", "packages": "write"},
@@ -519,3 +524,21 @@ def test_zizmor_clean_and_catches_a_bad_workflow(tmp_path):
     assert out.returncode != 0
     for audit in ("unpinned-uses", "artipacked", "template-injection"):
         assert f"[{audit}]" in out.stdout, (audit, out.stdout[-3000:])
+
+
+def test_pypi_wheels_job_follows_the_pypi_table():
+    """One merge job per [pypi] platform, after the sdist (its release_index.json goes in), holding no
+    OIDC token; a job of its own attests the wheels; the merge job installs the pinned tools."""
+    plan = mx.load_plan()
+    wf = _workflows()[".github/workflows/release.yml"]
+    job = wf["jobs"]["pypi-wheels"]
+    assert job["strategy"]["matrix"]["platform"] == [w.platform for w in plan.pypi] == ["x86_64", "aarch64"]
+    run = "\n".join(s.get("run", "") for s in job["steps"])
+    assert 'python -m build_matrix pypi-wheel --platform "$PLATFORM" --cells dist/wheels' in run
+    assert "--sdist dist/sdist/*.tar.gz" in run
+    assert all(r in run for r in emit.PYPI_WHEEL_REQUIRES) and "wheel==" in run
+    assert "id-token" not in job["permissions"]
+    attest = wf["jobs"]["attest-pypi"]
+    assert [s["with"]["subject-path"] for s in attest["steps"] if "attest@" in s.get("uses", "")] == [
+        "dist/pypi/*.whl"
+    ]

@@ -382,7 +382,7 @@ def test_stable_cells_replace_per_series_cells_from_the_floor():
 
 def test_without_stable_section_every_series_has_its_cells():
     """The classic expansion (before the stable ABI) is what [stable_abi] replaces: more cells."""
-    classic = plan_of(lambda m: m.pop("stable_abi"))
+    classic = plan_of(lambda m: (m.pop("stable_abi"), m.pop("pypi")))  # [pypi] merges stable cells
     plan = plan_of()
     assert classic.ok and all(c.torch_abi == "classic" for c in classic.cells)
     assert len(plan.cells) < len(classic.cells)

@@ -1,6 +1,9 @@
 """Two dry-run releases in a row into one folder, served on 127.0.0.1 as PyPI + GitHub Pages + the
-Release assets would be; then a user's ``pip install mamba-ssm==<first>`` and ``uv pip install
-mamba-ssm==<second>`` each install the prebuilt host wheel of their own release (slow: two host builds).
+Release assets would be; then a user's ``pip install --no-binary mamba-ssm mamba-ssm==<first>`` and ``uv
+pip install --no-binary mamba-ssm mamba-ssm==<second>`` each take the sdist, whose resolver installs the
+prebuilt host wheel of its own release (slow: the PyPI wheel's cells built twice). The PyPI wheel each
+release writes is checked by views independent of its writer: packaging's file-name parser, auditwheel,
+pyelftools' DT_NEEDED, cuobjdump, pip's install of its RECORD, the sdist's own metadata.
 
 Independent checks: the served manifest's sha256 against the one pinned into each sdist
 (``release verify-pin``, the workflow's gate); the installed package files against the wheel's RECORD
@@ -59,6 +62,17 @@ def released(tmp_path_factory):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}/"
     results = {}
+    # the CUDA 12 module's cell needs a CUDA 12 nvcc and a CUDA 12 torch new enough to build it; ask build
+    can_cu12 = (
+        run(
+            [sys.executable, "-m", "build_matrix", "build", "--cell", "cu12torch2.10stable-x86_64"]
+            + ["--archs", "90", "--plan-only"],
+            cwd=str(REPO),
+            check=False,
+        ).returncode
+        == 0
+    )
+    modules = "cpu,cu12,cu13" if can_cu12 else "cpu,cu13"
     try:
         for version in VERSIONS:  # two releases in a row: the second deploy must keep the first's root
             proc = run(
@@ -74,6 +88,8 @@ def released(tmp_path_factory):
                     base,
                     "--version",
                     version,
+                    "--modules",
+                    modules,
                 ],
                 env=dict(os.environ, MAX_JOBS=os.environ.get("MAX_JOBS", "2")),
                 cwd=str(REPO),
@@ -209,6 +225,8 @@ def test_pip_installs_the_first_release_from_pypi_and_pages(released):
             f"{base}pypi/simple/",
             "--find-links",
             str(deps),
+            "--no-binary",
+            "mamba-ssm",
             f"mamba-ssm=={version}",
         ],
         env=env,
@@ -238,9 +256,127 @@ def test_uv_installs_the_second_release_from_pypi_and_pages(released):
             f"{base}pypi/simple/",
             "--find-links",
             str(deps),
+            "--no-binary",
+            "mamba-ssm",
             f"mamba-ssm=={version}",
         ],
         env=env,
         timeout=900,
     )
     check_installed(py, site, env, work, results[version], version)
+
+
+def _needed(so):
+    """DT_NEEDED of a shared object, read here with pyelftools (not the merge's reader)."""
+    from elftools.elf.elffile import ELFFile
+
+    with open(so, "rb") as fh:
+        dyn = ELFFile(fh).get_section_by_name(".dynamic")
+        return sorted(t.needed for t in dyn.iter_tags() if t.entry.d_tag == "DT_NEEDED")
+
+
+def _sdist_file(sdist, rel):
+    import tarfile
+
+    with tarfile.open(sdist) as tf:
+        (member,) = [m for m in tf.getmembers() if m.name.split("/", 1)[-1] == rel]
+        return tf.extractfile(member).read()
+
+
+def test_pypi_wheel_of_each_release(released, tmp_path):
+    """The per-platform PyPI wheel: public version, the manylinux tag auditwheel grants, torch>=2.10 and
+    the sdist's other requirements, one module per family with its own build info (the project's reader)
+    agreeing with the library itself (DT_NEEDED, cuobjdump), RECORD as pip installs it, the sdist's
+    release_index.json, listed on the PyPI stand-in page with its sha256, and the one pip picks there."""
+    import base64
+    import hashlib
+    import re
+    import zipfile
+
+    from packaging.metadata import Metadata
+    from packaging.requirements import Requirement
+    from packaging.utils import parse_wheel_filename
+
+    from mamba_ssm._compat.buildinfo import read_build_info
+
+    work, out, base, results, _deps = released
+    cuobjdump = "/usr/local/cuda-13.0/bin/cuobjdump"
+    for version, res in results.items():
+        wheel = Path(res["pypi_wheel"])
+        name, ver, build, tags = parse_wheel_filename(wheel.name)
+        assert (str(name), str(ver), ver.local, build) == ("mamba-ssm", version, None, ())
+        (tag,) = tags
+        assert (tag.interpreter, tag.abi) == ("cp310", "abi3")
+        show = json.loads(run([sys.executable, "-m", "auditwheel", "show", "--json", str(wheel)]).stdout)
+        assert show["sym_tag"] == tag.platform and re.fullmatch(r"manylinux_2_\d+_x86_64", tag.platform)
+        size = wheel.stat().st_size
+        assert size < 100 * 2**20  # PyPI's default file limit
+        with zipfile.ZipFile(wheel) as zf:
+            names = zf.namelist()
+            meta = Metadata.from_email(zf.read(f"mamba_ssm-{version}.dist-info/METADATA"))
+            index_json = zf.read("mamba_ssm/_install/release_index.json")
+        assert not [n for n in names if re.match(r"mamba_ssm/_C[^/]*\.so$", n)]
+        assert not [n for n in names if n.startswith("mamba_ssm/_kernels/") and n.endswith(".py")]
+        assert index_json == _sdist_file(res["sdist"], "mamba_ssm/_install/release_index.json")
+        reqs = {Requirement(str(r)).name: str(r) for r in meta.requires_dist}
+        assert reqs["torch"] == "torch>=2.10"
+        sdist_meta = Metadata.from_email(_sdist_file(res["sdist"], "PKG-INFO"), validate=False)
+        assert set(reqs) == {Requirement(str(r)).name for r in sdist_meta.requires_dist or []}
+
+        # pip installs it; every installed file matches its RECORD row (hash and size)
+        target = tmp_path / f"target-{version}"
+        run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)])
+        (record,) = target.glob("mamba_ssm-*.dist-info/RECORD")
+        for path, digest, length in (row.rsplit(",", 2) for row in record.read_text().splitlines()):
+            if not digest:
+                continue
+            data = (target / path).read_bytes()
+            assert (
+                digest
+                == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            )
+            assert int(length) == len(data), path
+
+        modules = sorted(p.parent.name for p in (target / "mamba_ssm" / "_kernels").glob("*/_C.abi3.so"))
+        assert modules == sorted(res["pypi_modules"]) and {"cpu", "cu13"} <= set(modules)
+        assert sorted(res["pypi_missing"]) == sorted({"cpu", "cu12", "cu13"} - set(modules))
+        for fam in modules:
+            so = target / "mamba_ssm" / "_kernels" / fam / "_C.abi3.so"
+            info = read_build_info(so)
+            assert (info.torch_abi, info.torch_abi_floor, info.package_version) == ("stable", "2.10", version)
+            needed = _needed(so)
+            cudart = [n for n in needed if n.startswith("libcudart")]
+            listing = run([cuobjdump, "--list-elf", str(so)], check=False)
+            if fam == "cpu":
+                assert info.torch_cuda is None and info.kernels == ["cpu"] and cudart == []
+                assert "libtorch_cuda.so" not in needed and listing.returncode != 0
+            else:
+                major = fam[2:]
+                assert info.torch_cuda.split(".")[0] == major and info.nvcc_version.split(".")[0] == major
+                assert cudart == [f"libcudart.so.{major}"]
+                # the dry run's default archs (90): the build info and cuobjdump agree
+                assert (
+                    set(re.findall(r"\.(sm_\d+)\.cubin", listing.stdout)) == {"sm_90"} == set(info.sass_archs)
+                )
+            assert not [n for n in needed if n.startswith(("libtorch_python", "libpython"))]
+
+        # on the stand-in page with its sha256, and the file pip takes there for this version
+        page = (out / "pypi" / "simple" / "mamba-ssm" / "index.html").read_text()
+        assert f'href="{wheel.name}#sha256={hashlib.sha256(wheel.read_bytes()).hexdigest()}"' in page
+        report = tmp_path / f"report-{version}.json"
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--no-deps",
+                "--ignore-installed",
+                "--report",
+            ]
+            + [str(report), "--index-url", f"{base}pypi/simple/", f"mamba-ssm=={version}"],
+            env=dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS="", PIP_EXTRA_INDEX_URL=""),
+        )
+        (item,) = json.loads(report.read_text())["install"]
+        assert item["download_info"]["url"].endswith("/" + wheel.name)
