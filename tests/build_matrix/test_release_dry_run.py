@@ -300,7 +300,11 @@ def test_pypi_wheel_of_each_release(released, tmp_path):
     from mamba_ssm._compat.buildinfo import read_build_info
 
     work, out, base, results, _deps = released
-    cuobjdump = "/usr/local/cuda-13.0/bin/cuobjdump"
+    from build_matrix.audit import find_cuobjdump
+
+    cuobjdump = find_cuobjdump()  # a CUDA toolkit's or triton's copy
+    if cuobjdump is None:
+        pytest.skip("no cuobjdump here (a CUDA toolkit or triton has one)")
     for version, res in results.items():
         wheel = Path(res["pypi_wheel"])
         name, ver, build, tags = parse_wheel_filename(wheel.name)
@@ -328,7 +332,7 @@ def test_pypi_wheel_of_each_release(released, tmp_path):
         run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)])
         (record,) = target.glob("mamba_ssm-*.dist-info/RECORD")
         for path, digest, length in (row.rsplit(",", 2) for row in record.read_text().splitlines()):
-            if not digest:
+            if not digest or path.startswith("../"):  # the console script: --target keeps it elsewhere
                 continue
             data = (target / path).read_bytes()
             assert (
@@ -343,7 +347,9 @@ def test_pypi_wheel_of_each_release(released, tmp_path):
         for fam in modules:
             so = target / "mamba_ssm" / "_kernels" / fam / "_C.abi3.so"
             info = read_build_info(so)
-            assert (info.torch_abi, info.torch_abi_floor, info.package_version) == ("stable", "2.10", version)
+            assert (info.torch_abi, info.torch_abi_floor) == ("stable", "2.10")
+            # the module is its cell's, unchanged: its build info names the cell's version label
+            assert info.package_version == f"{version}+{fam}torch2.10stable"
             needed = _needed(so)
             cudart = [n for n in needed if n.startswith("libcudart")]
             listing = run([cuobjdump, "--list-elf", str(so)], check=False)
