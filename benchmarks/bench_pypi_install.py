@@ -6,8 +6,9 @@ PEP 503 page ``DIR/pypi/simple/mamba-ssm/`` stands in for PyPI (the sdist and th
 that shares this interpreter's torch (2.14.1+cu130) through a .pth file (venv creation not timed):
 
 * ``wheel``: ``pip install --index-url <stand-in> mamba-ssm==<version>`` (pip takes the PyPI wheel);
-* ``sdist``: the same with ``--no-binary mamba-ssm`` (pip builds the sdist; its setup hook asks our
-  index, downloads the cell wheel and installs it: the path every install took before the PyPI wheel).
+* ``sdist``: the same with ``--no-binary mamba-ssm --no-build-isolation`` (pip builds the sdist with the
+  venv's setuptools; its setup hook asks our index, downloads the cell wheel and installs it: the path
+  every install took before the PyPI wheel, without the isolated build's own downloads).
 
 pip's configuration is switched off (only the stand-in is asked) and its HTTP cache is off, so every
 run downloads what it installs. Prints the medians and the sdist/wheel ratio per round; with
@@ -19,7 +20,11 @@ run downloads what it installs. Prints the medians and the sdist/wheel ratio per
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import glob
+import http.server
+import json
 import os
 import platform
 import random
@@ -29,16 +34,30 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
+import urllib.parse
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "install"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _docsection import replace_section  # noqa: E402
-from helpers import serving  # noqa: E402  (the tests' loopback server)
 
 BEGIN, END = "<!-- bench_pypi_install:begin -->", "<!-- bench_pypi_install:end -->"
+
+
+@contextlib.contextmanager
+def serving(root: str, port: int):
+    """``root`` on 127.0.0.1:``port`` (text/html pages, as pip requires of a PEP 503 index); yields its URL."""
+    handler = type("Quiet", (http.server.SimpleHTTPRequestHandler,), {"log_message": lambda self, *a: None})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(handler, directory=root))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def fresh_venv(path: str) -> str:
@@ -52,6 +71,8 @@ def fresh_venv(path: str) -> str:
     ).stdout.strip()
     with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:
         fh.write(sysconfig.get_paths()["purelib"] + "\n")
+    # the setuptools venv seeds is older than torch's requirement (>=77): the shared one counts instead
+    subprocess.run([py, "-m", "pip", "uninstall", "-y", "-q", "setuptools"], check=True, capture_output=True)
     return py
 
 
@@ -79,26 +100,29 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{project} must hold one PyPI wheel and the sdist (run the release dry run first)")
     wheel = wheels[0]
     version = os.path.basename(wheel).split("-")[1]
-    pages = glob.glob(os.path.join(args.dry_run, "pages", f"v{version}"))
-    if not pages:
-        raise SystemExit(f"{args.dry_run}/pages/v{version} is missing: not a finished dry run")
+    release = os.path.join(args.dry_run, "pages", f"v{version}", "release.json")
+    if not os.path.isfile(release):
+        raise SystemExit(f"{release} is missing: not a finished dry run")
+    with open(release) as fh:
+        wheels_url = json.load(fh)["wheels_url"]
+    # served where the dry run's --base-url said: the sdist's pinned index and the manifest's links
+    port = urllib.parse.urlsplit(wheels_url).port or 80
     work = tempfile.mkdtemp(prefix="bench_pypi_install_")
     rng = random.Random(args.seed)
     times: dict[str, list[float]] = {"wheel": [], "sdist": []}
     ratios: list[float] = []
     load_before = os.getloadavg()[0]
     try:
-        with serving(args.dry_run) as srv:
-            env = dict(
-                os.environ,
+        with serving(args.dry_run, port) as url:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+            env.update(
                 PIP_CONFIG_FILE=os.devnull,
                 PIP_NO_CACHE_DIR="1",
                 PIP_DISABLE_PIP_VERSION_CHECK="1",
-                MAMBA_WHEEL_INDEX=f"{srv.url}pages/v{version}/",
             )
-            for name in ("VIRTUAL_ENV", "PIP_CONSTRAINT"):
+            for name in ("VIRTUAL_ENV", "MAMBA_WHEEL_INDEX"):
                 env.pop(name, None)
-            stand_in = srv.url + "pypi/simple/"
+            stand_in = url + "pypi/simple/"
             for r in range(args.rounds + 1):  # round 0 warms the page cache, not counted
                 order = ["wheel", "sdist"]
                 rng.shuffle(order)
@@ -107,14 +131,24 @@ def main(argv: list[str] | None = None) -> int:
                     py = fresh_venv(os.path.join(work, f"{mode}-{r}"))
                     run_env = dict(env, MAMBA_SSM_CACHE_DIR=os.path.join(work, f"cache-{mode}-{r}"))
                     cmd = [py, "-m", "pip", "install", "--index-url", stand_in, f"mamba-ssm=={version}"]
-                    if mode == "sdist":
-                        cmd[4:4] = ["--no-binary", "mamba-ssm"]
+                    if (
+                        mode == "sdist"
+                    ):  # the sdist's build requirements from the venv (the stand-in has none)
+                        cmd[4:4] = ["--no-binary", "mamba-ssm", "--no-build-isolation"]
                     took, said = timed(cmd, run_env)
                     built = "Building wheel" in said or "setup.py" in said
                     if (mode == "sdist") != built:
                         raise SystemExit(
                             f"{mode} run {r}: expected {'a' if mode == 'sdist' else 'no'} build:\n{said}"
                         )
+                    site = glob.glob(os.path.join(work, f"{mode}-{r}", "lib", "python3*", "site-packages"))[0]
+                    kernels = glob.glob(
+                        os.path.join(
+                            site, "mamba_ssm", "_C*.so" if mode == "sdist" else "_kernels/cu13/_C*.so"
+                        )
+                    )
+                    if not kernels:  # the sdist's hook must have installed the prebuilt cell wheel
+                        raise SystemExit(f"{mode} run {r}: no compiled module installed:\n{said[-3000:]}")
                     got[mode] = took
                     print(f"[bench] round {r} {mode}: {took:.1f} s", flush=True)
                 if r:
@@ -143,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| `pip install mamba-ssm` (the PyPI wheel) | {med['wheel']:.1f} s | "
             + ", ".join(f"{t:.1f}" for t in times["wheel"])
             + " |",
-            f"| `pip install --no-binary mamba-ssm mamba-ssm` (sdist -> setup hook -> our index) | "
+            f"| `pip install --no-binary mamba-ssm --no-build-isolation mamba-ssm` (sdist -> setup hook -> our index) | "
             f"{med['sdist']:.1f} s | " + ", ".join(f"{t:.1f}" for t in times["sdist"]) + " |",
             "",
             f"sdist/wheel per round: {', '.join(f'{x:.2f}x' for x in ratios)} (median "
