@@ -13,9 +13,11 @@ One shared library per layout, from the csrc translation units in ``KERNEL_SOURC
   - ``wave32``: 32-lane warps, the block shape of every NVIDIA GPU and of AMD RDNA; the kernels see
     kWarpSize 32 through the macro real HIP compilers define for wave32 targets
     (``__AMDGCN_WAVEFRONT_SIZE``), and the sub-warp shuffles come from ``mamba_hipcpu_shim.h``.
-Objects and the library live in ``build/hipcpu/<layout>-<key>/``, the key a hash of every input of the
-build (sources, headers, HIP-CPU's files, the patch, compiler and flags), so a rerun with nothing
-changed reuses them and any change rebuilds.
+Objects and the library live in ``$MAMBA_DEV_HOME/hipcpu/<layout>-<key>/`` (default
+``~/.cache/mamba-ssm-dev``, beside the shared dev venv; ``MAMBA_HIPCPU_BUILD`` overrides), the key a hash
+of every input of the build (the contents and relative names of the sources, headers and HIP-CPU's files,
+the patch, compiler and flags, with the trees' locations left out), so a rerun with nothing changed,
+from this clone or another, reuses them and any change rebuilds.
 """
 
 import concurrent.futures
@@ -28,7 +30,10 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 CSRC = os.path.join(REPO_ROOT, "csrc")
-BUILD_ROOT = os.path.join(REPO_ROOT, "build", "hipcpu")
+BUILD_ROOT = os.environ.get("MAMBA_HIPCPU_BUILD") or os.path.join(
+    os.environ.get("MAMBA_DEV_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "mamba-ssm-dev"),
+    "hipcpu",
+)
 
 # csrc translation units with GPU entry points; a new kernel (e.g. causal conv1d) adds its .cu files
 # here and its C wrapper to harness.cpp.
@@ -227,10 +232,20 @@ SCHEDULER_PATCH = [
 TILE_HPP = os.path.join("src", "include", "hip", "detail", "tile.hpp")
 
 
-def _digest(paths, extra=""):
-    h = hashlib.sha256(extra.encode())
-    for p in sorted(paths):
-        h.update(p.encode() + b"\0")
+def _placeholders(text, bases):
+    """``text`` with each of ``bases`` (absolute folders) replaced by ``<i>``, longest first."""
+    for i, base in sorted(enumerate(bases), key=lambda ib: -len(ib[1])):
+        text = text.replace(os.path.abspath(base), f"<{i}>")
+    return text
+
+
+def _digest(paths, extra="", bases=()):
+    """A 16-hex key of the files ``paths`` (names and contents) and the text ``extra``; the folders
+    ``bases`` enter as placeholders, so the same trees at other places (another clone) give the same key."""
+    h = hashlib.sha256(_placeholders(extra, bases).encode())
+    named = sorted((_placeholders(os.path.abspath(p), bases), p) for p in paths)
+    for name, p in named:
+        h.update(name.encode() + b"\0")
         with open(p, "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:16]
@@ -246,7 +261,7 @@ def _tree_files(root):
 def patched_hip_cpu(root):
     """A scratch copy of HIP-CPU's headers with SCHEDULER_PATCH applied: build/hipcpu/hip-cpu-<key>."""
     files = [f for sub in ("include", "src", "external") for f in _tree_files(os.path.join(root, sub))]
-    key = _digest(files, repr(SCHEDULER_PATCH) + os.path.abspath(root))
+    key = _digest(files, repr(SCHEDULER_PATCH), bases=(root,))
     dest = os.path.join(BUILD_ROOT, f"hip-cpu-{key}")
     if os.path.isdir(dest):
         return dest
@@ -314,7 +329,7 @@ def build(layout, csrc=CSRC, sources=None, tag=""):
         + _tree_files(os.path.join(HERE, "include"))
         + [os.path.join(HERE, "mamba_hipcpu_shim.h")]
     )
-    key = _digest(inputs, " ".join([version, hip] + flags + sources + LIBS))
+    key = _digest(inputs, " ".join([version, hip] + flags + sources + LIBS), bases=(csrc, HERE, BUILD_ROOT))
     out_dir = os.path.join(BUILD_ROOT, f"{layout}{'-' + tag if tag else ''}-{key}")
     lib = os.path.join(out_dir, "libmamba_hipcpu.so")
     if os.path.isfile(lib):
