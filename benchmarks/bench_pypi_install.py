@@ -32,17 +32,17 @@ import shutil
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
 import urllib.parse
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tests", "install"))
+sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _docsection import replace_section  # noqa: E402
+from venvs import fresh_venv  # noqa: E402  (the tests' venv sharing this torch through a .pth file)
 
 BEGIN, END = "<!-- bench_pypi_install:begin -->", "<!-- bench_pypi_install:end -->"
 
@@ -60,18 +60,10 @@ def serving(root: str, port: int):
         httpd.server_close()
 
 
-def fresh_venv(path: str) -> str:
-    subprocess.run([sys.executable, "-m", "venv", path], check=True, capture_output=True)
-    py = os.path.join(path, "bin", "python")
-    site = subprocess.run(
-        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    with open(os.path.join(site, "_shared_torch.pth"), "w") as fh:
-        fh.write(sysconfig.get_paths()["purelib"] + "\n")
-    # the setuptools venv seeds is older than torch's requirement (>=77): the shared one counts instead
+def torch_venv(path: str) -> str:
+    """A fresh venv sharing this interpreter's torch (tests/venvs.py); the setuptools ``venv`` seeds is
+    older than torch's requirement (>=77), so it is removed and the shared one counts."""
+    py, _ = fresh_venv(path)
     subprocess.run([py, "-m", "pip", "uninstall", "-y", "-q", "setuptools"], check=True, capture_output=True)
     return py
 
@@ -128,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 rng.shuffle(order)
                 got = {}
                 for mode in order:
-                    py = fresh_venv(os.path.join(work, f"{mode}-{r}"))
+                    py = torch_venv(os.path.join(work, f"{mode}-{r}"))
                     run_env = dict(env, MAMBA_SSM_CACHE_DIR=os.path.join(work, f"cache-{mode}-{r}"))
                     cmd = [py, "-m", "pip", "install", "--index-url", stand_in, f"mamba-ssm=={version}"]
                     if (

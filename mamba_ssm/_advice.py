@@ -141,18 +141,25 @@ class Installer(NamedTuple):
         return f"uv pip install --python {shlex.quote(self.python)} {' '.join(words)}"
 
 
-def _recorded_installer(package_dir: str) -> str | None:
-    """The ``INSTALLER`` file (PEP 376: ``pip``, ``uv``, ...) of the ``mamba_ssm-*.dist-info`` next to
-    the package, lower-cased, or None (a checkout, or no such file)."""
+def _dist_info_file(package_dir: str, name: str) -> str | None:
+    """The path of ``name`` in the one ``mamba_ssm-*.dist-info`` next to the package at ``package_dir``,
+    or None (a checkout, no such folder or several, an unreadable site folder)."""
     site = os.path.dirname(package_dir)
     try:
         names = [n for n in os.listdir(site) if _DIST_INFO.match(n)]
     except OSError:
         return None
-    if len(names) != 1:
+    return os.path.join(site, names[0], name) if len(names) == 1 else None
+
+
+def _recorded_installer(package_dir: str) -> str | None:
+    """The ``INSTALLER`` file (PEP 376: ``pip``, ``uv``, ...) of the ``mamba_ssm-*.dist-info`` next to
+    the package, lower-cased, or None (a checkout, or no such file)."""
+    path = _dist_info_file(package_dir, "INSTALLER")
+    if path is None:
         return None
     try:
-        with open(os.path.join(site, names[0], "INSTALLER")) as fh:
+        with open(path) as fh:
             return fh.read().strip().lower() or None
     except OSError:
         return None
@@ -225,15 +232,11 @@ def _is_source_tree(path: str) -> bool:
 def _direct_url(package_dir: str) -> dict[str, object] | None:
     """PEP 610's ``direct_url.json`` of the ``mamba_ssm-*.dist-info`` next to the package (pip writes it
     for an install from a URL, a folder or a file), or None."""
-    site = os.path.dirname(package_dir)
-    try:
-        names = [n for n in os.listdir(site) if _DIST_INFO.match(n)]
-    except OSError:
-        return None
-    if len(names) != 1:
+    path = _dist_info_file(package_dir, "direct_url.json")
+    if path is None:
         return None
     try:
-        with open(os.path.join(site, names[0], "direct_url.json")) as fh:
+        with open(path) as fh:
             data = json.load(fh)
     except (OSError, ValueError):
         return None
