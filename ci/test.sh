@@ -45,8 +45,8 @@ if [ "$#" -gt 0 ]; then
   exec python -m pytest -q -ra "$@"
 fi
 # Two tiers, each named: the fast one (`pytest -m "not slow"`, the inner loop of CONTRIBUTING.md),
-# then the end-to-end builds and installs.
+# then the end-to-end builds and installs. Each prints its 25 slowest tests (where the time goes).
 echo "[test] fast tier: pytest -m 'not slow'"
-python -m pytest -q -ra -m "not slow" tests
+python -m pytest -q -ra --durations=25 -m "not slow" tests
 echo "[test] slow tier: pytest -m slow"
-python -m pytest -q -ra -m slow tests
+python -m pytest -q -ra --durations=25 -m slow tests
