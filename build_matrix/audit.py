@@ -245,8 +245,12 @@ def audit_wheel(
     torch_from: Optional[Path] = None,
     runtime: bool = True,
     log: Optional[Callable[[str], None]] = None,
+    runtime_from: Optional[Path] = None,
 ) -> AuditReport:
-    """Run every check (module docstring) and return the report; never raises for a bad wheel."""
+    """Run every check (module docstring) and return the report; never raises for a bad wheel.
+    ``torch_from``: the venv of the torch the wheel was built with; ``runtime_from``: the venv whose
+    torch the runtime check runs under (default ``torch_from``; a torch the module serves, for a
+    stable CUDA module built with a torch of another CUDA major)."""
     wheel = Path(wheel).resolve()
     rep = AuditReport(wheel=str(wheel), cell=cell.id)
     say = log or (lambda _t: None)
@@ -364,7 +368,7 @@ def audit_wheel(
     _check_auditwheel_show(rep, wheel, key)
     _check_abi3audit(rep, wheel, key)
     if runtime and rep.ok:
-        _check_runtime(rep, wheel, cell, torch_from, say)
+        _check_runtime(rep, wheel, cell, runtime_from or torch_from, say)
     elif runtime:
         rep.facts["runtime"] = "skipped: earlier checks failed"
     return rep

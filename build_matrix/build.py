@@ -217,6 +217,23 @@ def host_cell_id(plan: mx.Plan, venv: Path = SHARED_TORCH_VENV) -> str:
     return f"{key.local_label}-{_platform.machine()}"
 
 
+def dev_torch_venvs(python_minor: str = "3.11") -> List[tuple[Path, str]]:
+    """The venvs under ``$MAMBA_DEV_HOME`` (``<name>/``, Python ``python_minor``) with torch, as (venv,
+    ``torch.__version__``) sorted by path, read from ``torch/version.py`` without importing torch."""
+    found = []
+    for version_py in sorted(DEV_HOME.glob(f"*/lib/python{python_minor}/site-packages/torch/version.py")):
+        m = re.search(r"^__version__ = '([^']+)'", version_py.read_text(), re.MULTILINE)
+        if m:
+            found.append((version_py.parents[4], m.group(1)))
+    return found
+
+
+def runtime_torch_here(cell: mx.Cell, python_minor: str = "3.11") -> Optional[Path]:
+    """A venv here (``dev_torch_venvs``) whose torch loads ``cell``'s module (``Cell.serves_torch``), for
+    the audit's runtime check of a module built with a torch of another CUDA major; None when none."""
+    return next((v for v, version in dev_torch_venvs(python_minor) if cell.serves_torch(version)), None)
+
+
 def _find_links() -> List[Path]:
     """Local directories pip is configured to search (pip config find-links, PIP_FIND_LINKS)."""
     dirs = []
@@ -266,6 +283,12 @@ def torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> str:
         f"directory ({', '.join(map(str, _find_links())) or 'none'}) has {pattern}; download it from "
         f"download.pytorch.org/whl/{cell.build_against} into one, set {TORCH_INDEX_ENV}="
         f"https://download.pytorch.org/whl, or pass --python for a tag that is there"
+        + (
+            f", or --torch-from a venv with a CUDA torch >= {cell.torch_abi_build_min} of any major (a stable "
+            "CUDA cell depends on torch only through its stable C shim)"
+            if cell.torch_abi == "stable" and cell.toolkit_kind == "cuda"
+            else ""
+        )
     )
 
 
@@ -273,7 +296,9 @@ def stable_torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> O
     """For a stable-ABI cell whose own torch is not available here: the pip requirement of the newest
     other torch build it serves (``Cell.torch_mismatch``) that is: a series' PyPI default build
     (x86_64), else a ``torch-<version>+<accelerator>`` wheel in a configured find-links directory.
-    None for a classic cell or when there is none (``torch_source`` then refuses)."""
+    None for a classic cell or when there is none (``torch_source`` then refuses). Only builds of the
+    accelerators it serves are installed; a CUDA torch of another major builds it only from a venv
+    already here (``--torch-from``, the release dry run's ``torch_venv_here``)."""
     if cell.torch_abi != "stable":
         return None
     tag = f"cp{py_minor.replace('.', '')}"
@@ -284,7 +309,11 @@ def stable_torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> O
             continue
         for version in reversed(rel.get("versions", [])):
             default = rel.get("pypi_default")
-            if cell.platform == "x86_64" and default and cell.torch_mismatch(f"{version}+{default}") is None:
+            if (
+                cell.platform == "x86_64"
+                and default in cell.serves
+                and cell.torch_mismatch(f"{version}+{default}") is None
+            ):
                 return f"torch=={version}"
             for acc in cell.serves:
                 pattern = f"torch-{version}+{acc}-{tag}-*{cell.platform}*.whl"
@@ -578,6 +607,7 @@ def _build_cell(
         if vpy_minor != py_minor:
             raise Refused(f"--torch-from {torch_from} is Python {vpy_minor}, not {py_minor}")
         requirement = None
+        built_with = str(info and info["version"])
     else:
         requirement = torch_source(cell, py_minor, data)
     try:  # patchelf, auditwheel, c++, nvcc: before anything is installed or compiled
@@ -659,6 +689,7 @@ def _build_cell(
             )
         info = torch_info(vpy)
         want = f"{cell.torch_version}+{cell.build_against}"
+        built_with = str(info and info["version"])
         if info is None or cell.torch_mismatch(info["version"]):
             raise BuildFailed(
                 f"the cell venv has torch {info and info['version']}, the cell needs {want} "
@@ -683,6 +714,11 @@ def _build_cell(
         MAMBA_FORCE_BUILD="TRUE",
         MAMBA_LOCAL_VERSION=cell.label,
         MAMBA_TORCH_STABLE_ABI=cell.torch_abi_env,
+        # a stable CUDA cell's module is for its toolkit's CUDA major, whatever the CUDA of the torch
+        # compiling it (config.resolve_stable_cuda_major)
+        MAMBA_STABLE_CUDA_MAJOR=cell.toolkit_version.split(".")[0]
+        if cell.torch_abi == "stable" and cell.toolkit_kind == "cuda"
+        else "",
         MAX_JOBS=env.get("MAX_JOBS", "1"),
         PIP_NO_BUILD_ISOLATION="0",
     )
@@ -754,8 +790,24 @@ def _build_cell(
     if not args.no_audit:
         from . import audit
 
+        runtime_from: Optional[Path] = torch_from or work / "venv"
+        if not cell.serves_torch(built_with):  # a stable CUDA module built with another CUDA major's torch
+            runtime_from = runtime_torch_here(cell, py_minor)
+            log.step(
+                f"audit: the runtime check runs under {runtime_from}, a torch the module serves"
+                if runtime_from
+                else f"audit: runtime check skipped: torch {built_with} does not load the module and no "
+                f"venv under {DEV_HOME} has a torch that does (+{', +'.join(cell.serves)}, >= "
+                f"{cell.torch_abi_floor})"
+            )
         report = audit.audit_wheel(
-            wheel, cell, archs=args.archs, torch_from=torch_from or work / "venv", runtime=True, log=log.step
+            wheel,
+            cell,
+            archs=args.archs,
+            torch_from=torch_from or work / "venv",
+            runtime=runtime_from is not None,
+            log=log.step,
+            runtime_from=runtime_from,
         )
         for f in report.findings:
             log.step(f"audit: {f}")

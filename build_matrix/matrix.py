@@ -146,7 +146,11 @@ class Cell:
         cell, or None when it can.  A classic cell: only its own ``torch_version+build_against``.  A
         stable-ABI cell: any build it serves from its floor on (the binary depends on the floor's stable
         ABI and the CUDA major, not on the torch it was compiled against) whose headers build the binding
-        (``[stable_abi] build_min``), e.g. torch 2.13.0+cpu for ``cputorch2.10stable``."""
+        (``[stable_abi] build_min``), e.g. torch 2.13.0+cpu for ``cputorch2.10stable``; a stable CUDA cell
+        also any CUDA torch of another major, e.g. 2.14.1+cu130 for ``cu12torch2.10stable``: the module
+        reaches torch only through the stable C shim, its kernels and ``libcudart.so.<major>`` are its
+        toolkit's nvcc's (the build sets ``MAMBA_STABLE_CUDA_MAJOR``; the build info's ``nvcc_version``
+        tells the loader which torches may load it). ``serves_torch`` says which torches load it."""
         own = f"{self.torch_version}+{self.build_against}"
         if version == own:
             return None
@@ -164,12 +168,28 @@ class Cell:
                 f"torch {version} is older than {self.torch_abi_build_min or self.torch_abi_floor}, the oldest "
                 "torch whose stable headers build the binding ([stable_abi] build_min)"
             )
-        if acc not in self.serves:
+        if acc not in self.serves and not (self.toolkit_kind == "cuda" and re.fullmatch(r"cu\d+", acc)):
             return (
                 f"torch {version} is a +{acc or '(no label)'} build; the stable cell {self.id} serves "
                 f"+{', +'.join(self.serves)} (one CUDA major / CPU per stable binary)"
+                + (", and builds with any CUDA torch" if self.toolkit_kind == "cuda" else "")
             )
         return None
+
+    def serves_torch(self, version: str) -> bool:
+        """Whether the torch build ``version`` (``"2.10.0+cu128"``) loads this cell's module: its own torch
+        build, or for a stable cell any build of an accelerator it serves from its floor on."""
+        if version == f"{self.torch_version}+{self.build_against}":
+            return True
+        if self.torch_abi != "stable" or not self.torch_abi_floor:
+            return False
+        try:
+            v = Version(version)
+        except ValueError:
+            return False
+        return (v.local or "") in self.serves and Version(f"{v.major}.{v.minor}") >= Version(
+            self.torch_abi_floor
+        )
 
     def image_for(self, owner: str) -> str:
         """The builder image under a repository owner (lowercased: registry paths are lower case)."""

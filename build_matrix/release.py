@@ -309,16 +309,18 @@ def write_pypi_page(sdists: List[Path], root: Path) -> Path:
 
 
 def torch_venv_here(cell: Any, python_minor: str = "3.11") -> Optional[Path]:
-    """A venv under ``$MAMBA_DEV_HOME`` (``<name>/``, Python ``python_minor``) whose torch can build the
-    stable ``cell`` (``Cell.torch_mismatch``), read from ``torch/version.py`` without importing torch; so a
-    dry run reuses a multi-GB torch already here instead of downloading it into the cell's venv."""
-    from .layout import DEV_HOME
+    """A venv under ``$MAMBA_DEV_HOME`` (``build.dev_torch_venvs``) whose torch can build the stable
+    ``cell`` (``Cell.torch_mismatch``); so a dry run reuses a multi-GB torch already here instead of
+    downloading it into the cell's venv. A torch the cell serves first, then the shared dev venv's (a
+    CUDA torch of another major, for a stable CUDA cell), then any other."""
+    from .build import dev_torch_venvs
+    from .layout import SHARED_TORCH_VENV
 
-    for version_py in sorted(DEV_HOME.glob(f"*/lib/python{python_minor}/site-packages/torch/version.py")):
-        m = re.search(r"^__version__ = '([^']+)'", version_py.read_text(), re.MULTILINE)
-        if m and cell.torch_mismatch(m.group(1)) is None:
-            return version_py.parents[4]
-    return None
+    fits = [
+        (v, version) for v, version in dev_torch_venvs(python_minor) if cell.torch_mismatch(version) is None
+    ]
+    fits.sort(key=lambda item: (not cell.serves_torch(item[1]), item[0] != SHARED_TORCH_VENV))
+    return fits[0][0] if fits else None
 
 
 def _build_cell(

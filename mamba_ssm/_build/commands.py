@@ -6,11 +6,12 @@ source build (``make_build_ext`` / ``make_extension``).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Iterator
 
 from setuptools import find_packages
 
@@ -19,12 +20,13 @@ try:  # setuptools >= 70.1 ships bdist_wheel
 except ImportError:  # pragma: no cover - older setuptools with the wheel package
     from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
 
-from .._compat import buildinfo
+from .._compat import buildinfo, versions
 from .._install.record import INSTALL_ID_FILE, BuildNote, InstallMode, install_id_file_bytes, new_install_id
 from .config import BuildConfig, git_commit, torch_requirement
 from .errors import PreflightError
 from .plan import BuildMode, BuildPlan, record_decision
 from .settings import CSRC, EXT_NAME, PACKAGE, ROOT
+from .toolkit import nvcc_version_of
 
 
 def write_if_changed(path: str, text: str) -> bool:
@@ -162,6 +164,50 @@ def build_note(plan: BuildPlan, seconds: float, failed: bool = False) -> BuildNo
     )
 
 
+@contextlib.contextmanager
+def torch_cuda_check(cfg: BuildConfig) -> Iterator[None]:
+    """While the body runs, torch's ``cpp_extension._check_cuda_version`` as ``cfg`` needs it.
+
+    Torch's check refuses an nvcc whose CUDA major differs from ``torch.version.cuda``. That holds for a
+    classic build (it links torch's CUDA libraries), which keeps the check unchanged. A stable-ABI build
+    reaches torch only through the LibTorch stable C shim: its kernels and the CUDA runtime it links
+    (``libcudart.so.<major>``) are nvcc's, and the preflight (``config.resolve_stable_cuda_major``,
+    ``MAMBA_STABLE_CUDA_MAJOR``) has already checked nvcc's major and the host compiler against nvcc
+    (``toolkit.check_host_compiler``). For such a build with nvcc's major != torch's, torch's check is
+    replaced by ours: the nvcc under ``cpp_extension.CUDA_HOME`` (the one torch compiles with) must be
+    the one the preflight resolved; a ``RuntimeError`` naming both otherwise. Same majors: torch's check.
+    """
+    from torch.utils import cpp_extension
+
+    torch_cuda = cfg.torch.cuda
+    if cfg.torch_abi != "stable" or cfg.nvcc is None or not torch_cuda:
+        yield
+        return
+    if cfg.nvcc[0] == versions.parse_cuda_version(torch_cuda)[0]:
+        yield
+        return
+    original = cpp_extension._check_cuda_version
+
+    def check_stable(compiler_name: str, compiler_version: Any) -> None:
+        home = cpp_extension.CUDA_HOME
+        if not home:
+            raise RuntimeError(cpp_extension.CUDA_NOT_FOUND_MESSAGE)
+        got, _ = nvcc_version_of(os.path.join(home, "bin", "nvcc"))
+        want = tuple(cfg.nvcc or ())
+        if tuple(got) != want:
+            raise RuntimeError(
+                f"torch compiles with the nvcc of CUDA_HOME={home}, CUDA {got[0]}.{got[1]}, but the preflight "
+                f"resolved nvcc {'.'.join(map(str, want))} ({cfg.cuda_home}) for this stable-ABI build, which "
+                "its build info records. Fix: set CUDA_HOME to that toolkit"
+            )
+
+    cpp_extension._check_cuda_version = check_stable
+    try:
+        yield
+    finally:
+        cpp_extension._check_cuda_version = original
+
+
 def make_build_ext(cfg: BuildConfig) -> type:
     """torch's BuildExtension, writing the build-info header first and honouring the forced ABI."""
     from torch.utils.cpp_extension import BuildExtension
@@ -205,7 +251,8 @@ def make_build_ext(cfg: BuildConfig) -> type:
             )
             for note in cfg.notes:
                 print(f"mamba-ssm: {note}")
-            super().build_extensions()
+            with torch_cuda_check(cfg):
+                super().build_extensions()
 
         def _add_gnu_cpp_abi_flag(self, extension: Any) -> None:  # older torch adds torch's ABI; forced wins
             parent = getattr(super(), "_add_gnu_cpp_abi_flag", None)

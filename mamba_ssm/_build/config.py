@@ -191,6 +191,51 @@ def resolve_torch_abi(
     return "stable", floor, f"MAMBA_TORCH_STABLE_ABI={value}"
 
 
+def resolve_stable_cuda_major(
+    raw: str, torch_abi: str, torch_cuda: str, nvcc: Tuple[int, int], nvcc_path: str
+) -> Optional[str]:
+    """Check nvcc's CUDA major against the module's: ``MAMBA_STABLE_CUDA_MAJOR`` (``raw``) when set, else
+    torch's (``torch.version.cuda``). Returns a note for the build log when the two differ, else None.
+
+    Invariant: a stable-ABI module reaches torch only through the LibTorch stable C shim, so the CUDA of
+    the torch whose headers compile it does not matter; its kernels and the CUDA runtime it links
+    (``libcudart.so.<nvcc major>``) are nvcc's, and the build info's ``nvcc_version`` says which torches
+    may load it (``BuildInfo.cuda_runtime_version``). A classic module links torch's CUDA libraries: nvcc's
+    major must be torch's. Raises ``PreflightError`` naming the value and the fix: ``raw`` not a CUDA
+    major, set for a classic build, or not nvcc's major; unset and nvcc's major is not torch's.
+    """
+    value = raw.strip()
+    if not value:
+        toolkit.check_nvcc_matches_torch(nvcc, torch_cuda, nvcc_path)
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise PreflightError(
+            f"MAMBA_STABLE_CUDA_MAJOR={raw!r} is not a CUDA major version: set it to e.g. 12 (the CUDA of "
+            "the torches the stable-ABI module is for, which nvcc must be) or unset it (torch's CUDA major)"
+        )
+    if torch_abi != "stable":
+        raise PreflightError(
+            f"MAMBA_STABLE_CUDA_MAJOR={value} applies to a stable-ABI build only; this build uses the classic "
+            "binding, which links torch's CUDA libraries (nvcc's CUDA major must be torch's). Fix: unset "
+            "MAMBA_STABLE_CUDA_MAJOR, or build the stable-ABI binding (unset MAMBA_TORCH_STABLE_ABI, torch >= "
+            f"{buildinfo.STABLE_ABI_MIN_FLOOR})"
+        )
+    if nvcc[0] != int(value):
+        raise PreflightError(
+            f"MAMBA_STABLE_CUDA_MAJOR={value} but nvcc ({nvcc_path}) is CUDA {nvcc[0]}.{nvcc[1]}: the module's "
+            f"kernels and CUDA runtime are nvcc's. Fix: set CUDA_HOME to a CUDA {value}.x toolkit, or set "
+            f"MAMBA_STABLE_CUDA_MAJOR={nvcc[0]}"
+        )
+    t_major, _ = versions.parse_cuda_version(torch_cuda)
+    if t_major == nvcc[0]:
+        return None
+    return (
+        f"stable-ABI module for CUDA {value} (nvcc {nvcc[0]}.{nvcc[1]}, libcudart.so.{value}) compiled with the "
+        f"headers of a CUDA {torch_cuda} torch: it loads under CUDA {value} torches only "
+        "(MAMBA_STABLE_CUDA_MAJOR)"
+    )
+
+
 def torch_requirement(cfg: BuildConfig) -> str:
     """The wheel's requirement on torch: ``torch>=2.10`` for a stable-ABI build (every torch from its
     floor on), ``torch==2.14.*`` for a classic one (its torch minor), or ``torch==<public version>`` for a
@@ -362,7 +407,9 @@ def resolve_config(
     if gpu == "cuda":
         home, nvcc_path = toolkit.locate_cuda(torch_info.cuda_home, env)
         nvcc, _ = toolkit.nvcc_version_of(nvcc_path)
-        toolkit.check_nvcc_matches_torch(nvcc, t.cuda or "", nvcc_path)
+        cross = resolve_stable_cuda_major(s.stable_cuda_major, cfg.torch_abi, t.cuda or "", nvcc, nvcc_path)
+        if cross:
+            notes.append(cross)
         toolkit.check_host_compiler(home, nvcc, env)
         spec, source = toolkit.resolve_cuda_archs(env, torch_info.arch_list, nvcc)
         threads = s.nvcc_threads_or(max(1, min(4, len(spec.sass) + len(spec.ptx))))

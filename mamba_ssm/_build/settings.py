@@ -128,6 +128,7 @@ class Settings:
     setup_hook: str = ""  # MAMBA_SETUP_HOOK: a file replacing the resolver hook
     git_commit: str = ""  # MAMBA_GIT_COMMIT: the commit recorded in the build info
     torch_stable_abi: str = ""  # MAMBA_TORCH_STABLE_ABI (checked by config.resolve_torch_abi)
+    stable_cuda_major: str = ""  # MAMBA_STABLE_CUDA_MAJOR (checked by config.resolve_stable_cuda_major)
     bad_flags: Tuple[str, ...] = ()  # the flag variables set to something else than a boolean spelling
 
     @classmethod
@@ -158,6 +159,7 @@ class Settings:
             setup_hook=str(env.get("MAMBA_SETUP_HOOK", "") or ""),
             git_commit=str(env.get("MAMBA_GIT_COMMIT", "") or ""),
             torch_stable_abi=_text(env, "MAMBA_TORCH_STABLE_ABI"),
+            stable_cuda_major=_text(env, "MAMBA_STABLE_CUDA_MAJOR"),
             bad_flags=tuple(f"{name}={_text(env, name)!r}" for name in bad),
         )
 

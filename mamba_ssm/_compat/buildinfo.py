@@ -18,7 +18,7 @@ from typing import List, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-from .versions import TorchBuild
+from .versions import TorchBuild, parse_cuda_version
 
 __all__ = [
     "BEGIN_MARKER",
@@ -73,7 +73,9 @@ class BuildInfo:
     ``ptx_archs`` like ``["compute_90"]``, ``gfx_archs`` like ``["gfx90a"]``; ``kernels`` like
     ``["cpu", "cuda"]``. ``torch_abi`` is ``"classic"`` (ATen: only the torch minor it was built
     against) or ``"stable"`` (the LibTorch stable ABI: every torch from ``torch_abi_floor``, e.g.
-    ``"2.10"``, on); a build info without these keys (older builds) is classic.
+    ``"2.10"``, on); a build info without these keys (older builds) is classic. ``nvcc_version`` is the
+    compiler's ``"12.4"``: the CUDA runtime a module with CUDA kernels links (``libcudart.so.12``), which
+    for a stable-ABI build may be of another major than ``torch_cuda`` (``cuda_runtime_version``).
     """
 
     package_version: str
@@ -155,6 +157,20 @@ class BuildInfo:
     def torch_build(self) -> TorchBuild:
         """The torch this library was built against, as a ``TorchBuild``."""
         return TorchBuild(self.torch_version, self.torch_cuda, self.torch_hip, self.cxx11_abi)
+
+    @property
+    def cuda_runtime_version(self) -> Optional[str]:
+        """The CUDA version (``"12.4"``) whose runtime this build's CUDA kernels need; None without CUDA.
+
+        A stable-ABI build depends on torch only through the LibTorch stable C shim, so the torch whose
+        headers compiled it may run another CUDA major; its kernels and ``libcudart.so.<major>`` are
+        nvcc's: ``nvcc_version``. A classic build links torch's CUDA libraries, whose major nvcc's must
+        equal (the preflight's check): ``torch_cuda``. A record without ``nvcc_version`` reads
+        ``torch_cuda`` (the preflight kept the two majors equal when such records were written).
+        """
+        if self.is_stable_abi and "cuda" in self.kernels and self.nvcc_version:
+            return self.nvcc_version
+        return self.torch_cuda
 
     @property
     def is_stable_abi(self) -> bool:
@@ -260,7 +276,8 @@ def incompatibilities(build: BuildInfo, runtime: TorchBuild) -> List[str]:
     version string); the same C++ ABI (skipped when the runtime's is unknown); the same CUDA major (or
     both without CUDA); the same ROCm major.minor (or both without ROCm). A stable-ABI build
     (``torch_abi == "stable"``): any torch whose major.minor is at least ``torch_abi_floor`` (nightlies
-    included); with CUDA kernels, the same CUDA major; with HIP kernels, the same ROCm major.minor; a
+    included); with CUDA kernels, the CUDA major of the runtime they link (``cuda_runtime_version``:
+    nvcc's, whatever the CUDA of the torch whose headers compiled it); with HIP kernels, the same ROCm major.minor; a
     CPU-only one under any torch (a CUDA or ROCm torch included: its CPU kernels run there). GPU coverage
     is ``archs.coverage``'s business.
 
@@ -314,11 +331,18 @@ def _stable_incompatibilities(build: BuildInfo, runtime: TorchBuild, fix: str) -
             f"running torch {runtime.version}, older than that floor: {fix}"
         )
     built = build.torch_build
-    if "cuda" in build.kernels and built.cuda_major != runtime.cuda_major:
+    cuda = build.cuda_runtime_version
+    try:
+        cuda_major: Optional[int] = parse_cuda_version(cuda)[0] if cuda else None
+    except ValueError:
+        cuda_major = None  # unreadable: matches no CUDA torch, so the rule below refuses it
+    if "cuda" in build.kernels and (cuda_major is None or cuda_major != runtime.cuda_major):
         r = f"CUDA {runtime.cuda_version}" if runtime.cuda_major is not None else "without CUDA"
         problems.append(
-            f"built with CUDA kernels for CUDA {built.cuda_version} but torch {runtime.version} runs {r} (a "
-            f"stable-ABI build still needs the same CUDA major): {fix}"
+            f"built with CUDA kernels for CUDA {cuda} "
+            + (f"(libcudart.so.{cuda_major})" if cuda_major is not None else "(an unreadable CUDA version)")
+            + f" but torch {runtime.version} "
+            f"runs {r} (a stable-ABI build still needs the same CUDA major): {fix}"
         )
     if "hip" in build.kernels and built.rocm_version != runtime.rocm_version:
         r = f"ROCm {runtime.rocm_version}" if runtime.rocm_version else "without ROCm"

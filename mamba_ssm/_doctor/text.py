@@ -203,6 +203,12 @@ def _compiled_lines(report: Report) -> list[str]:
             f"  built for: torch {bi.torch_version}, CUDA {bi.torch_cuda or '-'}, HIP {bi.torch_hip or '-'}, "
             f"cxx11abi {bi.cxx11_abi}, {bi.python_tag}, {bi.platform}"
         )
+        runtime_major = str(bi.cuda_runtime_version).split(".")[0]
+        if runtime_major != str(bi.torch_cuda).split(".")[0]:  # a stable-ABI module for another CUDA major
+            add(
+                f"  CUDA runtime: {bi.cuda_runtime_version} (nvcc's; it loads under CUDA {runtime_major} "
+                "torches only, whatever the CUDA of the torch whose headers compiled it)"
+            )
         add(
             "  torch ABI: "
             + describe_torch_abi(bi.torch_abi, bi.torch_abi_floor, bi.torch_version, bi.cxx11_abi)

@@ -221,6 +221,66 @@ def test_nvcc_major_differs_from_torch(tmp_path):
     assert S.resolve_config(env, cuda_torch(cuda="12.6", home=home)).nvcc == (12, 4)
 
 
+def test_stable_module_for_another_cuda_major(tmp_path):
+    """MAMBA_STABLE_CUDA_MAJOR=12: a stable-ABI build with nvcc 12.4 and a CUDA 13.0 torch's headers
+    passes the preflight; its build info says nvcc 12.4, which PyPI's torch 2.10.0+cu128 loads and
+    2.14.1+cu130 does not. Unset, or for a classic build, or naming another major than nvcc's: refused."""
+    home = fake_toolkit(str(tmp_path / "cuda12"), release=(12, 4), gcc_limit=gcc_version() + 1)
+    env = {"PATH": os.environ["PATH"], "CUDA_HOME": home, "MAMBA_STABLE_CUDA_MAJOR": "12"}
+    cfg = S.resolve_config(env, cuda_torch(home=home))
+    assert (cfg.torch_abi, cfg.nvcc, cfg.torch.cuda) == ("stable", (12, 4), "13.0")
+    assert any("libcudart.so.12" in n and "CUDA 13.0 torch" in n for n in cfg.notes), cfg.notes
+    info = cfg.build_info()
+    assert (info.torch_cuda, info.nvcc_version) == ("13.0", "12.4")
+    assert S.buildinfo.incompatibilities(info, TorchBuild("2.10.0+cu128", "12.8", cxx11_abi=True)) == []
+    assert S.buildinfo.incompatibilities(info, TorchBuild("2.14.1+cu130", "13.0", cxx11_abi=True)) != []
+    with pytest.raises(S.PreflightError, match=r"applies to a stable-ABI build only"):
+        S.resolve_config(dict(env, MAMBA_TORCH_STABLE_ABI="0"), cuda_torch(home=home))
+    with pytest.raises(S.PreflightError, match=r"MAMBA_STABLE_CUDA_MAJOR=13 but nvcc .* is CUDA 12.4"):
+        S.resolve_config(dict(env, MAMBA_STABLE_CUDA_MAJOR="13"), cuda_torch(home=home))
+    with pytest.raises(S.PreflightError, match=r"MAMBA_STABLE_CUDA_MAJOR='twelve' is not a CUDA major"):
+        S.resolve_config(dict(env, MAMBA_STABLE_CUDA_MAJOR="twelve"), cuda_torch(home=home))
+
+
+def test_torch_cuda_check_replaced_for_a_stable_build_only(tmp_path, monkeypatch):
+    """torch's cpp_extension refuses an nvcc of another CUDA major than its own. During a stable-ABI build
+    for another major (``commands.torch_cuda_check``) the same call proceeds, and fails when CUDA_HOME's
+    nvcc is not the one the preflight resolved; a classic build's call still fails with torch's error;
+    afterwards torch's function is back."""
+    import dataclasses
+
+    torch = pytest.importorskip("torch")
+    from torch.torch_version import TorchVersion
+    from torch.utils import cpp_extension
+
+    if not torch.version.cuda:
+        pytest.skip(f"torch {torch.__version__} has no CUDA: its check returns before comparing majors")
+    other = (12, 4) if S.versions.parse_cuda_version(torch.version.cuda)[0] != 12 else (13, 0)
+    home = fake_toolkit(str(tmp_path / "other"), release=other, gcc_limit=gcc_version() + 1)
+    env = {"PATH": os.environ["PATH"], "CUDA_HOME": home, "MAMBA_STABLE_CUDA_MAJOR": str(other[0])}
+    cfg = S.resolve_config(env, cuda_torch(cuda=torch.version.cuda, home=home))
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", home)
+    original = cpp_extension._check_cuda_version
+    gcc = TorchVersion(str(gcc_version()))
+
+    with S.commands.torch_cuda_check(cfg):
+        cpp_extension._check_cuda_version("gcc", gcc)  # proceeds
+    assert cpp_extension._check_cuda_version is original
+
+    classic = dataclasses.replace(cfg, torch_abi="classic", torch_abi_floor=None)
+    with pytest.raises(RuntimeError) as e, S.commands.torch_cuda_check(classic):
+        cpp_extension._check_cuda_version("gcc", gcc)
+    assert e.value.args[0] == cpp_extension.CUDA_MISMATCH_MESSAGE
+    assert e.value.args[1:] == (f"{other[0]}.{other[1]}", torch.version.cuda)
+
+    elsewhere = fake_toolkit(str(tmp_path / "minor"), release=(other[0], other[1] + 1), gcc_limit=99)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", elsewhere)
+    stale = r"CUDA_HOME=.*minor, CUDA \d+\.\d+, but the preflight resolved"
+    with pytest.raises(RuntimeError, match=stale), S.commands.torch_cuda_check(cfg):
+        cpp_extension._check_cuda_version("gcc", gcc)
+    assert cpp_extension._check_cuda_version is original
+
+
 def test_nvcc_unreadable_version(tmp_path, toolkit):
     with open(os.path.join(toolkit, "bin", "nvcc"), "w") as f:
         f.write("#!/bin/sh\necho 'hello from a broken nvcc'\n")

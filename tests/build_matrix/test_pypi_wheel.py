@@ -328,8 +328,9 @@ def test_audit_catches_a_module_of_the_wrong_cuda_major(env, tmp_path):
 def test_a_stable_cell_builds_against_any_torch_it_serves_from_build_min(tmp_path, monkeypatch):
     """The CPU module builds against torch 2.13.0+cpu (a find-links wheel) when the cell's own
     2.14.1+cpu is not reachable; 2.10.0 and 2.11.0 lack the stable headers the binding uses
-    ([stable_abi] build_min 2.13); another CUDA major never builds a CUDA cell; a classic cell takes
-    only its own torch."""
+    ([stable_abi] build_min 2.13); a CUDA torch of another major builds a stable CUDA cell (its module
+    reaches torch only through the stable C shim) but is never installed for it, a CPU torch never
+    builds it; a classic cell takes only its own torch."""
     from build_matrix import build
 
     plan = mx.load_plan()
@@ -339,7 +340,9 @@ def test_a_stable_cell_builds_against_any_torch_it_serves_from_build_min(tmp_pat
     assert cpu.torch_mismatch("2.13.0+cpu") is None and cpu.torch_mismatch("2.14.1+cpu") is None
     assert "older than 2.13" in cpu.torch_mismatch("2.11.0+cpu")
     assert "older than 2.13" in cu12.torch_mismatch("2.10.0+cu128")
-    assert "serves +cu126, +cu128" in cu12.torch_mismatch("2.14.1+cu130")
+    assert cu12.torch_mismatch("2.14.1+cu130") is None  # the dev venv's torch, headers only
+    assert "serves +cu126, +cu128" in cu12.torch_mismatch("2.14.1+cpu")
+    assert cu12.serves_torch("2.10.0+cu128") and not cu12.serves_torch("2.14.1+cu130")
     assert cu13.torch_mismatch("2.15.0+cu132") is None  # a later release of the same major
     classic = plan.cell("cu13torch2.9cxx11abiTRUE-x86_64")
     assert "classic cell builds against its own torch only" in classic.torch_mismatch("2.9.0+cu130")

@@ -281,6 +281,43 @@ def test_stable_cuda_major_must_match():
     assert len(probs) == 1 and "without CUDA" in probs[0]
 
 
+def test_stable_cuda_module_follows_its_nvcc_not_the_torch_that_compiled_it():
+    """The CUDA 12 module of the PyPI wheel, compiled with torch 2.14.1+cu130's headers and nvcc 12.4 (it
+    links libcudart.so.12): PyPI's torch 2.10.0+cu128 and 2.11.0+cu126 load it, torch 2.14.1+cu130 and
+    2.15.0+cu132 (PyPI's) and a CPU torch do not. A classic build keeps torch's CUDA."""
+    cu12 = _stable(torch_version="2.14.1+cu130", torch_cuda="13.0", nvcc_version="12.4")
+    assert cu12.cuda_runtime_version == "12.4"
+    assert incompatibilities(cu12, TorchBuild("2.10.0+cu128", "12.8", None, True)) == []
+    assert incompatibilities(cu12, TorchBuild("2.11.0+cu126", "12.6", None, True)) == []
+    for rt in (TorchBuild("2.14.1+cu130", "13.0", None, True), TorchBuild("2.15.0+cu132", "13.2")):
+        probs = incompatibilities(cu12, rt)
+        assert len(probs) == 1, probs
+        assert "CUDA 12.4 (libcudart.so.12)" in probs[0] and f"runs CUDA {rt.cuda}" in probs[0]
+    assert "without CUDA" in incompatibilities(cu12, TorchBuild("2.14.1+cpu"))[0]
+    # the record as JSON (what the module embeds) reads back to the same rule
+    again = BuildInfo.from_json(cu12.to_json())
+    assert incompatibilities(again, TorchBuild("2.10.0+cu128", "12.8")) == []
+    # a classic build with the same fields is judged by torch's CUDA: it links torch's CUDA libraries
+    classic = _info(torch_cuda="13.0", nvcc_version="12.4")
+    assert classic.cuda_runtime_version == "13.0"
+    assert any(
+        "CUDA major must match" in p for p in incompatibilities(classic, TorchBuild("2.14.0+cu128", "12.8"))
+    )
+
+
+def test_stable_record_without_nvcc_version_reads_torch_cuda():
+    """An older record (no ``nvcc_version``; the preflight then kept nvcc's major = torch's) is judged by
+    ``torch_cuda``; an unreadable nvcc version loads under no CUDA torch."""
+    old = BuildInfo.from_json(
+        json.dumps({k: v for k, v in json.loads(_stable().to_json()).items() if k != "nvcc_version"})
+    )
+    assert old.nvcc_version is None and old.cuda_runtime_version == "13.0"
+    assert incompatibilities(old, TorchBuild("2.15.0+cu132", "13.2")) == []
+    assert incompatibilities(old, TorchBuild("2.10.0+cu128", "12.8")) != []
+    odd = _stable(nvcc_version="V?")
+    assert "an unreadable CUDA version" in incompatibilities(odd, TorchBuild("2.14.1+cu130", "13.0"))[0]
+
+
 def test_stable_cpu_only_build_runs_under_any_torch():
     cpu = _stable(
         torch_version="2.13.0+cpu",

@@ -50,7 +50,10 @@ def main() -> None:
         "path": result.path,
         "folder": None if result.module is None else result.module.folder,
         "choice_reason": None if result.module is None else result.module.reason,
-        "build_cuda": None if result.build_info is None else result.build_info.torch_build.cuda_version,
+        # the CUDA runtime the module's kernels link (nvcc's; for a stable-ABI module it may differ from
+        # the CUDA of the torch whose headers compiled it, build_torch_cuda)
+        "build_cuda": None if result.build_info is None else result.build_info.cuda_runtime_version,
+        "build_torch_cuda": None if result.build_info is None else result.build_info.torch_cuda,
     }
     if result.loaded:
         has = torch._C._dispatch_has_kernel_for_dispatch_key
