@@ -160,10 +160,12 @@ def test_setup_kwargs_requirement():
         S.BuildMode.SOURCE, config=S.resolve_config({"PATH": os.environ.get("PATH", "")}, cpu_torch())
     )
     kw = S.setup_kwargs(plan, "2.4.0")
-    assert kw["install_requires"] == ["torch>=2.10", "packaging"]
+    # einops: upstream mamba-ssm's install brings it, and its README examples import it
+    assert kw["install_requires"] == ["torch>=2.10", "packaging", "einops"]
     assert S.setup_kwargs(S.BuildPlan(S.BuildMode.PYTHON), "2.4.0")["install_requires"] == [
         "torch",
         "packaging",
+        "einops",
     ]
 
 
