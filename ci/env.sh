@@ -29,6 +29,7 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch" >/dev/n
     fi
   done
   wait "$pip_pid"
+  echo "[env] installing the development tools of ci/requirements-dev.txt (once; under a minute)"
 fi
 # Development tools; pip skips what is already there.
 "$VENV/bin/pip" install -q -r "$REPO_ROOT/ci/requirements-dev.txt" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
