@@ -75,6 +75,7 @@ __all__ = [
     "resolver_dev_version_fix",
     "resolver_index_fix",
     "resolver_no_candidate_fix",
+    "shadowed_install_fix",
     "source_build_command",
     "triton_install_command",
     "unforce_fix",
@@ -508,6 +509,17 @@ def no_candidate_fix(record: InstallRecord) -> str:
         f"changes: build from source with `{source_build_command()}` (needs a C++ compiler, and nvcc for GPU "
         "kernels), or move to a torch a prebuilt wheel serves (`python -m mamba_ssm install-kernels --dry-run` "
         "then names the wheel it would take) and run install-kernels"
+    )
+
+
+def shadowed_install_fix(package_dir: str, installed: str) -> str:
+    """What to do when the ``mamba_ssm`` imported (``package_dir``, e.g. a source checkout in the current
+    directory) has no compiled module but hides an installed one that has (``installed``)."""
+    root = os.path.dirname(os.path.abspath(package_dir))
+    return (
+        f"run Python outside {root} (the current directory or PYTHONPATH puts that copy first) to use the "
+        f"installed mamba_ssm at {installed}, or build this copy in place: "
+        f"`cd {shlex.quote(root)} && {IN_PLACE_BUILD}`"
     )
 
 

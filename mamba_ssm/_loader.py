@@ -31,6 +31,7 @@ import dataclasses
 import glob
 import importlib.machinery
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,7 @@ __all__ = [
     "install_record",
     "load",
     "peek",
+    "shadowed_install",
 ]
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -144,6 +146,21 @@ def find_compiled_module(package_dir: str | None = None) -> str | None:
     if not candidates:
         return None
     return os.path.abspath(min(candidates, key=_suffix_rank))
+
+
+def shadowed_install(package_dir: str, path: list[str] | None = None) -> str | None:
+    """Another ``mamba_ssm`` package on ``path`` (default ``sys.path``; ``""`` is the current directory)
+    with compiled kernels (a ``_C*.so`` or the wheel's ``_kernels/`` modules), which the package at
+    ``package_dir``, imported first, hides: its folder, or None. Typical case: Python started inside a
+    source checkout, whose ``mamba_ssm`` shadows the installed one. Reads directories only."""
+    here = os.path.realpath(package_dir)
+    for entry in sys.path if path is None else path:
+        candidate = os.path.realpath(os.path.join(entry or os.getcwd(), "mamba_ssm"))
+        if candidate == here or not os.path.isfile(os.path.join(candidate, "__init__.py")):
+            continue
+        if find_compiled_module(candidate) or find_wheel_modules(candidate):
+            return candidate
+    return None
 
 
 def find_wheel_modules(package_dir: str | None = None) -> dict[str, str]:
@@ -285,11 +302,20 @@ def _load_uncached(package_dir: str | None = None) -> LoadResult:  # one return 
     if path is None:
         modules = find_wheel_modules(package_dir)
         if not modules:
+            other = shadowed_install(where)
             return _not_loaded(
                 LoadKind.MISSING,
                 None,
-                f"the compiled module mamba_ssm._C is not installed (no _C*.so in {where})",
-                _advice.missing_kernels_fix(install_record()),
+                f"the compiled module mamba_ssm._C is not installed (no _C*.so in {where})"
+                + (
+                    f"; this mamba_ssm comes first on sys.path and hides the one at {other}, which has "
+                    "compiled kernels"
+                    if other
+                    else ""
+                ),
+                _advice.shadowed_install_fix(where, other)
+                if other
+                else _advice.missing_kernels_fix(install_record()),
             )
         chosen = _choose_wheel_module(where, modules)
         if isinstance(chosen, LoadResult):
