@@ -2,7 +2,7 @@
 
 HIP-CPU (ROCm's header-only HIP runtime for the CPU, MIT) is found at ``HIP_CPU_ROOT`` or else at
 ``../shared/third_party/hip-cpu`` beside the repository root. It is never written to: its headers are
-copied under ``build/hipcpu/`` and the copy's block scheduler is patched (``SCHEDULER_PATCH``) so that the
+copied under the build folder (``BUILD_ROOT``, below) and the copy's block scheduler is patched (``SCHEDULER_PATCH``) so that the
 order in which a block's threads resume after a barrier can be chosen at run time (HIP-CPU's own order,
 thread 0 first after every barrier, hides a missing ``__syncthreads`` after "one thread writes shared
 memory").
@@ -259,7 +259,7 @@ def _tree_files(root):
 
 
 def patched_hip_cpu(root):
-    """A scratch copy of HIP-CPU's headers with SCHEDULER_PATCH applied: build/hipcpu/hip-cpu-<key>."""
+    """A scratch copy of HIP-CPU's headers with SCHEDULER_PATCH applied: BUILD_ROOT/hip-cpu-<key>."""
     files = [f for sub in ("include", "src", "external") for f in _tree_files(os.path.join(root, sub))]
     key = _digest(files, repr(SCHEDULER_PATCH), bases=(root,))
     dest = os.path.join(BUILD_ROOT, f"hip-cpu-{key}")
@@ -360,7 +360,7 @@ def build(layout, csrc=CSRC, sources=None, tag=""):
 
 
 def _remove_stale(keep):
-    """Removes earlier builds of the same layout and tag (other keys) under build/hipcpu."""
+    """Removes earlier builds of the same layout and tag (other keys) under BUILD_ROOT."""
     prefix = os.path.basename(keep).rsplit("-", 1)[0] + "-"
     for d in os.listdir(BUILD_ROOT):
         path = os.path.join(BUILD_ROOT, d)
