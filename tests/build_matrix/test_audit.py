@@ -19,7 +19,9 @@ from build_matrix import audit, build
 from build_matrix import matrix as mx
 from mamba_ssm._compat import buildinfo, variant
 
-NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")
+sys.path.insert(0, str(Path(__file__).parent))
+from _compiled import SRC, compile_so
+
 LABEL = "cu13torch2.9cxx11abiTRUE"
 CELL_ID = f"{LABEL}-x86_64"
 CPU_CELL_ID = "cputorch2.9cxx11abiTRUE-x86_64"
@@ -41,39 +43,6 @@ def _info(**over):
     )
     fields.update(over)
     return buildinfo.BuildInfo(**fields)
-
-
-SRC = r"""
-#include "mamba_ssm_build_info.h"
-extern "C" {
-__attribute__((used)) static const char kInfo[] =
-    "MAMBA_SSM_BUILD_INFO_BEGIN" MAMBA_SSM_BUILD_INFO_JSON "MAMBA_SSM_BUILD_INFO_END";
-const char* mamba_ssm_build_info(void) { return kInfo; }
-}
-"""
-KERNEL = r"""
-__global__ void scale(float* x, float a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }
-extern "C" void launch(float* x, float a, int n) { scale<<<(n + 255) / 256, 256>>>(x, a, n); }
-"""
-
-
-def compile_so(tmp: Path, info, gencode=None) -> Path:
-    """A shared object carrying ``info`` (and, with ``gencode``, a CUDA kernel for those targets)."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "mamba_ssm_build_info.h").write_text(buildinfo.render_header(info))
-    so = tmp / "_C.abi3.so"
-    if gencode:
-        if not NVCC.exists():
-            pytest.skip(f"{NVCC} not present (CUDA 13.0 toolkit)")
-        (tmp / "c.cu").write_text(SRC + KERNEL)
-        cmd = [str(NVCC), "-shared", "-Xcompiler", "-fPIC", "-I", str(tmp), "-o", str(so), str(tmp / "c.cu")]
-        for g in gencode:
-            cmd += ["-gencode", g]
-    else:
-        (tmp / "c.cpp").write_text(SRC)
-        cmd = ["g++", "-shared", "-fPIC", "-I", str(tmp), "-o", str(so), str(tmp / "c.cpp")]
-    subprocess.run(cmd, check=True, capture_output=True)
-    return so
 
 
 def _b64(data: bytes) -> str:

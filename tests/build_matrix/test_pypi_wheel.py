@@ -22,10 +22,12 @@ from build_matrix import matrix as mx
 from build_matrix import pypi_wheel as pwm
 from mamba_ssm._compat import buildinfo
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _compiled import compile_so
+
 REAL = mx.load_toml(mx.MATRIX_PATH)
 DATA = mx.load_toml(mx.DATA_PATH)
 REQ = mx.read_requires_python()
-NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")
 VERSION = "2.4.0.dev0"
 REQUIRES = ["torch>=2.10", "packaging"]
 
@@ -106,20 +108,6 @@ def test_plan_cli_shows_the_pypi_wheels():
 
 
 # ------------------------------------------------------------------------------------- the merge
-SRC = r"""
-#include "mamba_ssm_build_info.h"
-extern "C" {
-__attribute__((used)) static const char kInfo[] =
-    "MAMBA_SSM_BUILD_INFO_BEGIN" MAMBA_SSM_BUILD_INFO_JSON "MAMBA_SSM_BUILD_INFO_END";
-const char* mamba_ssm_build_info(void) { return kInfo; }
-}
-"""
-KERNEL = r"""
-__global__ void scale(float* x, float a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }
-extern "C" void launch(float* x, float a, int n) { scale<<<(n + 255) / 256, 256>>>(x, a, n); }
-"""
-
-
 def _so(tmp: Path, cell: mx.Cell) -> Path:
     """A shared object with the build info a real build of ``cell`` embeds (for a CUDA cell: an sm_90
     kernel, linked to the shared CUDA runtime as torch's cpp_extension links it)."""
@@ -136,20 +124,7 @@ def _so(tmp: Path, cell: mx.Cell) -> Path:
         torch_abi="stable",
         torch_abi_floor="2.10",
     )
-    tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "mamba_ssm_build_info.h").write_text(buildinfo.render_header(info))
-    so = tmp / "_C.abi3.so"
-    if cuda:
-        if not NVCC.exists():
-            pytest.skip(f"{NVCC} not present (CUDA 13.0 toolkit)")
-        (tmp / "c.cu").write_text(SRC + KERNEL)
-        cmd = [str(NVCC), "-shared", "-cudart", "shared", "-Xcompiler", "-fPIC", "-I", str(tmp)]
-        cmd += ["-gencode", "arch=compute_90,code=sm_90", "-o", str(so), str(tmp / "c.cu")]
-    else:
-        (tmp / "c.cpp").write_text(SRC)
-        cmd = ["g++", "-shared", "-fPIC", "-I", str(tmp), "-o", str(so), str(tmp / "c.cpp")]
-    subprocess.run(cmd, check=True, capture_output=True)
-    return so
+    return compile_so(tmp, info, ["arch=compute_90,code=sm_90"] if cuda else None, cudart_shared=True)
 
 
 def cell_wheel(out: Path, cell: mx.Cell, so: Path, platform_tag: str, requires=REQUIRES, extra=None) -> Path:
