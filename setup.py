@@ -34,7 +34,6 @@ import importlib
 import importlib.machinery
 import importlib.util
 import os
-import shlex
 import sys
 import types
 from typing import Mapping
@@ -74,15 +73,12 @@ def missing_build_requirements(setuptools_version: str) -> list[str]:
 
 def requirements_command(environ: Mapping[str, str] | None = None) -> str:
     """The command that installs pyproject.toml's build requirements into this interpreter, in its
-    installer's form: uv's (``uv pip install --python <this python>``) when uv runs this build (it sets
-    ``UV``) or pip cannot be imported here (a ``uv venv``), else ``python -m pip install``."""
-    environ = os.environ if environ is None else environ
-    reqs = "'setuptools>=77' wheel 'packaging>=22'"
-    if not environ.get("PIP_BUILD_TRACKER") and (
-        environ.get("UV") or importlib.machinery.PathFinder.find_spec("pip") is None
-    ):
-        return f"uv pip install --python {shlex.quote(sys.executable)} {reqs}"
-    return f"python -m pip install {reqs}"
+    installer's form (``mamba_ssm._advice.installer``: uv's ``uv pip install --python <this python>`` when
+    uv runs this build or pip cannot be imported here, else ``python -m pip install``). ``_advice``
+    imports only the standard library, so this works before ``packaging`` is there."""
+    inst = load_private("_advice").installer(environ=os.environ if environ is None else environ)
+    command: str = inst.install("'setuptools>=77' wheel 'packaging>=22'")
+    return command
 
 
 def check_build_requirements(setuptools_version: str) -> None:
