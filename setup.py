@@ -21,11 +21,12 @@ says which), after a preflight that names each problem and its fix. Environment 
 documented in ``docs/build.md``.
 
 This file is a thin shell: the logic lives in ``mamba_ssm/_build`` (settings, toolkit discovery,
-preflight, the plan, the setuptools commands; torch-free and unit-tested). Those modules, the shared
-rules (``mamba_ssm/_compat``) and the resolver hook are imported from this tree by :func:`load_private`,
-the one way the project loads its own modules without running ``mamba_ssm/__init__.py`` (a build must
-not pick up an installed ``mamba_ssm``). The names below are re-exported so that tools and tests can
-reach them through this file.
+preflight, the plan, the setuptools commands; torch-free and unit-tested by importing it directly).
+Those modules, the shared rules (``mamba_ssm/_compat``) and the resolver hook
+(``mamba_ssm/_install/setup_hook.py``, passed to the plan) are imported from this tree by
+:func:`load_private`, the one way the project loads its own modules without running
+``mamba_ssm/__init__.py`` (a build must not pick up an installed ``mamba_ssm``). This file defines only
+what running ``setup()`` needs.
 """
 
 from __future__ import annotations
@@ -93,91 +94,26 @@ def check_build_requirements(setuptools_version: str) -> None:
         )
 
 
-check_build_requirements(setuptools.__version__)
-versions = load_private("_compat.versions")
-archs = load_private("_compat.archs")
-buildinfo = load_private("_compat.buildinfo")
-settings = load_private("_build.settings")
-toolkit = load_private("_build.toolkit")
-config = load_private("_build.config")
-plan = load_private("_build.plan")
-commands = load_private("_build.commands")
-
-from _mamba_ssm_setup_bypath._build.commands import (  # noqa: E402,F401
-    add_install_id,
-    build_note,
-    make_build_ext,
-    make_cmdclass,
-    make_extension,
-    setup_kwargs,
-    write_if_changed,
-)
-from _mamba_ssm_setup_bypath._build.config import (  # noqa: E402,F401
-    LIMITED_API_HEX,
-    BuildConfig,
-    BuildTorch,
-    git_commit,
-    limited_api_tag,
-    list_sources,
-    probe_torch,
-    resolve_config,
-)
-from _mamba_ssm_setup_bypath._build.errors import PreflightError  # noqa: E402
-from _mamba_ssm_setup_bypath._build.plan import (  # noqa: E402,F401
-    BOTH_FLAGS_WARNING,
-    BuildMode,
-    BuildPlan,
-    load_setup_hook,
-    plan_build,
-    record_decision,
-)
-from _mamba_ssm_setup_bypath._build.settings import (  # noqa: E402,F401
-    BASE_VERSION,
-    CSRC,
-    EXT_NAME,
-    FALLBACKS,
-    PACKAGE,
-    TRUE_VALUES,
-    CommandKind,
-    Fallback,
-    Settings,
-    classify_commands,
-    default_max_jobs,
-    env_flag,
-    package_version,
-)
-from _mamba_ssm_setup_bypath._build.toolkit import (  # noqa: E402,F401
-    check_host_compiler,
-    check_ninja,
-    check_nvcc_matches_torch,
-    check_rocm_bf16_header,
-    find_ninja,
-    gcc_major,
-    host_compiler,
-    locate_cuda,
-    locate_rocm,
-    max_gcc_for_nvcc,
-    nvcc_version_of,
-    resolve_cuda_archs,
-    resolve_gfx_archs,
-    rocm_bf16_header_needs_patch,
-)
-
-
 def main(argv: list[str] | None = None) -> None:
-    """Classify the command line, plan the build (the preflight for a source build)
-    and run ``setuptools.setup``; a ``PreflightError`` exits with its message and nothing is built."""
+    """Check the build requirements, classify the command line, plan the build (the resolver hook for a
+    wheel, the preflight for a source build) and run ``setuptools.setup``; a ``PreflightError`` exits with
+    its message and nothing is built."""
+    check_build_requirements(setuptools.__version__)  # before anything imports packaging
+    settings = load_private("_build.settings")
+    plan = load_private("_build.plan")
+    commands = load_private("_build.commands")
+    errors = load_private("_build.errors")
     argv = sys.argv[1:] if argv is None else argv
     os.chdir(ROOT)  # sources and packages are given relative to the project root
-    kind = classify_commands(argv)
+    kind = settings.classify_commands(argv)
     try:
-        version = package_version(os.environ)
-        the_plan = plan_build(kind)
-    except PreflightError as e:
+        version = settings.package_version(os.environ)
+        the_plan = plan.plan_build(kind, hook=load_private("_install.setup_hook"))
+    except errors.PreflightError as e:
         sys.exit(f"\nmamba-ssm setup.py: {e}\n")
     if the_plan.reason:
         print(f"mamba-ssm: {the_plan.mode} build ({the_plan.reason})")
-    setup(**setup_kwargs(the_plan, version))
+    setup(**commands.setup_kwargs(the_plan, version))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from packaging.version import Version
 
 from mamba_ssm._compat import archs, buildinfo
 from mamba_ssm._compat.variant import VariantKey
+from mamba_ssm._compat.versions import TorchAbi
 
 from .layout import REPO_ROOT
 
@@ -217,7 +218,7 @@ class Cell:
             python_tag=self.python_tag,
             abi_tag=self.abi_tag,
             platform_tag=platform_tag or self.platform_tag,
-            torch_abi=self.torch_abi,
+            torch_abi=TorchAbi.parse(self.torch_abi, "torch_abi"),
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -846,7 +847,7 @@ def _stable_cell(
 ) -> Optional[Cell]:
     """The stable-ABI cell of (family, platform) from its (series, version, accelerator, release)
     builds, or None (then an exclusion or a rejection says why)."""
-    label = VariantKey(torch=floor, accelerator=fam, cxx11abi=None, torch_abi="stable").local_label
+    label = VariantKey(torch=floor, accelerator=fam, cxx11abi=None, torch_abi=TorchAbi.STABLE).local_label
     cell_id = f"{label}-{platform}"
     newest = max((b[0] for b in builds), key=Version)
     ex = _excluded(excludes, newest, fam, True, platform)

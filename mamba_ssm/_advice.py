@@ -14,7 +14,7 @@ text from here, so they say the same thing. Every command is safe to paste:
 * it uses the wheel index the install used when that was not the release index
   (``MAMBA_WHEEL_INDEX=<index>`` / ``--index <index>``), taken from the install record;
 * it can work: a source build is never proposed for a GPU that no toolkit of the running torch's CUDA
-  can target (:func:`gpu_unservable` names what can).
+  can target (:func:`mamba_ssm._compat.archs.gpu_unservable` names what can).
 
 ``python -m pip`` rather than ``pip``: the ``pip`` first on PATH may belong to another environment.
 In an environment uv manages (no pip inside, or mamba-ssm installed by uv: :func:`installer`) every
@@ -54,7 +54,6 @@ __all__ = [
     "deferred_fix",
     "dev_version_fix",
     "failed_attempt_fix",
-    "gpu_unservable",
     "in_a_checkout",
     "install_kernels_command",
     "install_notes",
@@ -100,9 +99,6 @@ MIRROR_HINT = (
     _MIRROR_HERE + "an unpacked sdist or a checkout of this version (`python -m pip download --no-deps "
     "--no-binary :all: mamba-ssm==VERSION`)" + _MIRROR_THERE
 )
-
-#: The last minor release of each older CUDA major (its nvcc's arch table, ``_compat.archs``).
-_LAST_MINOR = {12: 9, 11: 8}
 
 
 #: The package folder whose install the fixes describe (this one).
@@ -701,50 +697,6 @@ def resolver_index_fix(version: str) -> str:
 
 
 # ----------------------------------------------------------------------------- GPUs
-def gpu_unservable(capability: str | None, torch_cuda: str | None) -> str | None:
-    """Why no mamba-ssm kernels for a torch built with CUDA ``torch_cuda`` (``"13.0"``) can run on a GPU of
-    compute capability ``capability`` (``"6.0"``), prebuilt or built from source, and the real fix; None
-    when they can (or either value is unknown).
-
-    A GPU runs SASS of its own major not newer than it, or PTX not newer than it, so a GPU older than
-    the oldest architecture the toolkit of that CUDA can target (CUDA 13: sm_75; 12: sm_50; 11: sm_35,
-    NVIDIA's release notes, ``mamba_ssm._compat.archs``) runs none of it: its GPU ops use the PyTorch
-    fallback. The fix is a torch built for the newest older CUDA whose toolkit still targets it, and
-    our wheel for that torch.
-    """
-    if capability is None or torch_cuda is None:
-        return None
-    try:
-        cap = archs.parse_capability(capability)
-        cuda = tuple(int(x) for x in str(torch_cuda).split(".")[:2])
-        oldest = archs.parse_arch(archs.nvcc_supported_archs((cuda[0], cuda[1]))[0])
-    except (TypeError, ValueError, IndexError):
-        return None
-    if cap >= oldest.capability:
-        return None
-    sm = f"sm_{cap[0]}{cap[1]}"
-    older = [
-        m
-        for m in sorted(_LAST_MINOR, reverse=True)
-        if m < cuda[0]
-        and cap >= archs.parse_arch(archs.nvcc_supported_archs((m, _LAST_MINOR[m]))[0]).capability
-    ]
-    text = (
-        f"the GPU ({sm}) is older than every architecture CUDA {cuda[0]}.{cuda[1]} can build for (oldest "
-        f"{oldest.sass}), so no mamba-ssm kernels for this torch can run on it, prebuilt or built from source: "
-        f"its GPU ops run on the PyTorch fallback (slower)"
-    )
-    if older:
-        text += (
-            f". The real fix: a torch built for CUDA {older[0]} whose arch list still has {sm} "
-            f"(torch.cuda.get_arch_list()), then `{install_kernels_command()}` takes the mamba-ssm "
-            f"cu{older[0]} wheel for it"
-        )
-    else:
-        text += ". No CUDA toolkit that torch 2.x supports targets it any more"
-    return text
-
-
 def coverage_fix(device_type: str, arch: str | None, torch_cuda: str | None, index: str | None = None) -> str:
     """What to do when the loaded build has no kernel for a device (``""`` when nothing can be done).
 
@@ -770,7 +722,7 @@ def coverage_fix(device_type: str, arch: str | None, torch_cuda: str | None, ind
         if not fetchable:
             return f"build from source for {arch}: `{build}`"
         return f"install a wheel built for {arch} (`{kernels}` picks one), or build from source for it: `{build}`"
-    unservable = gpu_unservable(arch, torch_cuda)
+    unservable = archs.gpu_unservable(arch, torch_cuda)
     if unservable:  # a GPU older than everything this torch's CUDA can build for: no build helps
         return unservable
     try:  # MAMBA_CUDA_ARCHS wins over a TORCH_CUDA_ARCH_LIST the user may have set

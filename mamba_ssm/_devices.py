@@ -59,8 +59,8 @@ def device_key(device: Any) -> DeviceKey:
     if device.type == "cpu":
         return DeviceKey("cpu", -1)
     index = device.index
-    if index is None:
-        index = torch.cuda.current_device() if device.type == "cuda" else 0
+    if index is None:  # torch's stub types device.index as int; an unindexed device's is None
+        index = torch.cuda.current_device() if device.type == "cuda" else 0  # type: ignore[unreachable]
     return DeviceKey(device.type, int(index))
 
 

@@ -391,7 +391,7 @@ def _check_and_load(path: str, choice: ModuleChoice | None) -> LoadResult:  # on
         )
     if path not in getattr(torch.ops, "loaded_libraries", ()):
         try:
-            torch.ops.load_library(path)
+            torch.ops.load_library(path)  # type: ignore[no-untyped-call]  # torch's load_library is unannotated
         except (OSError, ImportError, RuntimeError) as exc:
             return _not_loaded(
                 LoadKind.LOAD_ERROR,

@@ -15,10 +15,8 @@ from typing import Any, Dict, Iterator
 
 from setuptools import find_packages
 
-try:  # setuptools >= 70.1 ships bdist_wheel
-    from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
-except ImportError:  # pragma: no cover - older setuptools with the wheel package
-    from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
+# setuptools >= 70.1 ships bdist_wheel; setup.py checks for the build requirement (>= 77) before this loads
+from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
 
 from .._compat import buildinfo, versions
 from .._install.record import INSTALL_ID_FILE, BuildNote, InstallMode, install_id_file_bytes, new_install_id
@@ -112,10 +110,10 @@ def make_cmdclass(plan: BuildPlan) -> Dict[str, type]:
                 self.dist_info_dir = None
             super().finalize_options()
 
-        def write_wheelfile(self, distinfo_path: str, *args: Any, **kwargs: Any) -> None:
-            super().write_wheelfile(distinfo_path, *args, **kwargs)
+        def write_wheelfile(self, wheelfile_base: str, *args: Any, **kwargs: Any) -> None:
+            super().write_wheelfile(wheelfile_base, *args, **kwargs)  # wheelfile_base: the dist-info folder
             if self.install_id:  # RECORD is written afterwards, from the folder's files
-                with open(os.path.join(distinfo_path, INSTALL_ID_FILE), "wb") as fh:
+                with open(os.path.join(wheelfile_base, INSTALL_ID_FILE), "wb") as fh:
                     fh.write(install_id_file_bytes(self.install_id))
 
         def run(self) -> None:
@@ -123,8 +121,9 @@ def make_cmdclass(plan: BuildPlan) -> Dict[str, type]:
                 self.install_id = new_install_id()
             note = None
             if plan.mode is BuildMode.PREBUILT and plan.prebuilt_wheel is not None:
-                os.makedirs(self.dist_dir, exist_ok=True)
-                dest = os.path.join(self.dist_dir, os.path.basename(plan.prebuilt_wheel))
+                dist_dir = self.dist_dir or "dist"  # finalize_options set it ("dist" is its default)
+                os.makedirs(dist_dir, exist_ok=True)
+                dest = os.path.join(dist_dir, os.path.basename(plan.prebuilt_wheel))
                 if self.install_id:
                     add_install_id(plan.prebuilt_wheel, dest, self.install_id)
                 else:
@@ -180,7 +179,7 @@ def torch_cuda_check(cfg: BuildConfig) -> Iterator[None]:
     from torch.utils import cpp_extension
 
     torch_cuda = cfg.torch.cuda
-    if cfg.torch_abi != "stable" or cfg.nvcc is None or not torch_cuda:
+    if cfg.torch_abi != versions.TorchAbi.STABLE or cfg.nvcc is None or not torch_cuda:
         yield
         return
     if cfg.nvcc[0] == versions.parse_cuda_version(torch_cuda)[0]:
@@ -245,7 +244,7 @@ def make_build_ext(cfg: BuildConfig) -> type:
                 + f", MAX_JOBS={cfg.max_jobs}, cxx11 ABI={int(cfg.cxx11_abi)}"
                 + (
                     f", stable ABI (torch >= {cfg.torch_abi_floor})"
-                    if cfg.torch_abi == "stable"
+                    if cfg.torch_abi == versions.TorchAbi.STABLE
                     else ", classic ABI"
                 )
             )
@@ -282,11 +281,15 @@ def make_extension(cfg: BuildConfig) -> Any:
         py_limited_api=True,
         depends=sorted(glob.glob(os.path.join(CSRC, "*.h")) + glob.glob(os.path.join(CSRC, "*.cuh"))),
     )
+    # torch's cpp_extension.CUDAExtension / CppExtension carry no annotations (they return a setuptools
+    # Extension)
     if cfg.gpu:
-        return cpp_extension.CUDAExtension(
+        return cpp_extension.CUDAExtension(  # type: ignore[no-untyped-call]
             extra_compile_args={"cxx": list(cfg.cxx_flags), "nvcc": list(cfg.gpu_flags)}, **kwargs
         )
-    return cpp_extension.CppExtension(extra_compile_args={"cxx": list(cfg.cxx_flags)}, **kwargs)
+    return cpp_extension.CppExtension(  # type: ignore[no-untyped-call]
+        extra_compile_args={"cxx": list(cfg.cxx_flags)}, **kwargs
+    )
 
 
 #: What every wheel requires besides torch: ``packaging`` (the loader's and resolver's version logic) and

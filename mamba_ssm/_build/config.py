@@ -118,7 +118,7 @@ def probe_torch(need: str) -> BuildTorch:
     arch_list: List[str] = []
     if build.cuda:
         try:
-            arch_list = list(torch.cuda.get_arch_list()) or torch._C._cuda_getArchFlags().split()
+            arch_list = list(torch.cuda.get_arch_list()) or (torch._C._cuda_getArchFlags() or "").split()
         except Exception:  # noqa: BLE001
             arch_list = []
     return BuildTorch(
@@ -142,8 +142,8 @@ def stable_abi_hex(floor: str) -> str:
 
 def resolve_torch_abi(
     raw: str, torch: versions.TorchBuild, gpu: Optional[str]
-) -> Tuple[str, Optional[str], str]:
-    """``MAMBA_TORCH_STABLE_ABI`` (``raw``) -> (``"stable"`` | ``"classic"``, the floor or None, why).
+) -> Tuple[versions.TorchAbi, Optional[str], str]:
+    """``MAMBA_TORCH_STABLE_ABI`` (``raw``) -> (``TorchAbi.STABLE`` | ``CLASSIC``, the floor or None, why).
 
     Unset: the stable-ABI binding with floor ``buildinfo.STABLE_ABI_MIN_FLOOR`` (2.10) when the build
     torch is at least that and the build has no HIP kernels, else classic. A false spelling
@@ -157,12 +157,16 @@ def resolve_torch_abi(
     value = raw.strip()
     if not value:
         if have < low:
-            return "classic", None, f"torch {torch.version} is older than {buildinfo.STABLE_ABI_MIN_FLOOR}"
+            return (
+                versions.TorchAbi.CLASSIC,
+                None,
+                f"torch {torch.version} is older than {buildinfo.STABLE_ABI_MIN_FLOOR}",
+            )
         if gpu == "hip":
-            return "classic", None, "the stable-ABI binding has no HIP kernels"
-        return "stable", buildinfo.STABLE_ABI_MIN_FLOOR, "the default for torch >= 2.10"
+            return versions.TorchAbi.CLASSIC, None, "the stable-ABI binding has no HIP kernels"
+        return versions.TorchAbi.STABLE, buildinfo.STABLE_ABI_MIN_FLOOR, "the default for torch >= 2.10"
     if value.upper() in FALSE_VALUES:
-        return "classic", None, f"MAMBA_TORCH_STABLE_ABI={value}"
+        return versions.TorchAbi.CLASSIC, None, f"MAMBA_TORCH_STABLE_ABI={value}"
     floor = buildinfo.STABLE_ABI_MIN_FLOOR if value.upper() in TRUE_VALUES else value
     try:
         want = buildinfo.parse_floor(floor)
@@ -188,11 +192,11 @@ def resolve_torch_abi(
             f"MAMBA_TORCH_STABLE_ABI={raw!r} asks for the stable-ABI binding, which has no HIP kernels; a "
             "ROCm build uses the classic binding. Fix: unset MAMBA_TORCH_STABLE_ABI or set it to 0"
         )
-    return "stable", floor, f"MAMBA_TORCH_STABLE_ABI={value}"
+    return versions.TorchAbi.STABLE, floor, f"MAMBA_TORCH_STABLE_ABI={value}"
 
 
 def resolve_stable_cuda_major(
-    raw: str, torch_abi: str, torch_cuda: str, nvcc: Tuple[int, int], nvcc_path: str
+    raw: str, torch_abi: versions.TorchAbi, torch_cuda: str, nvcc: Tuple[int, int], nvcc_path: str
 ) -> Optional[str]:
     """Check nvcc's CUDA major against the module's: ``MAMBA_STABLE_CUDA_MAJOR`` (``raw``) when set, else
     torch's (``torch.version.cuda``). Returns a note for the build log when the two differ, else None.
@@ -213,7 +217,7 @@ def resolve_stable_cuda_major(
             f"MAMBA_STABLE_CUDA_MAJOR={raw!r} is not a CUDA major version: set it to e.g. 12 (the CUDA of "
             "the torches the stable-ABI module is for, which nvcc must be) or unset it (torch's CUDA major)"
         )
-    if torch_abi != "stable":
+    if torch_abi != versions.TorchAbi.STABLE:
         raise PreflightError(
             f"MAMBA_STABLE_CUDA_MAJOR={value} applies to a stable-ABI build only; this build uses the classic "
             "binding, which links torch's CUDA libraries (nvcc's CUDA major must be torch's). Fix: unset "
@@ -240,7 +244,7 @@ def torch_requirement(cfg: BuildConfig) -> str:
     """The wheel's requirement on torch: ``torch>=2.10`` for a stable-ABI build (every torch from its
     floor on), ``torch==2.14.*`` for a classic one (its torch minor), or ``torch==<public version>`` for a
     classic build against a pre-release / nightly / NGC / source torch (only that build fits)."""
-    if cfg.torch_abi == "stable":
+    if cfg.torch_abi == versions.TorchAbi.STABLE:
         return f"torch>={cfg.torch_abi_floor}"
     if cfg.torch.needs_exact_match:
         return f"torch=={cfg.torch.parsed.public}"
@@ -275,7 +279,7 @@ class BuildConfig:
     notes: List[str] = field(default_factory=list)
     limited_api: str = LIMITED_API_HEX  # the Py_LIMITED_API the module is compiled for
     torch_defines_limited_api: bool = False  # torch's cpp_extension passes -DPy_LIMITED_API itself
-    torch_abi: str = "classic"  # the binding: "classic" (ATen) or "stable" (LibTorch stable ABI)
+    torch_abi: versions.TorchAbi = versions.TorchAbi.CLASSIC  # the binding: ATen or the LibTorch stable ABI
     torch_abi_floor: Optional[str] = None  # the stable ABI's lowest torch, e.g. "2.10"
 
     @property

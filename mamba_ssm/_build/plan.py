@@ -1,7 +1,8 @@
 """What one setup.py run builds: the pure-Python wheel (``MAMBA_SKIP_CUDA_BUILD``), a source build
-(``MAMBA_FORCE_BUILD``, build_ext, develop), or, for a wheel, what the resolver hook
-(``mamba_ssm/_install/setup_hook.py``) finds: a prebuilt wheel, else ``MAMBA_FALLBACK``. The hook's
-``record`` keeps the decision for ``mamba-ssm doctor``.
+(``MAMBA_FORCE_BUILD``, build_ext, develop), or, for a wheel, what the resolver hook finds: a prebuilt
+wheel, else ``MAMBA_FALLBACK``. The hook (:class:`SetupHook`: setup.py passes
+``mamba_ssm/_install/setup_hook.py``, a test its stand-in) also records the decision for
+``mamba-ssm doctor``.
 """
 
 from __future__ import annotations
@@ -9,34 +10,62 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
-import inspect
 import os
 import shlex
 import sys
-import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Protocol
 
 from .._compat.textenum import TextEnum
 from .._install.record import BuildNote, InstallMode
 from .config import BuildConfig, probe_torch, resolve_config
 from .errors import PreflightError
-from .settings import PACKAGE, ROOT, CommandKind, Fallback, Settings, package_version
+from .settings import ROOT, CommandKind, Fallback, Settings, package_version
 
 if TYPE_CHECKING:
-    from .._install.setup_hook import HookOutcome, Target
+    from .._install.setup_hook import Outcome, Target
 
 __all__ = [
     "BOTH_FLAGS_WARNING",
     "BuildMode",
     "BuildPlan",
+    "SetupHook",
     "auto_targets",
-    "load_hook_file",
-    "load_setup_hook",
     "plan_build",
     "record_decision",
     "use_target_torch",
 ]
+
+
+class SetupHook(Protocol):
+    """The resolver hook a wheel build asks: ``mamba_ssm/_install/setup_hook.py`` (the module itself
+    is the implementation; setup.py passes it), or a test's stand-in. Its functions' documentation is
+    there."""
+
+    def resolve_prebuilt(self, version: str) -> Outcome:
+        """Find, download and verify the prebuilt wheel of ``version`` for the target (never raises)."""
+        ...
+
+    def requested(self, version: str, reason: str) -> Outcome:
+        """The outcome to record for a build mode the user asked for (``reason``: the variable)."""
+        ...
+
+    def record(
+        self,
+        outcome: Outcome,
+        final_mode: InstallMode,
+        install_id: str | None = None,
+        build: BuildNote | None = None,
+        message: str | None = None,
+    ) -> str | None:
+        """Store the install record with what setup.py finally did; its path, None if not written."""
+        ...
+
+
+if TYPE_CHECKING:  # the real hook module implements the protocol (mypy checks the module against it)
+    from .._install import setup_hook as _setup_hook
+
+    _REAL_HOOK: SetupHook = _setup_hook
 
 
 class BuildMode(TextEnum):
@@ -60,47 +89,14 @@ class BuildPlan:
     mode: BuildMode
     config: BuildConfig | None = None
     prebuilt_wheel: str | None = None
-    outcome: HookOutcome | None = None
-    hook: types.ModuleType | None = None
+    outcome: Outcome | None = None
+    hook: SetupHook | None = None
     reason: str = ""
     final_mode: InstallMode | None = None
 
     def __post_init__(self) -> None:
         if self.final_mode is None:  # the mode's own (a frozen dataclass sets its derived field so)
             object.__setattr__(self, "final_mode", InstallMode.lookup(str(self.mode)))
-
-
-def load_hook_file(path: str, name: str) -> types.ModuleType:
-    """Import the Python file ``path`` (a ``MAMBA_SETUP_HOOK``) as module ``name``, registered in
-    ``sys.modules`` first so its dataclasses resolve, removed again when it fails. Raises what the file
-    raises."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return mod
-
-
-def load_setup_hook(env: Mapping[str, str]) -> types.ModuleType | None:
-    """The resolver hook: ``mamba_ssm/_install/setup_hook.py`` of this tree, or the file
-    ``MAMBA_SETUP_HOOK`` names; None when the tree has none. ``PreflightError`` when the override does
-    not exist."""
-    override = Settings.from_env(env).setup_hook
-    if override:
-        if not os.path.isfile(override):
-            raise PreflightError(
-                f"MAMBA_SETUP_HOOK={override!r} does not exist; unset it or point it at a file"
-            )
-        return load_hook_file(override, "_mamba_ssm_setup_hook_override")
-    if not os.path.isfile(os.path.join(ROOT, PACKAGE, "_install", "setup_hook.py")):
-        return None
-    return importlib.import_module(".._install.setup_hook", __package__)
 
 
 def use_target_torch(target: Target | None) -> str:
@@ -166,7 +162,7 @@ def auto_targets(env: Mapping[str, str], target: Target | None) -> tuple[Mapping
 
 
 def _fallback(
-    env: Mapping[str, str], outcome_msg: str, root: str = ROOT, outcome: HookOutcome | None = None
+    env: Mapping[str, str], outcome_msg: str, root: str = ROOT, outcome: Outcome | None = None
 ) -> BuildPlan:
     choice = Settings.from_env(env).fallback_choice()
     if choice is Fallback.ERROR:
@@ -177,17 +173,14 @@ def _fallback(
         )
     if choice is Fallback.PYTHON:
         return BuildPlan(BuildMode.PYTHON, reason="MAMBA_FALLBACK=python")
-    from .._install.setup_hook import Outcome  # the resolver only when it was asked
-
-    ours = outcome if isinstance(outcome, Outcome) else None  # an override hook's outcome says no more
-    unservable = list(ours.record.gpu_unservable) if ours else []
+    unservable = list(outcome.record.gpu_unservable) if outcome is not None else []
     if (
         choice is Fallback.AUTO and unservable
     ):  # a long build of kernels the GPU cannot run: pure Python, with why
         return BuildPlan(
             BuildMode.PYTHON, reason="MAMBA_FALLBACK=auto: no source build, " + " ".join(unservable)
         )
-    target = ours.target if ours else None
+    target = outcome.target if outcome is not None else None
     try:
         against = use_target_torch(target)
     except PreflightError as e:
@@ -232,8 +225,18 @@ BOTH_FLAGS_WARNING = (
 )
 
 
-def plan_build(kind: CommandKind | str, env: Mapping[str, str] | None = None, root: str = ROOT) -> BuildPlan:
+def plan_build(
+    kind: CommandKind | str,
+    env: Mapping[str, str] | None = None,
+    root: str = ROOT,
+    *,
+    hook: SetupHook | None,
+) -> BuildPlan:
     """Decide what to build for a command ``kind`` (:func:`.settings.classify_commands`).
+
+    ``hook`` is the resolver a wheel build asks and whose ``record`` keeps the decision (setup.py passes
+    ``mamba_ssm/_install/setup_hook.py``); None: no resolver, a wheel goes to ``MAMBA_FALLBACK`` and
+    nothing is recorded.
 
     Raises:
         PreflightError: the build cannot proceed (the message names the value and the fix).
@@ -249,9 +252,11 @@ def plan_build(kind: CommandKind | str, env: Mapping[str, str] | None = None, ro
         if s.force_build:
             reason += " (" + BOTH_FLAGS_WARNING + ")"
             print(f"mamba-ssm: warning: {BOTH_FLAGS_WARNING}", file=sys.stderr, flush=True)
-        return _requested(BuildPlan(BuildMode.PYTHON, reason=reason), kind, env)
+        return _requested(BuildPlan(BuildMode.PYTHON, reason=reason), kind, env, hook)
     if s.force_build:
-        plan = _requested(BuildPlan(BuildMode.SOURCE, reason=_as_set(env, "MAMBA_FORCE_BUILD")), kind, env)
+        plan = _requested(
+            BuildPlan(BuildMode.SOURCE, reason=_as_set(env, "MAMBA_FORCE_BUILD")), kind, env, hook
+        )
         try:
             probe_torch("MAMBA_FORCE_BUILD=TRUE")  # fail at once under build isolation
             return dataclasses.replace(plan, config=resolve_config(env, root=root))
@@ -265,11 +270,10 @@ def plan_build(kind: CommandKind | str, env: Mapping[str, str] | None = None, ro
         )
     if kind is CommandKind.EDITABLE:
         return _fallback(env, "", root)
-    hook = load_setup_hook(env)
     if hook is None:
         plan = _fallback(env, "", root)
-        return dataclasses.replace(plan, reason=plan.reason + " (no resolver hook in this checkout)")
-    outcome: HookOutcome = hook.resolve_prebuilt(package_version(env))
+        return dataclasses.replace(plan, reason=plan.reason + " (no resolver hook given)")
+    outcome = hook.resolve_prebuilt(package_version(env))
     if outcome.wheel_path:
         if not os.path.isfile(outcome.wheel_path):
             raise PreflightError(f"the resolver returned {outcome.wheel_path!r}, which does not exist")
@@ -296,38 +300,26 @@ def _as_set(env: Mapping[str, str], name: str) -> str:
     return f"{name}={shlex.quote(str(env.get(name, '')).strip())}"
 
 
-def _requested(plan: BuildPlan, kind: CommandKind, env: Mapping[str, str]) -> BuildPlan:
+def _requested(
+    plan: BuildPlan, kind: CommandKind, env: Mapping[str, str], hook: SetupHook | None
+) -> BuildPlan:
     """A wheel whose mode the user asked for (SKIP / FORCE) is recorded too, through the hook's
     ``requested`` Outcome (doctor must not show an earlier install's decision for it)."""
-    if kind is not CommandKind.WHEEL:
+    if kind is not CommandKind.WHEEL or hook is None:
         return plan
-    try:
-        hook = load_setup_hook(env)
-    except PreflightError:
-        return plan
-    make = getattr(hook, "requested", None) if hook is not None else None  # an override may lack it
-    if make is None:
-        return plan
-    return dataclasses.replace(plan, hook=hook, outcome=make(package_version(env), plan.reason))
+    return dataclasses.replace(plan, hook=hook, outcome=hook.requested(package_version(env), plan.reason))
 
 
 def record_decision(
-    hook: types.ModuleType | None,
-    outcome: HookOutcome | None,
+    hook: SetupHook | None,
+    outcome: Outcome | None,
     final_mode: InstallMode,
     install_id: str = "",
     build: BuildNote | None = None,
     message: str | None = None,
 ) -> None:
-    """``hook.record(outcome, final_mode, ...)`` when the hook has ``record``; the install id, the build
-    note and the message go to a ``record`` that takes them (an override hook may take only the first
-    two arguments)."""
-    record = getattr(hook, "record", None) if hook is not None else None  # an override may lack it
-    if record is None or outcome is None:
+    """``hook.record(outcome, final_mode, ...)`` (the install id, the build note and the message as
+    given; an empty id is none); nothing without a hook or an outcome."""
+    if hook is None or outcome is None:
         return
-    try:
-        takes = set(inspect.signature(record).parameters)
-    except (TypeError, ValueError):
-        takes = set()
-    extra = {"install_id": install_id or None, "build": build, "message": message}
-    record(outcome, final_mode, **{k: v for k, v in extra.items() if k in takes and v is not None})
+    hook.record(outcome, final_mode, install_id=install_id or None, build=build, message=message)

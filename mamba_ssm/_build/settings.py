@@ -125,7 +125,6 @@ class Settings:
     keep_cuda_build: bool = False  # MAMBA_KEEP_CUDA_BUILD: accepted, no effect
     max_jobs: str = ""  # MAX_JOBS (checked by max_jobs_or)
     nvcc_threads: str = ""  # NVCC_THREADS (checked by nvcc_threads_or)
-    setup_hook: str = ""  # MAMBA_SETUP_HOOK: a file replacing the resolver hook
     git_commit: str = ""  # MAMBA_GIT_COMMIT: the commit recorded in the build info
     torch_stable_abi: str = ""  # MAMBA_TORCH_STABLE_ABI (checked by config.resolve_torch_abi)
     stable_cuda_major: str = ""  # MAMBA_STABLE_CUDA_MAJOR (checked by config.resolve_stable_cuda_major)
@@ -156,7 +155,6 @@ class Settings:
             keep_cuda_build=flag["MAMBA_KEEP_CUDA_BUILD"],
             max_jobs=_text(env, "MAX_JOBS"),
             nvcc_threads=_text(env, "NVCC_THREADS"),
-            setup_hook=str(env.get("MAMBA_SETUP_HOOK", "") or ""),
             git_commit=str(env.get("MAMBA_GIT_COMMIT", "") or ""),
             torch_stable_abi=_text(env, "MAMBA_TORCH_STABLE_ABI"),
             stable_cuda_major=_text(env, "MAMBA_STABLE_CUDA_MAJOR"),

@@ -1,5 +1,6 @@
 """CUDA compute capabilities: arch-list syntax, what each nvcc can target, gencode flags, and whether a
-binary's SASS/PTX covers a given GPU. ROCm gfx targets: syntax and a default list.
+binary's SASS/PTX covers a given GPU, and which GPUs no build for a torch's CUDA can serve. ROCm gfx
+targets: syntax and a default list.
 
 Pure Python (no torch), loadable by path from setup.py.
 
@@ -30,6 +31,7 @@ __all__ = [
     "default_arch_spec",
     "default_gfx_archs",
     "gencode_flags",
+    "gpu_unservable",
     "known_bad",
     "nvcc_supported_archs",
     "parse_arch",
@@ -389,6 +391,57 @@ def coverage(capability: object, sass: Sequence[str], ptx: Sequence[str]) -> Opt
         f"a GPU of compute capability {cap[0]}.{cap[1]} (sm_{cap[0]}{cap[1]}) is not covered by this build "
         f"({have})"
     )
+
+
+#: The last minor release of each older CUDA major (the nvcc whose arch table :func:`gpu_unservable`
+#: reads for it).
+_LAST_MINOR = {12: 9, 11: 8}
+#: The command that installs our wheel for the running torch (``_advice.install_kernels_command()``
+#: without an index; this module imports nothing of the package).
+_INSTALL_KERNELS = "python -m mamba_ssm install-kernels"
+
+
+def gpu_unservable(capability: str | None, torch_cuda: str | None) -> str | None:
+    """Why no mamba-ssm kernels for a torch built with CUDA ``torch_cuda`` (``"13.0"``) can run on a GPU of
+    compute capability ``capability`` (``"6.0"``), prebuilt or built from source, and the real fix; None
+    when they can (or either value is unknown).
+
+    A GPU runs SASS of its own major not newer than it, or PTX not newer than it, so a GPU older than
+    the oldest architecture the toolkit of that CUDA can target (CUDA 13: sm_75; 12: sm_50; 11: sm_35,
+    NVIDIA's release notes, :func:`nvcc_supported_archs`) runs none of it: its GPU ops use the PyTorch
+    fallback. The fix is a torch built for the newest older CUDA whose toolkit still targets it, and
+    our wheel for that torch.
+    """
+    if capability is None or torch_cuda is None:
+        return None
+    try:
+        cap = parse_capability(capability)
+        cuda = tuple(int(x) for x in str(torch_cuda).split(".")[:2])
+        oldest = parse_arch(nvcc_supported_archs((cuda[0], cuda[1]))[0])
+    except (TypeError, ValueError, IndexError):
+        return None
+    if cap >= oldest.capability:
+        return None
+    sm = f"sm_{cap[0]}{cap[1]}"
+    older = [
+        m
+        for m in sorted(_LAST_MINOR, reverse=True)
+        if m < cuda[0] and cap >= parse_arch(nvcc_supported_archs((m, _LAST_MINOR[m]))[0]).capability
+    ]
+    text = (
+        f"the GPU ({sm}) is older than every architecture CUDA {cuda[0]}.{cuda[1]} can build for (oldest "
+        f"{oldest.sass}), so no mamba-ssm kernels for this torch can run on it, prebuilt or built from source: "
+        f"its GPU ops run on the PyTorch fallback (slower)"
+    )
+    if older:
+        text += (
+            f". The real fix: a torch built for CUDA {older[0]} whose arch list still has {sm} "
+            f"(torch.cuda.get_arch_list()), then `{_INSTALL_KERNELS}` takes the mamba-ssm "
+            f"cu{older[0]} wheel for it"
+        )
+    else:
+        text += ". No CUDA toolkit that torch 2.x supports targets it any more"
+    return text
 
 
 # ----------------------------------------------------------------------------- ROCm gfx targets

@@ -18,14 +18,13 @@ from typing import List, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-from .versions import TorchBuild, parse_cuda_version
+from .versions import TorchAbi, TorchBuild, parse_cuda_version
 
 __all__ = [
     "BEGIN_MARKER",
     "END_MARKER",
     "SCHEMA",
     "STABLE_ABI_MIN_FLOOR",
-    "TORCH_ABIS",
     "BuildInfo",
     "BuildInfoError",
     "describe_torch_abi",
@@ -41,9 +40,6 @@ BEGIN_MARKER = b"MAMBA_SSM_BUILD_INFO_BEGIN"
 END_MARKER = b"MAMBA_SSM_BUILD_INFO_END"
 _MAX_JSON = 64 * 1024
 
-#: The two bindings of ``_C``: ``classic`` (ATen; one build per torch minor and C++ ABI) and ``stable``
-#: (the LibTorch stable ABI; one build for every torch from its floor on).
-TORCH_ABIS = ("classic", "stable")
 #: The lowest floor of the stable-ABI binding (csrc/binding_api_stable.h uses the torch 2.10 stable API),
 #: and the floor a build gets by default when its torch is at least this.
 STABLE_ABI_MIN_FLOOR = "2.10"
@@ -71,8 +67,8 @@ class BuildInfo:
     ``torch_version`` is the full version (``"2.14.1+cu130"``); ``torch_cuda`` / ``torch_hip`` are
     ``torch.version.cuda`` / ``.hip`` of that torch (None for CPU); ``sass_archs`` like ``["sm_90"]``,
     ``ptx_archs`` like ``["compute_90"]``, ``gfx_archs`` like ``["gfx90a"]``; ``kernels`` like
-    ``["cpu", "cuda"]``. ``torch_abi`` is ``"classic"`` (ATen: only the torch minor it was built
-    against) or ``"stable"`` (the LibTorch stable ABI: every torch from ``torch_abi_floor``, e.g.
+    ``["cpu", "cuda"]``. ``torch_abi`` (:class:`TorchAbi`) is ``"classic"`` (ATen: only the torch minor it
+    was built against) or ``"stable"`` (the LibTorch stable ABI: every torch from ``torch_abi_floor``, e.g.
     ``"2.10"``, on); a build info without these keys (older builds) is classic. ``nvcc_version`` is the
     compiler's ``"12.4"``: the CUDA runtime a module with CUDA kernels links (``libcudart.so.12``), which
     for a stable-ABI build may be of another major than ``torch_cuda`` (``cuda_runtime_version``).
@@ -93,7 +89,7 @@ class BuildInfo:
     git_commit: Optional[str] = None
     kernels: List[str] = field(default_factory=lambda: ["cpu"])
     schema: int = SCHEMA
-    torch_abi: str = "classic"
+    torch_abi: TorchAbi = TorchAbi.CLASSIC
     torch_abi_floor: Optional[str] = None
 
     def to_json(self) -> str:
@@ -131,12 +127,13 @@ class BuildInfo:
                 raise BuildInfoError(f"build info {key!r} must be a list of strings, got {data[key]!r}")
         if "cxx11_abi" in data and not isinstance(data["cxx11_abi"], bool):
             raise BuildInfoError(f"build info 'cxx11_abi' must be true/false, got {data['cxx11_abi']!r}")
-        abi, floor = data.get("torch_abi", "classic"), data.get("torch_abi_floor")
-        if abi not in TORCH_ABIS:
+        raw_abi, floor = data.get("torch_abi", TorchAbi.CLASSIC), data.get("torch_abi_floor")
+        abi = TorchAbi.lookup(raw_abi)
+        if abi is None:
             raise BuildInfoError(
-                f"build info 'torch_abi' must be one of {', '.join(TORCH_ABIS)}, got {abi!r}"
+                f"build info 'torch_abi' must be one of {', '.join(TorchAbi.choices())}, got {raw_abi!r}"
             )
-        if abi == "stable":
+        if abi is TorchAbi.STABLE:
             try:
                 parse_floor(floor)
             except ValueError as e:
@@ -151,7 +148,7 @@ class BuildInfo:
             raise BuildInfoError(
                 f"build info torch_version {data['torch_version']!r} is not a PEP 440 version"
             ) from None
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{k: v for k, v in data.items() if k in known} | {"torch_abi": abi})
 
     @property
     def torch_build(self) -> TorchBuild:
@@ -175,7 +172,7 @@ class BuildInfo:
     @property
     def is_stable_abi(self) -> bool:
         """Built on the LibTorch stable ABI (serves every torch from ``torch_abi_floor`` on)."""
-        return self.torch_abi == "stable"
+        return self.torch_abi == TorchAbi.STABLE
 
     def describe_abi(self) -> str:
         """The torch ABI in words (``describe_torch_abi``)."""
@@ -192,7 +189,7 @@ def describe_torch_abi(
         public, major_minor = Version(str(torch_version)).public, TorchBuild(str(torch_version)).major_minor
     except (InvalidVersion, ValueError):
         public = major_minor = str(torch_version)
-    if torch_abi == "stable":
+    if torch_abi == TorchAbi.STABLE:
         return f"stable ABI, torch >= {floor} (built with {public})"
     abi = "?" if cxx11_abi is None else ("TRUE" if cxx11_abi else "FALSE")
     return f"classic ABI, torch {major_minor} only (built with {torch_version}, cxx11abi {abi})"

@@ -42,6 +42,8 @@ from typing import Any, Optional, Tuple
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from .versions import TorchAbi
+
 __all__ = ["DIST_NAME", "VariantError", "VariantKey", "split_wheel_filename"]
 
 DIST_NAME = "mamba_ssm"
@@ -120,7 +122,7 @@ class VariantKey:
             upstream ``hip62``.
         python_tag, abi_tag, platform_tag: the wheel tags (``cp39``, ``abi3``, ``linux_x86_64`` or
             the manylinux tag auditwheel granted).
-        torch_abi: ``"classic"`` (one torch series) or ``"stable"`` (the LibTorch stable ABI: ``torch``
+        torch_abi: :class:`TorchAbi`: ``"classic"`` (one torch series) or ``"stable"`` (the LibTorch stable ABI: ``torch``
             is then the floor, ``"2.10"``, and the key serves every torch from it on).
 
     Raises VariantError (a ValueError) naming the value when a field is malformed.
@@ -132,7 +134,7 @@ class VariantKey:
     python_tag: str = "cp39"
     abi_tag: str = "abi3"
     platform_tag: str = "linux_x86_64"
-    torch_abi: str = "classic"
+    torch_abi: TorchAbi = TorchAbi.CLASSIC
     # Set only for keys read from an upstream label that our grammar cannot express (``hip62``).
     upstream_label: Optional[str] = field(default=None, compare=False, repr=False)
 
@@ -140,9 +142,11 @@ class VariantKey:
         object.__setattr__(self, "accelerator", _normalise_accelerator(self.accelerator))
         if self.torch is not None:
             object.__setattr__(self, "torch", _normalise_torch(str(self.torch)))
-        if self.torch_abi not in ("classic", "stable"):
+        abi = TorchAbi.lookup(self.torch_abi)
+        if abi is None:
             raise VariantError(f"torch_abi {self.torch_abi!r} is neither 'classic' nor 'stable'")
-        if self.torch_abi == "stable":
+        object.__setattr__(self, "torch_abi", abi)
+        if abi is TorchAbi.STABLE:
             if self.torch is None or not _MAJOR_MINOR_RE.match(self.torch) or self.cxx11abi is not None:
                 raise VariantError(
                     f"a stable-ABI VariantKey needs torch = its floor 'major.minor' and cxx11abi=None (got "
@@ -169,7 +173,7 @@ class VariantKey:
     @property
     def stable(self) -> bool:
         """A stable-ABI key: ``torch`` is the floor, every later torch is served."""
-        return self.torch_abi == "stable"
+        return self.torch_abi is TorchAbi.STABLE
 
     @property
     def exact_torch(self) -> bool:
@@ -233,7 +237,7 @@ class VariantKey:
                     torch=m.group("floor"),
                     accelerator=m.group("accel"),
                     cxx11abi=None,
-                    torch_abi="stable",
+                    torch_abi=TorchAbi.STABLE,
                     **tags,
                 )
             except VariantError as exc:

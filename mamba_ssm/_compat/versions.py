@@ -22,7 +22,10 @@ from typing import Any, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
+from .textenum import TextEnum
+
 __all__ = [
+    "TorchAbi",
     "TorchBuild",
     "cuda_from_local_label",
     "parse_cuda_version",
@@ -31,6 +34,14 @@ __all__ = [
     "parse_rocm_version",
     "rocm_from_local_label",
 ]
+
+
+class TorchAbi(TextEnum):
+    """The torch ABI a ``mamba_ssm._C`` binds to (its build info's ``torch_abi``, a wheel variant's)."""
+
+    CLASSIC = "classic"  # ATen: one torch minor (and C++ ABI) per build
+    STABLE = "stable"  # the LibTorch stable ABI: every torch from the build's floor on
+
 
 _NGC_LOCAL = re.compile(r"(?:^|\.)nv\d{2}\.\d{2}(?:$|\.)")
 _CUDA_LOCAL = re.compile(r"^cu(\d{2,3})$")

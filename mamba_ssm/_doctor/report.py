@@ -397,7 +397,8 @@ def _cuda_driver_api_version() -> str | None:
 
         if not torch.version.cuda or not torch.cuda.is_available():
             return None
-        value = int(torch._C._cuda_getDriverVersion())
+        # torch._C's stubs do not declare _cuda_getDriverVersion, which CUDA builds of torch define
+        value = int(torch._C._cuda_getDriverVersion())  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001
         return None
     return f"{value // 1000}.{(value % 1000) // 10}" if value > 0 else None

@@ -34,8 +34,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from packaging.version import InvalidVersion, Version
 
-from .._advice import gpu_unservable
-from .._compat.archs import coverage
+from .._compat.archs import coverage, gpu_unservable
 from .._compat.buildinfo import (
     STABLE_ABI_MIN_FLOOR,
     BuildInfo,
@@ -44,6 +43,7 @@ from .._compat.buildinfo import (
     parse_floor,
 )
 from .._compat.variant import VariantKey
+from .._compat.versions import TorchAbi
 from .environment import Environment
 from .manifest import Manifest, Pin, WheelEntry
 from .record import Rejection, SelectionStatus, SelectionSummary
@@ -121,7 +121,8 @@ class Selection:
     the others with their reasons, nearest first; ``looked_for`` says what a fitting wheel would be;
     ``served`` what the index's wheels serve, one line per distinct target (:func:`served_by`);
     ``gpu_unservable`` each visible GPU that no build for the target's torch can run on (older than
-    every arch its CUDA's toolkit targets): why, and the real fix (:func:`mamba_ssm._advice.gpu_unservable`).
+    every arch its CUDA's toolkit targets): why, and the real fix
+    (:func:`mamba_ssm._compat.archs.gpu_unservable`).
     """
 
     status: SelectionStatus
@@ -277,7 +278,9 @@ def _stable_label(env: Environment) -> str | None:
         build = env.torch.build()
         if tuple(build.release[:2]) < parse_floor(STABLE_ABI_MIN_FLOOR):
             return None
-        label = VariantKey(STABLE_ABI_MIN_FLOOR, build.accelerator, None, torch_abi="stable").local_label
+        label = VariantKey(
+            STABLE_ABI_MIN_FLOOR, build.accelerator, None, torch_abi=TorchAbi.STABLE
+        ).local_label
         return (
             label
             if build.major_minor == STABLE_ABI_MIN_FLOOR
@@ -435,7 +438,7 @@ def served_by(entry: WheelEntry) -> str:
         accel = f"ROCm/HIP {info['torch_hip']}"
     else:
         accel = "CPU only"
-    if info.get("torch_abi") == "stable":
+    if info.get("torch_abi") == TorchAbi.STABLE:
         return f"torch >= {info.get('torch_abi_floor')} (stable ABI, built with {tv}), {accel}; {where}"
     abi = {True: "TRUE", False: "FALSE"}.get(bool(info["cxx11_abi"]), "?") if "cxx11_abi" in info else "?"
     return f"torch {mm} (built with {tv}), {accel}, cxx11abi {abi}; {where}"

@@ -11,9 +11,8 @@ When MAMBA_SKIP_CUDA_BUILD / MAMBA_FORCE_BUILD bypass the resolver, ``hook.reque
 gives the Outcome to record instead. ``install_id`` is the id setup.py also writes into the wheel's
 dist-info (``record.INSTALL_ID_FILE``), so doctor can tell this install's record from an earlier one's.
 
-A file named by ``MAMBA_SETUP_HOOK`` replaces this module (tests); it provides ``resolve_prebuilt`` and
-``record`` with the same meaning, and its outcomes need only ``wheel_path``, ``deferred`` and ``message``
-(:class:`HookOutcome`).
+These three functions are ``mamba_ssm._build.plan.SetupHook``, the interface setup.py's plan asks (a
+test passes a stand-in of its own instead of this module).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import dataclasses
 import os
 import sys
 from dataclasses import dataclass
-from typing import Protocol
 
 from .._gpus import Gpu
 from .environment import Environment
@@ -38,20 +36,7 @@ from .record import (
 from .relabel import relabel_wheel
 from .resolve import resolve
 
-__all__ = ["HookOutcome", "Outcome", "Target", "record", "requested", "resolve_prebuilt"]
-
-
-class HookOutcome(Protocol):
-    """What setup.py needs of any hook's outcome (this module's :class:`Outcome`, or an override's)."""
-
-    @property
-    def wheel_path(self) -> str | None: ...  # a verified wheel to hand to pip unchanged, or None
-
-    @property
-    def deferred(self) -> bool: ...  # torch is absent from the target: the pure-Python wheel
-
-    @property
-    def message(self) -> str: ...  # one paragraph for humans
+__all__ = ["Outcome", "Target", "record", "requested", "resolve_prebuilt"]
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,9 @@ import pytest
 from _setup_loader import REPO, load_setup
 from packaging.requirements import Requirement
 
+from mamba_ssm._build.errors import PreflightError
+from mamba_ssm._build.toolkit import check_ninja
+
 S = load_setup()
 
 if sys.version_info >= (3, 11):
@@ -66,8 +69,8 @@ def preflight_requirements(monkeypatch) -> dict[str, Requirement]:
     for text in shlex.split(fix.group(1)):
         wanted[Requirement(text).name] = Requirement(text)
     monkeypatch.setitem(sys.modules, "ninja", None)  # `import ninja` fails, as on a fresh machine
-    with pytest.raises(S.PreflightError) as err:
-        S.check_ninja({"PATH": ""})
+    with pytest.raises(PreflightError) as err:
+        check_ninja({"PATH": ""})
     fix = re.search(r"Fix: pip install (\S+)", str(err.value))
     assert fix, str(err.value)
     wanted[Requirement(fix.group(1)).name] = Requirement(fix.group(1))

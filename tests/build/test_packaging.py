@@ -3,7 +3,7 @@
 * metadata (egg_info, sdist, PEP 517 prepare_metadata) touches neither torch nor nvcc (sentinels);
 * the sdist holds every source the build compiles and every header they include;
 * MAMBA_SKIP_CUDA_BUILD: a pure-Python wheel without a shared object, even with one in the tree;
-* a prebuilt wheel from the resolver hook is handed to pip byte for byte;
+* a prebuilt wheel the resolver (the real hook, on a loopback index) found is handed to pip byte for byte;
 * MAMBA_FORCE_BUILD under build isolation fails at once, naming --no-build-isolation;
 * a source wheel (tiny C++ source) is abi3 for the lowest Python torch supports (torch's Requires-Python),
   its file name, METADATA and build info agree;
@@ -26,9 +26,14 @@ import zipfile
 import pytest
 from _project import REPO, copy_project, sentinel_bin, sentinel_torch
 
+from build_matrix.index import build_index
 from mamba_ssm._compat.buildinfo import read_build_info
+from mamba_ssm._install.record import read_record
 
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "install"))
+from helpers import build_info, make_wheel, serving
+
 BASE_VERSION = re.search(
     r'__version__ = "([^"]+)"', open(os.path.join(REPO, "mamba_ssm", "_version.py")).read()
 ).group(1)
@@ -41,7 +46,8 @@ CLEAN = (
     "MAMBA_CUDA_ARCHS",
     "TORCH_CUDA_ARCH_LIST",
     "MAMBA_FORCE_CXX11_ABI",
-    "MAMBA_SETUP_HOOK",
+    "MAMBA_WHEEL_INDEX",
+    "MAMBA_PREBUILT_LABEL",
     "HIP_BUILD",
     "CFLAGS",
     "CXXFLAGS",
@@ -223,41 +229,54 @@ def test_license_is_the_apache_2_0_text():
     assert 'license = "Apache-2.0"' in open(os.path.join(REPO, "pyproject.toml")).read()
 
 
-def _recorded_modes(log):
-    """The final modes the fake setup hook (progs/fake_setup_hook.py) was asked to record, in order."""
-    with open(log) as fh:
-        calls = [json.loads(line) for line in fh]
-    return [c["final_mode"] for c in calls if c["call"] == "record"]
+def _index_with(root, label, info):
+    """``root`` as a wheel index (build_matrix's layout and manifest) holding one fabricated
+    manylinux_2_28 wheel of this version: ``label``, its build info ``info``. Returns the wheel's path."""
+    make_wheel(str(root), label, info, platform="manylinux_2_28_x86_64", version=BASE_VERSION)
+    (entry,) = build_index(str(root)).wheels
+    return root / entry.relpath
 
 
-def test_prebuilt_wheel_handed_over_unchanged(tmp_path, skip_wheel):
-    prebuilt = tmp_path / "cache" / skip_wheel[0].name
-    prebuilt.parent.mkdir()
-    shutil.copy(skip_wheel[0], prebuilt)
-    proj = copy_project(str(tmp_path / "proj"))
-    env = {
-        "MAMBA_SETUP_HOOK": os.path.join(
-            os.path.dirname(os.path.abspath(__file__)), "progs", "fake_setup_hook.py"
-        ),
-        "FAKE_WHEEL": str(prebuilt),
-        "FAKE_LOG": str(tmp_path / "record.log"),
-        "CUDA_HOME": "/nonexistent",
+def _resolver_env(tmp_path, index_url):
+    """The real resolver hook of the copy, on ``index_url``: its cache and its decision records in
+    ``tmp_path``, no NVML, no retries."""
+    return {
+        "MAMBA_WHEEL_INDEX": index_url,
+        "MAMBA_SSM_CACHE_DIR": str(tmp_path / "resolver-cache"),
+        "MAMBA_SSM_DECISION_DIR": str(tmp_path / "decisions"),
+        "MAMBA_SSM_NO_NVML": "1",
+        "MAMBA_HTTP_RETRIES": "0",
     }
-    run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-build-isolation",
-            "--no-deps",
-            "-w",
-            str(tmp_path / "out"),
-            proj,
-        ],
-        str(tmp_path),
-        env,
-    )
+
+
+def _recorded_modes(decisions):
+    """The final modes the resolver hook recorded in the folder ``decisions`` (one record per target)."""
+    return [json.loads(p.read_text())["final_mode"] for p in sorted(decisions.glob("*.json"))]
+
+
+def test_prebuilt_wheel_handed_over_unchanged(tmp_path):
+    """The resolver finds a wheel for this machine's torch on a loopback index; with
+    MAMBA_PREBUILT_LABEL=keep it hands over the index wheel itself, which setup.py gives pip with only
+    the install id added to its dist-info."""
+    prebuilt = _index_with(tmp_path / "index", "cu13torch2.14cxx11abiTRUE", build_info(version=BASE_VERSION))
+    proj = copy_project(str(tmp_path / "proj"))
+    with serving(str(tmp_path / "index")) as srv:
+        env = dict(_resolver_env(tmp_path, srv.url), MAMBA_PREBUILT_LABEL="keep", CUDA_HOME="/nonexistent")
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-build-isolation",
+                "--no-deps",
+                "-w",
+                str(tmp_path / "out"),
+                proj,
+            ],
+            str(tmp_path),
+            env,
+        )
     (out,) = list((tmp_path / "out").glob("*.whl"))
     assert out.name == prebuilt.name
     with zipfile.ZipFile(prebuilt) as a, zipfile.ZipFile(out) as b:
@@ -281,15 +300,15 @@ def test_prebuilt_wheel_handed_over_unchanged(tmp_path, skip_wheel):
         }
         assert old_rows < set(rows) and len(rows) == len(old_rows) + 1
         assert len(json.loads(data)["install_id"]) == 32
-    assert _recorded_modes(tmp_path / "record.log") == ["prebuilt"]
+    assert _recorded_modes(tmp_path / "decisions") == ["prebuilt"]
+    rec = read_record(sys.prefix, {"MAMBA_SSM_DECISION_DIR": str(tmp_path / "decisions")})
+    assert rec.install.to_dict() == json.loads(data)  # the record names the wheel's install id
 
 
 def test_skip_and_force_builds_record_their_decision(tmp_path, skip_wheel):
     """MAMBA_SKIP_CUDA_BUILD / MAMBA_FORCE_BUILD bypass the resolver, yet the decision is recorded
     with the install id the wheel carries (so doctor can tell this install's record from an older one)."""
     whl, _ = skip_wheel
-    from mamba_ssm._install.record import read_record
-
     rec = read_record(sys.prefix, {"MAMBA_SSM_DECISION_DIR": str(skip_wheel[0].parent.parent / "decisions")})
     assert rec is not None, "the MAMBA_SKIP_CUDA_BUILD wheel build recorded nothing"
     assert rec.final_mode == "python" and rec.status == "requested"
@@ -356,31 +375,32 @@ def test_source_wheel_after_resolver_found_nothing(tmp_path):
     tag = torch_python_tag()
 
     proj = copy_project(str(tmp_path / "proj"), tiny_csrc=True)
-    env = {
-        "MAMBA_SETUP_HOOK": os.path.join(
-            os.path.dirname(os.path.abspath(__file__)), "progs", "fake_setup_hook.py"
-        ),
-        "FAKE_LOG": str(tmp_path / "record.log"),
-        "MAMBA_LOCAL_VERSION": "cu13torch2.14",
-        "MAMBA_CUDA_ARCHS": "90",
-        "CUDA_HOME": CUDA_HOME,
-        "MAX_JOBS": "1",
-    }
-    run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-build-isolation",
-            "--no-deps",
-            "-w",
-            str(tmp_path / "out"),
-            proj,
-        ],
-        str(tmp_path),
-        env,
-    )
+    # the index serves only another torch and CUDA: nothing fits this machine's torch
+    other = build_info(torch="2.9.1+cu126", cuda="12.6", nvcc="12.6", version=BASE_VERSION)
+    _index_with(tmp_path / "index", "cu12torch2.9cxx11abiTRUE", other)
+    with serving(str(tmp_path / "index")) as srv:
+        env = dict(
+            _resolver_env(tmp_path, srv.url),
+            MAMBA_LOCAL_VERSION="cu13torch2.14",
+            MAMBA_CUDA_ARCHS="90",
+            CUDA_HOME=CUDA_HOME,
+            MAX_JOBS="1",
+        )
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-build-isolation",
+                "--no-deps",
+                "-w",
+                str(tmp_path / "out"),
+                proj,
+            ],
+            str(tmp_path),
+            env,
+        )
     (whl,) = list((tmp_path / "out").glob("*.whl"))
     assert whl.name.startswith(f"mamba_ssm-{BASE_VERSION}+cu13torch2.14-{tag}-abi3-")
     meta, names = wheel_metadata(whl)
@@ -393,7 +413,9 @@ def test_source_wheel_after_resolver_found_nothing(tmp_path):
     assert info.torch_version == torch.__version__ and info.torch_cuda == torch.version.cuda
     assert info.sass_archs == ["sm_90"] and info.ptx_archs == [] and info.python_tag == f"{tag}-abi3"
     assert info.kernels == (["cpu", "cuda"] if torch.version.cuda else ["cpu"])
-    assert _recorded_modes(tmp_path / "record.log") == ["source"]
+    assert _recorded_modes(tmp_path / "decisions") == ["source"]
+    rec = read_record(sys.prefix, {"MAMBA_SSM_DECISION_DIR": str(tmp_path / "decisions")})
+    assert rec.status == "no-candidate"  # the resolver ran and found nothing, then the fallback built
 
 
 def _nm(path):

@@ -10,22 +10,26 @@ import os
 import re
 
 import pytest
-from _setup_loader import REPO, fake_toolkit, load_setup
+from _setup_loader import REPO, fake_toolkit
 from packaging.requirements import Requirement
 
-S = load_setup()
-TorchBuild = S.versions.TorchBuild
-config = S.config
+from mamba_ssm._build import config
+from mamba_ssm._build.commands import setup_kwargs
+from mamba_ssm._build.config import BuildTorch, resolve_config
+from mamba_ssm._build.errors import PreflightError
+from mamba_ssm._build.plan import BuildMode, BuildPlan
+from mamba_ssm._compat import buildinfo
+from mamba_ssm._compat.versions import TorchBuild
 
 
 def cuda_torch(version="2.14.1+cu130", cuda="13.0", home=None):
-    return S.BuildTorch(
+    return BuildTorch(
         build=TorchBuild(version, cuda=cuda, cxx11_abi=True), arch_list=["sm_90"], cuda_home=home
     )
 
 
 def cpu_torch(version="2.13.0+cpu"):
-    return S.BuildTorch(build=TorchBuild(version, cxx11_abi=True))
+    return BuildTorch(build=TorchBuild(version, cxx11_abi=True))
 
 
 @pytest.fixture
@@ -64,7 +68,7 @@ def test_resolve_torch_abi(raw, torch, want):
     ],
 )
 def test_bad_values_fail_naming_the_value(raw, torch, match):
-    with pytest.raises(S.PreflightError, match=re.escape(match)):
+    with pytest.raises(PreflightError, match=re.escape(match)):
         config.resolve_torch_abi(raw, TorchBuild(torch), "cuda")
 
 
@@ -72,9 +76,7 @@ def test_rocm_builds_stay_classic():
     rocm = TorchBuild("2.13.0+rocm7.2", hip="7.2.1-abc")
     assert config.resolve_torch_abi("", rocm, "hip")[:2] == ("classic", None)
     assert config.resolve_torch_abi("", rocm, None)[:2] == ("stable", "2.10")  # a CPU-only build of it
-    with pytest.raises(
-        S.PreflightError, match="MAMBA_TORCH_STABLE_ABI='2.10' asks for the stable-ABI binding"
-    ):
+    with pytest.raises(PreflightError, match="MAMBA_TORCH_STABLE_ABI='2.10' asks for the stable-ABI binding"):
         config.resolve_torch_abi("2.10", rocm, "hip")
 
 
@@ -99,14 +101,14 @@ def test_target_version_matches_torch_header():
 
 def test_stable_config_flags_and_build_info(toolkit):
     env = {"PATH": os.environ.get("PATH", ""), "CUDA_HOME": toolkit}
-    cfg = S.resolve_config(env, cuda_torch(home=toolkit))
+    cfg = resolve_config(env, cuda_torch(home=toolkit))
     assert (cfg.torch_abi, cfg.torch_abi_floor) == ("stable", "2.10")
     assert ("MAMBA_SSM_STABLE_ABI", None) in cfg.define_macros
     assert ("TORCH_TARGET_VERSION", "0x020a000000000000") in cfg.define_macros
     assert "-fvisibility=hidden" in cfg.cxx_flags
     info = cfg.build_info(git_commit="abc")
     assert (info.torch_abi, info.torch_abi_floor) == ("stable", "2.10")
-    back = S.buildinfo.BuildInfo.from_json(info.to_json())
+    back = buildinfo.BuildInfo.from_json(info.to_json())
     assert (back.torch_abi, back.torch_abi_floor, back.kernels) == ("stable", "2.10", ["cpu", "cuda"])
     # the binding sources of both kinds are compiled; the macro empties the other kind's files
     names = {os.path.basename(s) for s in cfg.sources}
@@ -115,7 +117,7 @@ def test_stable_config_flags_and_build_info(toolkit):
 
 def test_classic_config_has_no_stable_flags(toolkit):
     env = {"PATH": os.environ.get("PATH", ""), "CUDA_HOME": toolkit, "MAMBA_TORCH_STABLE_ABI": "0"}
-    cfg = S.resolve_config(env, cuda_torch(home=toolkit))
+    cfg = resolve_config(env, cuda_torch(home=toolkit))
     assert (cfg.torch_abi, cfg.torch_abi_floor) == ("classic", None)
     assert not [m for m in cfg.define_macros if m[0] in ("MAMBA_SSM_STABLE_ABI", "TORCH_TARGET_VERSION")]
     info = cfg.build_info()
@@ -124,8 +126,8 @@ def test_classic_config_has_no_stable_flags(toolkit):
 
 def test_preflight_names_bad_value_before_compiling(toolkit):
     env = {"PATH": os.environ.get("PATH", ""), "CUDA_HOME": toolkit, "MAMBA_TORCH_STABLE_ABI": "yesplease"}
-    with pytest.raises(S.PreflightError, match="MAMBA_TORCH_STABLE_ABI='yesplease'"):
-        S.resolve_config(env, cuda_torch(home=toolkit))
+    with pytest.raises(PreflightError, match="MAMBA_TORCH_STABLE_ABI='yesplease'"):
+        resolve_config(env, cuda_torch(home=toolkit))
 
 
 @pytest.mark.parametrize(
@@ -139,7 +141,7 @@ def test_preflight_names_bad_value_before_compiling(toolkit):
 )
 def test_wheel_requires_the_torches_it_serves(torch, raw, admits, refuses):
     env = {"PATH": os.environ.get("PATH", ""), "MAMBA_TORCH_STABLE_ABI": raw}
-    cfg = S.resolve_config(env, cpu_torch(torch))
+    cfg = resolve_config(env, cpu_torch(torch))
     req = Requirement(config.torch_requirement(cfg))
     assert req.name == "torch"
     assert all(req.specifier.contains(v) for v in admits), (str(req), admits)
@@ -147,7 +149,7 @@ def test_wheel_requires_the_torches_it_serves(torch, raw, admits, refuses):
 
 
 def test_exact_torch_build_requires_that_build():
-    cfg = S.resolve_config(
+    cfg = resolve_config(
         {"PATH": os.environ.get("PATH", ""), "MAMBA_TORCH_STABLE_ABI": "0"},
         cpu_torch("2.6.0a0+ecf3bae40a.nv25.01"),
     )
@@ -156,13 +158,13 @@ def test_exact_torch_build_requires_that_build():
 
 
 def test_setup_kwargs_requirement():
-    plan = S.BuildPlan(
-        S.BuildMode.SOURCE, config=S.resolve_config({"PATH": os.environ.get("PATH", "")}, cpu_torch())
+    plan = BuildPlan(
+        BuildMode.SOURCE, config=resolve_config({"PATH": os.environ.get("PATH", "")}, cpu_torch())
     )
-    kw = S.setup_kwargs(plan, "2.4.0")
+    kw = setup_kwargs(plan, "2.4.0")
     # einops: upstream mamba-ssm's install brings it, and its README examples import it
     assert kw["install_requires"] == ["torch>=2.10", "packaging", "einops"]
-    assert S.setup_kwargs(S.BuildPlan(S.BuildMode.PYTHON), "2.4.0")["install_requires"] == [
+    assert setup_kwargs(BuildPlan(BuildMode.PYTHON), "2.4.0")["install_requires"] == [
         "torch",
         "packaging",
         "einops",

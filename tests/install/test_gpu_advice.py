@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from helpers import build_info, env_dict
 
-from mamba_ssm._advice import gpu_unservable
+from mamba_ssm._compat.archs import gpu_unservable
 from mamba_ssm._install.environment import Environment
 from mamba_ssm._install.manifest import Manifest, WheelEntry
 from mamba_ssm._install.selection import select

@@ -262,6 +262,7 @@ def test_forced_source_build_is_titled_by_the_variable_not_as_a_resolver_decisio
     status and no wheel choice."""
     from mamba_ssm._build.commands import build_note
     from mamba_ssm._build.plan import plan_build, record_decision
+    from mamba_ssm._install import setup_hook
 
     cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda-13.0")
     if not os.access(os.path.join(cuda_home, "bin", "nvcc"), os.X_OK):
@@ -276,7 +277,7 @@ def test_forced_source_build_is_titled_by_the_variable_not_as_a_resolver_decisio
         "MAMBA_CUDA_ARCHS": "90",
         "MAMBA_FORCE_BUILD": typed,
     }
-    plan = plan_build("wheel", env, str(project))
+    plan = plan_build("wheel", env, str(project), hook=setup_hook)
     assert plan.mode == "source" and plan.hook is not None
     record_decision(plan.hook, plan.outcome, plan.final_mode, "d" * 32, build=build_note(plan, 12.3))
     _install(site, "d" * 32)
