@@ -5,8 +5,6 @@ on sys.path, holding a fake torch); prints one JSON object: ``auto`` ([mode, rea
 ``source`` ([the error type, its message]).
 """
 
-# ruff: noqa: E402  (setup.py, loaded first, makes _mamba_ssm_setup_bypath importable)
-
 import importlib.util
 import json
 import os
@@ -18,7 +16,7 @@ sys.path.insert(0, sys.argv[1])
 spec = importlib.util.spec_from_file_location("setup_under_test", sys.argv[2] + "/setup.py")
 setup = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(setup)
-from _mamba_ssm_setup_bypath._build import plan as P
+P = setup.load_private("_build.plan")
 
 out = {}
 p = P._fallback({"MAMBA_FALLBACK": "auto", "PATH": ""}, "no prebuilt wheel")

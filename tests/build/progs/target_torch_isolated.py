@@ -6,7 +6,7 @@ interpreter's torch); prints one JSON object: ``before`` (torch importable befor
 (the file imported) and ``version`` (as probed).
 """
 
-# ruff: noqa: E402  (setup.py, loaded first, makes _mamba_ssm_setup_bypath importable)
+# ruff: noqa: E402  (torch is imported once the target's site is on sys.path)
 
 import importlib.util
 import json
@@ -20,15 +20,13 @@ sys.path.insert(0, sys.argv[1])
 spec = importlib.util.spec_from_file_location("setup_under_test", sys.argv[2] + "/setup.py")
 setup = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(setup)
-from _mamba_ssm_setup_bypath._build import plan as P
+P = setup.load_private("_build.plan")
 
 before = importlib.util.find_spec("torch") is not None
-from _mamba_ssm_setup_bypath._install.setup_hook import Target
+Target = setup.load_private("_install.setup_hook").Target
 
 note = P.use_target_torch(Target(**json.loads(sys.argv[3])))
-from _mamba_ssm_setup_bypath._build.config import probe_torch
-
-info = probe_torch("test")
+info = setup.load_private("_build.config").probe_torch("test")
 import torch
 
 print(json.dumps({"before": before, "note": note, "torch": torch.__file__, "version": info.build.version}))
