@@ -37,7 +37,7 @@ import re
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from mamba_ssm._compat import archs
 
@@ -165,7 +165,7 @@ def _bake_name(toolkit: str, platform: str) -> str:
     return f"{toolkit}-{platform}".replace(".", "_")
 
 
-def bake_file(plan: mx.Plan, toolkits: list[mx.Toolkit]) -> str:
+def bake_file(plan: mx.Plan, toolkits: Sequence[mx.Toolkit]) -> str:
     """docker/docker-bake.hcl: one target per (toolkit, platform) a cell uses, tagged
     ``ghcr.io/${OWNER}/...`` (``OWNER``: the repository owner, lowercased, set by the builder-images
     workflow); groups per platform (each built on a native runner) and "default" (all)."""
@@ -332,10 +332,9 @@ def dependabot_config() -> str:
 
 
 # ------------------------------------------------------------------------------------------- emit
-def render(plan: mx.Plan, matrix: dict[str, Any]) -> dict[str, str]:
+def render(plan: mx.Plan) -> dict[str, str]:
     """{relative path: content} of every generated file."""
-    errors: list[str] = []
-    toolkits = mx._toolkits(matrix, errors)
+    toolkits = plan.matrix.toolkits
     used = {c.toolkit for c in plan.cells}
     files = {
         ".github/workflows/release.yml": workflow(plan),
@@ -357,7 +356,7 @@ def generated_files(
         raise mx.MatrixError(
             "the matrix does not validate; run `python -m build_matrix plan` for the reasons"
         )
-    return render(plan, mx.load_toml(matrix_path))
+    return render(plan)
 
 
 def main(args: argparse.Namespace) -> int:
