@@ -184,7 +184,17 @@ def find_python(minor: str) -> Path:
     )
 
 
-def torch_info(python: Path) -> Optional[Dict[str, Any]]:
+@dataclass(frozen=True)
+class TorchInfo:
+    """The torch an interpreter imports, as it reports itself."""
+
+    version: str  # torch.__version__, "2.14.1+cu130"
+    cuda: Optional[str]  # torch.version.cuda, "13.0" (None: not a CUDA build)
+    hip: Optional[str]  # torch.version.hip (None: not a ROCm build)
+    cxx11_abi: bool  # torch._C._GLIBCXX_USE_CXX11_ABI
+
+
+def torch_info(python: Path) -> Optional[TorchInfo]:
     """torch's version / CUDA / HIP / C++ ABI as seen by ``python`` (None when torch is absent)."""
     code = (
         "import json, torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
@@ -193,8 +203,13 @@ def torch_info(python: Path) -> Optional[Dict[str, Any]]:
     out = _run([str(python), "-c", code], cwd=tempfile.gettempdir())
     if out.returncode != 0:
         return None
-    info: Dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return info
+    info = json.loads(out.stdout.strip().splitlines()[-1])
+    return TorchInfo(
+        version=str(info["version"]),
+        cuda=None if info["cuda"] is None else str(info["cuda"]),
+        hip=None if info["hip"] is None else str(info["hip"]),
+        cxx11_abi=bool(info["cxx11_abi"]),
+    )
 
 
 def host_cell_id(plan: mx.Plan, venv: Path = SHARED_TORCH_VENV) -> str:
@@ -207,13 +222,11 @@ def host_cell_id(plan: mx.Plan, venv: Path = SHARED_TORCH_VENV) -> str:
         if (
             cell.torch_abi == "stable"
             and cell.platform == _platform.machine()
-            and f"{cell.torch_version}+{cell.build_against}" == info["version"]
+            and f"{cell.torch_version}+{cell.build_against}" == info.version
         ):
             return cell.id
     TorchBuild = versions.TorchBuild
-    key = variant.VariantKey.from_torch(
-        TorchBuild(info["version"], info["cuda"], info["hip"], info["cxx11_abi"])
-    )
+    key = variant.VariantKey.from_torch(TorchBuild(info.version, info.cuda, info.hip, info.cxx11_abi))
     return f"{key.local_label}-{_platform.machine()}"
 
 
@@ -592,10 +605,10 @@ def _build_cell(
         torch_from = SHARED_TORCH_VENV
     if torch_from is not None:
         info = torch_info(torch_from / "bin" / "python")
-        why = cell.torch_mismatch(info["version"]) if info else "no torch there"
+        why = cell.torch_mismatch(info.version) if info else "no torch there"
         if why:
             raise Refused(
-                f"--torch-from {torch_from} has torch {info and info['version']}, the cell needs "
+                f"--torch-from {torch_from} has torch {info.version if info else None}, the cell needs "
                 f"{cell.torch_version}+{cell.build_against}: {why}"
             )
         vpy_minor = _run(
@@ -608,7 +621,7 @@ def _build_cell(
         if vpy_minor != py_minor:
             raise Refused(f"--torch-from {torch_from} is Python {vpy_minor}, not {py_minor}")
         requirement = None
-        built_with = str(info and info["version"])
+        built_with = str(info.version if info else None)
     else:
         requirement = torch_source(cell, py_minor, plan.data)
     try:  # patchelf, auditwheel, c++, nvcc: before anything is installed or compiled
@@ -690,10 +703,10 @@ def _build_cell(
             )
         info = torch_info(vpy)
         want = f"{cell.torch_version}+{cell.build_against}"
-        built_with = str(info and info["version"])
-        if info is None or cell.torch_mismatch(info["version"]):
+        built_with = str(info.version if info else None)
+        if info is None or cell.torch_mismatch(info.version):
             raise BuildFailed(
-                f"the cell venv has torch {info and info['version']}, the cell needs {want} "
+                f"the cell venv has torch {info.version if info else None}, the cell needs {want} "
                 f"(PyPI's default build changed? see data/torch_builds.toml pypi_default)"
             )
 
