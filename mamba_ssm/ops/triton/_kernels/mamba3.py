@@ -36,7 +36,7 @@ chunking changes the rounding only).
 """
 
 import math
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple, Union, cast
 
 import torch
 import triton
@@ -61,7 +61,7 @@ _TWO_PI = tl.constexpr(2.0 * math.pi)
 _ANGLE_BLOCK = 32
 
 
-def unsupported(op: str, **arguments) -> Optional[str]:
+def unsupported(op: str, **arguments: Any) -> Optional[str]:
     """None when the kernels take this (checked) call of ``op`` ("mamba3_siso", "mamba3_mimo" or
     "mamba3_step"; ``arguments``: the canonical ones of the hook), else why not (one sentence)."""
     tensors = {k: v for k, v in arguments.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
@@ -1273,12 +1273,12 @@ def _step(
 # ----------------------------------------------------------------------------------------- Python
 
 
-def _strides(t, n):
+def _strides(t: Optional[torch.Tensor], n: int) -> Tuple[int, ...]:
     """t's strides, or n zeros for an absent tensor."""
     return tuple(t.stride()) if t is not None else (0,) * n
 
 
-def _epilogue_launch(R: int, hdim: int, dstate: int, backward: bool) -> dict:
+def _epilogue_launch(R: int, hdim: int, dstate: int, backward: bool) -> Dict[str, int]:
     """Tokens per epilogue program (BLOCK_T; BLOCK_U = BLOCK_T * R rows of headdim and d_state entries)
     and warps: 32 rows for the SISO forward, else 16 (the MIMO in-token products need >= 16 rows);
     tests/ops/triton/compile_check.py: no spills at headdim 64 x d_state 128, ranks 1 and 4."""
@@ -1298,15 +1298,35 @@ class _Mamba3Fn(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, mimo_x, mimo_z, mimo_o, norm_weight,
-        g0, th0, seq_idx, adjacent, chunk_size, norm_eps,
-    ):  # fmt: skip
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        adt: torch.Tensor,
+        dt: torch.Tensor,
+        trap: torch.Tensor,
+        q_bias: torch.Tensor,
+        k_bias: torch.Tensor,
+        angles: torch.Tensor,
+        D: Optional[torch.Tensor],
+        z: Optional[torch.Tensor],
+        mimo_x: Optional[torch.Tensor],
+        mimo_z: Optional[torch.Tensor],
+        mimo_o: Optional[torch.Tensor],
+        norm_weight: Optional[torch.Tensor],
+        g0: Optional[torch.Tensor],
+        th0: Optional[torch.Tensor],
+        seq_idx: Optional[torch.Tensor],
+        adjacent: bool,
+        chunk_size: int,
+        norm_eps: float,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, l, R, ng, n = q.shape
         h, p = v.shape[2], v.shape[3]
         a = angles.shape[-1]
         L = l * R
         dev = v.device
-        f32 = {"dtype": torch.float32, "device": dev}
+        f32: Dict[str, Any] = {"dtype": torch.float32, "device": dev}
         qs = sub_chunk(chunk_size, R)
         qt = qs // R
         nc = triton.cdiv(l, qt)
@@ -1383,7 +1403,12 @@ class _Mamba3Fn(torch.autograd.Function):
         return out, final, theta_last
 
     @staticmethod
-    def backward(ctx, dout, dfinal, dtheta_last):
+    def backward(
+        ctx: Any,
+        dout: Optional[torch.Tensor],
+        dfinal: Optional[torch.Tensor],
+        dtheta_last: Optional[torch.Tensor],
+    ) -> Tuple[Optional[torch.Tensor], ...]:
         (
             q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, mimo_x, mimo_z, mimo_o, norm_weight,
             seq_idx, seq_sub, theta, cs, dtp, w, ns, qr, kr, x, ys, hin,
@@ -1395,7 +1420,7 @@ class _Mamba3Fn(torch.autograd.Function):
         a = angles.shape[-1]
         L = l * R
         dev = v.device
-        f32 = {"dtype": torch.float32, "device": dev}
+        f32: Dict[str, Any] = {"dtype": torch.float32, "device": dev}
         launch = _epilogue_launch(R, p, n, backward=True)
         nblk = triton.cdiv(l, launch["BLOCK_T"])
         if dout is None:
@@ -1476,7 +1501,7 @@ class _Mamba3Fn(torch.autograd.Function):
         dk = dkh.view(b, l, R, ng, hpg, n).sum(4).to(k.dtype)
         dqb = dqh.sum((0, 1)).transpose(0, 1).to(q_bias.dtype)
         dkb = dkh.sum((0, 1)).transpose(0, 1).to(k_bias.dtype)
-        dD = pd.view(b * h, nblk).view(b, h, nblk).sum((0, 2)).to(D.dtype) if D is not None else None
+        dD = pd.view(b * h, nblk).view(b, h, nblk).sum((0, 2)).to(D.dtype) if pd is not None else None
         dnw = pnw.view(b, h, nblk, p).sum((0, 2)).to(norm_weight.dtype) if pnw is not None else None
         dmz = pmz.view(b, h, nblk, R, p).sum((0, 2)).to(mimo_z.dtype) if pmz is not None else None
         dmo = pmo.view(b, h, nblk, R, p).sum((0, 2)).to(mimo_o.dtype) if pmo is not None else None
@@ -1487,17 +1512,36 @@ class _Mamba3Fn(torch.autograd.Function):
         )  # fmt: skip
 
 
-def _rank_values(v, mimo_x):
+def _rank_values(v: torch.Tensor, mimo_x: Optional[torch.Tensor]) -> torch.Tensor:
     """(S, h, p) -> (S, R, h, p) float32: v * mimo_x_r (R = 1 without mimo_x)."""
     v = v.float().unsqueeze(1)
     return v if mimo_x is None else v * mimo_x.float().transpose(0, 1)
 
 
 def chunk_scan(
-    q, k, v, adt, dt, trap, q_bias, k_bias, angles, pairing, chunk_size=64, D=None, z=None, mimo_x=None,
-    mimo_z=None, mimo_o=None, norm_weight=None, norm_eps=1e-5, initial_states=None, seq_idx=None,
-    cu_seqlens=None, return_final_states=False,
-):  # fmt: skip
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    adt: torch.Tensor,
+    dt: torch.Tensor,
+    trap: torch.Tensor,
+    q_bias: torch.Tensor,
+    k_bias: torch.Tensor,
+    angles: torch.Tensor,
+    pairing: str,
+    chunk_size: int = 64,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    mimo_x: Optional[torch.Tensor] = None,
+    mimo_z: Optional[torch.Tensor] = None,
+    mimo_o: Optional[torch.Tensor] = None,
+    norm_weight: Optional[torch.Tensor] = None,
+    norm_eps: float = 1e-5,
+    initial_states: Optional[Mamba3States] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    return_final_states: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, Mamba3States]]:
     """Mamba-3's chunked scan on the Triton kernels, SISO and MIMO; differentiable in every float input
     (the input states included, and through the final states).
 
@@ -1545,13 +1589,30 @@ def chunk_scan(
     ng = q.shape[3]
     k_last = k[:, -1].float().repeat_interleave(h // ng, dim=-2) + k_bias.float().transpose(0, 1)
     states = Mamba3States(theta_last, final, rotate(k_last, theta_last.unsqueeze(1), pairing), v[:, -1])
-    return drop_padding(out, states, seq_idx)
+    out, final_states = drop_padding(out, states, seq_idx)
+    return out, cast(Mamba3States, final_states)  # drop_padding returns states when given some
 
 
 def step(
-    q, k, v, adt, dt, trap, q_bias, k_bias, angles, states, pairing, D=None, z=None, mimo_x=None,
-    mimo_z=None, mimo_o=None, norm_weight=None, norm_eps=1e-5,
-):  # fmt: skip
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    adt: torch.Tensor,
+    dt: torch.Tensor,
+    trap: torch.Tensor,
+    q_bias: torch.Tensor,
+    k_bias: torch.Tensor,
+    angles: torch.Tensor,
+    states: Mamba3States,
+    pairing: str,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    mimo_x: Optional[torch.Tensor] = None,
+    mimo_z: Optional[torch.Tensor] = None,
+    mimo_o: Optional[torch.Tensor] = None,
+    norm_weight: Optional[torch.Tensor] = None,
+    norm_eps: float = 1e-5,
+) -> Tuple[torch.Tensor, Mamba3States]:
     """One Mamba-3 token on the Triton kernel; pure (new state tensors).
 
     Arguments and results: those of :func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_step_torch`:
@@ -1564,7 +1625,7 @@ def step(
     h, p = v.shape[1], v.shape[2]
     a = angles.shape[-1]
     dev = v.device
-    f32 = {"dtype": torch.float32, "device": dev}
+    f32: Dict[str, Any] = {"dtype": torch.float32, "device": dev}
     th_out = torch.empty((b, h, a), **f32)
     s_out = torch.empty((b, h, p, n), **f32)
     k_out = torch.empty((b, R, h, n), **f32)
