@@ -19,7 +19,8 @@ import triton.language as tl
 # mypy sees ``Any``, as everything from the untyped ``triton`` package is. The kernel modules
 # evaluate these annotations when defined (no ``from __future__ import annotations`` there: triton 3.0's
 # interpreter compares the annotation object itself with ``tl.constexpr``).
-#: A tensor argument of a kernel: a pointer to its first element (names start upper-case).
+#: A tensor argument of a kernel: a pointer to its first element (upper-case names, but for the sizes T,
+#: M, N, G).
 Pointer = tl.tensor
 #: A runtime int / float argument of a kernel (size, stride, bound, eps), specialised by Triton as it
 #: chooses (an int == 1 or divisible by 16 compiles its own variant).
