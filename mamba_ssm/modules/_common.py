@@ -7,6 +7,7 @@ import numbers
 from typing import TypedDict
 
 import torch
+from torch import nn
 from torch.types import Device
 
 
@@ -17,11 +18,12 @@ class FactoryKwargs(TypedDict):
     dtype: torch.dtype | None
 
 
-def mark_parameter(param: torch.Tensor, flag: str) -> None:
-    """Set the boolean attribute ``flag`` on ``param`` (upstream's markers, read by training code with
-    ``getattr(p, flag, False)``): ``_no_weight_decay`` (exclude from weight decay), ``_no_reinit`` (keep
-    the block's initialisation when the model re-initialises its weights)."""
-    setattr(param, flag, True)
+def set_flag(obj: torch.Tensor | nn.Module, flag: str) -> None:
+    """Set the boolean attribute ``flag`` on a parameter or module (upstream's markers, read with
+    ``getattr(obj, flag, False)``): ``_no_weight_decay`` (exclude a parameter from weight decay),
+    ``_no_reinit`` (keep a bias's initialisation when the model re-initialises its weights),
+    ``_residual_out`` (a Linear feeding the residual stream, rescaled at initialisation)."""
+    setattr(obj, flag, True)
 
 
 def inverse_softplus_dt(

@@ -88,6 +88,9 @@ class Block(nn.Module):
         TypeError: fused_add_norm with a norm that is neither ``nn.LayerNorm`` nor ``RMSNorm``.
     """
 
+    #: The block's index in its model (set by ``create_block``; absent on a Block built directly).
+    layer_idx: int | None
+
     def __init__(
         self,
         dim: int,

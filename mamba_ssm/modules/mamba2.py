@@ -40,7 +40,7 @@ from mamba_ssm.modules._common import (
     check_positive_sizes,
     check_sequence_input,
     inverse_softplus_dt,
-    mark_parameter,
+    set_flag,
 )
 from mamba_ssm.ops.backends._packing import seq_idx_from_cu_seqlens
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update, causal_conv1d_varlen_states
@@ -198,7 +198,7 @@ class Mamba2(nn.Module):
         self.dt_bias = nn.Parameter(
             inverse_softplus_dt(self.nheads, dt_min, dt_max, dt_init_floor, **factory_kwargs)
         )
-        mark_parameter(self.dt_bias, "_no_weight_decay")
+        set_flag(self.dt_bias, "_no_weight_decay")
         lo, hi = A_init_range
         if not 0 < lo <= hi:
             raise ValueError(
@@ -206,9 +206,9 @@ class Mamba2(nn.Module):
             )
         A = torch.empty(self.nheads, dtype=torch.float32, device=device).uniform_(lo, hi)
         self.A_log = nn.Parameter(torch.log(A).to(dtype=dtype))
-        mark_parameter(self.A_log, "_no_weight_decay")
+        set_flag(self.A_log, "_no_weight_decay")
         self.D = nn.Parameter(torch.ones(self.d_ssm if D_has_hdim else self.nheads, device=device))
-        mark_parameter(self.D, "_no_weight_decay")
+        set_flag(self.D, "_no_weight_decay")
         if rmsnorm:
             self.norm = RMSNormGated(
                 self.d_ssm,

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.types import Device
 
-from mamba_ssm.modules._common import FactoryKwargs, check_sequence_input, inverse_softplus_dt, mark_parameter
+from mamba_ssm.modules._common import FactoryKwargs, check_sequence_input, inverse_softplus_dt, set_flag
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn
 from mamba_ssm.ops.triton.layernorm_gated import RMSNorm as RMSNormGated
 from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined
@@ -110,17 +110,17 @@ class Mamba2Simple(nn.Module):
             self.init_states = nn.Parameter(
                 torch.zeros(self.nheads, self.headdim, self.d_state, **factory_kwargs)
             )
-            mark_parameter(self.init_states, "_no_weight_decay")
+            set_flag(self.init_states, "_no_weight_decay")
         self.act = nn.SiLU()
         self.dt_bias = nn.Parameter(
             inverse_softplus_dt(self.nheads, dt_min, dt_max, dt_init_floor, **factory_kwargs)
         )
-        mark_parameter(self.dt_bias, "_no_weight_decay")
+        set_flag(self.dt_bias, "_no_weight_decay")
         A = torch.empty(self.nheads, dtype=torch.float32, device=device).uniform_(*A_init_range)
         self.A_log = nn.Parameter(torch.log(A).to(dtype=dtype))
-        mark_parameter(self.A_log, "_no_weight_decay")
+        set_flag(self.A_log, "_no_weight_decay")
         self.D = nn.Parameter(torch.ones(self.nheads, device=device))
-        mark_parameter(self.D, "_no_weight_decay")
+        set_flag(self.D, "_no_weight_decay")
         self.norm = RMSNormGated(
             self.d_inner,
             eps=1e-5,

@@ -43,7 +43,7 @@ from mamba_ssm.modules._common import (
     check_positive_sizes,
     check_sequence_input,
     inverse_softplus_dt,
-    mark_parameter,
+    set_flag,
 )
 from mamba_ssm.ops.backends._packing import check_cu_seqlens
 from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo
@@ -174,7 +174,7 @@ class Mamba3(nn.Module):
         self.dt_bias = nn.Parameter(
             inverse_softplus_dt(H, dt_min, dt_max, dt_init_floor, device=device, dtype=torch.float32)
         )
-        mark_parameter(self.dt_bias, "_no_weight_decay")
+        set_flag(self.dt_bias, "_no_weight_decay")
         self.B_bias = nn.Parameter(torch.ones(H, R, N, device=device, dtype=torch.float32))
         self.C_bias = nn.Parameter(torch.ones(H, R, N, device=device, dtype=torch.float32))
         self.B_norm = RMSNormGated(N, eps=1e-5, **factory_kwargs)
@@ -185,7 +185,7 @@ class Mamba3(nn.Module):
             self.mimo_z = nn.Parameter(ones.clone())
             self.mimo_o = nn.Parameter(ones / R)
         self.D = nn.Parameter(torch.ones(H, device=device, dtype=torch.float32))
-        mark_parameter(self.D, "_no_weight_decay")
+        set_flag(self.D, "_no_weight_decay")
         if is_outproj_norm:
             self.norm = RMSNormGated(
                 self.d_inner, eps=1e-5, norm_before_gate=True, group_size=headdim, **factory_kwargs

@@ -30,7 +30,7 @@ from mamba_ssm.modules._common import (
     check_positive_sizes,
     check_sequence_input,
     inverse_softplus_dt,
-    mark_parameter,
+    set_flag,
 )
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
 from mamba_ssm.ops.selective_scan_interface import mamba_inner_fn, selective_scan_fn
@@ -132,14 +132,14 @@ class Mamba(nn.Module):
         inv_dt = inverse_softplus_dt(self.d_inner, dt_min, dt_max, dt_init_floor, **factory_kwargs)
         with torch.no_grad():
             self.dt_proj.bias.copy_(inv_dt)
-        mark_parameter(self.dt_proj.bias, "_no_reinit")
+        set_flag(self.dt_proj.bias, "_no_reinit")
 
         # S4D-real initialisation: A[d, n] = -(n + 1), stored as A_log = log(n + 1).
         A = torch.arange(1, self.d_state + 1, dtype=torch.float32, device=device).repeat(self.d_inner, 1)
         self.A_log = nn.Parameter(torch.log(A))
-        mark_parameter(self.A_log, "_no_weight_decay")
+        set_flag(self.A_log, "_no_weight_decay")
         self.D = nn.Parameter(torch.ones(self.d_inner, device=device))
-        mark_parameter(self.D, "_no_weight_decay")
+        set_flag(self.D, "_no_weight_decay")
         self.out_proj = nn.Linear(self.d_inner, self.d_model, bias=bias, **factory_kwargs)
 
     # ------------------------------------------------------------------------------------------------

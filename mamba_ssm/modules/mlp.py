@@ -72,4 +72,5 @@ class GatedMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., in_features) -> (..., out_features), x's dtype."""
         up, gate = self.fc1(x).chunk(2, dim=-1)
-        return self.fc2(up * self.activation(gate))
+        out: torch.Tensor = self.fc2(up * self.activation(gate))
+        return out
