@@ -204,22 +204,28 @@ class VocabParallelEmbedding(nn.Embedding):
     [r * V / world_size, (r + 1) * V / world_size); other ids give zero rows (the sum over ranks is the
     full lookup).
 
-    ``embedding_dim`` and ``padding_idx`` are nn.Embedding's; the other keywords (``max_norm``,
-    ``device``, ``dtype`` ...) go to it unchanged.
+    ``args`` is nn.Embedding's ``embedding_dim`` (upstream's signature; it may also come by keyword);
+    ``padding_idx`` and the other keywords (``max_norm``, ``device``, ``dtype`` ...) are nn.Embedding's.
 
     Raises:
         ValueError: num_embeddings not a multiple of the world size (pad the vocabulary).
+        TypeError: more than one positional argument after num_embeddings (nn.Embedding's third
+            positional is padding_idx, which this class takes by keyword).
     """
 
     def __init__(
         self,
         num_embeddings: int,
-        embedding_dim: int,
-        *,
+        *args: Any,
         process_group: ProcessGroup | None = None,
         padding_idx: int | None = None,
         **kwargs: Any,
     ) -> None:
+        if len(args) > 1:
+            raise TypeError(
+                f"VocabParallelEmbedding: got positional arguments {args!r} after num_embeddings; pass "
+                f"embedding_dim positionally and padding_idx and the rest by keyword"
+            )
         self.process_group = process_group
         world_size, rank = (
             (1, 0) if process_group is None else _group(process_group, "VocabParallelEmbedding")
@@ -237,7 +243,8 @@ class VocabParallelEmbedding(nn.Embedding):
                 if self.vocab_start_index <= padding_idx < self.vocab_end_index
                 else None
             )
-        super().__init__(local, embedding_dim, padding_idx=padding_idx, **kwargs)
+        dims = {"embedding_dim": args[0]} if args else {}
+        super().__init__(local, padding_idx=padding_idx, **dims, **kwargs)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - nn.Embedding's name
         """input: int ids (any shape) -> (..., embedding_dim); ids outside this rank's block give zeros."""
