@@ -419,11 +419,11 @@ def update_graph_cache(
                 n_warmups,
             )
 
-    callables = cache.callables
+    graph_cache = cache  # (not None here; the closure reads its callables when called)
 
     def dispatch(input_ids: torch.Tensor, position_ids: torch.Tensor | None, seqlen: int) -> torch.Tensor:
         rows, decoding_seqlen = input_ids.shape[:2]
-        return callables[rows, decoding_seqlen](input_ids, position_ids, seqlen)
+        return graph_cache.callables[rows, decoding_seqlen](input_ids, position_ids, seqlen)
 
     cache.run = dispatch
     inference_params.seqlen_offset = 0
