@@ -184,7 +184,17 @@ def find_python(minor: str) -> Path:
     )
 
 
-def torch_info(python: Path) -> Optional[Dict[str, Any]]:
+@dataclass(frozen=True)
+class TorchInfo:
+    """The torch an interpreter imports, as it reports itself."""
+
+    version: str  # torch.__version__, "2.14.1+cu130"
+    cuda: Optional[str]  # torch.version.cuda, "13.0" (None: not a CUDA build)
+    hip: Optional[str]  # torch.version.hip (None: not a ROCm build)
+    cxx11_abi: bool  # torch._C._GLIBCXX_USE_CXX11_ABI
+
+
+def torch_info(python: Path) -> Optional[TorchInfo]:
     """torch's version / CUDA / HIP / C++ ABI as seen by ``python`` (None when torch is absent)."""
     code = (
         "import json, torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
@@ -193,8 +203,13 @@ def torch_info(python: Path) -> Optional[Dict[str, Any]]:
     out = _run([str(python), "-c", code], cwd=tempfile.gettempdir())
     if out.returncode != 0:
         return None
-    info: Dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return info
+    info = json.loads(out.stdout.strip().splitlines()[-1])
+    return TorchInfo(
+        version=str(info["version"]),
+        cuda=None if info["cuda"] is None else str(info["cuda"]),
+        hip=None if info["hip"] is None else str(info["hip"]),
+        cxx11_abi=bool(info["cxx11_abi"]),
+    )
 
 
 def host_cell_id(plan: mx.Plan, venv: Path = SHARED_TORCH_VENV) -> str:
@@ -207,13 +222,11 @@ def host_cell_id(plan: mx.Plan, venv: Path = SHARED_TORCH_VENV) -> str:
         if (
             cell.torch_abi == "stable"
             and cell.platform == _platform.machine()
-            and f"{cell.torch_version}+{cell.build_against}" == info["version"]
+            and f"{cell.torch_version}+{cell.build_against}" == info.version
         ):
             return cell.id
     TorchBuild = versions.TorchBuild
-    key = variant.VariantKey.from_torch(
-        TorchBuild(info["version"], info["cuda"], info["hip"], info["cxx11_abi"])
-    )
+    key = variant.VariantKey.from_torch(TorchBuild(info.version, info.cuda, info.hip, info.cxx11_abi))
     return f"{key.local_label}-{_platform.machine()}"
 
 
@@ -259,14 +272,14 @@ def torch_pip_args(cell: mx.Cell) -> List[str]:
     return ["--extra-index-url", f"{base}/{cell.build_against}"] if base else []
 
 
-def torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> str:
+def torch_source(cell: mx.Cell, py_minor: str, data: mx.TorchData) -> str:
     """The pip requirement that gives this cell's torch here, or Refused with the reason.
 
     PyPI carries only each release's default build (``pypi_default`` in data/torch_builds.toml) for
     x86_64; any other build must lie in a configured find-links directory."""
-    rel = data["releases"][cell.series]
+    rel = data.releases[cell.series]
     tag = f"cp{py_minor.replace('.', '')}"
-    if cell.build_against == rel.get("pypi_default") and cell.platform == "x86_64":
+    if cell.build_against == rel.pypi_default and cell.platform == "x86_64":
         return f"torch=={cell.torch_version}"
     if os.environ.get(TORCH_INDEX_ENV):  # e.g. https://download.pytorch.org/whl (CI builder jobs)
         return cell.torch_spec
@@ -279,7 +292,7 @@ def torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> str:
         return other
     raise Refused(
         f"torch {cell.torch_version}+{cell.build_against} for Python {py_minor} is not available here: PyPI "
-        f"serves only +{rel.get('pypi_default')} for torch {cell.series}, and no configured find-links "
+        f"serves only +{rel.pypi_default} for torch {cell.series}, and no configured find-links "
         f"directory ({', '.join(map(str, _find_links())) or 'none'}) has {pattern}; download it from "
         f"download.pytorch.org/whl/{cell.build_against} into one, set {TORCH_INDEX_ENV}="
         f"https://download.pytorch.org/whl, or pass --python for a tag that is there"
@@ -292,7 +305,7 @@ def torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> str:
     )
 
 
-def stable_torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> Optional[str]:
+def stable_torch_source(cell: mx.Cell, py_minor: str, data: mx.TorchData) -> Optional[str]:
     """For a stable-ABI cell whose own torch is not available here: the pip requirement of the newest
     other torch build it serves (``Cell.torch_mismatch``) that is: a series' PyPI default build
     (x86_64), else a ``torch-<version>+<accelerator>`` wheel in a configured find-links directory.
@@ -304,13 +317,14 @@ def stable_torch_source(cell: mx.Cell, py_minor: str, data: Dict[str, Any]) -> O
     tag = f"cp{py_minor.replace('.', '')}"
     links = _find_links()
     for series in sorted(cell.serves_series, key=lambda s: tuple(map(int, s.split("."))), reverse=True):
-        rel = data["releases"].get(series, {})
-        if rel.get("python") and py_minor not in SpecifierSet(rel["python"]):
+        rel = data.releases.get(series)
+        if rel is None or (rel.python and py_minor not in SpecifierSet(rel.python)):
             continue
-        for version in reversed(rel.get("versions", [])):
-            default = rel.get("pypi_default")
+        for version in reversed(rel.versions):
+            default = rel.pypi_default
             if (
                 cell.platform == "x86_64"
+                and default is not None
                 and default in cell.serves
                 and cell.torch_mismatch(f"{version}+{default}") is None
             ):
@@ -531,15 +545,15 @@ def cell_lock(work: Path, label: str, note_every: float = LOCK_NOTE_EVERY) -> It
                 owner.unlink()
 
 
-def build_cell(cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], host: Host) -> Path:
-    """Build, repair and audit ``cell``; returns the audited wheel (Refused / BuildFailed otherwise).
-    The cell directory is locked (:func:`cell_lock`) from the up-to-date check to the end."""
+def build_cell(cell: mx.Cell, args: argparse.Namespace, plan: mx.Plan, host: Host) -> Path:
+    """Build, repair and audit ``cell`` of ``plan``; returns the audited wheel (Refused / BuildFailed
+    otherwise). The cell directory is locked (:func:`cell_lock`) from the up-to-date check to the end."""
     with contextlib.ExitStack() as held:
-        return _build_cell(cell, args, data, host, held)
+        return _build_cell(cell, args, plan, host, held)
 
 
 def _build_cell(
-    cell: mx.Cell, args: argparse.Namespace, data: Dict[str, Any], host: Host, held: contextlib.ExitStack
+    cell: mx.Cell, args: argparse.Namespace, plan: mx.Plan, host: Host, held: contextlib.ExitStack
 ) -> Path:
     # ---- refuse early, with the reason
     if cell.platform != host.machine:
@@ -576,11 +590,11 @@ def _build_cell(
             f"machine has {'hipcc ' + str(host.hipcc) if host.hipcc else 'no hipcc'} (build it in "
             f"{cell.image})"
         )
-    py_minor = args.python or data.get("_build_python", "3.11")
-    listed = data.get("_python_versions", [])
+    py_minor = args.python or plan.matrix.python.build
+    listed = plan.python_versions
     if listed and py_minor not in listed:
         raise Refused(f"Python {py_minor} is not in matrix.toml [python] versions ({', '.join(listed)})")
-    torch_py = data["releases"][cell.series].get("python")
+    torch_py = plan.data.releases[cell.series].python
     if torch_py and py_minor not in SpecifierSet(torch_py):
         raise Refused(
             f"torch {cell.series} supports Python {torch_py} (data/torch_builds.toml), not {py_minor}"
@@ -591,10 +605,10 @@ def _build_cell(
         torch_from = SHARED_TORCH_VENV
     if torch_from is not None:
         info = torch_info(torch_from / "bin" / "python")
-        why = cell.torch_mismatch(info["version"]) if info else "no torch there"
+        why = cell.torch_mismatch(info.version) if info else "no torch there"
         if why:
             raise Refused(
-                f"--torch-from {torch_from} has torch {info and info['version']}, the cell needs "
+                f"--torch-from {torch_from} has torch {info.version if info else None}, the cell needs "
                 f"{cell.torch_version}+{cell.build_against}: {why}"
             )
         vpy_minor = _run(
@@ -607,9 +621,9 @@ def _build_cell(
         if vpy_minor != py_minor:
             raise Refused(f"--torch-from {torch_from} is Python {vpy_minor}, not {py_minor}")
         requirement = None
-        built_with = str(info and info["version"])
+        built_with = str(info.version if info else None)
     else:
-        requirement = torch_source(cell, py_minor, data)
+        requirement = torch_source(cell, py_minor, plan.data)
     try:  # patchelf, auditwheel, c++, nvcc: before anything is installed or compiled
         tools = check_tools(cuda_home)
     except MissingTools as exc:
@@ -689,10 +703,10 @@ def _build_cell(
             )
         info = torch_info(vpy)
         want = f"{cell.torch_version}+{cell.build_against}"
-        built_with = str(info and info["version"])
-        if info is None or cell.torch_mismatch(info["version"]):
+        built_with = str(info.version if info else None)
+        if info is None or cell.torch_mismatch(info.version):
             raise BuildFailed(
-                f"the cell venv has torch {info and info['version']}, the cell needs {want} "
+                f"the cell venv has torch {info.version if info else None}, the cell needs {want} "
                 f"(PyPI's default build changed? see data/torch_builds.toml pypi_default)"
             )
 
@@ -838,15 +852,11 @@ def _build_cell(
 
 def main(args: argparse.Namespace) -> int:
     plan = mx.load_plan(args.matrix, args.data, args.pyproject)
-    data = mx.load_toml(args.data)
-    matrix = mx.load_toml(args.matrix)
-    data["_build_python"] = matrix.get("python", {}).get("build", "3.11")
-    data["_python_versions"] = plan.python_versions
     try:
         cell_id = host_cell_id(plan) if args.host else args.cell
         cell = plan.cell(cell_id)
         host = detect_host()
-        wheel = build_cell(cell, args, data, host)
+        wheel = build_cell(cell, args, plan, host)
     except Refused as exc:
         print(f"build: refused: {exc}", file=sys.stderr)
         return 2

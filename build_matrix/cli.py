@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 from . import matrix as mx
 from .layout import REPO_ROOT
@@ -82,7 +82,7 @@ def format_table(plan: mx.Plan, cells: List[mx.Cell], filters: Optional[List[str
     return "\n".join(lines)
 
 
-def github_matrix(cells: List[mx.Cell]) -> Dict[str, Any]:
+def github_matrix(cells: List[mx.Cell]) -> Dict[str, List[Dict[str, Union[str, bool]]]]:
     """The ``strategy.matrix`` object for GitHub Actions: ``{"include": [{id, image, runner}, ...]}``."""
     return {
         "include": [

@@ -37,7 +37,7 @@ import re
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Mapping, Sequence, Union
 
 from mamba_ssm._compat import archs
 
@@ -165,7 +165,7 @@ def _bake_name(toolkit: str, platform: str) -> str:
     return f"{toolkit}-{platform}".replace(".", "_")
 
 
-def bake_file(plan: mx.Plan, toolkits: list[mx.Toolkit]) -> str:
+def bake_file(plan: mx.Plan, toolkits: Sequence[mx.Toolkit]) -> str:
     """docker/docker-bake.hcl: one target per (toolkit, platform) a cell uses, tagged
     ``ghcr.io/${OWNER}/...`` (``OWNER``: the repository owner, lowercased, set by the builder-images
     workflow); groups per platform (each built on a native runner) and "default" (all)."""
@@ -220,9 +220,13 @@ def builder_workflow(plan: mx.Plan) -> str:
     )
 
 
+#: A value of a generated TOML file: a string, integer, boolean, array or inline table.
+TomlValue = Union[str, int, bool, Sequence["TomlValue"], Mapping[str, "TomlValue"]]
+
+
 def cibuildwheel_options(
     cell: mx.Cell, owner: str, ccache_dir: str | None = None, max_jobs: int = 4
-) -> dict[str, Any]:
+) -> dict[str, TomlValue]:
     """cibuildwheel's options for one cell (``[tool.cibuildwheel]`` of its config file).
 
     One build identifier (the cell's CPython: the wheel is abi3), the cell's builder image as the
@@ -245,7 +249,7 @@ def cibuildwheel_options(
         )
     elif cell.toolkit_kind == "rocm":
         env["PYTORCH_ROCM_ARCH"] = ";".join(cell.gfx)
-    opts: dict[str, Any] = {
+    opts: dict[str, TomlValue] = {
         "build": cell.cibuildwheel_identifier,
         "archs": [cell.platform],
         "build-frontend": {"name": "pip", "args": ["--no-build-isolation"]},
@@ -268,7 +272,7 @@ def cibuildwheel_options(
     return opts
 
 
-def _toml_value(v: Any) -> str:
+def _toml_value(v: TomlValue) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -332,10 +336,9 @@ def dependabot_config() -> str:
 
 
 # ------------------------------------------------------------------------------------------- emit
-def render(plan: mx.Plan, matrix: dict[str, Any]) -> dict[str, str]:
+def render(plan: mx.Plan) -> dict[str, str]:
     """{relative path: content} of every generated file."""
-    errors: list[str] = []
-    toolkits = mx._toolkits(matrix, errors)
+    toolkits = plan.matrix.toolkits
     used = {c.toolkit for c in plan.cells}
     files = {
         ".github/workflows/release.yml": workflow(plan),
@@ -357,7 +360,7 @@ def generated_files(
         raise mx.MatrixError(
             "the matrix does not validate; run `python -m build_matrix plan` for the reasons"
         )
-    return render(plan, mx.load_toml(matrix_path))
+    return render(plan)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -53,9 +53,12 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 from .layout import REPO_ROOT
+
+if TYPE_CHECKING:
+    from .matrix import Cell
 
 INDEX_ASSET = "mamba-ssm-index.tar.gz"
 RELEASE_FILE = "release.json"  # inside an index tree: version, URLs
@@ -308,7 +311,7 @@ def write_pypi_page(sdists: List[Path], root: Path) -> Path:
     return proj
 
 
-def torch_venv_here(cell: Any, python_minor: str = "3.11") -> Optional[Path]:
+def torch_venv_here(cell: Cell, python_minor: str = "3.11") -> Optional[Path]:
     """A venv under ``$MAMBA_DEV_HOME`` (``build.dev_torch_venvs``) whose torch can build the stable
     ``cell`` (``Cell.torch_mismatch``); so a dry run reuses a multi-GB torch already here instead of
     downloading it into the cell's venv. A torch the cell serves first, then the shared dev venv's (a

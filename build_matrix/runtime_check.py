@@ -89,8 +89,10 @@ def measure() -> dict[str, Any]:
             f"selective_scan_fn with MAMBA_SSM_BACKEND=compiled failed: {type(exc).__name__}: {exc}"
         )
         return out
-    args64 = (t.double() for t in (u, delta, A, B, C, D, z, bias))
-    ref = selective_scan_ref(*args64, delta_softplus=True)
+    u64, delta64, A64, B64, C64, D64, z64, bias64 = (t.double() for t in (u, delta, A, B, C, D, z, bias))
+    ref = selective_scan_ref(
+        u64, delta64, A64, B64, C64, D=D64, z=z64, delta_bias=bias64, delta_softplus=True
+    )
     out["max_rel_err"] = _relative_error(y, ref)
     x = torch.randn(BATCH, DIM, CONV_SEQLEN, generator=g)
     w = torch.randn(DIM, CONV_WIDTH, generator=g)

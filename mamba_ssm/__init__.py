@@ -19,6 +19,8 @@ A name this version lacks raises an error that says so (and what to use instead,
 ``python -m mamba_ssm doctor`` reports which backend runs where, and why.
 """
 
+from typing import Any
+
 from mamba_ssm._version import __version__
 
 # name -> (module, attribute)
@@ -36,10 +38,10 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]  # noqa: PLE0604 - _LAZY's keys are the lazily resolved names
 
 # Names upstream mamba-ssm exports (or documents) that this version does not have, with what to use.
-_NOT_YET: dict = {}
+_NOT_YET: dict[str, str] = {}
 
 
-def _missing(name, why):
+def _missing(name: str, why: str) -> ImportError | AttributeError:
     """The error for a name this version lacks: ImportError for ``from mamba_ssm import name`` (whose
     generic message would otherwise replace ours), AttributeError for attribute access, so
     ``hasattr``/``getattr(mamba_ssm, name, default)`` keep working."""
@@ -65,8 +67,11 @@ def _missing(name, why):
         return AttributeError(message)
 
 
-def __getattr__(name):
-    """Resolve a public name on first access (PEP 562) and cache it in the module."""
+def __getattr__(name: str) -> Any:
+    """Resolve a public name on first access (PEP 562) and cache it in the module.
+
+    Returns the object (a function or an nn.Module class, per ``_LAZY``); its type depends on ``name``.
+    """
     try:
         module_name, attribute = _LAZY[name]
     except KeyError:
@@ -90,5 +95,6 @@ def __getattr__(name):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
+    """The module's names and the lazily resolved ones (PEP 562)."""
     return sorted(set(globals()) | set(_LAZY))

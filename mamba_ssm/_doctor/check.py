@@ -63,9 +63,10 @@ def check_device(device: str) -> CheckResult:
         grads_finite = all(
             t.grad is not None and bool(torch.isfinite(t.grad).all()) for t in (u, delta, A, B, C)
         )
-        ref = selective_scan_ref(
-            *(t.detach().double().cpu() for t in (u, delta, A, B, C, D, z, delta_bias)), delta_softplus=True
+        u64, delta64, A64, B64, C64, D64, z64, bias64 = (
+            t.detach().double().cpu() for t in (u, delta, A, B, C, D, z, delta_bias)
         )
+        ref = selective_scan_ref(u64, delta64, A64, B64, C64, D64, z64, bias64, delta_softplus=True)
         err = float((y.detach().double().cpu() - ref).abs().max())
         tol = RTOL * max(1.0, float(ref.abs().max()))
         return CheckResult(

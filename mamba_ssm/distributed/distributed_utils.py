@@ -20,8 +20,14 @@ run as an all-reduce / list all-gather with the same result.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 import torch.distributed as dist
+from torch import nn
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup, Work
 
 __all__ = [
     "AllGatherFunc",
@@ -39,11 +45,13 @@ __all__ = [
 ]
 
 
-def _is_gloo(process_group) -> bool:
+def _is_gloo(process_group: ProcessGroup | None) -> bool:
     return dist.get_backend(process_group) == "gloo"
 
 
-def all_gather_raw(input_, process_group, async_op=False):
+def all_gather_raw(
+    input_: torch.Tensor, process_group: ProcessGroup | None, async_op: bool = False
+) -> tuple[torch.Tensor, Work | None]:
     """Concatenate every rank's ``input_`` along dim 0, in rank order.
 
     input_: (n, ...) on each rank (the same shape everywhere). Returns ((world_size * n, ...), handle).
@@ -61,7 +69,9 @@ def all_gather_raw(input_, process_group, async_op=False):
     return output, handle
 
 
-def reduce_scatter_raw(input_, process_group, async_op=False):
+def reduce_scatter_raw(
+    input_: torch.Tensor, process_group: ProcessGroup | None, async_op: bool = False
+) -> tuple[torch.Tensor, Work | None]:
     """Sum ``input_`` over ranks and keep this rank's slice of dim 0.
 
     input_: (world_size * n, ...). Returns ((n, ...), handle).
@@ -88,7 +98,9 @@ def reduce_scatter_raw(input_, process_group, async_op=False):
     return output, handle
 
 
-def all_reduce_raw(input_, process_group, async_op=False):
+def all_reduce_raw(
+    input_: torch.Tensor, process_group: ProcessGroup | None, async_op: bool = False
+) -> tuple[torch.Tensor, Work | None]:
     """Sum ``input_`` over ranks. Returns (a new tensor of input_'s shape, handle); input_ is not changed."""
     output = input_.contiguous().clone()
     if dist.get_world_size(process_group) == 1:
@@ -101,12 +113,14 @@ class AllGatherFunc(torch.autograd.Function):
     """All-gather along dim 0 whose backward is a reduce-scatter."""
 
     @staticmethod
-    def forward(ctx, input_, process_group):
+    def forward(ctx: Any, input_: torch.Tensor, process_group: ProcessGroup | None) -> torch.Tensor:
+        """(n, ...) per rank -> (world_size * n, ...)."""
         ctx.process_group = process_group
         return all_gather_raw(input_, process_group)[0]
 
     @staticmethod
-    def backward(ctx, grad_output):
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """The gradient of ``input_``: grad_output reduce-scattered."""
         return reduce_scatter_raw(grad_output, ctx.process_group)[0], None
 
 
@@ -114,12 +128,14 @@ class ReduceScatterFunc(torch.autograd.Function):
     """Reduce-scatter along dim 0 whose backward is an all-gather."""
 
     @staticmethod
-    def forward(ctx, input_, process_group):
+    def forward(ctx: Any, input_: torch.Tensor, process_group: ProcessGroup | None) -> torch.Tensor:
+        """(world_size * n, ...) -> (n, ...) summed over ranks."""
         ctx.process_group = process_group
         return reduce_scatter_raw(input_, process_group)[0]
 
     @staticmethod
-    def backward(ctx, grad_output):
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """The gradient of ``input_``: grad_output all-gathered."""
         return all_gather_raw(grad_output, ctx.process_group)[0], None
 
 
@@ -127,11 +143,13 @@ class AllReduceFunc(torch.autograd.Function):
     """All-reduce whose backward is the identity."""
 
     @staticmethod
-    def forward(ctx, input_, process_group):
+    def forward(ctx: Any, input_: torch.Tensor, process_group: ProcessGroup | None) -> torch.Tensor:
+        """input_ summed over ranks (same shape)."""
         return all_reduce_raw(input_, process_group)[0]
 
     @staticmethod
-    def backward(ctx, grad_output):
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """The gradient of ``input_``: grad_output itself."""
         return grad_output, None
 
 
@@ -140,36 +158,42 @@ class _CopyToParallelFunc(torch.autograd.Function):
     the sum of the ranks' partial gradients."""
 
     @staticmethod
-    def forward(ctx, input_, process_group):
+    def forward(ctx: Any, input_: torch.Tensor, process_group: ProcessGroup | None) -> torch.Tensor:
+        """input_ itself (a view)."""
         ctx.process_group = process_group
         return input_.view_as(input_)
 
     @staticmethod
-    def backward(ctx, grad_output):
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """The gradient of ``input_``: grad_output all-reduced."""
         return all_reduce_raw(grad_output, ctx.process_group)[0], None
 
 
-def all_gather(input_, process_group):
+def all_gather(input_: torch.Tensor, process_group: ProcessGroup | None) -> torch.Tensor:
     """Autograd all-gather along dim 0: (n, ...) per rank -> (world_size * n, ...)."""
-    return AllGatherFunc.apply(input_, process_group)
+    out: torch.Tensor = AllGatherFunc.apply(input_, process_group)
+    return out
 
 
-def reduce_scatter(input_, process_group):
+def reduce_scatter(input_: torch.Tensor, process_group: ProcessGroup | None) -> torch.Tensor:
     """Autograd reduce-scatter along dim 0: (world_size * n, ...) -> (n, ...) summed over ranks."""
-    return ReduceScatterFunc.apply(input_, process_group)
+    out: torch.Tensor = ReduceScatterFunc.apply(input_, process_group)
+    return out
 
 
-def all_reduce(input_, process_group):
+def all_reduce(input_: torch.Tensor, process_group: ProcessGroup | None) -> torch.Tensor:
     """Autograd all-reduce (sum over ranks), gradient passed through."""
-    return AllReduceFunc.apply(input_, process_group)
+    out: torch.Tensor = AllReduceFunc.apply(input_, process_group)
+    return out
 
 
-def copy_to_parallel_region(input_, process_group):
+def copy_to_parallel_region(input_: torch.Tensor, process_group: ProcessGroup | None) -> torch.Tensor:
     """Identity whose gradient is all-reduced over ``process_group`` (input of a column-parallel layer)."""
-    return _CopyToParallelFunc.apply(input_, process_group)
+    out: torch.Tensor = _CopyToParallelFunc.apply(input_, process_group)
+    return out
 
 
-def sync_shared_params(model, process_group):
+def sync_shared_params(model: nn.Module, process_group: ProcessGroup | None) -> None:
     """Broadcast, from the group's first rank, every parameter marked ``_shared_params = True`` (the
     parameters replicated on all ranks), so all ranks start from the same values."""
     params = [p for _, p in sorted(model.named_parameters()) if getattr(p, "_shared_params", False)]
@@ -179,16 +203,13 @@ def sync_shared_params(model, process_group):
             dist.broadcast(p.data, src=src, group=process_group)
 
 
-def allreduce_sequence_parallel_grad(model, process_group):
+def allreduce_sequence_parallel_grad(model: nn.Module, process_group: ProcessGroup | None) -> None:
     """Sum over ranks the gradients of the parameters marked ``_sequence_parallel = True`` (replicated
     parameters that see only this rank's tokens under sequence parallelism, e.g. norms)."""
-    params = [
-        p
-        for _, p in sorted(model.named_parameters())
-        if getattr(p, "_sequence_parallel", False) and p.grad is not None
-    ]
-    for p in params:
-        dist.all_reduce(p.grad, group=process_group)
+    grads = [p.grad for _, p in sorted(model.named_parameters()) if getattr(p, "_sequence_parallel", False)]
+    for grad in grads:
+        if grad is not None:
+            dist.all_reduce(grad, group=process_group)
 
 
 def get_dim_for_local_rank(dim: int, world_size: int, local_rank: int, multiple_of: int = 1) -> int:

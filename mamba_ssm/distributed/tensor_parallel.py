@@ -16,10 +16,13 @@ Sizes split in units of ``multiple_of`` (:func:`.distributed_utils.get_dim_for_l
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.types import Device
 
 from mamba_ssm.distributed.distributed_utils import (
     all_gather,
@@ -28,7 +31,11 @@ from mamba_ssm.distributed.distributed_utils import (
     get_dim_for_local_rank,
     reduce_scatter,
 )
+from mamba_ssm.modules._common import FactoryKwargs
 from mamba_ssm.ops import _recompute
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = [
     "ColumnParallelEmbedding",
@@ -41,7 +48,8 @@ __all__ = [
 ]
 
 
-def _group(process_group, what):
+def _group(process_group: ProcessGroup | None, what: str) -> tuple[int, int]:
+    """(world size, rank) of ``process_group``; ValueError naming ``what`` when it is None."""
     if process_group is None:
         raise ValueError(
             f"{what}: process_group is None; pass a torch.distributed group "
@@ -50,7 +58,14 @@ def _group(process_group, what):
     return dist.get_world_size(process_group), dist.get_rank(process_group)
 
 
-def _parallel_linear(x, weight, bias, process_group, sequence_parallel):
+def _parallel_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    process_group: ProcessGroup | None,
+    sequence_parallel: bool,
+) -> torch.Tensor:
+    """:func:`parallel_linear_func`'s math (the autograd Function recomputes it)."""
     if process_group is not None:
         x = all_gather(x, process_group) if sequence_parallel else copy_to_parallel_region(x, process_group)
     return F.linear(x, weight, bias)
@@ -61,15 +76,34 @@ class ParallelLinearFunc(torch.autograd.Function):
     recomputes the forward, collectives included, and differentiates it)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, process_group=None, sequence_parallel=True):
-        return _recompute.forward(ctx, _parallel_linear, (x, weight, bias, process_group, sequence_parallel))
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        process_group: ProcessGroup | None = None,
+        sequence_parallel: bool = True,
+    ) -> torch.Tensor:
+        """See :func:`parallel_linear_func`."""
+        out: torch.Tensor = _recompute.forward(
+            ctx, _parallel_linear, (x, weight, bias, process_group, sequence_parallel)
+        )
+        return out
 
     @staticmethod
-    def backward(ctx, grad_output):
-        return _recompute.backward(ctx, grad_output)
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        """The gradients of x, weight, bias (None for the group and the flag)."""
+        grads: tuple[torch.Tensor | None, ...] = _recompute.backward(ctx, grad_output)
+        return grads
 
 
-def parallel_linear_func(x, weight, bias=None, process_group=None, sequence_parallel=True):
+def parallel_linear_func(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    process_group: ProcessGroup | None = None,
+    sequence_parallel: bool = True,
+) -> torch.Tensor:
     """The column-parallel linear map: ``F.linear(x, weight, bias)`` where, with a ``process_group``, x is
     first all-gathered over the ranks' token rows (dim 0) when ``sequence_parallel``, its gradient then
     reduce-scattered back; without sequence parallelism x is the same on every rank and its gradient is
@@ -82,7 +116,8 @@ def parallel_linear_func(x, weight, bias=None, process_group=None, sequence_para
     Returns:
         (N, local_out), N the gathered rows.
     """
-    return ParallelLinearFunc.apply(x, weight, bias, process_group, sequence_parallel)
+    out: torch.Tensor = ParallelLinearFunc.apply(x, weight, bias, process_group, sequence_parallel)
+    return out
 
 
 class ColumnParallelLinear(nn.Linear):
@@ -105,22 +140,23 @@ class ColumnParallelLinear(nn.Linear):
 
     def __init__(
         self,
-        in_features,
-        out_features,
-        process_group,
-        bias=True,
-        sequence_parallel=True,
-        multiple_of=1,
-        device=None,
-        dtype=None,
-    ):
+        in_features: int,
+        out_features: int,
+        process_group: ProcessGroup | None,
+        bias: bool = True,
+        sequence_parallel: bool = True,
+        multiple_of: int = 1,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         world_size, rank = _group(process_group, "ColumnParallelLinear")
         local_out = get_dim_for_local_rank(out_features, world_size, rank, multiple_of)
         super().__init__(in_features, local_out, bias=bias, device=device, dtype=dtype)
         self.process_group = process_group
         self.sequence_parallel = sequence_parallel
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (n, in_features) -> (N, local_out) (class docstring)."""
         return _parallel_linear(x, self.weight, self.bias, self.process_group, self.sequence_parallel)
 
 
@@ -142,22 +178,23 @@ class RowParallelLinear(nn.Linear):
 
     def __init__(
         self,
-        in_features,
-        out_features,
-        process_group,
-        bias=True,
-        sequence_parallel=True,
-        multiple_of=1,
-        device=None,
-        dtype=None,
-    ):
+        in_features: int,
+        out_features: int,
+        process_group: ProcessGroup | None,
+        bias: bool = True,
+        sequence_parallel: bool = True,
+        multiple_of: int = 1,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         world_size, rank = _group(process_group, "RowParallelLinear")
         local_in = get_dim_for_local_rank(in_features, world_size, rank, multiple_of)
         super().__init__(local_in, out_features, bias=bias and rank == 0, device=device, dtype=dtype)
         self.process_group = process_group
         self.sequence_parallel = sequence_parallel
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (N, local_in) -> (N, out_features) summed over ranks (class docstring)."""
         out = F.linear(x, self.weight, self.bias)
         return (reduce_scatter if self.sequence_parallel else all_reduce)(out, self.process_group)
 
@@ -167,11 +204,28 @@ class VocabParallelEmbedding(nn.Embedding):
     [r * V / world_size, (r + 1) * V / world_size); other ids give zero rows (the sum over ranks is the
     full lookup).
 
+    ``args`` is nn.Embedding's ``embedding_dim`` (upstream's signature; it may also come by keyword);
+    ``padding_idx`` and the other keywords (``max_norm``, ``device``, ``dtype`` ...) are nn.Embedding's.
+
     Raises:
         ValueError: num_embeddings not a multiple of the world size (pad the vocabulary).
+        TypeError: more than one positional argument after num_embeddings (nn.Embedding's third
+            positional is padding_idx, which this class takes by keyword).
     """
 
-    def __init__(self, num_embeddings, *args, process_group=None, padding_idx=None, **kwargs):
+    def __init__(
+        self,
+        num_embeddings: int,
+        *args: Any,
+        process_group: ProcessGroup | None = None,
+        padding_idx: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if len(args) > 1:
+            raise TypeError(
+                f"VocabParallelEmbedding: got positional arguments {args!r} after num_embeddings; pass "
+                f"embedding_dim positionally and padding_idx and the rest by keyword"
+            )
         self.process_group = process_group
         world_size, rank = (
             (1, 0) if process_group is None else _group(process_group, "VocabParallelEmbedding")
@@ -189,9 +243,11 @@ class VocabParallelEmbedding(nn.Embedding):
                 if self.vocab_start_index <= padding_idx < self.vocab_end_index
                 else None
             )
-        super().__init__(local, *args, padding_idx=padding_idx, **kwargs)
+        dims = {"embedding_dim": args[0]} if args else {}
+        super().__init__(local, padding_idx=padding_idx, **dims, **kwargs)
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - nn.Embedding's name
+        """input: int ids (any shape) -> (..., embedding_dim); ids outside this rank's block give zeros."""
         if self.process_group is None or dist.get_world_size(self.process_group) == 1:
             return super().forward(input)
         outside = (input < self.vocab_start_index) | (input >= self.vocab_end_index)
@@ -203,7 +259,14 @@ class VocabParallelEmbedding(nn.Embedding):
 class ColumnParallelEmbedding(nn.Embedding):
     """nn.Embedding with the embedding dim split across ``process_group`` (this rank's columns)."""
 
-    def __init__(self, num_embeddings, embedding_dim, *args, process_group=None, **kwargs):
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        *args: Any,
+        process_group: ProcessGroup | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.process_group = process_group
         world_size, _rank = (
             (1, 0) if process_group is None else _group(process_group, "ColumnParallelEmbedding")
@@ -231,16 +294,16 @@ class ParallelEmbeddings(nn.Module):
 
     def __init__(
         self,
-        embed_dim,
-        vocab_size,
-        max_position_embeddings,
-        process_group,
-        padding_idx=None,
-        sequence_parallel=True,
-        device=None,
-        dtype=None,
-    ):
-        factory_kwargs = {"device": device, "dtype": dtype}
+        embed_dim: int,
+        vocab_size: int,
+        max_position_embeddings: int,
+        process_group: ProcessGroup | None,
+        padding_idx: int | None = None,
+        sequence_parallel: bool = True,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        factory_kwargs: FactoryKwargs = {"device": device, "dtype": dtype}
         super().__init__()
         self.process_group = process_group
         self.sequence_parallel = sequence_parallel
@@ -253,10 +316,16 @@ class ParallelEmbeddings(nn.Module):
                 max_position_embeddings, embed_dim, process_group=process_group, **factory_kwargs
             )
 
-    def forward(self, input_ids, position_ids=None, combine_batch_seqlen_dim=False):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        combine_batch_seqlen_dim: bool = False,
+    ) -> torch.Tensor:
+        """input_ids (batch, seqlen) -> embeddings (class docstring)."""
         batch, seqlen = input_ids.shape
         world_size = 1 if self.process_group is None else dist.get_world_size(self.process_group)
-        embeddings = self.word_embeddings(input_ids)
+        embeddings: torch.Tensor = self.word_embeddings(input_ids)
         if self.max_position_embeddings > 0:
             if position_ids is None:
                 position_ids = torch.arange(seqlen, dtype=torch.long, device=input_ids.device)

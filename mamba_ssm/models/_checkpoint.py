@@ -4,19 +4,23 @@ the model's own parameters are the only full copy of the weights in memory."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
+from mamba_ssm.models.config_mamba import HasMambaConfig, MambaConfig
 from mamba_ssm.models.transformers_format import EMBEDDING, LM_HEAD, VOCAB_KEYS, key_from_transformers
 from mamba_ssm.utils.hf import WeightFiles, iter_weights, weight_shapes
 
 __all__ = ["load_weights"]
 
 
-def _show(keys):
+def _show(keys: Sequence[str]) -> str:
+    """The first 8 keys, comma-separated, with the count when there are more ("none" for no key)."""
     return (", ".join(keys[:8]) + (f", ... ({len(keys)} in all)" if len(keys) > 8 else "")) or "none"
 
 
-def _likely_cause(key, got, want, config):
+def _likely_cause(key: str, got: tuple[int, ...], want: tuple[int, ...], config: MambaConfig) -> str:
     """Which config.json fields decide the shape of ``key`` (and their values), for a mismatch."""
     ssm = dict(config.ssm_cfg or {})
     if key in VOCAB_KEYS:
@@ -32,7 +36,7 @@ def _likely_cause(key, got, want, config):
         return f"d_intermediate={config.d_intermediate} or d_model={config.d_model} in config.json"
     if ".mixer." in key:
         layer = ssm.get("layer", "Mamba1")
-        fields = ("d_state", "d_conv", "expand")
+        fields: tuple[str, ...] = ("d_state", "d_conv", "expand")
         fields += ("headdim", "ngroups", "d_ssm") if layer == "Mamba2" else ("dt_rank",)
         given = {k: ssm[k] for k in fields if k in ssm}
         return (
@@ -42,7 +46,7 @@ def _likely_cause(key, got, want, config):
     return f"d_model={config.d_model} in config.json is not the weights' width"
 
 
-def load_weights(model, weights: WeightFiles, from_transformers=False):
+def load_weights(model: HasMambaConfig, weights: WeightFiles, from_transformers: bool = False) -> None:
     """Check the keys and shapes of ``weights`` against ``model`` (a MambaLMHeadModel), then copy them
     in, one tensor at a time (cast to each parameter's dtype and device).
 
@@ -85,8 +89,8 @@ def load_weights(model, weights: WeightFiles, from_transformers=False):
             f"{where}: the weights do not match MambaLMHeadModel({config}): missing keys: "
             f"{_show(missing)}; unexpected keys: {_show(sorted(unexpected))}{hint}"
         )
-    padded_rows = {}
-    problems = []
+    padded_rows: dict[str, int] = {}
+    problems: list[str] = []
     for file_key, ours in mapping.items():
         have, want = tuple(file_shapes[file_key]), tuple(params[ours].shape)
         if have == want:

@@ -8,9 +8,11 @@ fused_add_norm and pad_vocab_size_multiple).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-__all__ = ["MambaConfig"]
+__all__ = ["HasMambaConfig", "MambaConfig"]
 
 
 @dataclass
@@ -32,9 +34,10 @@ class MambaConfig:
     d_intermediate: int = 0
     n_layer: int = 64
     vocab_size: int = 50277
-    ssm_cfg: dict = field(default_factory=dict)
-    attn_layer_idx: list = field(default_factory=list)
-    attn_cfg: dict = field(default_factory=dict)
+    # The layers' keyword arguments: JSON values, passed through to the Mamba / MHA constructors.
+    ssm_cfg: dict[str, Any] = field(default_factory=dict)
+    attn_layer_idx: list[int] = field(default_factory=list)
+    attn_cfg: dict[str, Any] = field(default_factory=dict)
     rms_norm: bool = True
     residual_in_fp32: bool = True
     fused_add_norm: bool = True
@@ -42,7 +45,7 @@ class MambaConfig:
     tie_embeddings: bool = True
 
     @classmethod
-    def from_dict(cls, data, source="config"):
+    def from_dict(cls, data: object, source: str = "config") -> MambaConfig:
         """A MambaConfig from a ``config.json`` dict; absent fields take the defaults.
 
         Raises:
@@ -63,6 +66,17 @@ class MambaConfig:
             )
         return cls(**data)
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict (what ``save_pretrained`` writes to config.json)."""
         return dataclasses.asdict(self)
+
+
+class HasMambaConfig(Protocol):
+    """A model built from a :class:`MambaConfig` (``MambaLMHeadModel``), as the checkpoint writers and
+    readers use it: its ``config`` and its ``state_dict``."""
+
+    config: MambaConfig
+
+    def state_dict(self, *, keep_vars: bool = False) -> Mapping[str, Any]:
+        """{name: tensor} of the parameters and buffers (nn.Module's)."""
+        ...

@@ -22,11 +22,13 @@ import json
 import math
 import os
 import warnings
-from collections import namedtuple
+from collections.abc import Iterator, Sequence
 from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, cast
 
 import torch
 from torch import nn
+from torch.types import Device
 
 from mamba_ssm.models._checkpoint import load_weights
 from mamba_ssm.models.config_mamba import MambaConfig
@@ -35,6 +37,7 @@ from mamba_ssm.models.transformers_format import (
     save_transformers_format,
     transformers_model_type,
 )
+from mamba_ssm.modules._common import FactoryKwargs, set_flag
 from mamba_ssm.modules.block import Block, add_and_norm
 from mamba_ssm.modules.mamba_simple import Mamba
 from mamba_ssm.modules.mha import MHA
@@ -43,14 +46,22 @@ from mamba_ssm.ops.triton.layer_norm import RMSNorm
 from mamba_ssm.utils.generation import GenerationMixin
 from mamba_ssm.utils.hf import CONFIG_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, find_weights, load_config_hf
 
+if TYPE_CHECKING:
+    from mamba_ssm.utils.generation import InferenceParams, LayerCache
+
 __all__ = ["CausalLMOutput", "MambaLMHeadModel", "MixerModel", "create_block"]
 
-CausalLMOutput = namedtuple("CausalLMOutput", ["logits"])  # noqa: PYI024 - upstream's public type, as it is
+
+class CausalLMOutput(NamedTuple):
+    """What :meth:`MambaLMHeadModel.forward` returns (upstream's namedtuple)."""
+
+    logits: torch.Tensor  # (batch, seqlen or num_last_tokens, padded vocab)
+
 
 SSM_LAYERS = ("Mamba1", "Mamba2", "Mamba3")
 
 
-def _ssm_cls(layer):
+def _ssm_cls(layer: str) -> type[nn.Module]:
     """The class of ``ssm_cfg["layer"]`` ("Mamba2" and "Mamba3" imported on first use)."""
     if layer == "Mamba1":
         return Mamba
@@ -58,7 +69,8 @@ def _ssm_cls(layer):
     try:
         import importlib
 
-        return getattr(importlib.import_module(module), layer)
+        cls: type[nn.Module] = getattr(importlib.import_module(module), layer)
+        return cls
     except ModuleNotFoundError as exc:
         if exc.name == module:
             raise ImportError(
@@ -69,19 +81,19 @@ def _ssm_cls(layer):
 
 
 def create_block(
-    d_model,
-    d_intermediate,
-    ssm_cfg=None,
-    attn_layer_idx=None,
-    attn_cfg=None,
-    norm_epsilon=1e-5,
-    rms_norm=False,
-    residual_in_fp32=False,
-    fused_add_norm=False,
-    layer_idx=None,
-    device=None,
-    dtype=None,
-):
+    d_model: int,
+    d_intermediate: int,
+    ssm_cfg: dict[str, Any] | None = None,
+    attn_layer_idx: Sequence[int] | None = None,
+    attn_cfg: dict[str, Any] | None = None,
+    norm_epsilon: float = 1e-5,
+    rms_norm: bool = False,
+    residual_in_fp32: bool = False,
+    fused_add_norm: bool = False,
+    layer_idx: int | None = None,
+    device: Device = None,
+    dtype: torch.dtype | None = None,
+) -> Block:
     """One :class:`~mamba_ssm.modules.block.Block`: an MHA mixer when ``layer_idx`` is in
     ``attn_layer_idx`` (with ``attn_cfg``), else the SSM layer ``ssm_cfg["layer"]`` ("Mamba1", the
     default, "Mamba2" or "Mamba3") with the rest of ``ssm_cfg``; a GatedMLP of width ``d_intermediate`` when > 0.
@@ -89,7 +101,7 @@ def create_block(
     Raises:
         ValueError: an unknown ``ssm_cfg["layer"]`` (the known ones named).
     """
-    factory_kwargs = {"device": device, "dtype": dtype}
+    factory_kwargs: FactoryKwargs = {"device": device, "dtype": dtype}
     ssm_cfg = copy.deepcopy(ssm_cfg) if ssm_cfg is not None else {}
     attn_cfg = copy.deepcopy(attn_cfg) if attn_cfg is not None else {}
     attn_layer_idx = attn_layer_idx if attn_layer_idx is not None else []
@@ -99,12 +111,16 @@ def create_block(
             f"create_block: ssm_cfg['layer']={layer!r} is not an SSM layer of mamba-ssm; use one of "
             f"{list(SSM_LAYERS)}"
         )
+    mixer_cls: Callable[[int], nn.Module]
+    mlp_cls: Callable[[int], nn.Module]
     if layer_idx in attn_layer_idx:
         mixer_cls = partial(MHA, layer_idx=layer_idx, **attn_cfg, **factory_kwargs)
     else:
         ssm_cls = _ssm_cls(layer)
         mixer_cls = partial(ssm_cls, layer_idx=layer_idx, **ssm_cfg, **factory_kwargs)
-    norm_cls = partial(RMSNorm if rms_norm else nn.LayerNorm, eps=norm_epsilon, **factory_kwargs)
+    norm_cls: Callable[[int], nn.Module] = partial(
+        RMSNorm if rms_norm else nn.LayerNorm, eps=norm_epsilon, **factory_kwargs
+    )
     if d_intermediate == 0:
         mlp_cls = nn.Identity
     else:
@@ -122,8 +138,12 @@ def create_block(
 
 
 def _init_weights(
-    module, n_layer, initializer_range=0.02, rescale_prenorm_residual=True, n_residuals_per_layer=1
-):
+    module: nn.Module,
+    n_layer: int,
+    initializer_range: float = 0.02,
+    rescale_prenorm_residual: bool = True,
+    n_residuals_per_layer: int = 1,
+) -> None:
     """GPT-2 style initialisation (Radford et al. 2019, "Language Models are Unsupervised Multitask
     Learners", section 2.3): zero Linear biases, N(0, initializer_range) embeddings, and the output
     projections feeding the residual stream (``out_proj``, ``fc2``) scaled by
@@ -139,10 +159,10 @@ def _init_weights(
             if name == "weight" and isinstance(module, nn.Linear) and getattr(module, "_residual_out", False):
                 nn.init.kaiming_uniform_(p, a=math.sqrt(5))
                 with torch.no_grad():
-                    p /= math.sqrt(n_residuals_per_layer * n_layer)  # noqa: PLW2901 - in place
+                    p.div_(math.sqrt(n_residuals_per_layer * n_layer))
 
 
-def _as_dtype(dtype):
+def _as_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     """``dtype`` as a torch.dtype: None and torch.dtype pass; a name such as "bfloat16" or
     "torch.float16" is looked up in torch. Raises TypeError naming the value otherwise."""
     if dtype is None or isinstance(dtype, torch.dtype):
@@ -154,6 +174,16 @@ def _as_dtype(dtype):
             f"torch.float32 or their names ('bfloat16', ...)"
         )
     return found
+
+
+def _as_config(config: object) -> MambaConfig:
+    """``config`` when it is a MambaConfig; TypeError naming its type and the fix otherwise."""
+    if not isinstance(config, MambaConfig):
+        raise TypeError(
+            f"MambaLMHeadModel: config must be a MambaConfig, got {type(config).__name__} "
+            f"(use MambaConfig(**fields) or MambaLMHeadModel.from_pretrained)"
+        )
+    return config
 
 
 class MixerModel(nn.Module):
@@ -176,22 +206,22 @@ class MixerModel(nn.Module):
 
     def __init__(
         self,
-        d_model,
-        n_layer,
-        d_intermediate,
-        vocab_size,
-        ssm_cfg=None,
-        attn_layer_idx=None,
-        attn_cfg=None,
-        norm_epsilon=1e-5,
-        rms_norm=False,
-        initializer_cfg=None,
-        fused_add_norm=False,
-        residual_in_fp32=False,
-        device=None,
-        dtype=None,
-    ):
-        factory_kwargs = {"device": device, "dtype": dtype}
+        d_model: int,
+        n_layer: int,
+        d_intermediate: int,
+        vocab_size: int,
+        ssm_cfg: dict[str, Any] | None = None,
+        attn_layer_idx: Sequence[int] | None = None,
+        attn_cfg: dict[str, Any] | None = None,
+        norm_epsilon: float = 1e-5,
+        rms_norm: bool = False,
+        initializer_cfg: dict[str, Any] | None = None,
+        fused_add_norm: bool = False,
+        residual_in_fp32: bool = False,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        factory_kwargs: FactoryKwargs = {"device": device, "dtype": dtype}
         super().__init__()
         outside = [
             i
@@ -200,7 +230,7 @@ class MixerModel(nn.Module):
         ]
         if outside:
             raise ValueError(
-                f"MixerModel: attn_layer_idx={list(attn_layer_idx)!r} names {outside!r}, not a layer "
+                f"MixerModel: attn_layer_idx={list(attn_layer_idx or [])!r} names {outside!r}, not a layer "
                 f"index of this model's n_layer={n_layer} layers (0..{n_layer - 1}); fix "
                 f"attn_layer_idx or raise n_layer"
             )
@@ -236,10 +266,10 @@ class MixerModel(nn.Module):
             ]
         )
         self.norm_f = (RMSNorm if rms_norm else nn.LayerNorm)(d_model, eps=norm_epsilon, **factory_kwargs)
-        for block in self.layers:
+        for block in self._blocks():
             for proj in (getattr(block.mixer, "out_proj", None), getattr(block.mlp, "fc2", None)):
                 if isinstance(proj, nn.Linear):
-                    proj._residual_out = True
+                    set_flag(proj, "_residual_out")
         self.apply(
             partial(
                 _init_weights,
@@ -249,14 +279,23 @@ class MixerModel(nn.Module):
             )
         )
 
-    def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
+    def _blocks(self) -> Iterator[Block]:
+        """The model's blocks, in order (``self.layers``, which holds the Blocks ``__init__`` built)."""
+        for layer in self.layers:
+            yield cast(Block, layer)
+
+    def allocate_inference_cache(
+        self, batch_size: int, max_seqlen: int, dtype: torch.dtype | None = None, **kwargs: Any
+    ) -> dict[int, LayerCache]:
         """{layer_idx: that layer's cache} for ``InferenceParams.key_value_memory_dict``."""
         return {
             i: layer.allocate_inference_cache(batch_size, max_seqlen, dtype=dtype, **kwargs)
-            for i, layer in enumerate(self.layers)
+            for i, layer in enumerate(self._blocks())
         }
 
-    def forward(self, input_ids, inference_params=None, **mixer_kwargs):
+    def forward(
+        self, input_ids: torch.Tensor, inference_params: InferenceParams | None = None, **mixer_kwargs: Any
+    ) -> torch.Tensor:
         """input_ids: (batch, seqlen) int -> (batch, seqlen, d_model) in the parameters' dtype.
 
         Raises:
@@ -291,13 +330,15 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
     step path. Raises ValueError / ImportError from :func:`create_block` for a bad ``ssm_cfg``.
     """
 
-    def __init__(self, config, initializer_cfg=None, device=None, dtype=None):
-        if not isinstance(config, MambaConfig):
-            raise TypeError(
-                f"MambaLMHeadModel: config must be a MambaConfig, got {type(config).__name__} "
-                f"(use MambaConfig(**fields) or MambaLMHeadModel.from_pretrained)"
-            )
-        factory_kwargs = {"device": device, "dtype": dtype}
+    def __init__(
+        self,
+        config: MambaConfig,
+        initializer_cfg: dict[str, Any] | None = None,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        config = _as_config(config)
+        factory_kwargs: FactoryKwargs = {"device": device, "dtype": dtype}
         super().__init__()
         self.config = config
         vocab_size = config.vocab_size
@@ -321,16 +362,25 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
         self.lm_head = nn.Linear(config.d_model, vocab_size, bias=False, **factory_kwargs)
         self.tie_weights()
 
-    def tie_weights(self):
+    def tie_weights(self) -> None:
         """With ``config.tie_embeddings``, lm_head.weight becomes the embedding's weight (one tensor)."""
         if self.config.tie_embeddings:
             self.lm_head.weight = self.backbone.embedding.weight
 
-    def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
+    def allocate_inference_cache(
+        self, batch_size: int, max_seqlen: int, dtype: torch.dtype | None = None, **kwargs: Any
+    ) -> dict[int, LayerCache]:
         """{layer_idx: cache} for every layer (see :meth:`MixerModel.allocate_inference_cache`)."""
         return self.backbone.allocate_inference_cache(batch_size, max_seqlen, dtype=dtype, **kwargs)
 
-    def forward(self, input_ids, position_ids=None, inference_params=None, num_last_tokens=0, **mixer_kwargs):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        inference_params: InferenceParams | None = None,
+        num_last_tokens: int = 0,
+        **mixer_kwargs: Any,
+    ) -> CausalLMOutput:
         """input_ids (batch, seqlen) -> CausalLMOutput(logits (batch, seqlen or num_last_tokens, padded
         vocab)). ``position_ids`` is accepted for upstream compatibility and unused (positions come from
         ``inference_params``)."""
@@ -340,7 +390,13 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
         return CausalLMOutput(logits=self.lm_head(hidden_states))
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name, device=None, dtype=None, **kwargs):
+    def from_pretrained(
+        cls,
+        pretrained_model_name: str | os.PathLike[str],
+        device: Device = None,
+        dtype: torch.dtype | str | None = None,
+        **kwargs: Any,
+    ) -> MambaLMHeadModel:
         """Load a checkpoint: a local directory or a Hugging Face Hub repo id (through huggingface_hub),
         in mamba-ssm's format or transformers' (``MambaForCausalLM`` / ``Mamba2ForCausalLM``).
 
@@ -367,7 +423,7 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
                 cannot represent; a corrupt weights file; a shape mismatch (key, both shapes, cause).
             KeyError: the weights' keys do not match the config (missing / unexpected keys listed).
         """
-        dtype = _as_dtype(dtype)
+        torch_dtype = _as_dtype(dtype)
         raw = load_config_hf(pretrained_model_name)
         source = f"{pretrained_model_name}/{CONFIG_NAME}"
         from_transformers = transformers_model_type(raw) is not None
@@ -376,11 +432,16 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
         else:
             config = MambaConfig.from_dict(raw, source=source)
         weights = find_weights(pretrained_model_name)
-        model = cls(config, device=device, dtype=dtype, **kwargs)
+        model = cls(config, device=device, dtype=torch_dtype, **kwargs)
         load_weights(model, weights, from_transformers=from_transformers)
         return model
 
-    def save_pretrained(self, save_directory, safe_serialization=False, transformers_format=False):
+    def save_pretrained(
+        self,
+        save_directory: str | os.PathLike[str],
+        safe_serialization: bool = False,
+        transformers_format: bool = False,
+    ) -> None:
         """Write the checkpoint to ``save_directory`` (created if needed).
 
         Default (upstream's layout): ``config.json`` and ``pytorch_model.bin``, with

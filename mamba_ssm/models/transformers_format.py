@@ -31,8 +31,13 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from mamba_ssm.models.config_mamba import MambaConfig
+from mamba_ssm.models.config_mamba import HasMambaConfig, MambaConfig
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "TRANSFORMERS_MODEL_TYPES",
@@ -55,7 +60,7 @@ LM_HEAD = "lm_head.weight"
 VOCAB_KEYS = (EMBEDDING, LM_HEAD)
 
 # transformers' defaults (transformers.MambaConfig / Mamba2Config) for fields a config.json may omit.
-_HF_DEFAULTS = {
+_HF_DEFAULTS: dict[str, dict[str, Any]] = {
     "mamba": {
         "state_size": 16,
         "expand": 2,
@@ -97,7 +102,7 @@ _HF_DEFAULTS = {
 _EPS = 1e-5
 # mamba-ssm's Mamba / Mamba2 defaults of the ssm_cfg fields mapped below (a field equal to its default
 # is left out of ssm_cfg, as upstream's own config.json files do).
-_OURS_DEFAULTS = {
+_OURS_DEFAULTS: dict[str, dict[str, Any]] = {
     "Mamba1": {
         "d_state": 16,
         "d_conv": 4,
@@ -129,7 +134,7 @@ _OURS_DEFAULTS = {
 _RUNTIME_ONLY = {"use_fast_path", "use_mem_eff_path", "A_init_range", "conv_init", "layer"}
 
 
-def transformers_model_type(config):
+def transformers_model_type(config: object) -> str | None:
     """``"mamba"`` or ``"mamba2"`` when the config.json dict ``config`` is transformers' (it has a
     ``model_type``), None when it is mamba-ssm's.
 
@@ -138,7 +143,7 @@ def transformers_model_type(config):
     """
     if not isinstance(config, dict) or "model_type" not in config:
         return None
-    model_type = config["model_type"]
+    model_type: str = config["model_type"]
     if model_type not in TRANSFORMERS_MODEL_TYPES:
         raise ValueError(
             f"config.json is transformers' model_type={model_type!r}; MambaLMHeadModel reads transformers' "
@@ -148,11 +153,14 @@ def transformers_model_type(config):
     return model_type
 
 
-def _unsupported(source, field, value, why):
+def _unsupported(source: str, field: str, value: object, why: str) -> ValueError:
+    """The error for a value the other format cannot represent: ``source: field=value why``."""
     return ValueError(f"{source}: {field}={value!r} {why}")
 
 
-def config_from_transformers(config, source="config.json", pad_vocab_size_multiple=8):
+def config_from_transformers(
+    config: dict[str, Any], source: str = "config.json", pad_vocab_size_multiple: int = 8
+) -> MambaConfig:
     """The :class:`MambaConfig` of a transformers Mamba / Mamba2 ``config.json`` dict (the table in the
     module docstring).
 
@@ -223,7 +231,7 @@ def config_from_transformers(config, source="config.json", pad_vocab_size_multip
             dt_limit=tuple(float(v) for v in hf["time_step_limit"]),
         )
     defaults = _OURS_DEFAULTS[layer]
-    ssm_cfg = {"layer": "Mamba2"} if layer == "Mamba2" else {}
+    ssm_cfg: dict[str, Any] = {"layer": "Mamba2"} if layer == "Mamba2" else {}
     ssm_cfg.update({k: v for k, v in ssm.items() if k not in defaults or v != defaults[k]})
     if "dt_limit" in ssm_cfg:
         ssm_cfg["dt_limit"] = list(ssm_cfg["dt_limit"])
@@ -243,7 +251,7 @@ def config_from_transformers(config, source="config.json", pad_vocab_size_multip
     )
 
 
-def config_to_transformers(config):
+def config_to_transformers(config: MambaConfig) -> dict[str, Any]:
     """transformers' config.json dict (``MambaForCausalLM`` or ``Mamba2ForCausalLM``) for a
     :class:`MambaConfig`; its vocab_size is ``config.vocab_size`` (the padded rows are not written).
 
@@ -277,7 +285,7 @@ def config_to_transformers(config):
     extra = sorted(set(ssm) - known)
     if extra:
         raise _unsupported(source, "ssm_cfg", {k: ssm[k] for k in extra}, f"has fields for which {no}")
-    hf = {
+    hf: dict[str, Any] = {
         "model_type": "mamba" if layer == "Mamba1" else "mamba2",
         "architectures": ["MambaForCausalLM" if layer == "Mamba1" else "Mamba2ForCausalLM"],
         "hidden_size": config.d_model,
@@ -317,21 +325,23 @@ def config_to_transformers(config):
     return hf
 
 
-def key_from_transformers(key):
+def key_from_transformers(key: str) -> str:
     """mamba-ssm's name of transformers' state_dict key ``key``."""
     return EMBEDDING if key == EMBEDDING_HF else key
 
 
-def key_to_transformers(key):
+def key_to_transformers(key: str) -> str:
     """transformers' name of mamba-ssm's state_dict key ``key``."""
     return EMBEDDING_HF if key == EMBEDDING else key
 
 
-def state_dict_to_transformers(state_dict, config):
+def state_dict_to_transformers(
+    state_dict: Mapping[str, torch.Tensor], config: MambaConfig
+) -> dict[str, torch.Tensor]:
     """mamba-ssm's state_dict -> transformers' (keys renamed, vocabulary rows cut to
     ``config.vocab_size``, a tied lm_head.weight left out, every tensor contiguous; nothing copied
     that need not be)."""
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for key, value in state_dict.items():
         if key == LM_HEAD and config.tie_embeddings:
             continue
@@ -340,7 +350,9 @@ def state_dict_to_transformers(state_dict, config):
     return out
 
 
-def save_transformers_format(model, save_directory, safe_serialization=True):
+def save_transformers_format(
+    model: HasMambaConfig, save_directory: str | os.PathLike[str], safe_serialization: bool = True
+) -> None:
     """Write ``model`` (a MambaLMHeadModel) as transformers' Mamba / Mamba2 checkpoint: ``config.json``
     (:func:`config_to_transformers`) and ``model.safetensors`` (``pytorch_model.bin`` with
     ``safe_serialization=False``), loadable with ``MambaForCausalLM.from_pretrained`` /

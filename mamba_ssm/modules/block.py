@@ -19,15 +19,26 @@ call (same math).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable, cast
+
 import torch
 from torch import nn
 
 from mamba_ssm.ops.triton.layer_norm import RMSNorm, layer_norm_fn
 
+if TYPE_CHECKING:
+    from mamba_ssm.utils.generation import InferenceParams, LayerCache
+
 __all__ = ["Block"]
 
 
-def add_and_norm(norm, hidden_states, residual, fused_add_norm, residual_in_fp32):
+def add_and_norm(
+    norm: nn.Module,
+    hidden_states: torch.Tensor,
+    residual: torch.Tensor | None,
+    fused_add_norm: bool,
+    residual_in_fp32: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``residual = hidden_states + residual`` then ``norm(residual)``: returns (normed, residual).
 
     Args:
@@ -41,11 +52,12 @@ def add_and_norm(norm, hidden_states, residual, fused_add_norm, residual_in_fp32
     """
     if not fused_add_norm:
         residual = hidden_states if residual is None else hidden_states + residual
-        normed = norm(residual.to(dtype=norm.weight.dtype))
+        # nn.Module's attribute type is Tensor | Module; a norm's weight is a Tensor.
+        normed = norm(residual.to(dtype=cast(torch.Tensor, norm.weight).dtype))
         if residual_in_fp32:
             residual = residual.to(torch.float32)
         return normed, residual
-    return layer_norm_fn(
+    fused: tuple[torch.Tensor, torch.Tensor] = layer_norm_fn(
         hidden_states,
         norm.weight,
         norm.bias,
@@ -55,6 +67,7 @@ def add_and_norm(norm, hidden_states, residual, fused_add_norm, residual_in_fp32
         residual_in_fp32=residual_in_fp32,
         is_rms_norm=isinstance(norm, RMSNorm),
     )
+    return fused
 
 
 class Block(nn.Module):
@@ -75,9 +88,18 @@ class Block(nn.Module):
         TypeError: fused_add_norm with a norm that is neither ``nn.LayerNorm`` nor ``RMSNorm``.
     """
 
+    #: The block's index in its model (set by ``create_block``; absent on a Block built directly).
+    layer_idx: int | None
+
     def __init__(
-        self, dim, mixer_cls, mlp_cls, norm_cls=nn.LayerNorm, fused_add_norm=False, residual_in_fp32=False
-    ):
+        self,
+        dim: int,
+        mixer_cls: Callable[[int], nn.Module],
+        mlp_cls: Callable[[int], nn.Module],
+        norm_cls: Callable[[int], nn.Module] = nn.LayerNorm,
+        fused_add_norm: bool = False,
+        residual_in_fp32: bool = False,
+    ) -> None:
         super().__init__()
         self.residual_in_fp32 = residual_in_fp32
         self.fused_add_norm = fused_add_norm
@@ -85,7 +107,7 @@ class Block(nn.Module):
         self.mixer = mixer_cls(dim)
         if mlp_cls is not nn.Identity:
             self.norm2 = norm_cls(dim)
-            self.mlp = mlp_cls(dim)
+            self.mlp: nn.Module | None = mlp_cls(dim)
         else:
             self.mlp = None
         if fused_add_norm and not isinstance(self.norm, (nn.LayerNorm, RMSNorm)):
@@ -94,24 +116,34 @@ class Block(nn.Module):
                 f"{type(self.norm).__name__}; pass fused_add_norm=False"
             )
 
-    def forward(self, hidden_states, residual=None, inference_params=None, **mixer_kwargs):
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        residual: torch.Tensor | None = None,
+        inference_params: InferenceParams | None = None,
+        **mixer_kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden_states (batch, seqlen, dim), residual (batch, seqlen, dim) or None ->
         (hidden_states, residual), both (batch, seqlen, dim).
 
         ``inference_params`` (:class:`mamba_ssm.utils.generation.InferenceParams`) and ``mixer_kwargs``
         (e.g. ``seq_idx``, ``cu_seqlens`` for Mamba2) are passed to the mixer.
         """
-        hidden_states, residual = add_and_norm(
+        hidden_states, new_residual = add_and_norm(
             self.norm, hidden_states, residual, self.fused_add_norm, self.residual_in_fp32
         )
         hidden_states = self.mixer(hidden_states, inference_params=inference_params, **mixer_kwargs)
         if self.mlp is not None:
-            hidden_states, residual = add_and_norm(
-                self.norm2, hidden_states, residual, self.fused_add_norm, self.residual_in_fp32
+            hidden_states, new_residual = add_and_norm(
+                self.norm2, hidden_states, new_residual, self.fused_add_norm, self.residual_in_fp32
             )
             hidden_states = self.mlp(hidden_states)
-        return hidden_states, residual
+        return hidden_states, new_residual
 
-    def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
+    def allocate_inference_cache(
+        self, batch_size: int, max_seqlen: int, dtype: torch.dtype | None = None, **kwargs: Any
+    ) -> LayerCache:
         """The mixer's decoding cache (see the mixer's ``allocate_inference_cache``)."""
-        return self.mixer.allocate_inference_cache(batch_size, max_seqlen, dtype=dtype, **kwargs)
+        # mixer_cls builds any nn.Module; the mixers that decode define allocate_inference_cache.
+        allocate = cast("Callable[..., LayerCache]", self.mixer.allocate_inference_cache)
+        return allocate(batch_size, max_seqlen, dtype=dtype, **kwargs)

@@ -28,17 +28,30 @@ whose rows are this rank's [z, xBC, dt] and out_proj a RowParallelLinear that su
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.types import Device
 
-from mamba_ssm.modules._common import check_positive_sizes, check_sequence_input, inverse_softplus_dt
+from mamba_ssm.modules._common import (
+    FactoryKwargs,
+    check_positive_sizes,
+    check_sequence_input,
+    inverse_softplus_dt,
+    set_flag,
+)
 from mamba_ssm.ops.backends._packing import seq_idx_from_cu_seqlens
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update, causal_conv1d_varlen_states
 from mamba_ssm.ops.triton.layernorm_gated import RMSNorm as RMSNormGated
 from mamba_ssm.ops.triton.selective_state_update import selective_state_update
 from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+    from mamba_ssm.utils.generation import InferenceParams
 
 __all__ = ["Mamba2"]
 
@@ -76,33 +89,33 @@ class Mamba2(nn.Module):
 
     def __init__(
         self,
-        d_model,
-        d_state=128,
-        d_conv=4,
-        conv_init=None,
-        expand=2,
-        headdim=64,
-        d_ssm=None,
-        ngroups=1,
-        A_init_range=(1, 16),
-        D_has_hdim=False,
-        rmsnorm=True,
-        norm_before_gate=False,
-        dt_min=0.001,
-        dt_max=0.1,
-        dt_init_floor=1e-4,
-        dt_limit=(0.0, float("inf")),
-        bias=False,
-        conv_bias=True,
-        chunk_size=256,
-        use_mem_eff_path=True,
-        layer_idx=None,
-        process_group=None,
-        sequence_parallel=True,
-        device=None,
-        dtype=None,
-    ):
-        factory_kwargs = {"device": device, "dtype": dtype}
+        d_model: int,
+        d_state: int = 128,
+        d_conv: int = 4,
+        conv_init: float | None = None,
+        expand: float = 2,
+        headdim: int = 64,
+        d_ssm: int | None = None,
+        ngroups: int = 1,
+        A_init_range: tuple[float, float] = (1, 16),
+        D_has_hdim: bool = False,
+        rmsnorm: bool = True,
+        norm_before_gate: bool = False,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        dt_init_floor: float = 1e-4,
+        dt_limit: tuple[float, float] = (0.0, float("inf")),
+        bias: bool = False,
+        conv_bias: bool = True,
+        chunk_size: int = 256,
+        use_mem_eff_path: bool = True,
+        layer_idx: int | None = None,
+        process_group: ProcessGroup | None = None,
+        sequence_parallel: bool = True,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        factory_kwargs: FactoryKwargs = {"device": device, "dtype": dtype}
         super().__init__()
         check_positive_sizes("Mamba2", d_model=d_model, d_state=d_state, d_conv=d_conv, headdim=headdim)
         self.d_model = d_model
@@ -153,6 +166,7 @@ class Mamba2(nn.Module):
         self.layer_idx = layer_idx
 
         d_in_proj = 2 * self.d_inner + 2 * self.ngroups * self.d_state + self.nheads
+        self.in_proj: nn.Linear
         if process_group is None:
             self.in_proj = nn.Linear(self.d_model, d_in_proj, bias=bias, **factory_kwargs)
         else:
@@ -184,7 +198,7 @@ class Mamba2(nn.Module):
         self.dt_bias = nn.Parameter(
             inverse_softplus_dt(self.nheads, dt_min, dt_max, dt_init_floor, **factory_kwargs)
         )
-        self.dt_bias._no_weight_decay = True
+        set_flag(self.dt_bias, "_no_weight_decay")
         lo, hi = A_init_range
         if not 0 < lo <= hi:
             raise ValueError(
@@ -192,9 +206,9 @@ class Mamba2(nn.Module):
             )
         A = torch.empty(self.nheads, dtype=torch.float32, device=device).uniform_(lo, hi)
         self.A_log = nn.Parameter(torch.log(A).to(dtype=dtype))
-        self.A_log._no_weight_decay = True
+        set_flag(self.A_log, "_no_weight_decay")
         self.D = nn.Parameter(torch.ones(self.d_ssm if D_has_hdim else self.nheads, device=device))
-        self.D._no_weight_decay = True
+        set_flag(self.D, "_no_weight_decay")
         if rmsnorm:
             self.norm = RMSNormGated(
                 self.d_ssm,
@@ -203,6 +217,7 @@ class Mamba2(nn.Module):
                 group_size=self.d_ssm // self.ngroups,
                 **factory_kwargs,
             )
+        self.out_proj: nn.Linear
         if process_group is None:
             self.out_proj = nn.Linear(self.d_inner, self.d_model, bias=bias, **factory_kwargs)
         else:
@@ -219,20 +234,22 @@ class Mamba2(nn.Module):
 
     # ------------------------------------------------------------------------------------------------
     @property
-    def _d_mlp(self):
+    def _d_mlp(self) -> int:
+        """Channels of the gated-MLP part (d_inner - d_ssm)."""
         return self.d_inner - self.d_ssm
 
-    def _D(self):
+    def _D(self) -> torch.Tensor:
+        """D as the scan takes it: (nheads, headdim) with D_has_hdim, else (nheads,)."""
         return self.D.view(self.nheads, self.headdim) if self.D_has_hdim else self.D
 
-    def _split(self, zxbcdt):
+    def _split(self, zxbcdt: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """[z0, x0, z, xBC, dt] along the last dim."""
         d = self._d_mlp
         return torch.split(
             zxbcdt, [d, d, self.d_ssm, self.d_ssm + 2 * self.ngroups * self.d_state, self.nheads], dim=-1
         )
 
-    def _finish(self, y, z, z0, x0):
+    def _finish(self, y: torch.Tensor, z: torch.Tensor, z0: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
         """Gated norm (or the z gate was applied in the scan), then the MLP part in front."""
         if self.rmsnorm:
             y = self.norm(y, z)
@@ -240,7 +257,14 @@ class Mamba2(nn.Module):
             y = torch.cat([F.silu(z0) * x0, y], dim=-1)
         return y
 
-    def forward(self, u, seqlen=None, seq_idx=None, cu_seqlens=None, inference_params=None):
+    def forward(
+        self,
+        u: torch.Tensor,
+        seqlen: int | None = None,
+        seq_idx: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        inference_params: InferenceParams | None = None,
+    ) -> torch.Tensor:
         """Run the layer.
 
         Args:
@@ -304,7 +328,9 @@ class Mamba2(nn.Module):
         if cu_seqlens is not None and seq_idx is None:
             seq_idx = seq_idx_from_cu_seqlens(cu_seqlens, zxbcdt.shape[1], "Mamba2.forward").to(zxbcdt.device)
         A = -torch.exp(self.A_log.float())
-        limit = {} if self.dt_limit == _NO_LIMIT else {"dt_limit": self.dt_limit}
+        limit: dict[str, tuple[float, ...]] = (
+            {} if self.dt_limit == _NO_LIMIT else {"dt_limit": self.dt_limit}
+        )
         if self.use_mem_eff_path and inference_params is None:
             out = mamba_split_conv1d_scan_combined(
                 zxbcdt,
@@ -359,20 +385,29 @@ class Mamba2(nn.Module):
             ssm_state=ssm_state,
             varlen=cu_seqlens is not None and ssm_state is not None,
         )
-        out = self.out_proj(self._finish(y, z, z0, x0))
-        if seqlen_og is not None:
-            out = out.reshape(-1, out.shape[-1])
-        return out
+        projected: torch.Tensor = self.out_proj(self._finish(y, z, z0, x0))
+        return projected.reshape(-1, projected.shape[-1]) if seqlen_og is not None else projected
 
     def _scan(
-        self, xBC, z, dt, A, seq_idx=None, cu_seqlens=None, ssm_state=None, varlen=False, initial_states=None
-    ):
+        self,
+        xBC: torch.Tensor,
+        z: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        seq_idx: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        ssm_state: torch.Tensor | None = None,
+        varlen: bool = False,
+        initial_states: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """SSD over the conv output; writes the final (or per-sequence) states into ``ssm_state``."""
         b, l, _ = xBC.shape
         x, B, C = torch.split(
             xBC, [self.d_ssm, self.ngroups * self.d_state, self.ngroups * self.d_state], dim=-1
         )
-        limit = {} if self.dt_limit == _NO_LIMIT else {"dt_limit": self.dt_limit}
+        limit: dict[str, tuple[float, ...]] = (
+            {} if self.dt_limit == _NO_LIMIT else {"dt_limit": self.dt_limit}
+        )
         res = mamba_chunk_scan_combined(
             x.reshape(b, l, self.nheads, self.headdim),
             dt,
@@ -391,6 +426,7 @@ class Mamba2(nn.Module):
             return_varlen_states=varlen,
             **limit,
         )
+        y: torch.Tensor
         if ssm_state is not None:
             y, states = res
             ssm_state.copy_(states)
@@ -398,7 +434,7 @@ class Mamba2(nn.Module):
             y = res
         return y.reshape(b, l, self.d_ssm)
 
-    def _continue(self, u, conv_state, ssm_state):
+    def _continue(self, u: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor) -> torch.Tensor:
         """Several tokens after earlier ones: the conv and the scan continue from the cached states."""
         zxbcdt = self.in_proj(u)
         z0, x0, z, xBC, dt = self._split(zxbcdt)
@@ -414,9 +450,12 @@ class Mamba2(nn.Module):
         ).transpose(1, 2)
         A = -torch.exp(self.A_log.float())
         y = self._scan(xBC, z, dt, A, ssm_state=ssm_state, initial_states=ssm_state.clone())
-        return self.out_proj(self._finish(y, z, z0, x0))
+        out: torch.Tensor = self.out_proj(self._finish(y, z, z0, x0))
+        return out
 
-    def step(self, hidden_states, conv_state, ssm_state):
+    def step(
+        self, hidden_states: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One token: hidden_states (batch, 1, d_model) -> (out (batch, 1, d_model), conv_state,
         ssm_state), the states (batch, conv_dim, d_conv) and (batch, nheads, headdim, d_state) updated in
         place.
@@ -441,6 +480,7 @@ class Mamba2(nn.Module):
         A = -torch.exp(self.A_log.float())
         b = x.shape[0]
         h, p, n = self.nheads, self.headdim, self.d_state
+        dt_bias: torch.Tensor | None
         if self.dt_limit == _NO_LIMIT:
             dt_bias, softplus = self.dt_bias[:, None].expand(h, p), True
         else:  # the clamp comes after softplus, so process dt here
@@ -461,7 +501,9 @@ class Mamba2(nn.Module):
         out = self.out_proj(self._finish(y.reshape(b, self.d_ssm), z, z0, x0))
         return out.unsqueeze(1).to(dtype), conv_state, ssm_state
 
-    def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
+    def allocate_inference_cache(
+        self, batch_size: int, max_seqlen: int, dtype: torch.dtype | None = None, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Zeroed (conv_state (batch, conv_dim, d_conv), ssm_state (batch, nheads, headdim, d_state));
         conv_state in conv1d's weight dtype, ssm_state in in_proj's weight dtype (or both ``dtype``).
         conv_state is stored channels-last in memory (a transposed (batch, d_conv, conv_dim) buffer), as
@@ -477,7 +519,9 @@ class Mamba2(nn.Module):
         )
         return conv_state, ssm_state
 
-    def _get_states_from_cache(self, inference_params, batch_size, initialize_states=False):
+    def _get_states_from_cache(
+        self, inference_params: InferenceParams, batch_size: int, initialize_states: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """This layer's (conv_state, ssm_state) in ``inference_params.key_value_memory_dict``, allocated
         on first use (zeroed again with ``initialize_states``).
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.types import Device
 
-from mamba_ssm.modules._common import check_sequence_input, inverse_softplus_dt
+from mamba_ssm.modules._common import FactoryKwargs, check_sequence_input, inverse_softplus_dt, set_flag
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn
 from mamba_ssm.ops.triton.layernorm_gated import RMSNorm as RMSNormGated
 from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined
@@ -42,29 +43,29 @@ class Mamba2Simple(nn.Module):
 
     def __init__(
         self,
-        d_model,
-        d_state=64,
-        d_conv=4,
-        conv_init=None,
-        expand=2,
-        headdim=128,
-        ngroups=1,
-        A_init_range=(1, 16),
-        dt_min=0.001,
-        dt_max=0.1,
-        dt_init_floor=1e-4,
-        dt_limit=(0.0, float("inf")),
-        learnable_init_states=False,
-        activation="swish",
-        bias=False,
-        conv_bias=True,
-        chunk_size=256,
-        use_mem_eff_path=True,
-        layer_idx=None,
-        device=None,
-        dtype=None,
-    ):
-        factory_kwargs = {"device": device, "dtype": dtype}
+        d_model: int,
+        d_state: int = 64,
+        d_conv: int = 4,
+        conv_init: float | None = None,
+        expand: int = 2,
+        headdim: int = 128,
+        ngroups: int = 1,
+        A_init_range: tuple[float, float] = (1, 16),
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        dt_init_floor: float = 1e-4,
+        dt_limit: tuple[float, float] = (0.0, float("inf")),
+        learnable_init_states: bool = False,
+        activation: str = "swish",
+        bias: bool = False,
+        conv_bias: bool = True,
+        chunk_size: int = 256,
+        use_mem_eff_path: bool = True,
+        layer_idx: int | None = None,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        factory_kwargs: FactoryKwargs = {"device": device, "dtype": dtype}
         super().__init__()
         if activation not in _ACTIVATIONS:
             raise ValueError(f"Mamba2Simple: activation={activation!r}; expected 'swish' or 'silu'")
@@ -109,17 +110,17 @@ class Mamba2Simple(nn.Module):
             self.init_states = nn.Parameter(
                 torch.zeros(self.nheads, self.headdim, self.d_state, **factory_kwargs)
             )
-            self.init_states._no_weight_decay = True
+            set_flag(self.init_states, "_no_weight_decay")
         self.act = nn.SiLU()
         self.dt_bias = nn.Parameter(
             inverse_softplus_dt(self.nheads, dt_min, dt_max, dt_init_floor, **factory_kwargs)
         )
-        self.dt_bias._no_weight_decay = True
+        set_flag(self.dt_bias, "_no_weight_decay")
         A = torch.empty(self.nheads, dtype=torch.float32, device=device).uniform_(*A_init_range)
         self.A_log = nn.Parameter(torch.log(A).to(dtype=dtype))
-        self.A_log._no_weight_decay = True
+        set_flag(self.A_log, "_no_weight_decay")
         self.D = nn.Parameter(torch.ones(self.nheads, device=device))
-        self.D._no_weight_decay = True
+        set_flag(self.D, "_no_weight_decay")
         self.norm = RMSNormGated(
             self.d_inner,
             eps=1e-5,
@@ -129,7 +130,7 @@ class Mamba2Simple(nn.Module):
         )
         self.out_proj = nn.Linear(self.d_inner, self.d_model, bias=bias, **factory_kwargs)
 
-    def forward(self, u, seq_idx=None):
+    def forward(self, u: torch.Tensor, seq_idx: torch.Tensor | None = None) -> torch.Tensor:
         """u: (batch, seqlen, d_model) -> (batch, seqlen, d_model). seq_idx: (batch, seqlen) int32 ids
         of packed sequences (nothing crosses from one to the next; the learnable initial state, if
         any, feeds the first).
@@ -144,9 +145,11 @@ class Mamba2Simple(nn.Module):
         initial_states = (
             self.init_states.unsqueeze(0).expand(batch, -1, -1, -1) if self.learnable_init_states else None
         )
-        limit = {} if self.dt_limit == (0.0, float("inf")) else {"dt_limit": self.dt_limit}
+        limit: dict[str, tuple[float, ...]] = (
+            {} if self.dt_limit == (0.0, float("inf")) else {"dt_limit": self.dt_limit}
+        )
         if self.use_mem_eff_path:
-            return mamba_split_conv1d_scan_combined(
+            fused: torch.Tensor = mamba_split_conv1d_scan_combined(
                 zxbcdt,
                 self.conv1d.weight.squeeze(1),
                 self.conv1d.bias,
@@ -166,6 +169,7 @@ class Mamba2Simple(nn.Module):
                 initial_states=initial_states,
                 **limit,
             )
+            return fused
         z, xBC, dt = torch.split(
             zxbcdt, [self.d_inner, self.d_inner + 2 * self.ngroups * self.d_state, self.nheads], dim=-1
         )
@@ -195,4 +199,5 @@ class Mamba2Simple(nn.Module):
             **limit,
         )
         y = self.norm(y.reshape(batch, seqlen, self.d_inner), z)
-        return self.out_proj(y)
+        out: torch.Tensor = self.out_proj(y)
+        return out

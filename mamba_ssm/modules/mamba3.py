@@ -31,28 +31,43 @@ biased key) and v (batch, nheads, headdim) (the last x) in the layer's dtype.
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.types import Device
 
-from mamba_ssm.modules._common import check_positive_sizes, check_sequence_input, inverse_softplus_dt
+from mamba_ssm.modules._common import (
+    FactoryKwargs,
+    check_positive_sizes,
+    check_sequence_input,
+    inverse_softplus_dt,
+    set_flag,
+)
 from mamba_ssm.ops.backends._packing import check_cu_seqlens
 from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo
 from mamba_ssm.ops.triton.layernorm_gated import RMSNorm as RMSNormGated
 from mamba_ssm.ops.triton.mamba3.mamba3_siso_combined import mamba3_siso_combined
 from mamba_ssm.ops.triton.mamba3.mamba3_step import mamba3_step
 
+if TYPE_CHECKING:
+    from mamba_ssm.utils.generation import InferenceParams
+
 __all__ = ["Mamba3", "heavy_tail_activation"]
 
+#: The decode cache: (angle, ssm, k, v) (module docstring).
+_Cache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
-def heavy_tail_activation(x):
+
+def heavy_tail_activation(x: torch.Tensor) -> torch.Tensor:
     """Mamba-3's activation of the data-dependent A: 1 + x for x >= 0, 1 / (1 - x) for x < 0
     (positive, continuous, differentiable at 0)."""
     return x.clamp(min=0) + torch.reciprocal(1 - x.clamp(max=0))
 
 
-def _compute_dtype(dtype):
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype Mamba-3's scan computes in for parameters / inputs of ``dtype``."""
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
@@ -82,29 +97,29 @@ class Mamba3(nn.Module):
 
     def __init__(
         self,
-        d_model,
-        d_state=128,
-        expand=2,
-        headdim=64,
-        ngroups=1,
-        rope_fraction=0.5,
-        dt_min=0.001,
-        dt_max=0.1,
-        dt_init_floor=1e-4,
-        A_floor=1e-4,
-        is_outproj_norm=False,
-        is_mimo=False,
-        mimo_rank=4,
-        fuse_pregate_headwise_norm=True,
-        chunk_size=64,
-        dropout=0.0,
-        layer_idx=None,
-        n_layer=None,
-        device=None,
-        dtype=None,
-        **kwargs,
-    ):
-        factory_kwargs = {"device": device, "dtype": dtype}
+        d_model: int,
+        d_state: int = 128,
+        expand: float = 2,
+        headdim: int = 64,
+        ngroups: int = 1,
+        rope_fraction: float = 0.5,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        dt_init_floor: float = 1e-4,
+        A_floor: float = 1e-4,
+        is_outproj_norm: bool = False,
+        is_mimo: bool = False,
+        mimo_rank: int = 4,
+        fuse_pregate_headwise_norm: bool = True,
+        chunk_size: int = 64,
+        dropout: float = 0.0,
+        layer_idx: int | None = None,
+        n_layer: int | None = None,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+        **kwargs: Any,
+    ) -> None:
+        factory_kwargs: FactoryKwargs = {"device": device, "dtype": dtype}
         super().__init__()
         check_positive_sizes("Mamba3", d_model=d_model, d_state=d_state, headdim=headdim)
         if kwargs:
@@ -159,7 +174,7 @@ class Mamba3(nn.Module):
         self.dt_bias = nn.Parameter(
             inverse_softplus_dt(H, dt_min, dt_max, dt_init_floor, device=device, dtype=torch.float32)
         )
-        self.dt_bias._no_weight_decay = True
+        set_flag(self.dt_bias, "_no_weight_decay")
         self.B_bias = nn.Parameter(torch.ones(H, R, N, device=device, dtype=torch.float32))
         self.C_bias = nn.Parameter(torch.ones(H, R, N, device=device, dtype=torch.float32))
         self.B_norm = RMSNormGated(N, eps=1e-5, **factory_kwargs)
@@ -170,7 +185,7 @@ class Mamba3(nn.Module):
             self.mimo_z = nn.Parameter(ones.clone())
             self.mimo_o = nn.Parameter(ones / R)
         self.D = nn.Parameter(torch.ones(H, device=device, dtype=torch.float32))
-        self.D._no_weight_decay = True
+        set_flag(self.D, "_no_weight_decay")
         if is_outproj_norm:
             self.norm = RMSNormGated(
                 self.d_inner, eps=1e-5, norm_before_gate=True, group_size=headdim, **factory_kwargs
@@ -179,11 +194,11 @@ class Mamba3(nn.Module):
 
     # ------------------------------------------------------------------------------------------------
     @property
-    def _gate_in_op(self):
+    def _gate_in_op(self) -> bool:
         """The z gate (and for MIMO the mimo_o sum) runs inside the scan op, not after it."""
         return self.fuse_pregate_headwise_norm or not self.is_outproj_norm
 
-    def _project(self, u):
+    def _project(self, u: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """in_proj and the per-token preprocessing of u (..., d_model): returns z, x (..., nheads,
         headdim), B, C (..., R, ngroups, d_state) after their norms, ADT, DT, trap (..., nheads) and
         the angles (..., nheads, num_rope_angles) in the compute dtype."""
@@ -202,17 +217,24 @@ class Mamba3(nn.Module):
         angles = angles.to(cdtype).unsqueeze(-2).expand(*lead, H, self.num_rope_angles)
         return z.reshape(*lead, H, P), x.reshape(*lead, H, P), B, C, A * DT, DT, trap, angles
 
-    def _norm_after(self, y, z):
+    def _norm_after(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """The gated RMSNorm when it runs outside the op: y (..., h, p) (SISO) or (..., R, h, p) (MIMO,
         then each rank gated by silu(z * mimo_z_r) and summed with mimo_o) -> (..., d_inner)."""
         if not self.is_mimo:
-            return self.norm(y.flatten(-2), z.flatten(-2))
+            normed: torch.Tensor = self.norm(y.flatten(-2), z.flatten(-2))
+            return normed
         cdtype = _compute_dtype(y.dtype)
         zr = z.to(cdtype).unsqueeze(-3) * self.mimo_z.to(cdtype).transpose(0, 1)
         y = self.norm(y.to(cdtype).flatten(-2), zr.flatten(-2)).unflatten(-1, (self.nheads, self.headdim))
         return (y * self.mimo_o.to(cdtype).transpose(0, 1)).sum(-3).flatten(-2)
 
-    def forward(self, u, seq_idx=None, cu_seqlens=None, inference_params=None):
+    def forward(
+        self,
+        u: torch.Tensor,
+        seq_idx: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        inference_params: InferenceParams | None = None,
+    ) -> torch.Tensor:
         """Run the layer.
 
         Args:
@@ -245,7 +267,7 @@ class Mamba3(nn.Module):
                     f"Mamba3.forward: cu_seqlens packs sequences into a batch of one, got batch {batch}"
                 )
             cu_seqlens = check_cu_seqlens("Mamba3.forward", cu_seqlens, seqlen)
-        cache = None
+        cache: _Cache | None = None
         if inference_params is not None:
             rows = cu_seqlens.numel() - 1 if cu_seqlens is not None else batch
             cache = self._get_states_from_cache(inference_params, rows)
@@ -260,14 +282,23 @@ class Mamba3(nn.Module):
                 return self._scan(u, cache=cache, continue_from_cache=True)
         return self._scan(u, seq_idx=seq_idx, cu_seqlens=cu_seqlens, cache=cache)
 
-    def _scan(self, u, seq_idx=None, cu_seqlens=None, cache=None, continue_from_cache=False):
+    def _scan(
+        self,
+        u: torch.Tensor,
+        seq_idx: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        cache: _Cache | None = None,
+        continue_from_cache: bool = False,
+    ) -> torch.Tensor:
         """The chunked path; fills ``cache`` (angle, ssm, k, v) with the final states when given, and
         starts from it with ``continue_from_cache``."""
         _batch, _seqlen, _ = u.shape
         z, x, B, C, ADT, DT, trap, angles = self._project(u)
         ADT, DT, trap = ADT.transpose(1, 2), DT.transpose(1, 2), trap.transpose(1, 2)
-        init = None
+        init: tuple[torch.Tensor, ...] | None = None
         if continue_from_cache:
+            if cache is None:
+                raise ValueError("Mamba3._scan: continue_from_cache=True needs the cache to continue from")
             angle, ssm, k, v = cache
             init = (angle, ssm, k if self.is_mimo else k[:, 0], v)
         gate_in_op = self._gate_in_op
@@ -324,9 +355,18 @@ class Mamba3(nn.Module):
         else:
             y = res
         y = y.flatten(-2) if gate_in_op else self._norm_after(y, z)
-        return self.out_proj(y.to(x.dtype))
+        out: torch.Tensor = self.out_proj(y.to(x.dtype))
+        return out
 
-    def step(self, u, angle_state, ssm_state, k_state, v_state, **kwargs):
+    def step(
+        self,
+        u: torch.Tensor,
+        angle_state: torch.Tensor,
+        ssm_state: torch.Tensor,
+        k_state: torch.Tensor,
+        v_state: torch.Tensor,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """One token: u (batch, 1, d_model) or (batch, d_model) -> (out (u's shape), angle_state,
         ssm_state, k_state, v_state), the states (see :meth:`allocate_inference_cache`) updated in
         place. ``kwargs`` are ignored (upstream's signature).
@@ -368,7 +408,14 @@ class Mamba3(nn.Module):
             dst.copy_(src)
         return out, angle_state, ssm_state, k_state, v_state
 
-    def allocate_inference_cache(self, batch_size, max_seqlen, device=None, dtype=None, **kwargs):
+    def allocate_inference_cache(
+        self,
+        batch_size: int,
+        max_seqlen: int,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+        **kwargs: Any,
+    ) -> _Cache:
         """Zeroed (angle (batch, nheads, num_rope_angles), ssm (batch, nheads, headdim, d_state), k
         (batch, mimo_rank, nheads, d_state), v (batch, nheads, headdim)): angle and ssm in float32
         (float64 for a float64 layer), k and v in ``dtype`` (default: in_proj's weight dtype)."""
@@ -383,7 +430,9 @@ class Mamba3(nn.Module):
             torch.zeros(batch_size, H, self.headdim, device=device, dtype=dtype),
         )
 
-    def _get_states_from_cache(self, inference_params, batch_size, initialize_states=False):
+    def _get_states_from_cache(
+        self, inference_params: InferenceParams, batch_size: int, initialize_states: bool = False
+    ) -> _Cache:
         """This layer's (angle, ssm, k, v) in ``inference_params.key_value_memory_dict``, allocated on
         first use (zeroed again with ``initialize_states``).
 
@@ -398,7 +447,7 @@ class Mamba3(nn.Module):
         cache = inference_params.key_value_memory_dict
         if self.layer_idx not in cache:
             cache[self.layer_idx] = self.allocate_inference_cache(batch_size, inference_params.max_seqlen)
-        states = cache[self.layer_idx]
+        states: _Cache = cache[self.layer_idx]
         if initialize_states:
             for s in states:
                 s.zero_()

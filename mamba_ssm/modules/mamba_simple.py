@@ -18,15 +18,26 @@ afterwards continues from the cached states (prefill in pieces).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.types import Device
 
-from mamba_ssm.modules._common import check_positive_sizes, check_sequence_input, inverse_softplus_dt
+from mamba_ssm.modules._common import (
+    FactoryKwargs,
+    check_positive_sizes,
+    check_sequence_input,
+    inverse_softplus_dt,
+    set_flag,
+)
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
 from mamba_ssm.ops.selective_scan_interface import mamba_inner_fn, selective_scan_fn
 from mamba_ssm.ops.triton.selective_state_update import selective_state_update
+
+if TYPE_CHECKING:
+    from mamba_ssm.utils.generation import InferenceParams
 
 __all__ = ["Mamba"]
 
@@ -45,28 +56,32 @@ class Mamba(nn.Module):
         use_fast_path: use the fused :func:`mamba_inner_fn` when not decoding.
         layer_idx: key of this layer's states in ``inference_params.key_value_memory_dict``.
         device, dtype: of the parameters.
+
+    Raises:
+        ValueError: a non-positive size, d_inner < 1, a dt_rank string other than "auto", or an unknown
+            dt_init.
     """
 
     def __init__(
         self,
-        d_model,
-        d_state=16,
-        d_conv=4,
-        expand=2,
-        dt_rank="auto",
-        dt_min=0.001,
-        dt_max=0.1,
-        dt_init="random",
-        dt_scale=1.0,
-        dt_init_floor=1e-4,
-        conv_bias=True,
-        bias=False,
-        use_fast_path=True,
-        layer_idx=None,
-        device=None,
-        dtype=None,
-    ):
-        factory_kwargs = {"device": device, "dtype": dtype}
+        d_model: int,
+        d_state: int = 16,
+        d_conv: int = 4,
+        expand: float = 2,
+        dt_rank: int | str = "auto",
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        dt_init: str = "random",
+        dt_scale: float = 1.0,
+        dt_init_floor: float = 1e-4,
+        conv_bias: bool = True,
+        bias: bool = False,
+        use_fast_path: bool = True,
+        layer_idx: int | None = None,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        factory_kwargs: FactoryKwargs = {"device": device, "dtype": dtype}
         super().__init__()
         check_positive_sizes("Mamba", d_model=d_model, d_state=d_state, d_conv=d_conv)
         self.d_model = d_model
@@ -79,7 +94,14 @@ class Mamba(nn.Module):
                 f"Mamba: d_inner = int(expand * d_model) = int({expand!r} * {d_model}) = {self.d_inner}; "
                 f"it must be >= 1: use a larger expand (upstream's default is expand=2)"
             )
-        self.dt_rank = math.ceil(self.d_model / 16) if dt_rank == "auto" else dt_rank
+        if isinstance(dt_rank, str):
+            if dt_rank != "auto":
+                raise ValueError(
+                    f"Mamba: dt_rank={dt_rank!r}; expected an int or 'auto' (ceil(d_model / 16))"
+                )
+            self.dt_rank = math.ceil(self.d_model / 16)
+        else:
+            self.dt_rank = dt_rank
         self.use_fast_path = use_fast_path
         self.layer_idx = layer_idx
 
@@ -110,23 +132,25 @@ class Mamba(nn.Module):
         inv_dt = inverse_softplus_dt(self.d_inner, dt_min, dt_max, dt_init_floor, **factory_kwargs)
         with torch.no_grad():
             self.dt_proj.bias.copy_(inv_dt)
-        self.dt_proj.bias._no_reinit = True
+        set_flag(self.dt_proj.bias, "_no_reinit")
 
         # S4D-real initialisation: A[d, n] = -(n + 1), stored as A_log = log(n + 1).
         A = torch.arange(1, self.d_state + 1, dtype=torch.float32, device=device).repeat(self.d_inner, 1)
         self.A_log = nn.Parameter(torch.log(A))
-        self.A_log._no_weight_decay = True
+        set_flag(self.A_log, "_no_weight_decay")
         self.D = nn.Parameter(torch.ones(self.d_inner, device=device))
-        self.D._no_weight_decay = True
+        set_flag(self.D, "_no_weight_decay")
         self.out_proj = nn.Linear(self.d_inner, self.d_model, bias=bias, **factory_kwargs)
 
     # ------------------------------------------------------------------------------------------------
-    def _xz(self, hidden_states):
+    def _xz(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """in_proj, channels first: (batch, seqlen, d_model) -> (batch, 2 * d_inner, seqlen)."""
         xz = F.linear(hidden_states, self.in_proj.weight, self.in_proj.bias)
         return xz.transpose(1, 2)
 
-    def forward(self, hidden_states, inference_params=None):
+    def forward(
+        self, hidden_states: torch.Tensor, inference_params: InferenceParams | None = None
+    ) -> torch.Tensor:
         """hidden_states: (batch, seqlen, d_model) -> (batch, seqlen, d_model).
 
         Raises:
@@ -145,7 +169,7 @@ class Mamba(nn.Module):
         A = -torch.exp(self.A_log.float())
         xz = self._xz(hidden_states)
         if self.use_fast_path and inference_params is None:
-            return mamba_inner_fn(
+            fused: torch.Tensor = mamba_inner_fn(
                 xz,
                 self.conv1d.weight,
                 self.conv1d.bias,
@@ -160,17 +184,19 @@ class Mamba(nn.Module):
                 delta_bias=self.dt_proj.bias.float(),
                 delta_softplus=True,
             )
+            return fused
         x, z = xz.chunk(2, dim=1)
         if conv_state is not None:
             # The last d_conv inputs of the conv (zeros before the start when the prompt is shorter).
             conv_state.copy_(F.pad(x, (max(self.d_conv - seqlen, 0), 0))[..., -self.d_conv :])
         x = causal_conv1d_fn(x, self.conv1d.weight.squeeze(1), self.conv1d.bias, activation=self.activation)
         y, last_state = self._ssm(x, z, A, return_last_state=ssm_state is not None)
-        if ssm_state is not None:
+        if ssm_state is not None and last_state is not None:  # (last_state is set when ssm_state is)
             ssm_state.copy_(last_state)
-        return self.out_proj(y.transpose(1, 2))
+        result: torch.Tensor = self.out_proj(y.transpose(1, 2))
+        return result
 
-    def _project(self, x):
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (batch, d_inner, seqlen) -> delta (batch, d_inner, seqlen), B, C (batch, d_state, seqlen)."""
         batch, _, seqlen = x.shape
         x_dbl = self.x_proj(x.transpose(1, 2).reshape(batch * seqlen, self.d_inner))
@@ -180,7 +206,11 @@ class Mamba(nn.Module):
         C = C.reshape(batch, seqlen, self.d_state).transpose(1, 2).contiguous()
         return dt, B, C
 
-    def _ssm(self, x, z, A, return_last_state):
+    def _ssm(
+        self, x: torch.Tensor, z: torch.Tensor, A: torch.Tensor, return_last_state: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The selective scan of x, z (batch, d_inner, seqlen) -> (y (batch, d_inner, seqlen), the final
+        state (batch, d_inner, d_state) with ``return_last_state``, else None)."""
         dt, B, C = self._project(x)
         out = selective_scan_fn(
             x,
@@ -194,9 +224,14 @@ class Mamba(nn.Module):
             delta_softplus=True,
             return_last_state=return_last_state,
         )
-        return out if return_last_state else (out, None)
+        if return_last_state:
+            y, last = out
+            return y, last
+        return out, None
 
-    def _continue(self, hidden_states, conv_state, ssm_state):
+    def _continue(
+        self, hidden_states: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor
+    ) -> torch.Tensor:
         """A piece of several tokens after earlier ones: conv and scan continue from the caches."""
         from mamba_ssm.ops.backends.torch_scan import selective_scan_with_state
 
@@ -217,9 +252,12 @@ class Mamba(nn.Module):
             x, dt, A, B, C, self.D.float(), z, self.dt_proj.bias.float(), True, initial_state=ssm_state
         )
         ssm_state.copy_(last)
-        return self.out_proj(y.transpose(1, 2))
+        out: torch.Tensor = self.out_proj(y.transpose(1, 2))
+        return out
 
-    def step(self, hidden_states, conv_state, ssm_state):
+    def step(
+        self, hidden_states: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One token: hidden_states (batch, 1, d_model) -> (out (batch, 1, d_model), conv_state,
         ssm_state), the states (batch, d_inner, d_conv) and (batch, d_inner, d_state) updated in place."""
         if hidden_states.dim() != 3 or hidden_states.shape[1] != 1:
@@ -243,7 +281,9 @@ class Mamba(nn.Module):
         out = self.out_proj(y)
         return out.unsqueeze(1).to(dtype), conv_state, ssm_state
 
-    def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
+    def allocate_inference_cache(
+        self, batch_size: int, max_seqlen: int, dtype: torch.dtype | None = None, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Zeroed (conv_state (batch, d_inner, d_conv), ssm_state (batch, d_inner, d_state)); conv_state
         in the conv weight's dtype (or ``dtype``), ssm_state in dt_proj's weight dtype (or ``dtype``)."""
         device = self.out_proj.weight.device
@@ -253,7 +293,9 @@ class Mamba(nn.Module):
         ssm_state = torch.zeros(batch_size, self.d_inner, self.d_state, device=device, dtype=ssm_dtype)
         return conv_state, ssm_state
 
-    def _get_states_from_cache(self, inference_params, batch_size, initialize_states=False):
+    def _get_states_from_cache(
+        self, inference_params: InferenceParams, batch_size: int, initialize_states: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """This layer's (conv_state, ssm_state) in ``inference_params.key_value_memory_dict``, allocated
         on first use (zeroed again with ``initialize_states``)."""
         if self.layer_idx is None:

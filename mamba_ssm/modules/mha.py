@@ -21,19 +21,28 @@ Attention runs on flash-attn when it is installed and the inputs are fp16/bf16 C
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import math
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.types import Device
 
+from mamba_ssm.modules._common import FactoryKwargs
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
+
+if TYPE_CHECKING:
+    from mamba_ssm.utils.generation import InferenceParams
 
 __all__ = ["MHA", "RotaryEmbedding", "apply_rotary"]
 
 
-def apply_rotary(x, cos, sin, interleaved=False):
+def apply_rotary(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False
+) -> torch.Tensor:
     """Rotate the first ``2 * cos.shape[-1]`` channels of x by the angles whose cos / sin are given.
 
     Args:
@@ -66,7 +75,11 @@ class RotaryEmbedding(nn.Module):
     ``inv_freq`` is a non-persistent buffer (not in the state_dict, as upstream's).
     """
 
-    def __init__(self, dim, base=10000.0, interleaved=False, device=None):
+    inv_freq: torch.Tensor  # (dim / 2,) float32, registered in __init__
+
+    def __init__(
+        self, dim: int, base: float = 10000.0, interleaved: bool = False, device: Device = None
+    ) -> None:
         super().__init__()
         if dim <= 0 or dim % 2:
             raise ValueError(f"RotaryEmbedding: dim must be a positive even int, got {dim}")
@@ -76,23 +89,27 @@ class RotaryEmbedding(nn.Module):
         inv_freq = 1.0 / (self.base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def cos_sin(self, positions):
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """positions: int tensor (...) -> cos, sin (..., dim / 2) in float32."""
         angles = positions.to(torch.float32).unsqueeze(-1) * self.inv_freq.to(positions.device)
         return torch.cos(angles), torch.sin(angles)
 
-    def forward(self, q, k, positions):
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """q (batch, seqlen, nheads, head_dim), k (batch, seqlen, nheads_kv, head_dim) rotated at
         ``positions`` ((seqlen,) or (batch, seqlen) ints)."""
         cos, sin = self.cos_sin(positions)
         return apply_rotary(q, cos, sin, self.interleaved), apply_rotary(k, cos, sin, self.interleaved)
 
 
-def _flash_attn_func():
+def _flash_attn_func() -> Callable[..., torch.Tensor] | None:
+    """flash-attn's ``flash_attn_func`` when the package is installed and imports, else None."""
     if importlib.util.find_spec("flash_attn") is None:
         return None
     try:
-        from flash_attn import flash_attn_func
+        # By name: flash-attn is optional and ships no type information.
+        flash_attn_func: Callable[..., torch.Tensor] = importlib.import_module("flash_attn").flash_attn_func
     except Exception:  # noqa: BLE001  (a broken flash-attn install: use SDPA)
         return None
     return flash_attn_func
@@ -121,24 +138,24 @@ class MHA(nn.Module):
 
     def __init__(
         self,
-        embed_dim,
-        num_heads,
-        num_heads_kv=None,
-        head_dim=None,
-        mlp_dim=0,
-        qkv_proj_bias=True,
-        out_proj_bias=True,
-        softmax_scale=None,
-        causal=False,
-        layer_idx=None,
-        d_conv=0,
-        rotary_emb_dim=0,
-        rotary_emb_base=10000.0,
-        rotary_emb_interleaved=False,
-        device=None,
-        dtype=None,
-    ):
-        factory_kwargs = {"device": device, "dtype": dtype}
+        embed_dim: int,
+        num_heads: int,
+        num_heads_kv: int | None = None,
+        head_dim: int | None = None,
+        mlp_dim: int = 0,
+        qkv_proj_bias: bool = True,
+        out_proj_bias: bool = True,
+        softmax_scale: float | None = None,
+        causal: bool = False,
+        layer_idx: int | None = None,
+        d_conv: int = 0,
+        rotary_emb_dim: int = 0,
+        rotary_emb_base: float = 10000.0,
+        rotary_emb_interleaved: bool = False,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        factory_kwargs: FactoryKwargs = {"device": device, "dtype": dtype}
         super().__init__()
         self.embed_dim = embed_dim
         self.num_heads = num_heads
@@ -187,7 +204,9 @@ class MHA(nn.Module):
         )
 
     # ------------------------------------------------------------------------------------------------
-    def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
+    def allocate_inference_cache(
+        self, batch_size: int, max_seqlen: int, dtype: torch.dtype | None = None, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Zeroed (kv_cache (batch, max_seqlen, 2, num_heads_kv, head_dim), conv_state (batch, qkv_dim,
         d_conv) or None), in out_proj's weight dtype (or ``dtype``)."""
         dtype = self.out_proj.weight.dtype if dtype is None else dtype
@@ -202,7 +221,8 @@ class MHA(nn.Module):
             )
         return kv_cache, conv_state
 
-    def _cache(self, inference_params):
+    def _cache(self, inference_params: InferenceParams) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """This layer's (kv_cache, conv_state) in ``inference_params``, allocated on first use."""
         if self.layer_idx is None:
             raise ValueError(
                 "MHA: decoding with inference_params needs layer_idx (the key of this layer's "
@@ -213,20 +233,26 @@ class MHA(nn.Module):
             cache[self.layer_idx] = self.allocate_inference_cache(
                 inference_params.max_batch_size, inference_params.max_seqlen
             )
-        return cache[self.layer_idx]
+        layer_cache: tuple[torch.Tensor, torch.Tensor | None] = cache[self.layer_idx]
+        return layer_cache
 
-    def _conv(self, qkv, conv_state, offset):
+    def _conv(self, qkv: torch.Tensor, conv_state: torch.Tensor | None, offset: int) -> torch.Tensor:
         """Causal depthwise conv over (batch, seqlen, qkv_dim); conv_state (if any) updated."""
         x = qkv.transpose(1, 2)
         weight = self.conv1d.weight.squeeze(1)
+        out: torch.Tensor
         if conv_state is not None and offset > 0:
-            return causal_conv1d_update(x, conv_state, weight, self.conv1d.bias).transpose(1, 2)
+            out = causal_conv1d_update(x, conv_state, weight, self.conv1d.bias)
+            return out.transpose(1, 2)
         if conv_state is not None:
             seqlen = x.shape[-1]
             conv_state.copy_(F.pad(x, (max(self.d_conv - seqlen, 0), 0))[..., -self.d_conv :])
-        return causal_conv1d_fn(x, weight, self.conv1d.bias).transpose(1, 2)
+        out = causal_conv1d_fn(x, weight, self.conv1d.bias)
+        return out.transpose(1, 2)
 
-    def _attend(self, q, k, v, mask):
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
         """q (b, sq, h, d), k/v (b, sk, hkv, d), mask (sq, sk) / (b, 1, sq, sk) bool or None (no mask) ->
         (b, sq, h, d)."""
         flash = _flash_attn_func() if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) else None
@@ -241,7 +267,9 @@ class MHA(nn.Module):
         )
         return out.transpose(1, 2)
 
-    def forward(self, x, inference_params=None, **kwargs):
+    def forward(
+        self, x: torch.Tensor, inference_params: InferenceParams | None = None, **kwargs: Any
+    ) -> torch.Tensor:
         """x: (batch, seqlen, embed_dim) -> (batch, seqlen, embed_dim).
 
         With ``inference_params`` the keys and values go into this layer's cache at positions
@@ -258,12 +286,15 @@ class MHA(nn.Module):
                 f"{tuple(x.shape)}"
             )
         batch, seqlen, _ = x.shape
-        kv_cache = conv_state = None
-        offset = 0
+        kv_cache: torch.Tensor | None = None
+        conv_state: torch.Tensor | None = None
+        lengths: torch.Tensor | None = None
+        offset = b0 = 0
         if inference_params is not None:
             kv_cache, conv_state = self._cache(inference_params)
             offset = inference_params.seqlen_offset
             b0 = inference_params.batch_size_offset
+            lengths = inference_params.lengths_per_sample
             if b0 + batch > kv_cache.shape[0] or offset + seqlen > kv_cache.shape[1]:
                 raise ValueError(
                     f"MHA: the cache holds {kv_cache.shape[0]} rows x {kv_cache.shape[1]} positions; "
@@ -284,13 +315,10 @@ class MHA(nn.Module):
         q = q.reshape(batch, seqlen, hq, d)
         k = k.reshape(batch, seqlen, hkv, d)
         v = v.reshape(batch, seqlen, hkv, d)
-        per_row = (
-            inference_params is not None and inference_params.lengths_per_sample is not None and offset > 0
-        )
-        if per_row:
+        per_row = lengths is not None and offset > 0
+        if lengths is not None and per_row:
             # Per-row positions from a tensor: static shapes, so the step can be captured in a CUDA graph.
-            b0 = inference_params.batch_size_offset
-            start = inference_params.lengths_per_sample[b0 : b0 + batch].to(torch.long)
+            start = lengths[b0 : b0 + batch].to(torch.long)
             positions = start[:, None] + torch.arange(seqlen, device=x.device)
         else:
             positions = torch.arange(offset, offset + seqlen, device=x.device)
@@ -320,4 +348,5 @@ class MHA(nn.Module):
         out = out.reshape(batch, seqlen, hq * d)
         if self.mlp_dim > 0:
             out = torch.cat([out, x_mlp], dim=-1)
-        return self.out_proj(out)
+        projected: torch.Tensor = self.out_proj(out)
+        return projected

@@ -11,8 +11,14 @@ Parameters (upstream's names and shapes): ``fc1.weight`` (2 * hidden_features, i
 
 from __future__ import annotations
 
+from typing import Callable
+
+import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.types import Device
+
+from mamba_ssm.modules._common import FactoryKwargs
 
 __all__ = ["GatedMLP"]
 
@@ -36,16 +42,16 @@ class GatedMLP(nn.Module):
 
     def __init__(
         self,
-        in_features,
-        hidden_features=None,
-        out_features=None,
-        activation=F.silu,
-        bias=False,
-        multiple_of=128,
-        device=None,
-        dtype=None,
-    ):
-        factory_kwargs = {"device": device, "dtype": dtype}
+        in_features: int,
+        hidden_features: int | None = None,
+        out_features: int | None = None,
+        activation: Callable[[torch.Tensor], torch.Tensor] = F.silu,
+        bias: bool = False,
+        multiple_of: int = 128,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        factory_kwargs: FactoryKwargs = {"device": device, "dtype": dtype}
         super().__init__()
         out_features = out_features if out_features is not None else in_features
         hidden_features = hidden_features if hidden_features is not None else int(8 * in_features / 3)
@@ -63,7 +69,8 @@ class GatedMLP(nn.Module):
         self.activation = activation
         self.fc2 = nn.Linear(hidden_features, out_features, bias=bias, **factory_kwargs)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., in_features) -> (..., out_features), x's dtype."""
         up, gate = self.fc1(x).chunk(2, dim=-1)
-        return self.fc2(up * self.activation(gate))
+        out: torch.Tensor = self.fc2(up * self.activation(gate))
+        return out

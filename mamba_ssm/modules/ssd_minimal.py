@@ -23,7 +23,7 @@ import torch
 __all__ = ["segsum", "segsum_unstable", "ssd_minimal_discrete", "test_correctness"]
 
 
-def segsum(x):
+def segsum(x: torch.Tensor) -> torch.Tensor:
     """Stable segment sums: ``out[..., i, j] = x[..., j+1] + ... + x[..., i]`` for i >= j, -inf above
     the diagonal (so ``exp(out)`` is the lower-triangular decay matrix L of the paper).
 
@@ -39,7 +39,7 @@ def segsum(x):
     return out.masked_fill(~on_or_below, float("-inf"))
 
 
-def segsum_unstable(x):
+def segsum_unstable(x: torch.Tensor) -> torch.Tensor:
     """:func:`segsum` the direct way, ``cumsum(x)_i - cumsum(x)_j`` (i >= j, -inf above the diagonal):
     the same values, but the difference of two large cumulative sums loses precision on long sequences
     (the paper's "naive" form, kept for comparison)."""
@@ -50,7 +50,14 @@ def segsum_unstable(x):
     return out.masked_fill(~on_or_below, float("-inf"))
 
 
-def ssd_minimal_discrete(X, A, B, C, block_len, initial_states=None):
+def ssd_minimal_discrete(
+    X: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    block_len: int,
+    initial_states: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Chunked SSD on the discretised SSM (arXiv:2405.21060, section 6).
 
     Args:
@@ -128,7 +135,15 @@ def ssd_minimal_discrete(X, A, B, C, block_len, initial_states=None):
     return Y, final_state
 
 
-def test_correctness(batch=2, seqlen=128, chunk_size=32, dim=64, headdim=16, dstate=8, seed=0):  # noqa: PT028 - upstream's signature
+def test_correctness(  # upstream's signature and defaults (PT028: a pytest-style name, not a test)
+    batch: int = 2,  # noqa: PT028
+    seqlen: int = 128,  # noqa: PT028
+    chunk_size: int = 32,  # noqa: PT028
+    dim: int = 64,  # noqa: PT028
+    headdim: int = 16,  # noqa: PT028
+    dstate: int = 8,  # noqa: PT028
+    seed: int = 0,  # noqa: PT028
+) -> None:
     """Check :func:`ssd_minimal_discrete` against ``mamba_chunk_scan_combined`` on random inputs (upstream
     ships this check as a function): on the GPU when one is available, else on the CPU, in float32.
 

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 from packaging.version import Version
+from torch.types import Device
 
 from mamba_ssm.ops.triton._helpers import triton_version
+
+if TYPE_CHECKING:
+    import triton  # untyped: its Config is Any to mypy
 
 __all__ = [
     "TRITON_HAS_CACHE_RESULTS",
@@ -57,7 +61,7 @@ def set_deterministic_mode(value: Optional[bool]) -> None:
     _override = None if value is None else bool(value)
 
 
-def _cost(config) -> int:
+def _cost(config: triton.Config) -> int:
     """A config's shared-memory footprint, as the product of its BLOCK_SIZE_* entries times its stages."""
     product = 1
     for key, value in getattr(config, "kwargs", {}).items():
@@ -66,7 +70,7 @@ def _cost(config) -> int:
     return product * (getattr(config, "num_stages", 1) or 1)
 
 
-def autotune_configs(configs):
+def autotune_configs(configs: list[triton.Config]) -> list[triton.Config]:
     """The Triton autotune configs to offer a kernel: all of them normally; in deterministic mode the
     cached-autotuning ones when triton can cache results and ``TRITON_CACHE_AUTOTUNING=1``, else one
     config, so every run launches the same one: the one matching ``TRITON_AUTOTUNE_BLOCK_SIZE_{M,N,K,
@@ -94,7 +98,7 @@ def autotune_configs(configs):
             ),
             stacklevel=2,
         )
-    wanted = {}
+    wanted: dict[str, int] = {}
     for suffix in ("M", "N", "K", "DSTATE"):
         value = os.environ.get(f"TRITON_AUTOTUNE_BLOCK_SIZE_{suffix}")
         if value is not None:
@@ -106,7 +110,15 @@ def autotune_configs(configs):
     return [min(configs, key=_cost)]
 
 
-def alloc_tile_workspace(base_shape, tile_dim, dtype, device, deterministic, *, zero_init=True):
+def alloc_tile_workspace(
+    base_shape: Sequence[int] | None,
+    tile_dim: int,
+    dtype: torch.dtype,
+    device: Device,
+    deterministic: bool,
+    *,
+    zero_init: bool = True,
+) -> tuple[torch.Tensor | None, int]:
     """A buffer for a reduction over programs: with ``deterministic``, ``base_shape + (tile_dim,)`` (each
     program writes its own slot, summed by :func:`finalize_tile_workspace`), zeroed unless ``zero_init``
     is False; otherwise ``base_shape`` for atomic accumulation.
@@ -123,7 +135,7 @@ def alloc_tile_workspace(base_shape, tile_dim, dtype, device, deterministic, *, 
     return torch.empty(*base_shape, device=device, dtype=dtype), 0
 
 
-def finalize_tile_workspace(tensor, deterministic):
+def finalize_tile_workspace(tensor: torch.Tensor | None, deterministic: bool) -> torch.Tensor | None:
     """The reduction's result from :func:`alloc_tile_workspace`'s buffer: summed over the slot axis when
     ``deterministic``, else the buffer itself (None stays None)."""
     if tensor is None:

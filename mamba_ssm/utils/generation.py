@@ -24,16 +24,22 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, cast
 
 import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE  # graph_pool_handle()'s type (a tuple[int, int] NewType)
 
 __all__ = [
     "DecodingCGCache",
     "GenerationMixin",
     "GreedySearchDecoderOnlyOutput",
     "InferenceParams",
+    "LayerCache",
     "SampleDecoderOnlyOutput",
+    "Streamer",
     "capture_graph",
     "decode",
     "modify_logit_for_repetition_penalty",
@@ -43,6 +49,15 @@ __all__ = [
     "sample",
     "update_graph_cache",
 ]
+
+
+#: One layer's decoding cache, as its ``allocate_inference_cache`` returns it: Mamba / Mamba2
+#: ``(conv_state, ssm_state)``, MHA ``(kv_cache, conv_state or None)``, Mamba3 ``(angle, ssm, k, v)``.
+LayerCache = tuple[Optional[torch.Tensor], ...]
+#: A captured decode step: ``run(input_ids, position_ids or None, seqlen) -> logits``.
+GraphStep = Callable[[torch.Tensor, Optional[torch.Tensor], int], torch.Tensor]
+#: A one-token decode step: ``run(input_ids (batch, 1), seqlen_offset) -> logits (batch, vocab)``.
+DecodeStep = Callable[[torch.Tensor, int], torch.Tensor]
 
 
 @dataclass
@@ -64,10 +79,12 @@ class InferenceParams:
     max_batch_size: int
     seqlen_offset: int = 0
     batch_size_offset: int = 0
-    key_value_memory_dict: dict = field(default_factory=dict)
+    # Each layer reads back the tuple it stored, whose arity and Optional entries its kind decides
+    # (LayerCache); Any lets each layer unpack its own form without a cast.
+    key_value_memory_dict: dict[int, Any] = field(default_factory=dict)
     lengths_per_sample: Optional[torch.Tensor] = None
 
-    def reset(self, max_seqlen, max_batch_size):
+    def reset(self, max_seqlen: int, max_batch_size: int) -> None:
         """Start a new generation with these limits (the caches are kept, the offsets zeroed)."""
         self.max_seqlen = max_seqlen
         self.max_batch_size = max_batch_size
@@ -80,7 +97,7 @@ class InferenceParams:
 # Sampling
 
 
-def modify_logits_for_top_k_filtering(logits, top_k):
+def modify_logits_for_top_k_filtering(logits: torch.Tensor, top_k: int) -> None:
     """Set, in place, every logit below the ``top_k``-th largest of its row to -inf (ties kept).
 
     logits: (batch, vocab) float. top_k: int in [1, vocab]."""
@@ -88,7 +105,7 @@ def modify_logits_for_top_k_filtering(logits, top_k):
     logits.masked_fill_(logits < kth, float("-inf"))
 
 
-def modify_logits_for_top_p_filtering(logits, top_p):
+def modify_logits_for_top_p_filtering(logits: torch.Tensor, top_p: float) -> None:
     """Nucleus filter, in place: keep the most likely tokens until their probability reaches ``top_p``
     (the token that crosses it included; the most likely token always), others -inf. No-op for
     top_p <= 0 or >= 1. logits: (batch, vocab) float."""
@@ -103,7 +120,7 @@ def modify_logits_for_top_p_filtering(logits, top_p):
     logits.masked_fill_(drop, float("-inf"))
 
 
-def modify_logits_for_min_p_filtering(logits, min_p):
+def modify_logits_for_min_p_filtering(logits: torch.Tensor, min_p: float) -> None:
     """min-p filter, in place: tokens whose probability is below ``min_p`` times their row's largest get
     -inf. No-op for min_p <= 0. logits: (batch, vocab) float."""
     if min_p <= 0.0:
@@ -113,7 +130,9 @@ def modify_logits_for_min_p_filtering(logits, min_p):
     logits.masked_fill_(probs < threshold, float("-inf"))
 
 
-def modify_logit_for_repetition_penalty(logits, prev_output_tokens, repetition_penalty=1.0):
+def modify_logit_for_repetition_penalty(
+    logits: torch.Tensor, prev_output_tokens: torch.Tensor, repetition_penalty: float = 1.0
+) -> torch.Tensor:
     """CTRL's repetition penalty, in place: each token id present in ``prev_output_tokens``
     ((batch, seqlen) int) has its logit divided by the penalty when positive, multiplied when negative.
     Returns logits ((batch, vocab))."""
@@ -125,7 +144,9 @@ def modify_logit_for_repetition_penalty(logits, prev_output_tokens, repetition_p
     return logits
 
 
-def _check_sampling(top_k, top_p, min_p, temperature, repetition_penalty=1.0):
+def _check_sampling(
+    top_k: int, top_p: float, min_p: float, temperature: float, repetition_penalty: float = 1.0
+) -> None:
     if not isinstance(top_k, int) or top_k < 0:
         raise ValueError(f"top_k={top_k!r} must be an int >= 0 (1: greedy, 0: no top-k filter)")
     if not 0.0 <= top_p <= 1.0:
@@ -138,7 +159,9 @@ def _check_sampling(top_k, top_p, min_p, temperature, repetition_penalty=1.0):
         raise ValueError(f"repetition_penalty={repetition_penalty!r} must be > 0 (1.0: none)")
 
 
-def sample(logits, top_k=1, top_p=0.0, min_p=0.0, temperature=1.0):
+def sample(
+    logits: torch.Tensor, top_k: int = 1, top_p: float = 0.0, min_p: float = 0.0, temperature: float = 1.0
+) -> torch.Tensor:
     """One token per row from logits (batch, vocab) -> (batch,) int64.
 
     ``top_k=1``: argmax (greedy; the other arguments are ignored). Otherwise the logits are divided by
@@ -169,7 +192,7 @@ class GreedySearchDecoderOnlyOutput:
     with ``output_scores``, one (batch, vocab) logits tensor per new token."""
 
     sequences: torch.Tensor
-    scores: Optional[tuple] = None
+    scores: Optional[tuple[torch.Tensor, ...]] = None
 
 
 @dataclass
@@ -177,7 +200,7 @@ class SampleDecoderOnlyOutput:
     """As :class:`GreedySearchDecoderOnlyOutput`, for sampled decoding (top_k != 1)."""
 
     sequences: torch.Tensor
-    scores: Optional[tuple] = None
+    scores: Optional[tuple[torch.Tensor, ...]] = None
 
 
 @dataclass
@@ -192,18 +215,18 @@ class DecodingCGCache:
     max_seqlen: int = 0
     dtype: Optional[torch.dtype] = None
     device: Optional[torch.device] = None
-    mempool: Optional[tuple] = None
-    runners: dict = field(default_factory=dict)  # batch_size -> (inference_params, run)
+    mempool: Optional[_POOL_HANDLE] = None
+    runners: dict[int, tuple[InferenceParams, DecodeStep]] = field(default_factory=dict)
     max_batch_size: int = 0
-    callables: dict = field(default_factory=dict)  # (batch_size, decoding_seqlen) -> run
+    callables: dict[tuple[int, int], GraphStep] = field(default_factory=dict)
     inference_params: Optional[InferenceParams] = None
-    run: Optional[object] = None
+    run: Optional[GraphStep] = None
 
 
 _CG_NOTICE_GIVEN = False
 
 
-def _cg_unavailable(reason):
+def _cg_unavailable(reason: str) -> None:
     global _CG_NOTICE_GIVEN  # noqa: PLW0603
     if not _CG_NOTICE_GIVEN:
         _CG_NOTICE_GIVEN = True
@@ -214,27 +237,44 @@ def _cg_unavailable(reason):
         )
 
 
-def _model_device_dtype(model):
+def _model_device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
     p = next(model.parameters())
     return p.device, p.dtype
 
 
-def _graph_inference_params(model, batch_size, max_seqlen, dtype, device, seqlen_offset=0):
+def _graph_inference_params(
+    model: nn.Module,
+    batch_size: int,
+    max_seqlen: int,
+    dtype: torch.dtype | None,
+    device: torch.device | None,
+    seqlen_offset: int = 0,
+) -> InferenceParams:
     """InferenceParams over freshly allocated caches for ``batch_size`` rows, with the per-row lengths
     tensor that graphed decoding updates in place."""
     inference_params = InferenceParams(
         max_seqlen=max_seqlen, max_batch_size=batch_size, seqlen_offset=seqlen_offset
     )
-    inference_params.key_value_memory_dict = model.allocate_inference_cache(
-        batch_size, max_seqlen, dtype=dtype
-    )
+    inference_params.key_value_memory_dict = _allocate(model)(batch_size, max_seqlen, dtype=dtype)
     inference_params.lengths_per_sample = torch.full(
         (batch_size,), seqlen_offset, dtype=torch.int32, device=device
     )
     return inference_params
 
 
-def _require_cuda_model(fn, model):
+def _allocate(model: nn.Module) -> Callable[..., dict[int, LayerCache]]:
+    """``model.allocate_inference_cache`` (a language model's method; nn.Module types an attribute only
+    as Tensor | Module)."""
+    return cast("Callable[..., dict[int, LayerCache]]", model.allocate_inference_cache)
+
+
+def _logits(output: Any) -> torch.Tensor:
+    """The ``.logits`` (batch, seqlen, vocab) of a model's output (an object of the model's own class)."""
+    logits: torch.Tensor = output.logits
+    return logits
+
+
+def _require_cuda_model(fn: str, model: nn.Module) -> torch.device:
     device, _ = _model_device_dtype(model)
     if device.type != "cuda" or not torch.cuda.is_available():
         raise RuntimeError(
@@ -245,8 +285,14 @@ def _require_cuda_model(fn, model):
 
 
 def capture_graph(
-    model, inference_params, batch_size, max_seqlen, decoding_seqlen=1, mempool=None, n_warmups=2
-):
+    model: nn.Module,
+    inference_params: InferenceParams,
+    batch_size: int,
+    max_seqlen: int,
+    decoding_seqlen: int = 1,
+    mempool: _POOL_HANDLE | None = None,
+    n_warmups: int = 2,
+) -> GraphStep:
     """Capture one decode step of ``decoding_seqlen`` tokens for ``batch_size`` rows into a CUDA graph
     (upstream's entry point).
 
@@ -265,24 +311,33 @@ def capture_graph(
 
     Raises:
         RuntimeError: the model is not on a CUDA device.
+        ValueError: ``inference_params.lengths_per_sample`` is None.
     """
     device = _require_cuda_model("capture_graph", model)
+    lengths = inference_params.lengths_per_sample
+    if lengths is None:
+        raise ValueError(
+            "capture_graph: inference_params.lengths_per_sample is None; graphed decoding reads each row's "
+            "position from it: set it to a (batch,) int32 tensor on the model's device"
+        )
     input_ids = torch.zeros(batch_size, decoding_seqlen, dtype=torch.long, device=device)
     position_ids = torch.zeros(batch_size, decoding_seqlen, dtype=torch.long, device=device)
     offset_before = inference_params.seqlen_offset
     # Any offset > 0 sends every layer down its step path; MHA reads the positions from lengths_per_sample.
     inference_params.seqlen_offset = max_seqlen - decoding_seqlen
-    inference_params.lengths_per_sample[:] = inference_params.seqlen_offset
+    lengths[:] = inference_params.seqlen_offset
 
-    def step():
-        return model(
-            input_ids,
-            position_ids=position_ids,
-            inference_params=inference_params,
-            num_last_tokens=decoding_seqlen,
-        ).logits
+    def step() -> torch.Tensor:
+        return _logits(
+            model(
+                input_ids,
+                position_ids=position_ids,
+                inference_params=inference_params,
+                num_last_tokens=decoding_seqlen,
+            )
+        )
 
-    stream = torch.cuda.Stream(device=device)
+    stream = torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]  # torch leaves Stream() unannotated
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
         for _ in range(n_warmups):
@@ -293,8 +348,8 @@ def capture_graph(
         logits = step()
     inference_params.seqlen_offset = offset_before
 
-    def run(new_input_ids, new_position_ids, seqlen):
-        inference_params.lengths_per_sample[:] = seqlen
+    def run(new_input_ids: torch.Tensor, new_position_ids: torch.Tensor | None, seqlen: int) -> torch.Tensor:
+        lengths[:] = seqlen
         input_ids.copy_(new_input_ids)
         if new_position_ids is not None:
             position_ids.copy_(new_position_ids)
@@ -305,8 +360,15 @@ def capture_graph(
 
 
 def update_graph_cache(
-    model, cache, batch_size, seqlen_og, max_seqlen, decoding_seqlens=(1,), dtype=None, n_warmups=2
-):
+    model: nn.Module,
+    cache: DecodingCGCache | None,
+    batch_size: int,
+    seqlen_og: int,
+    max_seqlen: int,
+    decoding_seqlens: Sequence[int] = (1,),
+    dtype: torch.dtype | None = None,
+    n_warmups: int = 2,
+) -> DecodingCGCache:
     """Upstream's CUDA-graph cache: (re)allocate the decoding caches when the model's device or dtype
     changed or the batch / length grew, and capture one graph per decoding length not captured yet.
 
@@ -328,8 +390,10 @@ def update_graph_cache(
     cache = DecodingCGCache() if cache is None else cache
     _, model_dtype = _model_device_dtype(model)
     dtype = model_dtype if dtype is None else dtype
+    inference_params = cache.inference_params
     if (
-        (cache.device, cache.dtype) != (device, dtype)
+        inference_params is None
+        or (cache.device, cache.dtype) != (device, dtype)
         or batch_size > cache.max_batch_size
         or max_seqlen > cache.max_seqlen
     ):
@@ -339,7 +403,7 @@ def update_graph_cache(
         torch.cuda.empty_cache()
         cache.device, cache.dtype = device, dtype
         cache.max_batch_size, cache.max_seqlen = batch_size, max_seqlen
-        cache.inference_params = _graph_inference_params(
+        inference_params = cache.inference_params = _graph_inference_params(
             model, batch_size, max_seqlen, dtype, device, seqlen_og
         )
         cache.mempool = torch.cuda.graphs.graph_pool_handle()
@@ -347,7 +411,7 @@ def update_graph_cache(
         if (batch_size, decoding_seqlen) not in cache.callables:
             cache.callables[batch_size, decoding_seqlen] = capture_graph(
                 model,
-                cache.inference_params,
+                inference_params,
                 batch_size,
                 max_seqlen,
                 decoding_seqlen,
@@ -355,39 +419,47 @@ def update_graph_cache(
                 n_warmups,
             )
 
-    def dispatch(input_ids, position_ids, seqlen):
+    graph_cache = cache  # (not None here; the closure reads its callables when called)
+
+    def dispatch(input_ids: torch.Tensor, position_ids: torch.Tensor | None, seqlen: int) -> torch.Tensor:
         rows, decoding_seqlen = input_ids.shape[:2]
-        return cache.callables[rows, decoding_seqlen](input_ids, position_ids, seqlen)
+        return graph_cache.callables[rows, decoding_seqlen](input_ids, position_ids, seqlen)
 
     cache.run = dispatch
-    cache.inference_params.seqlen_offset = 0
+    inference_params.seqlen_offset = 0
     return cache
 
 
-def _capture_step(model, batch_size, max_seqlen, cache, n_warmups=2):
+def _capture_step(
+    model: nn.Module, batch_size: int, max_seqlen: int, cache: DecodingCGCache, n_warmups: int = 2
+) -> tuple[InferenceParams, DecodeStep]:
     """Capture model's one-token step for ``batch_size`` rows into a CUDA graph; returns
     (inference_params, run) with ``run(input_ids (batch, 1), seqlen_offset) -> logits (batch, vocab)``."""
     inference_params = _graph_inference_params(model, batch_size, max_seqlen, cache.dtype, cache.device)
     replay = capture_graph(model, inference_params, batch_size, max_seqlen, 1, cache.mempool, n_warmups)
 
-    def run(new_input_ids, seqlen_offset):
+    def run(new_input_ids: torch.Tensor, seqlen_offset: int) -> torch.Tensor:
         return replay(new_input_ids, None, seqlen_offset)[:, -1]
 
     return inference_params, run
 
 
-def _graph_runner(model, batch_size, max_length):
+def _graph_runner(
+    model: nn.Module, batch_size: int, max_length: int
+) -> tuple[InferenceParams, DecodeStep] | None:
     """(inference_params, run) for CUDA-graph decoding, or None when graphs cannot be used (said once)."""
     device, dtype = _model_device_dtype(model)
     if device.type != "cuda" or not torch.cuda.is_available():
         _cg_unavailable(f"CUDA graphs need a CUDA device and the model is on {device}")
         return None
-    cache = getattr(model, "_decoding_cache", None)
+    cache: DecodingCGCache | None = getattr(model, "_decoding_cache", None)
     if cache is None or cache.max_seqlen < max_length or cache.dtype != dtype or cache.device != device:
         cache = DecodingCGCache(
             max_seqlen=max_length, dtype=dtype, device=device, mempool=torch.cuda.graphs.graph_pool_handle()
         )
-        model._decoding_cache = cache
+        # A plain attribute (nn.Module.__setattr__ stores a non-tensor value exactly so; its annotation
+        # admits only tensors and modules).
+        object.__setattr__(model, "_decoding_cache", cache)
     if batch_size not in cache.runners:
         try:
             cache.runners[batch_size] = _capture_step(model, batch_size, cache.max_seqlen, cache)
@@ -399,7 +471,7 @@ def _graph_runner(model, batch_size, max_length):
     return inference_params, run
 
 
-def _eos_set(eos_token_id):
+def _eos_set(eos_token_id: int | Sequence[int] | None) -> list[int] | None:
     if eos_token_id is None:
         return None
     ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
@@ -409,14 +481,15 @@ def _eos_set(eos_token_id):
 
 
 @torch.no_grad()
-def _check_prompt_ids(input_ids, model):
+def _check_prompt_ids(input_ids: torch.Tensor, model: nn.Module) -> None:
     """Raise ValueError naming the token id and the vocabulary size when a prompt id is outside the
     rows of ``model``'s input embedding (found through ``get_input_embeddings()`` or
     ``backbone.embedding``; models with neither are not checked). Without it the embedding lookup fails
     with torch's bare "index out of range in self" (CPU) or a device-side assert (CUDA)."""
+    get_input_embeddings = getattr(model, "get_input_embeddings", None)
     embedding = (
-        model.get_input_embeddings()
-        if hasattr(model, "get_input_embeddings")
+        get_input_embeddings()
+        if get_input_embeddings is not None
         else getattr(getattr(model, "backbone", None), "embedding", None)
     )
     rows = getattr(embedding, "num_embeddings", None)
@@ -432,23 +505,33 @@ def _check_prompt_ids(input_ids, model):
         )
 
 
+class Streamer(Protocol):
+    """What :func:`decode` calls on its ``streamer`` (transformers' ``TextStreamer`` has both)."""
+
+    def put(self, value: torch.Tensor) -> None:
+        """Receive the prompt (batch, seqlen), then each new token (batch,), on the CPU."""
+
+    def end(self) -> None:
+        """Decoding finished."""
+
+
 def decode(
-    input_ids,
-    model,
-    max_length,
-    top_k=1,
-    top_p=0.0,
-    min_p=0.0,
-    temperature=1.0,
-    repetition_penalty=1.0,
-    eos_token_id=None,
-    teacher_outputs=None,
-    vocab_size=None,
-    cg=False,
-    enable_timing=False,
-    output_scores=False,
-    streamer=None,
-):
+    input_ids: torch.Tensor,
+    model: nn.Module,
+    max_length: int,
+    top_k: int = 1,
+    top_p: float = 0.0,
+    min_p: float = 0.0,
+    temperature: float = 1.0,
+    repetition_penalty: float = 1.0,
+    eos_token_id: int | Sequence[int] | None = None,
+    teacher_outputs: torch.Tensor | None = None,
+    vocab_size: int | None = None,
+    cg: bool = False,
+    enable_timing: bool = False,
+    output_scores: bool = False,
+    streamer: Streamer | None = None,
+) -> GreedySearchDecoderOnlyOutput | SampleDecoderOnlyOutput:
     """Generate up to ``max_length`` tokens in all (prompt included) from ``model``.
 
     Args:
@@ -501,22 +584,23 @@ def decode(
         streamer.put(input_ids.cpu())
 
     runner = _graph_runner(model, batch_size, max_length) if cg else None
+    run: DecodeStep | None
     if runner is not None:
         inference_params, run = runner
     else:
         inference_params, run = InferenceParams(max_seqlen=max_length, max_batch_size=batch_size), None
 
-    def logits_for(ids):
+    def logits_for(ids: torch.Tensor) -> torch.Tensor:
         if run is not None and inference_params.seqlen_offset > 0:
             logits = run(ids, inference_params.seqlen_offset)
         else:
-            logits = model(ids, inference_params=inference_params, num_last_tokens=1).logits[:, -1]
+            logits = _logits(model(ids, inference_params=inference_params, num_last_tokens=1))[:, -1]
         return logits[:, :vocab_size] if vocab_size is not None else logits
 
     timed = enable_timing and input_ids.is_cuda
     start = time.perf_counter()
     sequences = input_ids
-    scores = []
+    scores: list[torch.Tensor] = []
     finished = torch.zeros(batch_size, dtype=torch.bool, device=input_ids.device)
     logits = logits_for(input_ids)
     inference_params.seqlen_offset += seqlen
@@ -554,30 +638,34 @@ def decode(
             f"generate: prompt ({batch_size} x {seqlen} tokens) {(prompt_done - start) * 1e3:.1f} ms, "
             f"decoding {new} tokens {(end - prompt_done) * 1e3:.1f} ms"
         )
-    output_cls = GreedySearchDecoderOnlyOutput if top_k == 1 else SampleDecoderOnlyOutput
-    return output_cls(sequences=sequences, scores=tuple(scores) if output_scores else None)
+    kept = tuple(scores) if output_scores else None
+    if top_k == 1:
+        return GreedySearchDecoderOnlyOutput(sequences=sequences, scores=kept)
+    return SampleDecoderOnlyOutput(sequences=sequences, scores=kept)
 
 
 class GenerationMixin:
     """Adds :meth:`generate` to a language model whose ``forward(input_ids, inference_params=None,
     num_last_tokens=0)`` returns ``.logits``."""
 
-    def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
+    def allocate_inference_cache(
+        self, batch_size: int, max_seqlen: int, dtype: torch.dtype | None = None, **kwargs: Any
+    ) -> dict[int, LayerCache]:
         """{layer_idx: cache}; a model that supports ``cg=True`` implements it."""
         raise NotImplementedError(f"{type(self).__name__}.allocate_inference_cache is needed for cg=True")
 
     def generate(
         self,
-        input_ids,
-        max_length,
-        top_k=1,
-        top_p=0.0,
-        min_p=0.0,
-        temperature=1.0,
-        return_dict_in_generate=False,
-        output_scores=False,
-        **kwargs,
-    ):
+        input_ids: torch.Tensor,
+        max_length: int,
+        top_k: int = 1,
+        top_p: float = 0.0,
+        min_p: float = 0.0,
+        temperature: float = 1.0,
+        return_dict_in_generate: bool = False,
+        output_scores: bool = False,
+        **kwargs: Any,
+    ) -> torch.Tensor | GreedySearchDecoderOnlyOutput | SampleDecoderOnlyOutput:
         """Generate up to ``max_length`` tokens in all (prompt included); see :func:`decode` for every
         argument (``repetition_penalty``, ``eos_token_id``, ``cg``, ``enable_timing``, ``streamer``,
         ``vocab_size``, ``teacher_outputs`` go through ``kwargs``).
@@ -588,7 +676,7 @@ class GenerationMixin:
         """
         output = decode(
             input_ids,
-            self,
+            cast(nn.Module, self),  # the mixin is mixed into an nn.Module (MambaLMHeadModel)
             max_length,
             top_k=top_k,
             top_p=top_p,

@@ -35,10 +35,14 @@ import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import torch
+    from safetensors import safe_open
+    from torch.types import Device
 
 __all__ = [
     "CONFIG_NAME",
@@ -66,7 +70,7 @@ WEIGHTS_LAYOUTS = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEI
 REOPEN_BYTES = 64 << 20
 
 
-def _hub(model_name):
+def _hub(model_name: str) -> ModuleType:
     """The huggingface_hub module, or FileNotFoundError saying that hub name ``model_name`` needs it."""
     try:
         import huggingface_hub
@@ -79,14 +83,24 @@ def _hub(model_name):
     return huggingface_hub
 
 
-def _hub_file(model_name, filename, required=True):
+@overload
+def _hub_file(model_name: str, filename: str, required: Literal[True] = ...) -> str: ...
+@overload
+def _hub_file(model_name: str, filename: str, required: bool) -> str | None: ...
+def _hub_file(model_name: str, filename: str, required: bool = True) -> str | None:
     """The local path of ``filename`` of hub repo ``model_name`` (downloaded or from the cache), or None
     when it does not exist there and ``required`` is False."""
     hub = _hub(model_name)
-    from huggingface_hub.utils import EntryNotFoundError, LocalEntryNotFoundError
+    # Public in huggingface_hub.utils (resolved lazily); its TYPE_CHECKING imports of them lack the
+    # re-export form, so strict mypy reads them as private.
+    from huggingface_hub.utils import (  # type: ignore[attr-defined]
+        EntryNotFoundError,
+        LocalEntryNotFoundError,
+    )
 
     try:
-        return hub.hf_hub_download(repo_id=model_name, filename=filename)
+        path: str = hub.hf_hub_download(repo_id=model_name, filename=filename)
+        return path
     except LocalEntryNotFoundError as exc:
         if not required:
             return None
@@ -106,7 +120,7 @@ def _hub_file(model_name, filename, required=True):
         ) from None
 
 
-def _is_local(model_name):
+def _is_local(model_name: str | os.PathLike[str]) -> bool:
     """True for a local directory; FileNotFoundError for a path that is not one; False for a hub id."""
     model_name = os.fspath(model_name)
     if os.path.isdir(model_name):
@@ -119,7 +133,13 @@ def _is_local(model_name):
     return False
 
 
-def _resolve(model_name, filename, required=True):
+@overload
+def _resolve(model_name: str, filename: str, required: Literal[True] = ...) -> str: ...
+@overload
+def _resolve(model_name: str, filename: str, required: bool) -> str | None: ...
+def _resolve(model_name: str, filename: str, required: bool = True) -> str | None:
+    """The local path of ``filename`` of ``model_name`` (a directory or a hub id); None when absent and
+    not ``required``, else FileNotFoundError naming it."""
     if _is_local(model_name):
         path = os.path.join(model_name, filename)
         if os.path.isfile(path):
@@ -133,7 +153,7 @@ def _resolve(model_name, filename, required=True):
     return _hub_file(model_name, filename, required)
 
 
-def _json_floats(obj):
+def _json_floats(obj: dict[str, Any]) -> Any:
     """transformers (>= 5) writes non-finite floats as {"__float__": "Infinity"}: read them as floats."""
     if set(obj) == {"__float__"} and isinstance(obj["__float__"], str):
         try:
@@ -143,7 +163,8 @@ def _json_floats(obj):
     return obj
 
 
-def _read_json(path, what):
+def _read_json(path: str, what: str) -> Any:
+    """The parsed JSON file at ``path``; ValueError naming the file, the position and ``what`` writes it."""
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f, object_hook=_json_floats)
@@ -154,7 +175,7 @@ def _read_json(path, what):
         ) from None
 
 
-def load_config_hf(model_name):
+def load_config_hf(model_name: str | os.PathLike[str]) -> dict[str, Any]:
     """The parsed config.json of ``model_name`` (a local directory or a hub repo id) as a dict
     (transformers' ``{"__float__": "Infinity"}`` read as ``float("inf")``).
 
@@ -162,7 +183,10 @@ def load_config_hf(model_name):
         FileNotFoundError: no config.json (path named), or a hub name without huggingface_hub.
         ValueError: config.json is not valid JSON (file and position named).
     """
-    return _read_json(_resolve(model_name, CONFIG_NAME), "save_pretrained writes it")
+    config: dict[str, Any] = _read_json(
+        _resolve(os.fspath(model_name), CONFIG_NAME), "save_pretrained writes it"
+    )
+    return config
 
 
 @dataclass
@@ -185,16 +209,17 @@ class WeightFiles:
 
     @property
     def safetensors(self) -> bool:
+        """Whether the files are safetensors (else ``torch.save`` files)."""
         return self.layout in (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME)
 
 
-def _hub_present(model_name):
+def _hub_present(model_name: str) -> list[str]:
     """Which of WEIGHTS_LAYOUTS hub repo ``model_name`` has: listed by the hub when it can be reached,
     else what the local cache holds."""
     hub = _hub(model_name)
     from huggingface_hub import constants
 
-    names = None
+    names: set[str] | None = None
     if not constants.HF_HUB_OFFLINE:
         try:
             names = set(hub.HfApi().list_repo_files(model_name))
@@ -205,7 +230,7 @@ def _hub_present(model_name):
     return [n for n in WEIGHTS_LAYOUTS if n in names]
 
 
-def _weight_map(index_path, index) -> dict[str, str]:
+def _weight_map(index_path: str, index: object) -> dict[str, str]:
     """The {tensor name: shard file name} of an index file's JSON; ValueError for a malformed map or a
     name that leaves the checkpoint's folder."""
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
@@ -222,7 +247,7 @@ def _weight_map(index_path, index) -> dict[str, str]:
     return weight_map
 
 
-def find_weights(model_name, warn=True) -> WeightFiles:
+def find_weights(model_name: str | os.PathLike[str], warn: bool = True) -> WeightFiles:
     """Resolve the weights of ``model_name`` (a local directory or a hub repo id) to local files, taking
     the first layout of :data:`WEIGHTS_LAYOUTS` that is present (for a hub repo only that layout's files
     are downloaded).
@@ -236,6 +261,7 @@ def find_weights(model_name, warn=True) -> WeightFiles:
             (shard and index named), or a hub name without huggingface_hub.
         ValueError: an index file that is not valid JSON or has no usable weight_map.
     """
+    model_name = os.fspath(model_name)
     local = _is_local(model_name)
     if local:
         present = [n for n in WEIGHTS_LAYOUTS if os.path.isfile(os.path.join(model_name, n))]
@@ -281,7 +307,9 @@ def find_weights(model_name, warn=True) -> WeightFiles:
     )
 
 
-def _safe_open(path):
+def _safe_open(path: str) -> safe_open:
+    """An open safetensors file (CPU, PyTorch tensors); FileNotFoundError without the package,
+    ValueError for an unreadable file."""
     try:
         from safetensors import safe_open
     except ImportError:
@@ -296,7 +324,7 @@ def _safe_open(path):
         ) from None
 
 
-def _load_bin(path):
+def _load_bin(path: str) -> dict[str, torch.Tensor]:
     """A ``torch.save`` state_dict, memory-mapped when the file's format allows it."""
     import torch
 
@@ -318,7 +346,7 @@ def _load_bin(path):
     return state_dict
 
 
-def _keys_of(weights: WeightFiles, path, present):
+def _keys_of(weights: WeightFiles, path: str, present: list[str]) -> list[str]:
     """The keys to read from ``path``: all of them for one file; those the index puts there for a shard
     (ValueError when the index names a key the shard does not hold)."""
     if weights.weight_map is None:
@@ -413,7 +441,9 @@ _DTYPE_BYTES = {
 }
 
 
-def load_state_dict_hf(model_name, device=None, dtype=None):
+def load_state_dict_hf(
+    model_name: str | os.PathLike[str], device: Device = None, dtype: torch.dtype | None = None
+) -> dict[str, torch.Tensor]:
     """The state_dict of ``model_name`` (a local directory or a hub repo id) in the file's key names,
     from the first weights layout present (:data:`WEIGHTS_LAYOUTS`; sharded ones merged); floating
     tensors cast to ``dtype`` when given, all moved to ``device`` when given. This holds every tensor at
@@ -429,7 +459,7 @@ def load_state_dict_hf(model_name, device=None, dtype=None):
             shards.
     """
     weights = find_weights(model_name)
-    state_dict = {}
+    state_dict: dict[str, torch.Tensor] = {}
     for key, stored in iter_weights(weights):
         tensor = stored.to(dtype) if dtype is not None and stored.is_floating_point() else stored
         state_dict[key] = tensor.to(device) if device is not None else tensor

@@ -10,18 +10,18 @@ device).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 __all__ = ["custom_amp_decorator", "custom_bwd", "custom_fwd", "deprecated"]
 
 
-def custom_amp_decorator(dec: Callable, cuda_amp_deprecated: bool) -> Callable:
+def custom_amp_decorator(dec: Callable[..., Any], cuda_amp_deprecated: bool) -> Callable[..., Any]:
     """Wrap ``dec`` (an autocast decorator) so that, when ``cuda_amp_deprecated`` (``dec`` is torch.amp's,
     which needs a device type), ``device_type="cuda"`` is passed unless the caller gives one."""
 
-    def decorator(*args, **kwargs):
+    def decorator(*args: Any, **kwargs: Any) -> Any:
         if cuda_amp_deprecated:
             kwargs.setdefault("device_type", "cuda")
         return dec(*args, **kwargs)
@@ -30,6 +30,9 @@ def custom_amp_decorator(dec: Callable, cuda_amp_deprecated: bool) -> Callable:
 
 
 _NEW_AMP = hasattr(torch.amp, "custom_fwd")
+# A decorator used bare (``@custom_fwd``) or called with keywords: what it returns depends on the form.
+_fwd: Callable[..., Any]
+_bwd: Callable[..., Any]
 if _NEW_AMP:
     _fwd, _bwd = torch.amp.custom_fwd, torch.amp.custom_bwd
 else:  # torch < 2.4

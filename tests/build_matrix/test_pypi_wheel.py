@@ -309,7 +309,7 @@ def test_a_stable_cell_builds_against_any_torch_it_serves_from_build_min(tmp_pat
     from build_matrix import build
 
     plan = mx.load_plan()
-    data = mx.load_toml(mx.DATA_PATH)
+    data = mx.load_data()
     cpu, cu12, cu13 = (plan.cell(f"{f}torch2.10stable-x86_64") for f in ("cpu", "cu12", "cu13"))
     assert REAL["stable_abi"]["build_min"] == cpu.torch_abi_build_min == "2.13"
     assert cpu.torch_mismatch("2.13.0+cpu") is None and cpu.torch_mismatch("2.14.1+cpu") is None

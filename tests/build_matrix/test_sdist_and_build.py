@@ -69,7 +69,7 @@ def test_refuses_cells_this_machine_cannot_build():
 
 def test_refuses_a_torch_build_pypi_does_not_serve(tmp_path, monkeypatch):
     plan = mx.load_plan()
-    data = mx.load_toml(mx.DATA_PATH)
+    data = mx.load_data()
     cell = plan.cell("cu12torch2.10stable-x86_64")  # +cu126: not PyPI's default for 2.14
     monkeypatch.setattr(build, "_find_links", lambda: [tmp_path])
     with pytest.raises(build.Refused, match=r"PyPI serves only \+cu130 for torch 2.14"):

@@ -9,7 +9,7 @@ triton), so both paths import it.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple, Union
 
 import torch
 
@@ -27,12 +27,12 @@ class Mamba3States(NamedTuple):
     v: torch.Tensor
 
 
-def compute_dtype(t):
+def compute_dtype(t: torch.Tensor) -> torch.dtype:
     """float64 for float64 tensors, else float32."""
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def rotate(x, theta, pairing):
+def rotate(x: torch.Tensor, theta: torch.Tensor, pairing: str) -> torch.Tensor:
     """x (..., n) turned by theta (..., a) (broadcast against x's leading dims): pair i of
     ``"adjacent"`` is (2i, 2i+1), of ``"halves"`` (i, i + n/2), for i < a; other entries unchanged.
     Each pair (x1, x2) becomes (x1 cos - x2 sin, x1 sin + x2 cos)."""
@@ -68,7 +68,13 @@ def drop_padding(
     return out, states
 
 
-def per_sequence(scan, arguments, initial_states, cu_seqlens, return_final_states):
+def per_sequence(
+    scan: Callable[..., Any],
+    arguments: Dict[str, Any],
+    initial_states: Optional[Mamba3States],
+    cu_seqlens: torch.Tensor,
+    return_final_states: bool,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, Mamba3States]]:
     """Packed sequences (batch 1, ``cu_seqlens``, checked) one at a time through ``scan`` (a chunked
     scan with the arguments of :func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_chunk_scan_torch`;
     ``arguments``: its keyword arguments but initial_states, seq_idx, cu_seqlens and

@@ -36,7 +36,7 @@ chunking changes the rounding only).
 """
 
 import math
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple, Union, cast
 
 import torch
 import triton
@@ -46,7 +46,7 @@ from mamba_ssm.ops.backends._packing import seq_idx_from_cu_seqlens
 from mamba_ssm.ops.backends.mamba3_states import Mamba3States, drop_padding, per_sequence, rotate
 
 from . import ssd
-from ._common import pow2, unsupported_dtype
+from ._common import Block, Pointer, Scalar, jit, pow2, unsupported_dtype
 
 __all__ = ["MAX_DSTATE", "MAX_HEADDIM", "MAX_RANK", "chunk_scan", "step", "sub_chunk", "unsupported"]
 
@@ -61,7 +61,7 @@ _TWO_PI = tl.constexpr(2.0 * math.pi)
 _ANGLE_BLOCK = 32
 
 
-def unsupported(op: str, **arguments) -> Optional[str]:
+def unsupported(op: str, **arguments: Any) -> Optional[str]:
     """None when the kernels take this (checked) call of ``op`` ("mamba3_siso", "mamba3_mimo" or
     "mamba3_step"; ``arguments``: the canonical ones of the hook), else why not (one sentence)."""
     tensors = {k: v for k, v in arguments.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
@@ -102,18 +102,18 @@ def sub_chunk(chunk_size: int, rank: int) -> int:
 # ------------------------------------------------------------------------------------------ helpers
 
 
-@triton.jit
-def _tanh(x):
+@jit
+def _tanh(x: Block) -> Block:
     return 2.0 * tl.sigmoid(2.0 * x) - 1.0
 
 
-@triton.jit
-def _mod_two_pi(x):
+@jit
+def _mod_two_pi(x: Block) -> Block:
     return x - _TWO_PI * tl.floor(x / _TWO_PI)
 
 
-@triton.jit
-def _pairs(rn, nangles, dstate, ADJACENT: tl.constexpr):
+@jit
+def _pairs(rn: Block, nangles: Scalar, dstate: Scalar, ADJACENT: tl.constexpr) -> Block:
     """For d_state entries rn: (partner entry, angle index, sign of the sine term, rotated?). A pair
     (x1, x2) turns into (x1 cos - x2 sin, x1 sin + x2 cos): entry e becomes x_e cos + sgn_e x_partner sin."""
     if ADJACENT:
@@ -130,8 +130,26 @@ def _pairs(rn, nangles, dstate, ADJACENT: tl.constexpr):
     return partner, aidx, sgn, rot
 
 
-@triton.jit
-def _biased(X, XB, b, t, r, g, h, cols, mask, x_b, x_l, x_r, x_g, x_n, xb_h, xb_r, xb_n):
+@jit
+def _biased(
+    X: Pointer,
+    XB: Pointer,
+    b: Block,
+    t: Block,
+    r: Block,
+    g: Block,
+    h: Block,
+    cols: Block,
+    mask: Block,
+    x_b: Scalar,
+    x_l: Scalar,
+    x_r: Scalar,
+    x_g: Scalar,
+    x_n: Scalar,
+    xb_h: Scalar,
+    xb_r: Scalar,
+    xb_n: Scalar,
+) -> Block:
     """X[b, t, r, g, cols] + XB[h, r, cols] in float32 for rows (t, r) (0 where masked)."""
     x = tl.load(
         X + b * x_b + t[:, None] * x_l + r[:, None] * x_r + g * x_g + cols[None, :] * x_n,
@@ -146,30 +164,30 @@ def _biased(X, XB, b, t, r, g, h, cols, mask, x_b, x_l, x_r, x_g, x_n, xb_h, xb_
 # ----------------------------------------------------------------------------------------- angles
 
 
-@triton.jit
+@jit
 def _angles_fwd(
-    ANG,
-    DT,
-    SEQ,
-    TH0,
-    THETA,
-    seqlen,
-    nheads,
-    nangles,
-    a_b,
-    a_l,
-    a_h,
-    a_a,
-    dt_b,
-    dt_h,
-    dt_l,
-    s_b,
-    s_l,
+    ANG: Pointer,
+    DT: Pointer,
+    SEQ: Pointer,
+    TH0: Pointer,
+    THETA: Pointer,
+    seqlen: Scalar,
+    nheads: Scalar,
+    nangles: Scalar,
+    a_b: Scalar,
+    a_l: Scalar,
+    a_h: Scalar,
+    a_a: Scalar,
+    dt_b: Scalar,
+    dt_h: Scalar,
+    dt_l: Scalar,
+    s_b: Scalar,
+    s_l: Scalar,
     HAS_SEQ: tl.constexpr,
     HAS_TH0: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_A: tl.constexpr,
-):
+) -> None:
     """THETA[b, t, h, :] (float32, contiguous) for one (b, h), a block of tokens at a time; the angle
     carried into a block counts only for its tokens of the carried angle's sequence. A padding token
     (seq_idx < 0) sums nothing and passes nothing on (theta 0)."""
@@ -221,32 +239,32 @@ def _angles_fwd(
             seq_prev = tl.load(SEQ + b * s_b + (t0 + last) * s_l)
 
 
-@triton.jit
+@jit
 def _angles_bwd(
-    ANG,
-    DT,
-    SEQ,
-    DTHETA,
-    DANG,
-    DDT,
-    DTH0,
-    seqlen,
-    nheads,
-    nangles,
-    a_b,
-    a_l,
-    a_h,
-    a_a,
-    dt_b,
-    dt_h,
-    dt_l,
-    s_b,
-    s_l,
+    ANG: Pointer,
+    DT: Pointer,
+    SEQ: Pointer,
+    DTHETA: Pointer,
+    DANG: Pointer,
+    DDT: Pointer,
+    DTH0: Pointer,
+    seqlen: Scalar,
+    nheads: Scalar,
+    nangles: Scalar,
+    a_b: Scalar,
+    a_l: Scalar,
+    a_h: Scalar,
+    a_a: Scalar,
+    dt_b: Scalar,
+    dt_h: Scalar,
+    dt_l: Scalar,
+    s_b: Scalar,
+    s_l: Scalar,
     HAS_SEQ: tl.constexpr,
     HAS_TH0: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_A: tl.constexpr,
-):
+) -> None:
     """The adjoint of _angles_fwd, blocks in reverse: DANG[b, t, h, :] (float32, contiguous), DDT[b, h, t]
     (float32, contiguous) += the angle terms' share, DTH0[b, h, :] (the input angle's gradient)."""
     bh = tl.program_id(0)
@@ -297,34 +315,34 @@ def _angles_bwd(
 # ---------------------------------------------------------------------------------------- weights
 
 
-@triton.jit
+@jit
 def _decay_fwd(
-    ADT,
-    DT,
-    TRAP,
-    SEQ,
-    CS,
-    DTP,
-    W,
-    NS,
-    seqlen,
-    nheads,
-    T,
-    adt_b,
-    adt_h,
-    adt_l,
-    dt_b,
-    dt_h,
-    dt_l,
-    tr_b,
-    tr_h,
-    tr_l,
-    s_b,
-    s_l,
+    ADT: Pointer,
+    DT: Pointer,
+    TRAP: Pointer,
+    SEQ: Pointer,
+    CS: Pointer,
+    DTP: Pointer,
+    W: Pointer,
+    NS: Pointer,
+    seqlen: Scalar,
+    nheads: Scalar,
+    T: Scalar,
+    adt_b: Scalar,
+    adt_h: Scalar,
+    adt_l: Scalar,
+    dt_b: Scalar,
+    dt_h: Scalar,
+    dt_l: Scalar,
+    tr_b: Scalar,
+    tr_h: Scalar,
+    tr_l: Scalar,
+    s_b: Scalar,
+    s_l: Scalar,
     HAS_SEQ: tl.constexpr,
     R: tl.constexpr,
     QT: tl.constexpr,
-):
+) -> None:
     """Chunk c (QT tokens = QT * R sub-steps): CS / DTP[b, h, t * R + r] = the in-chunk cumsum of adt
     and the weight w_t (every sub-step of the chunk, 0 weight past seqlen); W / NS[b, h, t] = w_t, n_t."""
     b = tl.program_id(0).to(tl.int64)
@@ -356,33 +374,33 @@ def _decay_fwd(
         tl.store(DTP + base * T + t * R + r, w)
 
 
-@triton.jit
+@jit
 def _decay_bwd(
-    DT,
-    TRAP,
-    SEQ,
-    DCS,
-    DDTP,
-    DWE,
-    DNSE,
-    DADT,
-    DTRAP,
-    DDT,
-    seqlen,
-    nheads,
-    T,
-    dt_b,
-    dt_h,
-    dt_l,
-    tr_b,
-    tr_h,
-    tr_l,
-    s_b,
-    s_l,
+    DT: Pointer,
+    TRAP: Pointer,
+    SEQ: Pointer,
+    DCS: Pointer,
+    DDTP: Pointer,
+    DWE: Pointer,
+    DNSE: Pointer,
+    DADT: Pointer,
+    DTRAP: Pointer,
+    DDT: Pointer,
+    seqlen: Scalar,
+    nheads: Scalar,
+    T: Scalar,
+    dt_b: Scalar,
+    dt_h: Scalar,
+    dt_l: Scalar,
+    tr_b: Scalar,
+    tr_h: Scalar,
+    tr_l: Scalar,
+    s_b: Scalar,
+    s_l: Scalar,
     HAS_SEQ: tl.constexpr,
     R: tl.constexpr,
     QT: tl.constexpr,
-):
+) -> None:
     """The adjoint of _decay_fwd: DCS / DDTP (per sub-step, from the SSD core) and DWE / DNSE (per token,
     from the epilogue) into DADT, DTRAP, DDT[b, h, t] (float32, contiguous; DDT without the angle terms)."""
     b = tl.program_id(0).to(tl.int64)
@@ -421,41 +439,41 @@ def _decay_bwd(
 # --------------------------------------------------------------------------------------- rotation
 
 
-@triton.jit
+@jit
 def _rotate_fwd(
-    Q,
-    K,
-    QB,
-    KB,
-    THETA,
-    QR,
-    KR,
-    seqlen,
-    nheads,
-    heads_per_group,
-    dstate,
-    nangles,
-    q_b,
-    q_l,
-    q_r,
-    q_g,
-    q_n,
-    k_b,
-    k_l,
-    k_r,
-    k_g,
-    k_n,
-    qb_h,
-    qb_r,
-    qb_n,
-    kb_h,
-    kb_r,
-    kb_n,
+    Q: Pointer,
+    K: Pointer,
+    QB: Pointer,
+    KB: Pointer,
+    THETA: Pointer,
+    QR: Pointer,
+    KR: Pointer,
+    seqlen: Scalar,
+    nheads: Scalar,
+    heads_per_group: Scalar,
+    dstate: Scalar,
+    nangles: Scalar,
+    q_b: Scalar,
+    q_l: Scalar,
+    q_r: Scalar,
+    q_g: Scalar,
+    q_n: Scalar,
+    k_b: Scalar,
+    k_l: Scalar,
+    k_r: Scalar,
+    k_g: Scalar,
+    k_n: Scalar,
+    qb_h: Scalar,
+    qb_r: Scalar,
+    qb_n: Scalar,
+    kb_h: Scalar,
+    kb_r: Scalar,
+    kb_n: Scalar,
     R: tl.constexpr,
     ADJACENT: tl.constexpr,
     BLOCK_U: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):
+) -> None:
     """QR / KR[b, t * R + r, h, :] (contiguous) = rot(q / k[b, t, r, g] + bias[h, r], theta[b, t, h])."""
     bh = tl.program_id(0)
     b = (bh // nheads).to(tl.int64)
@@ -484,35 +502,35 @@ def _rotate_fwd(
     tl.store(KR + out, x * cos + xp * sin, mask=m2)
 
 
-@triton.jit
+@jit
 def _unrotate(
-    X,
-    XB,
-    DXS,
-    DXE,
-    DXH,
-    b,
-    t,
-    r,
-    g,
-    h,
-    rn,
-    partner,
-    cos,
-    sin,
-    sgn,
-    m2,
-    mrot,
-    rows,
-    x_b,
-    x_l,
-    x_r,
-    x_g,
-    x_n,
-    xb_h,
-    xb_r,
-    xb_n,
-):
+    X: Pointer,
+    XB: Pointer,
+    DXS: Pointer,
+    DXE: Pointer,
+    DXH: Pointer,
+    b: Block,
+    t: Block,
+    r: Block,
+    g: Block,
+    h: Block,
+    rn: Block,
+    partner: Block,
+    cos: Block,
+    sin: Block,
+    sgn: Block,
+    m2: Block,
+    mrot: Block,
+    rows: Block,
+    x_b: Scalar,
+    x_l: Scalar,
+    x_r: Scalar,
+    x_g: Scalar,
+    x_n: Scalar,
+    xb_h: Scalar,
+    xb_r: Scalar,
+    xb_n: Scalar,
+) -> Block:
     """Stores d(x + bias) (the rotation's adjoint) at DXH[rows] and returns the angle gradient per entry
     pair, summed onto the pair's first entry (BLOCK_U, BLOCK_N); DXS + DXE is the rotated one's gradient."""
     x = _biased(X, XB, b, t, r, g, h, rn, m2, x_b, x_l, x_r, x_g, x_n, xb_h, xb_r, xb_n)
@@ -529,47 +547,47 @@ def _unrotate(
     return sgn[None, :] * (dr * (xp * cos - x * sin) - drp * (x * cos + xp * sin))
 
 
-@triton.jit
+@jit
 def _rotate_bwd(
-    Q,
-    K,
-    QB,
-    KB,
-    THETA,
-    DQS,
-    DQE,
-    DKS,
-    DKE,
-    DQH,
-    DKH,
-    DTHETA,
-    seqlen,
-    nheads,
-    heads_per_group,
-    dstate,
-    nangles,
-    q_b,
-    q_l,
-    q_r,
-    q_g,
-    q_n,
-    k_b,
-    k_l,
-    k_r,
-    k_g,
-    k_n,
-    qb_h,
-    qb_r,
-    qb_n,
-    kb_h,
-    kb_r,
-    kb_n,
+    Q: Pointer,
+    K: Pointer,
+    QB: Pointer,
+    KB: Pointer,
+    THETA: Pointer,
+    DQS: Pointer,
+    DQE: Pointer,
+    DKS: Pointer,
+    DKE: Pointer,
+    DQH: Pointer,
+    DKH: Pointer,
+    DTHETA: Pointer,
+    seqlen: Scalar,
+    nheads: Scalar,
+    heads_per_group: Scalar,
+    dstate: Scalar,
+    nangles: Scalar,
+    q_b: Scalar,
+    q_l: Scalar,
+    q_r: Scalar,
+    q_g: Scalar,
+    q_n: Scalar,
+    k_b: Scalar,
+    k_l: Scalar,
+    k_r: Scalar,
+    k_g: Scalar,
+    k_n: Scalar,
+    qb_h: Scalar,
+    qb_r: Scalar,
+    qb_n: Scalar,
+    kb_h: Scalar,
+    kb_r: Scalar,
+    kb_n: Scalar,
     R: tl.constexpr,
     ADJACENT: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_U: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):
+) -> None:
     """The adjoint of _rotate_fwd: DQH / DKH[b, t * R + r, h, :] = d(q / k + bias) (float32, contiguous)
     from the rotated ones' gradients (SSD core + epilogue), DTHETA[b, t, h, :] (float32, contiguous)."""
     bh = tl.program_id(0)
@@ -614,40 +632,40 @@ def _rotate_bwd(
 # --------------------------------------------------------------------------------------- epilogue
 
 
-@triton.jit
+@jit
 def _rows(
-    YS,
-    V,
-    MX,
-    QR,
-    KR,
-    W,
-    NS,
-    Dp,
-    b,
-    h,
-    u,
-    t,
-    r,
-    m2p,
-    m2n,
-    rp,
-    rn,
-    seqlen,
-    nheads,
-    hdim,
-    dstate,
-    v_b,
-    v_l,
-    v_h,
-    v_p,
-    mx_h,
-    mx_r,
-    mx_p,
+    YS: Pointer,
+    V: Pointer,
+    MX: Pointer,
+    QR: Pointer,
+    KR: Pointer,
+    W: Pointer,
+    NS: Pointer,
+    Dp: Pointer,
+    b: Block,
+    h: Block,
+    u: Block,
+    t: Block,
+    r: Block,
+    m2p: Block,
+    m2n: Block,
+    rp: Block,
+    rn: Block,
+    seqlen: Scalar,
+    nheads: Scalar,
+    hdim: Scalar,
+    dstate: Scalar,
+    v_b: Scalar,
+    v_l: Scalar,
+    v_h: Scalar,
+    v_p: Scalar,
+    mx_h: Scalar,
+    mx_r: Scalar,
+    mx_p: Scalar,
     R: tl.constexpr,
     HAS_MX: tl.constexpr,
     HAS_D: tl.constexpr,
-):
+) -> Block:
     """Rows u = (t, r) of a token block: y before the norm (the SSD core's + the in-token correction
     + D x), x, q, k, w_t, n_t, the correction matrix (R > 1; None-like 0 for SISO) and D."""
     L = seqlen * R
@@ -686,50 +704,50 @@ def _rows(
     return y, x, q, k, qk, coef, dval
 
 
-@triton.jit
+@jit
 def _out_fwd(
-    YS,
-    V,
-    MX,
-    QR,
-    KR,
-    W,
-    NS,
-    Dp,
-    Z,
-    MZ,
-    MO,
-    NW,
-    OUT,
-    seqlen,
-    nheads,
-    hdim,
-    dstate,
-    eps,
-    v_b,
-    v_l,
-    v_h,
-    v_p,
-    z_b,
-    z_l,
-    z_h,
-    z_p,
-    o_b,
-    o_l,
-    o_r,
-    o_h,
-    o_p,
-    mx_h,
-    mx_r,
-    mx_p,
-    mz_h,
-    mz_r,
-    mz_p,
-    mo_h,
-    mo_r,
-    mo_p,
-    nw_h,
-    nw_p,
+    YS: Pointer,
+    V: Pointer,
+    MX: Pointer,
+    QR: Pointer,
+    KR: Pointer,
+    W: Pointer,
+    NS: Pointer,
+    Dp: Pointer,
+    Z: Pointer,
+    MZ: Pointer,
+    MO: Pointer,
+    NW: Pointer,
+    OUT: Pointer,
+    seqlen: Scalar,
+    nheads: Scalar,
+    hdim: Scalar,
+    dstate: Scalar,
+    eps: Scalar,
+    v_b: Scalar,
+    v_l: Scalar,
+    v_h: Scalar,
+    v_p: Scalar,
+    z_b: Scalar,
+    z_l: Scalar,
+    z_h: Scalar,
+    z_p: Scalar,
+    o_b: Scalar,
+    o_l: Scalar,
+    o_r: Scalar,
+    o_h: Scalar,
+    o_p: Scalar,
+    mx_h: Scalar,
+    mx_r: Scalar,
+    mx_p: Scalar,
+    mz_h: Scalar,
+    mz_r: Scalar,
+    mz_p: Scalar,
+    mo_h: Scalar,
+    mo_r: Scalar,
+    mo_p: Scalar,
+    nw_h: Scalar,
+    nw_p: Scalar,
     R: tl.constexpr,
     HAS_MX: tl.constexpr,
     HAS_D: tl.constexpr,
@@ -741,7 +759,7 @@ def _out_fwd(
     BLOCK_U: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):
+) -> None:
     """OUT for BLOCK_T tokens (BLOCK_U = BLOCK_T * R rows): (b, l, h, p) with mimo_o, else (b, l, R, h, p)."""
     bh = tl.program_id(0)
     b = (bh // nheads).to(tl.int64)
@@ -789,61 +807,61 @@ def _out_fwd(
         )
 
 
-@triton.jit
+@jit
 def _out_bwd(
-    DOUT,
-    YS,
-    V,
-    MX,
-    QR,
-    KR,
-    W,
-    NS,
-    Dp,
-    Z,
-    MZ,
-    MO,
-    NW,
-    DY,
-    DXE,
-    DQE,
-    DKE,
-    DWE,
-    DNSE,
-    DZ,
-    PD,
-    PNW,
-    PMZ,
-    PMO,
-    seqlen,
-    nheads,
-    hdim,
-    dstate,
-    eps,
-    v_b,
-    v_l,
-    v_h,
-    v_p,
-    z_b,
-    z_l,
-    z_h,
-    z_p,
-    do_b,
-    do_l,
-    do_r,
-    do_h,
-    do_p,
-    mx_h,
-    mx_r,
-    mx_p,
-    mz_h,
-    mz_r,
-    mz_p,
-    mo_h,
-    mo_r,
-    mo_p,
-    nw_h,
-    nw_p,
+    DOUT: Pointer,
+    YS: Pointer,
+    V: Pointer,
+    MX: Pointer,
+    QR: Pointer,
+    KR: Pointer,
+    W: Pointer,
+    NS: Pointer,
+    Dp: Pointer,
+    Z: Pointer,
+    MZ: Pointer,
+    MO: Pointer,
+    NW: Pointer,
+    DY: Pointer,
+    DXE: Pointer,
+    DQE: Pointer,
+    DKE: Pointer,
+    DWE: Pointer,
+    DNSE: Pointer,
+    DZ: Pointer,
+    PD: Pointer,
+    PNW: Pointer,
+    PMZ: Pointer,
+    PMO: Pointer,
+    seqlen: Scalar,
+    nheads: Scalar,
+    hdim: Scalar,
+    dstate: Scalar,
+    eps: Scalar,
+    v_b: Scalar,
+    v_l: Scalar,
+    v_h: Scalar,
+    v_p: Scalar,
+    z_b: Scalar,
+    z_l: Scalar,
+    z_h: Scalar,
+    z_p: Scalar,
+    do_b: Scalar,
+    do_l: Scalar,
+    do_r: Scalar,
+    do_h: Scalar,
+    do_p: Scalar,
+    mx_h: Scalar,
+    mx_r: Scalar,
+    mx_p: Scalar,
+    mz_h: Scalar,
+    mz_r: Scalar,
+    mz_p: Scalar,
+    mo_h: Scalar,
+    mo_r: Scalar,
+    mo_p: Scalar,
+    nw_h: Scalar,
+    nw_p: Scalar,
     R: tl.constexpr,
     HAS_MX: tl.constexpr,
     HAS_D: tl.constexpr,
@@ -855,7 +873,7 @@ def _out_bwd(
     BLOCK_U: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):
+) -> None:
     """The adjoint of _out_fwd for its rows: DY (the SSD core's output gradient), DXE / DQE / DKE (the
     correction's and D's share of the x / q / k gradients), DWE / DNSE[b, h, t], DZ[b, t, h, :] (all
     float32, contiguous) and this program's partial sums of dD, d norm_weight, d mimo_z, d mimo_o."""
@@ -982,8 +1000,28 @@ def _out_bwd(
 # ------------------------------------------------------------------------------------------- step
 
 
-@triton.jit
-def _rot_vec(X, XB, b, r, g, h, rn, partner, cos, sin, mn, rot, x_b, x_r, x_g, x_n, xb_h, xb_r, xb_n):
+@jit
+def _rot_vec(
+    X: Pointer,
+    XB: Pointer,
+    b: Block,
+    r: Block,
+    g: Block,
+    h: Block,
+    rn: Block,
+    partner: Block,
+    cos: Block,
+    sin: Block,
+    mn: Block,
+    rot: Block,
+    x_b: Scalar,
+    x_r: Scalar,
+    x_g: Scalar,
+    x_n: Scalar,
+    xb_h: Scalar,
+    xb_r: Scalar,
+    xb_n: Scalar,
+) -> Block:
     """rot(X[b, r, g, :] + XB[h, r, :]) as a float32 vector (``sin`` carries each entry's sign)."""
     base = X + b * x_b + r * x_r + g * x_g
     bias = XB + h * xb_h + r * xb_r
@@ -994,13 +1032,13 @@ def _rot_vec(X, XB, b, r, g, h, rn, partner, cos, sin, mn, rot, x_b, x_r, x_g, x
     return x * cos + xp * sin
 
 
-@triton.jit
+@jit
 def _step_state(
-    S, V, VP, KP, K, KB, MX, b, h, g, p0, rn, mn, partner, cos, sin, rot, alpha, beta, gamma, rank, hdim,
-    s_b, s_h, s_p, s_n, v_b, v_h, v_p, vp_b, vp_h, vp_p, kp_b, kp_r, kp_h, kp_n, k_b, k_r, k_g, k_n,
-    kb_h, kb_r, kb_n, mx_h, mx_r, mx_p,
+    S: Pointer, V: Pointer, VP: Pointer, KP: Pointer, K: Pointer, KB: Pointer, MX: Pointer, b: Block, h: Block, g: Block, p0: Block, rn: Block, mn: Block, partner: Block, cos: Block, sin: Block, rot: Block, alpha: Block, beta: Block, gamma: Block, rank: Scalar, hdim: Scalar,
+    s_b: Scalar, s_h: Scalar, s_p: Scalar, s_n: Scalar, v_b: Scalar, v_h: Scalar, v_p: Scalar, vp_b: Scalar, vp_h: Scalar, vp_p: Scalar, kp_b: Scalar, kp_r: Scalar, kp_h: Scalar, kp_n: Scalar, k_b: Scalar, k_r: Scalar, k_g: Scalar, k_n: Scalar,
+    kb_h: Scalar, kb_r: Scalar, kb_n: Scalar, mx_h: Scalar, mx_r: Scalar, mx_p: Scalar,
     HAS_MX: tl.constexpr, BLOCK_P: tl.constexpr,
-):  # fmt: skip
+) -> Block:  # fmt: skip
     """Rows p0 + [0, BLOCK_P) of the new state: alpha S + sum_r (beta x_prev,r k_prev,r^T + gamma x_r
     k_r^T), x_r = v * mimo_x_r. Returns (state rows (BLOCK_P, BLOCK_N), rows, row mask, v rows)."""
     rp = p0 + tl.arange(0, BLOCK_P)
@@ -1023,12 +1061,12 @@ def _step_state(
     return st, rp, mp, v
 
 
-@triton.jit
+@jit
 def _step_y(
-    st, v, Q, QB, MX, Dp, b, r, g, h, rp, mp, rn, mn, partner, cos, sin, rot,
-    q_b, q_r, q_g, q_n, qb_h, qb_r, qb_n, mx_h, mx_r, mx_p,
+    st: Block, v: Block, Q: Pointer, QB: Pointer, MX: Pointer, Dp: Pointer, b: Block, r: Block, g: Block, h: Block, rp: Block, mp: Block, rn: Block, mn: Block, partner: Block, cos: Block, sin: Block, rot: Block,
+    q_b: Scalar, q_r: Scalar, q_g: Scalar, q_n: Scalar, qb_h: Scalar, qb_r: Scalar, qb_n: Scalar, mx_h: Scalar, mx_r: Scalar, mx_p: Scalar,
     HAS_MX: tl.constexpr, HAS_D: tl.constexpr,
-):  # fmt: skip
+) -> Block:  # fmt: skip
     """Rank r's output rows before the norm and gate: the state rows times q_r, + D x_r."""
     q = _rot_vec(Q, QB, b, r, g, h, rn, partner, cos, sin, mn, rot, q_b, q_r, q_g, q_n, qb_h, qb_r, qb_n)
     y = tl.sum(st * q[None, :], axis=1)
@@ -1040,96 +1078,96 @@ def _step_y(
     return y
 
 
-@triton.jit
+@jit
 def _step(
-    Q,
-    K,
-    V,
-    ADT,
-    DT,
-    TRAP,
-    QB,
-    KB,
-    ANG,
-    TH,
-    S,
-    KP,
-    VP,
-    Dp,
-    Z,
-    MX,
-    MZ,
-    MO,
-    NW,
-    OUT,
-    TH_OUT,
-    S_OUT,
-    K_OUT,
-    nheads,
-    heads_per_group,
-    hdim,
-    dstate,
-    nangles,
-    rank,
-    eps,
-    q_b,
-    q_r,
-    q_g,
-    q_n,
-    k_b,
-    k_r,
-    k_g,
-    k_n,
-    v_b,
-    v_h,
-    v_p,
-    adt_b,
-    adt_h,
-    dt_b,
-    dt_h,
-    tr_b,
-    tr_h,
-    qb_h,
-    qb_r,
-    qb_n,
-    kb_h,
-    kb_r,
-    kb_n,
-    ang_b,
-    ang_h,
-    ang_a,
-    th_b,
-    th_h,
-    th_a,
-    s_b,
-    s_h,
-    s_p,
-    s_n,
-    kp_b,
-    kp_r,
-    kp_h,
-    kp_n,
-    vp_b,
-    vp_h,
-    vp_p,
-    z_b,
-    z_h,
-    z_p,
-    mx_h,
-    mx_r,
-    mx_p,
-    mz_h,
-    mz_r,
-    mz_p,
-    mo_h,
-    mo_r,
-    mo_p,
-    nw_h,
-    nw_p,
-    o_b,
-    o_r,
-    o_h,
-    o_p,
+    Q: Pointer,
+    K: Pointer,
+    V: Pointer,
+    ADT: Pointer,
+    DT: Pointer,
+    TRAP: Pointer,
+    QB: Pointer,
+    KB: Pointer,
+    ANG: Pointer,
+    TH: Pointer,
+    S: Pointer,
+    KP: Pointer,
+    VP: Pointer,
+    Dp: Pointer,
+    Z: Pointer,
+    MX: Pointer,
+    MZ: Pointer,
+    MO: Pointer,
+    NW: Pointer,
+    OUT: Pointer,
+    TH_OUT: Pointer,
+    S_OUT: Pointer,
+    K_OUT: Pointer,
+    nheads: Scalar,
+    heads_per_group: Scalar,
+    hdim: Scalar,
+    dstate: Scalar,
+    nangles: Scalar,
+    rank: Scalar,
+    eps: Scalar,
+    q_b: Scalar,
+    q_r: Scalar,
+    q_g: Scalar,
+    q_n: Scalar,
+    k_b: Scalar,
+    k_r: Scalar,
+    k_g: Scalar,
+    k_n: Scalar,
+    v_b: Scalar,
+    v_h: Scalar,
+    v_p: Scalar,
+    adt_b: Scalar,
+    adt_h: Scalar,
+    dt_b: Scalar,
+    dt_h: Scalar,
+    tr_b: Scalar,
+    tr_h: Scalar,
+    qb_h: Scalar,
+    qb_r: Scalar,
+    qb_n: Scalar,
+    kb_h: Scalar,
+    kb_r: Scalar,
+    kb_n: Scalar,
+    ang_b: Scalar,
+    ang_h: Scalar,
+    ang_a: Scalar,
+    th_b: Scalar,
+    th_h: Scalar,
+    th_a: Scalar,
+    s_b: Scalar,
+    s_h: Scalar,
+    s_p: Scalar,
+    s_n: Scalar,
+    kp_b: Scalar,
+    kp_r: Scalar,
+    kp_h: Scalar,
+    kp_n: Scalar,
+    vp_b: Scalar,
+    vp_h: Scalar,
+    vp_p: Scalar,
+    z_b: Scalar,
+    z_h: Scalar,
+    z_p: Scalar,
+    mx_h: Scalar,
+    mx_r: Scalar,
+    mx_p: Scalar,
+    mz_h: Scalar,
+    mz_r: Scalar,
+    mz_p: Scalar,
+    mo_h: Scalar,
+    mo_r: Scalar,
+    mo_p: Scalar,
+    nw_h: Scalar,
+    nw_p: Scalar,
+    o_b: Scalar,
+    o_r: Scalar,
+    o_h: Scalar,
+    o_p: Scalar,
     ADJACENT: tl.constexpr,
     HAS_MX: tl.constexpr,
     HAS_D: tl.constexpr,
@@ -1141,7 +1179,7 @@ def _step(
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_A: tl.constexpr,
-):
+) -> None:
     """One token for (b, h, a block of headdim rows; every block of the head, in two passes, with the
     norm): the new angles, state (S_OUT, float32) and rotated keys (K_OUT, float32), and OUT. The ranks
     are a loop (each adds its outer products to the state rows and reads its output from them)."""
@@ -1235,12 +1273,12 @@ def _step(
 # ----------------------------------------------------------------------------------------- Python
 
 
-def _strides(t, n):
+def _strides(t: Optional[torch.Tensor], n: int) -> Tuple[int, ...]:
     """t's strides, or n zeros for an absent tensor."""
     return tuple(t.stride()) if t is not None else (0,) * n
 
 
-def _epilogue_launch(R: int, hdim: int, dstate: int, backward: bool) -> dict:
+def _epilogue_launch(R: int, hdim: int, dstate: int, backward: bool) -> Dict[str, int]:
     """Tokens per epilogue program (BLOCK_T; BLOCK_U = BLOCK_T * R rows of headdim and d_state entries)
     and warps: 32 rows for the SISO forward, else 16 (the MIMO in-token products need >= 16 rows);
     tests/ops/triton/compile_check.py: no spills at headdim 64 x d_state 128, ranks 1 and 4."""
@@ -1260,15 +1298,35 @@ class _Mamba3Fn(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, mimo_x, mimo_z, mimo_o, norm_weight,
-        g0, th0, seq_idx, adjacent, chunk_size, norm_eps,
-    ):  # fmt: skip
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        adt: torch.Tensor,
+        dt: torch.Tensor,
+        trap: torch.Tensor,
+        q_bias: torch.Tensor,
+        k_bias: torch.Tensor,
+        angles: torch.Tensor,
+        D: Optional[torch.Tensor],
+        z: Optional[torch.Tensor],
+        mimo_x: Optional[torch.Tensor],
+        mimo_z: Optional[torch.Tensor],
+        mimo_o: Optional[torch.Tensor],
+        norm_weight: Optional[torch.Tensor],
+        g0: Optional[torch.Tensor],
+        th0: Optional[torch.Tensor],
+        seq_idx: Optional[torch.Tensor],
+        adjacent: bool,
+        chunk_size: int,
+        norm_eps: float,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, l, R, ng, n = q.shape
         h, p = v.shape[2], v.shape[3]
         a = angles.shape[-1]
         L = l * R
         dev = v.device
-        f32 = {"dtype": torch.float32, "device": dev}
+        f32: Dict[str, Any] = {"dtype": torch.float32, "device": dev}
         qs = sub_chunk(chunk_size, R)
         qt = qs // R
         nc = triton.cdiv(l, qt)
@@ -1345,7 +1403,12 @@ class _Mamba3Fn(torch.autograd.Function):
         return out, final, theta_last
 
     @staticmethod
-    def backward(ctx, dout, dfinal, dtheta_last):
+    def backward(
+        ctx: Any,
+        dout: Optional[torch.Tensor],
+        dfinal: Optional[torch.Tensor],
+        dtheta_last: Optional[torch.Tensor],
+    ) -> Tuple[Optional[torch.Tensor], ...]:
         (
             q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, mimo_x, mimo_z, mimo_o, norm_weight,
             seq_idx, seq_sub, theta, cs, dtp, w, ns, qr, kr, x, ys, hin,
@@ -1357,7 +1420,7 @@ class _Mamba3Fn(torch.autograd.Function):
         a = angles.shape[-1]
         L = l * R
         dev = v.device
-        f32 = {"dtype": torch.float32, "device": dev}
+        f32: Dict[str, Any] = {"dtype": torch.float32, "device": dev}
         launch = _epilogue_launch(R, p, n, backward=True)
         nblk = triton.cdiv(l, launch["BLOCK_T"])
         if dout is None:
@@ -1438,7 +1501,7 @@ class _Mamba3Fn(torch.autograd.Function):
         dk = dkh.view(b, l, R, ng, hpg, n).sum(4).to(k.dtype)
         dqb = dqh.sum((0, 1)).transpose(0, 1).to(q_bias.dtype)
         dkb = dkh.sum((0, 1)).transpose(0, 1).to(k_bias.dtype)
-        dD = pd.view(b * h, nblk).view(b, h, nblk).sum((0, 2)).to(D.dtype) if D is not None else None
+        dD = pd.view(b * h, nblk).view(b, h, nblk).sum((0, 2)).to(D.dtype) if pd is not None else None
         dnw = pnw.view(b, h, nblk, p).sum((0, 2)).to(norm_weight.dtype) if pnw is not None else None
         dmz = pmz.view(b, h, nblk, R, p).sum((0, 2)).to(mimo_z.dtype) if pmz is not None else None
         dmo = pmo.view(b, h, nblk, R, p).sum((0, 2)).to(mimo_o.dtype) if pmo is not None else None
@@ -1449,17 +1512,36 @@ class _Mamba3Fn(torch.autograd.Function):
         )  # fmt: skip
 
 
-def _rank_values(v, mimo_x):
+def _rank_values(v: torch.Tensor, mimo_x: Optional[torch.Tensor]) -> torch.Tensor:
     """(S, h, p) -> (S, R, h, p) float32: v * mimo_x_r (R = 1 without mimo_x)."""
     v = v.float().unsqueeze(1)
     return v if mimo_x is None else v * mimo_x.float().transpose(0, 1)
 
 
 def chunk_scan(
-    q, k, v, adt, dt, trap, q_bias, k_bias, angles, pairing, chunk_size=64, D=None, z=None, mimo_x=None,
-    mimo_z=None, mimo_o=None, norm_weight=None, norm_eps=1e-5, initial_states=None, seq_idx=None,
-    cu_seqlens=None, return_final_states=False,
-):  # fmt: skip
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    adt: torch.Tensor,
+    dt: torch.Tensor,
+    trap: torch.Tensor,
+    q_bias: torch.Tensor,
+    k_bias: torch.Tensor,
+    angles: torch.Tensor,
+    pairing: str,
+    chunk_size: int = 64,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    mimo_x: Optional[torch.Tensor] = None,
+    mimo_z: Optional[torch.Tensor] = None,
+    mimo_o: Optional[torch.Tensor] = None,
+    norm_weight: Optional[torch.Tensor] = None,
+    norm_eps: float = 1e-5,
+    initial_states: Optional[Mamba3States] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    return_final_states: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, Mamba3States]]:
     """Mamba-3's chunked scan on the Triton kernels, SISO and MIMO; differentiable in every float input
     (the input states included, and through the final states).
 
@@ -1507,13 +1589,30 @@ def chunk_scan(
     ng = q.shape[3]
     k_last = k[:, -1].float().repeat_interleave(h // ng, dim=-2) + k_bias.float().transpose(0, 1)
     states = Mamba3States(theta_last, final, rotate(k_last, theta_last.unsqueeze(1), pairing), v[:, -1])
-    return drop_padding(out, states, seq_idx)
+    out, final_states = drop_padding(out, states, seq_idx)
+    return out, cast(Mamba3States, final_states)  # drop_padding returns states when given some
 
 
 def step(
-    q, k, v, adt, dt, trap, q_bias, k_bias, angles, states, pairing, D=None, z=None, mimo_x=None,
-    mimo_z=None, mimo_o=None, norm_weight=None, norm_eps=1e-5,
-):  # fmt: skip
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    adt: torch.Tensor,
+    dt: torch.Tensor,
+    trap: torch.Tensor,
+    q_bias: torch.Tensor,
+    k_bias: torch.Tensor,
+    angles: torch.Tensor,
+    states: Mamba3States,
+    pairing: str,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    mimo_x: Optional[torch.Tensor] = None,
+    mimo_z: Optional[torch.Tensor] = None,
+    mimo_o: Optional[torch.Tensor] = None,
+    norm_weight: Optional[torch.Tensor] = None,
+    norm_eps: float = 1e-5,
+) -> Tuple[torch.Tensor, Mamba3States]:
     """One Mamba-3 token on the Triton kernel; pure (new state tensors).
 
     Arguments and results: those of :func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_step_torch`:
@@ -1526,7 +1625,7 @@ def step(
     h, p = v.shape[1], v.shape[2]
     a = angles.shape[-1]
     dev = v.device
-    f32 = {"dtype": torch.float32, "device": dev}
+    f32: Dict[str, Any] = {"dtype": torch.float32, "device": dev}
     th_out = torch.empty((b, h, a), **f32)
     s_out = torch.empty((b, h, p, n), **f32)
     k_out = torch.empty((b, R, h, n), **f32)

@@ -15,13 +15,13 @@ take a block of rows and write one partial ``dweight`` / ``dbias`` row, summed b
 Statistics and accumulation in float32.
 """
 
-from typing import Optional
+from typing import Any, Optional, Tuple, Union, cast
 
 import torch
 import triton
 import triton.language as tl
 
-from ._common import pow2, unsupported_dtype, warps_for
+from ._common import Block, Pointer, Scalar, jit, pow2, unsupported_dtype, warps_for
 
 __all__ = ["MAX_ROW", "gated_norm", "layer_norm", "unsupported_gated_norm", "unsupported_layer_norm"]
 
@@ -29,8 +29,8 @@ __all__ = ["MAX_ROW", "gated_norm", "layer_norm", "unsupported_gated_norm", "uns
 MAX_ROW = 65536
 
 
-@triton.jit
-def _row_stats(x, m, n, eps, IS_RMS: tl.constexpr):
+@jit
+def _row_stats(x: Block, m: Block, n: Scalar, eps: Scalar, IS_RMS: tl.constexpr) -> Block:
     """(mean, x - mean (0 outside the mask), rstd) of the n values of x under mask m (RMSNorm: mean 0)."""
     if IS_RMS:
         mean = tl.sum(x, axis=0) * 0.0  # a float32 scalar tensor like the LayerNorm branch's
@@ -42,8 +42,8 @@ def _row_stats(x, m, n, eps, IS_RMS: tl.constexpr):
     return mean, xc, 1.0 / tl.sqrt(var + eps)
 
 
-@triton.jit
-def _input_grad(g, xhat, rstd, n, IS_RMS: tl.constexpr):
+@jit
+def _input_grad(g: Block, xhat: Block, rstd: Block, n: Scalar, IS_RMS: tl.constexpr) -> Block:
     """d x from g = dy * weight: rstd * (g - xhat * mean(g * xhat) - mean(g)) (RMSNorm: no mean(g))."""
     c1 = tl.sum(xhat * g, axis=0) / n
     if IS_RMS:
@@ -52,29 +52,29 @@ def _input_grad(g, xhat, rstd, n, IS_RMS: tl.constexpr):
         return (g - xhat * c1 - tl.sum(g, axis=0) / n) * rstd
 
 
-@triton.jit
+@jit
 def _norm_fwd_kernel(
-    X,
-    R,
-    W,
-    Bias,
-    Y,
-    RO,
-    Mean,
-    Rstd,
-    stride_x,
-    stride_r,
-    stride_y,
-    stride_ro,
-    N,
-    eps,
+    X: Pointer,
+    R: Pointer,
+    W: Pointer,
+    Bias: Pointer,
+    Y: Pointer,
+    RO: Pointer,
+    Mean: Pointer,
+    Rstd: Pointer,
+    stride_x: Scalar,
+    stride_r: Scalar,
+    stride_y: Scalar,
+    stride_ro: Scalar,
+    N: Scalar,
+    eps: Scalar,
     HAS_R: tl.constexpr,
     HAS_W: tl.constexpr,
     HAS_B: tl.constexpr,
     STORE_RO: tl.constexpr,
     IS_RMS: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):
+) -> None:
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     m = cols < N
@@ -96,30 +96,30 @@ def _norm_fwd_kernel(
     tl.store(Rstd + row, rstd)
 
 
-@triton.jit
+@jit
 def _norm_bwd_kernel(
-    X,
-    W,
-    DY,
-    DRO,
-    DX,
-    DW,
-    DB,
-    Mean,
-    Rstd,
-    stride_x,
-    stride_dy,
-    stride_dro,
-    stride_dx,
-    M,
-    N,
-    rows_per_program,
+    X: Pointer,
+    W: Pointer,
+    DY: Pointer,
+    DRO: Pointer,
+    DX: Pointer,
+    DW: Pointer,
+    DB: Pointer,
+    Mean: Pointer,
+    Rstd: Pointer,
+    stride_x: Scalar,
+    stride_dy: Scalar,
+    stride_dro: Scalar,
+    stride_dx: Scalar,
+    M: Scalar,
+    N: Scalar,
+    rows_per_program: Scalar,
     HAS_W: tl.constexpr,
     HAS_B: tl.constexpr,
     HAS_DRO: tl.constexpr,
     IS_RMS: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):
+) -> None:
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     m = cols < N
@@ -153,7 +153,7 @@ def _norm_bwd_kernel(
         tl.store(DB + pid * N + cols, db, mask=m)
 
 
-def _vector(t):
+def _vector(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     """A (hidden,) parameter with unit stride (the kernels index it as one), or None."""
     return None if t is None else t.contiguous()
 
@@ -166,17 +166,17 @@ def _bwd_programs(rows: int, device: torch.device) -> int:
 
 
 def unsupported_layer_norm(
-    x,
-    weight,
-    bias,
-    residual=None,
-    x1=None,
-    weight1=None,
-    bias1=None,
-    dropout_p=0.0,
-    rowscale=None,
-    return_dropout_mask=False,
-    out_dtype=None,
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    x1: Optional[torch.Tensor] = None,
+    weight1: Optional[torch.Tensor] = None,
+    bias1: Optional[torch.Tensor] = None,
+    dropout_p: float = 0.0,
+    rowscale: Optional[torch.Tensor] = None,
+    return_dropout_mask: bool = False,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> Optional[str]:
     """None when :func:`layer_norm` takes this ``layer_norm_fn`` call, else why it cannot (one sentence)."""
     if (
@@ -204,7 +204,18 @@ def unsupported_layer_norm(
 
 class _NormFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, residual, eps, prenorm, residual_in_fp32, is_rms_norm, out_dtype):
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: Optional[torch.Tensor],
+        bias: Optional[torch.Tensor],
+        residual: Optional[torch.Tensor],
+        eps: float,
+        prenorm: bool,
+        residual_in_fp32: bool,
+        is_rms_norm: bool,
+        out_dtype: Optional[torch.dtype],
+    ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         weight, bias = _vector(weight), _vector(bias)
         shape = x.shape
         n = shape[-1]
@@ -261,11 +272,13 @@ class _NormFn(torch.autograd.Function):
         )
         y = y.reshape(shape)
         if prenorm:
-            return y, ro.reshape(shape)
+            return y, cast(torch.Tensor, ro).reshape(shape)  # prenorm made store_ro true
         return y
 
     @staticmethod
-    def backward(ctx, dy, *rest):
+    def backward(
+        ctx: Any, dy: torch.Tensor, *rest: Optional[torch.Tensor]
+    ) -> Tuple[Optional[torch.Tensor], ...]:
         xs, weight, bias, mean, rstd = ctx.saved_tensors
         shape, x_dtype, r_dtype, is_rms, prenorm = ctx.meta
         n = shape[-1]
@@ -318,16 +331,16 @@ class _NormFn(torch.autograd.Function):
 
 
 def layer_norm(
-    x,
-    weight,
-    bias,
-    residual=None,
-    eps=1e-6,
-    prenorm=False,
-    residual_in_fp32=False,
-    is_rms_norm=False,
-    out_dtype=None,
-):
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    prenorm: bool = False,
+    residual_in_fp32: bool = False,
+    is_rms_norm: bool = False,
+    out_dtype: Optional[torch.dtype] = None,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """LayerNorm / RMSNorm of ``x + residual`` over the last dimension (Triton; differentiable).
 
     Args:
@@ -341,34 +354,37 @@ def layer_norm(
         y (x's shape, ``out_dtype``), or ``(y, x + residual)`` with prenorm; as ``layer_norm_fn``.
         The caller checked :func:`unsupported_layer_norm` first.
     """
-    return _NormFn.apply(x, weight, bias, residual, eps, prenorm, residual_in_fp32, is_rms_norm, out_dtype)
+    out: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]] = _NormFn.apply(
+        x, weight, bias, residual, eps, prenorm, residual_in_fp32, is_rms_norm, out_dtype
+    )
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
 # Gated norm (Mamba-2).
 
 
-@triton.jit
+@jit
 def _gated_fwd_kernel(
-    X,
-    Z,
-    W,
-    Bias,
-    Y,
-    Mean,
-    Rstd,
-    stride_x,
-    stride_z,
-    stride_y,
-    N,
-    G,
-    eps,
+    X: Pointer,
+    Z: Pointer,
+    W: Pointer,
+    Bias: Pointer,
+    Y: Pointer,
+    Mean: Pointer,
+    Rstd: Pointer,
+    stride_x: Scalar,
+    stride_z: Scalar,
+    stride_y: Scalar,
+    N: Scalar,
+    G: Scalar,
+    eps: Scalar,
     HAS_Z: tl.constexpr,
     HAS_B: tl.constexpr,
     NORM_BEFORE_GATE: tl.constexpr,
     IS_RMS: tl.constexpr,
     BLOCK: tl.constexpr,
-):
+) -> None:
     row = tl.program_id(0).to(tl.int64)
     grp = tl.program_id(1)
     ngroups = tl.num_programs(1)
@@ -392,34 +408,34 @@ def _gated_fwd_kernel(
     tl.store(Rstd + row * ngroups + grp, rstd)
 
 
-@triton.jit
+@jit
 def _gated_bwd_kernel(
-    X,
-    Z,
-    W,
-    Bias,
-    DY,
-    DX,
-    DZ,
-    DW,
-    DB,
-    Mean,
-    Rstd,
-    stride_x,
-    stride_z,
-    stride_dy,
-    stride_dx,
-    stride_dz,
-    M,
-    N,
-    G,
-    rows_per_program,
+    X: Pointer,
+    Z: Pointer,
+    W: Pointer,
+    Bias: Pointer,
+    DY: Pointer,
+    DX: Pointer,
+    DZ: Pointer,
+    DW: Pointer,
+    DB: Pointer,
+    Mean: Pointer,
+    Rstd: Pointer,
+    stride_x: Scalar,
+    stride_z: Scalar,
+    stride_dy: Scalar,
+    stride_dx: Scalar,
+    stride_dz: Scalar,
+    M: Scalar,
+    N: Scalar,
+    G: Scalar,
+    rows_per_program: Scalar,
     HAS_Z: tl.constexpr,
     HAS_B: tl.constexpr,
     NORM_BEFORE_GATE: tl.constexpr,
     IS_RMS: tl.constexpr,
     BLOCK: tl.constexpr,
-):
+) -> None:
     pid = tl.program_id(0)
     grp = tl.program_id(1)
     ngroups = tl.num_programs(1)
@@ -469,7 +485,13 @@ def _gated_bwd_kernel(
         tl.store(DB + pid * N + cols, db, mask=m)
 
 
-def unsupported_gated_norm(x, weight, bias, z, group_size) -> Optional[str]:
+def unsupported_gated_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    z: Optional[torch.Tensor],
+    group_size: Optional[int],
+) -> Optional[str]:
     """None when :func:`gated_norm` takes this call (shapes already checked), else why not."""
     why = unsupported_dtype(x=x, weight=weight, bias=bias, z=z)
     group = x.shape[-1] if group_size is None else group_size
@@ -480,15 +502,25 @@ def unsupported_gated_norm(x, weight, bias, z, group_size) -> Optional[str]:
     return why
 
 
-def _rows(t, n):
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
     t2 = t.reshape(-1, n)
     return t2 if t2.stride(-1) == 1 else t2.contiguous()
 
 
 class _GatedNormFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm):
-        weight, bias = _vector(weight), _vector(bias)
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: Optional[torch.Tensor],
+        z: Optional[torch.Tensor],
+        eps: float,
+        group_size: Optional[int],
+        norm_before_gate: bool,
+        is_rms_norm: bool,
+    ) -> torch.Tensor:
+        weight, bias = weight.contiguous(), _vector(bias)
         shape = x.shape
         n = shape[-1]
         group = n if group_size is None else group_size
@@ -533,7 +565,7 @@ class _GatedNormFn(torch.autograd.Function):
         return y.reshape(shape)
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx: Any, dy: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         x2, z2, weight, bias, mean, rstd = ctx.saved_tensors
         shape, group, nbg, is_rms, x_dtype, z_dtype = ctx.meta
         n = shape[-1]
@@ -583,7 +615,16 @@ class _GatedNormFn(torch.autograd.Function):
         return gx, gw, gb, gz, None, None, None, None
 
 
-def gated_norm(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True, is_rms_norm=True):
+def gated_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    z: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    group_size: Optional[int] = None,
+    norm_before_gate: bool = True,
+    is_rms_norm: bool = True,
+) -> torch.Tensor:
     """Mamba-2's gated RMSNorm / LayerNorm (Triton; differentiable).
 
     Args:
@@ -594,4 +635,5 @@ def gated_norm(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_g
     Returns:
         y with x's shape and dtype. The caller validated shapes and checked :func:`unsupported_gated_norm`.
     """
-    return _GatedNormFn.apply(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm)
+    y: torch.Tensor = _GatedNormFn.apply(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm)
+    return y

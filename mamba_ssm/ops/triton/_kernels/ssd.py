@@ -47,7 +47,7 @@ inputs and exact float32 ("ieee") products for float32 inputs.
 
 import math
 import os
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple, TypedDict, Union, cast
 
 import torch
 import triton
@@ -55,7 +55,7 @@ import triton.language as tl
 
 from mamba_ssm.ops.backends import _packing
 
-from ._common import pow2, unsupported_dtype
+from ._common import Block, Pointer, Scalar, jit, pow2, unsupported_dtype
 
 __all__ = [
     "CHUNK_SIZES",
@@ -82,7 +82,7 @@ _MAX_HEADDIM = 256
 _MAX_DSTATE = 256
 
 
-def check_chunk_size(chunk_size) -> None:
+def check_chunk_size(chunk_size: object) -> None:
     """Raise ValueError unless ``chunk_size`` is a power of two in 16..256."""
     if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size not in CHUNK_SIZES:
         raise ValueError(
@@ -92,7 +92,17 @@ def check_chunk_size(chunk_size) -> None:
         )
 
 
-def unsupported(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=None) -> Optional[str]:
+def unsupported(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+) -> Optional[str]:
     """None when the kernels take this (validated) call, else why not (one sentence)."""
     why = unsupported_dtype(
         x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states
@@ -115,7 +125,7 @@ def unsupported(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=Non
     return None
 
 
-def stage_unsupported(chunk_size, **tensors) -> Optional[str]:
+def stage_unsupported(chunk_size: int, **tensors: Optional[torch.Tensor]) -> Optional[str]:
     """None when the kernels take an SSD stage call (upstream's stage functions), else why not:
     ``tensors`` by name (None entries skipped); ``x`` (batch, seqlen, nheads, headdim) and ``B``
     (batch, seqlen, ngroups, dstate) give the sizes checked."""
@@ -142,8 +152,8 @@ _TILE = {torch.float32: 32, torch.float16: 64, torch.bfloat16: 64}
 _EMULATE_BF16_DOT = tl.constexpr(os.environ.get("TRITON_INTERPRET", "") == "1")
 
 
-@triton.jit
-def _dot(a, b, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
+@jit
+def _dot(a: Block, b: Block, DOT_DT: tl.constexpr, IEEE: tl.constexpr) -> Block:
     if IEEE:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     elif _EMULATE_BF16_DOT and tl.bfloat16 == DOT_DT:
@@ -152,31 +162,31 @@ def _dot(a, b, DOT_DT: tl.constexpr, IEEE: tl.constexpr):
         return tl.dot(a.to(DOT_DT), b.to(DOT_DT))
 
 
-@triton.jit
-def _softplus(v):
+@jit
+def _softplus(v: Block) -> Block:
     return tl.where(v > 20.0, v, tl.log(1.0 + tl.exp(tl.minimum(v, 20.0))))
 
 
-@triton.jit
+@jit
 def _dt_cumsum_fwd(
-    DT,
-    A,
-    DTB,
-    DTP,
-    CS,
-    seqlen,
-    T,
-    dt_b,
-    dt_l,
-    dt_h,
-    nheads,
-    lo,
-    hi,
+    DT: Pointer,
+    A: Pointer,
+    DTB: Pointer,
+    DTP: Pointer,
+    CS: Pointer,
+    seqlen: Scalar,
+    T: Scalar,
+    dt_b: Scalar,
+    dt_l: Scalar,
+    dt_h: Scalar,
+    nheads: Scalar,
+    lo: Scalar,
+    hi: Scalar,
     HAS_DTB: tl.constexpr,
     SOFTPLUS: tl.constexpr,
     HAS_LIMIT: tl.constexpr,
     Q: tl.constexpr,
-):
+) -> None:
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     c = tl.program_id(2)
@@ -197,46 +207,48 @@ def _dt_cumsum_fwd(
     tl.store(CS + base + t, cs)
 
 
-@triton.jit
-def _head_of_program(nheads, heads_per_group):
+@jit
+def _head_of_program(nheads: Scalar, heads_per_group: Scalar) -> Block:
     """(batch entry, head, group, chunk) of this program: axis 0 is batch * nheads, axis 1 the chunk."""
     bh = tl.program_id(0)
     h = bh % nheads
     return (bh // nheads).to(tl.int64), h, h // heads_per_group, tl.program_id(1)
 
 
-@triton.jit
-def _seq_refs(SEQ, b, c, seqlen, s_b, s_l, Q: tl.constexpr):
+@jit
+def _seq_refs(
+    SEQ: Pointer, b: Block, c: Block, seqlen: Scalar, s_b: Scalar, s_l: Scalar, Q: tl.constexpr
+) -> Block:
     """The sequence id of the state entering chunk c and of the chunk's last real position."""
     prev = tl.load(SEQ + b * s_b + tl.maximum(c * Q - 1, 0) * s_l)
     last = tl.load(SEQ + b * s_b + (tl.minimum(c * Q + Q, seqlen) - 1) * s_l)
     return prev, last
 
 
-@triton.jit
+@jit
 def _chunk_state(
-    X,
-    Bm,
-    DTP,
-    CS,
-    SEQ,
-    OUT,
-    seqlen,
-    T,
-    nheads,
-    heads_per_group,
-    hdim,
-    dstate,
-    x_b,
-    x_l,
-    x_h,
-    x_p,
-    b_b,
-    b_l,
-    b_g,
-    b_n,
-    s_b,
-    s_l,
+    X: Pointer,
+    Bm: Pointer,
+    DTP: Pointer,
+    CS: Pointer,
+    SEQ: Pointer,
+    OUT: Pointer,
+    seqlen: Scalar,
+    T: Scalar,
+    nheads: Scalar,
+    heads_per_group: Scalar,
+    hdim: Scalar,
+    dstate: Scalar,
+    x_b: Scalar,
+    x_l: Scalar,
+    x_h: Scalar,
+    x_p: Scalar,
+    b_b: Scalar,
+    b_l: Scalar,
+    b_g: Scalar,
+    b_n: Scalar,
+    s_b: Scalar,
+    s_l: Scalar,
     MODE: tl.constexpr,
     HAS_SEQ: tl.constexpr,
     Q: tl.constexpr,
@@ -245,7 +257,7 @@ def _chunk_state(
     BLOCK_K: tl.constexpr,
     DOT_DT: tl.constexpr,
     IEEE: tl.constexpr,
-):
+) -> None:
     """OUT[b, c, h] (p, n) = sum_j wt_j X_j[p] B_j[n] over chunk c. MODE 0: wt = exp(cs_end - cs_j) dt'_j
     (j in the chunk's last sequence); MODE 1: wt = exp(cs_j) (j in the incoming state's sequence)."""
     b, h, g, c = _head_of_program(nheads, heads_per_group)
@@ -291,28 +303,28 @@ def _chunk_state(
     tl.store(out + rp[:, None] * dstate + rn[None, :], acc, mask=mp[:, None] & mn[None, :])
 
 
-@triton.jit
+@jit
 def _state_pass_fwd(
-    S,
-    CS,
-    SEQ,
-    H0,
-    HIN,
-    HFIN,
-    seqlen,
-    T,
-    cs_c,
-    cs_off,
-    nheads,
-    size,
-    nchunks,
-    s_b,
-    s_l,
+    S: Pointer,
+    CS: Pointer,
+    SEQ: Pointer,
+    H0: Pointer,
+    HIN: Pointer,
+    HFIN: Pointer,
+    seqlen: Scalar,
+    T: Scalar,
+    cs_c: Scalar,
+    cs_off: Scalar,
+    nheads: Scalar,
+    size: Scalar,
+    nchunks: Scalar,
+    s_b: Scalar,
+    s_l: Scalar,
     HAS_SEQ: tl.constexpr,
     HAS_H0: tl.constexpr,
     Q: tl.constexpr,
     BLOCK: tl.constexpr,
-):
+) -> None:
     """HIN[b, c, h] = H_c, HFIN[b, h] = H_nc; chunk c's cs_end is CS[(b * nheads + h) * T + c * cs_c +
     cs_off] (the last in-chunk cumsum, or a (batch, nheads, nchunks) tensor of them)."""
     bh = tl.program_id(0)
@@ -336,49 +348,49 @@ def _state_pass_fwd(
     tl.store(HFIN + (b * nheads + h) * size + offs, hs, mask=m)
 
 
-@triton.jit
+@jit
 def _chunk_scan_fwd(
-    X,
-    Bm,
-    Cm,
-    DTP,
-    CS,
-    SEQ,
-    HIN,
-    Dp,
-    Z,
-    OUT,
-    YPRE,
-    seqlen,
-    T,
-    nheads,
-    heads_per_group,
-    hdim,
-    dstate,
-    x_b,
-    x_l,
-    x_h,
-    x_p,
-    b_b,
-    b_l,
-    b_g,
-    b_n,
-    c_b,
-    c_l,
-    c_g,
-    c_n,
-    z_b,
-    z_l,
-    z_h,
-    z_p,
-    o_b,
-    o_l,
-    o_h,
-    o_p,
-    s_b,
-    s_l,
-    d_h,
-    d_p,
+    X: Pointer,
+    Bm: Pointer,
+    Cm: Pointer,
+    DTP: Pointer,
+    CS: Pointer,
+    SEQ: Pointer,
+    HIN: Pointer,
+    Dp: Pointer,
+    Z: Pointer,
+    OUT: Pointer,
+    YPRE: Pointer,
+    seqlen: Scalar,
+    T: Scalar,
+    nheads: Scalar,
+    heads_per_group: Scalar,
+    hdim: Scalar,
+    dstate: Scalar,
+    x_b: Scalar,
+    x_l: Scalar,
+    x_h: Scalar,
+    x_p: Scalar,
+    b_b: Scalar,
+    b_l: Scalar,
+    b_g: Scalar,
+    b_n: Scalar,
+    c_b: Scalar,
+    c_l: Scalar,
+    c_g: Scalar,
+    c_n: Scalar,
+    z_b: Scalar,
+    z_l: Scalar,
+    z_h: Scalar,
+    z_p: Scalar,
+    o_b: Scalar,
+    o_l: Scalar,
+    o_h: Scalar,
+    o_p: Scalar,
+    s_b: Scalar,
+    s_l: Scalar,
+    d_h: Scalar,
+    d_p: Scalar,
     HAS_SEQ: tl.constexpr,
     HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr,
@@ -389,7 +401,7 @@ def _chunk_scan_fwd(
     BLOCK_N: tl.constexpr,
     DOT_DT: tl.constexpr,
     IEEE: tl.constexpr,
-):
+) -> None:
     b, h, g, c = _head_of_program(nheads, heads_per_group)
     tile = tl.program_id(2)
     ntp = tl.cdiv(hdim, BLOCK_P)
@@ -480,29 +492,29 @@ def _chunk_scan_fwd(
     tl.store(OUT + b * o_b + ti[:, None] * o_l + h * o_h + rp[None, :] * o_p, acc, mask=mo)
 
 
-@triton.jit
+@jit
 def _state_pass_bwd(
-    HIN,
-    DINTER,
-    CS,
-    SEQ,
-    DFIN,
-    DS,
-    DH0,
-    DDECAY,
-    seqlen,
-    T,
-    nheads,
-    size,
-    nchunks,
-    ntiles,
-    s_b,
-    s_l,
+    HIN: Pointer,
+    DINTER: Pointer,
+    CS: Pointer,
+    SEQ: Pointer,
+    DFIN: Pointer,
+    DS: Pointer,
+    DH0: Pointer,
+    DDECAY: Pointer,
+    seqlen: Scalar,
+    T: Scalar,
+    nheads: Scalar,
+    size: Scalar,
+    nchunks: Scalar,
+    ntiles: Scalar,
+    s_b: Scalar,
+    s_l: Scalar,
     HAS_SEQ: tl.constexpr,
     HAS_DFIN: tl.constexpr,
     Q: tl.constexpr,
     BLOCK: tl.constexpr,
-):
+) -> None:
     """G runs backwards: DS[c] = G_{c+1}; DDECAY[b, h, c, tile] = partial of d cs_end(c) from the decay."""
     bh = tl.program_id(0)
     tile = tl.program_id(1)
@@ -529,38 +541,38 @@ def _state_pass_bwd(
     tl.store(DH0 + (b * nheads + h) * size + offs, gs, mask=m)
 
 
-@triton.jit
+@jit
 def _chunk_scan_bwd_dc(
-    X,
-    Bm,
-    Cm,
-    DTP,
-    CS,
-    SEQ,
-    HIN,
-    DY,
-    DC,
-    DCS,
-    seqlen,
-    T,
-    nheads,
-    heads_per_group,
-    hdim,
-    dstate,
-    x_b,
-    x_l,
-    x_h,
-    x_p,
-    b_b,
-    b_l,
-    b_g,
-    b_n,
-    c_b,
-    c_l,
-    c_g,
-    c_n,
-    s_b,
-    s_l,
+    X: Pointer,
+    Bm: Pointer,
+    Cm: Pointer,
+    DTP: Pointer,
+    CS: Pointer,
+    SEQ: Pointer,
+    HIN: Pointer,
+    DY: Pointer,
+    DC: Pointer,
+    DCS: Pointer,
+    seqlen: Scalar,
+    T: Scalar,
+    nheads: Scalar,
+    heads_per_group: Scalar,
+    hdim: Scalar,
+    dstate: Scalar,
+    x_b: Scalar,
+    x_l: Scalar,
+    x_h: Scalar,
+    x_p: Scalar,
+    b_b: Scalar,
+    b_l: Scalar,
+    b_g: Scalar,
+    b_n: Scalar,
+    c_b: Scalar,
+    c_l: Scalar,
+    c_g: Scalar,
+    c_n: Scalar,
+    s_b: Scalar,
+    s_l: Scalar,
     HAS_SEQ: tl.constexpr,
     Q: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -569,7 +581,7 @@ def _chunk_scan_bwd_dc(
     BLOCK_N: tl.constexpr,
     DOT_DT: tl.constexpr,
     IEEE: tl.constexpr,
-):
+) -> None:
     """Rows i of chunk c: dC_i (per head) and the cs gradient's row part sum_j P_ij + exp(cs_i) dy_i.(H C_i)."""
     b, h, g, c = _head_of_program(nheads, heads_per_group)
     i0 = tl.program_id(2) * BLOCK_M
@@ -643,41 +655,41 @@ def _chunk_scan_bwd_dc(
     tl.store(DCS + base + ti, rowp)
 
 
-@triton.jit
+@jit
 def _chunk_scan_bwd_dbx(
-    X,
-    Bm,
-    Cm,
-    DTP,
-    CS,
-    SEQ,
-    DS,
-    DY,
-    DB,
-    DX,
-    DDT,
-    DCS,
-    RJ,
-    seqlen,
-    T,
-    nheads,
-    heads_per_group,
-    hdim,
-    dstate,
-    x_b,
-    x_l,
-    x_h,
-    x_p,
-    b_b,
-    b_l,
-    b_g,
-    b_n,
-    c_b,
-    c_l,
-    c_g,
-    c_n,
-    s_b,
-    s_l,
+    X: Pointer,
+    Bm: Pointer,
+    Cm: Pointer,
+    DTP: Pointer,
+    CS: Pointer,
+    SEQ: Pointer,
+    DS: Pointer,
+    DY: Pointer,
+    DB: Pointer,
+    DX: Pointer,
+    DDT: Pointer,
+    DCS: Pointer,
+    RJ: Pointer,
+    seqlen: Scalar,
+    T: Scalar,
+    nheads: Scalar,
+    heads_per_group: Scalar,
+    hdim: Scalar,
+    dstate: Scalar,
+    x_b: Scalar,
+    x_l: Scalar,
+    x_h: Scalar,
+    x_p: Scalar,
+    b_b: Scalar,
+    b_l: Scalar,
+    b_g: Scalar,
+    b_n: Scalar,
+    c_b: Scalar,
+    c_l: Scalar,
+    c_g: Scalar,
+    c_n: Scalar,
+    s_b: Scalar,
+    s_l: Scalar,
     HAS_SEQ: tl.constexpr,
     Q: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -686,7 +698,7 @@ def _chunk_scan_bwd_dbx(
     BLOCK_N: tl.constexpr,
     DOT_DT: tl.constexpr,
     IEEE: tl.constexpr,
-):
+) -> None:
     """Columns j of chunk c: dB_j (per head), dx_j, the direct d dt'_j, the cs gradient's column part
     (minus column sums of P, minus the state term R_j) and R_j itself (for cs_end)."""
     b, h, g, c = _head_of_program(nheads, heads_per_group)
@@ -772,37 +784,37 @@ def _chunk_scan_bwd_dbx(
     tl.store(RJ + base + tj, r)
 
 
-@triton.jit
+@jit
 def _varlen_states(
-    X,
-    Bm,
-    DTP,
-    CS,
-    SEQ,
-    HIN,
-    CU,
-    OUT,
-    seqlen,
-    T,
-    nheads,
-    heads_per_group,
-    hdim,
-    dstate,
-    nchunks,
-    x_l,
-    x_h,
-    x_p,
-    b_l,
-    b_g,
-    b_n,
-    s_l,
+    X: Pointer,
+    Bm: Pointer,
+    DTP: Pointer,
+    CS: Pointer,
+    SEQ: Pointer,
+    HIN: Pointer,
+    CU: Pointer,
+    OUT: Pointer,
+    seqlen: Scalar,
+    T: Scalar,
+    nheads: Scalar,
+    heads_per_group: Scalar,
+    hdim: Scalar,
+    dstate: Scalar,
+    nchunks: Scalar,
+    x_l: Scalar,
+    x_h: Scalar,
+    x_p: Scalar,
+    b_l: Scalar,
+    b_g: Scalar,
+    b_n: Scalar,
+    s_l: Scalar,
     Q: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     DOT_DT: tl.constexpr,
     IEEE: tl.constexpr,
-):
+) -> None:
     """Batch 1: OUT[s, h] = the state after position cu[s + 1] - 1 (sequence s's last): its chunk's terms
     up to there from the same sequence, plus exp(cs_t) H_c when the incoming state is that sequence's;
     0 for an empty sequence (cu[s + 1] == cu[s])."""
@@ -852,30 +864,30 @@ def _varlen_states(
     )
 
 
-@triton.jit
+@jit
 def _dt_cumsum_bwd(
-    DT,
-    A,
-    DTB,
-    DTP,
-    DCS,
-    DDTP,
-    DDT,
-    DA,
-    DDTB,
-    seqlen,
-    T,
-    dt_b,
-    dt_l,
-    dt_h,
-    nheads,
-    lo,
-    hi,
+    DT: Pointer,
+    A: Pointer,
+    DTB: Pointer,
+    DTP: Pointer,
+    DCS: Pointer,
+    DDTP: Pointer,
+    DDT: Pointer,
+    DA: Pointer,
+    DDTB: Pointer,
+    seqlen: Scalar,
+    T: Scalar,
+    dt_b: Scalar,
+    dt_l: Scalar,
+    dt_h: Scalar,
+    nheads: Scalar,
+    lo: Scalar,
+    hi: Scalar,
     HAS_DTB: tl.constexpr,
     SOFTPLUS: tl.constexpr,
     HAS_LIMIT: tl.constexpr,
     Q: tl.constexpr,
-):
+) -> None:
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     c = tl.program_id(2)
@@ -906,7 +918,7 @@ def _dt_cumsum_bwd(
     tl.store(DDTB + at, tl.sum(ddtp, axis=0))
 
 
-def _blocks(q, hdim, dstate):
+def _blocks(q: int, hdim: int, dstate: int) -> Dict[str, int]:
     """Block sizes of the backward's in-chunk kernels, which hold a whole headdim x dstate tile (dS or H)
     and (rows, headdim) / (rows, dstate) accumulators in registers: fewer rows per block as that grows.
     (compile_check.py at headdim 64 x dstate 128: no spills in bf16 on sm_90; float32, whose exact
@@ -917,25 +929,33 @@ def _blocks(q, hdim, dstate):
     return dict(BLOCK_M=min(q, rows), BLOCK_J=min(q, rows), BLOCK_P=bp, BLOCK_N=bn)
 
 
-def _f32(ref):
+def _f32(ref: torch.Tensor) -> Dict[str, Any]:
+    """``torch.empty`` keywords: float32 on ``ref``'s device."""
     return {"dtype": torch.float32, "device": ref.device}
 
 
-def _seq_args(seq_idx, dtp):
+def _seq_args(seq_idx: Optional[torch.Tensor], dtp: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, ...]]:
     """(SEQ pointer, its (batch, seqlen) strides): a dummy pointer and zero strides without seq_idx."""
     if seq_idx is None:
         return dtp, (0, 0)
     return seq_idx, seq_idx.stride()
 
 
-def _state_tiles(x_dtype, hdim, dstate):
+def _state_tiles(x_dtype: torch.dtype, hdim: int, dstate: int) -> Tuple[int, int, int, int]:
     """Block sizes of the chunk-state and varlen-state kernels: (BLOCK_P, BLOCK_N, tiles, BLOCK_K cap)."""
     tile = _TILE[x_dtype]
     bp, bn = min(pow2(hdim, 16), tile), min(pow2(dstate, 16), tile)
     return bp, bn, triton.cdiv(hdim, bp) * triton.cdiv(dstate, bn), tile
 
 
-def dt_cumsum(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
+def dt_cumsum(
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    chunk_size: int,
+    dt_bias: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Tuple[float, float] = (0.0, float("inf")),
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Stage 1: dt (batch, seqlen, nheads) -> (dt', cs), each (batch, nheads, nchunks * chunk_size)
     float32 (dt' = 0 past seqlen); ``dt_limit`` (0, inf) means no clamp."""
     batch, seqlen, nheads = dt.shape
@@ -968,7 +988,15 @@ def dt_cumsum(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=(0.0,
     return dtp, cs
 
 
-def chunk_states(x, B, dtp, cs, seq_idx, chunk_size, mode=0):
+def chunk_states(
+    x: torch.Tensor,
+    B: torch.Tensor,
+    dtp: torch.Tensor,
+    cs: torch.Tensor,
+    seq_idx: Optional[torch.Tensor],
+    chunk_size: int,
+    mode: int = 0,
+) -> torch.Tensor:
     """Stage 2 (mode 0): S_c (batch, nchunks, nheads, headdim, dstate) float32 from x (batch, seqlen, nheads,
     headdim), B (batch, seqlen, ngroups, dstate) and dt', cs (batch, nheads, nchunks * chunk_size).
     Mode 1 (the backward's): sum_i exp(cs_i) dy_i C_i^T, with x = dy and B = C."""
@@ -1007,7 +1035,14 @@ def chunk_states(x, B, dtp, cs, seq_idx, chunk_size, mode=0):
     return out
 
 
-def state_passing(states, cs_end, seq_idx, initial_states, chunk_size, cs_layout=None):
+def state_passing(
+    states: torch.Tensor,
+    cs_end: torch.Tensor,
+    seq_idx: Optional[torch.Tensor],
+    initial_states: Optional[torch.Tensor],
+    chunk_size: int,
+    cs_layout: Optional[Tuple[int, int]] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Stage 3: (H (batch, nchunks, nheads, *state) entering each chunk, H_nc (batch, nheads, *state)),
     float32, from S_c (batch, nchunks, nheads, *state) float32 contiguous.
 
@@ -1052,7 +1087,16 @@ def state_passing(states, cs_end, seq_idx, initial_states, chunk_size, cs_layout
     return hin, final
 
 
-def varlen_states(x, B, dtp, cs, seq_idx, hin, cu_seqlens, chunk_size):
+def varlen_states(
+    x: torch.Tensor,
+    B: torch.Tensor,
+    dtp: torch.Tensor,
+    cs: torch.Tensor,
+    seq_idx: torch.Tensor,
+    hin: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    chunk_size: int,
+) -> torch.Tensor:
     """Each packed sequence's last state (num_seqs, nheads, headdim, dstate) float32, batch 1: x (1, total,
     nheads, headdim), B (1, total, ngroups, dstate), dt', cs (1, nheads, T), seq_idx (1, total) matching
     cu_seqlens (num_seqs + 1,) int64, hin (1, nchunks, nheads, headdim, dstate) the states entering the
@@ -1095,7 +1139,7 @@ def varlen_states(x, B, dtp, cs, seq_idx, hin, cu_seqlens, chunk_size):
     return out
 
 
-def round_states(hin, state_dtype):
+def round_states(hin: torch.Tensor, state_dtype: Optional[torch.dtype]) -> torch.Tensor:
     """The inter-chunk states materialised in ``state_dtype`` (upstream's ``state_dtype``): rounded in
     place when it is narrower than float32 (float32 / float64 / None keep them as they are)."""
     if state_dtype is not None and torch.finfo(state_dtype).bits < 32:
@@ -1103,7 +1147,19 @@ def round_states(hin, state_dtype):
     return hin
 
 
-def chunk_outputs(x, B, C, dtp, cs, seq_idx, hin, chunk_size, D=None, z=None, out_dtype=None):
+def chunk_outputs(
+    x: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    dtp: torch.Tensor,
+    cs: torch.Tensor,
+    seq_idx: Optional[torch.Tensor],
+    hin: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Stage 4: y_i = sum_{j <= i} (C_i . B_j) exp(cs_i - cs_j) dt'_j x_j + exp(cs_i) H_c C_i (+ D x_i,
     * silu(z_i)), 0 at padding tokens (seq_idx < 0). x (batch, seqlen, nheads, headdim); B, C (batch,
     seqlen, ngroups, dstate) (any strides); dt', cs (batch, nheads, nchunks * chunk_size) float32; hin
@@ -1163,19 +1219,19 @@ def chunk_outputs(x, B, C, dtp, cs, seq_idx, hin, chunk_size, D=None, z=None, ou
 
 
 def core_forward(
-    x,
-    B,
-    C,
-    dtp,
-    cs,
-    chunk_size,
-    seq_idx=None,
-    initial_states=None,
-    D=None,
-    z=None,
-    out_dtype=None,
-    state_dtype=None,
-):
+    x: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    dtp: torch.Tensor,
+    cs: torch.Tensor,
+    chunk_size: int,
+    seq_idx: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
+    state_dtype: Optional[torch.dtype] = None,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """Stages 2-4 of the SSD algorithm (chunk states, state passing, chunk outputs) on a processed weight
     and decay: h_t = exp(log_decay_t) h_{t-1} + dtp_t x_t B_t^T, y_t = h_t C_t (+ D x_t, * silu(z_t)),
     with ``cs`` the in-chunk cumulative sum of log_decay (every position of every chunk, padding
@@ -1200,14 +1256,25 @@ def core_forward(
     return out, final, hin, ypre
 
 
-def _drop_padding(dy, seq_idx):
+def _drop_padding(dy: torch.Tensor, seq_idx: Optional[torch.Tensor]) -> torch.Tensor:
     """dy with the rows of padding tokens (seq_idx < 0) zeroed: their output is the constant 0."""
     if seq_idx is None:
         return dy
     return dy * (seq_idx >= 0)[:, :, None, None]
 
 
-def core_backward(x, B, C, dtp, cs, chunk_size, seq_idx, hin, dy, dfinal=None):
+def core_backward(
+    x: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    dtp: torch.Tensor,
+    cs: torch.Tensor,
+    chunk_size: int,
+    seq_idx: Optional[torch.Tensor],
+    hin: torch.Tensor,
+    dy: torch.Tensor,
+    dfinal: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The adjoint of :func:`core_forward` without D and z: ``dy`` (batch, seqlen, nheads, headdim)
     float32 is the gradient of y_t = h_t C_t (dropped at padding tokens), ``dfinal`` (batch, nheads,
     headdim, dstate) float32 contiguous or None that of the final state; the other arguments are
@@ -1315,23 +1382,35 @@ def core_backward(x, B, C, dtp, cs, chunk_size, seq_idx, hin, dy, dfinal=None):
     return dx, db_h, dc_h, ddtp, dcs.view(batch, nheads, T), dh0
 
 
+class ForwardResult(TypedDict):
+    """What :func:`forward` returns (the keys its docstring lists)."""
+
+    out: torch.Tensor
+    ypre: Optional[torch.Tensor]
+    dtp: torch.Tensor
+    cs: torch.Tensor
+    hin: torch.Tensor
+    final: torch.Tensor
+    varlen: Optional[torch.Tensor]
+
+
 def forward(
-    x,
-    dt,
-    A,
-    B,
-    C,
-    chunk_size,
-    D=None,
-    z=None,
-    dt_bias=None,
-    initial_states=None,
-    seq_idx=None,
-    dt_softplus=False,
-    dt_limit=(0.0, float("inf")),
-    cu_seqlens=None,
-    state_dtype=None,
-):
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Tuple[float, float] = (0.0, float("inf")),
+    cu_seqlens: Optional[torch.Tensor] = None,
+    state_dtype: Optional[torch.dtype] = None,
+) -> ForwardResult:
     """The forward kernels (no autograd): stage 1 (:func:`dt_cumsum`), :func:`core_forward` and, with
     cu_seqlens, :func:`varlen_states`. Returns a dict: ``out`` (x's dtype), ``ypre`` (before the z gate,
     or None), ``dtp`` / ``cs`` (batch, nheads, T), ``hin`` (batch, nchunks, nheads, headdim, dstate,
@@ -1347,31 +1426,43 @@ def forward(
     )
     varlen = None
     if cu_seqlens is not None:
+        if seq_idx is None:
+            raise ValueError("ssd.forward: cu_seqlens needs its seq_idx (prepare_packing builds it)")
         varlen = varlen_states(x, B, dtp, cs, seq_idx, hin, cu_seqlens, q)
     return {"out": out, "ypre": ypre, "dtp": dtp, "cs": cs, "hin": hin, "final": final, "varlen": varlen}
 
 
 def backward(
-    dout,
-    dfinal,
-    x,
-    dt,
-    A,
-    B,
-    C,
-    chunk_size,
-    D,
-    z,
-    dt_bias,
-    seq_idx,
-    dt_softplus,
-    dt_limit,
-    dtp,
-    cs,
-    hin,
-    ypre,
-    initial_states_dtype=None,
-):
+    dout: Optional[torch.Tensor],
+    dfinal: Optional[torch.Tensor],
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor],
+    z: Optional[torch.Tensor],
+    dt_bias: Optional[torch.Tensor],
+    seq_idx: Optional[torch.Tensor],
+    dt_softplus: bool,
+    dt_limit: Tuple[float, float],
+    dtp: torch.Tensor,
+    cs: torch.Tensor,
+    hin: torch.Tensor,
+    ypre: Optional[torch.Tensor],
+    initial_states_dtype: Optional[torch.dtype] = None,
+) -> Tuple[
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    Optional[torch.Tensor],
+    Optional[torch.Tensor],
+    Optional[torch.Tensor],
+    Optional[torch.Tensor],
+]:
     """The backward kernels from the forward's ``dtp``, ``cs``, ``hin``, ``ypre`` (D and z element-wise,
     :func:`core_backward`, the adjoint of stage 1). dout: the gradient of out (or None), dfinal: of the
     final state (or None). Returns (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states) in the inputs'
@@ -1394,7 +1485,8 @@ def backward(
     if z is not None:
         zf = z.float()
         sz = torch.sigmoid(zf)
-        dz = (dout * ypre.float() * sz * (1 + zf * (1 - sz))).to(z.dtype)
+        # the forward returned ypre (out before the gate) as z was given
+        dz = (dout * cast(torch.Tensor, ypre).float() * sz * (1 + zf * (1 - sz))).to(z.dtype)
         dy = dout * zf * sz
     else:
         dy = dout
@@ -1446,23 +1538,23 @@ def backward(
 class _SSDFn(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        chunk_size,
-        D,
-        z,
-        dt_bias,
-        initial_states,
-        seq_idx,
-        dt_softplus,
-        dt_limit,
-        cu_seqlens,
-        state_dtype,
-    ):
+        ctx: Any,
+        x: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        chunk_size: int,
+        D: Optional[torch.Tensor],
+        z: Optional[torch.Tensor],
+        dt_bias: Optional[torch.Tensor],
+        initial_states: Optional[torch.Tensor],
+        seq_idx: Optional[torch.Tensor],
+        dt_softplus: bool,
+        dt_limit: Tuple[float, float],
+        cu_seqlens: Optional[torch.Tensor],
+        state_dtype: Optional[torch.dtype],
+    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
         r = forward(
             x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit,
             cu_seqlens, state_dtype,
@@ -1479,7 +1571,12 @@ class _SSDFn(torch.autograd.Function):
         return r["out"], r["final"], r["varlen"]
 
     @staticmethod
-    def backward(ctx, dout, dfinal, dvarlen=None):
+    def backward(
+        ctx: Any,
+        dout: Optional[torch.Tensor],
+        dfinal: Optional[torch.Tensor],
+        dvarlen: Optional[torch.Tensor] = None,
+    ) -> Tuple[Optional[torch.Tensor], ...]:
         x, dt, A, B, C, D, z, dt_bias, seq_idx, dtp, cs, hin, ypre = ctx.saved_tensors
         q, softplus, limit, h0_dtype = ctx.meta
         grads = backward(
@@ -1490,7 +1587,9 @@ class _SSDFn(torch.autograd.Function):
         return dx, ddt, dA, dB, dC, None, dD, dz, ddt_bias, dinit, None, None, None, None, None
 
 
-def prepare_packing(x, seq_idx, cu_seqlens):
+def prepare_packing(
+    x: torch.Tensor, seq_idx: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor]
+) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """(seq_idx, cu_seqlens) as the kernels take them: cu_seqlens checked against the packed-sequence rule
     (batch 1) as int64 on x's device, seq_idx built from it when not given, seq_idx int32/int64.
 
@@ -1509,22 +1608,22 @@ def prepare_packing(x, seq_idx, cu_seqlens):
 
 
 def chunk_scan_combined(
-    x,
-    dt,
-    A,
-    B,
-    C,
-    chunk_size,
-    D=None,
-    z=None,
-    dt_bias=None,
-    initial_states=None,
-    seq_idx=None,
-    dt_softplus=False,
-    dt_limit=(0.0, float("inf")),
-    cu_seqlens=None,
-    state_dtype=None,
-):
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Tuple[float, float] = (0.0, float("inf")),
+    cu_seqlens: Optional[torch.Tensor] = None,
+    state_dtype: Optional[torch.dtype] = None,
+) -> Union[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """SSD scan on the Triton kernels (differentiable in x, dt, A, B, C, D, z, dt_bias, initial_states).
 
     Args (validated by ``mamba_chunk_scan_combined``; float32/float16/bfloat16; a CUDA device, or CPU

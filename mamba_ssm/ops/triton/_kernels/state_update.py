@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import pow2, unsupported_dtype
+from ._common import Block, Pointer, Scalar, jit, pow2, unsupported_dtype
 
 __all__ = ["MAX_DSTATE", "selective_state_update", "unsupported"]
 
@@ -37,52 +37,52 @@ MAX_DSTATE = 1024
 BLOCK_B = 128
 
 
-@triton.jit
+@jit
 def _state_update_kernel(
-    S,
-    X,
-    DT,
-    A,
-    Bm,
-    Cm,
-    Dp,
-    Z,
-    DTB,
-    IDX,
-    OUT,
-    dim,
-    dstate,
-    heads_per_group,
-    s_b,
-    s_h,
-    s_p,
-    s_n,
-    x_b,
-    x_h,
-    x_p,
-    dt_b,
-    dt_h,
-    dt_p,
-    a_h,
-    a_p,
-    a_n,
-    b_b,
-    b_g,
-    b_n,
-    c_b,
-    c_g,
-    c_n,
-    d_h,
-    d_p,
-    z_b,
-    z_h,
-    z_p,
-    dtb_h,
-    dtb_p,
-    o_b,
-    o_h,
-    o_p,
-    batch,
+    S: Pointer,
+    X: Pointer,
+    DT: Pointer,
+    A: Pointer,
+    Bm: Pointer,
+    Cm: Pointer,
+    Dp: Pointer,
+    Z: Pointer,
+    DTB: Pointer,
+    IDX: Pointer,
+    OUT: Pointer,
+    dim: Scalar,
+    dstate: Scalar,
+    heads_per_group: Scalar,
+    s_b: Scalar,
+    s_h: Scalar,
+    s_p: Scalar,
+    s_n: Scalar,
+    x_b: Scalar,
+    x_h: Scalar,
+    x_p: Scalar,
+    dt_b: Scalar,
+    dt_h: Scalar,
+    dt_p: Scalar,
+    a_h: Scalar,
+    a_p: Scalar,
+    a_n: Scalar,
+    b_b: Scalar,
+    b_g: Scalar,
+    b_n: Scalar,
+    c_b: Scalar,
+    c_g: Scalar,
+    c_n: Scalar,
+    d_h: Scalar,
+    d_p: Scalar,
+    z_b: Scalar,
+    z_h: Scalar,
+    z_p: Scalar,
+    dtb_h: Scalar,
+    dtb_p: Scalar,
+    o_b: Scalar,
+    o_h: Scalar,
+    o_p: Scalar,
+    batch: Scalar,
     HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr,
     HAS_DTB: tl.constexpr,
@@ -92,7 +92,7 @@ def _state_update_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_B: tl.constexpr,
     SUB_M: tl.constexpr,
-):
+) -> None:
     pm = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     h = tl.program_id(2).to(tl.int64)
@@ -151,13 +151,13 @@ def _state_update_kernel(
         tl.store(srow + soff, state, mask=tile)
 
 
-@triton.jit
+@jit
 def _advance(
-    state, j, take, valid, X, DT, arow, Bm, Cm, Dp, Z, DTB, OUT, rows, cols, mr, mc, h, g, aoff,
-    x_b, x_h, x_p, dt_b, dt_h, dt_p, b_b, b_g, b_n, c_b, c_g, c_n, d_h, d_p, z_b, z_h, z_p,
-    dtb_h, dtb_p, o_b, o_h, o_p,
+    state: Block, j: Block, take: Block, valid: Block, X: Pointer, DT: Pointer, arow: Block, Bm: Pointer, Cm: Pointer, Dp: Pointer, Z: Pointer, DTB: Pointer, OUT: Pointer, rows: Block, cols: Block, mr: Block, mc: Block, h: Block, g: Block, aoff: Block,
+    x_b: Scalar, x_h: Scalar, x_p: Scalar, dt_b: Scalar, dt_h: Scalar, dt_p: Scalar, b_b: Scalar, b_g: Scalar, b_n: Scalar, c_b: Scalar, c_g: Scalar, c_n: Scalar, d_h: Scalar, d_p: Scalar, z_b: Scalar, z_h: Scalar, z_p: Scalar,
+    dtb_h: Scalar, dtb_p: Scalar, o_b: Scalar, o_h: Scalar, o_p: Scalar,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DTB: tl.constexpr, SOFTPLUS: tl.constexpr,
-):  # fmt: skip
+) -> Block:  # fmt: skip
     """Batch entry j's step on ``state`` (float32 rows x dstate) when ``take``, and its output stored
     (0 for a padded entry); without ``take`` the state is returned as it is: decay exp(0) = 1, input 0,
     selected rather than multiplied, so that another row's values (even NaN) never reach it."""
@@ -185,7 +185,17 @@ def _advance(
     return state
 
 
-def unsupported(state, x, dt, A, B, C, D=None, z=None, dt_bias=None) -> Optional[str]:
+def unsupported(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+) -> Optional[str]:
     """None when the kernel takes this (validated) call, else why not."""
     why = unsupported_dtype(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
     if why is None and state.shape[-1] > MAX_DSTATE:
@@ -193,14 +203,24 @@ def unsupported(state, x, dt, A, B, C, D=None, z=None, dt_bias=None) -> Optional
     return why
 
 
-def _per_row(t, nheads, dim):
+def _per_row(t: torch.Tensor, nheads: int, dim: int) -> torch.Tensor:
     """(nheads, dim) view of a per-(head, row) parameter given as (nheads, dim) or (nheads,)."""
     return t if t.dim() == 2 else t.unsqueeze(-1).expand(nheads, dim)
 
 
 def selective_state_update(
-    state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None
-):
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    state_batch_indices: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """One decode step, in place on ``state`` (Triton), on the head shapes of the public
     ``mamba_ssm.ops.triton.selective_state_update.selective_state_update`` (which validated them and
     gives Mamba-1's shapes a head axis of 1): state (slots, nheads, dim, dstate), x/dt/z (batch, nheads,
