@@ -27,7 +27,6 @@ whose rows are this rank's [z, xBC, dt] and out_proj a RowParallelLinear that su
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -56,6 +55,23 @@ if TYPE_CHECKING:
 __all__ = ["Mamba2"]
 
 _NO_LIMIT = (0.0, float("inf"))
+
+
+def _headdim_fix(d_ssm: int, headdim: int, d_model: int, expand: float, *, derived: bool) -> str:
+    """The suggestions of Mamba2's "multiple of headdim" error: the nearest larger d_model whose
+    d_ssm (= expand * d_model) splits into heads of ``headdim`` (when d_ssm is derived from d_model), and
+    the largest headdim of at least 8 that divides d_ssm; "" when neither exists."""
+    fixes = []
+    if derived:
+        for candidate in range(d_model + 1, d_model + 64 * headdim + 1):
+            size = int(expand * candidate)
+            if size > 0 and size % headdim == 0:
+                fixes.append(f"d_model={candidate} (d_ssm {size} = {size // headdim} heads of {headdim})")
+                break
+    divisors = [p for p in range(min(headdim, d_ssm), 7, -1) if d_ssm > 0 and d_ssm % p == 0]
+    if divisors:
+        fixes.append(f"headdim={divisors[0]} ({d_ssm // divisors[0]} heads)")
+    return ", e.g. " + " or ".join(fixes) if fixes else ""
 
 
 class Mamba2(nn.Module):
@@ -146,8 +162,10 @@ class Mamba2(nn.Module):
             what = "d_ssm" if d_ssm is not None else "d_ssm (= expand * d_model)"
             raise ValueError(
                 f"Mamba2: {what} = {self.d_ssm}{per_rank} must be a positive multiple of headdim = {headdim} and at most d_inner = "
-                f"{self.d_inner}; choose d_model, expand, headdim (and d_ssm) so that it is, e.g. "
-                f"headdim={math.gcd(self.d_ssm, headdim) or 1}"
+                f"{self.d_inner}; choose d_model, expand, headdim (and d_ssm) so that it is"
+                + _headdim_fix(
+                    self.d_ssm, headdim, d_model, expand, derived=d_ssm is None and self.world_size == 1
+                )
             )
         self.nheads = self.d_ssm // headdim
         if self.ngroups < 1 or self.nheads % self.ngroups:

@@ -390,3 +390,24 @@ def test_mamba2_simple_matches_float64_recurrence(kw, mem_eff):
         "out_proj.weight",
     } | ({"init_states"} if kw.get("learnable_init_states") else set())
     assert set(m.state_dict()) == keys
+
+
+@pytest.mark.parametrize(("d_model", "headdim"), [(97, 64), (40, 64), (30, 8), (101, 16)])
+def test_bad_headdim_error_suggests_sizes_that_build(d_model, headdim):
+    """Each size the "multiple of headdim" error suggests builds a Mamba2 whose heads tile d_ssm, and no
+    suggestion is a degenerate headdim below 8."""
+    import re
+
+    with pytest.raises(ValueError, match="multiple of headdim") as caught:
+        Mamba2(d_model, headdim=headdim, d_state=8)
+    text = str(caught.value)
+    suggested_models = [int(v) for v in re.findall(r"d_model=(\d+)", text)]
+    suggested_heads = [int(v) for v in re.findall(r"headdim=(\d+) \(", text)]
+    assert suggested_models or suggested_heads, text
+    assert all(h >= 8 for h in suggested_heads), text
+    for size in suggested_models:
+        m = Mamba2(size, headdim=headdim, d_state=8)
+        assert m.nheads * m.headdim == 2 * size
+    for h in suggested_heads:
+        m = Mamba2(d_model, headdim=h, d_state=8)
+        assert m.nheads * m.headdim == 2 * d_model
