@@ -9,7 +9,7 @@ triton), so both paths import it.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Any, Callable, List, NamedTuple, Optional, Union, overload
 
 import torch
 
@@ -27,12 +27,12 @@ class Mamba3States(NamedTuple):
     v: torch.Tensor
 
 
-def compute_dtype(t):
+def compute_dtype(t: torch.Tensor) -> torch.dtype:
     """float64 for float64 tensors, else float32."""
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def rotate(x, theta, pairing):
+def rotate(x: torch.Tensor, theta: torch.Tensor, pairing: str) -> torch.Tensor:
     """x (..., n) turned by theta (..., a) (broadcast against x's leading dims): pair i of
     ``"adjacent"`` is (2i, 2i+1), of ``"halves"`` (i, i + n/2), for i < a; other entries unchanged.
     Each pair (x1, x2) becomes (x1 cos - x2 sin, x1 sin + x2 cos)."""
@@ -49,6 +49,14 @@ def rotate(x, theta, pairing):
     return torch.cat([r1, x[..., a:half], r2, x[..., half + a :]], dim=-1)
 
 
+@overload
+def drop_padding(
+    out: torch.Tensor, states: Mamba3States, seq_idx: Optional[torch.Tensor]
+) -> tuple[torch.Tensor, Mamba3States]: ...
+@overload
+def drop_padding(
+    out: torch.Tensor, states: None, seq_idx: Optional[torch.Tensor]
+) -> tuple[torch.Tensor, None]: ...
 def drop_padding(
     out: torch.Tensor, states: Optional[Mamba3States], seq_idx: Optional[torch.Tensor]
 ) -> tuple[torch.Tensor, Optional[Mamba3States]]:
@@ -68,7 +76,13 @@ def drop_padding(
     return out, states
 
 
-def per_sequence(scan, arguments, initial_states, cu_seqlens, return_final_states):
+def per_sequence(
+    scan: Callable[..., Any],
+    arguments: dict[str, Any],
+    initial_states: Optional[Mamba3States],
+    cu_seqlens: torch.Tensor,
+    return_final_states: bool,
+) -> Union[torch.Tensor, tuple[torch.Tensor, Mamba3States]]:
     """Packed sequences (batch 1, ``cu_seqlens``, checked) one at a time through ``scan`` (a chunked
     scan with the arguments of :func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_chunk_scan_torch`;
     ``arguments``: its keyword arguments but initial_states, seq_idx, cu_seqlens and
@@ -79,7 +93,8 @@ def per_sequence(scan, arguments, initial_states, cu_seqlens, return_final_state
     cdtype = compute_dtype(v)
     R, n, h, p = q.shape[2], q.shape[-1], v.shape[2], v.shape[3]
     a = arguments["angles"].shape[-1]
-    outs, finals = [], []
+    outs: List[torch.Tensor] = []
+    finals: List[Mamba3States] = []
     bounds = cu_seqlens.to(torch.long).tolist()
     for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
         init = None if initial_states is None else Mamba3States(*(s[i : i + 1] for s in initial_states))
