@@ -15,14 +15,16 @@ in the forward and passed in as a tensor).
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, TypeVar, overload
 
 import torch
 
 __all__ = ["backward", "forward", "plain"]
 
+_T = TypeVar("_T")
 
-def forward(ctx, impl: Callable, args: Sequence):
+
+def forward(ctx: Any, impl: Callable[..., Any], args: Sequence[Any]) -> Any:
     """Run ``impl(*args)`` for a Function's forward and keep what :func:`backward` needs.
 
     Args:
@@ -30,7 +32,7 @@ def forward(ctx, impl: Callable, args: Sequence):
             arguments after ``ctx``, in its order (so ``ctx.needs_input_grad`` lines up with them).
 
     Returns:
-        ``impl(*args)`` (a tensor or a tuple; None entries allowed).
+        ``impl(*args)`` (a tensor or a tuple; None entries allowed), views copied by :func:`plain`.
     """
     tensors: List[torch.Tensor] = []
     slots: List[Optional[int]] = []
@@ -52,18 +54,24 @@ def forward(ctx, impl: Callable, args: Sequence):
     return plain(out)
 
 
-def plain(t):
+@overload
+def plain(t: torch.Tensor) -> torch.Tensor: ...
+@overload
+def plain(t: _T) -> _T: ...
+def plain(t: object) -> object:
     """``t`` as a tensor of its own when it is a view (a Function's output that is a view cannot take
     in-place updates; upstream's outputs are plain tensors)."""
     return t.clone() if isinstance(t, torch.Tensor) and t._base is not None else t
 
 
-def backward(ctx, *grads):
+def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple[Optional[torch.Tensor], ...]:
     """The gradients of the forward's arguments (None where none is needed or defined) given the
     gradients of its outputs (None for an output nothing depends on)."""
     impl, plain, slots = ctx.recompute
     saved = ctx.saved_tensors
-    args, leaves, where = [], [], []
+    args: List[Any] = []
+    leaves: List[torch.Tensor] = []
+    where: List[int] = []
     for i, (value, slot) in enumerate(zip(plain, slots)):
         if slot is None:
             args.append(value)
@@ -74,7 +82,7 @@ def backward(ctx, *grads):
             leaves.append(t)
             where.append(i)
         args.append(t)
-    result = [None] * len(plain)
+    result: List[Optional[torch.Tensor]] = [None] * len(plain)
     if not leaves:
         return tuple(result)
     with torch.enable_grad(), contextlib.ExitStack() as stack:

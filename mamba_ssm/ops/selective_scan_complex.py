@@ -31,21 +31,23 @@ tensors: dL/d(re) + i dL/d(im)).
 
 from __future__ import annotations
 
+from typing import Optional, Union
+
 import torch
 import torch.nn.functional as F
 
 __all__ = ["kernel_bc", "selective_scan_complex_ref", "validate_complex"]
 
 
-def _dtype_name(dt) -> str:
+def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).replace("torch.", "")
 
 
-def _shape(x) -> str:
+def _shape(x: torch.Tensor) -> str:
     return str(tuple(x.shape))
 
 
-def validate_complex(fn: str, u, A, B, C) -> None:
+def validate_complex(fn: str, u: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
     """The dtype and shape checks of A, B and C when A is complex (``validate_selective_scan`` checks
     the other arguments and A's shape). Raises TypeError / ValueError naming the argument, what was
     received and the fix."""
@@ -60,7 +62,7 @@ def validate_complex(fn: str, u, A, B, C) -> None:
         )
     batch, dim, seqlen = u.shape
     d_state = A.shape[1]
-    groups = {}
+    groups: dict[str, int] = {}
     for name, X in (("B", B), ("C", C)):
         if X.dim() == 2:
             if X.dtype not in complex_ok + real_weight_ok:
@@ -127,17 +129,27 @@ def kernel_bc(X: torch.Tensor, seqlen: int) -> torch.Tensor:
     return torch.stack((X, torch.zeros_like(X)), dim=-1).flatten(-2)
 
 
-def _complex_of(X: torch.Tensor, cdtype, seqlen: int) -> torch.Tensor:
+def _complex_of(X: torch.Tensor, cdtype: torch.dtype, seqlen: int) -> torch.Tensor:
     """A kernel-form B or C as a complex tensor: constant (dim, N); variable (batch, [groups,] N, seqlen)."""
     if X.dim() == 2:
         return X.to(cdtype)
     rdtype = torch.float64 if cdtype == torch.complex128 else torch.float32
-    return torch.view_as_complex(X.to(rdtype).contiguous().unflatten(-1, (seqlen, 2)))
+    # (torch leaves Tensor.unflatten unannotated)
+    return torch.view_as_complex(X.to(rdtype).contiguous().unflatten(-1, (seqlen, 2)))  # type: ignore[no-untyped-call]
 
 
 def selective_scan_complex_ref(
-    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
-):
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    delta_bias: Optional[torch.Tensor] = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """The sequential reference of the complex-A selective scan (the ``ref`` backend): one step per
     timestep in complex64 (complex128 when any input is float64 / complex128), differentiable by
     autograd. Inputs validated; B and C in any accepted form. Returns out in u's dtype and, with
@@ -153,7 +165,7 @@ def selective_scan_complex_ref(
         dt = F.softplus(dt)
     Ac = A.to(cdtype)
 
-    def per_channel(X):  # -> (dim, N) or (batch, dim, N, seqlen)
+    def per_channel(X: torch.Tensor) -> torch.Tensor:  # -> (dim, N) or (batch, dim, N, seqlen)
         Xc = _complex_of(kernel_bc(X, seqlen), cdtype, seqlen)
         if Xc.dim() == 2:
             return Xc
@@ -163,7 +175,7 @@ def selective_scan_complex_ref(
 
     Bc, Cc = per_channel(B), per_channel(C)
     h = torch.zeros(batch, dim, A.shape[1], dtype=cdtype, device=u.device)
-    ys = []
+    ys: list[torch.Tensor] = []
     for t in range(seqlen):
         Bt = Bc if Bc.dim() == 2 else Bc[..., t]
         Ct = Cc if Cc.dim() == 2 else Cc[..., t]

@@ -23,7 +23,7 @@ __all__ = ["PADDING", "check_cu_seqlens", "check_rows", "seq_idx_from_cu_seqlens
 PADDING = -1
 
 
-def check_cu_seqlens(fn: str, cu_seqlens, total: int) -> torch.Tensor:
+def check_cu_seqlens(fn: str, cu_seqlens: object, total: int) -> torch.Tensor:
     """``cu_seqlens`` as an int64 tensor on its own device, after checking the rule above.
 
     Args:
@@ -52,7 +52,9 @@ def check_cu_seqlens(fn: str, cu_seqlens, total: int) -> torch.Tensor:
     return cu
 
 
-def seq_idx_from_cu_seqlens(cu_seqlens, total: int, fn: str = "seq_idx_from_cu_seqlens") -> torch.Tensor:
+def seq_idx_from_cu_seqlens(
+    cu_seqlens: torch.Tensor, total: int, fn: str = "seq_idx_from_cu_seqlens"
+) -> torch.Tensor:
     """(1, total) int32 sequence ids of packed sequences: ``i`` on rows ``[cu_seqlens[i],
     cu_seqlens[i + 1])``, :data:`PADDING` (-1) on the rows from ``cu_seqlens[-1]`` on.
 

@@ -22,7 +22,7 @@ zero-order-hold discretisation with the simplified B; see :func:`selective_scan`
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
@@ -65,7 +65,16 @@ def _has_cuda_kernel(op: str = _FWD) -> bool:
         return True
 
 
-def supports(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> Optional[str]:
+def supports(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    delta_bias: Optional[torch.Tensor] = None,
+) -> Optional[str]:
     """Whether the compiled kernels can run this call.
 
     Args: as :func:`selective_scan` (already validated by ``selective_scan_fn``).
@@ -121,8 +130,17 @@ def supports(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> Optional[str
 
 
 def selective_scan(
-    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
-):
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    delta_bias: Optional[torch.Tensor] = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Selective scan with the compiled kernels (Mamba, arXiv:2312.00752, eq. 2a-2b, Algorithm 2).
 
     For each batch b, channel d, time t (h starts at 0; all arithmetic accumulates in fp32)::

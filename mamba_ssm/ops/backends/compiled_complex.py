@@ -25,6 +25,8 @@ arXiv:2206.11893): ``h_t = exp(dt A) h_{t-1} + dt u_t B_t``, ``y_t = 2 Re(sum_n 
 
 from __future__ import annotations
 
+from typing import Optional, Union
+
 import torch
 
 from mamba_ssm.ops.backends._scan_autograd import bwd_fake, fwd_fake, scan_backward, setup_context
@@ -52,7 +54,16 @@ if _AVAILABLE:  # the real ops' fakes and autograd formula serve these too (same
     )
 
 
-def dtype_reason(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> str | None:
+def dtype_reason(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    delta_bias: Optional[torch.Tensor] = None,
+) -> Optional[str]:
     """Why the complex kernels cannot take these dtypes or B/C forms, or None.
 
     Expects the forms :func:`mamba_ssm.ops.selective_scan_complex.kernel_bc` produces: complex constant
@@ -79,8 +90,17 @@ def dtype_reason(u, delta, A, B, C, D=None, z=None, delta_bias=None) -> str | No
 
 
 def selective_scan(
-    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
-):
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    delta_bias: Optional[torch.Tensor] = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Complex-A selective scan with the compiled kernels (see the module docstring for the math).
 
     Args:

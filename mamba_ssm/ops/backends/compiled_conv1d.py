@@ -22,7 +22,7 @@ Figure 3) and of Mamba-2's SSD (Dao & Gu, arXiv:2405.21060, Figure 6):
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -44,12 +44,12 @@ def available() -> bool:
     return ops is not None and hasattr(ops, "causal_conv1d_fwd")
 
 
-def _channel_last(x) -> bool:
+def _channel_last(x: torch.Tensor) -> bool:
     # The layout rule of csrc/binding_conv1d_common.h (conv_channel_last): outputs follow x's layout.
     return x.shape[2] > 1 and x.shape[1] > 1 and x.stride(2) != 1 and x.stride(1) == 1
 
 
-def _empty_like_layout(x, dtype=None):
+def _empty_like_layout(x: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     # A plain tensor (never a view: the op's outputs take in-place updates), strided as the binding's.
     b, d, l = x.shape
     dtype = dtype or x.dtype
@@ -63,18 +63,36 @@ from mamba_ssm import _loader  # noqa: E402
 _loader.load()  # (done already when the dispatcher imports this module; once per process, never raises)
 _AVAILABLE = available()
 # The overload itself (a decode step is short enough for the overload lookup to show).
-_update_op = torch.ops.mamba_ssm.causal_conv1d_update.default if _AVAILABLE else None
+_update_op: Optional[Callable[..., torch.Tensor]] = (
+    torch.ops.mamba_ssm.causal_conv1d_update.default if _AVAILABLE else None
+)
 
 if _AVAILABLE:
 
-    @torch.library.register_fake(_FWD)
-    def _fwd_fake(x, weight, bias, seq_idx, initial_states, silu):
+    def _fwd_fake(
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: Optional[torch.Tensor],
+        seq_idx: Optional[torch.Tensor],
+        initial_states: Optional[torch.Tensor],
+        silu: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         final = torch.empty((x.shape[0], x.shape[1], weight.shape[1] - 1), dtype=x.dtype, device=x.device)
         return _empty_like_layout(x), final
 
-    @torch.library.register_fake(_BWD)
-    def _bwd_fake(x, weight, bias, seq_idx, initial_states, dout, dfinal_states, silu):
-        def opt(t):
+    torch.library.register_fake(_FWD)(_fwd_fake)
+
+    def _bwd_fake(
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: Optional[torch.Tensor],
+        seq_idx: Optional[torch.Tensor],
+        initial_states: Optional[torch.Tensor],
+        dout: torch.Tensor,
+        dfinal_states: Optional[torch.Tensor],
+        silu: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        def opt(t: Optional[torch.Tensor]) -> torch.Tensor:
             if t is None:
                 return torch.empty((0,), dtype=torch.float32, device=x.device)
             return torch.empty(t.shape, dtype=t.dtype, device=t.device)
@@ -86,24 +104,38 @@ if _AVAILABLE:
             opt(initial_states),
         )
 
-    @torch.library.register_fake(_UPDATE)
-    def _update_fake(x, conv_state, weight, bias, silu, cache_seqlens, conv_state_indices):
+    torch.library.register_fake(_BWD)(_bwd_fake)
+
+    def _update_fake(
+        x: torch.Tensor,
+        conv_state: torch.Tensor,
+        weight: torch.Tensor,
+        bias: Optional[torch.Tensor],
+        silu: bool,
+        cache_seqlens: Optional[torch.Tensor],
+        conv_state_indices: Optional[torch.Tensor],
+    ) -> torch.Tensor:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
-    @torch.library.register_fake(_VARLEN)
-    def _varlen_fake(x, cu_seqlens, state_len):
+    torch.library.register_fake(_UPDATE)(_update_fake)
+
+    def _varlen_fake(x: torch.Tensor, cu_seqlens: torch.Tensor, state_len: int) -> torch.Tensor:
         batch, dim = cu_seqlens.shape[0] - 1, x.shape[1]
         return torch.empty_strided(
             (batch, dim, state_len), (state_len * dim, 1, dim), dtype=x.dtype, device=x.device
         )
 
-    def _setup_context(ctx, inputs, output):
+    torch.library.register_fake(_VARLEN)(_varlen_fake)
+
+    def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         x, weight, bias, seq_idx, initial_states, silu = inputs
         ctx.save_for_backward(x, weight, bias, seq_idx, initial_states)
         ctx.silu = silu
         ctx.has = (bias is not None, initial_states is not None)
 
-    def _backward(ctx, dout, dfinal_states):
+    def _backward(
+        ctx: Any, dout: Optional[torch.Tensor], dfinal_states: Optional[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], None, Optional[torch.Tensor], None]:
         x, weight, bias, seq_idx, initial_states = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(x)
@@ -123,7 +155,7 @@ def _has_cuda_kernel() -> bool:
         return True
 
 
-def supports(x, weight, *others) -> Optional[str]:
+def supports(x: torch.Tensor, weight: torch.Tensor, *others: Optional[torch.Tensor]) -> Optional[str]:
     """Whether the compiled conv kernels can run this call.
 
     Args:
@@ -168,7 +200,7 @@ def supports(x, weight, *others) -> Optional[str]:
     return None
 
 
-def supports_varlen(x, cu_seqlens) -> Optional[str]:
+def supports_varlen(x: torch.Tensor, cu_seqlens: torch.Tensor) -> Optional[str]:
     """:func:`supports` for :func:`varlen_states` (a copy: any dtype of 2, 4 or 8 bytes)."""
     if not _AVAILABLE:
         return "this mamba_ssm._C was built without the causal conv1d kernels (an older build)"
@@ -183,7 +215,14 @@ def supports_varlen(x, cu_seqlens) -> Optional[str]:
     return None
 
 
-def conv1d(x, weight, bias=None, seq_idx=None, initial_states=None, silu=False):
+def conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    silu: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal depthwise conv1d with the compiled kernels; differentiable in x, weight, bias and
     initial_states.
 
@@ -201,10 +240,21 @@ def conv1d(x, weight, bias=None, seq_idx=None, initial_states=None, silu=False):
     Raises:
         RuntimeError: from the kernels for shapes they reject (the message names the argument).
     """
-    return torch.ops.mamba_ssm.causal_conv1d_fwd(x, weight, bias, seq_idx, initial_states, bool(silu))
+    out, final_states = torch.ops.mamba_ssm.causal_conv1d_fwd(
+        x, weight, bias, seq_idx, initial_states, bool(silu)
+    )
+    return out, final_states
 
 
-def update(x, conv_state, weight, bias=None, silu=False, cache_seqlens=None, conv_state_indices=None):
+def update(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    silu: bool = False,
+    cache_seqlens: Optional[torch.Tensor] = None,
+    conv_state_indices: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """Decode step(s) with the compiled kernels; ``conv_state`` is updated in place.
 
     Args:
@@ -216,11 +266,16 @@ def update(x, conv_state, weight, bias=None, silu=False, cache_seqlens=None, con
 
     Returns:
         out with x's shape and dtype.
+
+    Raises:
+        RuntimeError: this ``mamba_ssm._C`` has no conv ops (:func:`supports` says so beforehand).
     """
+    if _update_op is None:
+        raise RuntimeError("this mamba_ssm._C was built without the causal conv1d kernels (an older build)")
     return _update_op(x, conv_state, weight, bias, bool(silu), cache_seqlens, conv_state_indices)
 
 
-def varlen_states(x, cu_seqlens, state_len):
+def varlen_states(x: torch.Tensor, cu_seqlens: torch.Tensor, state_len: int) -> torch.Tensor:
     """The last ``state_len`` inputs of each packed sequence (zero-padded on the left).
 
     Args:
@@ -231,4 +286,5 @@ def varlen_states(x, cu_seqlens, state_len):
     Returns:
         (batch, dim, state_len) in x's dtype, laid out as a (batch, state_len, dim) tensor in memory.
     """
-    return torch.ops.mamba_ssm.causal_conv1d_varlen_states(x, cu_seqlens, int(state_len))
+    states: torch.Tensor = torch.ops.mamba_ssm.causal_conv1d_varlen_states(x, cu_seqlens, int(state_len))
+    return states

@@ -9,7 +9,7 @@ triton), so both paths import it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, List, NamedTuple, Optional, Union, overload
 
 import torch
 
@@ -49,6 +49,14 @@ def rotate(x: torch.Tensor, theta: torch.Tensor, pairing: str) -> torch.Tensor:
     return torch.cat([r1, x[..., a:half], r2, x[..., half + a :]], dim=-1)
 
 
+@overload
+def drop_padding(
+    out: torch.Tensor, states: Mamba3States, seq_idx: Optional[torch.Tensor]
+) -> tuple[torch.Tensor, Mamba3States]: ...
+@overload
+def drop_padding(
+    out: torch.Tensor, states: None, seq_idx: Optional[torch.Tensor]
+) -> tuple[torch.Tensor, None]: ...
 def drop_padding(
     out: torch.Tensor, states: Optional[Mamba3States], seq_idx: Optional[torch.Tensor]
 ) -> tuple[torch.Tensor, Optional[Mamba3States]]:
@@ -70,11 +78,11 @@ def drop_padding(
 
 def per_sequence(
     scan: Callable[..., Any],
-    arguments: Dict[str, Any],
+    arguments: dict[str, Any],
     initial_states: Optional[Mamba3States],
     cu_seqlens: torch.Tensor,
     return_final_states: bool,
-) -> Union[torch.Tensor, Tuple[torch.Tensor, Mamba3States]]:
+) -> Union[torch.Tensor, tuple[torch.Tensor, Mamba3States]]:
     """Packed sequences (batch 1, ``cu_seqlens``, checked) one at a time through ``scan`` (a chunked
     scan with the arguments of :func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_chunk_scan_torch`;
     ``arguments``: its keyword arguments but initial_states, seq_idx, cu_seqlens and
@@ -85,7 +93,8 @@ def per_sequence(
     cdtype = compute_dtype(v)
     R, n, h, p = q.shape[2], q.shape[-1], v.shape[2], v.shape[3]
     a = arguments["angles"].shape[-1]
-    outs, finals = [], []
+    outs: List[torch.Tensor] = []
+    finals: List[Mamba3States] = []
     bounds = cu_seqlens.to(torch.long).tolist()
     for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
         init = None if initial_states is None else Mamba3States(*(s[i : i + 1] for s in initial_states))

@@ -53,9 +53,12 @@ from __future__ import annotations
 
 import math
 import os
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Literal, Optional, Sequence, Tuple, Union
 
 import torch
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["DEFAULT_MEMORY_BUDGET", "plan_chunks", "selective_scan", "selective_scan_with_state"]
 
@@ -73,6 +76,11 @@ _DEVICE_BUDGETS = {"cpu": DEFAULT_MEMORY_BUDGET, "cuda": 1024 * 1024 * 1024}
 #: Buffers of shape (batch, dim, segment, d_state) alive at once in backward (a, b, h, g, products).
 _BUFFERS = 6
 _MIN_CHUNK, _MAX_CHUNK = 4, 128
+#: The core's gradients (du, ddt, dA, dB, dC, dh0), None where none is wanted.
+_CoreGrads = tuple[
+    Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor],
+    Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor],
+]  # fmt: skip
 #: log2(e): the decays are computed as exp2(delta * A log2 e), because torch's CPU exp2 takes about a third
 #: of exp's time (0.36 vs 1.14 ns per fp32 element, AVX-512 ATen kernels, one thread), and exp2 is the
 #: same function of the scaled argument.
@@ -152,7 +160,7 @@ def _segments(seqlen: int, segment: int, chunk: int) -> List[Tuple[int, int, int
 # matrix products.
 
 
-def _bc_layout(X: torch.Tensor, cdtype) -> torch.Tensor:
+def _bc_layout(X: torch.Tensor, cdtype: torch.dtype) -> torch.Tensor:
     """B or C for the whole call, in the compute dtype: variable (Bt, G, L, N) -> time-major (L, Bt, G, N)
     (:func:`_time_major`); constant (G, H, N) -> (1, 1, G, 1, H, N), which broadcasts against the chunk
     layout."""
@@ -174,7 +182,7 @@ def _dot_n(x: torch.Tensor, X: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
     return torch.mul(x, X, out=buf).sum(-1)
 
 
-def _time_major(x: torch.Tensor, cdtype) -> torch.Tensor:
+def _time_major(x: torch.Tensor, cdtype: torch.dtype) -> torch.Tensor:
     """(*P, L) -> (L, *P), contiguous in the compute dtype. Time innermost (x.stride(-1) == 1): one 2-D
     transpose (torch copies a 2-D transpose about 4x faster than the same permutation of a 4-D tensor:
     110 vs 414 us for (2, 1, 64, 1024) fp32, one thread); time already strided (a transposed view, as
@@ -209,10 +217,12 @@ class _Workspace:
     """Big per-segment buffers, allocated once per call and reused by every segment: a fresh multi-MiB
     tensor per op costs page faults (measured: exp of a fresh product 3x slower than in place)."""
 
-    def __init__(self, dtype, device):
+    bufs: dict[str, torch.Tensor]
+
+    def __init__(self, dtype: torch.dtype, device: torch.device) -> None:
         self.dtype, self.device, self.bufs = dtype, device, {}
 
-    def get(self, name: str, shape) -> torch.Tensor:
+    def get(self, name: str, shape: Sequence[int]) -> torch.Tensor:
         numel = 1
         for d in shape:
             numel *= d
@@ -308,7 +318,17 @@ class _ScanCore(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, u, dt, A, B, C, h0, segment, chunk):
+    def forward(
+        ctx: Any,
+        u: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        h0: Optional[torch.Tensor],
+        segment: int,
+        chunk: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         segs = _segments(u.shape[-1], segment, chunk)
         y, cur, starts = _scan_forward(u, dt, A, B, C, h0, segs)
         ctx.save_for_backward(u, dt, A, B, C, *starts)
@@ -317,7 +337,9 @@ class _ScanCore(torch.autograd.Function):
         return y, cur
 
     @staticmethod
-    def backward(ctx, dy, dlast):
+    def backward(
+        ctx: Any, dy: Optional[torch.Tensor], dlast: Optional[torch.Tensor]
+    ) -> tuple[Optional[torch.Tensor], ...]:
         u, dt, A, B, C, *starts = ctx.saved_tensors
         grads = _scan_backward(u, dt, A, B, C, starts, ctx.has_h0, dy, dlast, ctx.segs, ctx.needs_input_grad)
         return (*grads, None, None)
@@ -344,30 +366,46 @@ class _CpuThreads:
     """The core's CPU ops run with :func:`_scan_threads` intra-op threads; torch's count is restored after
     (see the module docstring for why)."""
 
-    def __init__(self, device_type: str):
+    def __init__(self, device_type: str) -> None:
         want = _scan_threads() if device_type == "cpu" else 0
         self.prev = torch.get_num_threads() if want else 0
         self.want = want if want and want != self.prev else 0
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         if self.want:
             torch.set_num_threads(self.want)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         if self.want:
             torch.set_num_threads(self.prev)
         return False
 
 
-def _scan_forward(u, dt, A, B, C, h0, segs):
+def _scan_forward(
+    u: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    h0: Optional[torch.Tensor],
+    segs: Sequence[Tuple[int, int, int]],
+) -> tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
     """The core's forward (shapes: :class:`_ScanCore`): returns (y, last state, the state entering each
     segment)."""
     with _CpuThreads(u.device.type):
         return _scan_forward_core(u, dt, A, B, C, h0, segs)
 
 
-def _scan_forward_core(u, dt, A, B, C, h0, segs):
+def _scan_forward_core(
+    u: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    h0: Optional[torch.Tensor],
+    segs: Sequence[Tuple[int, int, int]],
+) -> tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
     cdtype = A.dtype
     bt, g, hh, seqlen = u.shape
     n = A.shape[-1]
@@ -378,7 +416,7 @@ def _scan_forward_core(u, dt, A, B, C, h0, segs):
     Bl, Cl = _bc_layout(B, cdtype), _bc_layout(C, cdtype)
     ytm = torch.empty(seqlen, bt, g, hh, dtype=cdtype, device=u.device)
     cur = torch.zeros(bt, g, hh, n, dtype=cdtype, device=u.device) if h0 is None else h0.to(cdtype)
-    starts = []
+    starts: List[torch.Tensor] = []
     ws = _Workspace(cdtype, u.device)
     for s, e, t in segs:
         starts.append(cur)
@@ -397,21 +435,48 @@ def _scan_forward_core(u, dt, A, B, C, h0, segs):
     return _from_time_major(ytm), cur, starts
 
 
-def _scan_backward(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
+def _scan_backward(
+    u: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    starts: Sequence[torch.Tensor],
+    has_h0: bool,
+    dy: Optional[torch.Tensor],
+    dlast: Optional[torch.Tensor],
+    segs: Sequence[Tuple[int, int, int]],
+    need: Sequence[bool],
+) -> _CoreGrads:
     """The core's backward: (du, ddt, dA, dB, dC, dh0), None where ``need`` (needs_input_grad of
     u, dt, A, B, C, h0) says no gradient is wanted."""
     with _CpuThreads(u.device.type):
         return _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need)
 
 
-def _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
+def _scan_backward_core(
+    u: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    starts: Sequence[torch.Tensor],
+    has_h0: bool,
+    dy: Optional[torch.Tensor],
+    dlast: Optional[torch.Tensor],
+    segs: Sequence[Tuple[int, int, int]],
+    need: Sequence[bool],
+) -> _CoreGrads:
     cdtype = A.dtype
     bt, g, hh, seqlen = u.shape
     n = A.shape[-1]
     A6 = A.reshape(1, 1, g, 1, hh, n)
     A2 = A6 * _LOG2E
     var_b, var_c = B.dim() == 4, C.dim() == 4
-    new = lambda *shape: torch.empty(*shape, dtype=cdtype, device=u.device)  # noqa: E731
+
+    def new(*shape: int) -> torch.Tensor:
+        return torch.empty(*shape, dtype=cdtype, device=u.device)
+
     # Time-major ((L, Bt, G, H) / (L, Bt, G, N)) per-step inputs and gradients, as in the forward.
     dtm, utm = _time_major(dt, cdtype), _time_major(u, cdtype)
     Bl, Cl = _bc_layout(B, cdtype), _bc_layout(C, cdtype)
@@ -441,31 +506,32 @@ def _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
         tmp = ws.get("tmp", shape)
         hbuf = _forward_states(a, torch.mul(dtu, Bs, out=tmp), dts, A2, h0, ws.get("h", (t + 1,) + shape[1:]))
         if need[4]:
-            if var_c:  # sum over the group's channels: (1, H) @ (H, N) per (step, batch, group, chunk)
+            # variable C: sum over the group's channels, (1, H) @ (H, N) per (step, batch, group, chunk)
+            if dCtm is not None:
                 _tm_put(dCtm, s, e, torch.matmul(dys.transpose(-1, -2), hbuf[1:]).squeeze(-2))
-            else:
+            elif dC is not None:
                 dC += torch.mul(hbuf[1:], dys, out=tmp).sum((0, 1, 3))
         gs, carry = _reverse_states(a, torch.mul(dys, Cs, out=tmp), dts, A2, carry, ws.get("g", shape))
         if need[0] or need[1] or need[3]:
             gBn = _dot_n(gs, Bs, tmp).unsqueeze(-1)
-            if need[0]:
+            if dutm is not None:
                 _tm_put(dutm, s, e, (dts * gBn).squeeze(-1))
             if need[3]:
-                if var_b:
+                if dBtm is not None:
                     _tm_put(dBtm, s, e, torch.matmul(dtu.transpose(-1, -2), gs).squeeze(-2))
-                else:
+                elif dB is not None:
                     dB += torch.mul(gs, dtu, out=tmp).sum((0, 1, 3))
         if need[1] or need[2]:
             q = torch.mul(gs, a, out=tmp)
             q *= hbuf[:-1]
-            if need[1]:
+            if ddttm is not None:
                 qA = torch.mul(q, A6, out=a).sum(-1, keepdim=True)  # a is no longer needed
                 _tm_put(ddttm, s, e, (qA + us * gBn).squeeze(-1))
-            if need[2]:
+            if dA is not None:
                 dA += q.mul_(dts).sum((0, 1, 3))
     del ws
-    du = _from_time_major(dutm) if need[0] else None
-    ddt = _from_time_major(ddttm) if need[1] else None
+    du = _from_time_major(dutm) if dutm is not None else None
+    ddt = _from_time_major(ddttm) if ddttm is not None else None
     # Variable dB / dC in B's and C's (Bt, G, L, N) layout, contiguous.
     if dBtm is not None:
         dB = dBtm.permute(1, 2, 0, 3).contiguous()
@@ -481,12 +547,12 @@ def _scan_backward_core(u, dt, A, B, C, starts, has_h0, dy, dlast, segs, need):
 # non-contiguous `out=` tensor"). Eager calls keep using _ScanCore directly (no dispatcher overhead).
 
 
-def _fresh(x: torch.Tensor, *inputs) -> torch.Tensor:
+def _fresh(x: torch.Tensor, *inputs: Optional[torch.Tensor]) -> torch.Tensor:
     """x, copied when it is one of ``inputs`` (a custom op's outputs may not alias its inputs)."""
     return x.clone() if any(x is i for i in inputs if i is not None) else x
 
 
-def _define_core_op():
+def _define_core_op() -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     from torch.library import custom_op, register_fake
 
     ns = "mamba_ssm_torch_scan"
@@ -507,8 +573,16 @@ def _define_core_op():
         stacked = torch.stack(starts) if starts else last.new_empty((0,) + tuple(last.shape))
         return y, _fresh(last, h0), stacked
 
-    @register_fake(f"{ns}::scan_fwd")
-    def _(u, dt, A, B, C, h0, segment, chunk):
+    def scan_fwd_fake(
+        u: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        h0: Optional[torch.Tensor],
+        segment: int,
+        chunk: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         bt, g, hh, seqlen = u.shape
         n = A.shape[-1]
         nseg = len(_segments(seqlen, segment, chunk))
@@ -517,6 +591,8 @@ def _define_core_op():
             u.new_empty((bt, g, hh, n), dtype=A.dtype),
             u.new_empty((nseg, bt, g, hh, n), dtype=A.dtype),
         )
+
+    register_fake(f"{ns}::scan_fwd")(scan_fwd_fake)
 
     @custom_op(f"{ns}::scan_bwd", mutates_args=())
     def scan_bwd(
@@ -537,13 +613,29 @@ def _define_core_op():
         # Not wanted: an empty tensor (a custom op returns tensors), turned back into None below.
         return [u.new_empty((0,), dtype=A.dtype) if x is None else _fresh(x, dlast) for x in grads]
 
-    @register_fake(f"{ns}::scan_bwd")
-    def _(u, dt, A, B, C, starts, dy, dlast, segment, chunk, need):
+    def scan_bwd_fake(
+        u: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        starts: torch.Tensor,
+        dy: torch.Tensor,
+        dlast: torch.Tensor,
+        segment: int,
+        chunk: int,
+        need: List[bool],
+    ) -> List[torch.Tensor]:
         bt, g, hh, seqlen = u.shape
         n = A.shape[-1]
-        like = lambda x: u.new_empty(tuple(x.shape), dtype=A.dtype)  # noqa: E731
-        bc = lambda X: u.new_empty((bt, g, seqlen, n) if X.dim() == 4 else tuple(X.shape), dtype=A.dtype)  # noqa: E731
-        shapes = [
+
+        def like(x: torch.Tensor) -> torch.Tensor:
+            return u.new_empty(tuple(x.shape), dtype=A.dtype)
+
+        def bc(X: torch.Tensor) -> torch.Tensor:
+            return u.new_empty((bt, g, seqlen, n) if X.dim() == 4 else tuple(X.shape), dtype=A.dtype)
+
+        shapes: List[Callable[[], torch.Tensor]] = [
             lambda: like(u),
             lambda: like(u),
             lambda: like(A),
@@ -553,13 +645,17 @@ def _define_core_op():
         ]
         return [make() if want else u.new_empty((0,), dtype=A.dtype) for make, want in zip(shapes, need)]
 
-    def setup_context(ctx, inputs, output):
+    register_fake(f"{ns}::scan_bwd")(scan_bwd_fake)
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         u, dt, A, B, C, h0, segment, chunk = inputs
         ctx.save_for_backward(u, dt, A, B, C, output[2])
         ctx.segment, ctx.chunk = segment, chunk
         ctx.h0_shape = None if h0 is None else tuple(h0.shape)
 
-    def backward(ctx, dy, dlast, _dstarts):
+    def backward(
+        ctx: Any, dy: Optional[torch.Tensor], dlast: Optional[torch.Tensor], _dstarts: Optional[torch.Tensor]
+    ) -> tuple[Optional[torch.Tensor], ...]:
         u, dt, A, B, C, starts = ctx.saved_tensors
         need = [bool(x) for x in ctx.needs_input_grad[:6]]
         need[5] = need[5] and ctx.h0_shape is not None
@@ -577,6 +673,7 @@ def _define_core_op():
     return scan_fwd
 
 
+_CORE_OP: Optional[Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]
 try:  # at import: defining it while Dynamo traces a call would not work
     _CORE_OP = _define_core_op()
 except (ImportError, AttributeError, TypeError):  # torch < 2.4: no torch.library.custom_op
@@ -607,19 +704,19 @@ def _canonical_bc(X: torch.Tensor, batch: int, dim: int, groups: int) -> torch.T
 
 
 def selective_scan_with_state(
-    u,
-    delta,
-    A,
-    B,
-    C,
-    D=None,
-    z=None,
-    delta_bias=None,
-    delta_softplus=False,
-    initial_state=None,
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    delta_bias: Optional[torch.Tensor] = None,
+    delta_softplus: bool = False,
+    initial_state: Optional[torch.Tensor] = None,
     segment: Optional[int] = None,
     chunk: Optional[int] = None,
-):
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Selective scan starting from ``initial_state`` (batch, dim, d_state); returns (out, last_state).
 
     Same shapes and semantics as :func:`selective_scan` (inputs are assumed validated), plus the
@@ -672,8 +769,17 @@ def selective_scan_with_state(
 
 
 def selective_scan(
-    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
-):
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    delta_bias: Optional[torch.Tensor] = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """The PyTorch fallback of :func:`mamba_ssm.ops.selective_scan_interface.selective_scan_fn`.
 
     Args (validated by ``selective_scan_fn``): u, delta (batch, dim, seqlen); A (dim, d_state) real;
@@ -689,10 +795,10 @@ def selective_scan(
 
 
 class _nullcontext:  # noqa: N801 - contextlib.nullcontext's name
-    def __enter__(self):
+    def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
 

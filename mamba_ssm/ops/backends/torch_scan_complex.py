@@ -14,6 +14,8 @@ gradients around it (and keeps the real part for the real inputs u and dt).
 
 from __future__ import annotations
 
+from typing import Any, Optional, Union, overload
+
 import torch
 import torch.nn.functional as F
 
@@ -22,11 +24,15 @@ from mamba_ssm.ops.backends import torch_scan as _ts
 __all__ = ["selective_scan"]
 
 
-def _conj(x):
+@overload
+def _conj(x: torch.Tensor) -> torch.Tensor: ...
+@overload
+def _conj(x: None) -> None: ...
+def _conj(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return None if x is None else torch.conj_physical(x)
 
 
-def _real(x):
+def _real(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return None if x is None else x.real.contiguous()
 
 
@@ -35,7 +41,16 @@ class _ComplexCore(torch.autograd.Function):
     (y = sum_n C h complex (Bt, G, H, L), last state complex (Bt, G, H, N))."""
 
     @staticmethod
-    def forward(ctx, u, dt, A, B, C, segment, chunk):
+    def forward(
+        ctx: Any,
+        u: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        segment: int,
+        chunk: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         segs = _ts._segments(u.shape[-1], segment, chunk)
         y, last, starts = _ts._scan_forward(u, dt, A, B, C, None, segs)
         ctx.save_for_backward(u, dt, A, B, C, *starts)
@@ -43,7 +58,17 @@ class _ComplexCore(torch.autograd.Function):
         return y, last
 
     @staticmethod
-    def backward(ctx, dy, dlast):
+    def backward(
+        ctx: Any, dy: Optional[torch.Tensor], dlast: Optional[torch.Tensor]
+    ) -> tuple[
+        Optional[torch.Tensor],
+        Optional[torch.Tensor],
+        Optional[torch.Tensor],
+        Optional[torch.Tensor],
+        Optional[torch.Tensor],
+        None,
+        None,
+    ]:
         u, dt, A, B, C, *starts = ctx.saved_tensors
         need = tuple(ctx.needs_input_grad[:5]) + (False,)
         du, ddt, dA, dB, dC, _ = _ts._scan_backward(
@@ -53,8 +78,17 @@ class _ComplexCore(torch.autograd.Function):
 
 
 def selective_scan(
-    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
-):
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    delta_bias: Optional[torch.Tensor] = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Complex-A selective scan in PyTorch (CPU and CUDA, any d_state), differentiable in every tensor.
 
     Args (validated by ``selective_scan_fn``; B and C in the kernel form of
@@ -88,10 +122,11 @@ def selective_scan(
                 groups = _ts._lcm(groups, X.shape[1])
         hh = dim // groups
 
-        def core_bc(X):
+        def core_bc(X: torch.Tensor) -> torch.Tensor:
             if X.dim() == 2:
                 return _ts._canonical_bc(X.to(cdtype), batch, dim, groups)
-            Xc = torch.view_as_complex(X.to(rdtype).contiguous().unflatten(-1, (seqlen, 2)))
+            # (torch leaves Tensor.unflatten unannotated)
+            Xc = torch.view_as_complex(X.to(rdtype).contiguous().unflatten(-1, (seqlen, 2)))  # type: ignore[no-untyped-call]
             return _ts._canonical_bc(Xc, batch, dim, groups)
 
         segment, chunk = _ts.plan_chunks(

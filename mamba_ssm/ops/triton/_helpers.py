@@ -4,14 +4,15 @@ SSD stage functions), light: nothing here imports triton."""
 from __future__ import annotations
 
 import importlib.metadata
-from typing import Callable, Iterable, Optional
+from types import ModuleType
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 
 __all__ = ["init_to_zero", "require", "stage_route", "triton_at_least", "triton_version"]
 
 
-def triton_version() -> Optional[tuple]:
+def triton_version() -> Optional[tuple[int, int, int]]:
     """The installed triton's (major, minor, patch) from its distribution metadata (triton itself is not
     imported), or None when it is not installed."""
     for dist in ("triton", "pytorch-triton-rocm", "pytorch-triton"):
@@ -19,11 +20,12 @@ def triton_version() -> Optional[tuple]:
             text = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             continue
-        parts = []
+        parts: list[int] = []
         for piece in text.split("+")[0].split(".")[:3]:
             digits = "".join(ch for ch in piece if ch.isdigit())
             parts.append(int(digits) if digits else 0)
-        return tuple(parts + [0] * (3 - len(parts)))
+        major, minor, patch = parts + [0] * (3 - len(parts))
+        return (major, minor, patch)
     return None
 
 
@@ -33,12 +35,12 @@ def triton_at_least(*version: int) -> bool:
     return have is not None and have >= tuple(version) + (0,) * (3 - len(version))
 
 
-def init_to_zero(names: Iterable[str]) -> Callable[[dict], None]:
+def init_to_zero(names: Iterable[str]) -> Callable[[dict[str, Any]], None]:
     """A Triton autotune ``pre_hook``: zero the kernel arguments ``names`` (those that are not None)
     before each benchmarked launch, for kernels that accumulate into their outputs."""
     names = tuple(names)
 
-    def hook(nargs):
+    def hook(nargs: dict[str, Any]) -> None:
         for name in names:
             if nargs.get(name) is not None:
                 nargs[name].zero_()
@@ -46,7 +48,7 @@ def init_to_zero(names: Iterable[str]) -> Callable[[dict], None]:
     return hook
 
 
-def require(fn: str, name: str, t, shape) -> None:
+def require(fn: str, name: str, t: object, shape: Sequence[Optional[int]]) -> None:
     """Raise ValueError unless tensor ``t`` has ``shape`` (a tuple; None entries match any size)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -55,13 +57,19 @@ def require(fn: str, name: str, t, shape) -> None:
         raise ValueError(f"{fn}: {name} must have shape {want}, got {tuple(t.shape)}")
 
 
-def stage_route(tensor, chunk_size, **tensors):
+def stage_route(
+    tensor: torch.Tensor, chunk_size: int, **tensors: Optional[torch.Tensor]
+) -> Optional[ModuleType]:
     """The Triton SSD kernels module when an SSD stage call on ``tensor``'s device runs on them (CUDA/ROCm
     with triton, float32/float16/bfloat16, a chunk_size and sizes they take), else None (the PyTorch
     stages run; a GPU call falls back through the dispatcher, which says why)."""
     from mamba_ssm.ops.triton import _route
 
-    def why_not():
-        return _route.kernels().ssd.stage_unsupported(chunk_size, **tensors)
+    def why_not() -> Optional[str]:
+        reason: Optional[str] = _route.kernels().ssd.stage_unsupported(chunk_size, **tensors)
+        return reason
 
-    return _route.kernels().ssd if _route.use_triton("ssd_chunk_scan", tensor, why_not) else None
+    if not _route.use_triton("ssd_chunk_scan", tensor, why_not):
+        return None
+    ssd: ModuleType = _route.kernels().ssd
+    return ssd

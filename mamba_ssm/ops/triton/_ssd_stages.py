@@ -26,6 +26,8 @@ padding has S_c = 0 and carries nothing).
 
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 import torch
 import torch.nn.functional as F
 
@@ -45,10 +47,10 @@ __all__ = [
     "varlen_states",
 ]
 
-NO_LIMIT = (0.0, float("inf"))
+NO_LIMIT: tuple[float, float] = (0.0, float("inf"))
 
 
-def compute_dtype(*tensors) -> torch.dtype:
+def compute_dtype(*tensors: Optional[torch.Tensor]) -> torch.dtype:
     """float64 when any tensor is float64, else float32."""
     return (
         torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
@@ -56,10 +58,11 @@ def compute_dtype(*tensors) -> torch.dtype:
 
 
 def nchunks(seqlen: int, chunk_size: int) -> int:
+    """The number of chunks of ``chunk_size`` that cover ``seqlen`` (the last one may be partial)."""
     return -(-seqlen // chunk_size)
 
 
-def chunked(t, chunk_size: int):
+def chunked(t: torch.Tensor, chunk_size: int) -> torch.Tensor:
     """(batch, seqlen, ...) -> (batch, nchunks, chunk_size, ...), zero-padded."""
     b, l = t.shape[:2]
     nc = nchunks(l, chunk_size)
@@ -69,12 +72,19 @@ def chunked(t, chunk_size: int):
     return t.reshape(b, nc, chunk_size, *t.shape[2:])
 
 
-def per_head(t, nheads: int):
+def per_head(t: torch.Tensor, nheads: int) -> torch.Tensor:
     """(..., ngroups, n) -> (..., nheads, n): head h uses group h // (nheads / ngroups)."""
     return t.repeat_interleave(nheads // t.shape[-2], dim=-2)
 
 
-def chunk_cumsum(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=NO_LIMIT):
+def chunk_cumsum(
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    chunk_size: int,
+    dt_bias: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = NO_LIMIT,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """dt (batch, seqlen, nheads), A (nheads,) -> (cs, dt'), each (batch, nheads, nchunks, chunk_size)
     in the compute dtype. ``dt_limit`` (0, inf) means no clamp."""
     cd = compute_dtype(dt, A)
@@ -91,7 +101,7 @@ def chunk_cumsum(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=NO
     return cs, d
 
 
-def chunk_seq(seq_idx, chunk_size):
+def chunk_seq(seq_idx: torch.Tensor, chunk_size: int) -> torch.Tensor:
     """seq_idx (batch, seqlen) -> (batch, nchunks, chunk_size); the padded tail repeats the last id."""
     b, l = seq_idx.shape
     pad = nchunks(l, chunk_size) * chunk_size - l
@@ -100,12 +110,12 @@ def chunk_seq(seq_idx, chunk_size):
     return seq_idx.reshape(b, -1, chunk_size)
 
 
-def _prev_seq(sc):
+def _prev_seq(sc: torch.Tensor) -> torch.Tensor:
     """(batch, nchunks): the sequence of the state entering each chunk (chunk 0: the first token's)."""
     return torch.cat([sc[:, :1, 0], sc[:, :-1, -1]], dim=1)
 
 
-def carry_mask(seq_idx, chunk_size):
+def carry_mask(seq_idx: torch.Tensor, chunk_size: int) -> torch.Tensor:
     """(batch, nchunks) bool: the state entering a chunk is carried through it (it ends in the state's
     sequence, which is not padding)."""
     sc = chunk_seq(seq_idx, chunk_size)
@@ -113,7 +123,13 @@ def carry_mask(seq_idx, chunk_size):
     return (_prev_seq(sc) == last) & (last >= 0)
 
 
-def bmm_chunk(a, b, chunk_size, seq_idx=None, causal=False):
+def bmm_chunk(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    chunk_size: int,
+    seq_idx: Optional[torch.Tensor] = None,
+    causal: bool = False,
+) -> torch.Tensor:
     """a, b (batch, seqlen, k) or (batch, seqlen, ngroups, k) -> out (batch, nchunks, [ngroups,] Q, Q),
     ``out[..., i, j] = a_i . b_j`` within each chunk (0 past seqlen); with seq_idx 0 where i and j are of
     different sequences; with ``causal`` 0 above the diagonal. In the compute dtype."""
@@ -136,7 +152,13 @@ def bmm_chunk(a, b, chunk_size, seq_idx=None, causal=False):
     return out
 
 
-def chunk_state(B, x, dt, cs, seq_idx=None):
+def chunk_state(
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    cs: torch.Tensor,
+    seq_idx: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """Each chunk's end state from its own inputs: (batch, nchunks, nheads, headdim, dstate).
 
     B (batch, seqlen, ngroups, dstate), x (batch, seqlen, nheads, headdim), dt' and cs (batch, nheads,
@@ -153,7 +175,12 @@ def chunk_state(B, x, dt, cs, seq_idx=None):
     return torch.einsum("bcjhn,bhcj,bcjhp->bchpn", Bc, w, xc)
 
 
-def state_passing(states, cs_end, initial_states=None, carry=None):
+def state_passing(
+    states: torch.Tensor,
+    cs_end: torch.Tensor,
+    initial_states: Optional[torch.Tensor] = None,
+    carry: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """H_0 = initial_states (or 0), H_{c+1} = exp(cs_end(c)) H_c [carry] + S_c.
 
     states (batch, nchunks, nheads, ...), cs_end (batch, nheads, nchunks), carry (batch, nchunks) bool or
@@ -169,7 +196,7 @@ def state_passing(states, cs_end, initial_states=None, carry=None):
         if initial_states is not None
         else states.new_zeros(b, h, *states.shape[3:])
     )
-    entering = []
+    entering: list[torch.Tensor] = []
     for c in range(nc):
         entering.append(cur)
         cur = decay[:, c].reshape(b, h, *tail) * cur + states[:, c]
@@ -177,7 +204,17 @@ def state_passing(states, cs_end, initial_states=None, carry=None):
     return stacked, cur
 
 
-def chunk_scan(cb, x, dt, cs, C, prev_states, D=None, z=None, seq_idx=None):
+def chunk_scan(
+    cb: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    cs: torch.Tensor,
+    C: torch.Tensor,
+    prev_states: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """The outputs from CB, the inputs and the states entering each chunk.
 
     cb (batch, nchunks, ngroups, Q, Q) or (batch, nchunks, Q, Q); x (batch, seqlen, nheads, headdim);
@@ -227,7 +264,15 @@ def chunk_scan(cb, x, dt, cs, C, prev_states, D=None, z=None, seq_idx=None):
     return y * F.silu(z.to(cd)), y
 
 
-def varlen_states(B, x, dt, cs, chunk_states, cu_seqlens, seq_idx):
+def varlen_states(
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    cs: torch.Tensor,
+    chunk_states: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    seq_idx: torch.Tensor,
+) -> torch.Tensor:
     """Each packed sequence's state after its last token (batch 1, no batch axis).
 
     B (total, ngroups, dstate), x (total, nheads, headdim), dt', cs (nheads, nchunks, Q), chunk_states

@@ -8,6 +8,8 @@ computed in float32 (float64 for float64 input), returned in xy's dtype. PyTorch
 
 from __future__ import annotations
 
+from typing import Any, Callable, Optional
+
 import torch
 import torch.nn.functional as F
 
@@ -16,7 +18,7 @@ from mamba_ssm.ops import _recompute
 __all__ = ["SwiGLU", "swiglu"]
 
 
-def _swiglu(xy):
+def _swiglu(xy: torch.Tensor) -> torch.Tensor:
     if xy.shape[-1] % 2:
         raise ValueError(
             f"swiglu: the last dimension of xy must be even (x and y halves), got {tuple(xy.shape)}"
@@ -30,13 +32,14 @@ class SwiGLU(torch.autograd.Function):
     """``SwiGLU.apply(xy)``: silu(x) * y for xy (..., 2 * d) -> (..., d), differentiable."""
 
     @staticmethod
-    def forward(ctx, xy):
-        return _recompute.forward(ctx, _swiglu, (xy,))
+    def forward(ctx: Any, xy: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = _recompute.forward(ctx, _swiglu, (xy,))
+        return out
 
     @staticmethod
-    def backward(ctx, dout):
+    def backward(ctx: Any, dout: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
         return _recompute.backward(ctx, dout)
 
 
 #: ``swiglu(xy)``: :class:`SwiGLU` applied (upstream's name).
-swiglu = SwiGLU.apply
+swiglu: Callable[[torch.Tensor], torch.Tensor] = SwiGLU.apply

@@ -6,6 +6,8 @@ Importing this module imports triton (it defines a ``triton.jit`` function), as 
 of ``mamba_ssm`` never imports triton at import time.
 """
 
+from __future__ import annotations
+
 import triton
 import triton.language as tl
 
@@ -17,7 +19,7 @@ __all__ = ["TRITON3", "softplus"]
 TRITON3 = triton_at_least(3, 0)
 
 
-@triton.jit
-def softplus(dt):
+@triton.jit  # type: ignore[untyped-decorator]  # triton ships no type information
+def softplus(dt: tl.tensor) -> tl.tensor:
     """log(1 + exp(dt)) (no overflow guard: callers keep dt <= 20 on this path)."""
     return tl.log(tl.exp(dt) + 1.0)

@@ -37,6 +37,7 @@ O(batch * seqlen * nheads * (chunk_size * R + d_state)).
 from __future__ import annotations
 
 import math
+from typing import Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -67,7 +68,13 @@ PAIRINGS = ("adjacent", "halves")
 _TWO_PI = 2.0 * math.pi
 
 
-def angle_cumsum(angles, dt, chunk_size, initial=None, seq_idx=None):
+def angle_cumsum(
+    angles: torch.Tensor,
+    dt: torch.Tensor,
+    chunk_size: int,
+    initial: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """theta_t = (theta_{t-1} + pi * tanh(angles_t) * dt_t) mod 2 pi, restarting from 0 where seq_idx
     changes (``initial`` belongs to each row's first sequence); a padding token (seq_idx < 0) is a
     boundary on both sides: it sums nothing (theta 0) and passes nothing on.
@@ -101,7 +108,7 @@ def angle_cumsum(angles, dt, chunk_size, initial=None, seq_idx=None):
         prev_end = torch.cat([sc[:, :1, 0], sc[:, :-1, -1]], dim=1)  # (b, c): the carried angle's sequence
         use_in = ((sc == prev_end.unsqueeze(-1)) & real).to(inc.dtype)  # (b, c, q)
     carry = torch.zeros(b, h, a, dtype=inc.dtype, device=inc.device) if initial is None else initial
-    out = []
+    out: list[torch.Tensor] = []
     for c in range(nc):
         carried = carry.unsqueeze(1)
         if seq_idx is not None:
@@ -112,7 +119,7 @@ def angle_cumsum(angles, dt, chunk_size, initial=None, seq_idx=None):
     return torch.remainder(torch.stack(out, dim=1), _TWO_PI).reshape(b, nc * q, h, a)[:, :l]
 
 
-def _per_head(t, bias, nheads, cdtype):
+def _per_head(t: torch.Tensor, bias: torch.Tensor, nheads: int, cdtype: torch.dtype) -> torch.Tensor:
     """(..., R, g, n) -> (..., R, nheads, n) in cdtype (head h reads group h // (nheads / g)), plus the
     bias (nheads, R, n)."""
     g = t.shape[-2]
@@ -120,13 +127,20 @@ def _per_head(t, bias, nheads, cdtype):
     return t + bias.to(cdtype).transpose(0, 1)
 
 
-def _rank_values(v, mimo_x, cdtype):
+def _rank_values(v: torch.Tensor, mimo_x: Optional[torch.Tensor], cdtype: torch.dtype) -> torch.Tensor:
     """(..., h, p) -> (..., R, h, p): v times mimo_x (h, R, p), or v with R = 1 when mimo_x is None."""
     v = v.to(cdtype).unsqueeze(-3)
     return v if mimo_x is None else v * mimo_x.to(cdtype).transpose(0, 1)
 
 
-def _gate_and_project(y, z, mimo_z, mimo_o, norm_weight, norm_eps):
+def _gate_and_project(
+    y: torch.Tensor,
+    z: Optional[torch.Tensor],
+    mimo_z: Optional[torch.Tensor],
+    mimo_o: Optional[torch.Tensor],
+    norm_weight: Optional[torch.Tensor],
+    norm_eps: float,
+) -> torch.Tensor:
     """y (..., R, h, p) -> the gated output: per rank an optional RMSNorm over headdim (times
     norm_weight (h, p)) and the silu(z * mimo_z_r) gate, then sum_r mimo_o_r y_r (..., h, p) when
     mimo_o is given (else (..., R, h, p))."""
@@ -145,29 +159,29 @@ def _gate_and_project(y, z, mimo_z, mimo_o, norm_weight, norm_eps):
 
 
 def mamba3_chunk_scan_torch(
-    q,
-    k,
-    v,
-    adt,
-    dt,
-    trap,
-    q_bias,
-    k_bias,
-    angles,
-    pairing,
-    chunk_size=64,
-    D=None,
-    z=None,
-    mimo_x=None,
-    mimo_z=None,
-    mimo_o=None,
-    norm_weight=None,
-    norm_eps=1e-5,
-    initial_states=None,
-    seq_idx=None,
-    cu_seqlens=None,
-    return_final_states=False,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    adt: torch.Tensor,
+    dt: torch.Tensor,
+    trap: torch.Tensor,
+    q_bias: torch.Tensor,
+    k_bias: torch.Tensor,
+    angles: torch.Tensor,
+    pairing: str,
+    chunk_size: int = 64,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    mimo_x: Optional[torch.Tensor] = None,
+    mimo_z: Optional[torch.Tensor] = None,
+    mimo_o: Optional[torch.Tensor] = None,
+    norm_weight: Optional[torch.Tensor] = None,
+    norm_eps: float = 1e-5,
+    initial_states: Optional[Mamba3States] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    return_final_states: bool = False,
+) -> Union[torch.Tensor, tuple[torch.Tensor, Mamba3States]]:
     """Mamba-3 over whole sequences, chunked (see the module docstring for the math). Arguments are
     checked by the public ops; shapes here:
 
@@ -263,7 +277,7 @@ def mamba3_chunk_scan_torch(
     ends = (cu_seqlens[1:].to(torch.long) - 1).clamp(min=0).to(v.device)
     empty = (cu_seqlens[1:] == cu_seqlens[:-1]).to(v.device)
 
-    def pick(t):  # (S, ...): an empty sequence's state stays zero
+    def pick(t: torch.Tensor) -> torch.Tensor:  # (S, ...): an empty sequence's state stays zero
         return t.masked_fill(empty.view(-1, *([1] * (t.dim() - 1))), 0)
 
     states = Mamba3States(pick(theta[0, ends]), pick(picked), pick(kr[0, ends]), pick(v[0, ends]))
@@ -271,25 +285,25 @@ def mamba3_chunk_scan_torch(
 
 
 def mamba3_step_torch(
-    q,
-    k,
-    v,
-    adt,
-    dt,
-    trap,
-    q_bias,
-    k_bias,
-    angles,
-    states,
-    pairing,
-    D=None,
-    z=None,
-    mimo_x=None,
-    mimo_z=None,
-    mimo_o=None,
-    norm_weight=None,
-    norm_eps=1e-5,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    adt: torch.Tensor,
+    dt: torch.Tensor,
+    trap: torch.Tensor,
+    q_bias: torch.Tensor,
+    k_bias: torch.Tensor,
+    angles: torch.Tensor,
+    states: Mamba3States,
+    pairing: str,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    mimo_x: Optional[torch.Tensor] = None,
+    mimo_z: Optional[torch.Tensor] = None,
+    mimo_o: Optional[torch.Tensor] = None,
+    norm_weight: Optional[torch.Tensor] = None,
+    norm_eps: float = 1e-5,
+) -> tuple[torch.Tensor, Mamba3States]:
     """One token of Mamba-3 from the previous states; nothing is written in place.
 
     q, k (b, R, g, n); v (b, h, p); adt, dt, trap (b, h); q_bias, k_bias (h, R, n); angles (b, h, a);
