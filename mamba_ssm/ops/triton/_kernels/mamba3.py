@@ -1590,7 +1590,7 @@ def chunk_scan(
     k_last = k[:, -1].float().repeat_interleave(h // ng, dim=-2) + k_bias.float().transpose(0, 1)
     states = Mamba3States(theta_last, final, rotate(k_last, theta_last.unsqueeze(1), pairing), v[:, -1])
     out, final_states = drop_padding(out, states, seq_idx)
-    return out, cast(Mamba3States, final_states)  # drop_padding returns states when given some
+    return out, final_states
 
 
 def step(
