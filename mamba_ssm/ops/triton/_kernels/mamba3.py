@@ -36,7 +36,7 @@ chunking changes the rounding only).
 """
 
 import math
-from typing import Any, Dict, Optional, Tuple, Union, cast
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 import triton
