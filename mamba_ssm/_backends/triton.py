@@ -22,6 +22,9 @@ TRITON_MIN_CAPABILITY = 7
 #: The package of the Triton kernels (importing it imports triton).
 KERNELS = "mamba_ssm.ops.triton._kernels"
 
+_MAMBA3 = "mamba_ssm._families.mamba3.calls"
+_SCAN = "mamba_ssm._families.selective_scan.calls"
+
 _lock = threading.RLock()
 _checked: tuple[Unavailable | None] | None = None  # (the answer,) once checked
 
@@ -97,8 +100,18 @@ class TritonBackend(BackendObject):
     """The families' Triton kernels (CUDA/ROCm)."""
 
     name: ClassVar[str] = Backend.TRITON
-    implementations: ClassVar[dict[str, Target]] = {}
-    checks: ClassVar[dict[str, Target]] = {}
+    implementations: ClassVar[dict[str, Target]] = {
+        "selective_state_update": (f"{KERNELS}.state_update", "selective_state_update"),
+        "mamba3_siso": (_MAMBA3, "triton_chunk_scan"),
+        "mamba3_mimo": (_MAMBA3, "triton_chunk_scan"),
+        "mamba3_step": (_MAMBA3, "triton_step"),
+    }
+    checks: ClassVar[dict[str, Target]] = {
+        "selective_state_update": (_SCAN, "triton_state_update_unsupported"),
+        "mamba3_siso": (_MAMBA3, "triton_siso_unsupported"),
+        "mamba3_mimo": (_MAMBA3, "triton_mimo_unsupported"),
+        "mamba3_step": (_MAMBA3, "triton_step_unsupported"),
+    }
 
     def unavailable(self, op: str, device: _devices.DeviceKey) -> Unavailable | None:
         """Why the Triton kernels cannot run on ``device`` (the same answer for every op), or None."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-__all__ = ["compiled_unsupported", "torch_selective_scan"]
+__all__ = ["compiled_unsupported", "torch_selective_scan", "triton_state_update_unsupported"]
 
 
 def compiled_unsupported(
@@ -48,3 +48,24 @@ def torch_selective_scan(
         u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
     )
     return result
+
+
+def triton_state_update_unsupported(
+    state_h: Tensor,
+    x_h: Tensor,
+    dt_h: Tensor,
+    A_h: Tensor,
+    B_h: Tensor,
+    C_h: Tensor,
+    D_h: Tensor | None = None,
+    z_h: Tensor | None = None,
+    db_h: Tensor | None = None,
+    dt_softplus: bool = False,
+    state_batch_indices: Tensor | None = None,
+) -> str | None:
+    """None when the Triton decode-step kernel takes this (head-shaped) call, else why not."""
+    del dt_softplus, state_batch_indices
+    from mamba_ssm.ops.triton._kernels import state_update
+
+    reason: str | None = state_update.unsupported(state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h)
+    return reason
