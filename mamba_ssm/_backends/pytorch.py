@@ -26,6 +26,8 @@ class PyTorchBackend(BackendObject):
         "causal_conv1d": (_CONV, "causal_conv1d_ref"),
         "causal_conv1d_update": (_CONV, "causal_conv1d_update"),
         "causal_conv1d_varlen_states": (_CONV, "causal_conv1d_varlen_states"),
+        "layer_norm": ("mamba_ssm._families.norms.torch_impl", "layer_norm_torch"),
+        "rms_norm": ("mamba_ssm._families.norms.torch_impl", "layer_norm_torch"),
         "mamba3_siso": (_MAMBA3, "mamba3_chunk_scan_torch"),
         "mamba3_mimo": (_MAMBA3, "mamba3_chunk_scan_torch"),
         "mamba3_step": (_MAMBA3, "mamba3_step_torch"),

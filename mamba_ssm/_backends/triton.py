@@ -24,6 +24,7 @@ KERNELS = "mamba_ssm.ops.triton._kernels"
 
 _MAMBA3 = "mamba_ssm._families.mamba3.calls"
 _SCAN = "mamba_ssm._families.selective_scan.calls"
+_NORMS = "mamba_ssm._families.norms.torch_impl"
 
 _lock = threading.RLock()
 _checked: tuple[Unavailable | None] | None = None  # (the answer,) once checked
@@ -102,12 +103,16 @@ class TritonBackend(BackendObject):
     name: ClassVar[str] = Backend.TRITON
     implementations: ClassVar[dict[str, Target]] = {
         "selective_state_update": (f"{KERNELS}.state_update", "selective_state_update"),
+        "layer_norm": (_NORMS, "triton_layer_norm"),
+        "rms_norm": (_NORMS, "triton_layer_norm"),
         "mamba3_siso": (_MAMBA3, "triton_chunk_scan"),
         "mamba3_mimo": (_MAMBA3, "triton_chunk_scan"),
         "mamba3_step": (_MAMBA3, "triton_step"),
     }
     checks: ClassVar[dict[str, Target]] = {
         "selective_state_update": (_SCAN, "triton_state_update_unsupported"),
+        "layer_norm": (_NORMS, "triton_layer_norm_unsupported"),
+        "rms_norm": (_NORMS, "triton_layer_norm_unsupported"),
         "mamba3_siso": (_MAMBA3, "triton_siso_unsupported"),
         "mamba3_mimo": (_MAMBA3, "triton_mimo_unsupported"),
         "mamba3_step": (_MAMBA3, "triton_step_unsupported"),

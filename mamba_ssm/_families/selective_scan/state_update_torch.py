@@ -13,7 +13,16 @@ from mamba_ssm.ops.backends._packing import check_rows
 __all__ = ["selective_state_update"]
 
 
-def _indexed_steps(state_h, indices, valid, dA, dtx, Bf, Cf, cdtype):
+def _indexed_steps(
+    state_h: Tensor,
+    indices: Tensor,
+    valid: Tensor,
+    dA: Tensor,
+    dtx: Tensor,
+    Bf: Tensor,
+    Cf: Tensor,
+    cdtype: torch.dtype,
+) -> Tensor:
     """The state update through ``indices`` with repeated rows applied in batch order (the rule in
     :func:`selective_state_update`'s docstring); updates ``state_h`` (slots, nheads, dim, dstate) and
     returns (state . C) per entry (batch, nheads, dim) in ``cdtype`` (any value for padded entries).
