@@ -8,7 +8,8 @@ The layers, lowest first (docs/architecture.md draws them):
     base      _version, _compat, _cli_io, _gpus           (standard library + packaging)
     install   _install, _advice                            (the resolver and every fix text)
     loader    _loader, _devices                            (find, check and load _C; device coverage)
-    backends  ops.backends, ops.triton._kernels            (the kernels' Python faces)
+    families  _families, ops.backends, ops.triton._kernels (the implementations)
+    backends  _backends                                    (one object per backend)
     dispatch  _dispatch                                    (which backend runs an op)
     library   ops, modules, models, utils, distributed     (the public API)
     tools     _doctor, __main__
@@ -32,7 +33,16 @@ LAYERS = (
     ("base", ("mamba_ssm._version", "mamba_ssm._compat", "mamba_ssm._cli_io", "mamba_ssm._gpus")),
     ("install", ("mamba_ssm._install", "mamba_ssm._advice")),
     ("loader", ("mamba_ssm._loader", "mamba_ssm._devices")),
-    ("backends", ("mamba_ssm.ops.backends", "mamba_ssm.ops.triton._kernels")),
+    (
+        "families",
+        (
+            "mamba_ssm._families",
+            "mamba_ssm.ops.backends",
+            "mamba_ssm.ops.triton._kernels",
+            "mamba_ssm.ops.selective_scan_complex",
+        ),
+    ),
+    ("backends", ("mamba_ssm._backends",)),
     ("dispatch", ("mamba_ssm._dispatch",)),
     (
         "library",
@@ -50,7 +60,7 @@ BUILD_TOOLING = ("mamba_ssm._build", "build_matrix")
 #: What build tooling may import of the runtime package: the shared rules and the resolver.
 BUILD_MAY_IMPORT = ("base", "install")
 #: Package __init__ files a backend import passes through (Python runs them): they must stay empty of imports.
-BACKEND_PARENTS = ("mamba_ssm.ops", "mamba_ssm.ops.backends", "mamba_ssm.ops.triton")
+BACKEND_PARENTS = ("mamba_ssm.ops", "mamba_ssm.ops.backends", "mamba_ssm.ops.triton", "mamba_ssm._families")
 
 
 def _modules() -> dict[str, str]:

@@ -1,11 +1,11 @@
-"""Which implementation runs an op on a device: the one dispatch every op, the conv ops' package
-choice, the Triton routing and doctor ask.
+"""Which implementation runs an op on a device: :func:`call`, the one entry every public op goes
+through, and the answers doctor asks for.
 
 Backends (:class:`Backend`): ``compiled`` (the kernels of ``mamba_ssm._C``), ``triton`` (the Triton
 kernels, CUDA/ROCm), ``causal-conv1d`` (that package's CUDA kernels, conv ops only), ``torch`` (the
 PyTorch fallback, every device) and ``ref`` (the sequential references). Which ones implement an op
-is the table in :mod:`.table`; whether one can run on a device is :mod:`.backends`' answer; the rules
-are :mod:`.policy`'s.
+is the table in :mod:`.table`; whether one can run on a device, takes a call and runs it is the backend
+object's answer (:data:`mamba_ssm._backends.BACKENDS`); the rules are :mod:`.policy`'s.
 
 The choice comes from :func:`set_backend` when called, else ``MAMBA_SSM_BACKEND`` = ``auto`` (default)
 | ``compiled`` | ``cuda`` (an alias of ``compiled``) | ``triton`` | ``torch`` | ``ref``. ``auto`` uses the GPU
@@ -15,8 +15,9 @@ warning once per process (a :class:`MambaFallbackWarning`, silenced by
 run raises :class:`RuntimeError` with the reason instead of falling back; so does forcing ``triton`` for an
 op with a Triton kernel where Triton cannot run (ops without one behave as under ``auto``).
 
-An op asks :func:`backend_for` once per call (the answer is cached per op, device and setting) and, when
-its kernel cannot take the particular arguments, :func:`fallback_for_call`. :func:`plan` gives the same
+A public op checks its arguments and hands them to :func:`call`, which asks :func:`backend_for` (the
+answer is cached per op, device and setting), then the chosen backend whether it takes this particular
+call (when not, :func:`fallback_for_call`: the PyTorch backend runs it), and runs it. :func:`plan` gives the same
 answer without warning or raising (doctor). Nothing here runs at ``import mamba_ssm``; the compiled
 module is loaded at the first question that could use it, a GPU's coverage checked at the first call
 on it.
@@ -30,15 +31,19 @@ import threading
 from typing import Any
 
 from .. import _advice, _devices, _loader
-from . import backends, fallback, policy
+from .._backends import BACKENDS, Unavailable
+from .._backends import package as _package
+from .._backends import triton as _triton
+from .._backends.triton import TRITON_MIN_VERSION
 from . import config as _config
-from .backends import TRITON_MIN_VERSION, Unavailable
+from . import fallback, policy
 from .config import CHOICES, ENV_BACKEND, ENV_CONV1D, ENV_NO_WARNING, Config, Requested, current, get_backend
 from .fallback import MambaFallbackWarning
 from .policy import BackendChoice
-from .table import COMPILED_OPS, CONV1D_OPS, OPS, TABLE, TRITON_OPS, Backend
+from .table import COMPILED_OPS, CONV1D_OPS, OPS, SHARES, TABLE, TRITON_OPS, Backend
 
 __all__ = [
+    "BACKENDS",
     "CHOICES",
     "COMPILED_OPS",
     "CONV1D_OPS",
@@ -46,6 +51,7 @@ __all__ = [
     "ENV_CONV1D",
     "ENV_NO_WARNING",
     "OPS",
+    "SHARES",
     "TABLE",
     "TRITON_MIN_VERSION",
     "TRITON_OPS",
@@ -55,6 +61,7 @@ __all__ = [
     "Requested",
     "Unavailable",
     "backend_for",
+    "call",
     "causal_conv1d_package",
     "fallback_for_call",
     "get_backend",
@@ -62,7 +69,7 @@ __all__ = [
     "set_backend",
 ]
 
-causal_conv1d_package = backends.causal_conv1d_package
+causal_conv1d_package = _package.causal_conv1d_package
 
 _lock = threading.Lock()
 _choices: dict[tuple[str, _devices.DeviceKey, Config, str], BackendChoice] = {}
@@ -139,7 +146,7 @@ def _fallback_message(choice: BackendChoice) -> str:
     return text
 
 
-def _backend_for_eager(op: str, device: Any) -> Backend:
+def _backend_for_eager(op: str, device: Any) -> str:
     choice = _cached(op, device)
     if choice.backend is None:
         forced = "triton" if choice.requested is Requested.TRITON else "compiled"
@@ -153,7 +160,7 @@ def _backend_for_eager(op: str, device: Any) -> Backend:
     return choice.backend
 
 
-def _fallback_for_call_eager(op: str, device: Any, reason: str) -> Backend:
+def _fallback_for_call_eager(op: str, device: Any, reason: str) -> str:
     _check_op(op)
     config = current()
     kernel = TABLE[op][0]
@@ -201,7 +208,7 @@ def _at_trace_time(question: str, op: str, device: str, reason: str) -> str:
 _at_trace_time._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
-def backend_for(op: str, device: Any) -> Backend:
+def backend_for(op: str, device: Any) -> str:
     """The backend that runs ``op`` on ``device`` for this call.
 
     Args:
@@ -212,8 +219,8 @@ def backend_for(op: str, device: Any) -> Backend:
 
     Returns:
         A :class:`Backend` (a ``str``: ``"compiled"``, ``"triton"``, ``"causal-conv1d"``, ``"torch"`` or
-        ``"ref"``). When it is ``compiled``, :mod:`mamba_ssm.ops.backends.compiled` has been imported;
-        when ``triton``, :mod:`mamba_ssm.ops.triton._kernels`.
+        ``"ref"``), the name of a backend of :data:`BACKENDS`. When it is ``compiled``, the compiled
+        kernels' Python face has been imported; when ``triton``, the Triton kernels.
 
     Raises:
         RuntimeError: ``compiled`` was forced (``MAMBA_SSM_BACKEND=compiled|cuda`` or
@@ -229,15 +236,14 @@ def backend_for(op: str, device: Any) -> Backend:
     (``torch._dynamo.reset()``).
     """
     if _compiling():
-        return Backend(_at_trace_time("backend", op, _devices.describe(device), ""))
+        return _named(_at_trace_time("backend", op, _devices.describe(device), ""))
     return _backend_for_eager(op, device)
 
 
-def fallback_for_call(op: str, device: Any, reason: str) -> Backend:
-    """Called by an op when its kernel was chosen but cannot take this particular call.
+def fallback_for_call(op: str, device: Any, reason: str) -> str:
+    """What :func:`call` does when the chosen backend cannot take this particular call.
 
-    For example ``mamba_ssm.ops.backends.compiled.supports(...)`` says d_state 512 exceeds the
-    kernel's limit of 256.
+    For example the compiled backend's ``supports`` says d_state 512 exceeds the kernel's limit of 256.
 
     Args:
         op: one of :data:`OPS`.
@@ -252,14 +258,71 @@ def fallback_for_call(op: str, device: Any, reason: str) -> Backend:
             Triton op; the message carries ``reason``.
     """
     if _compiling():
-        return Backend(_at_trace_time("fallback", op, _devices.describe(device), str(reason)))
+        return _named(_at_trace_time("fallback", op, _devices.describe(device), str(reason)))
     return _fallback_for_call_eager(op, device, reason)
+
+
+def _named(name: str) -> str:
+    """The :class:`Backend` member called ``name`` (a backend added at run time: its name)."""
+    return Backend(name) if name in _KNOWN else name
+
+
+_KNOWN = frozenset(Backend.choices())
+
+
+def _device_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The device of the first tensor among the arguments."""
+    import torch  # an op's arguments are tensors: torch is imported
+
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return value.device
+    raise TypeError("mamba_ssm._dispatch.call: the op's arguments hold no tensor to take the device from")
+
+
+def call(op: str, *args: Any, **kwargs: Any) -> Any:
+    """Run ``op`` with its (checked) arguments on the backend chosen for the device of its first tensor.
+
+    The choice is :func:`backend_for`'s (cached; its warning or error when the kernels cannot run
+    there). When the chosen backend's ``supports`` names a reason this call cannot run on it, the call
+    runs on the PyTorch backend (:func:`fallback_for_call`: warned once per op; an error when that
+    backend was forced). A call listed in :data:`SHARES` runs on the backend chosen for its op.
+
+    Args:
+        op: one of :data:`OPS`, or a call of :data:`SHARES`.
+        args, kwargs: the op's arguments, as its backends' implementations take them.
+
+    Returns:
+        What the backend's implementation returns.
+
+    Raises:
+        RuntimeError: a forced backend cannot run on the device or cannot take this call.
+        ValueError: unknown op, or a bad ``MAMBA_SSM_BACKEND`` / ``MAMBA_SSM_CONV1D`` value.
+        TypeError: no tensor among the arguments.
+    """
+    decided = SHARES.get(op, op)
+    device = _device_of(args, kwargs)
+    # Plain strings as the registry's keys (under torch.compile a TextEnum member cannot be hashed).
+    compiling = _compiling()
+    if compiling:
+        name = _at_trace_time("backend", decided, _devices.describe(device), "")
+    else:
+        name = str(_backend_for_eager(decided, device))
+    backend = BACKENDS[name]
+    reason = backend.supports(op, *args, **kwargs)
+    if reason is not None:
+        if compiling:
+            name = _at_trace_time("fallback", decided, _devices.describe(device), str(reason))
+        else:
+            name = str(_fallback_for_call_eager(decided, device, reason))
+        backend = BACKENDS[name]
+    return backend.run(op, *args, **kwargs)
 
 
 def _reset_for_tests() -> None:
     """Forget warnings given, the override, the cached choices and the Triton check (tests only)."""
     _config._reset_for_tests()
     fallback._reset_for_tests()
-    backends._reset_for_tests()
+    _triton._reset_for_tests()
     with _lock:
         _choices.clear()

@@ -1,31 +1,21 @@
 """The dispatch table: which backends implement each op, in order of preference.
 
-Adding an op is one line in :data:`TABLE` (the op's public function then asks
-``mamba_ssm._dispatch.backend_for("<op>", tensor.device)``; CONTRIBUTING.md shows the whole change).
+Adding an op is one entry in :data:`TABLE` plus its implementations in the backend objects
+(:mod:`mamba_ssm._backends`); its public function calls ``mamba_ssm._dispatch.call("<op>", ...)``
+(CONTRIBUTING.md shows the whole change).
 """
 
 from __future__ import annotations
 
-from .._compat.textenum import TextEnum
+from .._backends.base import Backend
 
-__all__ = ["COMPILED_OPS", "CONV1D_OPS", "OPS", "TABLE", "TRITON_OPS", "Backend"]
-
-
-class Backend(TextEnum):
-    """What runs an op."""
-
-    COMPILED = "compiled"  # the kernels of mamba_ssm._C (mamba_ssm.ops.backends.compiled*)
-    TRITON = "triton"  # the Triton kernels (mamba_ssm.ops.triton._kernels), on CUDA/ROCm devices
-    CAUSAL_CONV1D = "causal-conv1d"  # the causal-conv1d package's CUDA kernels (conv ops only)
-    TORCH = "torch"  # the PyTorch implementation: every device
-    REF = "ref"  # a separate sequential reference (slow; for checking)
-
+__all__ = ["COMPILED_OPS", "CONV1D_OPS", "OPS", "SHARES", "TABLE", "TRITON_OPS", "Backend"]
 
 #: {op: its backends, most preferred first}. The kernels come first; TORCH, the PyTorch implementation,
 #: runs everywhere; REF is listed when the op has a sequential reference of its own (for the others
 #: ``ref`` runs TORCH: their PyTorch code is their reference). CAUSAL_CONV1D runs only where
 #: MAMBA_SSM_CONV1D asks for it or, under ``auto``, where COMPILED cannot run.
-TABLE: dict[str, tuple[Backend, ...]] = {
+TABLE: dict[str, tuple[str, ...]] = {
     "selective_scan": (Backend.COMPILED, Backend.TORCH, Backend.REF),
     "mamba_inner": (Backend.COMPILED, Backend.TORCH, Backend.REF),
     "selective_state_update": (Backend.TRITON, Backend.TORCH),
@@ -34,11 +24,15 @@ TABLE: dict[str, tuple[Backend, ...]] = {
     "ssd_chunk_scan": (Backend.TRITON, Backend.TORCH),
     "rms_norm": (Backend.TRITON, Backend.TORCH),
     "layer_norm": (Backend.TRITON, Backend.TORCH),
-    # Mamba-3 (mamba_ssm.ops.triton.mamba3, mamba_ssm.ops.tilelang.mamba3): the Triton kernels through
-    # mamba_ssm.ops.triton.mamba3._triton_hook.
     "mamba3_siso": (Backend.TRITON, Backend.TORCH),
     "mamba3_mimo": (Backend.TRITON, Backend.TORCH),
     "mamba3_step": (Backend.TRITON, Backend.TORCH),
+}
+
+#: {call: op}: calls that run on the backend chosen for another op (its decision, warnings and errors
+#: are that op's); each backend implements the call under its own name.
+SHARES: dict[str, str] = {
+    "causal_conv1d_varlen_states": "causal_conv1d",
 }
 
 #: The ops the dispatch knows, in the table's order (doctor reports them in it).

@@ -10,17 +10,22 @@ reference implementation):
     y_t    = C_t . h_t + D * u_t
     out    = y * silu(z)                        (when z is given)
 
-Each call picks a backend through :func:`mamba_ssm._dispatch.backend_for`: the compiled kernels of
-``mamba_ssm._C`` when they load and cover the device, else the chunked PyTorch scan
-(:mod:`mamba_ssm.ops.backends.torch_scan`), or the sequential reference ``selective_scan_ref`` when the
-``ref`` backend is chosen (``MAMBA_SSM_BACKEND=ref``).
+Each call checks its arguments and runs through :func:`mamba_ssm._dispatch.call`: the compiled kernels of
+``mamba_ssm._C`` when they load, cover the device and take the call, else the chunked PyTorch scan, or
+the sequential reference ``selective_scan_ref`` when the ``ref`` backend is chosen
+(``MAMBA_SSM_BACKEND=ref``). The implementations live in :mod:`mamba_ssm._families.selective_scan`.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
+from mamba_ssm import _dispatch
+from mamba_ssm._families.checks import require_float, require_tensor, shape_text
+from mamba_ssm._families.selective_scan.checks import validate_selective_scan
+from mamba_ssm._families.selective_scan.reference import selective_scan_ref
 from mamba_ssm.ops import _recompute
 
 __all__ = [
@@ -33,224 +38,23 @@ __all__ = [
     "selective_scan_ref",
 ]
 
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Input validation
-# ----------------------------------------------------------------------------------------------------
-
-
-def _shape(x) -> str:
-    return str(tuple(x.shape))
-
-
-def _require_tensor(fn: str, name: str, x, optional: bool = False) -> None:
-    if x is None and optional:
-        return
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(
-            f"{fn}: {name} must be a torch.Tensor{' or None' if optional else ''}, got {type(x).__name__}"
-        )
-
-
-def _require_float(fn: str, name: str, x) -> None:
-    if x is None:
-        return
-    if x.is_complex():
-        raise TypeError(
-            f"{fn}: {name} has complex dtype {x.dtype}; only A, B and C may be complex (with a complex "
-            f"A): pass a real {name}"
-        )
-    if x.dtype not in _FLOATS:
-        raise TypeError(f"{fn}: {name} has dtype {x.dtype}; expected float16, bfloat16, float32 or float64")
-
-
-def _dtype_name(dt) -> str:
-    return str(dt).replace("torch.", "")
-
-
-def _check_dtype_rule(fn: str, u, delta, A, B, C, D, z, delta_bias) -> None:
-    """Upstream mamba-ssm's dtype rule for the selective scan (its kernel path checks the same):
-    delta and z in u's dtype; the weights A, D, delta_bias float32 (float64 allowed when u is float64);
-    B and C in u's dtype or float32. Raises TypeError naming the argument, its dtype and the fix.
-    With a complex A, A, B and C are checked by ``selective_scan_complex.validate_complex``."""
-    if A.is_complex():
-        A = B = C = None
-    ud = _dtype_name(u.dtype)
-    for name, x in (("delta", delta), ("z", z)):
-        if x is not None and x.dtype != u.dtype:
-            raise TypeError(
-                f"{fn}: {name} has dtype {_dtype_name(x.dtype)} but u has {ud}; expected {name} "
-                f"in u's dtype ({ud}): cast {name} to u.dtype ({name}.to(u.dtype))"
-            )
-    weights_ok = (torch.float32, torch.float64) if u.dtype == torch.float64 else (torch.float32,)
-    allowed = " or ".join(_dtype_name(d) for d in weights_ok)
-    for name, x in (("A", A), ("D", D), ("delta_bias", delta_bias)):
-        if x is not None and x.dtype not in weights_ok:
-            raise TypeError(
-                f"{fn}: {name} has dtype {_dtype_name(x.dtype)}; expected {allowed} (the scan's "
-                f"weights stay in full precision, u is {ud}): cast {name} with "
-                f"{name}.float()"
-            )
-    bc_ok = (u.dtype, torch.float32)
-    for name, x in (("B", B), ("C", C)):
-        if x is not None and x.dtype not in bc_ok:
-            raise TypeError(
-                f"{fn}: {name} has dtype {_dtype_name(x.dtype)} but u has {ud}; expected "
-                f"{name} in u's dtype ({ud}) or float32: cast {name} to u.dtype "
-                f"({name}.to(u.dtype))"
-            )
-
-
-def validate_selective_scan(
-    u, delta, A, B, C, D=None, z=None, delta_bias=None, fn: str = "selective_scan_fn"
-) -> None:
-    """Check the selective scan's inputs; raise TypeError/ValueError naming the argument, what was
-    received and what was expected. Shapes: see :func:`selective_scan_fn`."""
-    for name, x, opt in (
-        ("u", u, False),
-        ("delta", delta, False),
-        ("A", A, False),
-        ("B", B, False),
-        ("C", C, False),
-        ("D", D, True),
-        ("z", z, True),
-        ("delta_bias", delta_bias, True),
-    ):
-        _require_tensor(fn, name, x, opt)
-    complex_a = A.is_complex()  # A, B and C then follow selective_scan_complex's rules
-    for name, x in (
-        ("A", A),
-        ("u", u),
-        ("delta", delta),
-        ("B", B),
-        ("C", C),
-        ("D", D),
-        ("z", z),
-        ("delta_bias", delta_bias),
-    ):
-        if not (complex_a and name in ("A", "B", "C")):
-            _require_float(fn, name, x)
-    _check_dtype_rule(fn, u, delta, A, B, C, D, z, delta_bias)
-    if u.dim() != 3:
-        raise ValueError(f"{fn}: u must have rank 3 (batch, dim, seqlen), got shape {_shape(u)}")
-    batch, dim, seqlen = u.shape
-    if tuple(delta.shape) != tuple(u.shape):
-        raise ValueError(
-            f"{fn}: delta must have u's shape (batch, dim, seqlen) = {_shape(u)}, got {_shape(delta)}"
-        )
-    if A.dim() != 2 or A.shape[0] != dim:
-        raise ValueError(
-            f"{fn}: A must have shape (dim, d_state) with dim = {dim} (from u {_shape(u)}), got {_shape(A)}"
-        )
-    d_state = A.shape[1]
-    if d_state < 1:
-        raise ValueError(f"{fn}: A has d_state 0 (shape {_shape(A)}); expected d_state >= 1")
-    if complex_a:
-        from mamba_ssm.ops.selective_scan_complex import validate_complex
-
-        validate_complex(fn, u, A, B, C)
-    for name, X in () if complex_a else (("B", B), ("C", C)):
-        if X.dim() == 2:
-            if tuple(X.shape) != (dim, d_state):
-                raise ValueError(
-                    f"{fn}: constant {name} must have shape (dim, d_state) = ({dim}, "
-                    f"{d_state}), got {_shape(X)}"
-                )
-        elif X.dim() == 3:
-            if tuple(X.shape) != (batch, d_state, seqlen):
-                raise ValueError(
-                    f"{fn}: variable {name} must have shape (batch, d_state, seqlen) = "
-                    f"({batch}, {d_state}, {seqlen}), got {_shape(X)}"
-                )
-        elif X.dim() == 4:
-            groups = X.shape[1]
-            if (
-                X.shape[0] != batch
-                or X.shape[2] != d_state
-                or X.shape[3] != seqlen
-                or groups < 1
-                or dim % groups
-            ):
-                raise ValueError(
-                    f"{fn}: grouped {name} must have shape (batch, groups, d_state, seqlen) = ({batch}, "
-                    f"groups, {d_state}, {seqlen}) with groups dividing dim = {dim}, got {_shape(X)}"
-                )
-        else:
-            raise ValueError(
-                f"{fn}: {name} must have rank 2 (dim, d_state), 3 (batch, d_state, seqlen) or "
-                f"4 (batch, groups, d_state, seqlen), got shape {_shape(X)}"
-            )
-    if B.dim() >= 3 and C.dim() >= 3 and not complex_a:
-        gb = B.shape[1] if B.dim() == 4 else 1
-        gc = C.shape[1] if C.dim() == 4 else 1
-        if gb != gc:
-            raise ValueError(
-                f"{fn}: variable B has {gb} group(s) (shape {_shape(B)}) and variable C has "
-                f"{gc} (shape {_shape(C)}); expected the same number of groups"
-            )
-    for name, x in (("D", D), ("delta_bias", delta_bias)):
-        if x is not None and tuple(x.shape) != (dim,):
-            raise ValueError(f"{fn}: {name} must have shape (dim,) = ({dim},), got {_shape(x)}")
-    if z is not None and tuple(z.shape) != tuple(u.shape):
-        raise ValueError(f"{fn}: z must have u's shape (batch, dim, seqlen) = {_shape(u)}, got {_shape(z)}")
-    for name, x in (
-        ("delta", delta),
-        ("A", A),
-        ("B", B),
-        ("C", C),
-        ("D", D),
-        ("z", z),
-        ("delta_bias", delta_bias),
-    ):
-        if x is not None and x.device != u.device:
-            raise ValueError(
-                f"{fn}: {name} is on {x.device} but u is on {u.device}; expected every input "
-                f"on one device (move {name} with .to({str(u.device)!r}))"
-            )
-
-
-# ----------------------------------------------------------------------------------------------------
-# Backend choice
-# ----------------------------------------------------------------------------------------------------
-
-
-def _run_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
-    from mamba_ssm import _dispatch
-
-    name = _dispatch.backend_for("selective_scan", u.device)
-    if A.is_complex():  # every backend takes B, C in the one complex-A form
-        from mamba_ssm.ops.selective_scan_complex import kernel_bc
-
-        B, C = kernel_bc(B, u.shape[-1]), kernel_bc(C, u.shape[-1])
-    if name == _dispatch.Backend.COMPILED:
-        from mamba_ssm.ops.backends import compiled
-
-        reason = compiled.supports(u, delta, A, B, C, D, z, delta_bias)
-        if reason is None:
-            return compiled.selective_scan(
-                u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
-            )
-        name = _dispatch.fallback_for_call("selective_scan", u.device, reason)
-    if name == _dispatch.Backend.REF:
-        return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-    if A.is_complex():
-        from mamba_ssm.ops.backends import torch_scan_complex as torch_scan
-    else:
-        from mamba_ssm.ops.backends import torch_scan
-
-    return torch_scan.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-
-
 # ----------------------------------------------------------------------------------------------------
 # Public ops
 # ----------------------------------------------------------------------------------------------------
 
 
 def selective_scan_fn(
-    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
-):
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Mamba's selective scan (S6), differentiable in every tensor argument.
 
     Args:
@@ -293,55 +97,14 @@ def selective_scan_fn(
         RuntimeError: the compiled backend was forced and cannot take this call.
     """
     validate_selective_scan(u, delta, A, B, C, D, z, delta_bias)
-    return _run_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+    if A.is_complex():  # every backend takes B, C in the one complex-A form
+        from mamba_ssm.ops.selective_scan_complex import kernel_bc
 
-
-def selective_scan_ref(
-    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
-):
-    """The sequential reference of :func:`selective_scan_fn` (same arguments and results): one step per
-    timestep, computed in float32 (float64 for float64 inputs; complex64 / complex128 with a complex A).
-    Slow; for tests and debugging."""
-    validate_selective_scan(u, delta, A, B, C, D, z, delta_bias, fn="selective_scan_ref")
-    if A.is_complex():
-        from mamba_ssm.ops.selective_scan_complex import selective_scan_complex_ref
-
-        return selective_scan_complex_ref(
-            u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
-        )
-    dtypes = {u.dtype, delta.dtype, A.dtype, B.dtype, C.dtype}
-    cdtype = torch.float64 if torch.float64 in dtypes else torch.float32
-    batch, dim, seqlen = u.shape
-    uf, dt = u.to(cdtype), delta.to(cdtype)
-    if delta_bias is not None:
-        dt = dt + delta_bias.to(cdtype)[:, None]
-    if delta_softplus:
-        dt = F.softplus(dt)
-    Af = A.to(cdtype)
-
-    def per_channel(X):  # -> (dim, d_state) or (batch, dim, d_state, seqlen)
-        X = X.to(cdtype)
-        if X.dim() == 2:
-            return X
-        if X.dim() == 3:
-            return X.unsqueeze(1).expand(batch, dim, *X.shape[1:])
-        return X.repeat_interleave(dim // X.shape[1], dim=1)
-
-    Bf, Cf = per_channel(B), per_channel(C)
-    h = uf.new_zeros(batch, dim, A.shape[1])
-    ys = []
-    for t in range(seqlen):
-        Bt = Bf if Bf.dim() == 2 else Bf[..., t]
-        Ct = Cf if Cf.dim() == 2 else Cf[..., t]
-        h = torch.exp(dt[:, :, t, None] * Af) * h + (dt[:, :, t] * uf[:, :, t])[..., None] * Bt
-        ys.append((h * Ct).sum(-1))
-    y = torch.stack(ys, dim=-1) if ys else uf.new_zeros(batch, dim, 0)
-    if D is not None:
-        y = y + uf * D.to(cdtype)[:, None]
-    if z is not None:
-        y = y * F.silu(z.to(cdtype))
-    out = y.to(u.dtype)
-    return (out, h) if return_last_state else out
+        B, C = kernel_bc(B, u.shape[-1]), kernel_bc(C, u.shape[-1])
+    result: Tensor | tuple[Tensor, Tensor] = _dispatch.call(
+        "selective_scan", u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
+    )
+    return result
 
 
 def _rms(x, weight, eps):
@@ -382,7 +145,7 @@ def _mamba_inner(
         ("out_proj_weight", out_proj_weight),
         ("A", A),
     ):
-        _require_tensor(fn, name, x)
+        require_tensor(fn, name, x)
     for name, x in (
         ("xz", xz),
         ("conv1d_weight", conv1d_weight),
@@ -392,19 +155,19 @@ def _mamba_inner(
         ("out_proj_weight", out_proj_weight),
         ("out_proj_bias", out_proj_bias),
     ):
-        _require_tensor(fn, name, x, optional=True)
-        _require_float(fn, name, x)
+        require_tensor(fn, name, x, optional=True)
+        require_float(fn, name, x)
     if not A.is_complex():  # a complex A is checked by selective_scan_fn
-        _require_float(fn, "A", A)
+        require_float(fn, "A", A)
     if checkpoint_lvl not in (0, 1):
         raise ValueError(f"{fn}: checkpoint_lvl must be 0 or 1, got {checkpoint_lvl!r}")
     if xz.dim() != 3 or xz.shape[1] % 2:
-        raise ValueError(f"{fn}: xz must have shape (batch, 2 * d_inner, seqlen), got {_shape(xz)}")
+        raise ValueError(f"{fn}: xz must have shape (batch, 2 * d_inner, seqlen), got {shape_text(xz)}")
     batch, two_d, seqlen = xz.shape
     d_inner = two_d // 2
     if A.dim() != 2 or A.shape[0] != d_inner:
         raise ValueError(
-            f"{fn}: A must have shape (d_inner, d_state) = ({d_inner}, d_state), got {_shape(A)}"
+            f"{fn}: A must have shape (d_inner, d_state) = ({d_inner}, d_state), got {shape_text(A)}"
         )
     d_state = A.shape[1]
     # x_proj's columns per input-dependent B / C: d_state, or (re, im) pairs with a complex A (upstream).
@@ -413,20 +176,20 @@ def _mamba_inner(
     if delta_proj_weight.dim() != 2 or delta_proj_weight.shape[0] != d_inner:
         raise ValueError(
             f"{fn}: delta_proj_weight must have shape (d_inner, dt_rank) = ({d_inner}, "
-            f"dt_rank), got {_shape(delta_proj_weight)}"
+            f"dt_rank), got {shape_text(delta_proj_weight)}"
         )
     expect_rows = delta_rank + (bc_cols if B is None else 0) + (bc_cols if C is None else 0)
     if x_proj_weight.dim() != 2 or tuple(x_proj_weight.shape) != (expect_rows, d_inner):
         per = "2 * d_state (complex A)" if A.is_complex() else "d_state"
         raise ValueError(
             f"{fn}: x_proj_weight must have shape (dt_rank + {per} for each of B, C given "
-            f"as None, d_inner) = ({expect_rows}, {d_inner}), got {_shape(x_proj_weight)}"
+            f"as None, d_inner) = ({expect_rows}, {d_inner}), got {shape_text(x_proj_weight)}"
         )
     cw = conv1d_weight.reshape(d_inner, -1) if conv1d_weight.dim() == 3 else conv1d_weight
     if cw.dim() != 2 or cw.shape[0] != d_inner:
         raise ValueError(
             f"{fn}: conv1d_weight must have shape (d_inner, 1, d_conv) or (d_inner, d_conv) "
-            f"with d_inner = {d_inner}, got {_shape(conv1d_weight)}"
+            f"with d_inner = {d_inner}, got {shape_text(conv1d_weight)}"
         )
     device_type = xz.device.type
     if torch.is_autocast_enabled(device_type):

@@ -165,7 +165,7 @@ def test_the_runtime_fix_for_an_old_gpu_is_not_a_build_it_cannot_run(monkeypatch
     if not (torch.version.cuda or "").startswith("13."):
         pytest.skip("needs a CUDA 13 torch (the dev venv's)")
     from mamba_ssm import _devices
-    from mamba_ssm._dispatch import backends
+    from mamba_ssm._backends import compiled as backends
 
     gpu = _devices.DeviceKey("cuda", 0)
     monkeypatch.setattr(_devices, "device_arch", lambda device: "6.0")

@@ -21,7 +21,7 @@ import torch
 
 import mamba_ssm
 from mamba_ssm import _dispatch, _doctor
-from mamba_ssm._dispatch import backends
+from mamba_ssm._backends import package as backends
 from mamba_ssm._doctor.report import GpuEntry, GpuReport
 from mamba_ssm.ops import causal_conv1d as cc
 

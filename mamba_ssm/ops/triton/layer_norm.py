@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mamba_ssm import _dispatch
+from mamba_ssm._families.norms.torch_impl import layer_norm_torch as _layer_norm_torch
 from mamba_ssm.ops import _recompute
-from mamba_ssm.ops.triton import _route
 
 __all__ = [
     "LayerNorm",
@@ -31,29 +32,6 @@ __all__ = [
     "rms_norm_fn",
     "rms_norm_ref",
 ]
-
-
-def _norm(x, weight, bias, eps, is_rms_norm):
-    cdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    xf = x.to(cdtype)
-    if is_rms_norm:
-        out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    else:
-        mean = xf.mean(-1, keepdim=True)
-        xc = xf - mean
-        out = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + eps)
-    if weight is not None:
-        out = out * weight.to(cdtype)
-    if bias is not None:
-        out = out + bias.to(cdtype)
-    return out
-
-
-def _dropout(x, p, training_mask):
-    if p == 0.0:
-        return x, None
-    mask = training_mask if training_mask is not None else (torch.rand_like(x, dtype=torch.float32) >= p)
-    return x * mask.to(x.dtype) / (1.0 - p), mask
 
 
 def layer_norm_fn(
@@ -108,55 +86,10 @@ def layer_norm_fn(
             f"layer_norm_fn: residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}"
         )
     op = "rms_norm" if is_rms_norm else "layer_norm"
-    if _route.use_triton(
-        op,
-        x,
-        lambda: _route.kernels().norms.unsupported_layer_norm(
-            x, weight, bias, residual, x1, weight1, bias1, dropout_p, rowscale, return_dropout_mask, out_dtype
-        ),
-    ):
-        return _route.kernels().norms.layer_norm(
-            x, weight, bias, residual, eps, prenorm, residual_in_fp32, is_rms_norm, out_dtype
-        )
-    return _layer_norm_torch(
-        x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, residual_in_fp32,
+    return _dispatch.call(
+        op, x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, residual_in_fp32,
         is_rms_norm, return_dropout_mask, out_dtype,
     )  # fmt: skip
-
-
-def _layer_norm_torch(
-    x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, residual_in_fp32,
-    is_rms_norm, return_dropout_mask, out_dtype, dropout_mask=None, dropout_mask1=None,
-):  # fmt: skip
-    """:func:`layer_norm_fn` in PyTorch; ``dropout_mask`` / ``dropout_mask1`` (bool, x's shape): the
-    masks to use instead of drawing new ones."""
-    in_dtype = x.dtype
-    out_dtype = out_dtype or in_dtype
-    xs = x
-    if rowscale is not None:
-        xs = xs * rowscale.to(xs.dtype).unsqueeze(-1)
-    xs, mask = _dropout(xs, dropout_p, dropout_mask)
-    mask1 = None
-    res_dtype = torch.float32 if residual_in_fp32 else (residual.dtype if residual is not None else in_dtype)
-    acc = torch.float64 if torch.float64 in (in_dtype, res_dtype) else torch.float32
-    resid = xs.to(acc)
-    if x1 is not None:
-        x1d, mask1 = _dropout(x1, dropout_p, dropout_mask1)
-        resid = resid + x1d.to(acc)
-    if residual is not None:
-        resid = resid + residual.to(acc)
-    resid = resid.to(res_dtype)
-    y = _norm(resid, weight, bias, eps, is_rms_norm).to(out_dtype)
-    outs = [y]
-    if weight1 is not None:
-        outs.append(_norm(resid, weight1, bias1, eps, is_rms_norm).to(out_dtype))
-    if prenorm:
-        outs.append(resid)
-    if return_dropout_mask:
-        outs.append(mask)
-        if x1 is not None:
-            outs.append(mask1)
-    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def rms_norm_fn(

@@ -14,45 +14,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mamba_ssm import _dispatch
 from mamba_ssm.ops.backends._packing import check_rows
-from mamba_ssm.ops.triton import _route
 
 __all__ = ["selective_state_update", "selective_state_update_ref"]
 
 
 def _shape(x):
     return tuple(x.shape)
-
-
-def _indexed_steps(state_h, indices, valid, dA, dtx, Bf, Cf, cdtype):
-    """The state update through ``indices`` with repeated rows applied in batch order (the rule in
-    :func:`selective_state_update`'s docstring); updates ``state_h`` (slots, nheads, dim, dstate) and
-    returns (state . C) per entry (batch, nheads, dim) in ``cdtype`` (any value for padded entries).
-
-    Round r updates the entries that have r earlier entries with the same row (their rows are distinct),
-    from the rows as round r - 1 left them. Every entry writes its row back each round, with the value of
-    the one entry of this round on that row, or else the row as it was: writes to one row agree, so
-    ``index_put_`` with repeated indices is well defined without a mask (no host read)."""
-    slot = indices.long().clamp(min=0)
-    same = slot[:, None] == slot[None, :]
-    rank = (same & valid[:, None] & valid[None, :]).tril(-1).sum(1)
-    if slot.is_cuda and torch.cuda.is_current_stream_capturing():
-        rounds = slot.shape[0]  # no host read while a CUDA graph is captured
-    else:
-        rounds = int(rank.max()) + 1 if slot.numel() else 0
-    y = None
-    for r in range(rounds):
-        now = valid & (rank == r)
-        cur = state_h[slot].to(cdtype)
-        new = torch.addcmul(cur * dA, dtx, Bf.unsqueeze(2))
-        y_r = torch.matmul(new, Cf.unsqueeze(-1)).squeeze(-1)
-        y = y_r if y is None else torch.where(now.view(-1, 1, 1), y_r, y)
-        pick = same & now[None, :]
-        value = torch.where(pick.any(1).view(-1, 1, 1, 1), new[pick.int().argmax(1)], cur)
-        state_h[slot] = value.to(state_h.dtype)
-    if y is None:  # an empty batch
-        y = dtx.new_zeros(dtx.shape[:-1])
-    return y
 
 
 def selective_state_update(
@@ -113,7 +82,6 @@ def selective_state_update(
         db_h = dt_bias.unsqueeze(0) if dt_bias is not None else None
     else:
         state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h = state, x, dt, A, B, C, D, z, dt_bias
-    valid = None
     _, nheads, dim, dstate = state_h.shape
     if state_batch_indices is None:
         batch = state_h.shape[0]
@@ -125,7 +93,6 @@ def selective_state_update(
             )
         if state_batch_indices.device.type == "cpu":  # (a GPU's indices: on the PyTorch path below)
             check_rows("selective_state_update", "state_batch_indices", state_batch_indices, state_h.shape[0])
-        valid = state_batch_indices >= 0
         batch = state_batch_indices.shape[0]
     expect = (batch, nheads, dim)
     for name, t in (("x", x_h), ("dt", dt_h), ("z", z_h)):
@@ -155,46 +122,20 @@ def selective_state_update(
                 f"selective_state_update: {name} must have shape "
                 f"{(nheads, dim) if heads else (dim,)}, got {_shape(t)}"
             )
-    if _route.use_triton(
+    out = _dispatch.call(
         "selective_state_update",
-        x,
-        lambda: _route.kernels().state_update.unsupported(state, x, dt, A, B, C, D, z, dt_bias),
-    ):
-        out = _route.kernels().state_update.selective_state_update(
-            state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h, dt_softplus, state_batch_indices
-        )
-        return out if heads else out.squeeze(1)
-    cdtype = torch.float64 if torch.float64 in (x.dtype, state.dtype, A.dtype) else torch.float32
-    dtf = dt_h.to(cdtype)
-    if db_h is not None:
-        dtf = dtf + (db_h.to(cdtype) if db_h.dim() == 2 else db_h.to(cdtype)[:, None])
-    if dt_softplus:
-        dtf = F.softplus(dtf)
-    Bf = B_h.to(cdtype).repeat_interleave(nheads // B_h.shape[1], dim=1)  # (batch, nheads, dstate)
-    Cf = C_h.to(cdtype).repeat_interleave(nheads // C_h.shape[1], dim=1)
-    xf = x_h.to(cdtype)
-    # Mamba-2 passes one A per head expanded over dstate (stride 0): exponentiate once per (head, dim).
-    A_c = A_h[..., :1] if A_h.stride(-1) == 0 else A_h
-    dA = torch.exp(dtf.unsqueeze(-1) * A_c.to(cdtype))
-    dtx = (dtf * xf).unsqueeze(-1)
-    if state_batch_indices is None:
-        in_place = state.dtype == cdtype
-        new = state_h.mul_(dA) if in_place else state_h.to(cdtype) * dA
-        new.addcmul_(dtx, Bf.unsqueeze(2))
-        if not in_place:
-            state_h.copy_(new)
-        out = torch.matmul(new, Cf.unsqueeze(-1)).squeeze(-1)
-    else:
-        if state_batch_indices.device.type != "cpu" and not torch.cuda.is_current_stream_capturing():
-            check_rows("selective_state_update", "state_batch_indices", state_batch_indices, state_h.shape[0])
-        out = _indexed_steps(state_h, state_batch_indices, valid, dA, dtx, Bf, Cf, cdtype)
-    if D_h is not None:
-        out = out + xf * (D_h.to(cdtype) if D_h.dim() == 2 else D_h.to(cdtype)[:, None])
-    if z_h is not None:
-        out = out * F.silu(z_h.to(cdtype))
-    if valid is not None:
-        out = torch.where(valid.view(-1, 1, 1), out, out.new_zeros(()))
-    out = out.to(x.dtype)
+        state_h,
+        x_h,
+        dt_h,
+        A_h,
+        B_h,
+        C_h,
+        D_h,
+        z_h,
+        db_h,
+        dt_softplus,
+        state_batch_indices,
+    )
     return out if heads else out.squeeze(1)
 
 

@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import mamba3_cases as M3  # (tests/mamba3)
 
 from mamba_ssm import _dispatch
+from mamba_ssm._backends import triton as _triton_backend
 from mamba_ssm.ops.triton.selective_state_update import selective_state_update
 
 
@@ -20,7 +21,7 @@ from mamba_ssm.ops.triton.selective_state_update import selective_state_update
 def triton_on_cpu(interpreted, monkeypatch):
     monkeypatch.delenv("MAMBA_SSM_BACKEND", raising=False)
     _dispatch._reset_for_tests()
-    monkeypatch.setattr(_dispatch.backends, "triton_unavailable", lambda device: None)
+    monkeypatch.setattr(_triton_backend, "triton_unavailable", lambda device: None)
     yield interpreted
     _dispatch._reset_for_tests()
 

@@ -13,7 +13,7 @@ import references as R
 import torch
 
 from mamba_ssm import _devices, _dispatch, _doctor, _loader
-from mamba_ssm._dispatch import backends
+from mamba_ssm._backends import triton as backends
 from mamba_ssm._doctor.report import GpuEntry, GpuReport
 
 

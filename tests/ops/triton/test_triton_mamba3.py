@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import mamba3_cases as M3  # from tests/mamba3 (on the path above)
 
 from mamba_ssm import _dispatch
+from mamba_ssm._backends import triton as _triton_backend
 
 F32, BF16 = torch.float32, torch.bfloat16
 
@@ -33,7 +34,7 @@ def triton_mamba3(interpreted, monkeypatch):
     of the Mamba-3 kernels' entry points."""
     monkeypatch.delenv("MAMBA_SSM_BACKEND", raising=False)
     _dispatch._reset_for_tests()
-    monkeypatch.setattr(_dispatch.backends, "triton_unavailable", lambda device: None)
+    monkeypatch.setattr(_triton_backend, "triton_unavailable", lambda device: None)
     calls = M3.count_kernel_calls(interpreted.mamba3, monkeypatch)
     yield calls
     _dispatch._reset_for_tests()

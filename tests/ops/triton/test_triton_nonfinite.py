@@ -17,6 +17,7 @@ import mamba3_cases as M3  # noqa: E402  (tests/mamba3)
 import oracles  # noqa: E402  (tests/)
 
 from mamba_ssm import _dispatch  # noqa: E402
+from mamba_ssm._backends import triton as _triton_backend  # noqa: E402
 
 BAD_T, SEQLEN = 12, 24
 BAD = {"nan": float("nan"), "inf": float("inf")}
@@ -56,7 +57,7 @@ def triton_mamba3(interpreted, monkeypatch):
     """The dispatcher believes Triton runs on the CPU (its kernels are interpreted); counts their calls."""
     monkeypatch.delenv("MAMBA_SSM_BACKEND", raising=False)
     _dispatch._reset_for_tests()
-    monkeypatch.setattr(_dispatch.backends, "triton_unavailable", lambda device: None)
+    monkeypatch.setattr(_triton_backend, "triton_unavailable", lambda device: None)
     yield M3.count_kernel_calls(interpreted.mamba3, monkeypatch)
     _dispatch._reset_for_tests()
 

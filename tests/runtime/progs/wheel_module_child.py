@@ -54,7 +54,7 @@ plan = _dispatch.plan("selective_scan", "cpu")
 out["plan_cpu"] = {"backend": plan.backend, "reason": plan.reason, "fix": plan.fix}
 if fake_gpu:
     from mamba_ssm import _devices
-    from mamba_ssm._dispatch import backends
+    from mamba_ssm._backends import compiled as backends
 
     out["coverage"] = {"cuda:0": _devices.device_coverage("cuda:0")}
     gone = backends.compiled_unavailable("selective_scan", _devices.device_key("cuda:0"))

@@ -128,7 +128,6 @@ def mamba3_mimo(
     states = c.states(Input_States, rows, mimo=True)
     res = run_chunked(
         "mamba3_mimo",
-        "mamba3_mimo",
         {
             "q": Q,
             "k": K,

@@ -6,6 +6,6 @@
 * the MIMO op: :mod:`mamba_ssm.ops.tilelang.mamba3.mamba3_mimo` (upstream's path; no TileLang here)
 
 They run Triton kernels on CUDA/ROCm devices (:mod:`mamba_ssm.ops.triton._kernels.mamba3`, reached
-through :mod:`._triton_hook`) and the PyTorch path (:mod:`.mamba3_torch`) elsewhere. Nothing heavy is
+through :func:`mamba_ssm._dispatch.call`) and the PyTorch path (:mod:`.mamba3_torch`) elsewhere. Nothing heavy is
 imported at package import.
 """

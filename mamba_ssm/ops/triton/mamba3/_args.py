@@ -1,14 +1,13 @@
-"""Argument checks shared by the Mamba-3 ops, and the one place they choose a backend."""
+"""Argument checks shared by the Mamba-3 ops, and their one dispatch call."""
 
 from __future__ import annotations
 
 import torch
 
+from mamba_ssm import _dispatch
 from mamba_ssm.ops.backends import _packing
 from mamba_ssm.ops.backends.mamba3_states import compute_dtype
-from mamba_ssm.ops.triton import _route
-from mamba_ssm.ops.triton.mamba3 import _triton_hook
-from mamba_ssm.ops.triton.mamba3.mamba3_torch import Mamba3States, mamba3_chunk_scan_torch, mamba3_step_torch
+from mamba_ssm.ops.triton.mamba3.mamba3_torch import Mamba3States
 
 __all__ = ["Checker", "run_chunked", "run_step"]
 
@@ -150,20 +149,14 @@ def _empty_scan(arguments):
     )
 
 
-def run_chunked(op, entry, arguments):
-    """The chunked scan for ``op`` ("mamba3_siso" or "mamba3_mimo") on the backend the dispatcher picks:
-    the Triton kernel (``_triton_hook.<entry>``) when it takes the call, else the PyTorch path."""
+def run_chunked(op, arguments):
+    """The chunked scan for ``op`` ("mamba3_siso" or "mamba3_mimo") on the backend the dispatcher picks
+    (the Triton kernel where it takes the call, else the PyTorch implementation)."""
     if arguments["v"].shape[1] == 0:
         return _empty_scan(arguments)
-    if _route.use_triton(op, arguments["v"], lambda: _triton_hook.unsupported(op, **arguments)):
-        return getattr(_triton_hook, entry)(**arguments)
-    return mamba3_chunk_scan_torch(**arguments)
+    return _dispatch.call(op, **arguments)
 
 
 def run_step(arguments):
     """One decode step (op "mamba3_step") on the backend the dispatcher picks."""
-    if _route.use_triton(
-        "mamba3_step", arguments["v"], lambda: _triton_hook.unsupported("mamba3_step", **arguments)
-    ):
-        return _triton_hook.mamba3_step(**arguments)
-    return mamba3_step_torch(**arguments)
+    return _dispatch.call("mamba3_step", **arguments)

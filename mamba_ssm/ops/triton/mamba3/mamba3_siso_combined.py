@@ -92,7 +92,6 @@ def mamba3_siso_combined(
     states = c.states(Input_States, rows, mimo=False)
     res = run_chunked(
         "mamba3_siso",
-        "mamba3_siso_combined",
         {
             "q": Q.unsqueeze(2),
             "k": K.unsqueeze(2),

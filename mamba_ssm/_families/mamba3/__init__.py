@@ -1,0 +1,2 @@
+"""The Mamba-3 family (SISO, MIMO, decode step): states, the PyTorch implementation, the Triton kernels'
+call forms."""
