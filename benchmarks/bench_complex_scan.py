@@ -157,7 +157,9 @@ def implementations():
     from mamba_ssm import _loader
 
     _loader.load()
-    from mamba_ssm.ops.backends import compiled, compiled_complex, torch_scan, torch_scan_complex
+    from mamba_ssm._families.selective_scan import compiled, compiled_complex
+    from mamba_ssm._families.selective_scan import torch_complex as torch_scan_complex
+    from mamba_ssm._families.selective_scan import torch_impl as torch_scan
 
     names = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
 

@@ -166,7 +166,7 @@ def implementations(names, mambapy_path, isas=()):
     compiled_names = [n for n in names if n == "compiled" or n.startswith("compiled-")]
     if compiled_names:
         load_compiled()
-        from mamba_ssm.ops.backends import compiled
+        from mamba_ssm._families.selective_scan import compiled
 
         def scan(*a):
             return compiled.selective_scan(*a)
@@ -177,7 +177,7 @@ def implementations(names, mambapy_path, isas=()):
             for isa in isas if name == "compiled" else [name.split("-", 1)[1]]:
                 out.append(Impl(f"compiled-{isa}", with_isa(isa, scan)))
     if "fallback" in names:
-        from mamba_ssm.ops.backends import torch_scan
+        from mamba_ssm._families.selective_scan import torch_impl as torch_scan
 
         out.append(Impl("fallback", lambda *a: torch_scan.selective_scan(*a)))
     if "loop" in names:

@@ -5,8 +5,8 @@ kernels (issue 2's goal: the fallback at >= 3x the loop at every length, forward
 Shape: fp32, batch 2, dim 64, d_state 16, input-dependent B and C, seqlen 1024 / 2048 / 8192.
 
 * ``loop``: the straightforward scan, one einsum per timestep (what a port without kernels does).
-* ``torch``: ``mamba_ssm.ops.backends.torch_scan.selective_scan`` (the chunked fallback).
-* ``compiled``: ``mamba_ssm.ops.backends.compiled.selective_scan`` when ``mamba_ssm._C`` loads (the
+* ``torch``: ``mamba_ssm._families.selective_scan.torch_impl.selective_scan`` (the chunked fallback).
+* ``compiled``: ``mamba_ssm._families.selective_scan.compiled.selective_scan`` when ``mamba_ssm._C`` loads (the
   widest build of the CPU kernel this CPU runs).
 
 Measured with bench_cpu_scan.py's machinery, in one process: the forward of each implementation is first
@@ -92,7 +92,7 @@ def to_table(rows, seqlens, impls):
                 )
             plan = "-"
             if impl == "torch":
-                from mamba_ssm.ops.backends import torch_scan
+                from mamba_ssm._families.selective_scan import torch_impl as torch_scan
 
                 plan = "{}/{}".format(*torch_scan.plan_chunks(BATCH, DIM, D_STATE, seqlen))
             peak = f"{f.get('peak_mib', '-')} / {fb.get('peak_mib', '-')}"

@@ -5,7 +5,7 @@ d_state 16, seqlen 4096, fp32 and bf16, Mamba's call (variable B/C, D, z, delta_
 and forward+backward:
 
 * median time (CUDA events) of the compiled kernel and of the PyTorch fallback
-  (mamba_ssm.ops.backends.torch_scan.selective_scan), and the speed-up;
+  (mamba_ssm._families.selective_scan.torch_impl.selective_scan), and the speed-up;
 * achieved bandwidth = the bytes the op must move at least (read u, delta, z, B, C; write out; for the
   backward also read dout and write du, ddelta, dz, dB, dC) / time;
 * the device copy bandwidth measured here (a 2 GiB device-to-device copy: read + write bytes / time), for
@@ -57,10 +57,10 @@ def load_backends():
             f"mamba_ssm._C is not loaded: {result.reason}. Build it first: "
             "MAMBA_FORCE_BUILD=TRUE python setup.py build_ext --inplace"
         )
-    from mamba_ssm.ops.backends import compiled
+    from mamba_ssm._families.selective_scan import compiled
 
     try:
-        from mamba_ssm.ops.backends import torch_scan
+        from mamba_ssm._families.selective_scan import torch_impl as torch_scan
     except Exception as exc:  # noqa: BLE001 - the fallback is another part's module
         print(f"[bench] PyTorch fallback unavailable ({exc}); its columns are left out", file=sys.stderr)
         torch_scan = None

@@ -3,16 +3,22 @@ functions alike): no cycle, each module imports only its own layer or lower ones
 imports the build tooling, the dispatch never imports the ops, and no module of ours is loaded by file
 path except through setup.py's ``load_private``.
 
-The layers, lowest first (docs/architecture.md draws them):
+The layers, lowest first (docs/architecture.md draws them); no exception is listed:
 
     base      _version, _compat, _cli_io, _gpus           (standard library + packaging)
     install   _install, _advice                            (the resolver and every fix text)
     loader    _loader, _devices                            (find, check and load _C; device coverage)
-    families  _families, ops.backends, ops.triton._kernels (the implementations)
+    families  _families                                    (the ops' implementations, one package per family)
     backends  _backends                                    (one object per backend)
-    dispatch  _dispatch                                    (which backend runs an op)
-    library   ops, modules, models, utils, distributed     (the public API)
+    dispatch  _dispatch                                    (which backend runs an op; one call entry)
+    ops       ops                                          (upstream's op paths: checks + one dispatch call)
+    utils     utils                                        (generation, checkpoints, determinism)
+    modules   modules, distributed                         (the blocks and their tensor-parallel layers)
+    models    models                                       (the networks)
     tools     _doctor, __main__
+
+A backend object names its implementations by module and function (imported at the first call):
+each such module is in the families layer, and the function exists there.
 
 Build tooling (``mamba_ssm._build``, ``build_matrix``) may import base and install; nothing in the
 runtime layers imports it.
@@ -33,34 +39,21 @@ LAYERS = (
     ("base", ("mamba_ssm._version", "mamba_ssm._compat", "mamba_ssm._cli_io", "mamba_ssm._gpus")),
     ("install", ("mamba_ssm._install", "mamba_ssm._advice")),
     ("loader", ("mamba_ssm._loader", "mamba_ssm._devices")),
-    (
-        "families",
-        (
-            "mamba_ssm._families",
-            "mamba_ssm.ops.backends",
-            "mamba_ssm.ops.triton._kernels",
-            "mamba_ssm.ops.selective_scan_complex",
-        ),
-    ),
+    ("families", ("mamba_ssm._families",)),
     ("backends", ("mamba_ssm._backends",)),
     ("dispatch", ("mamba_ssm._dispatch",)),
-    (
-        "library",
-        (
-            "mamba_ssm.ops",
-            "mamba_ssm.modules",
-            "mamba_ssm.models",
-            "mamba_ssm.utils",
-            "mamba_ssm.distributed",
-        ),
-    ),
+    ("ops", ("mamba_ssm.ops",)),
+    ("utils", ("mamba_ssm.utils",)),
+    ("modules", ("mamba_ssm.modules", "mamba_ssm.distributed")),
+    ("models", ("mamba_ssm.models",)),
     ("tools", ("mamba_ssm._doctor", "mamba_ssm.__main__")),
 )
 BUILD_TOOLING = ("mamba_ssm._build", "build_matrix")
 #: What build tooling may import of the runtime package: the shared rules and the resolver.
 BUILD_MAY_IMPORT = ("base", "install")
-#: Package __init__ files a backend import passes through (Python runs them): they must stay empty of imports.
-BACKEND_PARENTS = ("mamba_ssm.ops", "mamba_ssm.ops.backends", "mamba_ssm.ops.triton", "mamba_ssm._families")
+#: Package __init__ files an implementation's import passes through (Python runs them): they must stay
+#: empty of imports.
+BACKEND_PARENTS = ("mamba_ssm.ops", "mamba_ssm.ops.triton", "mamba_ssm._families")
 
 
 def _modules() -> dict[str, str]:
@@ -227,15 +220,89 @@ def test_dispatch_never_imports_the_ops():
     bad = [
         f"{m} -> {t}"
         for m, edges in GRAPH.items()
-        if _layer(m) == "dispatch"
+        if _layer(m) in ("dispatch", "backends", "families")
         for t in edges
-        if _layer(t) == "library"
+        if t == "mamba_ssm.ops" or t.startswith("mamba_ssm.ops.")
     ]
     assert bad == [], bad
 
 
-def test_the_packages_a_backend_import_passes_through_import_nothing_of_ours():
-    assert {p: sorted(GRAPH[p]) for p in BACKEND_PARENTS if GRAPH[p]} == {}
+def _family_packages() -> list[str]:
+    return [
+        m
+        for m, path in MODULES.items()
+        if m.startswith("mamba_ssm._families") and path.endswith("__init__.py")
+    ]
+
+
+def test_the_packages_an_implementation_import_passes_through_import_nothing_of_ours():
+    parents = (*BACKEND_PARENTS, *_family_packages())
+    assert {p: sorted(GRAPH[p]) for p in parents if GRAPH[p]} == {}
+
+
+def _targets() -> list[tuple[str, str, str, str]]:
+    """``(backend module, table, module, function)`` for every string target of the backend objects: the
+    module-level ``Target`` tuples and constants of mamba_ssm/_backends/*.py, read with ast."""
+    found = []
+    for module, path in MODULES.items():
+        if not module.startswith("mamba_ssm._backends."):
+            continue
+        with open(path) as fh:
+            tree = ast.parse(fh.read(), path)
+        constants = {
+            node.targets[0].id: node.value.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.AnnAssign) or not isinstance(node.value, ast.Dict):
+                continue
+            table = node.target.id if isinstance(node.target, ast.Name) else "?"
+            for value in node.value.values:
+                if isinstance(value, ast.Tuple) and len(value.elts) == 2:
+                    first, second = value.elts
+                    name = (
+                        constants.get(first.id)
+                        if isinstance(first, ast.Name)
+                        else getattr(first, "value", None)
+                    )
+                    function = getattr(second, "value", None)
+                    if isinstance(name, str) and isinstance(function, str):
+                        found.append((module, table, name, function))
+    return found
+
+
+def _defines(module: str, name: str) -> bool:
+    with open(MODULES[module]) as fh:
+        tree = ast.parse(fh.read(), MODULES[module])
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (a.asname or a.name) == name for a in node.names
+        ):
+            return True
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return True
+    return False
+
+
+def test_every_backend_target_is_a_function_of_the_families():
+    """The backend objects import their implementations by name (at the first call), which the import
+    graph above cannot see: each named module is in the families layer and defines the function."""
+    targets = _targets()
+    assert len(targets) >= 20, targets  # the reader found the tables
+    bad = [
+        f"{backend}.{table}: {module}.{function}"
+        for backend, table, module, function in targets
+        if module not in MODULES or _layer(module) != "families" or not _defines(module, function)
+    ]
+    assert bad == [], bad
 
 
 def _calls(name: str) -> list[str]:

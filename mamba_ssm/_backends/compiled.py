@@ -16,10 +16,9 @@ from .base import Backend, BackendObject, Target, Unavailable
 
 __all__ = ["CompiledBackend", "compiled_unavailable"]
 
-_SCAN = "mamba_ssm._families.selective_scan.calls"
 _CONV = "mamba_ssm._families.causal_conv1d.calls"
 #: The module whose import registers the compiled ops' fake and autograd implementations.
-FACE = "mamba_ssm.ops.backends.compiled"
+FACE = "mamba_ssm._families.selective_scan.compiled"
 #: The ops that run on the causal conv1d kernels of ``_C``.
 CONV_OPS = ("causal_conv1d", "causal_conv1d_update", "causal_conv1d_varlen_states")
 
@@ -36,7 +35,7 @@ def _import_face() -> Unavailable | None:
     with _lock:
         if not _face_imported and _face is None:
             try:
-                import mamba_ssm.ops.backends.compiled  # noqa: F401 - the family's compiled face
+                import mamba_ssm._families.selective_scan.compiled  # noqa: F401 - the family's compiled face
             except Exception as exc:  # noqa: BLE001 - any failure means: not this backend, with why
                 _face = Unavailable(
                     f"mamba_ssm._C loaded but its Python face {FACE} failed to import ({type(exc).__name__}: {exc})",
@@ -75,7 +74,9 @@ def compiled_unavailable(op: str, device: _devices.DeviceKey) -> Unavailable | N
     if face is not None:
         return face
     if op in CONV_OPS:
-        from mamba_ssm.ops.backends import compiled_conv1d  # imported by the face above
+        from mamba_ssm._families.causal_conv1d import (
+            compiled as compiled_conv1d,  # imported by the face above
+        )
 
         if not compiled_conv1d.available():
             return Unavailable(
@@ -90,13 +91,13 @@ class CompiledBackend(BackendObject):
 
     name: ClassVar[str] = Backend.COMPILED
     implementations: ClassVar[dict[str, Target]] = {
-        "selective_scan": ("mamba_ssm.ops.backends.compiled", "selective_scan"),
+        "selective_scan": ("mamba_ssm._families.selective_scan.compiled", "selective_scan"),
         "causal_conv1d": (_CONV, "compiled_fn"),
         "causal_conv1d_update": (_CONV, "compiled_update"),
         "causal_conv1d_varlen_states": (_CONV, "compiled_varlen_states"),
     }
     checks: ClassVar[dict[str, Target]] = {
-        "selective_scan": (_SCAN, "compiled_unsupported"),
+        "selective_scan": (FACE, "supports"),
         "causal_conv1d": (_CONV, "compiled_fn_unsupported"),
         "causal_conv1d_update": (_CONV, "compiled_update_unsupported"),
         "causal_conv1d_varlen_states": (_CONV, "compiled_varlen_states_unsupported"),

@@ -10,7 +10,7 @@ __all__ = ["PyTorchBackend"]
 
 _SCAN = "mamba_ssm._families.selective_scan.calls"
 _CONV = "mamba_ssm._families.causal_conv1d.torch_impl"
-_MAMBA3 = "mamba_ssm.ops.triton.mamba3.mamba3_torch"
+_MAMBA3 = "mamba_ssm._families.mamba3.torch_impl"
 
 
 class PyTorchBackend(BackendObject):

@@ -20,7 +20,7 @@ TRITON_MIN_VERSION = (3, 0)
 #: NVIDIA GPUs older than this compute capability run no Triton code.
 TRITON_MIN_CAPABILITY = 7
 #: The package of the Triton kernels (importing it imports triton).
-KERNELS = "mamba_ssm.ops.triton._kernels"
+KERNELS = "mamba_ssm._families.triton_kernels"
 
 _MAMBA3 = "mamba_ssm._families.mamba3.calls"
 _SCAN = "mamba_ssm._families.selective_scan.calls"
@@ -66,7 +66,7 @@ def _check_triton() -> Unavailable | None:
                 )
             else:
                 try:
-                    import mamba_ssm.ops.triton._kernels  # noqa: F401 - the families' Triton kernels
+                    import mamba_ssm._families.triton_kernels  # noqa: F401 - the families' Triton kernels
                 except Exception as exc:  # noqa: BLE001
                     answer = Unavailable(
                         f"the Triton kernels failed to import with triton {version} "

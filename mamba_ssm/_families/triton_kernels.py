@@ -1,10 +1,12 @@
 """Triton kernels for the ops in :data:`mamba_ssm._dispatch.TRITON_OPS`: the SSD chunked scan
-(:mod:`.ssd`), the decode-step state update (:mod:`.state_update`), the norms (:mod:`.norms`) and
-Mamba-3's chunked scan and decode step (:mod:`.mamba3`, on the SSD core).
+(:mod:`mamba_ssm._families.ssd.triton_kernels`), the decode-step state update
+(:mod:`mamba_ssm._families.selective_scan.state_update_triton`), the norms
+(:mod:`mamba_ssm._families.norms.triton_kernels`) and Mamba-3's chunked scan and decode step
+(:mod:`mamba_ssm._families.mamba3.triton_kernels`, on the SSD core), gathered in one module.
 
-Importing this package imports ``triton``: it is imported only by the dispatcher's Triton check
-(:func:`mamba_ssm._dispatch.backends.triton_unavailable`) and by the public functions once that check passed,
-never at ``import mamba_ssm``. Written for Triton >= 3.0 (what torch 2.4 brings; the language features
+Importing this module imports ``triton``: the Triton backend's check imports it
+(:func:`mamba_ssm._backends.triton.triton_unavailable`), before any of these kernels runs, never at
+``import mamba_ssm``. Written for Triton >= 3.0 (what torch 2.4 brings; the language features
 used: ``tl.dot(..., input_precision=...)``, ``tl.cumsum``, masked loads/stores, runtime-bounded loops);
 no autotuning: block sizes and warp counts come from the shapes, so a first call compiles each kernel
 once in seconds. ``tests/ops/triton/compile_check.py`` compiles every launch for sm_80 / sm_90 / gfx942
@@ -20,7 +22,10 @@ from __future__ import annotations
 
 import triton  # noqa: F401  (the dispatcher's check: this package imports only with a working triton)
 
-from . import mamba3, norms, ssd, state_update
-from ._common import KERNEL_DTYPES
+from mamba_ssm._families.mamba3 import triton_kernels as mamba3
+from mamba_ssm._families.norms import triton_kernels as norms
+from mamba_ssm._families.selective_scan import state_update_triton as state_update
+from mamba_ssm._families.ssd import triton_kernels as ssd
+from mamba_ssm._families.triton_common import KERNEL_DTYPES
 
 __all__ = ["KERNEL_DTYPES", "mamba3", "norms", "ssd", "state_update"]

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.types import Device
 
+from mamba_ssm._families import recompute as _recompute
 from mamba_ssm.distributed.distributed_utils import (
     all_gather,
     all_reduce,
@@ -32,7 +33,6 @@ from mamba_ssm.distributed.distributed_utils import (
     reduce_scatter,
 )
 from mamba_ssm.modules._common import FactoryKwargs
-from mamba_ssm.ops import _recompute
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.types import Device
 
+from mamba_ssm._families.packing import seq_idx_from_cu_seqlens
 from mamba_ssm.modules._common import (
     FactoryKwargs,
     check_positive_sizes,
@@ -41,7 +42,6 @@ from mamba_ssm.modules._common import (
     inverse_softplus_dt,
     set_flag,
 )
-from mamba_ssm.ops.backends._packing import seq_idx_from_cu_seqlens
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update, causal_conv1d_varlen_states
 from mamba_ssm.ops.triton.layernorm_gated import RMSNorm as RMSNormGated
 from mamba_ssm.ops.triton.selective_state_update import selective_state_update
@@ -296,7 +296,7 @@ class Mamba2(nn.Module):
                 (seq_idx is derived from it when not given); with ``inference_params`` the caches
                 receive one state per sequence. Its last entry may be below the number of tokens: the
                 rest is padding (seq_idx -1: output 0, no state), and an empty sequence gets zero
-                states (the rule of :mod:`mamba_ssm.ops.backends._packing`).
+                states (the rule of :mod:`mamba_ssm._families.packing`).
             inference_params: :class:`mamba_ssm.utils.generation.InferenceParams`: at
                 ``seqlen_offset == 0`` the prompt fills this layer's cached states; afterwards one
                 token is one :meth:`step` and several continue from the cached states.

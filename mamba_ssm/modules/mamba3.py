@@ -18,7 +18,7 @@ G = ngroups and A_n = num_rope_angles = (d_state * rope_fraction rounded down to
 
 Per token: A = -max(f(dd_A), A_floor) with f(x) = 1 + x (x >= 0), 1 / (1 - x) (x < 0); dt =
 softplus(dd_dt + dt_bias); B and C through their RMSNorm; then the exponential-trapezoidal scan with
-the rotation of B and C (:mod:`mamba_ssm.ops.triton.mamba3.mamba3_torch` states it), SISO through
+the rotation of B and C (:mod:`mamba_ssm._families.mamba3.torch_impl` states it), SISO through
 :func:`~mamba_ssm.ops.triton.mamba3.mamba3_siso_combined.mamba3_siso_combined` (adjacent pairs rotate)
 and MIMO through :func:`~mamba_ssm.ops.tilelang.mamba3.mamba3_mimo.mamba3_mimo` (entries i and
 i + d_state/2 rotate); y gated by silu(z) (or the gated norm); out_proj.
@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.types import Device
 
+from mamba_ssm._families.packing import check_cu_seqlens
 from mamba_ssm.modules._common import (
     FactoryKwargs,
     check_positive_sizes,
@@ -45,7 +46,6 @@ from mamba_ssm.modules._common import (
     inverse_softplus_dt,
     set_flag,
 )
-from mamba_ssm.ops.backends._packing import check_cu_seqlens
 from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo
 from mamba_ssm.ops.triton.layernorm_gated import RMSNorm as RMSNormGated
 from mamba_ssm.ops.triton.mamba3.mamba3_siso_combined import mamba3_siso_combined
@@ -246,7 +246,7 @@ class Mamba3(nn.Module):
                 (seq_idx is derived from it when not given); with ``inference_params`` the cache
                 receives one state per sequence. Its last entry may be below seqlen: the rest is
                 padding (seq_idx -1), and an empty sequence gets zero states (the rule of
-                :mod:`mamba_ssm.ops.backends._packing`, as in ``Mamba2``).
+                :mod:`mamba_ssm._families.packing`, as in ``Mamba2``).
             inference_params: :class:`mamba_ssm.utils.generation.InferenceParams`: at
                 ``seqlen_offset == 0`` the prompt fills this layer's cache; afterwards one token is one
                 :meth:`step` and several continue from the cached states.

@@ -233,7 +233,7 @@ class Mamba(nn.Module):
         self, hidden_states: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor
     ) -> torch.Tensor:
         """A piece of several tokens after earlier ones: conv and scan continue from the caches."""
-        from mamba_ssm.ops.backends.torch_scan import selective_scan_with_state
+        from mamba_ssm._families.selective_scan.torch_impl import selective_scan_with_state
 
         x, z = self._xz(hidden_states).chunk(2, dim=1)
         init = conv_state[..., 1:].to(x.dtype).clone()  # the last d_conv - 1 inputs (a copy)

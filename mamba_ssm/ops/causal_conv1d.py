@@ -40,7 +40,7 @@ from mamba_ssm._families.causal_conv1d.checks import (
     check_x_weight,
 )
 from mamba_ssm._families.causal_conv1d.torch_impl import causal_conv1d_ref
-from mamba_ssm.ops.backends._packing import check_cu_seqlens
+from mamba_ssm._families.packing import check_cu_seqlens
 
 __all__ = [
     "causal_conv1d_fn",
@@ -195,7 +195,7 @@ def causal_conv1d_varlen_states(x: Tensor, cu_seqlens: Tensor, state_len: int) -
         x: (total_tokens, dim), the conv inputs of the sequences, one after another.
         cu_seqlens: (num_seqs + 1,) int cumulative lengths: 0 first, non-decreasing, at most
             total_tokens last (the rows after it are padding, read by no state; the rule of
-            :mod:`mamba_ssm.ops.backends._packing`).
+            :mod:`mamba_ssm._families.packing`).
         state_len: inputs per state (Mamba-2 keeps d_conv).
 
     Returns:

@@ -23,10 +23,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mamba_ssm import _dispatch
+from mamba_ssm._families import recompute as _recompute
 from mamba_ssm._families.checks import require_float, require_tensor, shape_text
 from mamba_ssm._families.selective_scan.checks import validate_selective_scan
 from mamba_ssm._families.selective_scan.reference import selective_scan_ref
-from mamba_ssm.ops import _recompute
 
 __all__ = [
     "MambaInnerFn",
@@ -77,7 +77,7 @@ def selective_scan_fn(
         :func:`mamba_inner_fn` does). float64 runs on the PyTorch backends only.
 
     Complex A (upstream mamba-ssm's complex variant; math and the accepted forms of B and C in
-    :mod:`mamba_ssm.ops.selective_scan_complex`): A complex64 (complex128 also when u is float64); the
+    :mod:`mamba_ssm._families.selective_scan.complex`): A complex64 (complex128 also when u is float64); the
     state is complex and ``y = 2 * Re(sum_n C h) + D * u`` (S4D's conjugate pairs). B and C are each
     complex (constant (dim, d_state), or variable as real tensors with (re, im) interleaved along time,
     last dim 2 * seqlen: upstream's layout, or complex with last dim seqlen) or real (a zero
@@ -98,7 +98,7 @@ def selective_scan_fn(
     """
     validate_selective_scan(u, delta, A, B, C, D, z, delta_bias)
     if A.is_complex():  # every backend takes B, C in the one complex-A form
-        from mamba_ssm.ops.selective_scan_complex import kernel_bc
+        from mamba_ssm._families.selective_scan.complex import kernel_bc
 
         B, C = kernel_bc(B, u.shape[-1]), kernel_bc(C, u.shape[-1])
     result: Tensor | tuple[Tensor, Tensor] = _dispatch.call(
@@ -382,7 +382,7 @@ class SelectiveScanFn(torch.autograd.Function):
     """:func:`selective_scan_fn` as a ``torch.autograd.Function`` (upstream's class):
     ``SelectiveScanFn.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)``
     gives the same results and gradients as :func:`selective_scan_fn` on whichever backend it runs (the
-    backward recomputes the forward and differentiates it: :mod:`mamba_ssm.ops._recompute`)."""
+    backward recomputes the forward and differentiates it: :mod:`mamba_ssm._families.recompute`)."""
 
     @staticmethod
     def forward(

@@ -16,7 +16,7 @@ if HERE not in sys.path:
 
 @pytest.fixture(scope="session")
 def compiled():
-    """The mamba_ssm.ops.backends.compiled module with _C loaded, or a skip naming why not."""
+    """The mamba_ssm._families.selective_scan.compiled module with _C loaded, or a skip naming why not."""
     from mamba_ssm import _loader
 
     result = _loader.load()
@@ -25,7 +25,7 @@ def compiled():
             f"mamba_ssm._C is not loaded: {result.reason} (build it: "
             "MAMBA_FORCE_BUILD=TRUE python setup.py build_ext --inplace)"
         )
-    import mamba_ssm.ops.backends.compiled as backend
+    import mamba_ssm._families.selective_scan.compiled as backend
 
     return backend
 

@@ -76,7 +76,7 @@ def main():
             f"cuda available={torch.cuda.is_available()})"
         )
         return 2
-    import mamba_ssm.ops.backends.compiled as backend
+    import mamba_ssm._families.selective_scan.compiled as backend
 
     failed = 0
     total = 0

@@ -20,7 +20,7 @@ NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
 
 @pytest.fixture(scope="module")
 def complex_backend(compiled):
-    from mamba_ssm.ops.backends import compiled_complex
+    from mamba_ssm._families.selective_scan import compiled_complex
 
     if not compiled_complex.available():
         pytest.skip("this mamba_ssm._C has no complex-A ops")

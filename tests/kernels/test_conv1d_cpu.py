@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 @pytest.fixture(scope="module")
 def conv(compiled):
-    from mamba_ssm.ops.backends import compiled_conv1d
+    from mamba_ssm._families.causal_conv1d import compiled as compiled_conv1d
 
     if not compiled_conv1d.available():
         pytest.skip("this mamba_ssm._C has no causal conv1d ops (rebuild it)")

@@ -29,7 +29,7 @@ DTYPE_IDS = ["fp32", "fp16", "bf16"]
 def conv(compiled):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA/ROCm GPU visible to torch (torch.cuda.is_available() is False)")
-    from mamba_ssm.ops.backends import compiled_conv1d
+    from mamba_ssm._families.causal_conv1d import compiled as compiled_conv1d
 
     x = torch.zeros(1, 2, 3, device="cuda")
     why = compiled_conv1d.supports(x, torch.zeros(2, 4, device="cuda"))

@@ -96,7 +96,7 @@ def test_two_channel_passes_across_segments(compiled, isa):
     two groups of three channels also leave single channels). The float64 per-timestep reference
     is too slow at this length, so the float64 PyTorch fallback (a chunked parallel scan: a separate
     implementation, itself checked against that reference in tests/ops) is the reference."""
-    from mamba_ssm.ops.backends import torch_scan
+    from mamba_ssm._families.selective_scan import torch_impl as torch_scan
 
     args = make_inputs(2, 6, 8200, 16, "grouped2", True, True, True, torch.float32, seed=5)
     leaves = [None if x is None else x.detach().clone().requires_grad_() for x in args]

@@ -73,7 +73,7 @@ def recurrence(
     (angle (S, h, a), ssm (S, h, p, n), k (S, R, h, n), v (S, h, p)) for the first sequence of each row
     (S = b) or for each packed sequence (cu_seqlens, S = its number of sequences); seq_idx (b, l).
 
-    Packed sequences (the rule of mamba_ssm.ops.backends._packing, restated): the tokens from
+    Packed sequences (the rule of mamba_ssm._families.packing, restated): the tokens from
     cu_seqlens[-1] on, and those with a negative seq_idx, are padding: their output is 0 and the
     recurrence skips them (no state read or written); a sequence's first token starts from its own
     state, never from the token before it.

@@ -33,7 +33,7 @@ def _restore_backend():
 
 def _use(backend):
     if backend == "compiled":
-        from mamba_ssm.ops.backends import compiled_conv1d
+        from mamba_ssm._families.causal_conv1d import compiled as compiled_conv1d
 
         if not compiled_conv1d.available():
             pytest.skip("mamba_ssm._C (with its conv1d kernels) is not loaded")

@@ -72,7 +72,7 @@ def _compiled_loaded():
     result = _loader.load()
     if not result.loaded:
         pytest.skip(f"mamba_ssm._C is not loaded: {result.reason}")
-    from mamba_ssm.ops.backends import compiled_conv1d
+    from mamba_ssm._families.causal_conv1d import compiled as compiled_conv1d
 
     if not compiled_conv1d.available():
         pytest.skip("this mamba_ssm._C has no causal conv1d kernels")
@@ -88,7 +88,7 @@ def covered_gpu(monkeypatch):
     monkeypatch.setattr(
         _devices, "device_coverage", lambda device: None if str(device).startswith("cuda") else real(device)
     )
-    monkeypatch.setattr("mamba_ssm.ops.backends.compiled_conv1d._has_cuda_kernel", lambda: True)
+    monkeypatch.setattr("mamba_ssm._families.causal_conv1d.compiled._has_cuda_kernel", lambda: True)
 
 
 @pytest.mark.parametrize(
@@ -159,7 +159,7 @@ def test_conv_op_calls_run_what_implementation_says(monkeypatch):
     """On CPU the public ops run the compiled kernels under auto and the PyTorch code under torch: the
     values agree with a float64 direct sum either way (and float64 inputs take the PyTorch path)."""
     _compiled_loaded()
-    from mamba_ssm.ops.backends import compiled_conv1d
+    from mamba_ssm._families.causal_conv1d import compiled as compiled_conv1d
 
     calls = []
     real = compiled_conv1d.conv1d

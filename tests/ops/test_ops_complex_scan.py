@@ -33,7 +33,7 @@ def _compiled_complex_reason():
     res = _loader.load()
     if not res.loaded:
         return f"mamba_ssm._C is not loaded: {res.reason}"
-    from mamba_ssm.ops.backends import compiled_complex
+    from mamba_ssm._families.selective_scan import compiled_complex
 
     return None if compiled_complex.available() else "this _C has no complex-A ops"
 
@@ -296,7 +296,7 @@ def test_mamba_inner_fn_complex(variable):
 def test_compiled_routing_complex(backend):
     """The compiled backend takes complex64 calls; it says why it cannot take a complex128 A or float64
     inputs (forced: a RuntimeError naming the reason)."""
-    from mamba_ssm.ops.backends import compiled
+    from mamba_ssm._families.selective_scan import compiled
 
     inp = make_complex_inputs(1, 2, 3, 8, "pairs", "const", torch.float32)
     assert compiled.supports(**{k: inp[k] for k in NAMES}) is None
@@ -327,7 +327,7 @@ def test_older_build_without_complex_ops_is_a_reason(monkeypatch):
     PyTorch)."""
     if _compiled_complex_reason() is not None and "not loaded" in _compiled_complex_reason():
         pytest.skip(_compiled_complex_reason())
-    from mamba_ssm.ops.backends import compiled, compiled_complex
+    from mamba_ssm._families.selective_scan import compiled, compiled_complex
 
     monkeypatch.setattr(compiled_complex, "_AVAILABLE", False)
     inp = make_complex_inputs(1, 2, 3, 8, "pairs", "const", torch.float32)

@@ -23,8 +23,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 import reference as ref  # noqa: E402  (tests/reference.py)
 
+from mamba_ssm._families.selective_scan import torch_impl as torch_scan  # noqa: E402
 from mamba_ssm.ops import selective_scan_interface as ssi  # noqa: E402
-from mamba_ssm.ops.backends import torch_scan  # noqa: E402
 
 DIM, D_STATE = 4, 3
 SEQLENS = [1, 2, 3, 127, 128, 129]

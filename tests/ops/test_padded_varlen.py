@@ -1,4 +1,4 @@
-"""Padded varlen and padding tokens (the packed-sequence rule of mamba_ssm/ops/backends/_packing.py), through the
+"""Padded varlen and padding tokens (the packed-sequence rule of mamba_ssm/_families/packing.py), through the
 public ops on the CPU, against the float64 references of tests/reference.py: cu_seqlens whose
 last entry is below the number of tokens, empty sequences (zero states), seq_idx -1 tokens (output 0,
 no state read or written) in causal_conv1d_fn and the SSD's PyTorch path, and the op outputs taking
@@ -12,7 +12,7 @@ import pytest
 import reference as ref  # (tests/reference.py)
 import torch
 
-from mamba_ssm.ops.backends._packing import seq_idx_from_cu_seqlens
+from mamba_ssm._families.packing import seq_idx_from_cu_seqlens
 from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_varlen_states
 from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
 

@@ -226,7 +226,7 @@ def test_chunk_state_varlen_padded_and_empty():
     B = torch.randn(total + pad, g, n, generator=gen, dtype=F64) / 5
     A = -0.5 * torch.rand(h, generator=gen, dtype=F64)
     dt = F.softplus(torch.randn(total + pad, h, generator=gen, dtype=F64) - 1)
-    from mamba_ssm.ops.backends._packing import seq_idx_from_cu_seqlens
+    from mamba_ssm._families.packing import seq_idx_from_cu_seqlens
 
     sid = seq_idx_from_cu_seqlens(cu, total + pad)
     cs, d = ssd_chunk_state._chunk_cumsum_fwd(dt.unsqueeze(0), A, Q)

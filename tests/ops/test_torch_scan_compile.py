@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import mamba_ssm
+from mamba_ssm._families.selective_scan import torch_impl as torch_scan
 from mamba_ssm.ops import selective_scan_interface as ssi
-from mamba_ssm.ops.backends import torch_scan
 
 pytestmark = pytest.mark.skipif(
     not hasattr(torch.library, "custom_op"),

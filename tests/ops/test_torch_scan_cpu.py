@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mamba_ssm.ops.backends import torch_scan
+from mamba_ssm._families.selective_scan import torch_impl as torch_scan
 
 
 def _inputs(batch=2, dim=4, d_state=3, seqlen=40, requires_grad=False):

@@ -169,10 +169,10 @@ def test_loaded_module_and_device_coverage(tmp_path):
     root = _loadable_package(tmp_path, ["cpu", "cuda"], sass=["sm_80", "sm_90"], ptx=["compute_90"])
     marker = tmp_path / "marker"
     compiled_flag = tmp_path / "compiled_imported"
-    (root / "mamba_ssm" / "ops" / "backends").mkdir(parents=True, exist_ok=True)
+    (root / "mamba_ssm" / "_families" / "selective_scan").mkdir(parents=True, exist_ok=True)
     shutil.copy(
         os.path.join(S.STAND_INS, "compiled_records_import.py"),
-        root / "mamba_ssm" / "ops" / "backends" / "compiled.py",
+        root / "mamba_ssm" / "_families" / "selective_scan" / "compiled.py",
     )
     env = S.child_env(
         root, MAMBA_SSM_TEST_DLOPEN_MARKER=marker, MAMBA_SSM_TEST_COMPILED_IMPORTED=compiled_flag
@@ -252,13 +252,13 @@ def test_loaded_module_that_registers_no_ops_falls_back(tmp_path):
     """A _C that loads but registers no mamba_ssm ops (e.g. a partial build): the real Python face
     refuses to import, and dispatch falls back with that reason."""
     root = _loadable_package(tmp_path, ["cpu"])
-    if not (root / "mamba_ssm" / "ops" / "backends" / "compiled.py").exists():
-        pytest.skip("mamba_ssm/ops/backends/compiled.py (kernels part) is not in the tree yet")
+    if not (root / "mamba_ssm" / "_families" / "selective_scan" / "compiled.py").exists():
+        pytest.skip("mamba_ssm/_families/selective_scan/compiled.py (kernels part) is not in the tree yet")
     out = probe(root)
     assert out["load"]["loaded"] is True
     assert out["first"]["value"] == "torch"
     (w,) = out["first"]["warnings"]
-    assert "mamba_ssm.ops.backends.compiled failed to import" in w["message"]
+    assert "mamba_ssm._families.selective_scan.compiled failed to import" in w["message"]
     assert "selective_scan_fwd" in w["message"]
 
 

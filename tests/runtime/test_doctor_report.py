@@ -194,8 +194,8 @@ FAKE_COMPILED_PY = '''"""Test stand-in for the kernels part's Python face (the f
 def _loadable_root(tmp_path, kernels):
     root = S.make_package(tmp_path)
     S.compile_so(root / "mamba_ssm" / "_C.abi3.so", S.build_info(kernels=kernels))
-    (root / "mamba_ssm" / "ops" / "backends").mkdir(parents=True, exist_ok=True)
-    (root / "mamba_ssm" / "ops" / "backends" / "compiled.py").write_text(FAKE_COMPILED_PY)
+    (root / "mamba_ssm" / "_families" / "selective_scan").mkdir(parents=True, exist_ok=True)
+    (root / "mamba_ssm" / "_families" / "selective_scan" / "compiled.py").write_text(FAKE_COMPILED_PY)
     return root
 
 
@@ -379,7 +379,7 @@ def test_check_catches_a_wrong_kernel(tmp_path):
     root = _loadable_root(tmp_path, ["cpu"])
     shutil.copy(
         os.path.join(S.STAND_INS, "compiled_zeros.py"),
-        root / "mamba_ssm" / "ops" / "backends" / "compiled.py",
+        root / "mamba_ssm" / "_families" / "selective_scan" / "compiled.py",
     )
     rc, report = doctor_json_args(root, ["--check"])
     assert rc == 2 and report["status"] == "broken"
@@ -407,8 +407,8 @@ def test_gpus_listed_and_each_checked_against_the_build(tmp_path):
         root / "mamba_ssm" / "_C.abi3.so",
         S.build_info(kernels=["cpu", "cuda"], sass_archs=["sm_80", "sm_90"], ptx_archs=[]),
     )
-    (root / "mamba_ssm" / "ops" / "backends").mkdir(parents=True, exist_ok=True)
-    (root / "mamba_ssm" / "ops" / "backends" / "compiled.py").write_text(FAKE_COMPILED_PY)
+    (root / "mamba_ssm" / "_families" / "selective_scan").mkdir(parents=True, exist_ok=True)
+    (root / "mamba_ssm" / "_families" / "selective_scan" / "compiled.py").write_text(FAKE_COMPILED_PY)
     proc = S.run_prog(root, "doctor_fake_gpus")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

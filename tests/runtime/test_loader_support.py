@@ -25,7 +25,7 @@ END = b"MAMBA_SSM_BUILD_INFO_END"
 UNDEFINED_SYMBOL = "mamba_ssm_test_symbol_that_no_library_defines"
 SUBPROCESS_TIMEOUT = 180
 PROGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs")
-#: Modules copied over a package copy's files (e.g. a stand-in ops/backends/compiled.py).
+#: Modules copied over a package copy's files (e.g. a stand-in _families/selective_scan/compiled.py).
 STAND_INS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins")
 
 

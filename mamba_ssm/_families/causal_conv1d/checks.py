@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from mamba_ssm._families.checks import require_float, require_tensor
-from mamba_ssm.ops.backends._packing import check_rows
+from mamba_ssm._families.packing import check_rows
 
 __all__ = [
     "check_activation",

@@ -1,7 +1,7 @@
 """The compiled causal conv1d kernels of ``mamba_ssm._C`` (CPU, CUDA, HIP): fake implementations,
 autograd and the Python face used by :mod:`mamba_ssm.ops.causal_conv1d`.
 
-Imported by :mod:`mamba_ssm.ops.backends.compiled` (after ``_C`` is loaded; importing this module
+Imported by :mod:`mamba_ssm._families.selective_scan.compiled` (after ``_C`` is loaded; importing this module
 loads it too). A ``_C`` without the conv ops (not loadable, or built before them) leaves
 :func:`available` False and the conv ops on their PyTorch path. Like the scan, the C++ side has no Python C API: ``torch.library.register_fake``
 and ``register_autograd`` are called here.

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mamba_ssm._families.causal_conv1d.checks import check_activation
-from mamba_ssm.ops.backends._packing import check_cu_seqlens, check_rows
+from mamba_ssm._families.packing import check_cu_seqlens, check_rows
 
 __all__ = ["causal_conv1d_ref", "causal_conv1d_update", "causal_conv1d_varlen_states"]
 

@@ -20,7 +20,7 @@ __all__ = [
 
 
 def _unsupported(op: str, arguments: dict[str, Any]) -> str | None:
-    from mamba_ssm.ops.triton._kernels import mamba3
+    from mamba_ssm._families.mamba3 import triton_kernels as mamba3
 
     reason: str | None = mamba3.unsupported(op, **arguments)
     return reason
@@ -44,13 +44,13 @@ def triton_step_unsupported(**arguments: Any) -> str | None:
 def triton_chunk_scan(**arguments: Any) -> Any:
     """The chunked scan (SISO or MIMO) on the Triton kernels, with the arguments and results of the
     PyTorch ``mamba3_chunk_scan_torch``."""
-    from mamba_ssm.ops.triton._kernels import mamba3
+    from mamba_ssm._families.mamba3 import triton_kernels as mamba3
 
     return mamba3.chunk_scan(**arguments)
 
 
 def triton_step(**arguments: Any) -> Any:
     """One decode step on the Triton kernels, with the arguments and results of ``mamba3_step_torch``."""
-    from mamba_ssm.ops.triton._kernels import mamba3
+    from mamba_ssm._families.mamba3 import triton_kernels as mamba3
 
     return mamba3.step(**arguments)

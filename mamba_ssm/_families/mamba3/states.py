@@ -1,9 +1,9 @@
 """Mamba-3's recurrent state record and the helpers its PyTorch path and its Triton kernels share
-(:mod:`mamba_ssm.ops.triton.mamba3.mamba3_torch`, :mod:`mamba_ssm.ops.triton._kernels.mamba3`): the
+(:mod:`mamba_ssm._families.mamba3.torch_impl`, :mod:`mamba_ssm._families.mamba3.triton_kernels`): the
 state between calls, the rotation of d_state pairs by the data-dependent angles (Mamba-3, arXiv
 2603.15569: the complex-valued state as a rotary embedding), packed sequences run one at a time, and
-the padding tokens of packed sequences (the rule of :mod:`mamba_ssm.ops.backends._packing`: seq_idx
-:data:`~mamba_ssm.ops.backends._packing.PADDING`, output 0, no state read or written). torch only (no
+the padding tokens of packed sequences (the rule of :mod:`mamba_ssm._families.packing`: seq_idx
+:data:`~mamba_ssm._families.packing.PADDING`, output 0, no state read or written). torch only (no
 triton), so both paths import it.
 """
 
@@ -84,7 +84,7 @@ def per_sequence(
     return_final_states: bool,
 ) -> Union[torch.Tensor, tuple[torch.Tensor, Mamba3States]]:
     """Packed sequences (batch 1, ``cu_seqlens``, checked) one at a time through ``scan`` (a chunked
-    scan with the arguments of :func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_chunk_scan_torch`;
+    scan with the arguments of :func:`mamba_ssm._families.mamba3.torch_impl.mamba3_chunk_scan_torch`;
     ``arguments``: its keyword arguments but initial_states, seq_idx, cu_seqlens and
     return_final_states): each sequence starts from its row of ``initial_states`` (zeros when None) and
     ends in its own final state (an empty sequence's is its initial state, zero when None); the rows

@@ -23,7 +23,7 @@ Chunked form (the SSD algorithm of arXiv:2405.21060, section 6, with a separate 
 c_t = (1 - lambda_t) dt_t (the share of x_{t-1} k_{t-1} that step t adds) the state
 g_t = h_t + c_{t+1} sum_r x_{t,r} k_{t,r}^T obeys g_t = alpha_t g_{t-1} + w_t sum_r x_{t,r} k_{t,r}^T with
 the trapezoid weight w_t = lambda_t dt_t + c_{t+1}, an SSD scan
-(:func:`mamba_ssm.ops.triton.ssd_combined.ssd_chunk_scan_weighted`). MIMO runs it over R sub-steps per
+(:func:`mamba_ssm._families.ssd.torch_impl.ssd_chunk_scan_weighted`). MIMO runs it over R sub-steps per
 token (decay alpha_t on the first, 1 on the others), so a chunk of ``chunk_size`` tokens is one of
 ``chunk_size * R`` sub-steps. y_{t,r} = g_t q_{t,r} then needs, per token, the R x R correction
 sum_r' ([r' > r] w_t - c_{t+1}) (q_{t,r} . k_{t,r'}) x_{t,r'} (the ranks after r that the sub-step scan
@@ -37,20 +37,20 @@ O(batch * seqlen * nheads * (chunk_size * R + d_state)).
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Optional, Union, cast
 
 import torch
 import torch.nn.functional as F
 
-from mamba_ssm.ops.backends._packing import seq_idx_from_cu_seqlens
-from mamba_ssm.ops.backends.mamba3_states import (
+from mamba_ssm._families.mamba3.states import (
     Mamba3States,
     compute_dtype,
     drop_padding,
     per_sequence,
     rotate,
 )
-from mamba_ssm.ops.triton.ssd_combined import ssd_chunk_scan_weighted
+from mamba_ssm._families.packing import seq_idx_from_cu_seqlens
+from mamba_ssm._families.ssd.torch_impl import ssd_chunk_scan_weighted
 
 __all__ = [
     "PAIRINGS",
@@ -192,7 +192,7 @@ def mamba3_chunk_scan_torch(
     None (zeros); seq_idx (b, l) or None (derived from cu_seqlens when None); cu_seqlens (S + 1,)
     (batch 1) or None.
 
-    Packed sequences follow :mod:`mamba_ssm.ops.backends._packing`: a padding token (seq_idx < 0, the
+    Packed sequences follow :mod:`mamba_ssm._families.packing`: a padding token (seq_idx < 0, the
     rows from cu_seqlens[-1] on) has an output row of 0 and reads and writes no state; nothing crosses
     a change of seq_idx (the angle sum, the trapezoid's previous-token term, the state).
 
@@ -280,7 +280,8 @@ def mamba3_chunk_scan_torch(
     def pick(t: torch.Tensor) -> torch.Tensor:  # (S, ...): an empty sequence's state stays zero
         return t.masked_fill(empty.view(-1, *([1] * (t.dim() - 1))), 0)
 
-    states = Mamba3States(pick(theta[0, ends]), pick(picked), pick(kr[0, ends]), pick(v[0, ends]))
+    last = cast(torch.Tensor, picked)  # ssd_chunk_scan_weighted returns them whenever cu_seqlens is given
+    states = Mamba3States(pick(theta[0, ends]), pick(last), pick(kr[0, ends]), pick(v[0, ends]))
     return drop_padding(out, None, seq_idx)[0], states
 
 

@@ -1,7 +1,7 @@
 """Triton kernels for Mamba-3 (Lahoti et al., arXiv:2603.15569): the chunked scan, SISO and MIMO, forward
 and backward, and the decode step. The arguments and results are those of
-:func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_chunk_scan_torch` and
-:func:`~mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_step_torch` (the module docstring there has the
+:func:`mamba_ssm._families.mamba3.torch_impl.mamba3_chunk_scan_torch` and
+:func:`~mamba_ssm._families.mamba3.torch_impl.mamba3_step_torch` (the module docstring there has the
 math); :mod:`mamba_ssm.ops.triton.mamba3._triton_hook` calls them.
 
 The chunked scan is the SSD scan of :mod:`.ssd` (its ``core_forward`` / ``core_backward``) with a
@@ -42,11 +42,10 @@ import torch
 import triton
 import triton.language as tl
 
-from mamba_ssm.ops.backends._packing import seq_idx_from_cu_seqlens
-from mamba_ssm.ops.backends.mamba3_states import Mamba3States, drop_padding, per_sequence, rotate
-
-from . import ssd
-from ._common import Block, Pointer, Scalar, jit, pow2, unsupported_dtype
+from mamba_ssm._families.mamba3.states import Mamba3States, drop_padding, per_sequence, rotate
+from mamba_ssm._families.packing import seq_idx_from_cu_seqlens
+from mamba_ssm._families.ssd import triton_kernels as ssd
+from mamba_ssm._families.triton_common import Block, Pointer, Scalar, jit, pow2, unsupported_dtype
 
 __all__ = ["MAX_DSTATE", "MAX_HEADDIM", "MAX_RANK", "chunk_scan", "step", "sub_chunk", "unsupported"]
 
@@ -1546,7 +1545,7 @@ def chunk_scan(
     (the input states included, and through the final states).
 
     Arguments and results: those of
-    :func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_chunk_scan_torch` (checked by the public ops;
+    :func:`mamba_ssm._families.mamba3.torch_impl.mamba3_chunk_scan_torch` (checked by the public ops;
     float32 / float16 / bfloat16 on a CUDA/ROCm device, or CPU tensors under ``TRITON_INTERPRET=1``):
     q, k (b, l, R, g, n); v (b, l, h, p); adt, dt, trap (b, h, l); q_bias, k_bias (h, R, n); angles
     (b, l, h, a); D (h,); z (b, l, h, p); mimo_x/z/o (h, R, p); norm_weight (h, p); initial_states a
@@ -1556,7 +1555,7 @@ def chunk_scan(
 
     Packed sequences (cu_seqlens) with input or final states run one sequence at a time (each starts
     from its own state and ends in its own); otherwise seq_idx (built from cu_seqlens when None) masks
-    them. Padding (seq_idx < 0, the rows from cu_seqlens[-1] on; :mod:`mamba_ssm.ops.backends._packing`)
+    them. Padding (seq_idx < 0, the rows from cu_seqlens[-1] on; :mod:`mamba_ssm._families.packing`)
     outputs 0 and reads and writes no state; a row that ends in padding has zero final states.
     """
     arguments = {
@@ -1615,7 +1614,7 @@ def step(
 ) -> Tuple[torch.Tensor, Mamba3States]:
     """One Mamba-3 token on the Triton kernel; pure (new state tensors).
 
-    Arguments and results: those of :func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_step_torch`:
+    Arguments and results: those of :func:`mamba_ssm._families.mamba3.torch_impl.mamba3_step_torch`:
     q, k (b, R, g, n); v (b, h, p); adt, dt, trap (b, h); q_bias, k_bias (h, R, n); angles (b, h, a);
     states Mamba3States (angle (b, h, a), ssm (b, h, p, n), k (b, R, h, n), v (b, h, p)). Returns
     (out ((b, h, p) with mimo_o, else (b, R, h, p)) in v's dtype, Mamba3States(angle, ssm, k in

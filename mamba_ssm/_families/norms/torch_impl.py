@@ -76,7 +76,7 @@ def triton_layer_norm_unsupported(*args: Any) -> str | None:
     """None when the Triton norm kernel takes this call (the arguments of :func:`layer_norm_torch`),
     else why not."""
     a = dict(zip(_ARGS.split(), args))
-    from mamba_ssm.ops.triton._kernels import norms
+    from mamba_ssm._families.norms import triton_kernels as norms
 
     reason: str | None = norms.unsupported_layer_norm(
         a["x"], a["weight"], a["bias"], a["residual"], a["x1"], a["weight1"], a["bias1"], a["dropout_p"],
@@ -89,7 +89,7 @@ def triton_layer_norm(*args: Any) -> Any:
     """The norm on the Triton kernel (the arguments of :func:`layer_norm_torch`; the kernel takes no
     second input, dropout or row scale: :func:`triton_layer_norm_unsupported` said so)."""
     a = dict(zip(_ARGS.split(), args))
-    from mamba_ssm.ops.triton._kernels import norms
+    from mamba_ssm._families.norms import triton_kernels as norms
 
     return norms.layer_norm(
         a["x"], a["weight"], a["bias"], a["residual"], a["eps"], a["prenorm"], a["residual_in_fp32"],

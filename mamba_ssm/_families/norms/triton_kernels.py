@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import Block, Pointer, Scalar, jit, pow2, unsupported_dtype, warps_for
+from mamba_ssm._families.triton_common import Block, Pointer, Scalar, jit, pow2, unsupported_dtype, warps_for
 
 __all__ = ["MAX_ROW", "gated_norm", "layer_norm", "unsupported_gated_norm", "unsupported_layer_norm"]
 

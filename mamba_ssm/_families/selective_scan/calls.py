@@ -23,7 +23,7 @@ def compiled_unsupported(
 ) -> str | None:
     """None when the compiled kernels take this call, else why not (one sentence)."""
     del delta_softplus, return_last_state
-    from mamba_ssm.ops.backends import compiled
+    from mamba_ssm._families.selective_scan import compiled
 
     return compiled.supports(u, delta, A, B, C, D, z, delta_bias)
 
@@ -41,7 +41,8 @@ def torch_selective_scan(
     return_last_state: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The chunked PyTorch scan (the complex-state one for a complex A)."""
-    from mamba_ssm.ops.backends import torch_scan, torch_scan_complex
+    from mamba_ssm._families.selective_scan import torch_complex as torch_scan_complex
+    from mamba_ssm._families.selective_scan import torch_impl as torch_scan
 
     scan = torch_scan_complex.selective_scan if A.is_complex() else torch_scan.selective_scan
     result: Tensor | tuple[Tensor, Tensor] = scan(
@@ -65,7 +66,7 @@ def triton_state_update_unsupported(
 ) -> str | None:
     """None when the Triton decode-step kernel takes this (head-shaped) call, else why not."""
     del dt_softplus, state_batch_indices
-    from mamba_ssm.ops.triton._kernels import state_update
+    from mamba_ssm._families.selective_scan import state_update_triton as state_update
 
     reason: str | None = state_update.unsupported(state_h, x_h, dt_h, A_h, B_h, C_h, D_h, z_h, db_h)
     return reason

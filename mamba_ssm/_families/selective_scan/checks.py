@@ -110,7 +110,7 @@ def validate_selective_scan(
     if d_state < 1:
         raise ValueError(f"{fn}: A has d_state 0 (shape {shape_text(A)}); expected d_state >= 1")
     if complex_a:
-        from mamba_ssm.ops.selective_scan_complex import validate_complex  # the complex-A family
+        from mamba_ssm._families.selective_scan.complex import validate_complex  # the complex-A family
 
         validate_complex(fn, u, A, B, C)
     for name, X in () if complex_a else (("B", B), ("C", C)):

@@ -26,7 +26,7 @@ from typing import Optional, Union
 
 import torch
 
-from mamba_ssm.ops.backends._scan_autograd import bwd_fake, fwd_fake, scan_backward, setup_context
+from mamba_ssm._families.selective_scan.autograd import bwd_fake, fwd_fake, scan_backward, setup_context
 
 __all__ = ["GPU_MAX_D_STATE", "selective_scan", "supports"]
 
@@ -42,7 +42,7 @@ _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _require_ops() -> None:
     if not hasattr(torch.ops, _NS) or not hasattr(getattr(torch.ops, _NS), "selective_scan_fwd"):
         raise ImportError(
-            "mamba_ssm.ops.backends.compiled needs the compiled module mamba_ssm._C loaded first "
+            "mamba_ssm._families.selective_scan.compiled needs the compiled module mamba_ssm._C loaded first "
             "(mamba_ssm._loader.load()); the mamba_ssm::selective_scan_fwd op is not registered"
         )
 
@@ -74,17 +74,20 @@ def supports(
     D: Optional[torch.Tensor] = None,
     z: Optional[torch.Tensor] = None,
     delta_bias: Optional[torch.Tensor] = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
 ) -> Optional[str]:
-    """Whether the compiled kernels can run this call.
+    """Whether the compiled kernels can run this call (the compiled backend's check of ``selective_scan``).
 
-    Args: as :func:`selective_scan` (already validated by ``selective_scan_fn``).
+    Args: as :func:`selective_scan` (already validated by ``selective_scan_fn``); ``delta_softplus`` and
+    ``return_last_state`` never stop the kernels.
 
     Returns:
         None when they can, else the reason in one sentence (the dispatcher then uses the PyTorch
         fallback): an unsupported dtype (float64; complex128, or complex A with a ``_C`` built before the
         complex-A kernels), a device other than CPU/CUDA, a CUDA call on a CPU-only build, d_state > 256
         on a GPU, or variable B and C with different group counts. Complex A takes B and C in the forms
-        of :func:`mamba_ssm.ops.selective_scan_complex.kernel_bc` (``selective_scan_fn`` converts).
+        of :func:`mamba_ssm._families.selective_scan.complex.kernel_bc` (``selective_scan_fn`` converts).
     """
     is_complex = A.is_complex()
     if is_complex:  # B, C in the forms selective_scan_complex.kernel_bc makes
@@ -152,7 +155,7 @@ def selective_scan(
     Args:
         u, delta: (batch, dim, seqlen), float32/float16/bfloat16.
         A: (dim, d_state), real (float32 preferred), or complex64: then B, C, the last state and the
-            output follow :func:`mamba_ssm.ops.backends.compiled_complex.selective_scan`.
+            output follow :func:`mamba_ssm._families.selective_scan.compiled_complex.selective_scan`.
         B, C: (dim, d_state) constant, or (batch, d_state, seqlen), or (batch, groups, d_state, seqlen)
             with channel d using group d // (dim // groups).
         D, delta_bias: (dim,) or None. z: (batch, dim, seqlen) or None.
@@ -178,4 +181,5 @@ def selective_scan(
 
 
 # The causal conv1d and complex-A scan ops (fake implementations, autograd) when this _C defines them.
-from mamba_ssm.ops.backends import compiled_complex, compiled_conv1d  # noqa: E402,F401
+from mamba_ssm._families.causal_conv1d import compiled as compiled_conv1d  # noqa: E402,F401
+from mamba_ssm._families.selective_scan import compiled_complex  # noqa: E402

@@ -1,8 +1,8 @@
 """The compiled complex-A selective-scan kernels of ``mamba_ssm._C`` (CPU, CUDA, HIP): fake
-implementations, autograd and the Python face :mod:`mamba_ssm.ops.backends.compiled` routes complex-A
+implementations, autograd and the Python face :mod:`mamba_ssm._families.selective_scan.compiled` routes complex-A
 calls to.
 
-Imported by :mod:`mamba_ssm.ops.backends.compiled` (after ``_C`` is loaded). A ``_C`` without the complex
+Imported by :mod:`mamba_ssm._families.selective_scan.compiled` (after ``_C`` is loaded). A ``_C`` without the complex
 ops (built before them) leaves :func:`available` False, and :func:`dtype_reason` says so.
 
 Ops (schemas in ``csrc/binding_registry.h``, op templates in ``csrc/binding_complex_ops.h``; math and layouts in
@@ -16,7 +16,7 @@ Ops (schemas in ``csrc/binding_registry.h``, op templates in ``csrc/binding_comp
 
 A is complex64 (dim, d_state); B and C are each complex64 (dim, d_state) (constant) or real (batch,
 d_state, 2 * seqlen) / (batch, groups, d_state, 2 * seqlen) holding (re, im) interleaved along time
-(variable; upstream mamba-ssm's layout). :func:`mamba_ssm.ops.selective_scan_complex.kernel_bc` brings
+(variable; upstream mamba-ssm's layout). :func:`mamba_ssm._families.selective_scan.complex.kernel_bc` brings
 the other forms selective_scan_fn accepts into these.
 
 Math: the selective scan of Mamba (arXiv:2312.00752, Algorithm 2) with a complex diagonal A (S4D,
@@ -29,7 +29,7 @@ from typing import Optional, Union
 
 import torch
 
-from mamba_ssm.ops.backends._scan_autograd import bwd_fake, fwd_fake, scan_backward, setup_context
+from mamba_ssm._families.selective_scan.autograd import bwd_fake, fwd_fake, scan_backward, setup_context
 
 __all__ = ["available", "dtype_reason", "selective_scan"]
 
@@ -66,7 +66,7 @@ def dtype_reason(
 ) -> Optional[str]:
     """Why the complex kernels cannot take these dtypes or B/C forms, or None.
 
-    Expects the forms :func:`mamba_ssm.ops.selective_scan_complex.kernel_bc` produces: complex constant
+    Expects the forms :func:`mamba_ssm._families.selective_scan.complex.kernel_bc` produces: complex constant
     B/C, real interleaved variable B/C."""
     if not _AVAILABLE:
         return (

@@ -29,7 +29,7 @@ def selective_scan_ref(
     Slow; for tests and debugging."""
     validate_selective_scan(u, delta, A, B, C, D, z, delta_bias, fn="selective_scan_ref")
     if A.is_complex():
-        from mamba_ssm.ops.selective_scan_complex import selective_scan_complex_ref
+        from mamba_ssm._families.selective_scan.complex import selective_scan_complex_ref
 
         result: Tensor | tuple[Tensor, Tensor] = selective_scan_complex_ref(
             u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mamba_ssm.ops.backends._packing import check_rows
+from mamba_ssm._families.packing import check_rows
 
 __all__ = ["selective_state_update"]
 

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import Block, Pointer, Scalar, jit, pow2, unsupported_dtype
+from mamba_ssm._families.triton_common import Block, Pointer, Scalar, jit, pow2, unsupported_dtype
 
 __all__ = ["MAX_DSTATE", "selective_state_update", "unsupported"]
 

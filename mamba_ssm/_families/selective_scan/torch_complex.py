@@ -1,7 +1,7 @@
 """The PyTorch fallback of the complex-A selective scan: the chunked scan of
-:mod:`mamba_ssm.ops.backends.torch_scan` run on complex tensors.
+:mod:`mamba_ssm._families.selective_scan.torch_impl` run on complex tensors.
 
-Math: :mod:`mamba_ssm.ops.selective_scan_complex` (Mamba, arXiv:2312.00752, with S4D's complex diagonal
+Math: :mod:`mamba_ssm._families.selective_scan.complex` (Mamba, arXiv:2312.00752, with S4D's complex diagonal
 A, arXiv:2206.11893): ``h_t = exp(dt A) h_{t-1} + dt u_t B_t``, ``y_t = 2 Re(sum_n C_t h_t) + D u_t``.
 
 The real scan's core (``torch_scan._scan_forward`` / ``_scan_backward``: segments, chunks, memory
@@ -19,7 +19,7 @@ from typing import Any, Optional, Union, overload
 import torch
 import torch.nn.functional as F
 
-from mamba_ssm.ops.backends import torch_scan as _ts
+from mamba_ssm._families.selective_scan import torch_impl as _ts
 
 __all__ = ["selective_scan"]
 
@@ -92,7 +92,7 @@ def selective_scan(
     """Complex-A selective scan in PyTorch (CPU and CUDA, any d_state), differentiable in every tensor.
 
     Args (validated by ``selective_scan_fn``; B and C in the kernel form of
-    :func:`mamba_ssm.ops.selective_scan_complex.kernel_bc`): u, delta (batch, dim, seqlen) real;
+    :func:`mamba_ssm._families.selective_scan.complex.kernel_bc`): u, delta (batch, dim, seqlen) real;
     A (dim, d_state) complex; B, C complex (dim, d_state) or real (batch, [groups,] d_state,
     2 * seqlen) with (re, im) interleaved along time; D, delta_bias (dim,); z (batch, dim, seqlen).
 

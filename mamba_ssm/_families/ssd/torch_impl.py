@@ -43,6 +43,7 @@ __all__ = [
     "compute_dtype",
     "nchunks",
     "per_head",
+    "ssd_chunk_scan_weighted",
     "state_passing",
     "varlen_states",
 ]
@@ -301,3 +302,44 @@ def varlen_states(
     incoming = torch.exp(cs_t.squeeze(-1)).transpose(0, 1) * (prev == seq_t).unsqueeze(-1).to(cd)  # (S, h)
     out = out + incoming[:, :, None, None] * chunk_states.to(cd)[c_of]
     return out * nonempty.to(cd)[:, None, None, None]
+
+
+def ssd_chunk_scan_weighted(
+    x: torch.Tensor,
+    log_decay: torch.Tensor,
+    weight: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    initial_states: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The SSD core with the decay and the input weight given separately, composed from the PyTorch
+    stages of this module (differentiable):
+
+        h_t = exp(log_decay_t) h_{t-1} + weight_t x_t B_t^T,    y_t = h_t C_t
+
+    (Mamba-2's scan is log_decay = dt A, weight = dt; Mamba-3's exponential-trapezoidal scan uses its
+    own weight). x (b, l, h, p), log_decay and weight (b, l, h) (log_decay <= 0), B, C (b, l, h, n),
+    initial_states (b, h, p, n) or None, seq_idx (b, l) or None (nothing crosses from one id to the
+    next; a negative id is a padding token: output 0, no state); cu_seqlens (S + 1,) int64 on x's
+    device with seq_idx matching it (batch 1), or None. Computed in float32 (float64 for float64
+    inputs); a sequence shorter than ``chunk_size`` is one chunk of its own length.
+
+    Returns (y (b, l, h, p), final state (b, h, p, n), each packed sequence's last state (S, h, p, n),
+    zero for an empty one, or None without cu_seqlens).
+    """
+    q = max(1, min(chunk_size, x.shape[1]))
+    cs = torch.cumsum(chunked(log_decay, q).permute(0, 3, 1, 2), dim=-1)  # (b, h, c, q)
+    wc = chunked(weight, q).permute(0, 3, 1, 2)  # (b, h, c, q), 0 past l
+    states = chunk_state(B, x, wc, cs, seq_idx)
+    carry = carry_mask(seq_idx, q) if seq_idx is not None else None
+    hin, final = state_passing(states, cs[..., -1], initial_states, carry)
+    y, _ = chunk_scan(bmm_chunk(C, B, q), x, wc, cs, C, hin, seq_idx=seq_idx)
+    varlen = None
+    if cu_seqlens is not None:
+        if seq_idx is None:
+            raise ValueError("ssd_chunk_scan_weighted: cu_seqlens needs the seq_idx derived from it")
+        varlen = varlen_states(B[0], x[0], wc[0], cs[0], hin[0], cu_seqlens, seq_idx[0])
+    return y, final, varlen

@@ -53,9 +53,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mamba_ssm.ops.backends import _packing
-
-from ._common import Block, Pointer, Scalar, jit, pow2, unsupported_dtype
+from mamba_ssm._families import packing as _packing
+from mamba_ssm._families.triton_common import Block, Pointer, Scalar, jit, pow2, unsupported_dtype
 
 __all__ = [
     "CHUNK_SIZES",
@@ -1594,7 +1593,7 @@ def prepare_packing(
     (batch 1) as int64 on x's device, seq_idx built from it when not given, seq_idx int32/int64.
 
     Raises:
-        ValueError: cu_seqlens with batch > 1 or breaking the rule of ``mamba_ssm.ops.backends._packing``."""
+        ValueError: cu_seqlens with batch > 1 or breaking the rule of ``mamba_ssm._families.packing``."""
     if cu_seqlens is not None:
         if x.shape[0] != 1:
             raise ValueError(f"mamba_chunk_scan_combined: cu_seqlens needs batch 1, got batch {x.shape[0]}")
@@ -1636,7 +1635,7 @@ def chunk_scan_combined(
         dt_softplus, dt_limit: dt processing (see the module docstring).
         cu_seqlens: (num_seqs + 1,) int cumulative sequence lengths (batch 1), or None: also return each
             sequence's last state (zero for an empty sequence); seq_idx is built from it when not given
-            (rows from cu_seqlens[-1] on are padding: the rule of ``mamba_ssm.ops.backends._packing``).
+            (rows from cu_seqlens[-1] on are padding: the rule of ``mamba_ssm._families.packing``).
         state_dtype: the dtype the inter-chunk states are materialised in (None: float32; a narrower one
             rounds them, as upstream's kernels do).
 

@@ -28,7 +28,7 @@ def use_triton(op: str, tensor, why_not: Callable[[], Optional[str]]) -> bool:
 
 
 def kernels():
-    """The package mamba_ssm.ops.triton._kernels (imports triton; call only on the Triton path)."""
-    import mamba_ssm.ops.triton._kernels as package
+    """The package mamba_ssm._families.triton_kernels (imports triton; call only on the Triton path)."""
+    import mamba_ssm._families.triton_kernels as package
 
     return package

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from mamba_ssm.ops import _recompute
+from mamba_ssm._families import recompute as _recompute
 
 __all__ = ["SwiGLU", "swiglu"]
 

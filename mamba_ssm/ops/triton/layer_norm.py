@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from mamba_ssm import _dispatch
+from mamba_ssm._families import recompute as _recompute
 from mamba_ssm._families.norms.torch_impl import layer_norm_torch as _layer_norm_torch
-from mamba_ssm.ops import _recompute
 
 __all__ = [
     "LayerNorm",
@@ -68,7 +68,7 @@ def layer_norm_fn(
     Returns:
         y; or the tuple (y[, y1][, x'][, mask][, mask1]) in that order for the options given.
 
-    On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs (``mamba_ssm.ops.triton._kernels.norms``)
+    On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs (``mamba_ssm._families.norms.triton_kernels``)
     unless dropout, x1, weight1 or rowscale are used or the dtype is float64 (then the PyTorch code here).
 
     Raises:
@@ -227,7 +227,7 @@ def rms_norm_ref(
 class LayerNormFn(torch.autograd.Function):
     """:func:`layer_norm_fn` as a ``torch.autograd.Function`` (upstream's class): same arguments and
     results. The dropout masks are drawn in the forward and reused by the backward, which recomputes the
-    norm and differentiates it (:mod:`mamba_ssm.ops._recompute`)."""
+    norm and differentiates it (:mod:`mamba_ssm._families.recompute`)."""
 
     @staticmethod
     def forward(

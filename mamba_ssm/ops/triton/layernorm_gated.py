@@ -5,7 +5,7 @@
     norm_before_gate=False: y = norm(x * silu(z)) * weight (+ bias)
 
 The norm runs over groups of ``group_size`` channels of the last dimension (default: all of it).
-On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs (``mamba_ssm.ops.triton._kernels.norms``).
+On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs (``mamba_ssm._families.norms.triton_kernels``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mamba_ssm.ops import _recompute
+from mamba_ssm._families import recompute as _recompute
 from mamba_ssm.ops.triton import _route
 
 __all__ = ["LayerNorm", "LayerNormFn", "RMSNorm", "layernorm_fn", "rms_norm_ref", "rmsnorm_fn"]
@@ -85,7 +85,7 @@ def rms_norm_ref(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before
 
 class LayerNormFn(torch.autograd.Function):
     """:func:`layernorm_fn` as a ``torch.autograd.Function`` (upstream's class): same arguments, result and
-    gradients (the backward recomputes the norm: :mod:`mamba_ssm.ops._recompute`)."""
+    gradients (the backward recomputes the norm: :mod:`mamba_ssm._families.recompute`)."""
 
     @staticmethod
     def forward(

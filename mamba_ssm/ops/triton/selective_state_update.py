@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from mamba_ssm import _dispatch
-from mamba_ssm.ops.backends._packing import check_rows
+from mamba_ssm._families.packing import check_rows
 
 __all__ = ["selective_state_update", "selective_state_update_ref"]
 
@@ -46,7 +46,7 @@ def selective_state_update(
     shared padding row, several draft tokens of one sequence) at one row without a race.
 
     On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs
-    (``mamba_ssm.ops.triton._kernels.state_update``); elsewhere (and for float64) the PyTorch code here.
+    (``mamba_ssm._families.selective_scan.state_update_triton``); elsewhere (and for float64) the PyTorch code here.
     Cost of the repeated-row rule: the Triton kernel finds each row's group on the device (one scan of
     the index vector per program; no host synchronisation, safe to capture in a CUDA graph). The
     PyTorch path runs one vectorised round per repeat of the most repeated row; it reads that count

@@ -1,6 +1,6 @@
 """Upstream's ``mamba_ssm.ops.triton.ssd_bmm``: the chunked matrix products of the SSD (Dao & Gu,
 arXiv:2405.21060, section 6: the C B^T blocks of the diagonal chunks), in PyTorch
-(:mod:`mamba_ssm.ops.triton._ssd_stages`; the Triton SSD kernels compute them inside their fused
+(:mod:`mamba_ssm._families.ssd.torch_impl`; the Triton SSD kernels compute them inside their fused
 chunk-scan kernel rather than as a separate stage).
 
     out[b, c, (g,) i, j] = a[b, c * Q + i, (g,)] . b[b, c * Q + j, (g,)]     i, j in [0, Q)
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from mamba_ssm.ops.triton import _ssd_stages as S
+from mamba_ssm._families.ssd import torch_impl as S
 from mamba_ssm.ops.triton._helpers import init_to_zero, require
 
 __all__ = ["_bmm_chunk_bwd", "_bmm_chunk_fwd", "init_to_zero"]

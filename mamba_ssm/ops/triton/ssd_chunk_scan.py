@@ -1,6 +1,6 @@
 """Upstream's ``mamba_ssm.ops.triton.ssd_chunk_scan``: SSD stage 4 (Dao & Gu, arXiv:2405.21060, section 6),
 the outputs from the diagonal blocks and the states entering each chunk, in PyTorch
-(:mod:`mamba_ssm.ops.triton._ssd_stages`; the Triton SSD runs this stage fused with the C B^T products
+(:mod:`mamba_ssm._families.ssd.torch_impl`; the Triton SSD runs this stage fused with the C B^T products
 inside :func:`mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`):
 
     y_i = sum_{j <= i in the chunk} CB_ij exp(cs_i - cs_j) dt'_j x_j + exp(cs_i) C_i . H_c  (+ D x_i, * silu(z_i))
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from mamba_ssm.ops import _recompute
-from mamba_ssm.ops.triton import _ssd_stages as S
+from mamba_ssm._families import recompute as _recompute
+from mamba_ssm._families.ssd import torch_impl as S
 from mamba_ssm.ops.triton._helpers import init_to_zero, require, triton_at_least
 from mamba_ssm.ops.triton.ssd_chunk_state import _f32, _grads
 

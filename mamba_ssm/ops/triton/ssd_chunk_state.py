@@ -1,7 +1,7 @@
 """Upstream's ``mamba_ssm.ops.triton.ssd_chunk_state``: SSD stages 1 and 2 (Dao & Gu, arXiv:2405.21060,
 section 6), entry points into this package's SSD: the Triton kernels of
-:mod:`mamba_ssm.ops.triton._kernels.ssd` on CUDA/ROCm devices with triton (float32/float16/bfloat16,
-chunk_size a power of two in 16..256), the PyTorch stages of :mod:`mamba_ssm.ops.triton._ssd_stages`
+:mod:`mamba_ssm._families.ssd.triton_kernels` on CUDA/ROCm devices with triton (float32/float16/bfloat16,
+chunk_size a power of two in 16..256), the PyTorch stages of :mod:`mamba_ssm._families.ssd.torch_impl`
 elsewhere (any chunk_size, float64 too).
 
     dt'_t      = clamp(softplus(dt_t + dt_bias), dt_limit)          (0 past seqlen)
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from mamba_ssm.ops import _recompute
-from mamba_ssm.ops.backends import _packing
-from mamba_ssm.ops.triton import _ssd_stages as S
+from mamba_ssm._families import packing as _packing
+from mamba_ssm._families import recompute as _recompute
+from mamba_ssm._families.ssd import torch_impl as S
 from mamba_ssm.ops.triton._helpers import init_to_zero, require, stage_route
 
 __all__ = [
@@ -238,7 +238,7 @@ def chunk_state_varlen(B, x, dt, dA_cumsum, cu_seqlens, chunk_states):
     Args:
         B: (total, ngroups, dstate). x: (total, nheads, headdim). dt, dA_cumsum: (nheads, nchunks,
         chunk_size) (stage 1 of the packed row). cu_seqlens: (num_seqs + 1,) cumulative lengths (the rule
-        of :mod:`mamba_ssm.ops.backends._packing`: its last entry may be below total, the rest being padding; an
+        of :mod:`mamba_ssm._families.packing`: its last entry may be below total, the rest being padding; an
         empty sequence gets a zero state). chunk_states: (nchunks, nheads, headdim, dstate), the states
         entering the chunks (``_state_passing_fwd`` of the row with the matching seq_idx).
 

@@ -14,11 +14,11 @@ states are carried across chunks, and each chunk adds ``C_t exp(cumsum(dA)_t) h_
 (packed sequences) masks every term that would cross a sequence boundary; the tokens of a sequence are
 contiguous, and a negative ``seq_idx`` marks a padding token, whose output is 0 and which writes no
 state (a row ending in padding has a zero final state). ``cu_seqlens`` follows the packed-sequence rule
-of :mod:`mamba_ssm.ops.backends._packing` (its last entry may be below seqlen: the rest is padding; an empty
+of :mod:`mamba_ssm._families.packing` (its last entry may be below seqlen: the rest is padding; an empty
 sequence has a zero state).
 
-Two implementations: the Triton kernels (:mod:`mamba_ssm.ops.triton._kernels.ssd`) on CUDA/ROCm devices
-with triton >= 3.0, and the PyTorch stages (:mod:`mamba_ssm.ops.triton._ssd_stages`, differentiable
+Two implementations: the Triton kernels (:mod:`mamba_ssm._families.ssd.triton_kernels`) on CUDA/ROCm devices
+with triton >= 3.0, and the PyTorch stages (:mod:`mamba_ssm._families.ssd.torch_impl`, differentiable
 through autograd) elsewhere and for float64; ``mamba_ssm._dispatch`` decides and says why. The stage
 modules ``ssd_chunk_state``, ``ssd_state_passing``, ``ssd_bmm`` and ``ssd_chunk_scan`` expose the same
 stages one at a time.
@@ -29,10 +29,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mamba_ssm.ops import _recompute
-from mamba_ssm.ops.backends import _packing
+from mamba_ssm._families import packing as _packing
+from mamba_ssm._families import recompute as _recompute
+from mamba_ssm._families.ssd import torch_impl as S
+from mamba_ssm._families.ssd.torch_impl import ssd_chunk_scan_weighted
 from mamba_ssm.ops.triton import _route
-from mamba_ssm.ops.triton import _ssd_stages as S
 from mamba_ssm.ops.triton._helpers import init_to_zero, triton_at_least
 
 __all__ = [
@@ -165,37 +166,6 @@ def _packing_of(x, seq_idx, cu_seqlens):
     return seq_idx, cu
 
 
-def ssd_chunk_scan_weighted(
-    x, log_decay, weight, B, C, chunk_size, initial_states=None, seq_idx=None, cu_seqlens=None
-):
-    """The SSD core with the decay and the input weight given separately, composed from the PyTorch
-    stages (:mod:`mamba_ssm.ops.triton._ssd_stages`, differentiable):
-
-        h_t = exp(log_decay_t) h_{t-1} + weight_t x_t B_t^T,    y_t = h_t C_t
-
-    (Mamba-2's scan is log_decay = dt A, weight = dt; Mamba-3's exponential-trapezoidal scan uses its
-    own weight). x (b, l, h, p), log_decay and weight (b, l, h) (log_decay <= 0), B, C (b, l, h, n),
-    initial_states (b, h, p, n) or None, seq_idx (b, l) or None (nothing crosses from one id to the
-    next; a negative id is a padding token: output 0, no state); cu_seqlens (S + 1,) int64 on x's
-    device with seq_idx matching it (batch 1), or None. Computed in float32 (float64 for float64
-    inputs); a sequence shorter than ``chunk_size`` is one chunk of its own length.
-
-    Returns (y (b, l, h, p), final state (b, h, p, n), each packed sequence's last state (S, h, p, n),
-    zero for an empty one, or None without cu_seqlens).
-    """
-    q = max(1, min(chunk_size, x.shape[1]))
-    cs = torch.cumsum(S.chunked(log_decay, q).permute(0, 3, 1, 2), dim=-1)  # (b, h, c, q)
-    wc = S.chunked(weight, q).permute(0, 3, 1, 2)  # (b, h, c, q), 0 past l
-    states = S.chunk_state(B, x, wc, cs, seq_idx)
-    carry = S.carry_mask(seq_idx, q) if seq_idx is not None else None
-    hin, final = S.state_passing(states, cs[..., -1], initial_states, carry)
-    y, _ = S.chunk_scan(S.bmm_chunk(C, B, q), x, wc, cs, C, hin, seq_idx=seq_idx)
-    varlen = None
-    if cu_seqlens is not None:
-        varlen = S.varlen_states(B[0], x[0], wc[0], cs[0], hin[0], cu_seqlens, seq_idx[0])
-    return y, final, varlen
-
-
 # ----------------------------------------------------------------------------------------------------
 # mamba_chunk_scan_combined
 # ----------------------------------------------------------------------------------------------------
@@ -246,7 +216,7 @@ def mamba_chunk_scan_combined(
         out (batch, seqlen, nheads, headdim) in x's dtype; then final_states (float32) and/or
         varlen_states when asked for, in that order.
 
-    On CUDA/ROCm devices with triton >= 3.0 the Triton kernels run (``mamba_ssm.ops.triton._kernels.ssd``;
+    On CUDA/ROCm devices with triton >= 3.0 the Triton kernels run (``mamba_ssm._families.ssd.triton_kernels``;
     chunk_size must then be a power of two in 16..256); elsewhere and for float64 the PyTorch stages
     (``mamba_ssm._dispatch`` decides and says why).
 
@@ -380,7 +350,7 @@ def _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=Non
     """The gradients with respect to x, dt and D of the SSD's in-chunk output term (stage 4,
     ``sum_{j<=i} CB_ij exp(cs_i - cs_j) dt'_j x_j + D x_i``, given dout) plus those of the chunks' own end
     states (stage 2, ``S_c = sum_j exp(cs_end - cs_j) dt'_j x_j B_j^T``, given dstates); the two stages
-    of :mod:`mamba_ssm.ops.triton._ssd_stages` through autograd.
+    of :mod:`mamba_ssm._families.ssd.torch_impl` through autograd.
 
     Args:
         x, dout: (batch, seqlen, nheads, headdim). dt, dA_cumsum: (batch, nheads, nchunks, chunk_size).

@@ -1,7 +1,7 @@
 """Upstream's ``mamba_ssm.ops.triton.ssd_state_passing``: SSD stage 3 (Dao & Gu, arXiv:2405.21060,
 section 6), the recurrence across chunks, as an entry point into this package's SSD (the Triton kernel of
-:mod:`mamba_ssm.ops.triton._kernels.ssd` on CUDA/ROCm devices with triton, the PyTorch stage of
-:mod:`mamba_ssm.ops.triton._ssd_stages` elsewhere):
+:mod:`mamba_ssm._families.ssd.triton_kernels` on CUDA/ROCm devices with triton, the PyTorch stage of
+:mod:`mamba_ssm._families.ssd.torch_impl` elsewhere):
 
     H_0 = initial_states (or 0),   H_{c+1} = exp(dA_chunk_cumsum[c]) H_c + S_c,   final = H_nchunks
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from mamba_ssm.ops import _recompute
-from mamba_ssm.ops.triton import _ssd_stages as S
+from mamba_ssm._families import recompute as _recompute
+from mamba_ssm._families.ssd import torch_impl as S
 from mamba_ssm.ops.triton._helpers import require, stage_route
 
 __all__ = ["StatePassingFn", "_state_passing_bwd", "_state_passing_fwd", "state_passing", "state_passing_ref"]

@@ -21,8 +21,8 @@ from mamba_ssm import _loader
 r = _loader.load()
 assert r.loaded, r.reason
 # The kernels' Python side is imported once the library is loaded, as a user's first call would.
-import mamba_ssm.ops.backends.compiled  # noqa: E402, F401
-from mamba_ssm.ops.backends import compiled_conv1d as conv  # noqa: E402
+import mamba_ssm._families.selective_scan.compiled  # noqa: E402, F401
+from mamba_ssm._families.causal_conv1d import compiled as conv  # noqa: E402
 
 assert torch.ops.mamba_ssm.cpu_isa() == "generic", torch.ops.mamba_ssm.cpu_isa()
 

@@ -18,5 +18,5 @@ import mamba_ssm.ops.triton.ssd_combined
 import mamba_ssm.utils.generation  # noqa: F401
 
 assert "triton" not in sys.modules, "triton imported"
-assert "mamba_ssm.ops.backends.compiled" not in sys.modules
+assert "mamba_ssm._families.selective_scan.compiled" not in sys.modules
 print("ok")

@@ -1,7 +1,7 @@
 """Compile every Triton kernel for real GPU targets without a GPU (Triton's ahead-of-time path: its
 bundled ptxas for NVIDIA, its LLVM backend for AMD), with the launch configurations the wrappers choose.
 
-The wrappers (mamba_ssm.ops.triton._kernels) are run on ``meta`` tensors at Mamba-2 sizes (SSD:
+The wrappers (mamba_ssm._families.triton_kernels) are run on ``meta`` tensors at Mamba-2 sizes (SSD:
 headdim 64, dstate 128, chunk 256, bf16 and fp32, forward and backward, seq_idx, cu_seqlens; the decode
 step; the norms) and Mamba-3 sizes (24 heads x headdim 64, d_state 128: SISO chunk 64 in bf16 with
 seq_idx and in fp32, MIMO rank 4 chunk 16 with the fused norm in bf16, forward and backward with input
@@ -85,7 +85,10 @@ def capture_launches(work):
 
 
 def workloads():
-    from mamba_ssm.ops.triton._kernels import mamba3, norms, ssd, state_update
+    from mamba_ssm._families.mamba3 import triton_kernels as mamba3
+    from mamba_ssm._families.norms import triton_kernels as norms
+    from mamba_ssm._families.selective_scan import state_update_triton as state_update
+    from mamba_ssm._families.ssd import triton_kernels as ssd
 
     meta = dict(device="meta")
 
@@ -171,7 +174,7 @@ def workloads():
     def mamba3_case(dtype, rank, backward, with_seq):
         """Mamba-3 at a 130M-like layer: 24 heads x headdim 64, d_state 128, 1 group, rope 0.5; SISO
         (chunk 64) or MIMO rank 4 (chunk 16, the fused head-wise norm), input states, z, D."""
-        from mamba_ssm.ops.triton.mamba3.mamba3_torch import Mamba3States
+        from mamba_ssm._families.mamba3.torch_impl import Mamba3States
 
         b, l, h, p, n, R = 2, 1024, 24, 64, 128, rank
         f32 = {**meta, "requires_grad": backward}
@@ -211,7 +214,7 @@ def workloads():
             torch.autograd.grad(out.float().sum() + st.ssm.sum() + st.angle.sum() + st.k.sum(), leaves)
 
     def mamba3_step_case(rank):
-        from mamba_ssm.ops.triton.mamba3.mamba3_torch import Mamba3States
+        from mamba_ssm._families.mamba3.torch_impl import Mamba3States
 
         b, h, p, n, R, bf = 16, 48, 64, 128, rank, torch.bfloat16
         mimo = rank > 1

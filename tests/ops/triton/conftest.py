@@ -11,7 +11,7 @@ The interpreter of triton 3.0 cannot take loop bounds passed as kernel arguments
 run these tests with a newer one (the dev venv's torch 2.14 brings 3.8). Compiling for a GPU works from
 3.0 on: compile_check.py passes with triton 3.0.0 for sm_80 and sm_90.
 
-``interpreted``: mamba_ssm.ops.triton._kernels on the interpreter (skips, saying why, if triton was
+``interpreted``: mamba_ssm._families.triton_kernels on the interpreter (skips, saying why, if triton was
 imported before this conftest). ``gpu_kernels``: the same modules compiled for the GPU (skips without
 a CUDA/ROCm device, or when this process runs the interpreter).
 """
@@ -44,7 +44,7 @@ def _kernel_modules(interpret: bool):
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
     try:
-        import mamba_ssm.ops.triton._kernels as pkg
+        import mamba_ssm._families.triton_kernels as pkg
 
         mods = (pkg.norms, pkg.state_update, pkg.ssd, pkg.mamba3)  # ssd before mamba3 (its core)
         for mod in mods:
@@ -61,7 +61,7 @@ def _kernel_modules(interpret: bool):
 
 @pytest.fixture(scope="session")
 def interpreted():
-    """mamba_ssm.ops.triton._kernels with its kernels on Triton's interpreter (CPU tensors)."""
+    """mamba_ssm._families.triton_kernels with its kernels on Triton's interpreter (CPU tensors)."""
     if not INTERPRETING:
         pytest.skip(
             "Triton's interpreter is off in this process (triton was imported before "
@@ -73,7 +73,7 @@ def interpreted():
 
 @pytest.fixture(scope="session")
 def gpu_kernels():
-    """mamba_ssm.ops.triton._kernels compiled for the GPU; skips without a CUDA device."""
+    """mamba_ssm._families.triton_kernels compiled for the GPU; skips without a CUDA device."""
     import torch
 
     if not torch.cuda.is_available():

@@ -1,4 +1,4 @@
-"""The Triton kernels (mamba_ssm.ops.triton._kernels) on CPU tensors through Triton's interpreter,
+"""The Triton kernels (mamba_ssm._families.triton_kernels) on CPU tensors through Triton's interpreter,
 forward and backward, against float64 references written from the formulas (references.py).
 
 Shapes are tiny (the interpreter runs every program in Python): they still cross chunk edges, use

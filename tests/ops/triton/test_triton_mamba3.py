@@ -1,4 +1,4 @@
-"""Mamba-3's Triton kernels (mamba_ssm.ops.triton._kernels.mamba3) on CPU tensors through Triton's
+"""Mamba-3's Triton kernels (mamba_ssm._families.mamba3.triton_kernels) on CPU tensors through Triton's
 interpreter, reached through the public ops (mamba3_siso_combined, mamba3_mimo, mamba3_step,
 mamba3_siso_step) with the dispatcher told that Triton runs on the CPU, against the float64 sequential
 oracle of tests/mamba3 (mamba3_reference.py): the output, the final states and the gradient of every

@@ -10,7 +10,7 @@ import pytest
 import references as R
 import torch
 
-from mamba_ssm.ops.backends._packing import seq_idx_from_cu_seqlens
+from mamba_ssm._families.packing import seq_idx_from_cu_seqlens
 from mamba_ssm.ops.triton import ssd_chunk_state, ssd_combined, ssd_state_passing
 
 

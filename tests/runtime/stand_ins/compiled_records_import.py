@@ -1,6 +1,6 @@
 """Test stand-in for the kernels part's Python face: records that dispatch imported it.
 
-Copied over ``mamba_ssm/ops/backends/compiled.py`` in a package copy (test_dispatch_backend.py); writes
+Copied over ``mamba_ssm/_families/selective_scan/compiled.py`` in a package copy (test_dispatch_backend.py); writes
 ``imported`` to the file named by MAMBA_SSM_TEST_COMPILED_IMPORTED when imported.
 """
 

@@ -1,6 +1,6 @@
 """Test stand-in for a miscompiled kernel: claims every call and returns zeros.
 
-Copied over ``mamba_ssm/ops/backends/compiled.py`` in a package copy (test_doctor_report.py).
+Copied over ``mamba_ssm/_families/selective_scan/compiled.py`` in a package copy (test_doctor_report.py).
 """
 
 

@@ -1,6 +1,6 @@
 """Mamba-3 MIMO over whole sequences, at upstream's path ``mamba_ssm.ops.tilelang.mamba3.mamba3_mimo``
 (the name is upstream's; this is this package's implementation, without TileLang). The math:
-:mod:`mamba_ssm.ops.triton.mamba3.mamba3_torch`."""
+:mod:`mamba_ssm._families.mamba3.torch_impl`."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def mamba3_mimo(
     h_t = alpha_t h_{t-1} + (1 - lambda_t) DT_t alpha_t sum_r x_{t-1,r} k_{t-1,r}^T
     + lambda_t DT_t sum_r x_{t,r} k_{t,r}^T, y_r = h_t q_r + D x_r, gated by silu(Z * MIMO_Z[:, r])
     (after a head-wise RMSNorm times ``outproj_norm_weight`` with ``fuse_pregate_headwise_rms_norm``),
-    out = sum_r MIMO_Out[:, r] y_r (arXiv:2603.15569; see :mod:`mamba_ssm.ops.triton.mamba3.mamba3_torch`).
+    out = sum_r MIMO_Out[:, r] y_r (arXiv:2603.15569; see :mod:`mamba_ssm._families.mamba3.torch_impl`).
 
     Args:
         Q, K: (batch, seqlen, mimo_rank, ngroups, d_state). V: (batch, seqlen, nheads, headdim).
@@ -58,7 +58,7 @@ def mamba3_mimo(
         dtype: the output dtype (e.g. V.dtype); the computation is float32 (float64 for float64 V).
         return_state: also return the states after each row's (sequence's) last token.
         cu_seqlens: (num_seqs + 1,) int cumulative lengths of sequences packed in a batch of one, the
-            rule of :mod:`mamba_ssm.ops.backends._packing`: 0 first, non-decreasing, at most seqlen
+            rule of :mod:`mamba_ssm._families.packing`: 0 first, non-decreasing, at most seqlen
             last; the rows after the last entry are padding (seq_idx -1); an empty sequence (two equal
             entries) ends in its input state (zero without Input_States).
         fuse_pregate_headwise_rms_norm, outproj_norm_weight ((nheads * headdim,) or (nheads, headdim)),

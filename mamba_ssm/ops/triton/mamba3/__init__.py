@@ -5,7 +5,7 @@
 * :mod:`.mamba3_step`: ``mamba3_step`` (SISO or MIMO, one token)
 * the MIMO op: :mod:`mamba_ssm.ops.tilelang.mamba3.mamba3_mimo` (upstream's path; no TileLang here)
 
-They run Triton kernels on CUDA/ROCm devices (:mod:`mamba_ssm.ops.triton._kernels.mamba3`, reached
-through :func:`mamba_ssm._dispatch.call`) and the PyTorch path (:mod:`.mamba3_torch`) elsewhere. Nothing heavy is
+They run Triton kernels on CUDA/ROCm devices (:mod:`mamba_ssm._families.mamba3.triton_kernels`, reached
+through :func:`mamba_ssm._dispatch.call`) and the PyTorch path (:mod:`mamba_ssm._families.mamba3.torch_impl`) elsewhere. Nothing heavy is
 imported at package import.
 """

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from mamba_ssm import _dispatch
-from mamba_ssm.ops.backends import _packing
-from mamba_ssm.ops.backends.mamba3_states import compute_dtype
-from mamba_ssm.ops.triton.mamba3.mamba3_torch import Mamba3States
+from mamba_ssm._families import packing as _packing
+from mamba_ssm._families.mamba3.states import compute_dtype
+from mamba_ssm._families.mamba3.torch_impl import Mamba3States
 
 __all__ = ["Checker", "run_chunked", "run_step"]
 
@@ -72,14 +72,14 @@ class Checker:
             raise ValueError(f"{self.op}: chunk_size must be a positive int, got {chunk_size!r}")
 
     def packing(self, cu_seqlens, seq_idx, device):
-        """Packed sequences after the rule of :mod:`mamba_ssm.ops.backends._packing` (one implementation:
+        """Packed sequences after the rule of :mod:`mamba_ssm._families.packing` (one implementation:
         ``check_cu_seqlens`` / ``seq_idx_from_cu_seqlens``): cu_seqlens (num_seqs + 1,) packs a batch of
         one, its rows from cu_seqlens[-1] on being padding; seq_idx (batch, seqlen) int ids, negative
         for padding.
 
         Returns (S: the number of state rows, cu_seqlens as int64 on ``device`` or None, seq_idx on
         ``device``: the given one, else derived from cu_seqlens (padding rows
-        :data:`~mamba_ssm.ops.backends._packing.PADDING`), else None).
+        :data:`~mamba_ssm._families.packing.PADDING`), else None).
 
         Raises:
             ValueError: seq_idx's shape; cu_seqlens not 1-D integer, not from 0, decreasing or past

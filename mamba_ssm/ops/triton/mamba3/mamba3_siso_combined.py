@@ -1,5 +1,5 @@
 """Mamba-3 SISO over whole sequences, at upstream's path ``mamba_ssm.ops.triton.mamba3.mamba3_siso_combined``
-(flash-linear-attention's Mamba-3 imports it from here). The math: :mod:`.mamba3_torch`."""
+(flash-linear-attention's Mamba-3 imports it from here). The math: :mod:`mamba_ssm._families.mamba3.torch_impl`."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def mamba3_siso_combined(
     theta_t = (theta_{t-1} + pi tanh(Angles_t) DT_t) mod 2 pi; q_t = rot(Q_t + Q_bias, theta_t) and
     k_t = rot(K_t + K_bias, theta_t), rotating adjacent pairs (2i, 2i+1) for i < num_angles;
     h_t = alpha_t h_{t-1} + (1 - lambda_t) DT_t alpha_t V_{t-1} k_{t-1}^T + lambda_t DT_t V_t k_t^T;
-    out_t = (h_t q_t + D V_t) * silu(Z_t) (arXiv:2603.15569; see :mod:`.mamba3_torch`).
+    out_t = (h_t q_t + D V_t) * silu(Z_t) (arXiv:2603.15569; see :mod:`mamba_ssm._families.mamba3.torch_impl`).
 
     Args:
         Q, K: (batch, seqlen, ngroups, d_state) (C and B after their RMSNorm).
@@ -48,7 +48,7 @@ def mamba3_siso_combined(
         chunk_size: tokens per chunk (64).
         return_final_states: also return the states after each row's (sequence's) last token.
         cu_seqlens: (num_seqs + 1,) int cumulative lengths of sequences packed in a batch of one, the
-            rule of :mod:`mamba_ssm.ops.backends._packing`: 0 first, non-decreasing, at most seqlen
+            rule of :mod:`mamba_ssm._families.packing`: 0 first, non-decreasing, at most seqlen
             last; the rows after the last entry are padding (seq_idx -1); an empty sequence (two equal
             entries) ends in its input state (zero without Input_States).
         seq_idx: (batch, seqlen) int ids of packed sequences (an extension of upstream's signature;
@@ -66,7 +66,7 @@ def mamba3_siso_combined(
         states.
 
     Computed in float32 (float64 for float64 inputs): on CUDA/ROCm devices by the Triton kernels
-    (:mod:`mamba_ssm.ops.triton._kernels.mamba3`), elsewhere and for the calls they do not take by the
+    (:mod:`mamba_ssm._families.mamba3.triton_kernels`), elsewhere and for the calls they do not take by the
     PyTorch path (``mamba_ssm._dispatch`` op ``mamba3_siso``; doctor says which).
 
     Raises:

@@ -1,6 +1,6 @@
 """One Mamba-3 decode step, SISO or MIMO (the op ``mamba3_step`` of ``mamba_ssm._dispatch``: a Triton kernel
 on CUDA/ROCm devices, the PyTorch path elsewhere); pure: the new states are returned, nothing is written
-in place. The math: :func:`mamba_ssm.ops.triton.mamba3.mamba3_torch.mamba3_step_torch`."""
+in place. The math: :func:`mamba_ssm._families.mamba3.torch_impl.mamba3_step_torch`."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def mamba3_step(
     Returns:
         (out, states): out in V's dtype, (batch, nheads, headdim), except (batch, mimo_rank, nheads,
         headdim) when MIMO_V is given without MIMO_Out; states a
-        :class:`~mamba_ssm.ops.triton.mamba3.mamba3_torch.Mamba3States` (angle, ssm, k in float32,
+        :class:`~mamba_ssm._families.mamba3.torch_impl.Mamba3States` (angle, ssm, k in float32,
         float64 for float64 V; v is V).
 
     Raises:
