@@ -27,7 +27,7 @@ class Mamba3States(NamedTuple):
     v: torch.Tensor
 
 
-def compute_dtype(t):
+def compute_dtype(t: torch.Tensor) -> torch.dtype:
     """float64 for float64 tensors, else float32."""
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
