@@ -8,7 +8,12 @@ implementation.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # (torch is imported only where a call needs it)
+    from torch import Tensor
+
+    from mamba_ssm._families.mamba3.states import Mamba3States
 
 __all__ = [
     "triton_chunk_scan",
@@ -41,16 +46,19 @@ def triton_step_unsupported(**arguments: Any) -> str | None:
     return _unsupported("mamba3_step", arguments)
 
 
-def triton_chunk_scan(**arguments: Any) -> Any:
+def triton_chunk_scan(**arguments: Any) -> Tensor | tuple[Tensor, Mamba3States]:
     """The chunked scan (SISO or MIMO) on the Triton kernels, with the arguments and results of the
-    PyTorch ``mamba3_chunk_scan_torch``."""
+    PyTorch ``mamba3_chunk_scan_torch``: out, or (out, the final states) with ``return_final_states``."""
     from mamba_ssm._families.mamba3 import triton_kernels as mamba3
 
-    return mamba3.chunk_scan(**arguments)
+    result: Tensor | tuple[Tensor, Mamba3States] = mamba3.chunk_scan(**arguments)
+    return result
 
 
-def triton_step(**arguments: Any) -> Any:
-    """One decode step on the Triton kernels, with the arguments and results of ``mamba3_step_torch``."""
+def triton_step(**arguments: Any) -> tuple[Tensor, Mamba3States]:
+    """One decode step on the Triton kernels, with the arguments and results of ``mamba3_step_torch``:
+    (out, the new states)."""
     from mamba_ssm._families.mamba3 import triton_kernels as mamba3
 
-    return mamba3.step(**arguments)
+    result: tuple[Tensor, Mamba3States] = mamba3.step(**arguments)
+    return result

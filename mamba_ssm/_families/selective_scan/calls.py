@@ -4,6 +4,8 @@ already in the one form every backend takes: ``selective_scan_complex.kernel_bc`
 
 from __future__ import annotations
 
+from typing import Callable
+
 from torch import Tensor
 
 __all__ = ["compiled_unsupported", "torch_selective_scan", "triton_state_update_unsupported"]
@@ -44,11 +46,11 @@ def torch_selective_scan(
     from mamba_ssm._families.selective_scan import torch_complex as torch_scan_complex
     from mamba_ssm._families.selective_scan import torch_impl as torch_scan
 
-    scan = torch_scan_complex.selective_scan if A.is_complex() else torch_scan.selective_scan
-    result: Tensor | tuple[Tensor, Tensor] = scan(
-        u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
+    # (torch_scan's scans are not annotated; they return out, or (out, last_state))
+    scan: Callable[..., Tensor | tuple[Tensor, Tensor]] = (
+        torch_scan_complex.selective_scan if A.is_complex() else torch_scan.selective_scan
     )
-    return result
+    return scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
 
 
 def triton_state_update_unsupported(

@@ -71,7 +71,7 @@ def selective_state_update(
     out (batch, nheads, dim) in x's dtype (zeros for a negative ``state_batch_indices`` entry)."""
     state, x = state_h, x_h
     nheads = state_h.shape[1]
-    valid = None if state_batch_indices is None else state_batch_indices >= 0
+    valid: Tensor | None = None  # (batch,) bool: the entries with a row (state_batch_indices >= 0)
     cdtype = torch.float64 if torch.float64 in (x.dtype, state.dtype, A_h.dtype) else torch.float32
     dtf = dt_h.to(cdtype)
     if db_h is not None:
@@ -93,6 +93,7 @@ def selective_state_update(
             state_h.copy_(new)
         out = torch.matmul(new, Cf.unsqueeze(-1)).squeeze(-1)
     else:
+        valid = state_batch_indices >= 0
         if state_batch_indices.device.type != "cpu" and not torch.cuda.is_current_stream_capturing():
             check_rows("selective_state_update", "state_batch_indices", state_batch_indices, state_h.shape[0])
         out = _indexed_steps(state_h, state_batch_indices, valid, dA, dtx, Bf, Cf, cdtype)

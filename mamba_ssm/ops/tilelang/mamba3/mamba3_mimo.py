@@ -4,39 +4,133 @@
 
 from __future__ import annotations
 
-import torch
+from typing import Literal, Tuple, cast, overload
 
-from mamba_ssm.ops.triton.mamba3._args import Checker, run_chunked
+import torch
+from torch import Tensor
+
+from mamba_ssm._families.mamba3.torch_impl import Mamba3States
+from mamba_ssm.ops.triton.mamba3._args import Checker, InputStates, run_chunked
 
 __all__ = ["mamba3_mimo"]
 
+#: (out, angle_state, ssm_state, k_state, v_state): the result with ``return_state``.
+_WithStates = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
+
+
+@overload
+def mamba3_mimo(
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    ADT: Tensor,
+    DT: Tensor,
+    Trap: Tensor,
+    Q_bias: Tensor,
+    K_bias: Tensor,
+    MIMO_V: Tensor,
+    MIMO_Z: Tensor | None,
+    MIMO_Out: Tensor | None,
+    Angles: Tensor,
+    D: Tensor | None,
+    Z: Tensor | None,
+    chunk_size: int,
+    rotary_dim_divisor: int,
+    dtype: torch.dtype,
+    return_state: Literal[False] = False,
+    cu_seqlens: Tensor | None = None,
+    fuse_pregate_headwise_rms_norm: bool = False,
+    outproj_norm_weight: Tensor | None = None,
+    outproj_norm_eps: float = 1e-5,
+    Input_States: InputStates | None = None,
+    seq_idx: Tensor | None = None,
+) -> Tensor: ...
+
+
+@overload
+def mamba3_mimo(
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    ADT: Tensor,
+    DT: Tensor,
+    Trap: Tensor,
+    Q_bias: Tensor,
+    K_bias: Tensor,
+    MIMO_V: Tensor,
+    MIMO_Z: Tensor | None,
+    MIMO_Out: Tensor | None,
+    Angles: Tensor,
+    D: Tensor | None,
+    Z: Tensor | None,
+    chunk_size: int,
+    rotary_dim_divisor: int,
+    dtype: torch.dtype,
+    return_state: Literal[True],
+    cu_seqlens: Tensor | None = None,
+    fuse_pregate_headwise_rms_norm: bool = False,
+    outproj_norm_weight: Tensor | None = None,
+    outproj_norm_eps: float = 1e-5,
+    Input_States: InputStates | None = None,
+    seq_idx: Tensor | None = None,
+) -> _WithStates: ...
+
+
+@overload
+def mamba3_mimo(
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    ADT: Tensor,
+    DT: Tensor,
+    Trap: Tensor,
+    Q_bias: Tensor,
+    K_bias: Tensor,
+    MIMO_V: Tensor,
+    MIMO_Z: Tensor | None,
+    MIMO_Out: Tensor | None,
+    Angles: Tensor,
+    D: Tensor | None,
+    Z: Tensor | None,
+    chunk_size: int,
+    rotary_dim_divisor: int,
+    dtype: torch.dtype,
+    return_state: bool = False,
+    cu_seqlens: Tensor | None = None,
+    fuse_pregate_headwise_rms_norm: bool = False,
+    outproj_norm_weight: Tensor | None = None,
+    outproj_norm_eps: float = 1e-5,
+    Input_States: InputStates | None = None,
+    seq_idx: Tensor | None = None,
+) -> Tensor | _WithStates: ...
+
 
 def mamba3_mimo(
-    Q,
-    K,
-    V,
-    ADT,
-    DT,
-    Trap,
-    Q_bias,
-    K_bias,
-    MIMO_V,
-    MIMO_Z,
-    MIMO_Out,
-    Angles,
-    D,
-    Z,
-    chunk_size,
-    rotary_dim_divisor,
-    dtype,
-    return_state=False,
-    cu_seqlens=None,
-    fuse_pregate_headwise_rms_norm=False,
-    outproj_norm_weight=None,
-    outproj_norm_eps=1e-5,
-    Input_States=None,
-    seq_idx=None,
-):
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    ADT: Tensor,
+    DT: Tensor,
+    Trap: Tensor,
+    Q_bias: Tensor,
+    K_bias: Tensor,
+    MIMO_V: Tensor,
+    MIMO_Z: Tensor | None,
+    MIMO_Out: Tensor | None,
+    Angles: Tensor,
+    D: Tensor | None,
+    Z: Tensor | None,
+    chunk_size: int,
+    rotary_dim_divisor: int,
+    dtype: torch.dtype,
+    return_state: bool = False,
+    cu_seqlens: Tensor | None = None,
+    fuse_pregate_headwise_rms_norm: bool = False,
+    outproj_norm_weight: Tensor | None = None,
+    outproj_norm_eps: float = 1e-5,
+    Input_States: InputStates | None = None,
+    seq_idx: Tensor | None = None,
+) -> Tensor | _WithStates:
     """Mamba-3 MIMO scan, chunked, differentiable.
 
     R ranks per token share one state per head: with x_r = V * MIMO_V[:, r], q_r = rot(Q_r + Q_bias_r,
@@ -153,7 +247,8 @@ def mamba3_mimo(
             "return_final_states": return_state,
         },
     )
+    # run_chunked returns out alone, or (out, states) with return_state.
     if not return_state:
-        return res.to(dtype)
-    out, final = res
+        return cast(Tensor, res).to(dtype)
+    out, final = cast(Tuple[Tensor, Mamba3States], res)
     return (out.to(dtype), *final)

@@ -2,25 +2,52 @@
 
 from __future__ import annotations
 
+from typing import Any, List, Literal, Sequence, Tuple, Union, overload
+
 import torch
+from torch import Tensor
 
 from mamba_ssm import _dispatch
 from mamba_ssm._families import packing as _packing
 from mamba_ssm._families.mamba3.states import compute_dtype
 from mamba_ssm._families.mamba3.torch_impl import Mamba3States
 
-__all__ = ["Checker", "run_chunked", "run_step"]
+__all__ = ["Checker", "InputStates", "run_chunked", "run_step"]
+
+#: The states a caller passes (angle, ssm, k, v): a 4-tuple (a :class:`Mamba3States` is one) or a list
+#: of four tensors; shapes as each op documents.
+InputStates = Union[Tuple[Tensor, Tensor, Tensor, Tensor], List[Tensor]]
+
+#: A chunked scan's result: out, or (out, final states) with ``return_final_states``.
+ChunkedResult = Union[Tensor, Tuple[Tensor, Mamba3States]]
 
 
 class Checker:
     """Checks one op call's tensors, raising errors that name the op, the argument, the expected and
     the actual shape. Shapes are tuples of ints and names; a name takes the size it first meets."""
 
-    def __init__(self, op):
+    def __init__(self, op: str) -> None:
         self.op = op
-        self.sizes = {}
+        self.sizes: dict[str, int] = {}
 
-    def tensor(self, name, t, dims, optional=False, floating=True):
+    @overload
+    def tensor(
+        self,
+        name: str,
+        t: object,
+        dims: Sequence[int | str],
+        optional: Literal[False] = False,
+        floating: bool = True,
+    ) -> Tensor: ...
+
+    @overload
+    def tensor(
+        self, name: str, t: object, dims: Sequence[int | str], optional: bool = False, floating: bool = True
+    ) -> Tensor | None: ...
+
+    def tensor(
+        self, name: str, t: object, dims: Sequence[int | str], optional: bool = False, floating: bool = True
+    ) -> Tensor | None:
         """Check ``t`` against ``dims`` (e.g. ``("batch", "seqlen", "nheads", "headdim")``); returns t.
 
         Raises:
@@ -39,7 +66,7 @@ class Checker:
         ok = t.dim() == len(dims)
         for i, d in enumerate(dims):
             size = d if isinstance(d, int) else self.sizes.get(d)
-            if ok and size is None:
+            if ok and size is None and isinstance(d, str):  # (an int d is its own size)
                 self.sizes[d] = size = t.shape[i]
             ok = ok and t.shape[i] == size
             expected.append(f"{d}={size}" if isinstance(d, str) and size is not None else str(d))
@@ -49,13 +76,13 @@ class Checker:
             )
         return t
 
-    def divides(self, small, large):
+    def divides(self, small: str, large: str) -> None:
         """Raise ValueError unless size ``small`` divides size ``large`` (e.g. ngroups and nheads)."""
         s, g = self.sizes[small], self.sizes[large]
         if s < 1 or g % s:
             raise ValueError(f"{self.op}: {small}={s} must divide {large}={g}")
 
-    def angles(self, d_state, pairing):
+    def angles(self, d_state: int, pairing: str) -> None:
         """The angle count against d_state: 1 <= num_angles <= d_state // 2 (and d_state even for
         the halves pairing)."""
         a = self.sizes["num_angles"]
@@ -67,11 +94,14 @@ class Checker:
                 f"(one angle per rotated pair of d_state entries)"
             )
 
-    def chunk_size(self, chunk_size):
+    def chunk_size(self, chunk_size: object) -> None:
+        """Raise ValueError unless ``chunk_size`` is a positive int (not a bool)."""
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"{self.op}: chunk_size must be a positive int, got {chunk_size!r}")
 
-    def packing(self, cu_seqlens, seq_idx, device):
+    def packing(
+        self, cu_seqlens: Tensor | None, seq_idx: Tensor | None, device: torch.device
+    ) -> tuple[int, Tensor | None, Tensor | None]:
         """Packed sequences after the rule of :mod:`mamba_ssm._families.packing` (one implementation:
         ``check_cu_seqlens`` / ``seq_idx_from_cu_seqlens``): cu_seqlens (num_seqs + 1,) packs a batch of
         one, its rows from cu_seqlens[-1] on being padding; seq_idx (batch, seqlen) int ids, negative
@@ -101,7 +131,7 @@ class Checker:
             seq_idx = _packing.seq_idx_from_cu_seqlens(cu, l, self.op).to(device)
         return cu.numel() - 1, cu.to(device), seq_idx
 
-    def states(self, states, rows, mimo):
+    def states(self, states: object, rows: int, mimo: bool) -> Mamba3States | None:
         """Input states (angle, ssm, k, v) as :class:`Mamba3States` (k with a rank dim), or None."""
         if states is None:
             return None
@@ -124,7 +154,7 @@ class Checker:
         return Mamba3States(angle, ssm, k, v)
 
 
-def _empty_scan(arguments):
+def _empty_scan(arguments: dict[str, Any]) -> ChunkedResult:
     """The chunked scan's results at seqlen 0, as the recurrence defines them: no output rows, and the
     final states are the input states (zeros without them): every backend returns these."""
     q, v, init = arguments["q"], arguments["v"], arguments["initial_states"]
@@ -132,7 +162,7 @@ def _empty_scan(arguments):
     h, p = v.shape[2], v.shape[3]
     cd = compute_dtype(v)
     shape = (b, 0, h, p) if arguments.get("mimo_o") is not None else (b, 0, R, h, p)
-    out = v.new_zeros(shape)
+    out: Tensor = v.new_zeros(shape)
     if not arguments["return_final_states"]:
         return out
     if init is not None:
@@ -149,14 +179,17 @@ def _empty_scan(arguments):
     )
 
 
-def run_chunked(op, arguments):
+def run_chunked(op: str, arguments: dict[str, Any]) -> ChunkedResult:
     """The chunked scan for ``op`` ("mamba3_siso" or "mamba3_mimo") on the backend the dispatcher picks
-    (the Triton kernel where it takes the call, else the PyTorch implementation)."""
+    (the Triton kernel where it takes the call, else the PyTorch implementation): out, or (out, the final
+    :class:`Mamba3States`) with ``arguments["return_final_states"]``."""
     if arguments["v"].shape[1] == 0:
         return _empty_scan(arguments)
-    return _dispatch.call(op, **arguments)
+    result: ChunkedResult = _dispatch.call(op, **arguments)
+    return result
 
 
-def run_step(arguments):
-    """One decode step (op "mamba3_step") on the backend the dispatcher picks."""
-    return _dispatch.call("mamba3_step", **arguments)
+def run_step(arguments: dict[str, Any]) -> tuple[Tensor, Mamba3States]:
+    """One decode step (op "mamba3_step") on the backend the dispatcher picks: (out, new states)."""
+    result: tuple[Tensor, Mamba3States] = _dispatch.call("mamba3_step", **arguments)
+    return result

@@ -3,29 +3,101 @@
 
 from __future__ import annotations
 
-from mamba_ssm.ops.triton.mamba3._args import Checker, run_chunked
+from typing import Literal, Tuple, cast, overload
+
+from torch import Tensor
+
+from mamba_ssm._families.mamba3.torch_impl import Mamba3States
+from mamba_ssm.ops.triton.mamba3._args import Checker, InputStates, run_chunked
 
 __all__ = ["mamba3_siso_combined"]
 
+#: (out, angle_state, ssm_state, k_state, v_state): the result with ``return_final_states``.
+_WithStates = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
+
+
+@overload
+def mamba3_siso_combined(
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    ADT: Tensor,
+    DT: Tensor,
+    Trap: Tensor,
+    Q_bias: Tensor,
+    K_bias: Tensor,
+    Angles: Tensor,
+    D: Tensor | None = None,
+    Z: Tensor | None = None,
+    Input_States: InputStates | None = None,
+    chunk_size: int = 64,
+    return_final_states: Literal[False] = False,
+    cu_seqlens: Tensor | None = None,
+    seq_idx: Tensor | None = None,
+) -> Tensor: ...
+
+
+@overload
+def mamba3_siso_combined(
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    ADT: Tensor,
+    DT: Tensor,
+    Trap: Tensor,
+    Q_bias: Tensor,
+    K_bias: Tensor,
+    Angles: Tensor,
+    D: Tensor | None = None,
+    Z: Tensor | None = None,
+    Input_States: InputStates | None = None,
+    chunk_size: int = 64,
+    *,
+    return_final_states: Literal[True],
+    cu_seqlens: Tensor | None = None,
+    seq_idx: Tensor | None = None,
+) -> _WithStates: ...
+
+
+@overload
+def mamba3_siso_combined(
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    ADT: Tensor,
+    DT: Tensor,
+    Trap: Tensor,
+    Q_bias: Tensor,
+    K_bias: Tensor,
+    Angles: Tensor,
+    D: Tensor | None = None,
+    Z: Tensor | None = None,
+    Input_States: InputStates | None = None,
+    chunk_size: int = 64,
+    return_final_states: bool = False,
+    cu_seqlens: Tensor | None = None,
+    seq_idx: Tensor | None = None,
+) -> Tensor | _WithStates: ...
+
 
 def mamba3_siso_combined(
-    Q,
-    K,
-    V,
-    ADT,
-    DT,
-    Trap,
-    Q_bias,
-    K_bias,
-    Angles,
-    D=None,
-    Z=None,
-    Input_States=None,
-    chunk_size=64,
-    return_final_states=False,
-    cu_seqlens=None,
-    seq_idx=None,
-):
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    ADT: Tensor,
+    DT: Tensor,
+    Trap: Tensor,
+    Q_bias: Tensor,
+    K_bias: Tensor,
+    Angles: Tensor,
+    D: Tensor | None = None,
+    Z: Tensor | None = None,
+    Input_States: InputStates | None = None,
+    chunk_size: int = 64,
+    return_final_states: bool = False,
+    cu_seqlens: Tensor | None = None,
+    seq_idx: Tensor | None = None,
+) -> Tensor | _WithStates:
     """Mamba-3 SISO scan, chunked, differentiable (every input, the input states included).
 
     Per head h (group g = h // (nheads / ngroups)), with lambda = sigmoid(Trap), alpha = exp(ADT):
@@ -112,7 +184,8 @@ def mamba3_siso_combined(
             "return_final_states": return_final_states,
         },
     )
+    # run_chunked returns out alone, or (out, states) with return_final_states.
     if not return_final_states:
-        return res[:, :, 0]
-    out, final = res
+        return cast(Tensor, res)[:, :, 0]
+    out, final = cast(Tuple[Tensor, Mamba3States], res)
     return out[:, :, 0], final.angle, final.ssm, final.k[:, 0], final.v

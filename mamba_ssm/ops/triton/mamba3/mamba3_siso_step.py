@@ -4,13 +4,28 @@
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
+from mamba_ssm.ops.triton.mamba3._args import InputStates
 from mamba_ssm.ops.triton.mamba3.mamba3_step import mamba3_step
 
 __all__ = ["mamba3_siso_step"]
 
 
-def mamba3_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None, Input_States=None):
+def mamba3_siso_step(
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    ADT: Tensor,
+    DT: Tensor,
+    Trap: Tensor,
+    Q_bias: Tensor,
+    K_bias: Tensor,
+    Angles: Tensor,
+    D: Tensor | None = None,
+    Z: Tensor | None = None,
+    Input_States: InputStates | None = None,
+) -> tuple[Tensor, list[Tensor]]:
     """The next token of a Mamba-3 SISO layer; the states are returned, not written in place.
 
     Args:

@@ -4,31 +4,34 @@ in place. The math: :func:`mamba_ssm._families.mamba3.torch_impl.mamba3_step_tor
 
 from __future__ import annotations
 
-from mamba_ssm.ops.triton.mamba3._args import Checker, run_step
+from torch import Tensor
+
+from mamba_ssm._families.mamba3.torch_impl import Mamba3States
+from mamba_ssm.ops.triton.mamba3._args import Checker, InputStates, run_step
 
 __all__ = ["mamba3_step"]
 
 
 def mamba3_step(
-    Q,
-    K,
-    V,
-    ADT,
-    DT,
-    Trap,
-    Q_bias,
-    K_bias,
-    Angles,
-    Input_States,
-    D=None,
-    Z=None,
-    MIMO_V=None,
-    MIMO_Z=None,
-    MIMO_Out=None,
-    rotary_pairing="adjacent",
-    outproj_norm_weight=None,
-    outproj_norm_eps=1e-5,
-):
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    ADT: Tensor,
+    DT: Tensor,
+    Trap: Tensor,
+    Q_bias: Tensor,
+    K_bias: Tensor,
+    Angles: Tensor,
+    Input_States: InputStates,
+    D: Tensor | None = None,
+    Z: Tensor | None = None,
+    MIMO_V: Tensor | None = None,
+    MIMO_Z: Tensor | None = None,
+    MIMO_Out: Tensor | None = None,
+    rotary_pairing: str = "adjacent",
+    outproj_norm_weight: Tensor | None = None,
+    outproj_norm_eps: float = 1e-5,
+) -> tuple[Tensor, Mamba3States]:
     """The next token of a Mamba-3 layer from its cached states.
 
     theta' = (theta + pi tanh(Angles) DT) mod 2 pi; q_r, k_r rotated by theta'; with
@@ -61,6 +64,7 @@ def mamba3_step(
     c.tensor("K", K, ("batch", "mimo_rank", "ngroups", "d_state"))
     c.tensor("V", V, ("batch", "nheads", "headdim"))
     c.divides("ngroups", "nheads")
+    t: Tensor | None
     for name, t in (("ADT", ADT), ("DT", DT), ("Trap", Trap)):
         c.tensor(name, t, ("batch", "nheads"))
     c.tensor("Q_bias", Q_bias, ("nheads", "mimo_rank", "d_state"))
