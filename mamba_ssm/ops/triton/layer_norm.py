@@ -12,12 +12,17 @@ The fused pre-norm residual used by Mamba's blocks: ``x' = dropout(x * rowscale)
 
 from __future__ import annotations
 
+import functools
+from typing import Any, Callable, Literal, Optional, Sequence, Union, overload
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.types import Device
 
 from mamba_ssm import _dispatch
 from mamba_ssm._families import recompute as _recompute
+from mamba_ssm._families.norms.torch_impl import NormOut
 from mamba_ssm._families.norms.torch_impl import layer_norm_torch as _layer_norm_torch
 
 __all__ = [
@@ -33,28 +38,88 @@ __all__ = [
     "rms_norm_ref",
 ]
 
+#: :func:`layer_norm_linear_fn`'s result: out, or (out, residual stream) with ``prenorm``.
+_LinearOut = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
+
+
+@overload
+def layer_norm_fn(
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    x1: Optional[torch.Tensor] = None,
+    weight1: None = None,
+    bias1: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    dropout_p: float = 0.0,
+    rowscale: Optional[torch.Tensor] = None,
+    prenorm: Literal[False] = False,
+    residual_in_fp32: bool = False,
+    is_rms_norm: bool = False,
+    return_dropout_mask: Literal[False] = False,
+    out_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor: ...
+@overload
+def layer_norm_fn(
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    x1: Optional[torch.Tensor] = None,
+    weight1: None = None,
+    bias1: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    dropout_p: float = 0.0,
+    rowscale: Optional[torch.Tensor] = None,
+    *,
+    prenorm: Literal[True],
+    residual_in_fp32: bool = False,
+    is_rms_norm: bool = False,
+    return_dropout_mask: Literal[False] = False,
+    out_dtype: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def layer_norm_fn(
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    x1: Optional[torch.Tensor] = None,
+    weight1: Optional[torch.Tensor] = None,
+    bias1: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    dropout_p: float = 0.0,
+    rowscale: Optional[torch.Tensor] = None,
+    prenorm: bool = False,
+    residual_in_fp32: bool = False,
+    is_rms_norm: bool = False,
+    return_dropout_mask: bool = False,
+    out_dtype: Optional[torch.dtype] = None,
+) -> NormOut: ...
+
 
 def layer_norm_fn(
-    x,
-    weight,
-    bias,
-    residual=None,
-    x1=None,
-    weight1=None,
-    bias1=None,
-    eps=1e-6,
-    dropout_p=0.0,
-    rowscale=None,
-    prenorm=False,
-    residual_in_fp32=False,
-    is_rms_norm=False,
-    return_dropout_mask=False,
-    out_dtype=None,
-):
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    x1: Optional[torch.Tensor] = None,
+    weight1: Optional[torch.Tensor] = None,
+    bias1: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    dropout_p: float = 0.0,
+    rowscale: Optional[torch.Tensor] = None,
+    prenorm: bool = False,
+    residual_in_fp32: bool = False,
+    is_rms_norm: bool = False,
+    return_dropout_mask: bool = False,
+    out_dtype: Optional[torch.dtype] = None,
+) -> NormOut:
     """Norm over the last dim with a fused residual add (differentiable through autograd).
 
     Args:
-        x: (..., hidden). weight, bias: (hidden,) or None.
+        x: (..., hidden) float16 / bfloat16 / float32 / float64. weight, bias: (hidden,) or None.
         residual: (..., hidden) added to x before the norm, or None.
         x1: a second input added (after its own dropout) before the norm, or None.
         weight1, bias1: a second (parallel) output ``norm(x') * weight1 + bias1``, or None.
@@ -66,7 +131,8 @@ def layer_norm_fn(
         out_dtype: dtype of the normalised output(s) (default x's dtype).
 
     Returns:
-        y; or the tuple (y[, y1][, x'][, mask][, mask1]) in that order for the options given.
+        y (x's shape, ``out_dtype``); or the tuple (y[, y1][, x'][, mask][, mask1]) in that order for the
+        options given (x' in residual's dtype, float32 with ``residual_in_fp32``; masks bool, x's shape).
 
     On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs (``mamba_ssm._families.norms.triton_kernels``)
     unless dropout, x1, weight1 or rowscale are used or the dtype is float64 (then the PyTorch code here).
@@ -86,28 +152,81 @@ def layer_norm_fn(
             f"layer_norm_fn: residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}"
         )
     op = "rms_norm" if is_rms_norm else "layer_norm"
-    return _dispatch.call(
+    out: NormOut = _dispatch.call(
         op, x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, residual_in_fp32,
         is_rms_norm, return_dropout_mask, out_dtype,
     )  # fmt: skip
+    return out
 
 
+@overload
 def rms_norm_fn(
-    x,
-    weight,
-    bias,
-    residual=None,
-    x1=None,
-    weight1=None,
-    bias1=None,
-    eps=1e-6,
-    dropout_p=0.0,
-    rowscale=None,
-    prenorm=False,
-    residual_in_fp32=False,
-    return_dropout_mask=False,
-    out_dtype=None,
-):
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    x1: Optional[torch.Tensor] = None,
+    weight1: None = None,
+    bias1: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    dropout_p: float = 0.0,
+    rowscale: Optional[torch.Tensor] = None,
+    prenorm: Literal[False] = False,
+    residual_in_fp32: bool = False,
+    return_dropout_mask: Literal[False] = False,
+    out_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor: ...
+@overload
+def rms_norm_fn(
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    x1: Optional[torch.Tensor] = None,
+    weight1: None = None,
+    bias1: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    dropout_p: float = 0.0,
+    rowscale: Optional[torch.Tensor] = None,
+    *,
+    prenorm: Literal[True],
+    residual_in_fp32: bool = False,
+    return_dropout_mask: Literal[False] = False,
+    out_dtype: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def rms_norm_fn(
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    x1: Optional[torch.Tensor] = None,
+    weight1: Optional[torch.Tensor] = None,
+    bias1: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    dropout_p: float = 0.0,
+    rowscale: Optional[torch.Tensor] = None,
+    prenorm: bool = False,
+    residual_in_fp32: bool = False,
+    return_dropout_mask: bool = False,
+    out_dtype: Optional[torch.dtype] = None,
+) -> NormOut: ...
+def rms_norm_fn(
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    x1: Optional[torch.Tensor] = None,
+    weight1: Optional[torch.Tensor] = None,
+    bias1: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    dropout_p: float = 0.0,
+    rowscale: Optional[torch.Tensor] = None,
+    prenorm: bool = False,
+    residual_in_fp32: bool = False,
+    return_dropout_mask: bool = False,
+    out_dtype: Optional[torch.dtype] = None,
+) -> NormOut:
     """:func:`layer_norm_fn` with ``is_rms_norm=True`` (same arguments and results)."""
     return layer_norm_fn(
         x,
@@ -129,21 +248,36 @@ def rms_norm_fn(
 
 
 def _norm_ref(
-    x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, dropout_mask,
-    dropout_mask1, upcast, is_rms_norm,
-):  # fmt: skip
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor],
+    x1: Optional[torch.Tensor],
+    weight1: Optional[torch.Tensor],
+    bias1: Optional[torch.Tensor],
+    eps: float,
+    dropout_p: float,
+    rowscale: Optional[torch.Tensor],
+    prenorm: bool,
+    dropout_mask: Optional[torch.Tensor],
+    dropout_mask1: Optional[torch.Tensor],
+    upcast: bool,
+    is_rms_norm: bool,
+) -> Optional[NormOut]:
     """The references: x' = dropout(x * rowscale) (+ dropout(x1)) (+ residual), in float32 first when
-    ``upcast``; out = norm(x') * weight + bias (and out1 with weight1 / bias1), in x's dtype."""
+    ``upcast``; out = norm(x') * weight + bias (and out1 with weight1 / bias1), in x's dtype (None for
+    an output whose weight is None)."""
     dtype = x.dtype
     if upcast:
-        x, x1, residual = (t.float() if t is not None else None for t in (x, x1, residual))
+        x = x.float()
+        x1, residual = (t.float() if t is not None else None for t in (x1, residual))
         weight, bias, weight1, bias1 = (
             t.float() if t is not None else None for t in (weight, bias, weight1, bias1)
         )
     if rowscale is not None:
         x = x * rowscale.to(x.dtype).unsqueeze(-1)
 
-    def drop(t, mask):
+    def drop(t: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
         if mask is not None:
             return t * mask.to(t.dtype) / (1.0 - dropout_p)
         return F.dropout(t, dropout_p) if dropout_p > 0.0 else t
@@ -154,7 +288,7 @@ def _norm_ref(
     if residual is not None:
         x = (x + residual).to(x.dtype)
 
-    def norm(w, b):
+    def norm(w: Optional[torch.Tensor], b: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         if w is None:
             return None
         if not is_rms_norm:
@@ -164,36 +298,41 @@ def _norm_ref(
         out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.to(cd)
         return (out + b.to(cd) if b is not None else out).to(dtype)
 
-    outs = [norm(weight, bias)] + ([norm(weight1, bias1)] if weight1 is not None else [])
+    outs: list[Optional[torch.Tensor]] = [norm(weight, bias)]
+    outs += [norm(weight1, bias1)] if weight1 is not None else []
     if prenorm:
         outs.append(x)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def layer_norm_ref(
-    x,
-    weight,
-    bias,
-    residual=None,
-    x1=None,
-    weight1=None,
-    bias1=None,
-    eps=1e-6,
-    dropout_p=0.0,
-    rowscale=None,
-    prenorm=False,
-    dropout_mask=None,
-    dropout_mask1=None,
-    upcast=False,
-):
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    x1: Optional[torch.Tensor] = None,
+    weight1: Optional[torch.Tensor] = None,
+    bias1: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    dropout_p: float = 0.0,
+    rowscale: Optional[torch.Tensor] = None,
+    prenorm: bool = False,
+    dropout_mask: Optional[torch.Tensor] = None,
+    dropout_mask1: Optional[torch.Tensor] = None,
+    upcast: bool = False,
+) -> Optional[NormOut]:
     """Plain LayerNorm with upstream's reference arguments: x' = dropout(x * rowscale) (+ dropout(x1))
     (+ residual); out = LayerNorm(x') * weight + bias in x's dtype (computed in weight's dtype, float32
     inputs first with ``upcast``); ``dropout_mask`` / ``dropout_mask1`` (bool, x's shape) are the masks
     (scaled by 1 / (1 - dropout_p)), else F.dropout draws them.
 
+    Args:
+        x: (..., hidden) float. weight, bias, weight1, bias1: (hidden,) or None. residual, x1: x's
+        shape or None. rowscale: (...,) or None.
+
     Returns:
         out; (out, out1) with weight1 (out1 = LayerNorm(x') * weight1 + bias1); with ``prenorm`` also x'
-        last."""
+        last (None in the place of an output whose weight is None)."""
     return _norm_ref(
         x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, dropout_mask,
         dropout_mask1, upcast, is_rms_norm=False,
@@ -201,21 +340,21 @@ def layer_norm_ref(
 
 
 def rms_norm_ref(
-    x,
-    weight,
-    bias,
-    residual=None,
-    x1=None,
-    weight1=None,
-    bias1=None,
-    eps=1e-6,
-    dropout_p=0.0,
-    rowscale=None,
-    prenorm=False,
-    dropout_mask=None,
-    dropout_mask1=None,
-    upcast=False,
-):
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    x1: Optional[torch.Tensor] = None,
+    weight1: Optional[torch.Tensor] = None,
+    bias1: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    dropout_p: float = 0.0,
+    rowscale: Optional[torch.Tensor] = None,
+    prenorm: bool = False,
+    dropout_mask: Optional[torch.Tensor] = None,
+    dropout_mask1: Optional[torch.Tensor] = None,
+    upcast: bool = False,
+) -> Optional[NormOut]:
     """:func:`layer_norm_ref` with RMSNorm (``x' / sqrt(mean(x'^2) + eps) * weight (+ bias)``, computed in
     float32, float64 for float64 x)."""
     return _norm_ref(
@@ -231,32 +370,36 @@ class LayerNormFn(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx,
-        x,
-        weight,
-        bias,
-        residual=None,
-        x1=None,
-        weight1=None,
-        bias1=None,
-        eps=1e-6,
-        dropout_p=0.0,
-        rowscale=None,
-        prenorm=False,
-        residual_in_fp32=False,
-        is_rms_norm=False,
-        return_dropout_mask=False,
-    ):
+        ctx: Any,
+        x: torch.Tensor,
+        weight: Optional[torch.Tensor],
+        bias: Optional[torch.Tensor],
+        residual: Optional[torch.Tensor] = None,
+        x1: Optional[torch.Tensor] = None,
+        weight1: Optional[torch.Tensor] = None,
+        bias1: Optional[torch.Tensor] = None,
+        eps: float = 1e-6,
+        dropout_p: float = 0.0,
+        rowscale: Optional[torch.Tensor] = None,
+        prenorm: bool = False,
+        residual_in_fp32: bool = False,
+        is_rms_norm: bool = False,
+        return_dropout_mask: bool = False,
+    ) -> NormOut:
         if not 0.0 <= dropout_p < 1.0:
             raise ValueError(f"LayerNormFn: dropout_p must be in [0, 1), got {dropout_p}")
-        masks = {}
+        masks: dict[str, torch.Tensor] = {}
         if dropout_p > 0.0:
             masks["dropout_mask"] = torch.rand(x.shape, device=x.device) >= dropout_p
             if x1 is not None:
                 masks["dropout_mask1"] = torch.rand(x1.shape, device=x1.device) >= dropout_p
 
-        def impl(*args):
-            return _layer_norm_torch(*args, None, **masks)
+        impl: Callable[..., NormOut] = functools.partial(
+            _layer_norm_torch,
+            out_dtype=None,
+            dropout_mask=masks.get("dropout_mask"),
+            dropout_mask1=masks.get("dropout_mask1"),
+        )
 
         args = (
             x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, residual_in_fp32,
@@ -264,10 +407,11 @@ class LayerNormFn(torch.autograd.Function):
         )  # fmt: skip
         if dropout_p == 0.0 and x1 is None and weight1 is None and rowscale is None:
             impl = layer_norm_fn  # (the Triton kernel where it runs)
-        return _recompute.forward(ctx, impl, args)
+        out: NormOut = _recompute.forward(ctx, impl, args)
+        return out
 
     @staticmethod
-    def backward(ctx, *grads):
+    def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple[Optional[torch.Tensor], ...]:
         return _recompute.backward(ctx, *grads)
 
 
@@ -276,65 +420,112 @@ class LayerNormLinearFn(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx,
-        x,
-        norm_weight,
-        norm_bias,
-        linear_weight,
-        linear_bias,
-        residual=None,
-        eps=1e-6,
-        prenorm=False,
-        residual_in_fp32=False,
-        is_rms_norm=False,
-    ):
+        ctx: Any,
+        x: torch.Tensor,
+        norm_weight: Optional[torch.Tensor],
+        norm_bias: Optional[torch.Tensor],
+        linear_weight: torch.Tensor,
+        linear_bias: Optional[torch.Tensor],
+        residual: Optional[torch.Tensor] = None,
+        eps: float = 1e-6,
+        prenorm: bool = False,
+        residual_in_fp32: bool = False,
+        is_rms_norm: bool = False,
+    ) -> _LinearOut:
         args = (
             x, norm_weight, norm_bias, linear_weight, linear_bias, residual, eps, prenorm, residual_in_fp32,
             is_rms_norm,
         )  # fmt: skip
-        return _recompute.forward(ctx, _layer_norm_linear, args)
+        out: _LinearOut = _recompute.forward(ctx, _layer_norm_linear, args)
+        return out
 
     @staticmethod
-    def backward(ctx, *grads):
+    def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple[Optional[torch.Tensor], ...]:
         return _recompute.backward(ctx, *grads)
 
 
 def _layer_norm_linear(
-    x,
-    norm_weight,
-    norm_bias,
-    linear_weight,
-    linear_bias,
-    residual,
-    eps,
-    prenorm,
-    residual_in_fp32,
-    is_rms_norm,
-):
-    y = layer_norm_fn(
-        x, norm_weight, norm_bias, residual=residual, eps=eps, prenorm=prenorm,
-        residual_in_fp32=residual_in_fp32, is_rms_norm=is_rms_norm,
-    )  # fmt: skip
-    y, resid = y if prenorm else (y, None)
+    x: torch.Tensor,
+    norm_weight: Optional[torch.Tensor],
+    norm_bias: Optional[torch.Tensor],
+    linear_weight: torch.Tensor,
+    linear_bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor],
+    eps: float,
+    prenorm: bool,
+    residual_in_fp32: bool,
+    is_rms_norm: bool,
+) -> _LinearOut:
+    resid: Optional[torch.Tensor] = None
+    if prenorm:
+        y, resid = layer_norm_fn(
+            x, norm_weight, norm_bias, residual=residual, eps=eps, prenorm=True,
+            residual_in_fp32=residual_in_fp32, is_rms_norm=is_rms_norm,
+        )  # fmt: skip
+    else:
+        y = layer_norm_fn(
+            x, norm_weight, norm_bias, residual=residual, eps=eps, prenorm=False,
+            residual_in_fp32=residual_in_fp32, is_rms_norm=is_rms_norm,
+        )  # fmt: skip
     dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else y.dtype
     out = F.linear(
         y.to(dtype), linear_weight.to(dtype), linear_bias.to(dtype) if linear_bias is not None else None
     )
-    return (out, resid) if prenorm else out
+    return (out, resid) if resid is not None else out
 
 
+@overload
 def layer_norm_linear_fn(
-    x,
-    norm_weight,
-    norm_bias,
-    linear_weight,
-    linear_bias,
-    residual=None,
-    eps=1e-6,
-    prenorm=False,
-    residual_in_fp32=False,
-    is_rms_norm=False,
-):
+    x: torch.Tensor,
+    norm_weight: Optional[torch.Tensor],
+    norm_bias: Optional[torch.Tensor],
+    linear_weight: torch.Tensor,
+    linear_bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    prenorm: Literal[False] = False,
+    residual_in_fp32: bool = False,
+    is_rms_norm: bool = False,
+) -> torch.Tensor: ...
+@overload
+def layer_norm_linear_fn(
+    x: torch.Tensor,
+    norm_weight: Optional[torch.Tensor],
+    norm_bias: Optional[torch.Tensor],
+    linear_weight: torch.Tensor,
+    linear_bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    *,
+    prenorm: Literal[True],
+    residual_in_fp32: bool = False,
+    is_rms_norm: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def layer_norm_linear_fn(
+    x: torch.Tensor,
+    norm_weight: Optional[torch.Tensor],
+    norm_bias: Optional[torch.Tensor],
+    linear_weight: torch.Tensor,
+    linear_bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    prenorm: bool = False,
+    residual_in_fp32: bool = False,
+    is_rms_norm: bool = False,
+) -> _LinearOut: ...
+def layer_norm_linear_fn(
+    x: torch.Tensor,
+    norm_weight: Optional[torch.Tensor],
+    norm_bias: Optional[torch.Tensor],
+    linear_weight: torch.Tensor,
+    linear_bias: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    prenorm: bool = False,
+    residual_in_fp32: bool = False,
+    is_rms_norm: bool = False,
+) -> _LinearOut:
     """A norm (as :func:`layer_norm_fn`, with the residual add) followed by a linear layer:
     ``out = linear(norm(x + residual))`` (in the autocast dtype under autocast, else the norm's output
     dtype), plus the residual stream x + residual with ``prenorm``.
@@ -347,15 +538,19 @@ def layer_norm_linear_fn(
     Returns:
         out (..., out_features), or (out, residual stream) with ``prenorm``.
     """
-    return LayerNormLinearFn.apply(
+    out: _LinearOut = LayerNormLinearFn.apply(
         x, norm_weight, norm_bias, linear_weight, linear_bias, residual, eps, prenorm, residual_in_fp32,
         is_rms_norm,
     )  # fmt: skip
+    return out
 
 
-def config_prune(configs):
+def config_prune(configs: Sequence[Any]) -> list[Any]:
     """The Triton autotune configs that fit this GPU: those whose ``num_warps`` times the warp size (64 on
-    AMD Instinct, 32 on NVIDIA and RDNA) stays within 1024 threads per block (upstream's helper)."""
+    AMD Instinct, 32 on NVIDIA and RDNA) stays within 1024 threads per block (upstream's helper).
+
+    Args:
+        configs: ``triton.Config`` objects (anything with ``num_warps``)."""
     warp = 32
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -363,7 +558,7 @@ def config_prune(configs):
     return [c for c in configs if c.num_warps * warp <= 1024]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # configs_autotune / pruned_configs_autotune are triton.Config lists: built (importing triton) on
     # first use, so importing this module never imports triton.
     if name in ("configs_autotune", "pruned_configs_autotune"):
@@ -383,7 +578,16 @@ class RMSNorm(nn.Module):
     (dropout ``dropout_p`` only in training).
     """
 
-    def __init__(self, hidden_size, eps=1e-5, dropout_p=0.0, device=None, dtype=None):
+    bias: Optional[torch.Tensor]  # (registered as None)
+
+    def __init__(
+        self,
+        hidden_size: int,
+        eps: float = 1e-5,
+        dropout_p: float = 0.0,
+        device: Device = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> None:
         super().__init__()
         self.eps = eps
         self.drop = nn.Dropout(dropout_p) if dropout_p > 0.0 else None
@@ -391,10 +595,31 @@ class RMSNorm(nn.Module):
         self.register_parameter("bias", None)
         self.reset_parameters()
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
+        """weight to ones."""
         nn.init.ones_(self.weight)
 
-    def forward(self, x, residual=None, prenorm=False, residual_in_fp32=False):
+    @overload
+    def forward(
+        self,
+        x: torch.Tensor,
+        residual: Optional[torch.Tensor] = None,
+        prenorm: Literal[False] = False,
+        residual_in_fp32: bool = False,
+    ) -> torch.Tensor: ...
+    @overload
+    def forward(
+        self, x: torch.Tensor, residual: Optional[torch.Tensor], prenorm: bool, residual_in_fp32: bool = False
+    ) -> NormOut: ...
+    def forward(
+        self,
+        x: torch.Tensor,
+        residual: Optional[torch.Tensor] = None,
+        prenorm: bool = False,
+        residual_in_fp32: bool = False,
+    ) -> NormOut:
+        """x, residual: (..., hidden_size) -> y (x's shape and dtype), or (y, x + residual) with
+        ``prenorm`` (float32 with ``residual_in_fp32``): see :func:`rms_norm_fn`."""
         return rms_norm_fn(
             x,
             self.weight,
@@ -411,7 +636,27 @@ class LayerNorm(nn.LayerNorm):
     """LayerNorm whose ``forward(x, residual=None, prenorm=False, residual_in_fp32=False)`` calls
     :func:`layer_norm_fn`."""
 
-    def forward(self, x, residual=None, prenorm=False, residual_in_fp32=False):
+    @overload
+    def forward(
+        self,
+        x: torch.Tensor,
+        residual: Optional[torch.Tensor] = None,
+        prenorm: Literal[False] = False,
+        residual_in_fp32: bool = False,
+    ) -> torch.Tensor: ...
+    @overload
+    def forward(
+        self, x: torch.Tensor, residual: Optional[torch.Tensor], prenorm: bool, residual_in_fp32: bool = False
+    ) -> NormOut: ...
+    def forward(
+        self,
+        x: torch.Tensor,
+        residual: Optional[torch.Tensor] = None,
+        prenorm: bool = False,
+        residual_in_fp32: bool = False,
+    ) -> NormOut:
+        """x, residual: (..., hidden) -> y (x's shape and dtype), or (y, x + residual) with ``prenorm``
+        (float32 with ``residual_in_fp32``): see :func:`layer_norm_fn`."""
         return layer_norm_fn(
             x,
             self.weight,

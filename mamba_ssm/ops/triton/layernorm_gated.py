@@ -10,9 +10,12 @@ On CUDA/ROCm devices with triton >= 3.0 a Triton kernel runs (``mamba_ssm._famil
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.types import Device
 
 from mamba_ssm._families import recompute as _recompute
 from mamba_ssm.ops.triton import _route
@@ -20,7 +23,17 @@ from mamba_ssm.ops.triton import _route
 __all__ = ["LayerNorm", "LayerNormFn", "RMSNorm", "layernorm_fn", "rms_norm_ref", "rmsnorm_fn"]
 
 
-def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm, upcast=True):
+def _gated_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    z: Optional[torch.Tensor],
+    eps: float,
+    group_size: Optional[int],
+    norm_before_gate: bool,
+    is_rms_norm: bool,
+    upcast: bool = True,
+) -> torch.Tensor:
     hidden = x.shape[-1]
     group_size = hidden if group_size is None else group_size
     if hidden % group_size:
@@ -34,9 +47,10 @@ def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_no
         x,
         lambda: _route.kernels().norms.unsupported_gated_norm(x, weight, bias, z, group_size),
     ):
-        return _route.kernels().norms.gated_norm(
+        y: torch.Tensor = _route.kernels().norms.gated_norm(
             x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm
         )
+        return y
     if upcast:  # noqa: SIM108 - the nested conditional reads worse
         cdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     else:
@@ -56,12 +70,20 @@ def _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_no
     return out.to(x.dtype)
 
 
-def rmsnorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True):
+def rmsnorm_fn(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    z: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    group_size: Optional[int] = None,
+    norm_before_gate: bool = True,
+) -> torch.Tensor:
     """Gated RMSNorm (Zhang & Sennrich 2019; the gate of arXiv:2405.21060, section 7).
 
-    x, z: (..., hidden) float; weight, bias: (hidden,) (bias may be None); group_size: channels per
-    normalised group (None: all of hidden; must divide it). Computed in float32 (float64 for float64
-    x). Returns x's shape and dtype.
+    x, z: (..., hidden) float (z None: no gate); weight, bias: (hidden,) (bias may be None); group_size:
+    channels per normalised group (None: all of hidden; must divide it). Computed in float32 (float64
+    for float64 x). Returns x's shape and dtype.
 
     Raises:
         ValueError: group_size not dividing hidden, weight or z of the wrong shape.
@@ -70,14 +92,31 @@ def rmsnorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_g
 
 
 def layernorm_fn(
-    x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True, is_rms_norm=False
-):
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    z: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    group_size: Optional[int] = None,
+    norm_before_gate: bool = True,
+    is_rms_norm: bool = False,
+) -> torch.Tensor:
     """Gated LayerNorm (mean removed, then as :func:`rmsnorm_fn`), or the gated RMSNorm with
-    ``is_rms_norm=True`` (upstream's one entry point for both)."""
+    ``is_rms_norm=True`` (upstream's one entry point for both): arguments, result and errors as
+    :func:`rmsnorm_fn`'s."""
     return _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm)
 
 
-def rms_norm_ref(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True, upcast=True):
+def rms_norm_ref(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    z: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    group_size: Optional[int] = None,
+    norm_before_gate: bool = True,
+    upcast: bool = True,
+) -> torch.Tensor:
     """The gated RMSNorm as a plain reference: computed in float32 (float64 for float64 x) when
     ``upcast``, else in x's dtype; otherwise as :func:`rmsnorm_fn`. Returns x's shape and dtype."""
     return _gated_norm(x, weight, bias, z, eps, group_size, norm_before_gate, True, upcast=upcast)
@@ -89,22 +128,39 @@ class LayerNormFn(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx, x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True, is_rms_norm=False
-    ):
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: Optional[torch.Tensor],
+        z: Optional[torch.Tensor] = None,
+        eps: float = 1e-6,
+        group_size: Optional[int] = None,
+        norm_before_gate: bool = True,
+        is_rms_norm: bool = False,
+    ) -> torch.Tensor:
         args = (x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm)
-        return _recompute.forward(ctx, layernorm_fn, args)
+        out: torch.Tensor = _recompute.forward(ctx, layernorm_fn, args)
+        return out
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
         return _recompute.backward(ctx, dy)
 
 
 class RMSNorm(nn.Module):
     """Gated RMSNorm module: ``forward(x, z=None)``; ``weight`` (hidden_size,) initialised to ones."""
 
+    bias: Optional[torch.Tensor]  # (registered as None here; a parameter in LayerNorm)
+
     def __init__(
-        self, hidden_size, eps=1e-5, group_size=None, norm_before_gate=True, device=None, dtype=None
-    ):
+        self,
+        hidden_size: int,
+        eps: float = 1e-5,
+        group_size: Optional[int] = None,
+        norm_before_gate: bool = True,
+        device: Device = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype))
@@ -112,13 +168,13 @@ class RMSNorm(nn.Module):
         self.group_size = group_size
         self.norm_before_gate = norm_before_gate
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
         """weight to ones (and bias, where there is one, to zeros)."""
         nn.init.ones_(self.weight)
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def forward(self, x, z=None):
+    def forward(self, x: torch.Tensor, z: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x, z: (..., hidden_size) -> x's shape and dtype (see :func:`rmsnorm_fn`)."""
         return rmsnorm_fn(
             x,
@@ -135,12 +191,19 @@ class LayerNorm(RMSNorm):
     """Gated LayerNorm module (with a bias, initialised to zeros)."""
 
     def __init__(
-        self, hidden_size, eps=1e-5, group_size=None, norm_before_gate=True, device=None, dtype=None
-    ):
+        self,
+        hidden_size: int,
+        eps: float = 1e-5,
+        group_size: Optional[int] = None,
+        norm_before_gate: bool = True,
+        device: Device = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> None:
         super().__init__(hidden_size, eps, group_size, norm_before_gate, device, dtype)
         self.bias = nn.Parameter(torch.zeros(hidden_size, device=device, dtype=dtype))
 
-    def forward(self, x, z=None):
+    def forward(self, x: torch.Tensor, z: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x, z: (..., hidden_size) -> x's shape and dtype (see :func:`layernorm_fn`)."""
         return layernorm_fn(
             x,
             self.weight,

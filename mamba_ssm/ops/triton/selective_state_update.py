@@ -11,6 +11,8 @@ Math (arXiv:2312.00752, Algorithm 2, one timestep; Mamba-2 heads from arXiv:2405
 
 from __future__ import annotations
 
+from typing import Optional, overload
+
 import torch
 import torch.nn.functional as F
 
@@ -20,13 +22,23 @@ from mamba_ssm._families.packing import check_rows
 __all__ = ["selective_state_update", "selective_state_update_ref"]
 
 
-def _shape(x):
+def _shape(x: torch.Tensor) -> tuple[int, ...]:
     return tuple(x.shape)
 
 
 def selective_state_update(
-    state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None
-):
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    state_batch_indices: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """Advance ``state`` by one token and return the output for that token.
 
     Shapes (without heads / with heads, as upstream):
@@ -62,6 +74,7 @@ def selective_state_update(
             ``state_batch_indices`` that is not a row of ``state`` (checked on the PyTorch path, and in
             front of the Triton kernel for CPU tensors; a GPU kernel's path is not synchronised for it).
     """
+    t: Optional[torch.Tensor]  # (the argument each check below looks at)
     for name, t in (("state", state), ("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"selective_state_update: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -122,7 +135,7 @@ def selective_state_update(
                 f"selective_state_update: {name} must have shape "
                 f"{(nheads, dim) if heads else (dim,)}, got {_shape(t)}"
             )
-    out = _dispatch.call(
+    out: torch.Tensor = _dispatch.call(
         "selective_state_update",
         state_h,
         x_h,
@@ -139,7 +152,18 @@ def selective_state_update(
     return out if heads else out.squeeze(1)
 
 
-def selective_state_update_ref(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False):
+def selective_state_update_ref(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+) -> torch.Tensor:
     """A plain PyTorch reference of one decode step, written from the recurrence and sharing no code with
     :func:`selective_state_update` (the op's tests compare the two, as upstream's do).
 
@@ -159,7 +183,12 @@ def selective_state_update_ref(state, x, dt, A, B, C, D=None, z=None, dt_bias=No
     heads = state.dim() == 4
     wide = torch.float64 if torch.float64 in (state.dtype, x.dtype, A.dtype) else torch.float32
 
-    def lift(t, dims):  # add the head axis of a head-less call, in the compute dtype
+    @overload
+    def lift(t: torch.Tensor, dims: int) -> torch.Tensor: ...
+    @overload
+    def lift(t: None, dims: int) -> None: ...
+    def lift(t: Optional[torch.Tensor], dims: int) -> Optional[torch.Tensor]:
+        # add the head axis of a head-less call, in the compute dtype
         return None if t is None else (t.to(wide) if heads else t.to(wide).unsqueeze(dims))
 
     h = lift(state, 1)

@@ -8,6 +8,8 @@ chunk-scan kernel rather than as a separate stage).
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from mamba_ssm._families.ssd import torch_impl as S
@@ -16,7 +18,14 @@ from mamba_ssm.ops.triton._helpers import init_to_zero, require
 __all__ = ["_bmm_chunk_bwd", "_bmm_chunk_fwd", "init_to_zero"]
 
 
-def _bmm_chunk_fwd(a, b, chunk_size, seq_idx=None, causal=False, output_dtype=None):
+def _bmm_chunk_fwd(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    chunk_size: int,
+    seq_idx: Optional[torch.Tensor] = None,
+    causal: bool = False,
+    output_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
     """The per-chunk products ``a_i . b_j``.
 
     Args:
@@ -38,7 +47,12 @@ def _bmm_chunk_fwd(a, b, chunk_size, seq_idx=None, causal=False, output_dtype=No
     return S.bmm_chunk(a, b, chunk_size, seq_idx, causal).to(output_dtype or a.dtype)
 
 
-def _bmm_chunk_bwd(a, dout, residual=None, out=None):
+def _bmm_chunk_bwd(
+    a: torch.Tensor,
+    dout: torch.Tensor,
+    residual: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """The gradient of the other factor of :func:`_bmm_chunk_fwd`: ``out[s] = sum_l dout[..., l, s] a_l``
     within each chunk (so ``_bmm_chunk_bwd(C, dCB)`` is dB for CB = C B^T), plus ``residual``.
 

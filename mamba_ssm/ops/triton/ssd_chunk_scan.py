@@ -13,12 +13,14 @@ the PyTorch stage).
 
 from __future__ import annotations
 
+from typing import Any, Optional, Union
+
 import torch
 
 from mamba_ssm._families import recompute as _recompute
 from mamba_ssm._families.ssd import torch_impl as S
 from mamba_ssm.ops.triton._helpers import init_to_zero, require, triton_at_least
-from mamba_ssm.ops.triton.ssd_chunk_state import _f32, _grads
+from mamba_ssm.ops.triton.ssd_chunk_state import _f32, _grads, _or_zeros
 
 __all__ = [
     "TRITON_22",
@@ -35,7 +37,18 @@ __all__ = [
 TRITON_22 = triton_at_least(2, 2)
 
 
-def _check(fn, x, dt, dA_cumsum, C, states, D, z, seq_idx):
+def _check(
+    fn: str,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    C: torch.Tensor,
+    states: torch.Tensor,
+    D: Optional[torch.Tensor],
+    z: Optional[torch.Tensor],
+    seq_idx: Optional[torch.Tensor],
+) -> int:
+    """The chunk size Q, after checking the shapes (TypeError / ValueError naming the argument)."""
     require(fn, "x", x, (None, None, None, None))
     batch, seqlen, nheads, headdim = x.shape
     require(fn, "C", C, (batch, seqlen, None, None))
@@ -59,7 +72,17 @@ def _check(fn, x, dt, dA_cumsum, C, states, D, z, seq_idx):
     return q
 
 
-def _chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=None, z=None, seq_idx=None):
+def _chunk_scan_fwd(
+    cb: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    C: torch.Tensor,
+    states: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Stage 4.
 
     Args:
@@ -79,7 +102,14 @@ def _chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=None, z=None, seq_idx=Non
     return y.to(x.dtype), (y_pre.to(x.dtype) if y_pre is not None else None)
 
 
-def _chunk_scan_bwd_dC(prev_states, dA_cumsum, dout, seq_idx=None, C=None, ngroups=1):
+def _chunk_scan_bwd_dC(
+    prev_states: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    dout: torch.Tensor,
+    seq_idx: Optional[torch.Tensor] = None,
+    C: Optional[torch.Tensor] = None,
+    ngroups: int = 1,
+) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """The gradients of stage 4's state term ``exp(cs_i) C_i . H_c`` given dout.
 
     Args:
@@ -111,18 +141,25 @@ def _chunk_scan_bwd_dC(prev_states, dA_cumsum, dout, seq_idx=None, C=None, ngrou
     _check(fn, x0, dt0, dA_cumsum, C, prev_states, None, None, seq_idx)
     cb0 = x0.new_zeros(batch, nchunks, C.shape[2], q, q)
 
-    def state_term(C_, cs_):
+    def state_term(C_: torch.Tensor, cs_: torch.Tensor) -> torch.Tensor:
         return S.chunk_scan(cb0, x0, dt0, cs_, C_, prev_states, None, None, seq_idx)[0]
 
     got = _grads(state_term, (C, dA_cumsum), [0, 1] if with_dA else [0], (dout,))
-    dC = _f32(got[0])
+    dC = _f32(_or_zeros(got[0], C))
     if not with_dA:
         return dC
     ddA = got[1] if got[1] is not None else torch.zeros_like(dA_cumsum, dtype=dC.dtype)
     return dC, _f32(ddA)
 
 
-def _chunk_scan_bwd_dx(cb, x, dt, dA_cumsum, dout, D=None):
+def _chunk_scan_bwd_dx(
+    cb: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    dout: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The gradients of stage 4's in-chunk term ``sum_{j<=i} CB_ij exp(cs_i - cs_j) dt'_j x_j (+ D x_i)``
     given dout, without seq_idx.
 
@@ -146,18 +183,28 @@ def _chunk_scan_bwd_dx(cb, x, dt, dA_cumsum, dout, D=None):
     q = _check(fn, x, dt, dA_cumsum, C0, states0, D, None, None)
     require(fn, "cb", cb, (batch, nchunks, ngroups, q, q))
 
-    def in_chunk(x_, dt_):
+    def in_chunk(x_: torch.Tensor, dt_: torch.Tensor) -> torch.Tensor:
         return S.chunk_scan(cb, x_, dt_, dA_cumsum, C0, states0, D)[0]
 
     g_x, g_dt = _grads(in_chunk, (x, dt), [0, 1], (dout,))
     if g_dt is None:
         g_dt = torch.zeros_like(dt, dtype=S.compute_dtype(dt))
-    return g_x.to(x.dtype), _f32(g_dt)
+    return _or_zeros(g_x, x).to(x.dtype), _f32(g_dt)
 
 
-def chunk_scan_ref(B, C, x, dt, dA_cumsum, prev_states, D=None, z=None):
+def chunk_scan_ref(
+    B: torch.Tensor,
+    C: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    prev_states: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """Stage 4 with the C B^T products, in plain PyTorch: out (batch, seqlen, nheads, headdim) in x's
-    dtype. B, C: (batch, seqlen, ngroups, dstate); the rest as :func:`_chunk_scan_fwd`."""
+    dtype (gated by silu(z) when z is given). B, C: (batch, seqlen, ngroups, dstate); prev_states
+    (batch, nchunks, nheads, headdim, dstate); the rest as :func:`_chunk_scan_fwd`."""
     q = _check("chunk_scan_ref", x, dt, dA_cumsum, C, prev_states, D, z, None)
     require("chunk_scan_ref", "B", B, tuple(C.shape))
     y, _ = S.chunk_scan(S.bmm_chunk(C, B, q), x, dt, dA_cumsum, C, prev_states, D, z)
@@ -168,14 +215,38 @@ class ChunkScanFn(torch.autograd.Function):
     """Stage 4 as an autograd Function, differentiable in B, C, x, dt, dA_cumsum, prev_states, D, z."""
 
     @staticmethod
-    def forward(ctx, B, C, x, dt, dA_cumsum, prev_states, D=None, z=None):
-        return _recompute.forward(ctx, chunk_scan_ref, (B, C, x, dt, dA_cumsum, prev_states, D, z))
+    def forward(
+        ctx: Any,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        x: torch.Tensor,
+        dt: torch.Tensor,
+        dA_cumsum: torch.Tensor,
+        prev_states: torch.Tensor,
+        D: Optional[torch.Tensor] = None,
+        z: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        out: torch.Tensor = _recompute.forward(
+            ctx, chunk_scan_ref, (B, C, x, dt, dA_cumsum, prev_states, D, z)
+        )
+        return out
 
     @staticmethod
-    def backward(ctx, dout):
+    def backward(ctx: Any, dout: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
         return _recompute.backward(ctx, dout)
 
 
-def chunk_scan(B, C, x, dt, dA_cumsum, prev_states, D=None, z=None):
-    """:func:`chunk_scan_ref`, differentiable (:class:`ChunkScanFn`)."""
-    return ChunkScanFn.apply(B, C, x, dt, dA_cumsum, prev_states, D, z)
+def chunk_scan(
+    B: torch.Tensor,
+    C: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    prev_states: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """:func:`chunk_scan_ref`, differentiable (:class:`ChunkScanFn`): the same arguments and out
+    (batch, seqlen, nheads, headdim) in x's dtype."""
+    out: torch.Tensor = ChunkScanFn.apply(B, C, x, dt, dA_cumsum, prev_states, D, z)
+    return out

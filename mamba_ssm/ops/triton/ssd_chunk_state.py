@@ -16,6 +16,8 @@ differentiable in B, x, dt and dA_cumsum; ``chunk_state_varlen`` gives each pack
 
 from __future__ import annotations
 
+from typing import Any, Callable, Optional, Sequence, Union
+
 import torch
 
 from mamba_ssm._families import packing as _packing
@@ -38,7 +40,7 @@ __all__ = [
 ]
 
 
-def _check_dt(fn, dt, A, dt_bias):
+def _check_dt(fn: str, dt: torch.Tensor, A: torch.Tensor, dt_bias: Optional[torch.Tensor]) -> None:
     require(fn, "dt", dt, (None, None, None))
     nheads = dt.shape[2]
     require(fn, "A", A, (nheads,))
@@ -46,7 +48,14 @@ def _check_dt(fn, dt, A, dt_bias):
         require(fn, "dt_bias", dt_bias, (nheads,))
 
 
-def _check_state_args(fn, B, x, dt, dA_cumsum, seq_idx=None):
+def _check_state_args(
+    fn: str,
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    seq_idx: Optional[torch.Tensor] = None,
+) -> tuple[int, int, int, int, int, int, int, int]:
     """(batch, seqlen, nheads, headdim, ngroups, dstate, nchunks, chunk_size) after the shape checks."""
     require(fn, "x", x, (None, None, None, None))
     batch, seqlen, nheads, headdim = x.shape
@@ -67,16 +76,23 @@ def _check_state_args(fn, B, x, dt, dA_cumsum, seq_idx=None):
     return batch, seqlen, nheads, headdim, ngroups, dstate, nchunks, chunk_size
 
 
-def _flat(t):
+def _flat(t: torch.Tensor) -> torch.Tensor:
     """(batch, nheads, nchunks, Q) -> contiguous float32 (batch, nheads, nchunks * Q): the kernels' layout."""
     return t.float().contiguous().view(t.shape[0], t.shape[1], -1)
 
 
-def _chunk_cumsum_fwd(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
+def _chunk_cumsum_fwd(
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    chunk_size: int,
+    dt_bias: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: tuple[float, float] = (0.0, float("inf")),
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Stage 1: the processed step and its in-chunk cumulative sum times A.
 
     Args:
-        dt: (batch, seqlen, nheads). A: (nheads,). chunk_size: positions per chunk.
+        dt: (batch, seqlen, nheads) float. A: (nheads,) float32. chunk_size: positions per chunk.
         dt_bias: (nheads,) or None. dt_softplus: softplus on dt + dt_bias (upstream's threshold 20).
         dt_limit: (min, max) clamp of the processed step; (0, inf) means none.
 
@@ -99,32 +115,51 @@ def _chunk_cumsum_fwd(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_lim
     return S.chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit)
 
 
-def _f32(t):
+def _f32(t: torch.Tensor) -> torch.Tensor:
     """float32, or float64 for float64 (the stages' result dtypes)."""
     return t if t.dtype == torch.float64 else t.float()
 
 
-def _grads(fn, inputs, wrt, outputs_grads):
+def _grads(
+    fn: Callable[..., Any],
+    inputs: Sequence[Optional[torch.Tensor]],
+    wrt: Sequence[int],
+    outputs_grads: Sequence[Optional[torch.Tensor]],
+) -> tuple[Optional[torch.Tensor], ...]:
     """The gradients of ``fn(*inputs)``'s outputs, weighted by ``outputs_grads``, with respect to
-    ``inputs[i]`` for i in ``wrt`` (float copies of them; None where nothing depends on one)."""
+    ``inputs[i]`` for i in ``wrt`` (float copies of them; None where nothing depends on one).
+
+    Raises:
+        TypeError: ``inputs[i]`` is None for an i in ``wrt``."""
     leaves = list(inputs)
+    made: dict[int, torch.Tensor] = {}
     for i in wrt:
-        leaves[i] = inputs[i].detach().to(S.compute_dtype(inputs[i])).requires_grad_(True)
+        t = inputs[i]
+        if t is None:
+            raise TypeError(f"_grads: input {i} is None; it has no gradient")
+        made[i] = leaves[i] = t.detach().to(S.compute_dtype(t)).requires_grad_(True)
     with torch.enable_grad():
         outs = fn(*leaves)
     outs = outs if isinstance(outs, (tuple, list)) else (outs,)
     pairs = [(o, g) for o, g in zip(outs, outputs_grads) if g is not None]
     return torch.autograd.grad(
         [o for o, _ in pairs],
-        [leaves[i] for i in wrt],
+        [made[i] for i in wrt],
         [g.to(o.dtype) for o, g in pairs],
         allow_unused=True,
     )
 
 
 def _chunk_cumsum_bwd(
-    ddA, ddt_out, dt, A, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf")), ddt=None
-):
+    ddA: torch.Tensor,
+    ddt_out: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    dt_bias: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: tuple[float, float] = (0.0, float("inf")),
+    ddt: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """The gradients of stage 1 given ``ddA`` (of the per-position ``dt_out * A``, before the cumulative
     sum) and ``ddt_out`` (of dt_out), both (batch, nheads, nchunks, chunk_size).
 
@@ -137,7 +172,9 @@ def _chunk_cumsum_bwd(
     require("_chunk_cumsum_bwd", "ddA", ddA, (dt.shape[0], dt.shape[2], None, chunk_size))
     require("_chunk_cumsum_bwd", "ddt_out", ddt_out, tuple(ddA.shape))
 
-    def per_step(dt_, A_, bias_):
+    def per_step(
+        dt_: torch.Tensor, A_: torch.Tensor, bias_: Optional[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         _, d = S.chunk_cumsum(dt_, A_, chunk_size, bias_, dt_softplus, dt_limit)
         return d * A_.view(1, -1, 1, 1), d
 
@@ -150,13 +187,21 @@ def _chunk_cumsum_bwd(
     else:
         ddt = g_dt.to(dt.dtype)
     dA = _f32(g_A)
-    ddt_bias = None
+    ddt_bias: Optional[torch.Tensor] = None
     if dt_bias is not None:
         ddt_bias = _f32(got[2] if got[2] is not None else torch.zeros_like(dt_bias, dtype=torch.float32))
     return ddt, dA, ddt_bias
 
 
-def _chunk_state_fwd(B, x, dt, dA_cumsum, seq_idx=None, states=None, states_in_fp32=True):
+def _chunk_state_fwd(
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    seq_idx: Optional[torch.Tensor] = None,
+    states: Optional[torch.Tensor] = None,
+    states_in_fp32: bool = True,
+) -> torch.Tensor:
     """Stage 2: each chunk's end state from its own inputs.
 
     Args:
@@ -166,12 +211,14 @@ def _chunk_state_fwd(B, x, dt, dA_cumsum, seq_idx=None, states=None, states_in_f
         states_in_fp32: float32 states (else x's dtype).
 
     Returns:
-        states (batch, nchunks, nheads, headdim, dstate).
+        states (batch, nchunks, nheads, headdim, dstate): float32 (float64 for float64 inputs) with
+        ``states_in_fp32``, else x's dtype (``states`` itself when given).
     """
     batch, _, nheads, headdim, _, dstate, nchunks, q = _check_state_args(
         "_chunk_state_fwd", B, x, dt, dA_cumsum, seq_idx
     )
     K = stage_route(x, q, x=x, B=B, dt=dt, dA_cumsum=dA_cumsum)
+    result: torch.Tensor
     if K is not None:
         result = K.chunk_states(x, B, _flat(dt), _flat(dA_cumsum), seq_idx, q)
     else:
@@ -187,7 +234,21 @@ def _chunk_state_fwd(B, x, dt, dA_cumsum, seq_idx=None, states=None, states_in_f
     return result
 
 
-def _state_grads(B, x, dt, dA_cumsum, dstates, seq_idx, wrt):
+def _or_zeros(g: Optional[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """``g``, or zeros of ``like``'s shape in the stages' compute dtype where nothing depended on the
+    input (``_grads``'s None)."""
+    return g if g is not None else torch.zeros_like(like, dtype=S.compute_dtype(like))
+
+
+def _state_grads(
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    dstates: torch.Tensor,
+    seq_idx: Optional[torch.Tensor],
+    wrt: Sequence[int],
+) -> tuple[Optional[torch.Tensor], ...]:
     """The gradients of stage 2's states (weighted by dstates) with respect to (B, x, dt, dA_cumsum)[wrt]."""
     require(
         "_chunk_state_bwd", "dstates", dstates, (x.shape[0], dt.shape[2], x.shape[2], x.shape[3], B.shape[3])
@@ -200,14 +261,22 @@ def _state_grads(B, x, dt, dA_cumsum, dstates, seq_idx, wrt):
     )
 
 
-def _chunk_state_bwd_dx(B, x, dt, dA_cumsum, dstates, dx=None):
+def _chunk_state_bwd_dx(
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    dstates: torch.Tensor,
+    dx: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of stage 2 given dstates (batch, nchunks, nheads, headdim, dstate).
 
     Returns:
         (dx in x's dtype (written into ``dx`` when given), ddt, ddA_cumsum (batch, nheads, nchunks,
         chunk_size) float32 (float64 for float64 inputs))."""
     _check_state_args("_chunk_state_bwd_dx", B, x, dt, dA_cumsum)
-    g_x, g_dt, g_cs = _state_grads(B, x, dt, dA_cumsum, dstates, None, [1, 2, 3])
+    got = _state_grads(B, x, dt, dA_cumsum, dstates, None, [1, 2, 3])
+    g_x, g_dt, g_cs = _or_zeros(got[0], x), _or_zeros(got[1], dt), _or_zeros(got[2], dA_cumsum)
     if dx is not None:
         dx.copy_(g_x)
     else:
@@ -215,7 +284,15 @@ def _chunk_state_bwd_dx(B, x, dt, dA_cumsum, dstates, dx=None):
     return dx, _f32(g_dt), _f32(g_cs)
 
 
-def _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, seq_idx=None, B=None, ngroups=1):
+def _chunk_state_bwd_db(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    dstates: torch.Tensor,
+    seq_idx: Optional[torch.Tensor] = None,
+    B: Optional[torch.Tensor] = None,
+    ngroups: int = 1,
+) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """dB (batch, seqlen, ngroups, dstate) float32 of stage 2 given dstates; with ``B`` also the
     gradient of dA_cumsum (batch, nheads, nchunks, chunk_size) float32: ``(dB, ddA_cumsum)``."""
     with_dA = B is not None
@@ -223,16 +300,31 @@ def _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, seq_idx=None, B=None, ngroups
         B = x.new_zeros(x.shape[0], x.shape[1], ngroups, dstates.shape[-1])
     _check_state_args("_chunk_state_bwd_db", B, x, dt, dA_cumsum, seq_idx)
     got = _state_grads(B, x, dt, dA_cumsum, dstates, seq_idx, [0, 3] if with_dA else [0])
-    return (_f32(got[0]), _f32(got[1])) if with_dA else _f32(got[0])
+    dB = _f32(_or_zeros(got[0], B))
+    return (dB, _f32(_or_zeros(got[1], dA_cumsum))) if with_dA else dB
 
 
-def _chunk_state_bwd_ddAcs_stable(B, x, dt, dA_cumsum, dstates, seq_idx=None):
+def _chunk_state_bwd_ddAcs_stable(
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    dstates: torch.Tensor,
+    seq_idx: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """The gradient of dA_cumsum (batch, nheads, nchunks, chunk_size) float32 of stage 2 given dstates."""
     _check_state_args("_chunk_state_bwd_ddAcs_stable", B, x, dt, dA_cumsum, seq_idx)
-    return _f32(_state_grads(B, x, dt, dA_cumsum, dstates, seq_idx, [3])[0])
+    return _f32(_or_zeros(_state_grads(B, x, dt, dA_cumsum, dstates, seq_idx, [3])[0], dA_cumsum))
 
 
-def chunk_state_varlen(B, x, dt, dA_cumsum, cu_seqlens, chunk_states):
+def chunk_state_varlen(
+    B: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    chunk_states: torch.Tensor,
+) -> torch.Tensor:
     """Each packed sequence's state after its last token (batch 1, no batch axis).
 
     Args:
@@ -256,6 +348,7 @@ def chunk_state_varlen(B, x, dt, dA_cumsum, cu_seqlens, chunk_states):
     cu = _packing.check_cu_seqlens(fn, cu_seqlens, total).to(x.device)
     seq_idx = _packing.seq_idx_from_cu_seqlens(cu, total, fn).to(x.device)
     K = stage_route(x, q, x=x, B=B, chunk_states=chunk_states)
+    out: torch.Tensor
     if K is not None:
         out = K.varlen_states(
             x.unsqueeze(0),
@@ -272,7 +365,9 @@ def chunk_state_varlen(B, x, dt, dA_cumsum, cu_seqlens, chunk_states):
     return out.to(chunk_states.dtype)
 
 
-def _chunk_state_autograd(B, x, dt, dA_cumsum, states_in_fp32=True):
+def _chunk_state_autograd(
+    B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor, states_in_fp32: bool = True
+) -> torch.Tensor:
     """The forward of :class:`ChunkStateFn` (the routed stage) and, with grad enabled (the backward's
     recomputation), the differentiable PyTorch stage."""
     if torch.is_grad_enabled():
@@ -284,20 +379,36 @@ class ChunkStateFn(torch.autograd.Function):
     """Stage 2 as an autograd Function (differentiable in B, x, dt, dA_cumsum)."""
 
     @staticmethod
-    def forward(ctx, B, x, dt, dA_cumsum, states_in_fp32=True):
-        return _recompute.forward(ctx, _chunk_state_autograd, (B, x, dt, dA_cumsum, states_in_fp32))
+    def forward(
+        ctx: Any,
+        B: torch.Tensor,
+        x: torch.Tensor,
+        dt: torch.Tensor,
+        dA_cumsum: torch.Tensor,
+        states_in_fp32: bool = True,
+    ) -> torch.Tensor:
+        out: torch.Tensor = _recompute.forward(
+            ctx, _chunk_state_autograd, (B, x, dt, dA_cumsum, states_in_fp32)
+        )
+        return out
 
     @staticmethod
-    def backward(ctx, dstates):
+    def backward(ctx: Any, dstates: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
         return _recompute.backward(ctx, dstates)
 
 
-def chunk_state(B, x, dt, dA_cumsum, states_in_fp32=True):
-    """:func:`_chunk_state_fwd` without seq_idx, differentiable (:class:`ChunkStateFn`)."""
-    return ChunkStateFn.apply(B, x, dt, dA_cumsum, states_in_fp32)
+def chunk_state(
+    B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor, states_in_fp32: bool = True
+) -> torch.Tensor:
+    """:func:`_chunk_state_fwd` without seq_idx, differentiable (:class:`ChunkStateFn`): the same
+    arguments (B, x, dt, dA_cumsum) and states (batch, nchunks, nheads, headdim, dstate)."""
+    out: torch.Tensor = ChunkStateFn.apply(B, x, dt, dA_cumsum, states_in_fp32)
+    return out
 
 
-def chunk_state_ref(B, x, dt, dA_cumsum):
+def chunk_state_ref(
+    B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor
+) -> torch.Tensor:
     """Stage 2 in plain PyTorch (the PyTorch stage), in x's dtype: (batch, nchunks, nheads, headdim,
     dstate)."""
     _check_state_args("chunk_state_ref", B, x, dt, dA_cumsum)

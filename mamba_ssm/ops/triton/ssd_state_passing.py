@@ -12,6 +12,8 @@ only when the chunk ends in the sequence H_c belongs to, which is not padding (s
 
 from __future__ import annotations
 
+from typing import Any, Optional, Union
+
 import torch
 
 from mamba_ssm._families import recompute as _recompute
@@ -21,7 +23,14 @@ from mamba_ssm.ops.triton._helpers import require, stage_route
 __all__ = ["StatePassingFn", "_state_passing_bwd", "_state_passing_fwd", "state_passing", "state_passing_ref"]
 
 
-def _check(fn, states, dA_chunk_cumsum, initial_states, seq_idx, chunk_size):
+def _check(
+    fn: str,
+    states: torch.Tensor,
+    dA_chunk_cumsum: torch.Tensor,
+    initial_states: Optional[torch.Tensor],
+    seq_idx: Optional[torch.Tensor],
+    chunk_size: Optional[int],
+) -> None:
     require(fn, "states", states, (None, None, None, None))
     batch, nchunks, nheads, dim = states.shape
     require(fn, "dA_chunk_cumsum", dA_chunk_cumsum, (batch, nheads, nchunks))
@@ -37,13 +46,23 @@ def _check(fn, states, dA_chunk_cumsum, initial_states, seq_idx, chunk_size):
             )
 
 
-def _carry(seq_idx, chunk_size):
-    return S.carry_mask(seq_idx, chunk_size) if seq_idx is not None else None
+def _carry(seq_idx: Optional[torch.Tensor], chunk_size: Optional[int]) -> Optional[torch.Tensor]:
+    """Which chunks carry the entering state (:func:`S.carry_mask`), or None without seq_idx."""
+    if seq_idx is None:
+        return None
+    if chunk_size is None:  # (``_check`` raised first, naming the caller)
+        raise ValueError(f"seq_idx needs chunk_size (the chunk edges in it), got {chunk_size!r}")
+    return S.carry_mask(seq_idx, chunk_size)
 
 
 def _state_passing_fwd(
-    states, dA_chunk_cumsum, initial_states=None, seq_idx=None, chunk_size=None, out_dtype=None
-):
+    states: torch.Tensor,
+    dA_chunk_cumsum: torch.Tensor,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    chunk_size: Optional[int] = None,
+    out_dtype: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Stage 3.
 
     Args:
@@ -70,16 +89,19 @@ def _state_passing_fwd(
 
 
 def _state_passing_bwd(
-    states,
-    dA_chunk_cumsum,
-    dout,
-    dfinal_states=None,
-    seq_idx=None,
-    has_initial_states=None,
-    dstates_dtype=None,
-    states_dtype=None,
-    chunk_size=None,
-):
+    states: torch.Tensor,
+    dA_chunk_cumsum: torch.Tensor,
+    dout: torch.Tensor,
+    dfinal_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    has_initial_states: Optional[bool] = None,
+    dstates_dtype: Optional[torch.dtype] = None,
+    states_dtype: Optional[torch.dtype] = None,
+    chunk_size: Optional[int] = None,
+) -> Union[
+    tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]],
+    tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], torch.Tensor],
+]:
     """The adjoint of stage 3, from the recurrence: with a_c = exp(dA_chunk_cumsum[c]) (0 where not
     carried) and T_c the total gradient of H_c (T_nchunks = dfinal_states, T_c = dout_c + a_c T_{c+1}):
     dS_c = T_{c+1}, d dA_chunk_cumsum[c] = sum(T_{c+1} * a_c H_c), d initial_states = T_0.
@@ -124,7 +146,9 @@ def _state_passing_bwd(
     return dstates, ddA, dinit
 
 
-def _state_passing_autograd(states, dA_chunk_cumsum, initial_states=None):
+def _state_passing_autograd(
+    states: torch.Tensor, dA_chunk_cumsum: torch.Tensor, initial_states: Optional[torch.Tensor] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """:class:`StatePassingFn`'s forward (the routed stage) and, with grad enabled (the backward's
     recomputation), the differentiable PyTorch stage."""
     if torch.is_grad_enabled():
@@ -138,20 +162,37 @@ class StatePassingFn(torch.autograd.Function):
     and initial_states."""
 
     @staticmethod
-    def forward(ctx, states, dA_chunk_cumsum, initial_states=None):
-        return _recompute.forward(ctx, _state_passing_autograd, (states, dA_chunk_cumsum, initial_states))
+    def forward(
+        ctx: Any,
+        states: torch.Tensor,
+        dA_chunk_cumsum: torch.Tensor,
+        initial_states: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        out: tuple[torch.Tensor, torch.Tensor] = _recompute.forward(
+            ctx, _state_passing_autograd, (states, dA_chunk_cumsum, initial_states)
+        )
+        return out
 
     @staticmethod
-    def backward(ctx, dout, dfinal_states):
+    def backward(
+        ctx: Any, dout: Optional[torch.Tensor], dfinal_states: Optional[torch.Tensor]
+    ) -> tuple[Optional[torch.Tensor], ...]:
         return _recompute.backward(ctx, dout, dfinal_states)
 
 
-def state_passing(states, dA_chunk_cumsum, initial_states=None):
-    """:func:`_state_passing_fwd` without seq_idx, differentiable (:class:`StatePassingFn`)."""
-    return StatePassingFn.apply(states, dA_chunk_cumsum, initial_states)
+def state_passing(
+    states: torch.Tensor, dA_chunk_cumsum: torch.Tensor, initial_states: Optional[torch.Tensor] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_state_passing_fwd` without seq_idx, differentiable (:class:`StatePassingFn`): states
+    (batch, nchunks, nheads, dim), dA_chunk_cumsum (batch, nheads, nchunks), initial_states (batch,
+    nheads, dim) or None -> (out (batch, nchunks, nheads, dim), final_states (batch, nheads, dim))."""
+    out: tuple[torch.Tensor, torch.Tensor] = StatePassingFn.apply(states, dA_chunk_cumsum, initial_states)
+    return out
 
 
-def state_passing_ref(states, dA_chunk_cumsum, initial_states=None):
+def state_passing_ref(
+    states: torch.Tensor, dA_chunk_cumsum: torch.Tensor, initial_states: Optional[torch.Tensor] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Stage 3 in plain PyTorch: (out (batch, nchunks, nheads, dim), final_states (batch, nheads, dim))
     in states' dtype."""
     _check("state_passing_ref", states, dA_chunk_cumsum, initial_states, None, None)
