@@ -270,8 +270,10 @@ def _targets() -> list[tuple[str, str, str, str]]:
                         else getattr(first, "value", None)
                     )
                     function = getattr(second, "value", None)
-                    if isinstance(name, str) and isinstance(function, str):
-                        found.append((module, table, name, function))
+                    # A target the reader cannot resolve (an f-string, a call) is reported as unresolved.
+                    found.append(
+                        (module, table, name if isinstance(name, str) else "<unresolved>", str(function))
+                    )
     return found
 
 

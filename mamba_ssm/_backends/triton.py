@@ -102,7 +102,10 @@ class TritonBackend(BackendObject):
 
     name: ClassVar[str] = Backend.TRITON
     implementations: ClassVar[dict[str, Target]] = {
-        "selective_state_update": (f"{KERNELS}.state_update", "selective_state_update"),
+        "selective_state_update": (
+            "mamba_ssm._families.selective_scan.state_update_triton",
+            "selective_state_update",
+        ),
         "layer_norm": (_NORMS, "triton_layer_norm"),
         "rms_norm": (_NORMS, "triton_layer_norm"),
         "mamba3_siso": (_MAMBA3, "triton_chunk_scan"),

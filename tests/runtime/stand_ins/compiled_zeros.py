@@ -4,7 +4,7 @@ Copied over ``mamba_ssm/_families/selective_scan/compiled.py`` in a package copy
 """
 
 
-def supports(u, delta, A, B, C, D, z, delta_bias):
+def supports(u, delta, A, B, C, D, z, delta_bias, delta_softplus=False, return_last_state=False):
     return None
 
 
