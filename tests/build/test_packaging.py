@@ -142,6 +142,7 @@ def test_sdist_holds_everything_the_build_compiles(tmp_path, sentinels):
     expected = {p for p in in_tree if p.startswith(("csrc/", "build_matrix/")) and "__pycache__" not in p}
     expected |= {p for p in in_tree if p.startswith("mamba_ssm/") and p.endswith((".py", ".json"))}
     expected |= {"setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE", "mamba_ssm/_version.py"}
+    expected |= {"mamba_ssm/py.typed"}  # PEP 561: the package's annotations are for its users' type checkers
     missing = sorted(expected - names)
     assert not missing, f"missing from the sdist: {missing}"
     (root,) = list((tmp_path / "x").iterdir())
@@ -196,6 +197,7 @@ def test_skip_cuda_build_is_pure_python(skip_wheel):
     assert meta["Version"] == f"{BASE_VERSION}+cu13torch2.14cxx11abitrue"  # file name and METADATA agree
     assert not [n for n in names if n.endswith((".so", ".pyd"))]
     assert "mamba_ssm/__init__.py" in names and "mamba_ssm/_compat/buildinfo.py" in names
+    assert "mamba_ssm/py.typed" in names  # PEP 561 marker: type checkers read the annotations
     # PEP 639: the license expression in METADATA, the LICENSE file under dist-info/licenses/
     assert meta["License-Expression"] == "Apache-2.0" and meta.get_all("License-File") == ["LICENSE"]
     with zipfile.ZipFile(whl) as z:
