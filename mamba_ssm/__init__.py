@@ -19,9 +19,19 @@ A name this version lacks raises an error that says so (and what to use instead,
 ``python -m mamba_ssm doctor`` reports which backend runs where, and why.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mamba_ssm._version import __version__
+
+if TYPE_CHECKING:  # the lazy names' real types, for type checkers (nothing here is imported at run time)
+    from mamba_ssm._dispatch import get_backend as get_backend
+    from mamba_ssm._dispatch import set_backend as set_backend
+    from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel as MambaLMHeadModel
+    from mamba_ssm.modules.mamba2 import Mamba2 as Mamba2
+    from mamba_ssm.modules.mamba3 import Mamba3 as Mamba3
+    from mamba_ssm.modules.mamba_simple import Mamba as Mamba
+    from mamba_ssm.ops.selective_scan_interface import mamba_inner_fn as mamba_inner_fn
+    from mamba_ssm.ops.selective_scan_interface import selective_scan_fn as selective_scan_fn
 
 # name -> (module, attribute)
 _LAZY = {
