@@ -13,26 +13,33 @@ export MAMBA_DEV_PYTHON="${MAMBA_DEV_PYTHON:-python3.11}"
 VENV="$MAMBA_DEV_HOME/torch-$MAMBA_DEV_TORCH-cp311"
 export VENV
 mkdir -p "$MAMBA_DEV_HOME"
+# pip in the background, with a line every MAMBA_ENV_NOTE_EVERY (30) s while it runs: a long download
+# or resolve is never silent.
+pip_with_notes() {
+  local what=$1
+  shift
+  "$VENV/bin/pip" "$@" &
+  local pip_pid=$! waited=0
+  while kill -0 "$pip_pid" 2>/dev/null; do
+    sleep 1
+    waited=$((waited + 1))
+    if [ $((waited % ${MAMBA_ENV_NOTE_EVERY:-30})) -eq 0 ] && kill -0 "$pip_pid" 2>/dev/null; then
+      echo "[env] still installing $what ($waited s; $(du -sh "$VENV" 2>/dev/null | cut -f1) in $VENV so far)"
+    fi
+  done
+  wait "$pip_pid"
+}
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   echo "[env] creating $VENV with torch==$MAMBA_DEV_TORCH: once, about 5.9 GiB on disk (torch's CUDA"
   echo "[env] libraries, downloaded from PyPI: minutes); pip's progress follows, and a line every ${MAMBA_ENV_NOTE_EVERY:-30} s"
   rm -rf "$VENV"
   "$MAMBA_DEV_PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install "torch==$MAMBA_DEV_TORCH" &
-  pip_pid=$!
-  waited=0
-  while kill -0 "$pip_pid" 2>/dev/null; do
-    sleep 1
-    waited=$((waited + 1))
-    if [ $((waited % ${MAMBA_ENV_NOTE_EVERY:-30})) -eq 0 ] && kill -0 "$pip_pid" 2>/dev/null; then
-      echo "[env] still installing torch ($waited s; $(du -sh "$VENV" 2>/dev/null | cut -f1) in $VENV so far)"
-    fi
-  done
-  wait "$pip_pid"
+  pip_with_notes torch install "torch==$MAMBA_DEV_TORCH"
   echo "[env] installing the development tools of ci/requirements-dev.txt (once; under a minute)"
 fi
 # Development tools; pip skips what is already there.
-"$VENV/bin/pip" install -q -r "$REPO_ROOT/ci/requirements-dev.txt" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+pip_with_notes "the development tools" install -q -r "$REPO_ROOT/ci/requirements-dev.txt" 2>&1 \
+  | grep -v "is ignored: it is neither a file nor a directory" || true
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
 # The toolkit root, never the wrapper script on PATH (torch's guess from it breaks the link).

@@ -27,7 +27,10 @@ if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
   cat >"$3/bin/pip" <<'PIP'
 #!/bin/bash
 echo "$*" >>"$FAKE_PIP_LOG"
-case "$*" in *torch==*) sleep "$FAKE_PIP_SECONDS"; touch "$(dirname "$0")/../torch-installed" ;; esac
+case "$*" in
+  *torch==*) sleep "$FAKE_PIP_SECONDS"; touch "$(dirname "$0")/../torch-installed" ;;
+  *requirements-dev.txt*) sleep "${FAKE_TOOLS_SECONDS:-0}" ;;
+esac
 PIP
   cat >"$3/bin/python" <<'PY'
 #!/bin/bash
@@ -41,7 +44,9 @@ exit 3
 """
 
 
-def source_env(tmp_path, fake) -> tuple[subprocess.CompletedProcess[str], list[float]]:
+def source_env(
+    tmp_path, fake, tools_seconds: float = 0
+) -> tuple[subprocess.CompletedProcess[str], list[float]]:
     env = dict(
         os.environ,
         MAMBA_DEV_HOME=str(tmp_path / "home"),
@@ -49,6 +54,7 @@ def source_env(tmp_path, fake) -> tuple[subprocess.CompletedProcess[str], list[f
         MAMBA_ENV_NOTE_EVERY="1",
         FAKE_PIP_LOG=str(tmp_path / "pip.log"),
         FAKE_PIP_SECONDS="3.6",
+        FAKE_TOOLS_SECONDS=str(tools_seconds),
     )
     env.pop("CUDA_HOME", None)
     start = time.monotonic()
@@ -102,3 +108,22 @@ def test_first_run_announces_the_real_size_and_shows_progress(tmp_path):
     if gib is None:
         pytest.skip("no shared torch venv here to measure the announced size against")
     assert abs(float(announced.group(1)) - gib) <= 0.4, (announced.group(0), gib)
+
+
+def test_a_slow_dev_tools_install_is_not_silent(tmp_path):
+    """The development tools' pip runs quietly (-q) at every run: while it takes long (a first run, or a
+    new pin in ci/requirements-dev.txt), a line comes every note interval."""
+    fake = tmp_path / "fakepython"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    first, _ = source_env(tmp_path, fake)
+    assert first.returncode == 0, first.stdout
+    proc, times = source_env(tmp_path, fake, tools_seconds=3.6)  # the venv exists: only the tools' pip runs
+    assert proc.returncode == 0 and "sourced" in proc.stdout, proc.stdout
+    notes = [
+        line
+        for line in proc.stdout.splitlines()
+        if line.startswith("[env] still installing the development tools")
+    ]
+    assert len(notes) >= 2, proc.stdout
+    assert max(b - a for a, b in zip(times, times[1:])) < 2.5, (times, proc.stdout)
