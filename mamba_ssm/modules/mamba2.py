@@ -161,8 +161,9 @@ class Mamba2(nn.Module):
         if self.d_ssm <= 0 or self.d_ssm % headdim or self.d_ssm > self.d_inner:
             what = "d_ssm" if d_ssm is not None else "d_ssm (= expand * d_model)"
             raise ValueError(
-                f"Mamba2: {what} = {self.d_ssm}{per_rank} must be a positive multiple of headdim = {headdim} and at most d_inner = "
-                f"{self.d_inner}; choose d_model, expand, headdim (and d_ssm) so that it is"
+                f"Mamba2: {what} = {self.d_ssm}{per_rank} must be a positive multiple of headdim = {headdim}"
+                + (f" and at most d_inner = {self.d_inner}" if d_ssm is not None else "")
+                + "; choose d_model, expand, headdim (and d_ssm) so that it is"
                 + _headdim_fix(
                     self.d_ssm, headdim, d_model, expand, derived=d_ssm is None and self.world_size == 1
                 )
