@@ -57,10 +57,13 @@ __all__ = ["Mamba2"]
 _NO_LIMIT = (0.0, float("inf"))
 
 
-def _headdim_fix(d_ssm: int, headdim: int, d_model: int, expand: float, *, derived: bool) -> str:
+def _headdim_fix(
+    d_ssm: int, headdim: int, d_model: int, expand: float, d_inner: int, *, derived: bool, given: bool
+) -> str:
     """The suggestions of Mamba2's "multiple of headdim" error: the nearest larger d_model whose
-    d_ssm (= expand * d_model) splits into heads of ``headdim`` (when d_ssm is derived from d_model), and
-    the largest headdim of at least 8 that divides d_ssm; "" when neither exists."""
+    d_ssm (= expand * d_model) splits into heads of ``headdim`` (when d_ssm is derived from d_model), the
+    largest multiple of headdim up to d_inner (when d_ssm was given), and the largest headdim of at least
+    8 that divides d_ssm (when d_ssm fits in d_inner); "" when none exists."""
     fixes = []
     if derived:
         for candidate in range(d_model + 1, d_model + 64 * headdim + 1):
@@ -68,9 +71,12 @@ def _headdim_fix(d_ssm: int, headdim: int, d_model: int, expand: float, *, deriv
             if size > 0 and size % headdim == 0:
                 fixes.append(f"d_model={candidate} (d_ssm {size} = {size // headdim} heads of {headdim})")
                 break
-    divisors = [p for p in range(min(headdim, d_ssm), 7, -1) if d_ssm > 0 and d_ssm % p == 0]
-    if divisors:
-        fixes.append(f"headdim={divisors[0]} ({d_ssm // divisors[0]} heads)")
+    if given and d_inner >= headdim:
+        fixes.append(f"d_ssm={min(d_ssm, d_inner) // headdim * headdim if d_ssm >= headdim else headdim}")
+    if 0 < d_ssm <= d_inner:
+        divisors = [p for p in range(min(headdim, d_ssm), 7, -1) if d_ssm % p == 0]
+        if divisors:
+            fixes.append(f"headdim={divisors[0]} ({d_ssm // divisors[0]} heads)")
     return ", e.g. " + " or ".join(fixes) if fixes else ""
 
 
@@ -165,7 +171,13 @@ class Mamba2(nn.Module):
                 + (f" and at most d_inner = {self.d_inner}" if d_ssm is not None else "")
                 + "; choose d_model, expand, headdim (and d_ssm) so that it is"
                 + _headdim_fix(
-                    self.d_ssm, headdim, d_model, expand, derived=d_ssm is None and self.world_size == 1
+                    self.d_ssm,
+                    headdim,
+                    d_model,
+                    expand,
+                    self.d_inner,
+                    derived=d_ssm is None and self.world_size == 1,
+                    given=d_ssm is not None,
                 )
             )
         self.nheads = self.d_ssm // headdim

@@ -392,22 +392,29 @@ def test_mamba2_simple_matches_float64_recurrence(kw, mem_eff):
     assert set(m.state_dict()) == keys
 
 
-@pytest.mark.parametrize(("d_model", "headdim"), [(97, 64), (40, 64), (30, 8), (101, 16)])
-def test_bad_headdim_error_suggests_sizes_that_build(d_model, headdim):
+@pytest.mark.parametrize(
+    ("d_model", "headdim", "d_ssm"),
+    [(97, 64, None), (40, 64, None), (30, 8, None), (101, 16, None), (64, 16, 200)],
+)
+def test_bad_headdim_error_suggests_sizes_that_build(d_model, headdim, d_ssm):
     """Each size the "multiple of headdim" error suggests builds a Mamba2 whose heads tile d_ssm, and no
     suggestion is a degenerate headdim below 8."""
     import re
 
     with pytest.raises(ValueError, match="multiple of headdim") as caught:
-        Mamba2(d_model, headdim=headdim, d_state=8)
+        Mamba2(d_model, headdim=headdim, d_state=8, d_ssm=d_ssm)
     text = str(caught.value)
     suggested_models = [int(v) for v in re.findall(r"d_model=(\d+)", text)]
+    suggested_ssm = [int(v) for v in re.findall(r"d_ssm=(\d+)", text)]
     suggested_heads = [int(v) for v in re.findall(r"headdim=(\d+) \(", text)]
-    assert suggested_models or suggested_heads, text
+    assert suggested_models or suggested_ssm or suggested_heads, text
     assert all(h >= 8 for h in suggested_heads), text
     for size in suggested_models:
-        m = Mamba2(size, headdim=headdim, d_state=8)
-        assert m.nheads * m.headdim == 2 * size
+        m = Mamba2(size, headdim=headdim, d_state=8, d_ssm=d_ssm)
+        assert m.nheads * m.headdim == m.d_ssm
+    for size in suggested_ssm:
+        m = Mamba2(d_model, headdim=headdim, d_state=8, d_ssm=size)
+        assert m.nheads * m.headdim == size
     for h in suggested_heads:
-        m = Mamba2(d_model, headdim=h, d_state=8)
-        assert m.nheads * m.headdim == 2 * d_model
+        m = Mamba2(d_model, headdim=h, d_state=8, d_ssm=d_ssm)
+        assert m.nheads * m.headdim == m.d_ssm
