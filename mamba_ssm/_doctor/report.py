@@ -250,7 +250,8 @@ class BackendReport:
 
 @dataclass(frozen=True)
 class OpReport:
-    """What runs one op on one device (``backend`` None: the forced backend cannot run it)."""
+    """What runs one op on one device (``backend``: one of this package's backends; None: the forced
+    backend cannot run it)."""
 
     backend: Backend | None
     reason: str | None = None
@@ -259,7 +260,8 @@ class OpReport:
 
     @classmethod
     def of(cls, choice: BackendChoice) -> OpReport:
-        return cls(choice.backend, choice.reason, choice.fix, choice.error)
+        backend = None if choice.backend is None else Backend(choice.backend)
+        return cls(backend, choice.reason, choice.fix, choice.error)
 
 
 @dataclass(frozen=True)

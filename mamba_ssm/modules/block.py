@@ -57,12 +57,13 @@ def add_and_norm(
         if residual_in_fp32:
             residual = residual.to(torch.float32)
         return normed, residual
+    # As above: a norm's weight and bias are tensors (bias None for RMSNorm), its eps a float.
     fused: tuple[torch.Tensor, torch.Tensor] = layer_norm_fn(
         hidden_states,
-        norm.weight,
-        norm.bias,
+        cast(torch.Tensor, norm.weight),
+        cast("torch.Tensor | None", norm.bias),
         residual=residual,
-        eps=norm.eps,
+        eps=cast(float, norm.eps),
         prenorm=True,
         residual_in_fp32=residual_in_fp32,
         is_rms_norm=isinstance(norm, RMSNorm),

@@ -295,7 +295,7 @@ class Mamba3(nn.Module):
         _batch, _seqlen, _ = u.shape
         z, x, B, C, ADT, DT, trap, angles = self._project(u)
         ADT, DT, trap = ADT.transpose(1, 2), DT.transpose(1, 2), trap.transpose(1, 2)
-        init: tuple[torch.Tensor, ...] | None = None
+        init: _Cache | None = None
         if continue_from_cache:
             if cache is None:
                 raise ValueError("Mamba3._scan: continue_from_cache=True needs the cache to continue from")

@@ -224,7 +224,7 @@ class Mamba(nn.Module):
             delta_softplus=True,
             return_last_state=return_last_state,
         )
-        if return_last_state:
+        if isinstance(out, tuple):  # return_last_state
             y, last = out
             return y, last
         return out, None

@@ -27,7 +27,7 @@ Computation is in float32 (float64 for float64 inputs); outputs have x's dtype.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Literal, overload
 
 import torch
 from torch import Tensor
@@ -92,6 +92,42 @@ def explain(device: torch.device | str) -> tuple[str, str]:
     return str(
         choice.backend or _dispatch.Backend.TORCH
     ), choice.reason or f"the {choice.requested} backend was asked for"
+
+
+@overload
+def causal_conv1d_fn(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    seq_idx: Tensor | None = None,
+    initial_states: Tensor | None = None,
+    return_final_states: Literal[False] = False,
+    final_states_out: Tensor | None = None,
+    activation: str | None = None,
+) -> Tensor: ...
+@overload
+def causal_conv1d_fn(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    seq_idx: Tensor | None = None,
+    initial_states: Tensor | None = None,
+    *,
+    return_final_states: Literal[True],
+    final_states_out: Tensor | None = None,
+    activation: str | None = None,
+) -> tuple[Tensor, Tensor]: ...
+@overload
+def causal_conv1d_fn(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    seq_idx: Tensor | None = None,
+    initial_states: Tensor | None = None,
+    return_final_states: bool = False,
+    final_states_out: Tensor | None = None,
+    activation: str | None = None,
+) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
 def causal_conv1d_fn(

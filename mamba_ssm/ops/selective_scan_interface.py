@@ -18,6 +18,8 @@ the sequential reference ``selective_scan_ref`` when the ``ref`` backend is chos
 
 from __future__ import annotations
 
+from typing import Any, Literal, overload
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -41,6 +43,48 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------
 # Public ops
 # ----------------------------------------------------------------------------------------------------
+
+
+@overload
+def selective_scan_fn(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: Literal[False] = False,
+) -> Tensor: ...
+@overload
+def selective_scan_fn(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    *,
+    return_last_state: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+@overload
+def selective_scan_fn(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
 def selective_scan_fn(
@@ -107,37 +151,37 @@ def selective_scan_fn(
     return result
 
 
-def _rms(x, weight, eps):
+def _rms(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * weight (computed in float32)."""
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
 
 
 def _mamba_inner(
-    xz,
-    conv1d_weight,
-    conv1d_bias,
-    x_proj_weight,
-    delta_proj_weight,
-    out_proj_weight,
-    out_proj_bias,
-    A,
-    B,
-    C,
-    D,
-    delta_bias,
-    B_proj_bias,
-    C_proj_bias,
-    delta_softplus,
-    checkpoint_lvl,
-    b_rms_weight,
-    c_rms_weight,
-    dt_rms_weight,
-    b_c_dt_rms_eps,
-    ref,
-):
+    xz: Tensor,
+    conv1d_weight: Tensor,
+    conv1d_bias: Tensor | None,
+    x_proj_weight: Tensor,
+    delta_proj_weight: Tensor,
+    out_proj_weight: Tensor,
+    out_proj_bias: Tensor | None,
+    A: Tensor,
+    B: Tensor | None,
+    C: Tensor | None,
+    D: Tensor | None,
+    delta_bias: Tensor | None,
+    B_proj_bias: Tensor | None,
+    C_proj_bias: Tensor | None,
+    delta_softplus: bool,
+    checkpoint_lvl: int,
+    b_rms_weight: Tensor | None,
+    c_rms_weight: Tensor | None,
+    dt_rms_weight: Tensor | None,
+    b_c_dt_rms_eps: float,
+    ref: bool,
+) -> Tensor:
     fn = "mamba_inner_ref" if ref else "mamba_inner_fn"
-    for name, x in (
+    for name, value in (
         ("xz", xz),
         ("conv1d_weight", conv1d_weight),
         ("x_proj_weight", x_proj_weight),
@@ -145,8 +189,8 @@ def _mamba_inner(
         ("out_proj_weight", out_proj_weight),
         ("A", A),
     ):
-        require_tensor(fn, name, x)
-    for name, x in (
+        require_tensor(fn, name, value)
+    for name, maybe in (
         ("xz", xz),
         ("conv1d_weight", conv1d_weight),
         ("conv1d_bias", conv1d_bias),
@@ -155,8 +199,8 @@ def _mamba_inner(
         ("out_proj_weight", out_proj_weight),
         ("out_proj_bias", out_proj_bias),
     ):
-        require_tensor(fn, name, x, optional=True)
-        require_float(fn, name, x)
+        require_tensor(fn, name, maybe, optional=True)
+        require_float(fn, name, maybe)
     if not A.is_complex():  # a complex A is checked by selective_scan_fn
         require_float(fn, "A", A)
     if checkpoint_lvl not in (0, 1):
@@ -201,11 +245,14 @@ def _mamba_inner(
     from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_ref
 
     x, z = xz.chunk(2, dim=1)
-    conv = causal_conv1d_ref if ref else causal_conv1d_fn
     # The scan runs in xz's dtype (upstream: the conv kernel keeps x's dtype, autocast or not); under
     # autocast the projections below come out in the autocast dtype, so delta and the input-dependent
     # B and C are cast to the scan's input dtype before the call (selective_scan_fn's dtype rule).
-    conv_out = conv(x, cw, conv1d_bias, activation="silu").to(x.dtype)
+    if ref:
+        conv_out = causal_conv1d_ref(x, cw, conv1d_bias, activation="silu")
+    else:
+        conv_out = causal_conv1d_fn(x, cw, conv1d_bias, activation="silu")
+    conv_out = conv_out.to(x.dtype)
     x_dbl = F.linear(conv_out.transpose(1, 2).reshape(batch * seqlen, d_inner), x_proj_weight)
     delta = (delta_proj_weight @ x_dbl[:, :delta_rank].t()).reshape(d_inner, batch, seqlen).transpose(0, 1)
     if dt_rms_weight is not None:
@@ -213,7 +260,7 @@ def _mamba_inner(
     delta = delta.to(x.dtype)
     col = delta_rank
 
-    def take(given, proj_bias, rms_weight):
+    def take(given: Tensor | None, proj_bias: Tensor | None, rms_weight: Tensor | None) -> Tensor:
         nonlocal col
         if given is not None:
             return given
@@ -242,27 +289,27 @@ def _mamba_inner(
 
 
 def mamba_inner_fn(
-    xz,
-    conv1d_weight,
-    conv1d_bias,
-    x_proj_weight,
-    delta_proj_weight,
-    out_proj_weight,
-    out_proj_bias,
-    A,
-    B=None,
-    C=None,
-    D=None,
-    delta_bias=None,
-    B_proj_bias=None,
-    C_proj_bias=None,
-    delta_softplus=True,
-    checkpoint_lvl=1,
-    b_rms_weight=None,
-    c_rms_weight=None,
-    dt_rms_weight=None,
-    b_c_dt_rms_eps=1e-6,
-):
+    xz: Tensor,
+    conv1d_weight: Tensor,
+    conv1d_bias: Tensor | None,
+    x_proj_weight: Tensor,
+    delta_proj_weight: Tensor,
+    out_proj_weight: Tensor,
+    out_proj_bias: Tensor | None,
+    A: Tensor,
+    B: Tensor | None = None,
+    C: Tensor | None = None,
+    D: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    B_proj_bias: Tensor | None = None,
+    C_proj_bias: Tensor | None = None,
+    delta_softplus: bool = True,
+    checkpoint_lvl: int = 1,
+    b_rms_weight: Tensor | None = None,
+    c_rms_weight: Tensor | None = None,
+    dt_rms_weight: Tensor | None = None,
+    b_c_dt_rms_eps: float = 1e-6,
+) -> Tensor:
     """The Mamba block's inner path after ``in_proj`` (arXiv:2312.00752, Figure 3):
     split ``xz`` into x and z, causal conv1d + SiLU on x, ``x_proj`` to (dt, B, C), ``dt_proj`` to delta,
     the selective scan gated by ``silu(z)``, then ``out_proj``.
@@ -318,27 +365,27 @@ def mamba_inner_fn(
 
 
 def mamba_inner_ref(
-    xz,
-    conv1d_weight,
-    conv1d_bias,
-    x_proj_weight,
-    delta_proj_weight,
-    out_proj_weight,
-    out_proj_bias,
-    A,
-    B=None,
-    C=None,
-    D=None,
-    delta_bias=None,
-    B_proj_bias=None,
-    C_proj_bias=None,
-    delta_softplus=True,
-    checkpoint_lvl=1,
-    b_rms_weight=None,
-    c_rms_weight=None,
-    dt_rms_weight=None,
-    b_c_dt_rms_eps=1e-6,
-):
+    xz: Tensor,
+    conv1d_weight: Tensor,
+    conv1d_bias: Tensor | None,
+    x_proj_weight: Tensor,
+    delta_proj_weight: Tensor,
+    out_proj_weight: Tensor,
+    out_proj_bias: Tensor | None,
+    A: Tensor,
+    B: Tensor | None = None,
+    C: Tensor | None = None,
+    D: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    B_proj_bias: Tensor | None = None,
+    C_proj_bias: Tensor | None = None,
+    delta_softplus: bool = True,
+    checkpoint_lvl: int = 1,
+    b_rms_weight: Tensor | None = None,
+    c_rms_weight: Tensor | None = None,
+    dt_rms_weight: Tensor | None = None,
+    b_c_dt_rms_eps: float = 1e-6,
+) -> Tensor:
     """:func:`mamba_inner_fn` built from the references (PyTorch conv1d, sequential scan)."""
     return _mamba_inner(
         xz,
@@ -365,7 +412,9 @@ def mamba_inner_ref(
     )
 
 
-def rms_norm_forward(x, weight, bias, eps=1e-6, is_rms_norm=True):
+def rms_norm_forward(
+    x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-6, is_rms_norm: bool = True
+) -> Tensor:
     """The norm ``mamba_inner_fn`` applies to B, C and delta (upstream's helper): RMSNorm (or LayerNorm
     with ``is_rms_norm=False``) over x's last dimension, computed in float32, returned in x's dtype
     (:func:`mamba_ssm.ops.triton.layer_norm.layer_norm_fn`).
@@ -386,13 +435,24 @@ class SelectiveScanFn(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx, u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
-    ):
+        ctx: Any,
+        u: Tensor,
+        delta: Tensor,
+        A: Tensor,
+        B: Tensor,
+        C: Tensor,
+        D: Tensor | None = None,
+        z: Tensor | None = None,
+        delta_bias: Tensor | None = None,
+        delta_softplus: bool = False,
+        return_last_state: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         args = (u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-        return _recompute.forward(ctx, selective_scan_fn, args)
+        out: Tensor | tuple[Tensor, Tensor] = _recompute.forward(ctx, selective_scan_fn, args)
+        return out
 
     @staticmethod
-    def backward(ctx, dout, *args):
+    def backward(ctx: Any, dout: Tensor | None, *args: Tensor | None) -> tuple[Tensor | None, ...]:
         return _recompute.backward(ctx, dout, *args)
 
 
@@ -403,35 +463,36 @@ class MambaInnerFn(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx,
-        xz,
-        conv1d_weight,
-        conv1d_bias,
-        x_proj_weight,
-        delta_proj_weight,
-        out_proj_weight,
-        out_proj_bias,
-        A,
-        B=None,
-        C=None,
-        D=None,
-        delta_bias=None,
-        B_proj_bias=None,
-        C_proj_bias=None,
-        delta_softplus=True,
-        checkpoint_lvl=1,
-        b_rms_weight=None,
-        c_rms_weight=None,
-        dt_rms_weight=None,
-        b_c_dt_rms_eps=1e-6,
-    ):
+        ctx: Any,
+        xz: Tensor,
+        conv1d_weight: Tensor,
+        conv1d_bias: Tensor | None,
+        x_proj_weight: Tensor,
+        delta_proj_weight: Tensor,
+        out_proj_weight: Tensor,
+        out_proj_bias: Tensor | None,
+        A: Tensor,
+        B: Tensor | None = None,
+        C: Tensor | None = None,
+        D: Tensor | None = None,
+        delta_bias: Tensor | None = None,
+        B_proj_bias: Tensor | None = None,
+        C_proj_bias: Tensor | None = None,
+        delta_softplus: bool = True,
+        checkpoint_lvl: int = 1,
+        b_rms_weight: Tensor | None = None,
+        c_rms_weight: Tensor | None = None,
+        dt_rms_weight: Tensor | None = None,
+        b_c_dt_rms_eps: float = 1e-6,
+    ) -> Tensor:
         args = (
             xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias,
             A, B, C, D, delta_bias, B_proj_bias, C_proj_bias, delta_softplus, checkpoint_lvl, b_rms_weight,
             c_rms_weight, dt_rms_weight, b_c_dt_rms_eps,
         )  # fmt: skip
-        return _recompute.forward(ctx, mamba_inner_fn, args)
+        out: Tensor = _recompute.forward(ctx, mamba_inner_fn, args)
+        return out
 
     @staticmethod
-    def backward(ctx, dout):
+    def backward(ctx: Any, dout: Tensor | None) -> tuple[Tensor | None, ...]:
         return _recompute.backward(ctx, dout)

@@ -4,6 +4,8 @@ decode update and the varlen states, with the packing rule of the module docstri
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -16,6 +18,42 @@ __all__ = ["causal_conv1d_ref", "causal_conv1d_update", "causal_conv1d_varlen_st
 
 def _cdtype(*xs: Tensor | None) -> torch.dtype:
     return torch.float64 if any(x is not None and x.dtype == torch.float64 for x in xs) else torch.float32
+
+
+@overload
+def causal_conv1d_ref(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    seq_idx: Tensor | None = None,
+    initial_states: Tensor | None = None,
+    return_final_states: Literal[False] = False,
+    final_states_out: Tensor | None = None,
+    activation: str | None = None,
+) -> Tensor: ...
+@overload
+def causal_conv1d_ref(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    seq_idx: Tensor | None = None,
+    initial_states: Tensor | None = None,
+    *,
+    return_final_states: Literal[True],
+    final_states_out: Tensor | None = None,
+    activation: str | None = None,
+) -> tuple[Tensor, Tensor]: ...
+@overload
+def causal_conv1d_ref(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    seq_idx: Tensor | None = None,
+    initial_states: Tensor | None = None,
+    return_final_states: bool = False,
+    final_states_out: Tensor | None = None,
+    activation: str | None = None,
+) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
 def causal_conv1d_ref(

@@ -3,6 +3,8 @@ timestep, for checking the other backends (``MAMBA_SSM_BACKEND=ref`` runs it).""
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -10,6 +12,48 @@ from torch import Tensor
 from mamba_ssm._families.selective_scan.checks import validate_selective_scan
 
 __all__ = ["selective_scan_ref"]
+
+
+@overload
+def selective_scan_ref(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: Literal[False] = False,
+) -> Tensor: ...
+@overload
+def selective_scan_ref(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    *,
+    return_last_state: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+@overload
+def selective_scan_ref(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
 def selective_scan_ref(
