@@ -11,6 +11,9 @@ __all__ = ["PyTorchBackend"]
 _SCAN = "mamba_ssm._families.selective_scan.calls"
 _CONV = "mamba_ssm._families.causal_conv1d.torch_impl"
 _MAMBA3 = "mamba_ssm._families.mamba3.torch_impl"
+_SSD = "mamba_ssm._families.ssd.calls"
+_SSD_TORCH = "mamba_ssm._families.ssd.torch_combined"
+_GATED = "mamba_ssm._families.norms.gated"
 
 
 class PyTorchBackend(BackendObject):
@@ -31,4 +34,13 @@ class PyTorchBackend(BackendObject):
         "mamba3_siso": (_MAMBA3, "mamba3_chunk_scan_torch"),
         "mamba3_mimo": (_MAMBA3, "mamba3_chunk_scan_torch"),
         "mamba3_step": (_MAMBA3, "mamba3_step_torch"),
+        "ssd_chunk_scan": (_SSD_TORCH, "torch_chunk_scan_combined"),
+        "ssd_chunk_scan_fwd": (_SSD_TORCH, "torch_chunk_scan_fwd"),
+        "ssd_chunk_scan_bwd": ("mamba_ssm._families.ssd.autograd", "torch_chunk_scan_bwd"),
+        "ssd_chunk_cumsum": ("mamba_ssm._families.ssd.torch_impl", "chunk_cumsum"),
+        "ssd_chunk_state": (_SSD, "torch_chunk_state"),
+        "ssd_chunk_state_varlen": (_SSD, "torch_chunk_state_varlen"),
+        "ssd_state_passing": (_SSD, "torch_state_passing"),
+        "gated_rms_norm": (_GATED, "gated_norm_torch"),
+        "gated_layer_norm": (_GATED, "gated_norm_torch"),
     }

@@ -25,6 +25,8 @@ KERNELS = "mamba_ssm._families.triton_kernels"
 _MAMBA3 = "mamba_ssm._families.mamba3.calls"
 _SCAN = "mamba_ssm._families.selective_scan.calls"
 _NORMS = "mamba_ssm._families.norms.torch_impl"
+_GATED = "mamba_ssm._families.norms.gated"
+_SSD = "mamba_ssm._families.ssd.calls"
 
 _lock = threading.RLock()
 _checked: tuple[Unavailable | None] | None = None  # (the answer,) once checked
@@ -111,6 +113,15 @@ class TritonBackend(BackendObject):
         "mamba3_siso": (_MAMBA3, "triton_chunk_scan"),
         "mamba3_mimo": (_MAMBA3, "triton_chunk_scan"),
         "mamba3_step": (_MAMBA3, "triton_step"),
+        "ssd_chunk_scan": (_SSD, "triton_chunk_scan_combined"),
+        "ssd_chunk_scan_fwd": (_SSD, "triton_chunk_scan_fwd"),
+        "ssd_chunk_scan_bwd": (_SSD, "triton_chunk_scan_bwd"),
+        "ssd_chunk_cumsum": (_SSD, "triton_chunk_cumsum"),
+        "ssd_chunk_state": (_SSD, "triton_chunk_state"),
+        "ssd_chunk_state_varlen": (_SSD, "triton_chunk_state_varlen"),
+        "ssd_state_passing": (_SSD, "triton_state_passing"),
+        "gated_rms_norm": (_GATED, "triton_gated_norm"),
+        "gated_layer_norm": (_GATED, "triton_gated_norm"),
     }
     checks: ClassVar[dict[str, Target]] = {
         "selective_state_update": (_SCAN, "triton_state_update_unsupported"),
@@ -119,6 +130,15 @@ class TritonBackend(BackendObject):
         "mamba3_siso": (_MAMBA3, "triton_siso_unsupported"),
         "mamba3_mimo": (_MAMBA3, "triton_mimo_unsupported"),
         "mamba3_step": (_MAMBA3, "triton_step_unsupported"),
+        "ssd_chunk_scan": (_SSD, "triton_combined_unsupported"),
+        "ssd_chunk_scan_fwd": (_SSD, "triton_combined_unsupported"),
+        "ssd_chunk_scan_bwd": (_SSD, "triton_combined_unsupported"),
+        "ssd_chunk_cumsum": (_SSD, "triton_chunk_cumsum_unsupported"),
+        "ssd_chunk_state": (_SSD, "triton_chunk_state_unsupported"),
+        "ssd_chunk_state_varlen": (_SSD, "triton_chunk_state_varlen_unsupported"),
+        "ssd_state_passing": (_SSD, "triton_state_passing_unsupported"),
+        "gated_rms_norm": (_GATED, "triton_gated_norm_unsupported"),
+        "gated_layer_norm": (_GATED, "triton_gated_norm_unsupported"),
     }
 
     def unavailable(self, op: str, device: _devices.DeviceKey) -> Unavailable | None:

@@ -33,6 +33,16 @@ TABLE: dict[str, tuple[str, ...]] = {
 #: are that op's); each backend implements the call under its own name.
 SHARES: dict[str, str] = {
     "causal_conv1d_varlen_states": "causal_conv1d",
+    # upstream's SSD entry points and stage functions (mamba_ssm.ops.triton.ssd_*)
+    "ssd_chunk_scan_fwd": "ssd_chunk_scan",
+    "ssd_chunk_scan_bwd": "ssd_chunk_scan",
+    "ssd_chunk_cumsum": "ssd_chunk_scan",
+    "ssd_chunk_state": "ssd_chunk_scan",
+    "ssd_chunk_state_varlen": "ssd_chunk_scan",
+    "ssd_state_passing": "ssd_chunk_scan",
+    # Mamba-2's gated norms (mamba_ssm.ops.triton.layernorm_gated)
+    "gated_rms_norm": "rms_norm",
+    "gated_layer_norm": "layer_norm",
 }
 
 #: The ops the dispatch knows, in the table's order (doctor reports them in it).

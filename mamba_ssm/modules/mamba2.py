@@ -359,9 +359,6 @@ class Mamba2(nn.Module):
         if cu_seqlens is not None and seq_idx is None:
             seq_idx = seq_idx_from_cu_seqlens(cu_seqlens, zxbcdt.shape[1], "Mamba2.forward").to(zxbcdt.device)
         A = -torch.exp(self.A_log.float())
-        limit: dict[str, tuple[float, ...]] = (
-            {} if self.dt_limit == _NO_LIMIT else {"dt_limit": self.dt_limit}
-        )
         if self.use_mem_eff_path and inference_params is None:
             out = mamba_split_conv1d_scan_combined(
                 zxbcdt,
@@ -380,7 +377,7 @@ class Mamba2(nn.Module):
                 headdim=None if self.D_has_hdim else self.headdim,
                 ngroups=self.ngroups,
                 norm_before_gate=self.norm_before_gate,
-                **limit,
+                dt_limit=self.dt_limit,
             )
             if seqlen_og is not None:
                 out = out.reshape(-1, out.shape[-1])
@@ -436,9 +433,6 @@ class Mamba2(nn.Module):
         x, B, C = torch.split(
             xBC, [self.d_ssm, self.ngroups * self.d_state, self.ngroups * self.d_state], dim=-1
         )
-        limit: dict[str, tuple[float, ...]] = (
-            {} if self.dt_limit == _NO_LIMIT else {"dt_limit": self.dt_limit}
-        )
         res = mamba_chunk_scan_combined(
             x.reshape(b, l, self.nheads, self.headdim),
             dt,
@@ -455,14 +449,15 @@ class Mamba2(nn.Module):
             initial_states=initial_states,
             return_final_states=ssm_state is not None and not varlen,
             return_varlen_states=varlen,
-            **limit,
+            dt_limit=self.dt_limit,
         )
         y: torch.Tensor
-        if ssm_state is not None:
-            y, states = res
-            ssm_state.copy_(states)
-        else:
+        if isinstance(res, torch.Tensor):  # (ssm_state is None)
             y = res
+        else:  # (ssm_state given: the final or the varlen states)
+            y, states = res[0], res[1]
+            if ssm_state is not None:
+                ssm_state.copy_(states)
         return y.reshape(b, l, self.d_ssm)
 
     def _continue(self, u: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor) -> torch.Tensor:

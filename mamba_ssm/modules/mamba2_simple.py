@@ -145,9 +145,6 @@ class Mamba2Simple(nn.Module):
         initial_states = (
             self.init_states.unsqueeze(0).expand(batch, -1, -1, -1) if self.learnable_init_states else None
         )
-        limit: dict[str, tuple[float, ...]] = (
-            {} if self.dt_limit == (0.0, float("inf")) else {"dt_limit": self.dt_limit}
-        )
         if self.use_mem_eff_path:
             fused: torch.Tensor = mamba_split_conv1d_scan_combined(
                 zxbcdt,
@@ -167,7 +164,7 @@ class Mamba2Simple(nn.Module):
                 ngroups=self.ngroups,
                 norm_before_gate=False,
                 initial_states=initial_states,
-                **limit,
+                dt_limit=self.dt_limit,
             )
             return fused
         z, xBC, dt = torch.split(
@@ -196,7 +193,7 @@ class Mamba2Simple(nn.Module):
             dt_softplus=True,
             initial_states=initial_states,
             seq_idx=seq_idx,
-            **limit,
+            dt_limit=self.dt_limit,
         )
         y = self.norm(y.reshape(batch, seqlen, self.d_inner), z)
         out: torch.Tensor = self.out_proj(y)

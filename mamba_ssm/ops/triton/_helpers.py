@@ -4,12 +4,11 @@ SSD stage functions), light: nothing here imports triton."""
 from __future__ import annotations
 
 import importlib.metadata
-from types import ModuleType
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 
-__all__ = ["init_to_zero", "require", "stage_route", "triton_at_least", "triton_version"]
+__all__ = ["init_to_zero", "require", "triton_at_least", "triton_version"]
 
 
 def triton_version() -> Optional[tuple[int, int, int]]:
@@ -55,21 +54,3 @@ def require(fn: str, name: str, t: object, shape: Sequence[Optional[int]]) -> No
     if t.dim() != len(shape) or any(want is not None and got != want for got, want in zip(t.shape, shape)):
         want = "(" + ", ".join("*" if w is None else str(w) for w in shape) + ")"
         raise ValueError(f"{fn}: {name} must have shape {want}, got {tuple(t.shape)}")
-
-
-def stage_route(
-    tensor: torch.Tensor, chunk_size: int, **tensors: Optional[torch.Tensor]
-) -> Optional[ModuleType]:
-    """The Triton SSD kernels module when an SSD stage call on ``tensor``'s device runs on them (CUDA/ROCm
-    with triton, float32/float16/bfloat16, a chunk_size and sizes they take), else None (the PyTorch
-    stages run; a GPU call falls back through the dispatcher, which says why)."""
-    from mamba_ssm.ops.triton import _route
-
-    def why_not() -> Optional[str]:
-        reason: Optional[str] = _route.kernels().ssd.stage_unsupported(chunk_size, **tensors)
-        return reason
-
-    if not _route.use_triton("ssd_chunk_scan", tensor, why_not):
-        return None
-    ssd: ModuleType = _route.kernels().ssd
-    return ssd

@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.types import Device
 
+from mamba_ssm import _dispatch
 from mamba_ssm._families import recompute as _recompute
-from mamba_ssm.ops.triton import _route
+from mamba_ssm._families.norms.gated import gated_norm_torch
 
 __all__ = ["LayerNorm", "LayerNormFn", "RMSNorm", "layernorm_fn", "rms_norm_ref", "rmsnorm_fn"]
 
@@ -42,32 +42,24 @@ def _gated_norm(
         raise ValueError(f"gated norm: weight must have shape ({hidden},), got {tuple(weight.shape)}")
     if z is not None and z.shape != x.shape:
         raise ValueError(f"gated norm: z must have x's shape {tuple(x.shape)}, got {tuple(z.shape)}")
-    if upcast and _route.use_triton(
-        "rms_norm" if is_rms_norm else "layer_norm",
-        x,
-        lambda: _route.kernels().norms.unsupported_gated_norm(x, weight, bias, z, group_size),
-    ):
-        y: torch.Tensor = _route.kernels().norms.gated_norm(
-            x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm
+    if not upcast:  # computed in x's dtype: the PyTorch code only
+        return gated_norm_torch(
+            x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm, upcast=False
         )
-        return y
-    if upcast:  # noqa: SIM108 - the nested conditional reads worse
-        cdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    else:
-        cdtype = x.dtype
-    xf = x.to(cdtype)
-    if z is not None and not norm_before_gate:
-        xf = xf * F.silu(z.to(cdtype))
-    xg = xf.reshape(*x.shape[:-1], hidden // group_size, group_size)
-    if not is_rms_norm:
-        xg = xg - xg.mean(-1, keepdim=True)
-    xg = xg * torch.rsqrt(xg.pow(2).mean(-1, keepdim=True) + eps)
-    out = xg.reshape(x.shape) * weight.to(cdtype)
-    if bias is not None:
-        out = out + bias.to(cdtype)
-    if z is not None and norm_before_gate:
-        out = out * F.silu(z.to(cdtype))
-    return out.to(x.dtype)
+    # The Triton kernel where the norms' decision (``rms_norm`` / ``layer_norm``) picks Triton and it takes
+    # this call, else the PyTorch code.
+    y: torch.Tensor = _dispatch.call(
+        "gated_rms_norm" if is_rms_norm else "gated_layer_norm",
+        x,
+        weight,
+        bias,
+        z,
+        eps,
+        group_size,
+        norm_before_gate,
+        is_rms_norm,
+    )
+    return y
 
 
 def rmsnorm_fn(

@@ -19,8 +19,10 @@ import torch
 
 from mamba_ssm._families import recompute as _recompute
 from mamba_ssm._families.ssd import torch_impl as S
+from mamba_ssm._families.ssd.autograd import f32 as _f32
+from mamba_ssm._families.ssd.autograd import grads as _grads
+from mamba_ssm._families.ssd.autograd import or_zeros as _or_zeros
 from mamba_ssm.ops.triton._helpers import init_to_zero, require, triton_at_least
-from mamba_ssm.ops.triton.ssd_chunk_state import _f32, _grads, _or_zeros
 
 __all__ = [
     "TRITON_22",

@@ -16,14 +16,18 @@ differentiable in B, x, dt and dA_cumsum; ``chunk_state_varlen`` gives each pack
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 
+from mamba_ssm import _dispatch
 from mamba_ssm._families import packing as _packing
 from mamba_ssm._families import recompute as _recompute
 from mamba_ssm._families.ssd import torch_impl as S
-from mamba_ssm.ops.triton._helpers import init_to_zero, require, stage_route
+from mamba_ssm._families.ssd.autograd import f32 as _f32
+from mamba_ssm._families.ssd.autograd import grads as _grads
+from mamba_ssm._families.ssd.autograd import or_zeros as _or_zeros
+from mamba_ssm.ops.triton._helpers import init_to_zero, require
 
 __all__ = [
     "ChunkStateFn",
@@ -76,11 +80,6 @@ def _check_state_args(
     return batch, seqlen, nheads, headdim, ngroups, dstate, nchunks, chunk_size
 
 
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    """(batch, nheads, nchunks, Q) -> contiguous float32 (batch, nheads, nchunks * Q): the kernels' layout."""
-    return t.float().contiguous().view(t.shape[0], t.shape[1], -1)
-
-
 def _chunk_cumsum_fwd(
     dt: torch.Tensor,
     A: torch.Tensor,
@@ -106,48 +105,10 @@ def _chunk_cumsum_fwd(
     _check_dt("_chunk_cumsum_fwd", dt, A, dt_bias)
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"_chunk_cumsum_fwd: chunk_size must be a positive int, got {chunk_size!r}")
-    batch, nheads = dt.shape[0], dt.shape[2]
-    K = stage_route(dt, chunk_size, dt=dt, A=A, dt_bias=dt_bias)
-    if K is not None:
-        dtp, cs = K.dt_cumsum(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit)
-        shape = (batch, nheads, -1, chunk_size)
-        return cs.view(shape), dtp.view(shape)
-    return S.chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit)
-
-
-def _f32(t: torch.Tensor) -> torch.Tensor:
-    """float32, or float64 for float64 (the stages' result dtypes)."""
-    return t if t.dtype == torch.float64 else t.float()
-
-
-def _grads(
-    fn: Callable[..., Any],
-    inputs: Sequence[Optional[torch.Tensor]],
-    wrt: Sequence[int],
-    outputs_grads: Sequence[Optional[torch.Tensor]],
-) -> tuple[Optional[torch.Tensor], ...]:
-    """The gradients of ``fn(*inputs)``'s outputs, weighted by ``outputs_grads``, with respect to
-    ``inputs[i]`` for i in ``wrt`` (float copies of them; None where nothing depends on one).
-
-    Raises:
-        TypeError: ``inputs[i]`` is None for an i in ``wrt``."""
-    leaves = list(inputs)
-    made: dict[int, torch.Tensor] = {}
-    for i in wrt:
-        t = inputs[i]
-        if t is None:
-            raise TypeError(f"_grads: input {i} is None; it has no gradient")
-        made[i] = leaves[i] = t.detach().to(S.compute_dtype(t)).requires_grad_(True)
-    with torch.enable_grad():
-        outs = fn(*leaves)
-    outs = outs if isinstance(outs, (tuple, list)) else (outs,)
-    pairs = [(o, g) for o, g in zip(outs, outputs_grads) if g is not None]
-    return torch.autograd.grad(
-        [o for o, _ in pairs],
-        [made[i] for i in wrt],
-        [g.to(o.dtype) for o, g in pairs],
-        allow_unused=True,
+    result: tuple[torch.Tensor, torch.Tensor] = _dispatch.call(
+        "ssd_chunk_cumsum", dt, A, chunk_size, dt_bias, dt_softplus, dt_limit
     )
+    return result
 
 
 def _chunk_cumsum_bwd(
@@ -214,15 +175,10 @@ def _chunk_state_fwd(
         states (batch, nchunks, nheads, headdim, dstate): float32 (float64 for float64 inputs) with
         ``states_in_fp32``, else x's dtype (``states`` itself when given).
     """
-    batch, _, nheads, headdim, _, dstate, nchunks, q = _check_state_args(
+    batch, _, nheads, headdim, _, dstate, nchunks, _ = _check_state_args(
         "_chunk_state_fwd", B, x, dt, dA_cumsum, seq_idx
     )
-    K = stage_route(x, q, x=x, B=B, dt=dt, dA_cumsum=dA_cumsum)
-    result: torch.Tensor
-    if K is not None:
-        result = K.chunk_states(x, B, _flat(dt), _flat(dA_cumsum), seq_idx, q)
-    else:
-        result = S.chunk_state(B, x, dt, dA_cumsum, seq_idx)
+    result: torch.Tensor = _dispatch.call("ssd_chunk_state", x, B, dt, dA_cumsum, seq_idx)
     if not states_in_fp32:
         result = result.to(x.dtype)
     elif result.dtype != torch.float64:
@@ -232,12 +188,6 @@ def _chunk_state_fwd(
         states.copy_(result)
         return states
     return result
-
-
-def _or_zeros(g: Optional[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-    """``g``, or zeros of ``like``'s shape in the stages' compute dtype where nothing depended on the
-    input (``_grads``'s None)."""
-    return g if g is not None else torch.zeros_like(like, dtype=S.compute_dtype(like))
 
 
 def _state_grads(
@@ -343,25 +293,13 @@ def chunk_state_varlen(
     require(fn, "B", B, (total, None, None))
     require(fn, "dt", dt, (nheads, None, None))
     require(fn, "dA_cumsum", dA_cumsum, tuple(dt.shape))
-    nchunks, q = dt.shape[1], dt.shape[2]
+    nchunks = dt.shape[1]
     require(fn, "chunk_states", chunk_states, (nchunks, nheads, headdim, B.shape[2]))
     cu = _packing.check_cu_seqlens(fn, cu_seqlens, total).to(x.device)
     seq_idx = _packing.seq_idx_from_cu_seqlens(cu, total, fn).to(x.device)
-    K = stage_route(x, q, x=x, B=B, chunk_states=chunk_states)
-    out: torch.Tensor
-    if K is not None:
-        out = K.varlen_states(
-            x.unsqueeze(0),
-            B.unsqueeze(0),
-            _flat(dt.unsqueeze(0)),
-            _flat(dA_cumsum.unsqueeze(0)),
-            seq_idx,
-            chunk_states.float().unsqueeze(0).contiguous(),
-            cu.contiguous(),
-            q,
-        )
-    else:
-        out = S.varlen_states(B, x, dt, dA_cumsum, chunk_states, cu, seq_idx[0])
+    out: torch.Tensor = _dispatch.call(
+        "ssd_chunk_state_varlen", x, B, dt, dA_cumsum, chunk_states, cu, seq_idx
+    )
     return out.to(chunk_states.dtype)
 
 

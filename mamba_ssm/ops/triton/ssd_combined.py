@@ -26,14 +26,23 @@ stages one at a time.
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from typing import Any, Literal, Optional, Sequence, Union, overload
 
-from mamba_ssm._families import packing as _packing
+import torch
+
+from mamba_ssm import _dispatch
 from mamba_ssm._families import recompute as _recompute
+from mamba_ssm._families.ssd import autograd as _autograd
+from mamba_ssm._families.ssd import conv_scan as _conv_scan
 from mamba_ssm._families.ssd import torch_impl as S
+from mamba_ssm._families.ssd.autograd import Grads, GradsAndOut
+from mamba_ssm._families.ssd.checks import check_shape as _check
+from mamba_ssm._families.ssd.checks import tensor_result as _tensor_result
+from mamba_ssm._families.ssd.checks import validate as _validate
+from mamba_ssm._families.ssd.reference import as_selective_scan as _ssd_as_selective_scan
+from mamba_ssm._families.ssd.reference import mamba_conv1d_scan_ref, ssd_chunk_scan_combined_ref
+from mamba_ssm._families.ssd.torch_combined import FwdResult, FwdVarlenResult
 from mamba_ssm._families.ssd.torch_impl import ssd_chunk_scan_weighted
-from mamba_ssm.ops.triton import _route
 from mamba_ssm.ops.triton._helpers import init_to_zero, triton_at_least
 
 __all__ = [
@@ -59,8 +68,18 @@ __all__ = [
 #: Whether the installed triton is 2.2 or later (upstream's flag; nothing here depends on it).
 TRITON_22 = triton_at_least(2, 2)
 
+_NO_LIMIT = (0.0, float("inf"))
+#: :func:`mamba_chunk_scan_combined`'s result for flags that are not literals: out, or out with the final
+#: and / or varlen states.
+ScanResult = Union[
+    torch.Tensor, tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+]
+#: :func:`mamba_split_conv1d_scan_combined`'s result: out, or (out, final states) with
+#: ``return_final_states``.
+SplitResult = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
 
-def ensure_stride(inp):
+
+def ensure_stride(inp: torch.Tensor) -> torch.Tensor:
     """``inp`` (batch, seqlen, channels) with ``stride(1)`` a multiple of 8 (contiguous otherwise): the
     alignment upstream's kernels want of a (batch, seqlen, ...) view.
 
@@ -72,124 +91,134 @@ def ensure_stride(inp):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Checks and the two implementations
-# ----------------------------------------------------------------------------------------------------
-
-
-def _check(fn, name, t, shape):
-    if t is not None and tuple(t.shape) != tuple(shape):
-        raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
-
-
-def _validate(fn, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, state_dtype=None):
-    """The shape / dtype checks of the SSD's inputs (TypeError / ValueError naming the argument)."""
-    for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.is_complex() or not t.is_floating_point():
-            raise TypeError(f"{fn}: {name} has dtype {t.dtype}; expected a real float")
-    if x.dim() != 4:
-        raise ValueError(f"{fn}: x must have shape (batch, seqlen, nheads, headdim), got {tuple(x.shape)}")
-    b, l, h, p = x.shape
-    if B.dim() != 4 or B.shape[:2] != (b, l) or h % B.shape[2]:
-        raise ValueError(
-            f"{fn}: B must have shape (batch, seqlen, ngroups, dstate) = ({b}, {l}, ngroups dividing "
-            f"{h}, dstate), got {tuple(B.shape)}"
-        )
-    g, n = B.shape[2], B.shape[3]
-    _check(fn, "C", C, (b, l, g, n))
-    _check(fn, "dt", dt, (b, l, h))
-    _check(fn, "A", A, (h,))
-    _check(fn, "z", z, (b, l, h, p))
-    _check(fn, "dt_bias", dt_bias, (h,))
-    _check(fn, "initial_states", initial_states, (b, h, p, n))
-    _check(fn, "seq_idx", seq_idx, (b, l))
-    if D is not None and tuple(D.shape) not in ((h, p), (h,)):
-        raise ValueError(f"{fn}: D must have shape ({h}, {p}) or ({h},), got {tuple(D.shape)}")
-    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-        raise ValueError(f"{fn}: chunk_size must be a positive int, got {chunk_size!r}")
-    if state_dtype is not None and not (
-        isinstance(state_dtype, torch.dtype) and state_dtype.is_floating_point
-    ):
-        raise ValueError(f"{fn}: state_dtype must be a floating torch.dtype or None, got {state_dtype!r}")
-
-
-def _triton_kernels(x, dt, A, B, C, D, z, dt_bias, initial_states):
-    """The Triton SSD kernels module when this call runs on them, else None."""
-    if _route.use_triton(
-        "ssd_chunk_scan",
-        x,
-        lambda: _route.kernels().ssd.unsupported(x, dt, A, B, C, D, z, dt_bias, initial_states),
-    ):
-        return _route.kernels().ssd
-    return None
-
-
-def _round_states(hin, state_dtype):
-    """The inter-chunk states materialised in ``state_dtype`` (rounded when it is narrower than the
-    compute dtype; upstream's ``state_dtype``)."""
-    if state_dtype is not None and torch.finfo(state_dtype).bits < torch.finfo(hin.dtype).bits:
-        return hin.to(state_dtype).to(hin.dtype)
-    return hin
-
-
-def _torch_forward(
-    x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus, dt_limit,
-    state_dtype=None,
-):  # fmt: skip
-    """The PyTorch SSD (differentiable), the stages composed: a dict with ``out`` and ``ypre`` (the
-    output after / before the z gate, compute dtype), ``dtp`` / ``cs`` (batch, nheads, nchunks, Q),
-    ``hin`` (the states entering the chunks), ``final`` and ``varlen`` (None without cu_seqlens)."""
-    q = chunk_size
-    cs, dtp = S.chunk_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit)
-    states = S.chunk_state(B, x, dtp, cs, seq_idx)
-    carry = S.carry_mask(seq_idx, q) if seq_idx is not None else None
-    hin, final = S.state_passing(states, cs[..., -1], initial_states, carry)
-    hin = _round_states(hin, state_dtype)
-    y, ypre = S.chunk_scan(S.bmm_chunk(C, B, q), x, dtp, cs, C, hin, D, z, seq_idx)
-    varlen = None
-    if cu_seqlens is not None:
-        varlen = S.varlen_states(B[0], x[0], dtp[0], cs[0], hin[0], cu_seqlens, seq_idx[0])
-    return {"out": y, "ypre": ypre, "dtp": dtp, "cs": cs, "hin": hin, "final": final, "varlen": varlen}
-
-
-def _packing_of(x, seq_idx, cu_seqlens):
-    """(seq_idx, cu_seqlens) after the packed-sequence rule: cu_seqlens (batch 1) int64 on x's device,
-    seq_idx derived from it when not given."""
-    if cu_seqlens is None:
-        return seq_idx, None
-    if x.shape[0] != 1:
-        raise ValueError(f"mamba_chunk_scan_combined: cu_seqlens needs batch 1, got batch {x.shape[0]}")
-    cu = _packing.check_cu_seqlens("mamba_chunk_scan_combined", cu_seqlens, x.shape[1]).to(x.device)
-    if seq_idx is None:
-        seq_idx = _packing.seq_idx_from_cu_seqlens(cu, x.shape[1]).to(x.device)
-    return seq_idx, cu
-
-
-# ----------------------------------------------------------------------------------------------------
 # mamba_chunk_scan_combined
 # ----------------------------------------------------------------------------------------------------
 
 
+@overload
 def mamba_chunk_scan_combined(
-    x,
-    dt,
-    A,
-    B,
-    C,
-    chunk_size,
-    D=None,
-    z=None,
-    dt_bias=None,
-    initial_states=None,
-    seq_idx=None,
-    cu_seqlens=None,
-    dt_softplus=False,
-    dt_limit=(0.0, float("inf")),
-    return_final_states=False,
-    return_varlen_states=False,
-    state_dtype=None,
-):
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    return_final_states: Literal[False] = False,
+    return_varlen_states: Literal[False] = False,
+    state_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor: ...
+@overload
+def mamba_chunk_scan_combined(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    *,
+    return_final_states: Literal[True],
+    return_varlen_states: Literal[False] = False,
+    state_dtype: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def mamba_chunk_scan_combined(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    return_final_states: Literal[False] = False,
+    *,
+    return_varlen_states: Literal[True],
+    state_dtype: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def mamba_chunk_scan_combined(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    *,
+    return_final_states: Literal[True],
+    return_varlen_states: Literal[True],
+    state_dtype: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+@overload
+def mamba_chunk_scan_combined(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    return_final_states: bool = False,
+    return_varlen_states: bool = False,
+    state_dtype: Optional[torch.dtype] = None,
+) -> ScanResult: ...
+
+
+def mamba_chunk_scan_combined(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    return_final_states: bool = False,
+    return_varlen_states: bool = False,
+    state_dtype: Optional[torch.dtype] = None,
+) -> ScanResult:
     """Mamba-2's SSD scan.
 
     Args:
@@ -218,42 +247,27 @@ def mamba_chunk_scan_combined(
 
     On CUDA/ROCm devices with triton >= 3.0 the Triton kernels run (``mamba_ssm._families.ssd.triton_kernels``;
     chunk_size must then be a power of two in 16..256); elsewhere and for float64 the PyTorch stages
-    (``mamba_ssm._dispatch`` decides and says why).
+    (``mamba_ssm._dispatch`` decides and says why: the op ``ssd_chunk_scan``).
 
     Raises:
         TypeError / ValueError: bad shapes, dtypes or arguments, naming the argument.
     """
     fn = "mamba_chunk_scan_combined"
     _validate(fn, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, state_dtype)
-    b, l = x.shape[:2]
-    if return_varlen_states and (cu_seqlens is None or b != 1):
+    if return_varlen_states and (cu_seqlens is None or x.shape[0] != 1):
         raise ValueError(f"{fn}: return_varlen_states needs cu_seqlens and batch 1")
     if not return_varlen_states:
         cu_seqlens = None
-    K = _triton_kernels(x, dt, A, B, C, D, z, dt_bias, initial_states)
-    if K is not None:
-        res = K.chunk_scan_combined(  # ValueError for a chunk_size it does not take
-            x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
-            seq_idx=seq_idx, dt_softplus=dt_softplus, dt_limit=dt_limit, cu_seqlens=cu_seqlens,
-            state_dtype=state_dtype,
-        )  # fmt: skip
-        out, final, varlen = res[0], res[1], res[2] if cu_seqlens is not None else None
-    else:
-        seq_idx, cu_seqlens = _packing_of(x, seq_idx, cu_seqlens)
-        # A sequence shorter than a chunk is one chunk of its own length (no padding to compute).
-        q = max(1, min(chunk_size, l))
-        r = _torch_forward(
-            x, dt, A, B, C, q, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus, dt_limit,
-            state_dtype,
-        )  # fmt: skip
-        f32 = r["final"].dtype != torch.float64
-        out = _recompute.plain(r["out"].to(x.dtype))
-        final = r["final"].float() if f32 else r["final"]
-        varlen = r["varlen"]
-        if varlen is not None:
-            varlen = varlen.detach().float() if f32 else varlen.detach()
-    rest = ([final] if return_final_states else []) + ([varlen] if return_varlen_states else [])
-    return (out, *rest) if rest else out
+    result: tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]] = _dispatch.call(
+        "ssd_chunk_scan", x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+        dt_softplus, dt_limit, state_dtype,
+    )  # fmt: skip
+    out, final, varlen = result
+    if return_varlen_states:
+        if varlen is None:  # (cu_seqlens was given: every backend computed them)
+            raise RuntimeError(f"{fn}: the backend returned no varlen states")
+        return (out, final, varlen) if return_final_states else (out, varlen)
+    return (out, final) if return_final_states else out
 
 
 class MambaChunkScanCombinedFn(torch.autograd.Function):
@@ -262,53 +276,113 @@ class MambaChunkScanCombinedFn(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        chunk_size,
-        D=None,
-        z=None,
-        dt_bias=None,
-        initial_states=None,
-        seq_idx=None,
-        cu_seqlens=None,
-        dt_softplus=False,
-        dt_limit=(0.0, float("inf")),
-        return_final_states=False,
-        return_varlen_states=False,
-        state_dtype=None,
-    ):
+        ctx: Any,
+        x: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        chunk_size: int,
+        D: Optional[torch.Tensor] = None,
+        z: Optional[torch.Tensor] = None,
+        dt_bias: Optional[torch.Tensor] = None,
+        initial_states: Optional[torch.Tensor] = None,
+        seq_idx: Optional[torch.Tensor] = None,
+        cu_seqlens: Optional[torch.Tensor] = None,
+        dt_softplus: bool = False,
+        dt_limit: Sequence[float] = _NO_LIMIT,
+        return_final_states: bool = False,
+        return_varlen_states: bool = False,
+        state_dtype: Optional[torch.dtype] = None,
+    ) -> ScanResult:
         args = (
             x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus,
             dt_limit, return_final_states, return_varlen_states, state_dtype,
         )  # fmt: skip
-        return _recompute.forward(ctx, mamba_chunk_scan_combined, args)
+        out: ScanResult = _recompute.forward(ctx, mamba_chunk_scan_combined, args)
+        return out
 
     @staticmethod
-    def backward(ctx, dout, *args):
+    def backward(
+        ctx: Any, dout: torch.Tensor, *args: Optional[torch.Tensor]
+    ) -> tuple[Optional[torch.Tensor], ...]:
         return _recompute.backward(ctx, dout, *args)
 
 
+@overload
 def _mamba_chunk_scan_combined_fwd(
-    x,
-    dt,
-    A,
-    B,
-    C,
-    chunk_size,
-    D=None,
-    z=None,
-    dt_bias=None,
-    initial_states=None,
-    seq_idx=None,
-    cu_seqlens=None,
-    dt_softplus=False,
-    dt_limit=(0.0, float("inf")),
-    state_dtype=None,
-):
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    cu_seqlens: None = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    state_dtype: Optional[torch.dtype] = None,
+) -> FwdResult: ...
+@overload
+def _mamba_chunk_scan_combined_fwd(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    *,
+    cu_seqlens: torch.Tensor,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    state_dtype: Optional[torch.dtype] = None,
+) -> FwdVarlenResult: ...
+@overload
+def _mamba_chunk_scan_combined_fwd(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    state_dtype: Optional[torch.dtype] = None,
+) -> Union[FwdResult, FwdVarlenResult]: ...
+
+
+def _mamba_chunk_scan_combined_fwd(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    state_dtype: Optional[torch.dtype] = None,
+) -> Union[FwdResult, FwdVarlenResult]:
     """The SSD's forward with its intermediate results (upstream's entry point; no autograd).
 
     Args: as :func:`mamba_chunk_scan_combined`.
@@ -319,34 +393,32 @@ def _mamba_chunk_scan_combined_fwd(
         without z); dt_out and dA_cumsum (batch, nheads, nchunks, chunk_size) float32 (stage 1); states
         (batch, nchunks, nheads, headdim, dstate) the states entering the chunks; final_states (batch,
         nheads, headdim, dstate) float32; varlen_states (num_seqs, nheads, headdim, dstate) float32.
+
+    Raises:
+        TypeError / ValueError: bad shapes, dtypes or arguments, naming the argument; on the Triton
+            kernels a chunk_size that is not a power of two in 16..256.
     """
     fn = "_mamba_chunk_scan_combined_fwd"
     _validate(fn, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, state_dtype)
-    K = _triton_kernels(x, dt, A, B, C, D, z, dt_bias, initial_states)
-    if K is not None:
-        K.check_chunk_size(chunk_size)
-        seq_idx, cu_seqlens = K.prepare_packing(x, seq_idx, cu_seqlens)
-        r = K.forward(
-            x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, tuple(dt_limit),
-            cu_seqlens, state_dtype,
-        )  # fmt: skip
-        shape = (x.shape[0], x.shape[2], -1, chunk_size)
-        dtp, cs, out, ypre = r["dtp"].view(shape), r["cs"].view(shape), r["out"], r["ypre"]
-    else:
-        seq_idx, cu_seqlens = _packing_of(x, seq_idx, cu_seqlens)
-        with torch.no_grad():
-            r = _torch_forward(
-                x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus,
-                dt_limit, state_dtype,
-            )  # fmt: skip
-        dtp, cs, out = r["dtp"], r["cs"], r["out"].to(x.dtype)
-        ypre = r["ypre"].to(x.dtype) if r["ypre"] is not None else None
-    hin = r["hin"].to(state_dtype) if state_dtype is not None else r["hin"]
-    result = (out, ypre, dtp, cs, hin, r["final"])
-    return result if cu_seqlens is None else (*result, r["varlen"])
+    result: Union[FwdResult, FwdVarlenResult] = _dispatch.call(
+        "ssd_chunk_scan_fwd", x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+        dt_softplus, dt_limit, state_dtype,
+    )  # fmt: skip
+    return result
 
 
-def _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=None, seq_idx=None, dx=None):
+def _chunk_scan_chunk_state_bwd_dx(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    B: torch.Tensor,
+    CB: torch.Tensor,
+    dout: torch.Tensor,
+    dstates: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    dx: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """The gradients with respect to x, dt and D of the SSD's in-chunk output term (stage 4,
     ``sum_{j<=i} CB_ij exp(cs_i - cs_j) dt'_j x_j + D x_i``, given dout) plus those of the chunks' own end
     states (stage 2, ``S_c = sum_j exp(cs_end - cs_j) dt'_j x_j B_j^T``, given dstates); the two stages
@@ -366,60 +438,128 @@ def _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=Non
         TypeError / ValueError: shapes that disagree, naming the argument.
     """
     from mamba_ssm.ops.triton.ssd_chunk_scan import _check as check_scan
-    from mamba_ssm.ops.triton.ssd_chunk_state import _check_state_args, _f32, _grads
+    from mamba_ssm.ops.triton.ssd_chunk_state import _check_state_args
 
     fn = "_chunk_scan_chunk_state_bwd_dx"
     batch, seqlen, nheads, headdim, ngroups, dstate, nchunks, q = _check_state_args(
         fn, B, x, dt, dA_cumsum, seq_idx
     )
-    C0 = x.new_zeros(batch, seqlen, ngroups, 1)  # no state term in the output: it depends on neither x nor dt
+    C0 = x.new_zeros(batch, seqlen, ngroups, 1)  # (the shapes the output term is checked with)
     states0 = x.new_zeros(batch, nchunks, nheads, headdim, 1)
     check_scan(fn, x, dt, dA_cumsum, C0, states0, D, None, seq_idx)
     _check(fn, "CB", CB, (batch, nchunks, ngroups, q, q))
     _check(fn, "dout", dout, tuple(x.shape))
     _check(fn, "dstates", dstates, (batch, nchunks, nheads, headdim, dstate))
+    _check(fn, "dx", dx, tuple(x.shape))
+    return _autograd.chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D, seq_idx, dx)
 
-    def both(x_, dt_, D_):
-        y = S.chunk_scan(CB, x_, dt_, dA_cumsum, C0, states0, D_, None, seq_idx)[0]
-        return y, S.chunk_state(B, x_, dt_, dA_cumsum, seq_idx)
 
-    wrt = [0, 1] + ([2] if D is not None else [])
-    got = _grads(both, (x, dt, D), wrt, (dout, dstates))
-    g_dt = got[1] if got[1] is not None else torch.zeros_like(dt, dtype=S.compute_dtype(dt))
-    if dx is not None:
-        _check(fn, "dx", dx, tuple(x.shape))
-        dx.copy_(got[0])
-    else:
-        dx = got[0].to(x.dtype)
-    dD = got[2].to(D.dtype) if D is not None else None
-    return dx, _f32(g_dt), dD
+@overload
+def _mamba_chunk_scan_combined_bwd(
+    dout: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    out: Optional[torch.Tensor],
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    dfinal_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    dx: Optional[torch.Tensor] = None,
+    ddt: Optional[torch.Tensor] = None,
+    dB: Optional[torch.Tensor] = None,
+    dC: Optional[torch.Tensor] = None,
+    dz: Optional[torch.Tensor] = None,
+    recompute_output: Literal[False] = False,
+    state_dtype: Optional[torch.dtype] = None,
+) -> Grads: ...
+@overload
+def _mamba_chunk_scan_combined_bwd(
+    dout: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    out: Optional[torch.Tensor],
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    dfinal_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    dx: Optional[torch.Tensor] = None,
+    ddt: Optional[torch.Tensor] = None,
+    dB: Optional[torch.Tensor] = None,
+    dC: Optional[torch.Tensor] = None,
+    dz: Optional[torch.Tensor] = None,
+    *,
+    recompute_output: Literal[True],
+    state_dtype: Optional[torch.dtype] = None,
+) -> GradsAndOut: ...
+@overload
+def _mamba_chunk_scan_combined_bwd(
+    dout: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    out: Optional[torch.Tensor],
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    dfinal_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    dx: Optional[torch.Tensor] = None,
+    ddt: Optional[torch.Tensor] = None,
+    dB: Optional[torch.Tensor] = None,
+    dC: Optional[torch.Tensor] = None,
+    dz: Optional[torch.Tensor] = None,
+    recompute_output: bool = False,
+    state_dtype: Optional[torch.dtype] = None,
+) -> Union[Grads, GradsAndOut]: ...
 
 
 def _mamba_chunk_scan_combined_bwd(
-    dout,
-    x,
-    dt,
-    A,
-    B,
-    C,
-    out,
-    chunk_size,
-    D=None,
-    z=None,
-    dt_bias=None,
-    initial_states=None,
-    dfinal_states=None,
-    seq_idx=None,
-    dt_softplus=False,
-    dt_limit=(0.0, float("inf")),
-    dx=None,
-    ddt=None,
-    dB=None,
-    dC=None,
-    dz=None,
-    recompute_output=False,
-    state_dtype=None,
-):
+    dout: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    out: Optional[torch.Tensor],
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    dfinal_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    dx: Optional[torch.Tensor] = None,
+    ddt: Optional[torch.Tensor] = None,
+    dB: Optional[torch.Tensor] = None,
+    dC: Optional[torch.Tensor] = None,
+    dz: Optional[torch.Tensor] = None,
+    recompute_output: bool = False,
+    state_dtype: Optional[torch.dtype] = None,
+) -> Union[Grads, GradsAndOut]:
     """The SSD's backward (upstream's entry point): the forward is recomputed (``out`` is not read).
 
     Args: dout (batch, seqlen, nheads, headdim), the gradient of out; dfinal_states (batch, nheads,
@@ -430,55 +570,21 @@ def _mamba_chunk_scan_combined_bwd(
     Returns:
         (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states), None for an input that is None; plus
         out with ``recompute_output``.
+
+    Raises:
+        TypeError / ValueError: bad shapes, dtypes or arguments, naming the argument; on the Triton
+            kernels a chunk_size that is not a power of two in 16..256.
     """
+    del out
     fn = "_mamba_chunk_scan_combined_bwd"
     _validate(fn, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, state_dtype)
     _check(fn, "dout", dout, tuple(x.shape))
-    K = _triton_kernels(x, dt, A, B, C, D, z, dt_bias, initial_states)
-    if K is not None:
-        K.check_chunk_size(chunk_size)
-        seq_idx, _ = K.prepare_packing(x, seq_idx, None)
-        r = K.forward(
-            x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, tuple(dt_limit),
-            None, state_dtype,
-        )  # fmt: skip
-        grads = list(
-            K.backward(
-                dout, dfinal_states, x, dt, A, B, C, chunk_size, D, z, dt_bias, seq_idx, dt_softplus,
-                tuple(dt_limit), r["dtp"], r["cs"], r["hin"], r["ypre"],
-                initial_states.dtype if initial_states is not None else None,
-            )
-        )  # fmt: skip
-        y = r["out"]
-    else:
-        inputs = [x, dt, A, B, C, D, z, dt_bias, initial_states]
-        leaves = [t.detach().requires_grad_(True) if t is not None else None for t in inputs]
-        with torch.enable_grad():
-            r = _torch_forward(
-                *leaves[:5], chunk_size, *leaves[5:], seq_idx, None, dt_softplus, dt_limit, state_dtype
-            )
-            outs, gouts = [r["out"]], [dout]
-            if dfinal_states is not None:
-                outs.append(r["final"])
-                gouts.append(dfinal_states)
-            present = [t for t in leaves if t is not None]
-            got = iter(
-                torch.autograd.grad(
-                    outs, present, [g.to(o.dtype) for o, g in zip(outs, gouts)], allow_unused=True
-                )
-            )
-        grads = []  # (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states): the order of ``inputs``
-        for t, src in zip(leaves, inputs):
-            g = next(got) if t is not None else None
-            if t is not None and g is None:
-                g = torch.zeros_like(src)
-            grads.append(g.to(src.dtype) if g is not None else None)
-        y = r["out"].detach().to(x.dtype)
-    for i, buf in ((0, dx), (1, ddt), (3, dB), (4, dC), (6, dz)):
-        if buf is not None and grads[i] is not None:
-            buf.copy_(grads[i])
-            grads[i] = buf
-    return (*grads, y) if recompute_output else tuple(grads)
+    result: tuple[list[Optional[torch.Tensor]], torch.Tensor] = _dispatch.call(
+        "ssd_chunk_scan_bwd", x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+        dt_softplus, dt_limit, state_dtype, dout, dfinal_states,
+    )  # fmt: skip
+    grads, y = result
+    return _autograd.finish_backward(grads, y, dx, ddt, dB, dC, dz, recompute_output)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -486,10 +592,24 @@ def _mamba_chunk_scan_combined_bwd(
 # ----------------------------------------------------------------------------------------------------
 
 
-def mamba_chunk_scan(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, dt_softplus=False):
+def mamba_chunk_scan(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+) -> torch.Tensor:
     """The SSD built from the stage functions (``_chunk_cumsum_fwd``, ``chunk_state``, ``state_passing``,
     ``chunk_scan``), differentiable through their autograd Functions: out (batch, seqlen, nheads,
-    headdim) in x's dtype. Arguments as :func:`mamba_chunk_scan_combined` (no initial states)."""
+    headdim) in x's dtype. Arguments as :func:`mamba_chunk_scan_combined` (no initial states).
+
+    Raises:
+        TypeError / ValueError: bad shapes, dtypes or arguments, naming the argument."""
     from mamba_ssm.ops.triton.ssd_chunk_scan import chunk_scan
     from mamba_ssm.ops.triton.ssd_chunk_state import chunk_state
     from mamba_ssm.ops.triton.ssd_state_passing import state_passing
@@ -502,48 +622,18 @@ def mamba_chunk_scan(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, d
     return out.to(x.dtype)
 
 
-def ssd_chunk_scan_combined_ref(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, dt_softplus=False):
-    """The SSD from the plain PyTorch stage references (``chunk_state_ref``, ``state_passing_ref``,
-    ``chunk_scan_ref``): out (batch, seqlen, nheads, headdim) in x's dtype."""
-    from mamba_ssm.ops.triton.ssd_chunk_scan import chunk_scan_ref
-    from mamba_ssm.ops.triton.ssd_chunk_state import chunk_state_ref
-    from mamba_ssm.ops.triton.ssd_state_passing import state_passing_ref
-
-    _validate("ssd_chunk_scan_combined_ref", x, dt, A, B, C, chunk_size, D, z, dt_bias, None, None)
-    cs, dtp = S.chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
-    states = chunk_state_ref(B, x, dtp, cs)
-    hin, _ = state_passing_ref(states.flatten(3), cs[..., -1])
-    return chunk_scan_ref(B, C, x, dtp, cs, hin.view(states.shape), D=D, z=z)
-
-
-def _ssd_as_selective_scan(x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit):
-    """The SSD layout mapped onto Mamba's selective scan: (u, delta, A, B, C, D, z) of
-    :func:`mamba_ssm.ops.selective_scan_interface.selective_scan_fn` (channels = heads x headdim)."""
-    b, l, h, p = x.shape
-    n = B.shape[-1]
-    step = dt if dt.dim() == 4 else dt.unsqueeze(-1).expand(b, l, h, p)
-    if dt_bias is not None:
-        step = step + (dt_bias if dt_bias.dim() == 2 else dt_bias.unsqueeze(-1))
-    if dt_softplus:
-        step = F.softplus(step)
-    if tuple(dt_limit) != S.NO_LIMIT:
-        step = step.clamp(dt_limit[0], dt_limit[1])
-    u = x.reshape(b, l, h * p).transpose(1, 2)
-    delta = step.reshape(b, l, h * p).transpose(1, 2).to(u.dtype)
-    Af = A.float() if A.dtype != torch.float64 else A
-    A2 = Af if A.dim() == 2 else Af.view(h, 1, 1).expand(h, p, n).reshape(h * p, n)
-    Bs, Cs = (t.permute(0, 2, 3, 1) for t in (B, C))  # (batch, ngroups, dstate, seqlen)
-    Dv = None
-    if D is not None:
-        Dv = (D if D.dim() == 2 else D.unsqueeze(-1).expand(h, p)).reshape(h * p)
-        Dv = Dv.float() if Dv.dtype != torch.float64 else Dv
-    zs = z.reshape(b, l, h * p).transpose(1, 2) if z is not None else None
-    return u, delta, A2, Bs, Cs, Dv, zs
-
-
 def ssd_selective_scan(
-    x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf"))
-):
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+) -> torch.Tensor:
     """The SSD computed by Mamba's selective scan (``selective_scan_fn``): one channel per (head, headdim)
     index, A per head expanded over dstate (or a full (dim, dstate) A).
 
@@ -561,11 +651,22 @@ def ssd_selective_scan(
     u, delta, A2, Bs, Cs, Dv, zs = _ssd_as_selective_scan(
         x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit
     )
-    out = selective_scan_fn(u.contiguous(), delta.contiguous(), A2, Bs, Cs, Dv, zs)
+    out = _tensor_result(
+        "ssd_selective_scan", selective_scan_fn(u.contiguous(), delta.contiguous(), A2, Bs, Cs, Dv, zs)
+    )
     return out.transpose(1, 2).reshape(b, l, h, p)
 
 
-def selective_scan_bwd(dout, x, dt, A, B, C, D=None, z=None):
+def selective_scan_bwd(
+    dout: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The gradients of dt and A of the SSD computed by Mamba's selective scan, given dout.
 
     Args:
@@ -589,69 +690,15 @@ def selective_scan_bwd(dout, x, dt, A, B, C, D=None, z=None):
         u, delta, A2, Bs, Cs, Dv, zs = _ssd_as_selective_scan(
             x, steps, A_leaf, B, C, D, z, None, False, S.NO_LIMIT
         )
-        out = selective_scan_fn(u.float().contiguous(), delta.float().contiguous(), A2, Bs.float(), Cs.float(), Dv,
-                                zs.float() if zs is not None else None)  # fmt: skip
+        res = selective_scan_fn(
+            u.float().contiguous(), delta.float().contiguous(), A2, Bs.float(), Cs.float(), Dv,
+            zs.float() if zs is not None else None,
+        )  # fmt: skip
+        out = _tensor_result("selective_scan_bwd", res)
         ddt, dA = torch.autograd.grad(
             out, (dt_leaf, A_leaf), dout.float().reshape(b, l, h * p).transpose(1, 2)
         )
     return ddt, dA
-
-
-def mamba_conv1d_scan_ref(
-    xBC,
-    conv1d_weight,
-    conv1d_bias,
-    dt,
-    A,
-    chunk_size,
-    D=None,
-    z=None,
-    dt_bias=None,
-    dt_softplus=False,
-    dt_limit=(0.0, float("inf")),
-    activation="silu",
-    headdim=None,
-    ngroups=1,
-):
-    """Causal conv1d over (x, B, C) then the SSD, from the PyTorch references.
-
-    Args:
-        xBC: (batch, seqlen, dim + 2 * ngroups * dstate), dim = nheads * headdim.
-        conv1d_weight: (dim + 2 * ngroups * dstate, width) (or with a middle 1). conv1d_bias or None.
-        dt: (batch, seqlen, nheads). A: (nheads,). D, dt_bias, dt_softplus, dt_limit: as
-        :func:`mamba_chunk_scan_combined`. z: (batch, seqlen, dim) or (batch, seqlen, nheads, headdim).
-        activation: the conv's ("silu" or None). headdim: needed unless D is (nheads, headdim).
-
-    Returns:
-        (batch, seqlen, dim) in xBC's dtype.
-    """
-    from mamba_ssm.ops.causal_conv1d import causal_conv1d_ref
-
-    b, l, _ = xBC.shape
-    nheads = A.shape[0]
-    if headdim is None:
-        if D is None or D.dim() != 2:
-            raise ValueError("mamba_conv1d_scan_ref: pass headdim (or a D of shape (nheads, headdim))")
-        headdim = D.shape[1]
-    dim = nheads * headdim
-    dstate = (xBC.shape[-1] - dim) // (2 * ngroups)
-    if dstate < 1 or dim + 2 * ngroups * dstate != xBC.shape[-1]:
-        raise ValueError(
-            f"mamba_conv1d_scan_ref: xBC's last dim {xBC.shape[-1]} is not dim + 2 * ngroups * dstate with "
-            f"dim = {dim}, ngroups = {ngroups}"
-        )
-    conv = causal_conv1d_ref(
-        xBC.transpose(1, 2), conv1d_weight.reshape(conv1d_weight.shape[0], -1), conv1d_bias,
-        activation=activation,
-    ).transpose(1, 2)  # fmt: skip
-    x, Bm, Cm = torch.split(conv, [dim, ngroups * dstate, ngroups * dstate], dim=-1)
-    x = x.reshape(b, l, nheads, headdim)
-    r = _torch_forward(
-        x, dt, A, Bm.reshape(b, l, ngroups, dstate), Cm.reshape(b, l, ngroups, dstate), chunk_size, D,
-        z.reshape(b, l, nheads, headdim) if z is not None else None, dt_bias, None, None, None, dt_softplus,
-        dt_limit,
-    )  # fmt: skip
-    return r["out"].reshape(b, l, dim).to(xBC.dtype)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -659,98 +706,188 @@ def mamba_conv1d_scan_ref(
 # ----------------------------------------------------------------------------------------------------
 
 
-def _split_conv1d_scan(
-    zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size, initial_states, seq_idx, dt_limit,
-    return_final_states, activation, rmsnorm_weight, rmsnorm_eps, outproj_weight, outproj_bias, headdim,
-    ngroups, norm_before_gate, state_dtype, ref,
-):  # fmt: skip
-    fn = "mamba_split_conv1d_scan_ref" if ref else "mamba_split_conv1d_scan_combined"
-    from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_ref
-    from mamba_ssm.ops.triton.layernorm_gated import rms_norm_ref, rmsnorm_fn
+def _conv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    seq_idx: Optional[torch.Tensor],
+    activation: Optional[str],
+) -> torch.Tensor:
+    from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn
 
-    if zxbcdt.dim() != 3:
-        raise ValueError(f"{fn}: zxbcdt must be (batch, seqlen, channels), got {tuple(zxbcdt.shape)}")
-    nheads = A.shape[0]
-    if headdim is None:
-        if D is None or D.dim() != 2:
-            raise ValueError(f"{fn}: pass headdim (or a D of shape (nheads, headdim))")
-        headdim = D.shape[1]
-    dim = nheads * headdim
-    b, l, total = zxbcdt.shape
-    conv_dim = conv1d_weight.shape[0]
-    dstate = (conv_dim - dim) // (2 * ngroups)
-    d_nonssm = (total - 2 * dim - 2 * ngroups * dstate - nheads) // 2
-    if (
-        dstate < 1
-        or dim + 2 * ngroups * dstate != conv_dim
-        or d_nonssm < 0
-        or 2 * d_nonssm + 2 * dim + 2 * ngroups * dstate + nheads != total
-    ):
-        raise ValueError(
-            f"{fn}: zxbcdt's last dim {total} and conv1d_weight's {conv_dim} channels are not "
-            f"2 * d_nonssm + 2 * dim + 2 * ngroups * dstate + nheads and dim + 2 * ngroups * dstate with "
-            f"dim = {dim}, ngroups = {ngroups}, nheads = {nheads}"
-        )
-    z0, x0, z, xBC, dt = torch.split(
-        zxbcdt, [d_nonssm, d_nonssm, dim, dim + 2 * ngroups * dstate, nheads], dim=-1
-    )
-    cw = conv1d_weight.reshape(conv1d_weight.shape[0], -1)
-    conv = causal_conv1d_ref if ref else causal_conv1d_fn
-    xBC = conv(xBC.transpose(1, 2), cw, conv1d_bias, seq_idx=seq_idx, activation=activation).transpose(1, 2)
-    x, Bm, Cm = torch.split(xBC, [dim, ngroups * dstate, ngroups * dstate], dim=-1)
-    scan_args = (
-        x.reshape(b, l, nheads, headdim), dt, A, Bm.reshape(b, l, ngroups, dstate),
-        Cm.reshape(b, l, ngroups, dstate),
+    # (no final states asked for: the output alone)
+    out = causal_conv1d_fn(x, weight, bias, seq_idx=seq_idx, activation=activation)
+    return _tensor_result("mamba_split_conv1d_scan_combined", out)
+
+
+def _conv_ref(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    seq_idx: Optional[torch.Tensor],
+    activation: Optional[str],
+) -> torch.Tensor:
+    from mamba_ssm.ops.causal_conv1d import causal_conv1d_ref
+
+    out = causal_conv1d_ref(x, weight, bias, seq_idx=seq_idx, activation=activation)
+    return _tensor_result("mamba_split_conv1d_scan_ref", out)
+
+
+def _scan(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: Optional[torch.Tensor],
+    z: Optional[torch.Tensor],
+    dt_bias: Optional[torch.Tensor],
+    initial_states: Optional[torch.Tensor],
+    seq_idx: Optional[torch.Tensor],
+    dt_limit: Sequence[float],
+    return_final_states: bool,
+    state_dtype: Optional[torch.dtype],
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    res = mamba_chunk_scan_combined(
+        x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states, seq_idx=seq_idx,
+        dt_softplus=True, dt_limit=dt_limit, return_final_states=return_final_states, state_dtype=state_dtype,
     )  # fmt: skip
-    zs = None if rmsnorm_weight is not None else z.reshape(b, l, nheads, headdim)
-    if ref:
-        r = _torch_forward(
-            *scan_args, chunk_size, D, zs, dt_bias, initial_states, seq_idx, None, True, dt_limit, state_dtype
-        )
-        y, final = r["out"].to(x.dtype), r["final"].float()
-    else:
-        res = mamba_chunk_scan_combined(
-            *scan_args, chunk_size, D=D, z=zs, dt_bias=dt_bias, initial_states=initial_states, seq_idx=seq_idx,
-            dt_softplus=True, dt_limit=dt_limit, return_final_states=return_final_states,
-            state_dtype=state_dtype,
-        )  # fmt: skip
-        y, final = res if return_final_states else (res, None)
-    y = y.reshape(b, l, dim)
-    if rmsnorm_weight is not None:
-        norm = rms_norm_ref if ref else rmsnorm_fn
-        y = norm(y, rmsnorm_weight, None, z=z, eps=rmsnorm_eps, group_size=dim // ngroups,
-                 norm_before_gate=norm_before_gate)  # fmt: skip
-    if d_nonssm > 0:  # the gated-MLP channels in front of the SSM's (Mamba2 with d_ssm < d_inner)
-        y = torch.cat([F.silu(z0) * x0, y], dim=-1)
-    if outproj_weight is not None:
-        y = F.linear(y, outproj_weight, outproj_bias)
-    return (y, final) if return_final_states else y
+    if isinstance(res, torch.Tensor):
+        return res, None
+    return res[0], res[1]
+
+
+def _norm(
+    y: torch.Tensor,
+    weight: torch.Tensor,
+    z: torch.Tensor,
+    eps: float,
+    group_size: int,
+    norm_before_gate: bool,
+) -> torch.Tensor:
+    from mamba_ssm.ops.triton.layernorm_gated import rmsnorm_fn
+
+    return rmsnorm_fn(y, weight, None, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate)
+
+
+def _norm_ref(
+    y: torch.Tensor,
+    weight: torch.Tensor,
+    z: torch.Tensor,
+    eps: float,
+    group_size: int,
+    norm_before_gate: bool,
+) -> torch.Tensor:
+    from mamba_ssm.ops.triton.layernorm_gated import rms_norm_ref
+
+    return rms_norm_ref(
+        y, weight, None, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate
+    )
+
+
+_STEPS = _conv_scan.ConvScanSteps(_conv, _scan, _norm)
+#: The reference's steps: the conv's and the SSD's PyTorch references, and ``rms_norm_ref``.
+_REF_STEPS = _conv_scan.ConvScanSteps(_conv_ref, _conv_scan.reference_scan, _norm_ref)
+
+
+@overload
+def mamba_split_conv1d_scan_combined(
+    zxbcdt: torch.Tensor,
+    conv1d_weight: torch.Tensor,
+    conv1d_bias: Optional[torch.Tensor],
+    dt_bias: Optional[torch.Tensor],
+    A: torch.Tensor,
+    D: Optional[torch.Tensor],
+    chunk_size: int,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    return_final_states: Literal[False] = False,
+    activation: Optional[str] = "silu",
+    rmsnorm_weight: Optional[torch.Tensor] = None,
+    rmsnorm_eps: float = 1e-6,
+    outproj_weight: Optional[torch.Tensor] = None,
+    outproj_bias: Optional[torch.Tensor] = None,
+    headdim: Optional[int] = None,
+    ngroups: int = 1,
+    norm_before_gate: bool = True,
+    state_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor: ...
+@overload
+def mamba_split_conv1d_scan_combined(
+    zxbcdt: torch.Tensor,
+    conv1d_weight: torch.Tensor,
+    conv1d_bias: Optional[torch.Tensor],
+    dt_bias: Optional[torch.Tensor],
+    A: torch.Tensor,
+    D: Optional[torch.Tensor],
+    chunk_size: int,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    *,
+    return_final_states: Literal[True],
+    activation: Optional[str] = "silu",
+    rmsnorm_weight: Optional[torch.Tensor] = None,
+    rmsnorm_eps: float = 1e-6,
+    outproj_weight: Optional[torch.Tensor] = None,
+    outproj_bias: Optional[torch.Tensor] = None,
+    headdim: Optional[int] = None,
+    ngroups: int = 1,
+    norm_before_gate: bool = True,
+    state_dtype: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def mamba_split_conv1d_scan_combined(
+    zxbcdt: torch.Tensor,
+    conv1d_weight: torch.Tensor,
+    conv1d_bias: Optional[torch.Tensor],
+    dt_bias: Optional[torch.Tensor],
+    A: torch.Tensor,
+    D: Optional[torch.Tensor],
+    chunk_size: int,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    return_final_states: bool = False,
+    activation: Optional[str] = "silu",
+    rmsnorm_weight: Optional[torch.Tensor] = None,
+    rmsnorm_eps: float = 1e-6,
+    outproj_weight: Optional[torch.Tensor] = None,
+    outproj_bias: Optional[torch.Tensor] = None,
+    headdim: Optional[int] = None,
+    ngroups: int = 1,
+    norm_before_gate: bool = True,
+    state_dtype: Optional[torch.dtype] = None,
+) -> SplitResult: ...
 
 
 def mamba_split_conv1d_scan_combined(
-    zxbcdt,
-    conv1d_weight,
-    conv1d_bias,
-    dt_bias,
-    A,
-    D,
-    chunk_size,
-    initial_states=None,
-    seq_idx=None,
-    dt_limit=(0.0, float("inf")),
-    return_final_states=False,
-    activation="silu",
-    rmsnorm_weight=None,
-    rmsnorm_eps=1e-6,
-    outproj_weight=None,
-    outproj_bias=None,
-    headdim=None,
-    ngroups=1,
-    norm_before_gate=True,
-    state_dtype=None,
-):
+    zxbcdt: torch.Tensor,
+    conv1d_weight: torch.Tensor,
+    conv1d_bias: Optional[torch.Tensor],
+    dt_bias: Optional[torch.Tensor],
+    A: torch.Tensor,
+    D: Optional[torch.Tensor],
+    chunk_size: int,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    return_final_states: bool = False,
+    activation: Optional[str] = "silu",
+    rmsnorm_weight: Optional[torch.Tensor] = None,
+    rmsnorm_eps: float = 1e-6,
+    outproj_weight: Optional[torch.Tensor] = None,
+    outproj_bias: Optional[torch.Tensor] = None,
+    headdim: Optional[int] = None,
+    ngroups: int = 1,
+    norm_before_gate: bool = True,
+    state_dtype: Optional[torch.dtype] = None,
+) -> SplitResult:
     """Mamba-2's block after in_proj (arXiv:2405.21060, Figure 6): split, causal conv1d on (x, B, C),
-    SSD scan, gated RMSNorm (or the z gate), out_proj.
+    SSD scan, gated RMSNorm (or the z gate), out_proj; the public ops composed
+    (:mod:`mamba_ssm._families.ssd.conv_scan`), each dispatched.
 
     Args:
         zxbcdt: (batch, seqlen, 2 * d_nonssm + 2 * dim + 2 * ngroups * dstate + nheads): z0, x0 (the
@@ -767,12 +904,27 @@ def mamba_split_conv1d_scan_combined(
 
     Returns:
         out (batch, seqlen, d_model or dim), and the final states with ``return_final_states``.
+
+    Raises:
+        ValueError: zxbcdt's or conv1d_weight's channels that do not add up, no headdim to infer; the
+            errors of the conv, the scan and the norm.
     """
-    return _split_conv1d_scan(
-        zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size, initial_states, seq_idx, dt_limit,
-        return_final_states, activation, rmsnorm_weight, rmsnorm_eps, outproj_weight, outproj_bias, headdim,
-        ngroups, norm_before_gate, state_dtype, ref=False,
+    result = _conv_scan.split_conv1d_scan(
+        "mamba_split_conv1d_scan_combined", _STEPS, zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D,
+        chunk_size, initial_states, seq_idx, dt_limit, return_final_states, activation, rmsnorm_weight,
+        rmsnorm_eps, outproj_weight, outproj_bias, headdim, ngroups, norm_before_gate, state_dtype,
     )  # fmt: skip
+    return _split_result(result)
+
+
+def _split_result(result: Union[torch.Tensor, tuple[torch.Tensor, Optional[torch.Tensor]]]) -> SplitResult:
+    """The composition's result with the final states present (they are, when asked for)."""
+    if isinstance(result, torch.Tensor):
+        return result
+    y, final = result
+    if final is None:
+        raise RuntimeError("mamba_split_conv1d_scan_combined: the scan returned no final states")
+    return y, final
 
 
 class MambaSplitConv1dScanCombinedFn(torch.autograd.Function):
@@ -781,62 +933,72 @@ class MambaSplitConv1dScanCombinedFn(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx,
-        zxbcdt,
-        conv1d_weight,
-        conv1d_bias,
-        dt_bias,
-        A,
-        D,
-        chunk_size,
-        initial_states=None,
-        seq_idx=None,
-        dt_limit=(0.0, float("inf")),
-        return_final_states=False,
-        activation="silu",
-        rmsnorm_weight=None,
-        rmsnorm_eps=1e-6,
-        outproj_weight=None,
-        outproj_bias=None,
-        headdim=None,
-        ngroups=1,
-        norm_before_gate=True,
-        state_dtype=None,
-    ):
+        ctx: Any,
+        zxbcdt: torch.Tensor,
+        conv1d_weight: torch.Tensor,
+        conv1d_bias: Optional[torch.Tensor],
+        dt_bias: Optional[torch.Tensor],
+        A: torch.Tensor,
+        D: Optional[torch.Tensor],
+        chunk_size: int,
+        initial_states: Optional[torch.Tensor] = None,
+        seq_idx: Optional[torch.Tensor] = None,
+        dt_limit: Sequence[float] = _NO_LIMIT,
+        return_final_states: bool = False,
+        activation: Optional[str] = "silu",
+        rmsnorm_weight: Optional[torch.Tensor] = None,
+        rmsnorm_eps: float = 1e-6,
+        outproj_weight: Optional[torch.Tensor] = None,
+        outproj_bias: Optional[torch.Tensor] = None,
+        headdim: Optional[int] = None,
+        ngroups: int = 1,
+        norm_before_gate: bool = True,
+        state_dtype: Optional[torch.dtype] = None,
+    ) -> SplitResult:
         args = (
             zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size, initial_states, seq_idx, dt_limit,
             return_final_states, activation, rmsnorm_weight, rmsnorm_eps, outproj_weight, outproj_bias,
             headdim, ngroups, norm_before_gate, state_dtype,
         )  # fmt: skip
-        return _recompute.forward(ctx, mamba_split_conv1d_scan_combined, args)
+        out: SplitResult = _recompute.forward(ctx, mamba_split_conv1d_scan_combined, args)
+        return out
 
     @staticmethod
-    def backward(ctx, dout, *args):
+    def backward(
+        ctx: Any, dout: torch.Tensor, *args: Optional[torch.Tensor]
+    ) -> tuple[Optional[torch.Tensor], ...]:
         return _recompute.backward(ctx, dout, *args)
 
 
 def mamba_split_conv1d_scan_ref(
-    zxbcdt,
-    conv1d_weight,
-    conv1d_bias,
-    dt_bias,
-    A,
-    D,
-    chunk_size,
-    dt_limit=(0.0, float("inf")),
-    activation="silu",
-    rmsnorm_weight=None,
-    rmsnorm_eps=1e-6,
-    outproj_weight=None,
-    outproj_bias=None,
-    headdim=None,
-    ngroups=1,
-    norm_before_gate=True,
-):
+    zxbcdt: torch.Tensor,
+    conv1d_weight: torch.Tensor,
+    conv1d_bias: Optional[torch.Tensor],
+    dt_bias: Optional[torch.Tensor],
+    A: torch.Tensor,
+    D: Optional[torch.Tensor],
+    chunk_size: int,
+    dt_limit: Sequence[float] = _NO_LIMIT,
+    activation: Optional[str] = "silu",
+    rmsnorm_weight: Optional[torch.Tensor] = None,
+    rmsnorm_eps: float = 1e-6,
+    outproj_weight: Optional[torch.Tensor] = None,
+    outproj_bias: Optional[torch.Tensor] = None,
+    headdim: Optional[int] = None,
+    ngroups: int = 1,
+    norm_before_gate: bool = True,
+) -> torch.Tensor:
     """:func:`mamba_split_conv1d_scan_combined` from the PyTorch references (the conv's, the PyTorch SSD
-    stages, the gated norm's): same arguments (no initial states, seq_idx or final states) and output."""
-    return _split_conv1d_scan(
-        zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size, None, None, dt_limit, False,
-        activation, rmsnorm_weight, rmsnorm_eps, outproj_weight, outproj_bias, headdim, ngroups,
-        norm_before_gate, None, ref=True,
+    stages, the gated norm's ``rms_norm_ref``): same arguments (no initial states, seq_idx or final
+    states) and output.
+
+    Raises:
+        ValueError: as :func:`mamba_split_conv1d_scan_combined`."""
+    result = _conv_scan.split_conv1d_scan(
+        "mamba_split_conv1d_scan_ref", _REF_STEPS, zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D,
+        chunk_size, None, None, dt_limit, False, activation, rmsnorm_weight, rmsnorm_eps, outproj_weight,
+        outproj_bias, headdim, ngroups, norm_before_gate, None,
     )  # fmt: skip
+    if not isinstance(result, torch.Tensor):  # (return_final_states is False)
+        raise TypeError("mamba_split_conv1d_scan_ref: the composition returned a tuple")
+    return result

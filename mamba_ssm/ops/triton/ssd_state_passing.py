@@ -16,9 +16,11 @@ from typing import Any, Optional, Union
 
 import torch
 
+from mamba_ssm import _dispatch
 from mamba_ssm._families import recompute as _recompute
 from mamba_ssm._families.ssd import torch_impl as S
-from mamba_ssm.ops.triton._helpers import require, stage_route
+from mamba_ssm._families.ssd.calls import carry as _carry
+from mamba_ssm.ops.triton._helpers import require
 
 __all__ = ["StatePassingFn", "_state_passing_bwd", "_state_passing_fwd", "state_passing", "state_passing_ref"]
 
@@ -46,15 +48,6 @@ def _check(
             )
 
 
-def _carry(seq_idx: Optional[torch.Tensor], chunk_size: Optional[int]) -> Optional[torch.Tensor]:
-    """Which chunks carry the entering state (:func:`S.carry_mask`), or None without seq_idx."""
-    if seq_idx is None:
-        return None
-    if chunk_size is None:  # (``_check`` raised first, naming the caller)
-        raise ValueError(f"seq_idx needs chunk_size (the chunk edges in it), got {chunk_size!r}")
-    return S.carry_mask(seq_idx, chunk_size)
-
-
 def _state_passing_fwd(
     states: torch.Tensor,
     dA_chunk_cumsum: torch.Tensor,
@@ -76,16 +69,16 @@ def _state_passing_fwd(
         final_states (batch, nheads, dim) float32 (float64 for float64 states)).
     """
     _check("_state_passing_fwd", states, dA_chunk_cumsum, initial_states, seq_idx, chunk_size)
-    out_dtype = out_dtype or states.dtype
-    K = stage_route(states, chunk_size or 16, states=states, initial_states=initial_states)
-    if K is not None:
-        hin, final = K.state_passing(
-            states.float().contiguous(), dA_chunk_cumsum, seq_idx, initial_states, chunk_size or 16
-        )
-        return hin.to(out_dtype), final
-    cd = S.compute_dtype(states, dA_chunk_cumsum)
-    hin, final = S.state_passing(states.to(cd), dA_chunk_cumsum, initial_states, _carry(seq_idx, chunk_size))
-    return hin.to(out_dtype), final if cd == torch.float64 else final.float()
+    result: tuple[torch.Tensor, torch.Tensor] = _dispatch.call(
+        "ssd_state_passing",
+        states,
+        dA_chunk_cumsum,
+        initial_states,
+        seq_idx,
+        chunk_size,
+        out_dtype or states.dtype,
+    )
+    return result
 
 
 def _state_passing_bwd(

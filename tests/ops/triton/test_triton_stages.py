@@ -1,7 +1,7 @@
 """The SSD stage functions of upstream's stage modules (ssd_chunk_state, ssd_state_passing) and
 ssd_combined's ``_mamba_chunk_scan_combined_fwd`` / ``_bwd`` on their Triton path, under Triton's
-interpreter on CPU tensors (the dispatcher picks Triton only on a GPU, so the routing helpers are pointed
-at the interpreted kernels here). Checked against the float64 per-timestep recurrence (references.py)
+interpreter on CPU tensors (the dispatcher picks Triton only on a GPU, so it is told here that Triton runs
+on the CPU: the calls take their real route, through ``mamba_ssm._dispatch``, to the interpreted kernels). Checked against the float64 per-timestep recurrence (references.py)
 and against the PyTorch stages (checked against float64 references in tests/ops/test_ssd_stages.py),
 with packed sequences and padding tokens.
 """
@@ -10,17 +10,21 @@ import pytest
 import references as R
 import torch
 
+from mamba_ssm import _dispatch
+from mamba_ssm._backends import triton as triton_backend
 from mamba_ssm._families.packing import seq_idx_from_cu_seqlens
 from mamba_ssm.ops.triton import ssd_chunk_state, ssd_combined, ssd_state_passing
 
 
 @pytest.fixture
 def on_triton(interpreted, monkeypatch):
-    """Route the stage functions and ssd_combined's entry points to the interpreted kernels."""
-    monkeypatch.setattr(ssd_chunk_state, "stage_route", lambda *a, **k: interpreted.ssd)
-    monkeypatch.setattr(ssd_state_passing, "stage_route", lambda *a, **k: interpreted.ssd)
-    monkeypatch.setattr(ssd_combined, "_triton_kernels", lambda *a, **k: interpreted.ssd)
-    return interpreted
+    """The dispatcher believes Triton runs on the CPU: the stage functions and ssd_combined's entry points
+    run the interpreted kernels."""
+    monkeypatch.delenv("MAMBA_SSM_BACKEND", raising=False)
+    monkeypatch.setattr(triton_backend, "triton_unavailable", lambda device: None)
+    _dispatch._reset_for_tests()
+    yield interpreted
+    _dispatch._reset_for_tests()
 
 
 def _close(got, want, what, tol=2e-4):
@@ -62,8 +66,7 @@ def test_stage_functions_on_triton(on_triton):
     seq[1, 28:33] = -1
     got = _stages(x, dt, A, B, seq, Q, bias, h0)
     with pytest.MonkeyPatch.context() as mp:  # the same calls on the PyTorch stages
-        mp.setattr(ssd_chunk_state, "stage_route", lambda *a, **k: None)
-        mp.setattr(ssd_state_passing, "stage_route", lambda *a, **k: None)
+        mp.setenv("MAMBA_SSM_BACKEND", "torch")
         want = _stages(x, dt, A, B, seq, Q, bias, h0)
     for name, a, w in zip(("dA_cumsum", "dt_out", "chunk states", "entering states", "final"), got, want):
         _close(a, w, name)
