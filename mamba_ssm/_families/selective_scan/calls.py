@@ -1,6 +1,7 @@
 """The selective scan's call form on each backend: ``(u, delta, A, B, C, D, z, delta_bias,
 delta_softplus, return_last_state)``, checked by ``selective_scan_fn`` (with a complex A, B and C
-already in the one form every backend takes: ``selective_scan_complex.kernel_bc``)."""
+already in the one form every backend takes: ``complex.kernel_bc``). The compiled backend checks and runs
+the compiled face (:mod:`.compiled`) directly: its functions take this form."""
 
 from __future__ import annotations
 
@@ -8,26 +9,7 @@ from typing import Callable
 
 from torch import Tensor
 
-__all__ = ["compiled_unsupported", "torch_selective_scan", "triton_state_update_unsupported"]
-
-
-def compiled_unsupported(
-    u: Tensor,
-    delta: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    D: Tensor | None = None,
-    z: Tensor | None = None,
-    delta_bias: Tensor | None = None,
-    delta_softplus: bool = False,
-    return_last_state: bool = False,
-) -> str | None:
-    """None when the compiled kernels take this call, else why not (one sentence)."""
-    del delta_softplus, return_last_state
-    from mamba_ssm._families.selective_scan import compiled
-
-    return compiled.supports(u, delta, A, B, C, D, z, delta_bias)
+__all__ = ["torch_selective_scan", "triton_state_update_unsupported"]
 
 
 def torch_selective_scan(
