@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import sys
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Callable, ClassVar
 
 from .._compat.textenum import TextEnum
@@ -43,10 +44,23 @@ class Unavailable:
 Target = tuple[str, str]
 
 
+def _imported(dotted: str) -> ModuleType | None:
+    """The module ``dotted`` (``mamba_ssm.<...>``) if it was imported, found as an attribute of its parent
+    package, as ``import`` leaves it. Module attributes are what ``torch.compile`` reads as they are
+    when it traces, where ``sys.modules`` is read once per traced frame, so a module imported while
+    tracing (:meth:`BackendObject.load`) is found here and not there."""
+    head, _, rest = dotted.partition(".")
+    module = sys.modules.get(head)
+    for part in rest.split(".") if rest else ():
+        inner = module.__dict__.get(part) if module is not None else None
+        module = inner if isinstance(inner, ModuleType) else None
+    return module
+
+
 def resolve(target: Target) -> Callable[..., Any]:
     """The function ``target`` names (its module imported on first use)."""
     module_name, name = target
-    module = sys.modules.get(module_name)
+    module = _imported(module_name)
     if module is None:
         module = importlib.import_module(module_name)
     function: Callable[..., Any] = getattr(module, name)
@@ -72,6 +86,15 @@ class BackendObject:
         """Why this backend cannot run ``op`` on ``device`` (None: it can). The base runs everywhere."""
         del op, device
         return None
+
+    def load(self, op: str) -> None:
+        """Import the modules of ``op``'s implementation and check (what :meth:`run` and :meth:`supports`
+        call), if this backend has them. ``torch.compile`` cannot trace an import: the dispatch calls this
+        eagerly while tracing, before the traced call looks the functions up."""
+        for table in (self.implementations, self.checks):
+            target = table.get(op)
+            if target is not None:
+                resolve(target)
 
     def supports(self, op: str, *args: Any, **kwargs: Any) -> str | None:
         """None when this backend takes this particular call of ``op``, else the reason in one sentence

@@ -203,9 +203,18 @@ def _at_trace_time(question: str, op: str, device: str, reason: str) -> str:
     return str(_backend_for_eager(op, device))
 
 
+def _loaded_at_trace_time(name: str, op: str) -> str:
+    """``name``, after importing what backend ``name`` runs and checks for the call ``op``: called eagerly
+    while ``torch.compile`` traces (dynamo does not trace an import; the traced call then finds the
+    modules in ``sys.modules``)."""
+    BACKENDS[name].load(op)
+    return name
+
+
 # What torch._dynamo.assume_constant_result sets; set here so that import needs no torch, and so that
 # the marking is in place before tracing starts (dynamo refuses to trace the decorator itself).
 _at_trace_time._dynamo_marked_constant = True  # type: ignore[attr-defined]
+_loaded_at_trace_time._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def backend_for(op: str, device: Any) -> str:
@@ -305,7 +314,7 @@ def call(op: str, *args: Any, **kwargs: Any) -> Any:
     # Plain strings as the registry's keys (under torch.compile a TextEnum member cannot be hashed).
     compiling = _compiling()
     if compiling:
-        name = _at_trace_time("backend", decided, _devices.describe(device), "")
+        name = _loaded_at_trace_time(_at_trace_time("backend", decided, _devices.describe(device), ""), op)
     else:
         name = str(_backend_for_eager(decided, device))
     backend = BACKENDS[name]
@@ -313,6 +322,7 @@ def call(op: str, *args: Any, **kwargs: Any) -> Any:
     if reason is not None:
         if compiling:
             name = _at_trace_time("fallback", decided, _devices.describe(device), str(reason))
+            name = _loaded_at_trace_time(name, op)
         else:
             name = str(_fallback_for_call_eager(decided, device, reason))
         backend = BACKENDS[name]
