@@ -460,8 +460,8 @@ def file_lock(path: str, timeout: float = 900.0) -> Iterator[None]:
     try:
         import filelock
     except ImportError:
-        filelock = None
-    if filelock is not None:
+        pass  # the resolver runs where only the standard library and packaging are sure: fcntl below
+    else:
         try:
             with filelock.FileLock(path, timeout=timeout):
                 yield
