@@ -78,10 +78,6 @@ class BackendObject:
     #: ``{op: (module, function)}``: called with the op's arguments, returns None or why not.
     checks: ClassVar[dict[str, Target]] = {}
 
-    def implements(self, op: str) -> bool:
-        """Whether this backend has an implementation of ``op``."""
-        return op in self.implementations
-
     def unavailable(self, op: str, device: DeviceKey) -> Unavailable | None:
         """Why this backend cannot run ``op`` on ``device`` (None: it can). The base runs everywhere."""
         del op, device

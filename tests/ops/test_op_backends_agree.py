@@ -21,8 +21,8 @@ import torch
 
 import mamba_ssm
 from mamba_ssm import _dispatch, _doctor
-from mamba_ssm._backends import package as backends
 from mamba_ssm._doctor.report import GpuEntry, GpuReport
+from mamba_ssm._families.causal_conv1d import package as backends
 from mamba_ssm.ops import causal_conv1d as cc
 
 CONV_OPS = ("causal_conv1d", "causal_conv1d_update")
