@@ -206,7 +206,7 @@ def _at_trace_time(question: str, op: str, device: str, reason: str) -> str:
 def _loaded_at_trace_time(name: str, op: str) -> str:
     """``name``, after importing what backend ``name`` runs and checks for the call ``op``: called eagerly
     while ``torch.compile`` traces (dynamo does not trace an import; the traced call then finds the
-    modules in ``sys.modules``)."""
+    modules as attributes of their packages: :func:`mamba_ssm._backends.base.resolve`)."""
     BACKENDS[name].load(op)
     return name
 

@@ -8,23 +8,13 @@ from typing import Optional, Sequence
 
 import torch
 
-__all__ = ["check_shape", "tensor_result", "validate"]
+__all__ = ["check_shape", "validate"]
 
 
 def check_shape(fn: str, name: str, t: Optional[torch.Tensor], shape: Sequence[int]) -> None:
     """ValueError unless ``t`` (None passes) has exactly ``shape``."""
     if t is not None and tuple(t.shape) != tuple(shape):
         raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
-
-
-def tensor_result(fn: str, result: object) -> torch.Tensor:
-    """``result``, the output of a call (a conv, a selective scan) that was asked for no extra results.
-
-    Raises:
-        TypeError: it is not a tensor (the call returned a tuple)."""
-    if not isinstance(result, torch.Tensor):
-        raise TypeError(f"{fn}: expected a tensor from the call, got {type(result).__name__}")
-    return result
 
 
 def validate(

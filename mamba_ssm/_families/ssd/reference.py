@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from mamba_ssm._families.causal_conv1d.torch_impl import causal_conv1d_ref
 from mamba_ssm._families.ssd import torch_combined as T
 from mamba_ssm._families.ssd import torch_impl as S
-from mamba_ssm._families.ssd.checks import tensor_result, validate
+from mamba_ssm._families.ssd.checks import validate
 
 __all__ = ["SelectiveScanArgs", "as_selective_scan", "mamba_conv1d_scan_ref", "ssd_chunk_scan_combined_ref"]
 
@@ -102,11 +102,10 @@ def mamba_conv1d_scan_ref(
             f"mamba_conv1d_scan_ref: xBC's last dim {xBC.shape[-1]} is not dim + 2 * ngroups * dstate with "
             f"dim = {dim}, ngroups = {ngroups}"
         )
-    conv_out = causal_conv1d_ref(
+    conv = causal_conv1d_ref(
         xBC.transpose(1, 2), conv1d_weight.reshape(conv1d_weight.shape[0], -1), conv1d_bias,
         activation=activation,
     )  # fmt: skip
-    conv = tensor_result("mamba_conv1d_scan_ref", conv_out)  # (no final states were asked for)
     x, Bm, Cm = torch.split(conv.transpose(1, 2), [dim, ngroups * dstate, ngroups * dstate], dim=-1)
     r = T.forward(
         x.reshape(b, l, nheads, headdim), dt, A, Bm.reshape(b, l, ngroups, dstate),

@@ -37,7 +37,6 @@ from mamba_ssm._families.ssd import conv_scan as _conv_scan
 from mamba_ssm._families.ssd import torch_impl as S
 from mamba_ssm._families.ssd.autograd import Grads, GradsAndOut
 from mamba_ssm._families.ssd.checks import check_shape as _check
-from mamba_ssm._families.ssd.checks import tensor_result as _tensor_result
 from mamba_ssm._families.ssd.checks import validate as _validate
 from mamba_ssm._families.ssd.reference import as_selective_scan as _ssd_as_selective_scan
 from mamba_ssm._families.ssd.reference import mamba_conv1d_scan_ref, ssd_chunk_scan_combined_ref
@@ -651,9 +650,7 @@ def ssd_selective_scan(
     u, delta, A2, Bs, Cs, Dv, zs = _ssd_as_selective_scan(
         x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit
     )
-    out = _tensor_result(
-        "ssd_selective_scan", selective_scan_fn(u.contiguous(), delta.contiguous(), A2, Bs, Cs, Dv, zs)
-    )
+    out = selective_scan_fn(u.contiguous(), delta.contiguous(), A2, Bs, Cs, Dv, zs)
     return out.transpose(1, 2).reshape(b, l, h, p)
 
 
@@ -690,11 +687,10 @@ def selective_scan_bwd(
         u, delta, A2, Bs, Cs, Dv, zs = _ssd_as_selective_scan(
             x, steps, A_leaf, B, C, D, z, None, False, S.NO_LIMIT
         )
-        res = selective_scan_fn(
+        out = selective_scan_fn(
             u.float().contiguous(), delta.float().contiguous(), A2, Bs.float(), Cs.float(), Dv,
             zs.float() if zs is not None else None,
         )  # fmt: skip
-        out = _tensor_result("selective_scan_bwd", res)
         ddt, dA = torch.autograd.grad(
             out, (dt_leaf, A_leaf), dout.float().reshape(b, l, h * p).transpose(1, 2)
         )
@@ -716,8 +712,7 @@ def _conv(
     from mamba_ssm.ops.causal_conv1d import causal_conv1d_fn
 
     # (no final states asked for: the output alone)
-    out = causal_conv1d_fn(x, weight, bias, seq_idx=seq_idx, activation=activation)
-    return _tensor_result("mamba_split_conv1d_scan_combined", out)
+    return causal_conv1d_fn(x, weight, bias, seq_idx=seq_idx, activation=activation)
 
 
 def _conv_ref(
@@ -729,8 +724,7 @@ def _conv_ref(
 ) -> torch.Tensor:
     from mamba_ssm.ops.causal_conv1d import causal_conv1d_ref
 
-    out = causal_conv1d_ref(x, weight, bias, seq_idx=seq_idx, activation=activation)
-    return _tensor_result("mamba_split_conv1d_scan_ref", out)
+    return causal_conv1d_ref(x, weight, bias, seq_idx=seq_idx, activation=activation)
 
 
 def _scan(
