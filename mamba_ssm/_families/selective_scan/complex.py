@@ -36,15 +36,10 @@ from typing import Optional, Union
 import torch
 import torch.nn.functional as F
 
+from mamba_ssm._families.checks import dtype_name as _dtype_name
+from mamba_ssm._families.checks import shape_text as _shape
+
 __all__ = ["kernel_bc", "selective_scan_complex_ref", "validate_complex"]
-
-
-def _dtype_name(dt: torch.dtype) -> str:
-    return str(dt).replace("torch.", "")
-
-
-def _shape(x: torch.Tensor) -> str:
-    return str(tuple(x.shape))
 
 
 def validate_complex(fn: str, u: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
