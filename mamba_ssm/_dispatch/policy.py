@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from .. import _devices
 from .._backends import BACKENDS, Unavailable
-from .._backends.package import causal_conv1d_package
 from .config import ENV_CONV1D, Config, Conv1dPreference, Requested, conv1d_preference
 from .table import TABLE, Backend
 
@@ -118,7 +117,7 @@ def _why(
     if backend != Backend.TORCH:
         return None
     if conv:
-        if device.type == "cuda" and causal_conv1d_package() is not None:
+        if BACKENDS[Backend.CAUSAL_CONV1D].unavailable(op, device) is None:  # installed, on a CUDA device
             return (
                 f"the causal-conv1d package is installed but not used: the {requested} backend was asked for "
                 f"({source}); {op} runs on its PyTorch implementation"
