@@ -23,6 +23,7 @@ TRITON_MIN_CAPABILITY = 7
 KERNELS = "mamba_ssm._families.triton_kernels"
 
 _MAMBA3 = "mamba_ssm._families.mamba3.calls"
+_MAMBA3_KERNELS = "mamba_ssm._families.mamba3.triton_kernels"
 _SCAN = "mamba_ssm._families.selective_scan.calls"
 _NORMS = "mamba_ssm._families.norms.torch_impl"
 _GATED = "mamba_ssm._families.norms.gated"
@@ -110,9 +111,9 @@ class TritonBackend(BackendObject):
         ),
         "layer_norm": (_NORMS, "triton_layer_norm"),
         "rms_norm": (_NORMS, "triton_layer_norm"),
-        "mamba3_siso": (_MAMBA3, "triton_chunk_scan"),
-        "mamba3_mimo": (_MAMBA3, "triton_chunk_scan"),
-        "mamba3_step": (_MAMBA3, "triton_step"),
+        "mamba3_siso": (_MAMBA3_KERNELS, "chunk_scan"),
+        "mamba3_mimo": (_MAMBA3_KERNELS, "chunk_scan"),
+        "mamba3_step": (_MAMBA3_KERNELS, "step"),
         "ssd_chunk_scan": (_SSD, "triton_chunk_scan_combined"),
         "ssd_chunk_scan_fwd": (_SSD, "triton_chunk_scan_fwd"),
         "ssd_chunk_scan_bwd": (_SSD, "triton_chunk_scan_bwd"),
